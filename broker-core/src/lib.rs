@@ -1,0 +1,15 @@
+//! Tributary's core library: the record batch format shared by disk, wire and
+//! archive ([`batch`]), its explicit size limits ([`limits`]) and the
+//! per-topic segmented write-ahead log ([`wal`]).
+//!
+//! The byte layouts are documented in `broker-core/FORMAT.md`; the
+//! architecture in `../shared/DESIGN.md`.
+#![forbid(unsafe_code)]
+
+pub mod batch;
+pub mod limits;
+pub mod varint;
+pub mod wal;
+
+pub use batch::{Codec, DecodeError, EncodeError, EncodedBatch, Record, RecordBatch};
+pub use limits::Limits;

@@ -1,0 +1,1 @@
+//! Segmented write-ahead log (in progress).

@@ -1,0 +1,1 @@
+//! Helpers shared by Tributary's end-to-end tests.
