@@ -1,0 +1,129 @@
+//! Walking the batches of a segment file: used by recovery (to find the last
+//! valid batch) and by reads (to find a batch and verify it).
+
+use std::io;
+
+use bytes::Bytes;
+
+use super::storage::ReadFile;
+use crate::batch::{BatchHeader, DecodeError, EncodedBatch, HEADER_LEN, MAGIC};
+use crate::limits::Limits;
+
+/// Bytes read from the file per refill when scanning.
+const WINDOW_BYTES: usize = 1024 * 1024;
+
+/// A read-ahead window over a file, so a scan costs one `pread` per MiB
+/// rather than two per batch.
+pub(crate) struct Window<'a> {
+    file: &'a dyn ReadFile,
+    /// Bytes of the file that may be read (the scan never looks past it).
+    end: u64,
+    start: u64,
+    buf: Vec<u8>,
+}
+
+impl<'a> Window<'a> {
+    pub(crate) fn new(file: &'a dyn ReadFile, end: u64) -> Window<'a> {
+        Window {
+            file,
+            end,
+            start: 0,
+            buf: Vec::new(),
+        }
+    }
+
+    /// Length of the readable part of the file.
+    pub(crate) fn end(&self) -> u64 {
+        self.end
+    }
+
+    /// `len` bytes at `pos`, or `None` if they pass `end`.
+    pub(crate) fn get(&mut self, pos: u64, len: usize) -> io::Result<Option<&[u8]>> {
+        if pos + len as u64 > self.end {
+            return Ok(None);
+        }
+        let loaded_end = self.start + self.buf.len() as u64;
+        if pos < self.start || pos + len as u64 > loaded_end {
+            let want = (len.max(WINDOW_BYTES) as u64).min(self.end - pos) as usize;
+            self.buf.resize(want, 0);
+            self.file.read_exact_at(&mut self.buf, pos)?;
+            self.start = pos;
+        }
+        let at = (pos - self.start) as usize;
+        Ok(Some(&self.buf[at..at + len]))
+    }
+}
+
+/// Result of trying to read one batch at a position.
+pub(crate) enum Step {
+    /// A CRC-valid batch.
+    Batch(EncodedBatch),
+    /// The readable part of the file ends exactly here.
+    End,
+    /// The bytes here are not a valid batch.
+    Bad(DecodeError),
+}
+
+/// Reads and verifies the batch at `pos`.
+pub(crate) fn read_batch(window: &mut Window<'_>, pos: u64, limits: &Limits) -> io::Result<Step> {
+    if pos == window.end() {
+        return Ok(Step::End);
+    }
+    let available = (window.end() - pos) as usize;
+    let Some(head) = window.get(pos, HEADER_LEN.min(available))? else {
+        return Ok(Step::End);
+    };
+    let header = match BatchHeader::parse(head, limits) {
+        Ok(h) => h,
+        Err(e) => return Ok(Step::Bad(e)),
+    };
+    let len = header.batch_length as usize;
+    let Some(bytes) = window.get(pos, len)? else {
+        return Ok(Step::Bad(DecodeError::Truncated {
+            needed: len,
+            available,
+        }));
+    };
+    match EncodedBatch::from_bytes(Bytes::copy_from_slice(bytes), limits) {
+        Ok(batch) => Ok(Step::Batch(batch)),
+        Err(e) => Ok(Step::Bad(e)),
+    }
+}
+
+/// Looks for the first CRC-valid batch starting after `pos` whose base offset
+/// is at least `min_base`: evidence that the damage at `pos` is followed by
+/// real data. Returns its position and base offset.
+pub(crate) fn find_next_valid(
+    window: &mut Window<'_>,
+    pos: u64,
+    min_base: u64,
+    limits: &Limits,
+) -> io::Result<Option<(u64, u64)>> {
+    let mut at = pos + 1;
+    while at + HEADER_LEN as u64 <= window.end() {
+        let is_magic = window.get(at, 4)?.is_some_and(|m| m == MAGIC);
+        if is_magic {
+            if let Step::Batch(batch) = read_batch(window, at, limits)? {
+                if batch.base_offset() >= min_base {
+                    return Ok(Some((at, batch.base_offset())));
+                }
+            }
+        }
+        at += 1;
+    }
+    Ok(None)
+}
+
+/// True if every byte from `pos` to the end of the window is zero (a file
+/// extended by the file system whose data never reached the disk).
+pub(crate) fn rest_is_zero(window: &mut Window<'_>, pos: u64) -> io::Result<bool> {
+    let mut at = pos;
+    while at < window.end() {
+        let len = ((window.end() - at) as usize).min(WINDOW_BYTES);
+        match window.get(at, len)? {
+            Some(chunk) if chunk.iter().all(|&b| b == 0) => at += len as u64,
+            _ => return Ok(false),
+        }
+    }
+    Ok(true)
+}

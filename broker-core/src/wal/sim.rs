@@ -1,0 +1,284 @@
+//! A simulated disk that keeps live and durable state apart, for power-cut
+//! tests. Test-only (`cfg(test)` or the `sim` feature).
+//!
+//! - File content written but not `sync_data`'d is live only.
+//! - Directory entries created, renamed or removed but not `sync_dir`'d are
+//!   live only.
+//! - [`SimStorage::power_cut`] returns the disk as it would be found after the
+//!   power returns: every durable entry with its durable content, followed by
+//!   a seeded random prefix of its unsynced appends, whose last bytes may be
+//!   garbage (a torn sector).
+
+use std::collections::{BTreeMap, HashMap};
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::storage::{AppendFile, ReadFile, Storage};
+
+type Inode = u64;
+
+#[derive(Debug, Default, Clone)]
+struct FileData {
+    live: Vec<u8>,
+    durable: Vec<u8>,
+}
+
+#[derive(Debug, Default)]
+struct Disk {
+    next_inode: Inode,
+    inodes: HashMap<Inode, FileData>,
+    live_names: BTreeMap<PathBuf, Inode>,
+    durable_names: BTreeMap<PathBuf, Inode>,
+    dirs: Vec<PathBuf>,
+    syncs: u64,
+}
+
+/// An in-memory disk with power cuts. Cheap to clone (shared state).
+#[derive(Debug, Clone, Default)]
+pub struct SimStorage {
+    disk: Arc<Mutex<Disk>>,
+}
+
+fn not_found(path: &Path) -> io::Error {
+    io::Error::new(io::ErrorKind::NotFound, path.display().to_string())
+}
+
+impl SimStorage {
+    /// An empty disk.
+    pub fn new() -> SimStorage {
+        SimStorage::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Disk> {
+        // A panic while holding this lock only happens in a failing test.
+        match self.disk.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        }
+    }
+
+    /// Number of `sync_data` calls so far.
+    pub fn sync_count(&self) -> u64 {
+        self.lock().syncs
+    }
+
+    /// The disk after a power cut, as described in the module doc. `seed`
+    /// chooses how much of each unsynced tail survives and whether it is torn.
+    pub fn power_cut(&self, seed: u64) -> SimStorage {
+        let disk = self.lock();
+        let mut rng = SplitMix(seed);
+        let mut after = Disk {
+            next_inode: disk.next_inode,
+            dirs: disk.dirs.clone(),
+            ..Disk::default()
+        };
+        for (name, inode) in &disk.durable_names {
+            let data = disk.inodes.get(inode).cloned().unwrap_or_default();
+            let mut content = data.durable.clone();
+            // The unsynced tail: what `live` has beyond the durable prefix,
+            // when live still extends durable (appends only).
+            if data.live.len() > content.len() && data.live.starts_with(&content) {
+                let tail = &data.live[content.len()..];
+                let keep = (rng.next() % (tail.len() as u64 + 1)) as usize;
+                content.extend_from_slice(&tail[..keep]);
+                if keep > 0 && rng.next() % 3 == 0 {
+                    let garbage = (rng.next() % 16 + 1) as usize;
+                    let len = content.len();
+                    for byte in &mut content[len.saturating_sub(garbage)..] {
+                        *byte = rng.next() as u8;
+                    }
+                }
+            }
+            after.inodes.insert(
+                *inode,
+                FileData {
+                    live: content.clone(),
+                    durable: content,
+                },
+            );
+            after.live_names.insert(name.clone(), *inode);
+            after.durable_names.insert(name.clone(), *inode);
+        }
+        SimStorage {
+            disk: Arc::new(Mutex::new(after)),
+        }
+    }
+
+    /// Live content of `path` (for tests that damage bytes).
+    pub fn read_live(&self, path: &Path) -> Option<Vec<u8>> {
+        let disk = self.lock();
+        let inode = disk.live_names.get(path)?;
+        disk.inodes.get(inode).map(|d| d.live.clone())
+    }
+
+    /// Replaces the content of `path`, live and durable (for tests that damage
+    /// bytes on a disk at rest).
+    pub fn overwrite(&self, path: &Path, content: Vec<u8>) {
+        let mut disk = self.lock();
+        if let Some(inode) = disk.live_names.get(path).copied() {
+            disk.inodes.insert(
+                inode,
+                FileData {
+                    live: content.clone(),
+                    durable: content,
+                },
+            );
+        }
+    }
+}
+
+struct SimFile {
+    disk: Arc<Mutex<Disk>>,
+    inode: Inode,
+}
+
+impl SimFile {
+    fn with<R>(&self, f: impl FnOnce(&mut FileData) -> R) -> io::Result<R> {
+        let mut disk = match self.disk.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        let data = disk
+            .inodes
+            .get_mut(&self.inode)
+            .ok_or_else(|| io::Error::new(io::ErrorKind::NotFound, "inode gone"))?;
+        Ok(f(data))
+    }
+}
+
+impl AppendFile for SimFile {
+    fn append(&mut self, buf: &[u8]) -> io::Result<()> {
+        self.with(|d| d.live.extend_from_slice(buf))
+    }
+
+    fn sync_data(&mut self) -> io::Result<()> {
+        self.with(|d| {
+            if d.live.starts_with(&d.durable) {
+                let from = d.durable.len();
+                d.durable.extend_from_slice(&d.live[from..]);
+            } else {
+                d.durable = d.live.clone();
+            }
+        })?;
+        let mut disk = match self.disk.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        disk.syncs += 1;
+        Ok(())
+    }
+
+    fn truncate(&mut self, len: u64) -> io::Result<()> {
+        self.with(|d| d.live.truncate(len as usize))
+    }
+}
+
+impl ReadFile for SimFile {
+    fn read_exact_at(&self, buf: &mut [u8], pos: u64) -> io::Result<()> {
+        self.with(|d| {
+            let start = pos as usize;
+            let end = start + buf.len();
+            if end > d.live.len() {
+                return Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "read past end",
+                ));
+            }
+            buf.copy_from_slice(&d.live[start..end]);
+            Ok(())
+        })?
+    }
+
+    fn len(&self) -> io::Result<u64> {
+        self.with(|d| d.live.len() as u64)
+    }
+}
+
+impl Storage for SimStorage {
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        let mut disk = self.lock();
+        if !disk.dirs.iter().any(|d| d == dir) {
+            disk.dirs.push(dir.to_path_buf());
+        }
+        Ok(())
+    }
+
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
+        let disk = self.lock();
+        Ok(disk
+            .live_names
+            .keys()
+            .filter(|p| p.parent() == Some(dir))
+            .filter_map(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+            .collect())
+    }
+
+    fn open_append(&self, path: &Path) -> io::Result<Box<dyn AppendFile>> {
+        let mut disk = self.lock();
+        let inode = match disk.live_names.get(path) {
+            Some(inode) => *inode,
+            None => {
+                let inode = disk.next_inode;
+                disk.next_inode += 1;
+                disk.inodes.insert(inode, FileData::default());
+                disk.live_names.insert(path.to_path_buf(), inode);
+                inode
+            }
+        };
+        Ok(Box::new(SimFile {
+            disk: self.disk.clone(),
+            inode,
+        }))
+    }
+
+    fn open_read(&self, path: &Path) -> io::Result<Box<dyn ReadFile>> {
+        let disk = self.lock();
+        let inode = *disk.live_names.get(path).ok_or_else(|| not_found(path))?;
+        Ok(Box::new(SimFile {
+            disk: self.disk.clone(),
+            inode,
+        }))
+    }
+
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        let mut disk = self.lock();
+        disk.live_names
+            .remove(path)
+            .map(|_| ())
+            .ok_or_else(|| not_found(path))
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        let mut disk = self.lock();
+        let inode = disk.live_names.remove(from).ok_or_else(|| not_found(from))?;
+        disk.live_names.insert(to.to_path_buf(), inode);
+        Ok(())
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        let mut disk = self.lock();
+        let live: Vec<(PathBuf, Inode)> = disk
+            .live_names
+            .iter()
+            .filter(|(p, _)| p.parent() == Some(dir))
+            .map(|(p, i)| (p.clone(), *i))
+            .collect();
+        disk.durable_names.retain(|p, _| p.parent() != Some(dir));
+        disk.durable_names.extend(live);
+        Ok(())
+    }
+}
+
+/// SplitMix64: a tiny seeded generator, enough to choose cut points.
+struct SplitMix(u64);
+
+impl SplitMix {
+    fn next(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^ (z >> 31)
+    }
+}

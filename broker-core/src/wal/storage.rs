@@ -1,0 +1,166 @@
+//! The WAL's window onto the disk: a small blocking file-system trait, so
+//! tests can lie (power cuts that drop unsynced bytes, see `sim`), and its real
+//! implementation on `std::fs`.
+//!
+//! The WAL relies on exactly these durability facts (see `FORMAT.md`):
+//! - bytes written to a file survive a power cut once `sync_data` returned;
+//! - a created, renamed or removed directory entry survives once `sync_dir`
+//!   on its directory returned;
+//! - anything else may be lost, and the unsynced tail of a file may come back
+//!   torn (any prefix of it, possibly followed by garbage).
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+/// A file opened for appending.
+pub trait AppendFile: Send {
+    /// Appends all of `buf` at the end of the file.
+    fn append(&mut self, buf: &[u8]) -> io::Result<()>;
+    /// `fdatasync`: everything appended so far becomes durable.
+    fn sync_data(&mut self) -> io::Result<()>;
+    /// Cuts the file to `len` bytes (later appends go after it).
+    fn truncate(&mut self, len: u64) -> io::Result<()>;
+}
+
+/// A file opened for positioned reads.
+pub trait ReadFile: Send + Sync {
+    /// Reads exactly `buf.len()` bytes at `pos`.
+    fn read_exact_at(&self, buf: &mut [u8], pos: u64) -> io::Result<()>;
+    /// Current length in bytes.
+    fn len(&self) -> io::Result<u64>;
+}
+
+/// The file-system operations the WAL uses. All calls block.
+pub trait Storage: Send + Sync + 'static {
+    /// Creates `dir` and its parents.
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
+    /// Names of the entries of `dir` (not recursive).
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>>;
+    /// Opens `path` for appending, creating it if missing.
+    fn open_append(&self, path: &Path) -> io::Result<Box<dyn AppendFile>>;
+    /// Opens `path` for reading.
+    fn open_read(&self, path: &Path) -> io::Result<Box<dyn ReadFile>>;
+    /// Removes the file at `path`.
+    fn remove(&self, path: &Path) -> io::Result<()>;
+    /// Renames `from` to `to`, replacing `to`.
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Makes the entries of `dir` durable (fsync on the directory).
+    fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+}
+
+/// Writes `bytes` to `path` so that after a crash `path` holds either its old
+/// content or all of `bytes`: write a temporary file, `fdatasync` it, rename it
+/// over `path`, fsync the directory.
+///
+/// # Errors
+/// The first failing I/O operation.
+pub fn write_file_atomic(storage: &dyn Storage, path: &Path, bytes: &[u8]) -> io::Result<()> {
+    let tmp = tmp_path(path);
+    {
+        let mut file = storage.open_append(&tmp)?;
+        file.truncate(0)?;
+        file.append(bytes)?;
+        file.sync_data()?;
+    }
+    storage.rename(&tmp, path)?;
+    storage.sync_dir(parent(path))
+}
+
+/// Reads the whole file at `path`.
+///
+/// # Errors
+/// The I/O error, or `InvalidData` if the file is larger than `max_bytes`.
+pub fn read_file(storage: &dyn Storage, path: &Path, max_bytes: u64) -> io::Result<Vec<u8>> {
+    let file = storage.open_read(path)?;
+    let len = file.len()?;
+    if len > max_bytes {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{} is {len} bytes, more than {max_bytes}", path.display()),
+        ));
+    }
+    let mut buf = vec![0; len as usize];
+    file.read_exact_at(&mut buf, 0)?;
+    Ok(buf)
+}
+
+fn tmp_path(path: &Path) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(".tmp");
+    path.with_file_name(name)
+}
+
+fn parent(path: &Path) -> &Path {
+    path.parent().unwrap_or(Path::new("."))
+}
+
+/// The real file system.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct FsStorage;
+
+struct FsAppend(File);
+
+impl AppendFile for FsAppend {
+    fn append(&mut self, buf: &[u8]) -> io::Result<()> {
+        self.0.write_all(buf)
+    }
+
+    fn sync_data(&mut self) -> io::Result<()> {
+        self.0.sync_data()
+    }
+
+    fn truncate(&mut self, len: u64) -> io::Result<()> {
+        // The file is opened in append mode: writes always go to the end,
+        // so cutting it is all that is needed.
+        self.0.set_len(len)
+    }
+}
+
+struct FsRead(File);
+
+impl ReadFile for FsRead {
+    fn read_exact_at(&self, buf: &mut [u8], pos: u64) -> io::Result<()> {
+        FileExt::read_exact_at(&self.0, buf, pos)
+    }
+
+    fn len(&self) -> io::Result<u64> {
+        Ok(self.0.metadata()?.len())
+    }
+}
+
+impl Storage for FsStorage {
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        fs::create_dir_all(dir)
+    }
+
+    fn list(&self, dir: &Path) -> io::Result<Vec<String>> {
+        let mut names = Vec::new();
+        for entry in fs::read_dir(dir)? {
+            names.push(entry?.file_name().to_string_lossy().into_owned());
+        }
+        Ok(names)
+    }
+
+    fn open_append(&self, path: &Path) -> io::Result<Box<dyn AppendFile>> {
+        let file = OpenOptions::new().create(true).append(true).open(path)?;
+        Ok(Box::new(FsAppend(file)))
+    }
+
+    fn open_read(&self, path: &Path) -> io::Result<Box<dyn ReadFile>> {
+        Ok(Box::new(FsRead(File::open(path)?)))
+    }
+
+    fn remove(&self, path: &Path) -> io::Result<()> {
+        fs::remove_file(path)
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        fs::rename(from, to)
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        File::open(dir)?.sync_all()
+    }
+}

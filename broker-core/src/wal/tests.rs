@@ -1,0 +1,745 @@
+//! WAL behaviour on real files (tempdir, real fsync) and on the simulated
+//! power-cut disk. Each recovery-table row of `recovery.rs` has a test here.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use rand::{RngExt, SeedableRng, rngs::StdRng};
+
+use super::segment::{index_file_name, log_file_name};
+use super::sim::SimStorage;
+
+use super::*;
+use crate::batch::{Codec, Record};
+
+fn record(id: &str) -> Record {
+    Record {
+        timestamp_ms: 1_700_000_000_000,
+        key: Some(Bytes::from(format!("k-{id}"))),
+        headers: vec![("h".into(), Bytes::from_static(b"v"))],
+        value: Bytes::from(format!("value-{id}")),
+    }
+}
+
+fn small_config(mode: SyncMode) -> WalConfig {
+    WalConfig {
+        sync_mode: mode,
+        segment_max_bytes: 1024,
+        index_interval_bytes: 128,
+        limits: Limits {
+            max_record_bytes: 1024 - 48,
+            max_batch_bytes: 1024,
+        },
+        max_pending_bytes: 4096,
+        ..WalConfig::default()
+    }
+}
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+/// Every record from the log start, as (offset, value).
+fn read_all(wal: &Wal) -> Vec<(u64, Bytes)> {
+    let mut out = Vec::new();
+    let mut from = wal.log_start_offset();
+    loop {
+        let batches = wal.read(from, 64 * 1024).expect("read");
+        if batches.is_empty() {
+            return out;
+        }
+        for batch in batches {
+            let decoded = batch.decode(&wal.config().limits).expect("decode");
+            for (i, r) in decoded.records.into_iter().enumerate() {
+                let offset = decoded.base_offset + i as u64;
+                if offset >= from {
+                    out.push((offset, r.value));
+                }
+            }
+            from = batch.next_offset();
+        }
+    }
+}
+
+fn assert_contiguous(records: &[(u64, Bytes)], start: u64) {
+    for (i, (offset, _)) in records.iter().enumerate() {
+        assert_eq!(*offset, start + i as u64, "offsets must be contiguous");
+    }
+}
+
+#[test]
+fn appends_get_contiguous_offsets_and_read_back_byte_exact() {
+    let dir = tempfile::tempdir().unwrap();
+    rt().block_on(async {
+        let wal = Wal::open(dir.path(), small_config(SyncMode::FsyncBatch)).unwrap();
+        let a = wal.append(vec![record("0"), record("1")], Codec::None).await.unwrap();
+        let b = wal.append(vec![record("2")], Codec::Zstd).await.unwrap();
+        assert_eq!((a.base_offset, a.next_offset), (0, 2));
+        assert_eq!((b.base_offset, b.next_offset), (2, 3));
+        assert_eq!(wal.high_water_mark(), 3);
+        let all = read_all(&wal);
+        assert_eq!(
+            all,
+            vec![
+                (0, Bytes::from("value-0")),
+                (1, Bytes::from("value-1")),
+                (2, Bytes::from("value-2"))
+            ]
+        );
+        wal.close().await.unwrap();
+        // Offsets continue after a clean restart.
+        let wal = Wal::open(dir.path(), small_config(SyncMode::FsyncBatch)).unwrap();
+        assert_eq!(wal.high_water_mark(), 3);
+        let c = wal.append(vec![record("3")], Codec::None).await.unwrap();
+        assert_eq!(c.base_offset, 3);
+    });
+}
+
+#[test]
+fn append_at_accepts_only_the_next_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let limits = small_config(SyncMode::FsyncBatch).limits;
+    let batch_at = |base: u64, n: usize| {
+        RecordBatch::new(base, (0..n).map(|i| record(&i.to_string())).collect())
+            .encode(&limits)
+            .unwrap()
+    };
+    rt().block_on(async {
+        let wal = Wal::open(dir.path(), small_config(SyncMode::FsyncBatch)).unwrap();
+        let first = batch_at(0, 3);
+        assert_eq!(
+            wal.append_at(first.clone()).await.unwrap(),
+            AppendAtOutcome::Appended(AppendAck { base_offset: 0, next_offset: 3 })
+        );
+        // The same range again: duplicate, nothing written.
+        let size = wal.size_bytes();
+        assert_eq!(
+            wal.append_at(first).await.unwrap(),
+            AppendAtOutcome::Duplicate(AppendAck { base_offset: 0, next_offset: 3 })
+        );
+        assert!(matches!(
+            wal.append_at(batch_at(1, 1)).await.unwrap(),
+            AppendAtOutcome::Duplicate(_)
+        ));
+        assert_eq!(wal.size_bytes(), size);
+        assert!(matches!(
+            wal.append_at(batch_at(5, 1)).await,
+            Err(WalError::Gap { expected: 3, got: 5 })
+        ));
+        assert!(matches!(
+            wal.append_at(batch_at(2, 2)).await,
+            Err(WalError::Overlap { expected: 3, base: 2, next: 4 })
+        ));
+        assert_eq!(wal.high_water_mark(), 3);
+        // Stored verbatim: the bytes read back are the bytes given.
+        let next = batch_at(3, 2);
+        wal.append_at(next.clone()).await.unwrap();
+        let read = wal.read(3, 1 << 20).unwrap();
+        assert_eq!(read[0].as_bytes(), next.as_bytes());
+    });
+}
+
+#[test]
+fn oversized_batches_are_refused_with_the_limit_named() {
+    let dir = tempfile::tempdir().unwrap();
+    rt().block_on(async {
+        let wal = Wal::open(dir.path(), small_config(SyncMode::FsyncBatch)).unwrap();
+        let big = Record {
+            value: Bytes::from(vec![0u8; 1000]),
+            ..Record::default()
+        };
+        let err = wal.append(vec![big], Codec::None).await.unwrap_err();
+        assert!(err.to_string().contains("max_record_bytes"), "{err}");
+        let many: Vec<Record> = (0..4)
+            .map(|_| Record {
+                value: Bytes::from(vec![0u8; 300]),
+                ..Record::default()
+            })
+            .collect();
+        let err = wal.append(many, Codec::None).await.unwrap_err();
+        assert!(err.to_string().contains("max_batch_bytes"), "{err}");
+        assert_eq!(wal.high_water_mark(), 0);
+        assert_eq!(wal.size_bytes(), 0);
+    });
+}
+
+#[test]
+fn invalid_config_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = WalConfig {
+        segment_max_bytes: 100,
+        ..small_config(SyncMode::FsyncBatch)
+    };
+    let err = Wal::open(dir.path(), config).unwrap_err();
+    assert!(err.to_string().contains("segment_max_bytes"), "{err}");
+}
+
+/// A record batch of exactly `size` bytes (one record).
+fn batch_of_size(size: usize) -> Vec<Record> {
+    // 48 header + 4 fixed record bytes + 2-byte value length varint.
+    let value_len = size - 48 - 4 - 2;
+    vec![Record {
+        timestamp_ms: 5,
+        value: Bytes::from(vec![b'z'; value_len]),
+        ..Record::default()
+    }]
+}
+
+#[test]
+fn segments_roll_at_the_size_limit_and_seal() {
+    let dir = tempfile::tempdir().unwrap();
+    rt().block_on(async {
+        let wal = Wal::open(dir.path(), small_config(SyncMode::OsCacheFlush)).unwrap();
+        // A batch exactly segment_max_bytes fills a segment on its own.
+        wal.append(batch_of_size(1024), Codec::None).await.unwrap();
+        // Two 500-byte batches share the next; the third rolls.
+        for _ in 0..3 {
+            wal.append(batch_of_size(500), Codec::None).await.unwrap();
+        }
+        let sealed = wal.sealed_segments();
+        let ranges: Vec<(u64, u64, u64)> = sealed
+            .iter()
+            .map(|s| (s.base_offset, s.next_offset, s.bytes))
+            .collect();
+        assert_eq!(ranges, vec![(0, 1, 1024), (1, 3, 1000)]);
+        assert!(sealed.iter().all(|s| s.index_path.exists()));
+        // The tier service's view from another process agrees.
+        assert_eq!(list_sealed_segments(dir.path()).unwrap(), sealed);
+        // Reads at the first and last offset of each segment.
+        for offset in [0, 1, 2, 3] {
+            let batches = wal.read(offset, 1).unwrap();
+            assert_eq!(batches.len(), 1);
+            assert_eq!(batches[0].base_offset(), offset);
+        }
+    });
+}
+
+#[test]
+fn index_lookup_finds_every_offset_in_a_large_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = WalConfig {
+        segment_max_bytes: 1 << 20,
+        index_interval_bytes: 256,
+        ..small_config(SyncMode::OsCacheFlush)
+    };
+    rt().block_on(async {
+        let wal = Wal::open(dir.path(), config).unwrap();
+        for i in 0..500 {
+            let n = i % 3 + 1;
+            let records = (0..n).map(|j| record(&format!("{i}-{j}"))).collect();
+            wal.append(records, Codec::None).await.unwrap();
+        }
+        let hwm = wal.high_water_mark();
+        let all = read_all(&wal);
+        assert_eq!(all.len() as u64, hwm);
+        for offset in (0..hwm).step_by(7).chain([hwm - 1]) {
+            let batches = wal.read(offset, 1).unwrap();
+            let b = &batches[0];
+            assert!(b.base_offset() <= offset && offset < b.next_offset());
+        }
+        assert!(wal.read(hwm, 1).unwrap().is_empty());
+    });
+}
+
+#[test]
+fn segments_roll_by_age() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = WalConfig {
+        segment_max_age: Some(Duration::from_millis(30)),
+        ..small_config(SyncMode::FsyncBatch)
+    };
+    rt().block_on(async {
+        let wal = Wal::open(dir.path(), config).unwrap();
+        wal.append(vec![record("a")], Codec::None).await.unwrap();
+        // Bounded wait for the writer's age timer (no busy loop: 10 ms steps).
+        for _ in 0..200 {
+            if !wal.sealed_segments().is_empty() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let sealed = wal.sealed_segments();
+        assert_eq!(sealed.len(), 1);
+        assert_eq!((sealed[0].base_offset, sealed[0].next_offset), (0, 1));
+        // An empty active segment never rolls by age.
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        assert_eq!(wal.sealed_segments().len(), 1);
+    });
+}
+
+#[test]
+fn explicit_roll_seals_and_empty_roll_is_a_no_op() {
+    let dir = tempfile::tempdir().unwrap();
+    rt().block_on(async {
+        let wal = Wal::open(dir.path(), small_config(SyncMode::Async)).unwrap();
+        wal.roll().await.unwrap();
+        assert!(wal.sealed_segments().is_empty());
+        wal.append(vec![record("a")], Codec::None).await.unwrap();
+        wal.roll().await.unwrap();
+        assert_eq!(wal.sealed_segments().len(), 1);
+        assert_eq!(wal.sealed_segments()[0].next_offset, 1);
+        wal.roll().await.unwrap();
+        assert_eq!(wal.sealed_segments().len(), 1);
+    });
+}
+
+#[test]
+fn retention_deletes_only_safe_segments_and_only_when_a_limit_asks() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = WalConfig {
+        retention_max_bytes: Some(1500),
+        ..small_config(SyncMode::FsyncBatch)
+    };
+    rt().block_on(async {
+        let wal = Wal::open(dir.path(), config).unwrap();
+        for _ in 0..4 {
+            wal.append(batch_of_size(1024), Codec::None).await.unwrap();
+        }
+        // Segments [0,1) [1,2) [2,3) sealed, [3,4) active: 4096 bytes.
+        assert_eq!(wal.sealed_segments().len(), 3);
+        // Nothing is safe: nothing deleted, however far over the limit.
+        assert_eq!(wal.apply_retention(0, 0).unwrap().deleted, vec![]);
+        // Only the first segment is safe.
+        let report = wal.apply_retention(1, 0).unwrap();
+        assert_eq!(report.deleted, vec![(0, 1, 1024)]);
+        assert_eq!(report.log_start, 1);
+        assert!(!dir.path().join(log_file_name(0)).exists());
+        assert!(!dir.path().join(index_file_name(0)).exists());
+        assert!(matches!(
+            wal.read(0, 10),
+            Err(WalError::OffsetBelowLogStart { requested: 0, log_start: 1 })
+        ));
+        // Everything is safe: deletes down to the limit, never the active one.
+        let report = wal.apply_retention(u64::MAX, 0).unwrap();
+        assert_eq!(report.deleted, vec![(1, 2, 1024), (2, 3, 1024)]);
+        assert_eq!(wal.log_start_offset(), 3);
+        assert_eq!(wal.apply_retention(u64::MAX, 0).unwrap().deleted, vec![]);
+        wal.close().await.unwrap();
+        // The high-water mark and log start survive the restart.
+        let wal = Wal::open(dir.path(), small_config(SyncMode::FsyncBatch)).unwrap();
+        assert_eq!((wal.log_start_offset(), wal.high_water_mark()), (3, 4));
+    });
+}
+
+#[test]
+fn retention_by_age_uses_the_newest_record_timestamp() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = WalConfig {
+        retention_max_age: Some(Duration::from_secs(60)),
+        ..small_config(SyncMode::FsyncBatch)
+    };
+    rt().block_on(async {
+        let wal = Wal::open(dir.path(), config).unwrap();
+        for _ in 0..3 {
+            wal.append(batch_of_size(1024), Codec::None).await.unwrap();
+        }
+        // Records carry timestamp 5 ms; at 60 s + 5 ms they are exactly 60 s old.
+        assert_eq!(wal.apply_retention(u64::MAX, 60_005).unwrap().deleted, vec![]);
+        let report = wal.apply_retention(u64::MAX, 60_006).unwrap();
+        assert_eq!(report.deleted, vec![(0, 1, 1024), (1, 2, 1024)]);
+    });
+}
+
+#[test]
+fn tailing_read_wakes_on_append_without_polling() {
+    let dir = tempfile::tempdir().unwrap();
+    rt().block_on(async {
+        let wal = Arc::new(Wal::open(dir.path(), small_config(SyncMode::FsyncBatch)).unwrap());
+        let reader = {
+            let wal = wal.clone();
+            tokio::spawn(async move { wal.wait_for_offset(0).await })
+        };
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!reader.is_finished());
+        wal.append(vec![record("x")], Codec::None).await.unwrap();
+        let hwm = tokio::time::timeout(Duration::from_secs(5), reader)
+            .await
+            .expect("reader woke")
+            .unwrap()
+            .unwrap();
+        assert_eq!(hwm, 1);
+    });
+}
+
+#[test]
+fn concurrent_appends_share_fdatasync_calls() {
+    let storage = SimStorage::new();
+    rt().block_on(async {
+        let wal = Arc::new(
+            Wal::open_with(
+                Arc::new(storage.clone()),
+                "/wal",
+                WalConfig {
+                    flush_interval: Duration::from_millis(20),
+                    ..small_config(SyncMode::FsyncBatch)
+                },
+            )
+            .unwrap(),
+        );
+        let tasks: Vec<_> = (0..16)
+            .map(|i| {
+                let wal = wal.clone();
+                tokio::spawn(async move { wal.append(vec![record(&i.to_string())], Codec::None).await })
+            })
+            .collect();
+        let mut offsets = Vec::new();
+        for t in tasks {
+            offsets.push(t.await.unwrap().unwrap().base_offset);
+        }
+        offsets.sort_unstable();
+        assert_eq!(offsets, (0..16).collect::<Vec<_>>());
+        // 16 appends within one 20 ms window: far fewer syncs than appends
+        // (segment rolls add a sync each).
+        let syncs = storage.sync_count();
+        assert!(syncs < 8, "{syncs} fdatasync calls for 16 appends");
+    });
+}
+
+// ---- recovery table rows -------------------------------------------------
+
+fn segment_path(dir: &Path, base: u64) -> PathBuf {
+    dir.join(log_file_name(base))
+}
+
+/// Appends `n` one-record batches, returning the WAL closed.
+fn fill(dir: &Path, config: &WalConfig, n: usize) {
+    rt().block_on(async {
+        let wal = Wal::open(dir, config.clone()).unwrap();
+        for i in 0..n {
+            wal.append(vec![record(&format!("{i:03}"))], Codec::None).await.unwrap();
+        }
+        wal.close().await.unwrap();
+    });
+}
+
+#[test]
+fn recovery_empty_directory_starts_at_initial_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = WalConfig {
+        initial_offset: 1000,
+        ..small_config(SyncMode::FsyncBatch)
+    };
+    let wal = Wal::open(dir.path(), config).unwrap();
+    assert_eq!(wal.high_water_mark(), 1000);
+    assert_eq!(wal.recovery_report().created_segment, Some(1000));
+}
+
+#[test]
+fn recovery_removes_tmp_files_and_orphan_indexes() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config(SyncMode::FsyncBatch);
+    fill(dir.path(), &config, 3);
+    std::fs::write(dir.path().join("00000000000000000009.index.tmp"), b"junk").unwrap();
+    std::fs::write(dir.path().join(index_file_name(77)), b"orphan").unwrap();
+    let wal = Wal::open(dir.path(), config).unwrap();
+    let mut removed = wal.recovery_report().removed_leftovers.clone();
+    removed.sort();
+    assert_eq!(
+        removed,
+        vec!["00000000000000000009.index.tmp".to_string(), index_file_name(77)]
+    );
+    assert!(!dir.path().join(index_file_name(77)).exists());
+    assert_eq!(wal.high_water_mark(), 3);
+}
+
+#[test]
+fn recovery_creates_the_next_segment_after_a_crash_between_seal_and_create() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config(SyncMode::FsyncBatch);
+    rt().block_on(async {
+        let wal = Wal::open(dir.path(), config.clone()).unwrap();
+        wal.append(batch_of_size(1024), Codec::None).await.unwrap();
+        wal.append(batch_of_size(100), Codec::None).await.unwrap();
+        wal.close().await.unwrap();
+    });
+    // Undo "create the next segment": only the sealed segment remains.
+    std::fs::remove_file(segment_path(dir.path(), 1)).unwrap();
+    let wal = Wal::open(dir.path(), config).unwrap();
+    assert_eq!(wal.recovery_report().created_segment, Some(1));
+    assert_eq!(wal.high_water_mark(), 1);
+    assert_eq!(wal.sealed_segments().len(), 1);
+}
+
+#[test]
+fn recovery_seals_a_non_last_segment_left_without_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config(SyncMode::FsyncBatch);
+    rt().block_on(async {
+        let wal = Wal::open(dir.path(), config.clone()).unwrap();
+        wal.append(batch_of_size(1024), Codec::None).await.unwrap();
+        wal.append(batch_of_size(100), Codec::None).await.unwrap();
+        wal.close().await.unwrap();
+    });
+    std::fs::remove_file(dir.path().join(index_file_name(0))).unwrap();
+    let wal = Wal::open(dir.path(), config).unwrap();
+    assert_eq!(wal.recovery_report().sealed_on_open, vec![0]);
+    assert_eq!(wal.high_water_mark(), 2);
+    assert!(dir.path().join(index_file_name(0)).exists());
+}
+
+#[test]
+fn recovery_refuses_a_sealed_segment_whose_length_changed() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config(SyncMode::FsyncBatch);
+    rt().block_on(async {
+        let wal = Wal::open(dir.path(), config.clone()).unwrap();
+        wal.append(batch_of_size(1024), Codec::None).await.unwrap();
+        wal.append(batch_of_size(100), Codec::None).await.unwrap();
+        wal.close().await.unwrap();
+    });
+    let path = segment_path(dir.path(), 0);
+    let bytes = std::fs::read(&path).unwrap();
+    std::fs::write(&path, &bytes[..1000]).unwrap();
+    let err = Wal::open(dir.path(), config).unwrap_err();
+    assert!(
+        matches!(err, WalError::Corrupt { segment_base: 0, first_offset: 0, end_offset: 1, .. }),
+        "{err}"
+    );
+}
+
+#[test]
+fn recovery_refuses_a_missing_middle_segment() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config(SyncMode::FsyncBatch);
+    rt().block_on(async {
+        let wal = Wal::open(dir.path(), config.clone()).unwrap();
+        for _ in 0..3 {
+            wal.append(batch_of_size(1024), Codec::None).await.unwrap();
+        }
+        wal.close().await.unwrap();
+    });
+    std::fs::remove_file(segment_path(dir.path(), 1)).unwrap();
+    std::fs::remove_file(dir.path().join(index_file_name(1))).unwrap();
+    let err = Wal::open(dir.path(), config).unwrap_err();
+    assert!(
+        matches!(err, WalError::MissingRange { expected_base: 1, found_base: 2 }),
+        "{err}"
+    );
+}
+
+#[test]
+fn recovery_truncates_a_zero_filled_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config(SyncMode::FsyncBatch);
+    fill(dir.path(), &config, 2);
+    let path = segment_path(dir.path(), 0);
+    let len = std::fs::metadata(&path).unwrap().len();
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes.extend_from_slice(&[0u8; 300]);
+    std::fs::write(&path, &bytes).unwrap();
+    let wal = Wal::open(dir.path(), config).unwrap();
+    let torn = wal.recovery_report().truncated.clone().unwrap();
+    assert_eq!((torn.position, torn.bytes_removed), (len, 300));
+    assert_eq!(std::fs::metadata(&path).unwrap().len(), len);
+    assert_eq!(wal.high_water_mark(), 2);
+}
+
+#[test]
+fn recovery_refuses_damage_in_the_active_segment_followed_by_much_valid_data() {
+    let dir = tempfile::tempdir().unwrap();
+    // A large active segment, and a torn-write window smaller than the data
+    // after the damage.
+    let config = WalConfig {
+        segment_max_bytes: 1 << 20,
+        flush_max_batch_bytes: 256,
+        limits: Limits {
+            max_record_bytes: 200,
+            max_batch_bytes: 256,
+        },
+        ..small_config(SyncMode::FsyncBatch)
+    };
+    fill(dir.path(), &config, 40);
+    let path = segment_path(dir.path(), 0);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let one = bytes.len() / 40;
+    bytes[one * 2 + 30] ^= 0x01; // inside the third batch
+    std::fs::write(&path, &bytes).unwrap();
+    let err = Wal::open(dir.path(), config).unwrap_err();
+    match err {
+        WalError::Corrupt {
+            segment_base,
+            first_offset,
+            end_offset,
+            position,
+            ..
+        } => {
+            assert_eq!((segment_base, first_offset, end_offset), (0, 2, 3));
+            assert_eq!(position, one as u64 * 2);
+        }
+        other => panic!("expected Corrupt, got {other}"),
+    }
+    // Nothing was truncated.
+    assert_eq!(std::fs::read(&path).unwrap().len(), bytes.len());
+}
+
+#[test]
+fn damaged_sealed_segment_is_reported_with_its_range_and_never_skipped() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config(SyncMode::FsyncBatch);
+    rt().block_on(async {
+        let wal = Wal::open(dir.path(), config.clone()).unwrap();
+        for i in 0..30 {
+            wal.append(vec![record(&format!("{i:03}"))], Codec::None).await.unwrap();
+        }
+        wal.close().await.unwrap();
+    });
+    let sealed = list_sealed_segments(dir.path()).unwrap();
+    let first = &sealed[0];
+    assert!(first.next_offset - first.base_offset >= 3);
+    let mut bytes = std::fs::read(&first.log_path).unwrap();
+    let one = bytes.len() as u64 / (first.next_offset - first.base_offset);
+    bytes[(one + 60) as usize] ^= 0x40; // the second batch
+    std::fs::write(&first.log_path, &bytes).unwrap();
+    let wal = Wal::open(dir.path(), config).unwrap();
+    // Reading from the start returns the good batch first...
+    let batches = wal.read(0, 1).unwrap();
+    assert_eq!(batches[0].base_offset(), 0);
+    // ...then the damage, named by range, instead of skipping to offset 2.
+    match wal.read(1, 1 << 20).unwrap_err() {
+        WalError::Corrupt {
+            segment_base,
+            first_offset,
+            end_offset,
+            position,
+            ..
+        } => {
+            assert_eq!((segment_base, first_offset, end_offset, position), (0, 1, 2, one));
+        }
+        other => panic!("expected Corrupt, got {other}"),
+    }
+    assert!(matches!(wal.read(0, 1 << 20), Err(WalError::Corrupt { .. })));
+    // Reading after the damaged range works.
+    assert_eq!(wal.read(2, 1).unwrap()[0].base_offset(), 2);
+}
+
+// ---- torn tails ------------------------------------------------------------
+
+#[test]
+fn torn_tail_truncation_and_bit_flips_recover_to_the_last_valid_batch() {
+    let config = small_config(SyncMode::FsyncBatch);
+    let base = tempfile::tempdir().unwrap();
+    fill(base.path(), &config, 6);
+    let pristine = std::fs::read(segment_path(base.path(), 0)).unwrap();
+    let boundaries: Vec<usize> = {
+        // Batch end positions in the pristine active segment.
+        let wal = Wal::open(base.path(), config.clone()).unwrap();
+        let batches = wal.read(0, 1 << 20).unwrap();
+        let mut at = 0;
+        batches
+            .iter()
+            .map(|b| {
+                at += b.len();
+                at
+            })
+            .collect()
+    };
+    assert_eq!(*boundaries.last().unwrap(), pristine.len());
+    let mut rng = StdRng::seed_from_u64(0x7041_1a11);
+    for case in 0..200 {
+        let dir = tempfile::tempdir().unwrap();
+        let mut bytes = pristine.clone();
+        let last_start = boundaries[boundaries.len() - 2];
+        if case % 2 == 0 {
+            bytes.truncate(rng.random_range(0..pristine.len()));
+        } else {
+            for _ in 0..rng.random_range(1..4) {
+                let at = rng.random_range(last_start..pristine.len());
+                bytes[at] ^= 1 << rng.random_range(0..8);
+            }
+        }
+        std::fs::write(segment_path(dir.path(), 0), &bytes).unwrap();
+        let expected_batches = boundaries.iter().filter(|&&end| end <= bytes.len()).count();
+        let expected_batches = if case % 2 == 1 { boundaries.len() - 1 } else { expected_batches };
+        let wal = Wal::open(dir.path(), config.clone()).unwrap();
+        assert_eq!(wal.high_water_mark(), expected_batches as u64, "case {case}");
+        let all = read_all(&wal);
+        assert_contiguous(&all, 0);
+        for (offset, value) in &all {
+            assert_eq!(value, &Bytes::from(format!("value-{offset:03}")));
+        }
+        // Offsets continue from the last valid batch.
+        let ack = rt()
+            .block_on(wal.append(vec![record("new")], Codec::None))
+            .unwrap();
+        assert_eq!(ack.base_offset, expected_batches as u64, "case {case}");
+    }
+}
+
+// ---- power cuts ------------------------------------------------------------
+
+#[test]
+fn fsync_batch_survives_200_power_cuts() {
+    let config = WalConfig {
+        flush_interval: Duration::from_micros(200),
+        ..small_config(SyncMode::FsyncBatch)
+    };
+    let mut storage = SimStorage::new();
+    let mut rng = StdRng::seed_from_u64(0x00c0_ffee);
+    // Every acknowledged record: offset → value, over all cuts.
+    let mut acked_total: HashMap<u64, Bytes> = HashMap::new();
+    let runtime = rt();
+    for cut in 0..200u64 {
+        let wal = Arc::new(
+            Wal::open_with(Arc::new(storage.clone()), "/topic", config.clone())
+                .unwrap_or_else(|e| panic!("cut {cut}: reopen failed: {e}")),
+        );
+        // 1. Everything acknowledged before any earlier cut is there, byte
+        //    for byte, once, at its offset.
+        let all = read_all(&wal);
+        assert_contiguous(&all, 0);
+        let on_disk: HashMap<u64, Bytes> = all.iter().cloned().collect();
+        for (offset, value) in &acked_total {
+            assert_eq!(on_disk.get(offset), Some(value), "cut {cut}: offset {offset} lost");
+        }
+        let mut seen = std::collections::HashSet::new();
+        for (_, value) in &all {
+            assert!(seen.insert(value.clone()), "cut {cut}: duplicate {value:?}");
+        }
+        // 2. Appenders run; the power is cut after a random number of acks.
+        let acked: Arc<Mutex<Vec<(u64, Bytes)>>> = Arc::default();
+        let cut_after = rng.random_range(1..40usize);
+        let producers = rng.random_range(1..6u64);
+        let snapshot = runtime.block_on(async {
+            let mut tasks = Vec::new();
+            for p in 0..producers {
+                let wal = wal.clone();
+                let acked = acked.clone();
+                tasks.push(tokio::spawn(async move {
+                    for i in 0..1000u64 {
+                        let id = format!("c{cut}-p{p}-{i}");
+                        let value = Bytes::from(format!("value-{id}"));
+                        match wal.append(vec![record(&id)], Codec::None).await {
+                            Ok(ack) => acked.lock().unwrap().push((ack.base_offset, value)),
+                            Err(_) => return,
+                        }
+                    }
+                }));
+            }
+            loop {
+                if acked.lock().unwrap().len() >= cut_after {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_micros(100)).await;
+            }
+            // Acks observed before the cut must survive it.
+            let before_cut = acked.lock().unwrap().clone();
+            let after = storage.power_cut(rng.random());
+            for t in &tasks {
+                t.abort();
+            }
+            (before_cut, after)
+        });
+        let (before_cut, after) = snapshot;
+        acked_total.extend(before_cut);
+        drop(wal);
+        storage = after;
+    }
+    assert!(acked_total.len() >= 200);
+}

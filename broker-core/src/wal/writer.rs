@@ -1,0 +1,293 @@
+//! The writer thread: the only code that writes, syncs, rolls and seals
+//! segment files. One per WAL.
+
+use std::sync::Arc;
+use std::thread::{self, JoinHandle};
+use std::time::Instant;
+
+use tracing::{debug, error};
+
+use super::commit::{FlushDecision, GroupCommit, age_roll_due};
+use super::recovery::{create_segment, write_seal};
+use super::segment::{SegmentMeta, log_file_name};
+use super::storage::AppendFile;
+use super::{PendingBatch, Shared, SyncMode, WalError, io_err};
+
+/// Stack size of a writer thread, bytes: it only shuffles buffers.
+const WRITER_STACK_BYTES: usize = 256 * 1024;
+
+enum Work {
+    /// Write this group, then serve roll requests up to `roll_to` if set.
+    Group {
+        bytes: Vec<u8>,
+        batches: Vec<PendingBatch>,
+        roll_to: Option<u64>,
+    },
+    /// Serve roll requests up to this count.
+    Roll(u64),
+    /// `segment_max_age` reached.
+    AgeRoll,
+    /// Everything is flushed and the WAL is closing.
+    Close,
+}
+
+struct Writer {
+    shared: Arc<Shared>,
+    policy: GroupCommit,
+    file: Box<dyn AppendFile>,
+    active_base: u64,
+    active_bytes: u64,
+    active_first_write_at: Option<Instant>,
+    rolls_done: u64,
+    spare_bytes: Vec<u8>,
+    spare_batches: Vec<PendingBatch>,
+}
+
+pub(crate) fn spawn(
+    shared: Arc<Shared>,
+    active_base: u64,
+    file: Box<dyn AppendFile>,
+) -> Result<JoinHandle<()>, WalError> {
+    let active_bytes = shared.segments().get(&active_base).map_or(0, |m| m.bytes);
+    let policy = GroupCommit {
+        flush_interval: shared.config.flush_interval,
+        flush_max_batch_bytes: shared.config.flush_max_batch_bytes,
+    };
+    let dir = shared.dir.clone();
+    let writer = Writer {
+        shared,
+        policy,
+        file,
+        active_base,
+        active_bytes,
+        active_first_write_at: (active_bytes > 0).then(Instant::now),
+        rolls_done: 0,
+        spare_bytes: Vec::new(),
+        spare_batches: Vec::new(),
+    };
+    thread::Builder::new()
+        .name("wal-writer".into())
+        .stack_size(WRITER_STACK_BYTES)
+        .spawn(move || writer.run())
+        .map_err(io_err("spawn writer for", &dir))
+}
+
+impl Writer {
+    fn run(mut self) {
+        loop {
+            let result = match self.next_work() {
+                Work::Group {
+                    bytes,
+                    batches,
+                    roll_to,
+                } => self.write_group(bytes, batches).and_then(|()| match roll_to {
+                    Some(target) => self.serve_rolls(target),
+                    None => Ok(()),
+                }),
+                Work::Roll(target) => self.serve_rolls(target),
+                Work::AgeRoll => self.roll(),
+                Work::Close => {
+                    let result = self
+                        .file
+                        .sync_data()
+                        .map_err(io_err("fdatasync", &self.active_path()));
+                    match result {
+                        Ok(()) => self.shared.progress.send_modify(|p| p.closed = true),
+                        Err(e) => self.fail(e),
+                    }
+                    return;
+                }
+            };
+            if let Err(e) = result {
+                self.fail(e);
+                return;
+            }
+        }
+    }
+
+    fn active_path(&self) -> std::path::PathBuf {
+        self.shared.dir.join(log_file_name(self.active_base))
+    }
+
+    fn next_work(&mut self) -> Work {
+        let shared = self.shared.clone();
+        let mut state = shared.state();
+        loop {
+            let now = Instant::now();
+            let rolls_wanted = state.roll_requests > self.rolls_done;
+            let decision = self
+                .policy
+                .decide(state.pending.len(), state.oldest_pending_at, now);
+            let flush = match decision {
+                FlushDecision::FlushNow => true,
+                FlushDecision::WaitUntil(_) => state.closing || rolls_wanted,
+                FlushDecision::Idle => false,
+            };
+            if flush {
+                std::mem::swap(&mut state.pending, &mut self.spare_bytes);
+                std::mem::swap(&mut state.batches, &mut self.spare_batches);
+                state.oldest_pending_at = None;
+                let roll_to = rolls_wanted.then_some(state.roll_requests);
+                drop(state);
+                self.shared.space.notify_waiters();
+                return Work::Group {
+                    bytes: std::mem::take(&mut self.spare_bytes),
+                    batches: std::mem::take(&mut self.spare_batches),
+                    roll_to,
+                };
+            }
+            if decision == FlushDecision::Idle {
+                if rolls_wanted {
+                    return Work::Roll(state.roll_requests);
+                }
+                if state.closing {
+                    return Work::Close;
+                }
+            }
+            let age_due = age_roll_due(
+                self.shared.config.segment_max_age,
+                self.active_first_write_at,
+            );
+            if age_due.is_some_and(|due| now >= due) {
+                return Work::AgeRoll;
+            }
+            let linger = match decision {
+                FlushDecision::WaitUntil(deadline) => Some(deadline),
+                _ => None,
+            };
+            let wake_at = match (linger, age_due) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+            state.writer_idle = true;
+            state = match wake_at {
+                Some(at) => {
+                    let timeout = at.saturating_duration_since(now);
+                    match self.shared.writer_wake.wait_timeout(state, timeout) {
+                        Ok((guard, _)) => guard,
+                        Err(poisoned) => poisoned.into_inner().0,
+                    }
+                }
+                None => match self.shared.writer_wake.wait(state) {
+                    Ok(guard) => guard,
+                    Err(poisoned) => poisoned.into_inner(),
+                },
+            };
+            state.writer_idle = false;
+        }
+    }
+
+    fn write_group(
+        &mut self,
+        mut bytes: Vec<u8>,
+        mut batches: Vec<PendingBatch>,
+    ) -> Result<(), WalError> {
+        let shared = self.shared.clone();
+        let config = &shared.config;
+        let mut i = 0;
+        let mut at = 0usize;
+        while i < batches.len() {
+            let mut run = 0u64;
+            let mut j = i;
+            while j < batches.len() {
+                let len = u64::from(batches[j].header.batch_length);
+                let used = self.active_bytes + run;
+                if used > 0 && used + len > config.segment_max_bytes {
+                    break;
+                }
+                run += len;
+                j += 1;
+            }
+            if j == i {
+                self.roll()?;
+                continue;
+            }
+            let end = at + run as usize;
+            let path = self.active_path();
+            self.file
+                .append(&bytes[at..end])
+                .map_err(io_err("write", &path))?;
+            if config.sync_mode == SyncMode::FsyncBatch {
+                self.file.sync_data().map_err(io_err("fdatasync", &path))?;
+            }
+            let now = Instant::now();
+            {
+                let mut segments = self.shared.segments_mut();
+                let meta = segments
+                    .get_mut(&self.active_base)
+                    .expect("WAL invariant: the active segment is in the map");
+                for batch in &batches[i..j] {
+                    let position = meta.bytes;
+                    meta.note_batch(&batch.header, position, config.index_interval_bytes);
+                }
+                meta.first_write_at.get_or_insert(now);
+            }
+            self.active_first_write_at.get_or_insert(now);
+            self.active_bytes += run;
+            let hwm = batches[j - 1].header.next_offset();
+            self.shared
+                .progress
+                .send_modify(|p| p.high_water_mark = hwm);
+            at = end;
+            i = j;
+        }
+        debug_assert_eq!(at, bytes.len());
+        bytes.clear();
+        batches.clear();
+        self.spare_bytes = bytes;
+        self.spare_batches = batches;
+        Ok(())
+    }
+
+    fn serve_rolls(&mut self, target: u64) -> Result<(), WalError> {
+        self.roll()?;
+        self.rolls_done = target;
+        self.shared.progress.send_modify(|p| p.rolls = target);
+        Ok(())
+    }
+
+    /// Seals the active segment (if it has data) and starts the next one.
+    fn roll(&mut self) -> Result<(), WalError> {
+        if self.active_bytes == 0 {
+            self.active_first_write_at = None;
+            return Ok(());
+        }
+        let storage = self.shared.storage.as_ref();
+        let dir = &self.shared.dir;
+        self.file
+            .sync_data()
+            .map_err(io_err("fdatasync", &self.active_path()))?;
+        let meta = self
+            .shared
+            .segments()
+            .get(&self.active_base)
+            .cloned()
+            .expect("WAL invariant: the active segment is in the map");
+        write_seal(storage, dir, &meta)?;
+        let next = meta.next_offset;
+        let file = create_segment(storage, dir, next)?;
+        {
+            let mut segments = self.shared.segments_mut();
+            if let Some(sealed) = segments.get_mut(&self.active_base) {
+                sealed.sealed = true;
+            }
+            segments.insert(next, SegmentMeta::empty(next));
+        }
+        debug!(dir = %dir.display(), base = meta.base_offset, next, bytes = meta.bytes, "sealed segment");
+        self.file = file;
+        self.active_base = next;
+        self.active_bytes = 0;
+        self.active_first_write_at = None;
+        Ok(())
+    }
+
+    fn fail(&self, e: WalError) {
+        error!(dir = %self.shared.dir.display(), error = %e, "WAL writer stopped");
+        let message: Arc<str> = Arc::from(e.to_string());
+        self.shared.state().failure = Some(message.clone());
+        self.shared
+            .progress
+            .send_modify(|p| p.failure = Some(message));
+        self.shared.space.notify_waiters();
+    }
+}
