@@ -1,1 +1,3 @@
-//! Helpers shared by Tributary's end-to-end tests.
+//! Helpers shared by Tributary's end-to-end tests and their child processes.
+
+pub mod crash;
