@@ -374,15 +374,13 @@ impl RecordBatch {
     /// would pass `u64::MAX`.
     pub fn encode(&self, limits: &Limits) -> Result<EncodedBatch, EncodeError> {
         let first = self.records.first().ok_or(EncodeError::Empty)?;
-        let record_count = u32::try_from(self.records.len()).map_err(|_| {
-            EncodeError::Limit {
-                record_index: None,
-                error: LimitError {
-                    limit: LimitName::RecordsPerBatch,
-                    actual: self.records.len() as u64,
-                    max: u64::from(u32::MAX),
-                },
-            }
+        let record_count = u32::try_from(self.records.len()).map_err(|_| EncodeError::Limit {
+            record_index: None,
+            error: LimitError {
+                limit: LimitName::RecordsPerBatch,
+                actual: self.records.len() as u64,
+                max: u64::from(u32::MAX),
+            },
         })?;
         if self
             .base_offset
@@ -554,7 +552,9 @@ fn decode_records(
         let ts_delta = varint::unzigzag(reader.varint()?);
         let timestamp_ms = header.first_timestamp_ms.wrapping_add(ts_delta);
         if index == 0 && ts_delta != 0 {
-            return Err(DecodeError::Malformed("first record timestamp delta is not zero"));
+            return Err(DecodeError::Malformed(
+                "first record timestamp delta is not zero",
+            ));
         }
         let key = match reader.varint()? {
             0 => None,

@@ -8,7 +8,11 @@ use clap::Parser;
 #[command(version, about)]
 struct Cli {
     /// Data directory for central WALs and Raft state.
-    #[arg(long, env = "TRIB_DATA_DIR", default_value = "/var/lib/tributary-broker")]
+    #[arg(
+        long,
+        env = "TRIB_DATA_DIR",
+        default_value = "/var/lib/tributary-broker"
+    )]
     data_dir: std::path::PathBuf,
 }
 

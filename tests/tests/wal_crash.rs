@@ -68,7 +68,13 @@ fn run_and_kill(dir: &Path, generation: u64, mode: SyncMode, rng: &mut StdRng) -
     reader.join().expect("reader thread")
 }
 
-fn check_log(dir: &Path, mode: SyncMode, acked: &HashMap<u64, Bytes>, round: u64, seed: u64) -> u64 {
+fn check_log(
+    dir: &Path,
+    mode: SyncMode,
+    acked: &HashMap<u64, Bytes>,
+    round: u64,
+    seed: u64,
+) -> u64 {
     let config = crash_wal_config(mode);
     let wal = Wal::open(dir, config.clone())
         .unwrap_or_else(|e| panic!("seed {seed} round {round}: reopen failed: {e}"));
@@ -82,7 +88,10 @@ fn check_log(dir: &Path, mode: SyncMode, acked: &HashMap<u64, Bytes>, round: u64
         }
         for batch in batches {
             let decoded = batch.decode(&config.limits).expect("decode");
-            assert_eq!(decoded.base_offset, next, "seed {seed}: offsets not contiguous");
+            assert_eq!(
+                decoded.base_offset, next,
+                "seed {seed}: offsets not contiguous"
+            );
             for (i, record) in decoded.records.iter().enumerate() {
                 let offset = next + i as u64;
                 assert!(
@@ -90,7 +99,10 @@ fn check_log(dir: &Path, mode: SyncMode, acked: &HashMap<u64, Bytes>, round: u64
                     "seed {seed} round {round}: record at {offset} appears twice"
                 );
                 if let Some(expected) = acked.get(&offset) {
-                    assert_eq!(&record.value, expected, "seed {seed}: offset {offset} has other bytes");
+                    assert_eq!(
+                        &record.value, expected,
+                        "seed {seed}: offset {offset} has other bytes"
+                    );
                     found += 1;
                 }
             }
@@ -133,13 +145,23 @@ fn crash_loop(mode: SyncMode, kills: u64) {
             for j in 0..ack.count {
                 let value = value_for(ack.generation, ack.producer, ack.seq, j as usize);
                 let previous = acked.insert(ack.base + j, Bytes::from(value));
-                assert!(previous.is_none(), "seed {seed}: offset {} acknowledged twice", ack.base + j);
+                assert!(
+                    previous.is_none(),
+                    "seed {seed}: offset {} acknowledged twice",
+                    ack.base + j
+                );
             }
         }
         check_log(dir.path(), mode, &acked, generation, seed);
     }
-    assert!(total_acks > 0, "seed {seed}: the child never acknowledged anything");
-    eprintln!("{kills} kills, {total_acks} acknowledged appends, {} records", acked.len());
+    assert!(
+        total_acks > 0,
+        "seed {seed}: the child never acknowledged anything"
+    );
+    eprintln!(
+        "{kills} kills, {total_acks} acknowledged appends, {} records",
+        acked.len()
+    );
 }
 
 #[test]

@@ -163,7 +163,13 @@ fn batch_exactly_at_max_batch_bytes_is_accepted_and_one_more_byte_is_not() {
     let err = one_record(147).encode(&limits).unwrap_err();
     assert!(matches!(
         err,
-        EncodeError::Limit { error: LimitError { limit: LimitName::MaxBatchBytes, .. }, .. }
+        EncodeError::Limit {
+            error: LimitError {
+                limit: LimitName::MaxBatchBytes,
+                ..
+            },
+            ..
+        }
     ));
     // The decoder applies the same limit to bytes it is given.
     let smaller = Limits {
@@ -172,7 +178,10 @@ fn batch_exactly_at_max_batch_bytes_is_accepted_and_one_more_byte_is_not() {
     };
     assert!(matches!(
         EncodedBatch::from_bytes(fits.as_bytes().clone(), &smaller),
-        Err(DecodeError::LengthOutOfBounds { length: 200, max: 199 })
+        Err(DecodeError::LengthOutOfBounds {
+            length: 200,
+            max: 199
+        })
     ));
 }
 
@@ -201,10 +210,16 @@ fn header_fields_are_where_format_md_says() {
     let encoded = one_record(3).encode(&Limits::default()).unwrap();
     let b = encoded.as_bytes();
     assert_eq!(&b[0..4], b"TRIB");
-    assert_eq!(u32::from_le_bytes([b[4], b[5], b[6], b[7]]) as usize, b.len());
+    assert_eq!(
+        u32::from_le_bytes([b[4], b[5], b[6], b[7]]) as usize,
+        b.len()
+    );
     assert_eq!(b[12], 1);
     assert_eq!(b[13], 0);
     assert_eq!(u64::from_le_bytes(b[16..24].try_into().unwrap()), 7);
     assert_eq!(u32::from_le_bytes(b[24..28].try_into().unwrap()), 1);
-    assert_eq!(crc32c::crc32c(&b[12..]), u32::from_le_bytes([b[8], b[9], b[10], b[11]]));
+    assert_eq!(
+        crc32c::crc32c(&b[12..]),
+        u32::from_le_bytes([b[8], b[9], b[10], b[11]])
+    );
 }

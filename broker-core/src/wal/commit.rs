@@ -77,13 +77,19 @@ mod tests {
     fn nothing_pending_is_idle() {
         let now = Instant::now();
         assert_eq!(policy(5, 100).decide(0, None, now), FlushDecision::Idle);
-        assert_eq!(policy(5, 100).decide(0, Some(now), now), FlushDecision::Idle);
+        assert_eq!(
+            policy(5, 100).decide(0, Some(now), now),
+            FlushDecision::Idle
+        );
     }
 
     #[test]
     fn zero_interval_flushes_as_soon_as_the_writer_is_free() {
         let now = Instant::now();
-        assert_eq!(policy(0, 100).decide(1, Some(now), now), FlushDecision::FlushNow);
+        assert_eq!(
+            policy(0, 100).decide(1, Some(now), now),
+            FlushDecision::FlushNow
+        );
     }
 
     #[test]
@@ -92,7 +98,10 @@ mod tests {
         let p = policy(5, 1000);
         let deadline = t0 + Duration::from_millis(5);
         // A second append 2 ms later joins the same group: same deadline.
-        assert_eq!(p.decide(10, Some(t0), t0), FlushDecision::WaitUntil(deadline));
+        assert_eq!(
+            p.decide(10, Some(t0), t0),
+            FlushDecision::WaitUntil(deadline)
+        );
         assert_eq!(
             p.decide(20, Some(t0), t0 + Duration::from_millis(2)),
             FlushDecision::WaitUntil(deadline)
@@ -104,7 +113,10 @@ mod tests {
     fn a_full_group_flushes_without_waiting() {
         let t0 = Instant::now();
         let p = policy(1000, 64);
-        assert_eq!(p.decide(63, Some(t0), t0), FlushDecision::WaitUntil(t0 + Duration::from_secs(1)));
+        assert_eq!(
+            p.decide(63, Some(t0), t0),
+            FlushDecision::WaitUntil(t0 + Duration::from_secs(1))
+        );
         assert_eq!(p.decide(64, Some(t0), t0), FlushDecision::FlushNow);
     }
 

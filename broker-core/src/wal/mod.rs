@@ -268,7 +268,10 @@ pub enum WalError {
     },
 }
 
-pub(crate) fn io_err<'a>(op: &'static str, path: &'a Path) -> impl FnOnce(io::Error) -> WalError + 'a {
+pub(crate) fn io_err<'a>(
+    op: &'static str,
+    path: &'a Path,
+) -> impl FnOnce(io::Error) -> WalError + 'a {
     move |source| WalError::Io {
         op,
         path: path.to_path_buf(),
@@ -727,13 +730,9 @@ impl Wal {
                         }
                     }
                     Step::Bad(reason) => {
-                        let resumes = find_next_valid(
-                            &mut window,
-                            pos,
-                            wanted,
-                            &self.shared.config.limits,
-                        )
-                        .map_err(io_err("read", &path))?;
+                        let resumes =
+                            find_next_valid(&mut window, pos, wanted, &self.shared.config.limits)
+                                .map_err(io_err("read", &path))?;
                         let end_offset = match resumes {
                             Some((_, base)) => base,
                             None => self

@@ -30,9 +30,7 @@ use std::path::Path;
 use tracing::{info, warn};
 
 use super::scan::{Step, Window, find_next_valid, read_batch, rest_is_zero};
-use super::segment::{
-    SegmentMeta, WalFile, index_file_name, log_file_name, parse_file_name,
-};
+use super::segment::{SegmentMeta, WalFile, index_file_name, log_file_name, parse_file_name};
 use super::storage::{AppendFile, Storage, read_file, write_file_atomic};
 use super::{WalConfig, WalError, io_err};
 
@@ -82,7 +80,7 @@ fn scan_segment(
     config: &WalConfig,
 ) -> Result<(SegmentMeta, ScanEnd), WalError> {
     let file = storage.open_read(path).map_err(io_err("open", path))?;
-    let len = file.len().map_err(io_err("stat", path))?;
+    let len = file.size_bytes().map_err(io_err("stat", path))?;
     let mut window = Window::new(file.as_ref(), len);
     let mut meta = SegmentMeta::empty(base_offset);
     let limits = &config.limits;
@@ -154,7 +152,7 @@ fn load_sealed(
 fn log_len(storage: &dyn Storage, path: &Path) -> Result<u64, WalError> {
     storage
         .open_read(path)
-        .and_then(|f| f.len())
+        .and_then(|f| f.size_bytes())
         .map_err(io_err("stat", path))
 }
 
@@ -176,7 +174,9 @@ pub(crate) fn create_segment(
     base: u64,
 ) -> Result<Box<dyn AppendFile>, WalError> {
     let path = dir.join(log_file_name(base));
-    let file = storage.open_append(&path).map_err(io_err("create", &path))?;
+    let file = storage
+        .open_append(&path)
+        .map_err(io_err("create", &path))?;
     storage.sync_dir(dir).map_err(io_err("fsync dir", dir))?;
     Ok(file)
 }
@@ -186,7 +186,9 @@ pub(crate) fn recover(
     dir: &Path,
     config: &WalConfig,
 ) -> Result<Recovered, WalError> {
-    storage.create_dir_all(dir).map_err(io_err("create dir", dir))?;
+    storage
+        .create_dir_all(dir)
+        .map_err(io_err("create dir", dir))?;
     let names = storage.list(dir).map_err(io_err("list", dir))?;
     let mut report = RecoveryReport::default();
     let mut logs = Vec::new();
@@ -336,13 +338,13 @@ pub(crate) fn recover(
 
     let mut expected: Option<u64> = None;
     for meta in segments.values() {
-        if let Some(expected) = expected {
-            if meta.base_offset != expected {
-                return Err(WalError::MissingRange {
-                    expected_base: expected,
-                    found_base: meta.base_offset,
-                });
-            }
+        if let Some(expected) = expected
+            && meta.base_offset != expected
+        {
+            return Err(WalError::MissingRange {
+                expected_base: expected,
+                found_base: meta.base_offset,
+            });
         }
         expected = Some(meta.next_offset);
     }

@@ -102,12 +102,11 @@ pub(crate) fn find_next_valid(
     let mut at = pos + 1;
     while at + HEADER_LEN as u64 <= window.end() {
         let is_magic = window.get(at, 4)?.is_some_and(|m| m == MAGIC);
-        if is_magic {
-            if let Step::Batch(batch) = read_batch(window, at, limits)? {
-                if batch.base_offset() >= min_base {
-                    return Ok(Some((at, batch.base_offset())));
-                }
-            }
+        if is_magic
+            && let Step::Batch(batch) = read_batch(window, at, limits)?
+            && batch.base_offset() >= min_base
+        {
+            return Ok(Some((at, batch.base_offset())));
         }
         at += 1;
     }

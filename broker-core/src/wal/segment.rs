@@ -49,8 +49,7 @@ pub fn parse_file_name(name: &str) -> Option<WalFile> {
     if name.ends_with(".tmp") {
         return Some(WalFile::Temporary);
     }
-    let (stem, kind): (&str, fn(u64) -> WalFile) = if let Some(s) = name.strip_suffix(LOG_SUFFIX)
-    {
+    let (stem, kind): (&str, fn(u64) -> WalFile) = if let Some(s) = name.strip_suffix(LOG_SUFFIX) {
         (s, WalFile::Log)
     } else if let Some(s) = name.strip_suffix(INDEX_SUFFIX) {
         (s, WalFile::Index)
@@ -122,7 +121,10 @@ impl SegmentMeta {
             header.base_offset, self.next_offset,
             "WAL invariant: batches in a segment are contiguous"
         );
-        assert_eq!(position, self.bytes, "WAL invariant: batches are back to back");
+        assert_eq!(
+            position, self.bytes,
+            "WAL invariant: batches are back to back"
+        );
         let due = match self.index.last() {
             None => true,
             Some(last) => position - u64::from(last.position) >= index_interval_bytes,
@@ -137,7 +139,9 @@ impl SegmentMeta {
         self.bytes = position + u64::from(header.batch_length);
         self.first_timestamp_ms = Some(
             self.first_timestamp_ms
-                .map_or(header.first_timestamp_ms, |t| t.min(header.first_timestamp_ms)),
+                .map_or(header.first_timestamp_ms, |t| {
+                    t.min(header.first_timestamp_ms)
+                }),
         );
         self.max_timestamp_ms = Some(
             self.max_timestamp_ms
@@ -165,9 +169,8 @@ impl SegmentMeta {
 
     /// Serializes the seal index file (see `FORMAT.md`).
     pub fn encode_index(&self) -> Vec<u8> {
-        let mut out = Vec::with_capacity(
-            INDEX_HEADER_BYTES + self.index.len() * INDEX_ENTRY_BYTES + 4,
-        );
+        let mut out =
+            Vec::with_capacity(INDEX_HEADER_BYTES + self.index.len() * INDEX_ENTRY_BYTES + 4);
         out.extend_from_slice(&INDEX_MAGIC);
         out.push(INDEX_VERSION);
         out.extend_from_slice(&[0; 3]);
@@ -237,9 +240,9 @@ impl SegmentMeta {
                 position: u32_at(at + 4),
             });
         }
-        let ordered = index.windows(2).all(|w| {
-            w[0].relative_offset < w[1].relative_offset && w[0].position < w[1].position
-        });
+        let ordered = index
+            .windows(2)
+            .all(|w| w[0].relative_offset < w[1].relative_offset && w[0].position < w[1].position);
         let in_range = index
             .last()
             .is_none_or(|e| base_offset + u64::from(e.relative_offset) < next_offset);

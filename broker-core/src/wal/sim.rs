@@ -82,7 +82,7 @@ impl SimStorage {
                 let tail = &data.live[content.len()..];
                 let keep = (rng.next() % (tail.len() as u64 + 1)) as usize;
                 content.extend_from_slice(&tail[..keep]);
-                if keep > 0 && rng.next() % 3 == 0 {
+                if keep > 0 && rng.next().is_multiple_of(3) {
                     let garbage = (rng.next() % 16 + 1) as usize;
                     let len = content.len();
                     for byte in &mut content[len.saturating_sub(garbage)..] {
@@ -190,7 +190,7 @@ impl ReadFile for SimFile {
         })?
     }
 
-    fn len(&self) -> io::Result<u64> {
+    fn size_bytes(&self) -> io::Result<u64> {
         self.with(|d| d.live.len() as u64)
     }
 }
@@ -251,7 +251,10 @@ impl Storage for SimStorage {
 
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
         let mut disk = self.lock();
-        let inode = disk.live_names.remove(from).ok_or_else(|| not_found(from))?;
+        let inode = disk
+            .live_names
+            .remove(from)
+            .ok_or_else(|| not_found(from))?;
         disk.live_names.insert(to.to_path_buf(), inode);
         Ok(())
     }

@@ -29,7 +29,7 @@ pub trait ReadFile: Send + Sync {
     /// Reads exactly `buf.len()` bytes at `pos`.
     fn read_exact_at(&self, buf: &mut [u8], pos: u64) -> io::Result<()>;
     /// Current length in bytes.
-    fn len(&self) -> io::Result<u64>;
+    fn size_bytes(&self) -> io::Result<u64>;
 }
 
 /// The file-system operations the WAL uses. All calls block.
@@ -74,7 +74,7 @@ pub fn write_file_atomic(storage: &dyn Storage, path: &Path, bytes: &[u8]) -> io
 /// The I/O error, or `InvalidData` if the file is larger than `max_bytes`.
 pub fn read_file(storage: &dyn Storage, path: &Path, max_bytes: u64) -> io::Result<Vec<u8>> {
     let file = storage.open_read(path)?;
-    let len = file.len()?;
+    let len = file.size_bytes()?;
     if len > max_bytes {
         return Err(io::Error::new(
             io::ErrorKind::InvalidData,
@@ -125,7 +125,7 @@ impl ReadFile for FsRead {
         FileExt::read_exact_at(&self.0, buf, pos)
     }
 
-    fn len(&self) -> io::Result<u64> {
+    fn size_bytes(&self) -> io::Result<u64> {
         Ok(self.0.metadata()?.len())
     }
 }

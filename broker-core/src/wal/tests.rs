@@ -79,7 +79,10 @@ fn appends_get_contiguous_offsets_and_read_back_byte_exact() {
     let dir = tempfile::tempdir().unwrap();
     rt().block_on(async {
         let wal = Wal::open(dir.path(), small_config(SyncMode::FsyncBatch)).unwrap();
-        let a = wal.append(vec![record("0"), record("1")], Codec::None).await.unwrap();
+        let a = wal
+            .append(vec![record("0"), record("1")], Codec::None)
+            .await
+            .unwrap();
         let b = wal.append(vec![record("2")], Codec::Zstd).await.unwrap();
         assert_eq!((a.base_offset, a.next_offset), (0, 2));
         assert_eq!((b.base_offset, b.next_offset), (2, 3));
@@ -116,13 +119,19 @@ fn append_at_accepts_only_the_next_offset() {
         let first = batch_at(0, 3);
         assert_eq!(
             wal.append_at(first.clone()).await.unwrap(),
-            AppendAtOutcome::Appended(AppendAck { base_offset: 0, next_offset: 3 })
+            AppendAtOutcome::Appended(AppendAck {
+                base_offset: 0,
+                next_offset: 3
+            })
         );
         // The same range again: duplicate, nothing written.
         let size = wal.size_bytes();
         assert_eq!(
             wal.append_at(first).await.unwrap(),
-            AppendAtOutcome::Duplicate(AppendAck { base_offset: 0, next_offset: 3 })
+            AppendAtOutcome::Duplicate(AppendAck {
+                base_offset: 0,
+                next_offset: 3
+            })
         );
         assert!(matches!(
             wal.append_at(batch_at(1, 1)).await.unwrap(),
@@ -131,11 +140,18 @@ fn append_at_accepts_only_the_next_offset() {
         assert_eq!(wal.size_bytes(), size);
         assert!(matches!(
             wal.append_at(batch_at(5, 1)).await,
-            Err(WalError::Gap { expected: 3, got: 5 })
+            Err(WalError::Gap {
+                expected: 3,
+                got: 5
+            })
         ));
         assert!(matches!(
             wal.append_at(batch_at(2, 2)).await,
-            Err(WalError::Overlap { expected: 3, base: 2, next: 4 })
+            Err(WalError::Overlap {
+                expected: 3,
+                base: 2,
+                next: 4
+            })
         ));
         assert_eq!(wal.high_water_mark(), 3);
         // Stored verbatim: the bytes read back are the bytes given.
@@ -314,7 +330,10 @@ fn retention_deletes_only_safe_segments_and_only_when_a_limit_asks() {
         assert!(!dir.path().join(index_file_name(0)).exists());
         assert!(matches!(
             wal.read(0, 10),
-            Err(WalError::OffsetBelowLogStart { requested: 0, log_start: 1 })
+            Err(WalError::OffsetBelowLogStart {
+                requested: 0,
+                log_start: 1
+            })
         ));
         // Everything is safe: deletes down to the limit, never the active one.
         let report = wal.apply_retention(u64::MAX, 0).unwrap();
@@ -341,7 +360,10 @@ fn retention_by_age_uses_the_newest_record_timestamp() {
             wal.append(batch_of_size(1024), Codec::None).await.unwrap();
         }
         // Records carry timestamp 5 ms; at 60 s + 5 ms they are exactly 60 s old.
-        assert_eq!(wal.apply_retention(u64::MAX, 60_005).unwrap().deleted, vec![]);
+        assert_eq!(
+            wal.apply_retention(u64::MAX, 60_005).unwrap().deleted,
+            vec![]
+        );
         let report = wal.apply_retention(u64::MAX, 60_006).unwrap();
         assert_eq!(report.deleted, vec![(0, 1, 1024), (1, 2, 1024)]);
     });
@@ -386,7 +408,9 @@ fn concurrent_appends_share_fdatasync_calls() {
         let tasks: Vec<_> = (0..16)
             .map(|i| {
                 let wal = wal.clone();
-                tokio::spawn(async move { wal.append(vec![record(&i.to_string())], Codec::None).await })
+                tokio::spawn(
+                    async move { wal.append(vec![record(&i.to_string())], Codec::None).await },
+                )
             })
             .collect();
         let mut offsets = Vec::new();
@@ -413,7 +437,9 @@ fn fill(dir: &Path, config: &WalConfig, n: usize) {
     rt().block_on(async {
         let wal = Wal::open(dir, config.clone()).unwrap();
         for i in 0..n {
-            wal.append(vec![record(&format!("{i:03}"))], Codec::None).await.unwrap();
+            wal.append(vec![record(&format!("{i:03}"))], Codec::None)
+                .await
+                .unwrap();
         }
         wal.close().await.unwrap();
     });
@@ -443,7 +469,10 @@ fn recovery_removes_tmp_files_and_orphan_indexes() {
     removed.sort();
     assert_eq!(
         removed,
-        vec!["00000000000000000009.index.tmp".to_string(), index_file_name(77)]
+        vec![
+            "00000000000000000009.index.tmp".to_string(),
+            index_file_name(77)
+        ]
     );
     assert!(!dir.path().join(index_file_name(77)).exists());
     assert_eq!(wal.high_water_mark(), 3);
@@ -499,7 +528,15 @@ fn recovery_refuses_a_sealed_segment_whose_length_changed() {
     std::fs::write(&path, &bytes[..1000]).unwrap();
     let err = Wal::open(dir.path(), config).unwrap_err();
     assert!(
-        matches!(err, WalError::Corrupt { segment_base: 0, first_offset: 0, end_offset: 1, .. }),
+        matches!(
+            err,
+            WalError::Corrupt {
+                segment_base: 0,
+                first_offset: 0,
+                end_offset: 1,
+                ..
+            }
+        ),
         "{err}"
     );
 }
@@ -519,7 +556,13 @@ fn recovery_refuses_a_missing_middle_segment() {
     std::fs::remove_file(dir.path().join(index_file_name(1))).unwrap();
     let err = Wal::open(dir.path(), config).unwrap_err();
     assert!(
-        matches!(err, WalError::MissingRange { expected_base: 1, found_base: 2 }),
+        matches!(
+            err,
+            WalError::MissingRange {
+                expected_base: 1,
+                found_base: 2
+            }
+        ),
         "{err}"
     );
 }
@@ -586,7 +629,9 @@ fn damaged_sealed_segment_is_reported_with_its_range_and_never_skipped() {
     rt().block_on(async {
         let wal = Wal::open(dir.path(), config.clone()).unwrap();
         for i in 0..30 {
-            wal.append(vec![record(&format!("{i:03}"))], Codec::None).await.unwrap();
+            wal.append(vec![record(&format!("{i:03}"))], Codec::None)
+                .await
+                .unwrap();
         }
         wal.close().await.unwrap();
     });
@@ -610,11 +655,17 @@ fn damaged_sealed_segment_is_reported_with_its_range_and_never_skipped() {
             position,
             ..
         } => {
-            assert_eq!((segment_base, first_offset, end_offset, position), (0, 1, 2, one));
+            assert_eq!(
+                (segment_base, first_offset, end_offset, position),
+                (0, 1, 2, one)
+            );
         }
         other => panic!("expected Corrupt, got {other}"),
     }
-    assert!(matches!(wal.read(0, 1 << 20), Err(WalError::Corrupt { .. })));
+    assert!(matches!(
+        wal.read(0, 1 << 20),
+        Err(WalError::Corrupt { .. })
+    ));
     // Reading after the damaged range works.
     assert_eq!(wal.read(2, 1).unwrap()[0].base_offset(), 2);
 }
@@ -656,9 +707,17 @@ fn torn_tail_truncation_and_bit_flips_recover_to_the_last_valid_batch() {
         }
         std::fs::write(segment_path(dir.path(), 0), &bytes).unwrap();
         let expected_batches = boundaries.iter().filter(|&&end| end <= bytes.len()).count();
-        let expected_batches = if case % 2 == 1 { boundaries.len() - 1 } else { expected_batches };
+        let expected_batches = if case % 2 == 1 {
+            boundaries.len() - 1
+        } else {
+            expected_batches
+        };
         let wal = Wal::open(dir.path(), config.clone()).unwrap();
-        assert_eq!(wal.high_water_mark(), expected_batches as u64, "case {case}");
+        assert_eq!(
+            wal.high_water_mark(),
+            expected_batches as u64,
+            "case {case}"
+        );
         let all = read_all(&wal);
         assert_contiguous(&all, 0);
         for (offset, value) in &all {
@@ -696,7 +755,11 @@ fn fsync_batch_survives_200_power_cuts() {
         assert_contiguous(&all, 0);
         let on_disk: HashMap<u64, Bytes> = all.iter().cloned().collect();
         for (offset, value) in &acked_total {
-            assert_eq!(on_disk.get(offset), Some(value), "cut {cut}: offset {offset} lost");
+            assert_eq!(
+                on_disk.get(offset),
+                Some(value),
+                "cut {cut}: offset {offset} lost"
+            );
         }
         let mut seen = std::collections::HashSet::new();
         for (_, value) in &all {

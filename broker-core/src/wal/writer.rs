@@ -80,10 +80,12 @@ impl Writer {
                     bytes,
                     batches,
                     roll_to,
-                } => self.write_group(bytes, batches).and_then(|()| match roll_to {
-                    Some(target) => self.serve_rolls(target),
-                    None => Ok(()),
-                }),
+                } => self
+                    .write_group(bytes, batches)
+                    .and_then(|()| match roll_to {
+                        Some(target) => self.serve_rolls(target),
+                        None => Ok(()),
+                    }),
                 Work::Roll(target) => self.serve_rolls(target),
                 Work::AgeRoll => self.roll(),
                 Work::Close => {

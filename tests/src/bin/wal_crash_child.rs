@@ -39,7 +39,11 @@ fn main() -> anyhow::Result<()> {
                     let count = records.len();
                     let ack = wal.append(records, Codec::None).await?;
                     let mut out = stdout.lock().map_err(|_| anyhow::anyhow!("stdout lock"))?;
-                    writeln!(out, "{} {count} {generation} {producer} {seq}", ack.base_offset)?;
+                    writeln!(
+                        out,
+                        "{} {count} {generation} {producer} {seq}",
+                        ack.base_offset
+                    )?;
                     out.flush()?;
                 }
                 anyhow::Ok(())
