@@ -7,7 +7,13 @@
 #![forbid(unsafe_code)]
 
 pub mod batch;
+#[cfg(feature = "dev-certs")]
+pub mod dev_certs;
+pub mod intent;
+pub mod keys;
 pub mod limits;
+pub mod metadata;
+pub mod tls;
 pub mod varint;
 pub mod wal;
 

@@ -1,13 +1,27 @@
 //! `tribctl`: Tributary's admin CLI and archive browser.
 
-use clap::Parser;
+mod certs;
 
-/// Tributary admin CLI: topics, failure policies, declarative apply, archive.
+use clap::{Parser, Subcommand};
+
+/// Tributary admin CLI: certificates, topics, failure policies, declarative
+/// apply, archive browsing.
 #[derive(Debug, Parser)]
 #[command(name = "tribctl", version, about)]
-struct Cli {}
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Create a development CA and broker/edge certificates (rcgen).
+    Certs(certs::CertsArgs),
+}
 
 fn main() -> anyhow::Result<()> {
-    let _cli = Cli::parse();
-    anyhow::bail!("tribctl has no commands yet")
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Certs(args) => certs::run(&args),
+    }
 }

@@ -8,8 +8,14 @@
 //! by convention). TTLs are absolute expiry times chosen by the proposer, so
 //! every replica applies the same state; expired keys are hidden from reads
 //! and removed by a [`MetaCommand::PurgeExpired`] the leader proposes.
+#![allow(
+    clippy::result_large_err,
+    reason = "openraft's traits fix StorageError (224 bytes) as the error type"
+)]
 
 pub mod log_store;
+pub mod network;
+pub mod node;
 pub mod state_machine;
 
 use std::io::Cursor;

@@ -1,9 +1,10 @@
 //! The metadata state machine on redb: the key → value table, the last
 //! applied log id and membership, and snapshots persisted to disk.
 //!
-//! Applying a batch of entries is one redb transaction (durable on commit),
-//! so after a crash the state machine is exactly at its recorded
-//! `last_applied`. Snapshots are written to `snapshots/current.snap`
+//! Applying a batch of entries is one redb transaction, so after a crash the
+//! state machine is exactly at its recorded `last_applied`. Apply commits are
+//! not fsync'd themselves (see `apply`); openraft re-applies the durable log
+//! after `last_applied` on start-up. Snapshots are written to `snapshots/current.snap`
 //! atomically (temporary file, fsync, rename, directory fsync) and their
 //! metadata recorded in redb, so a restarted node always has the snapshot that
 //! covers the log entries openraft has purged.
@@ -23,7 +24,7 @@ use openraft::{
     StoredMembership,
 };
 use redb::{
-    Database, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition,
+    Database, Durability, ReadableDatabase, ReadableTable, ReadableTableMetadata, TableDefinition,
     WriteTransaction,
 };
 
@@ -43,6 +44,8 @@ const NO_EXPIRY: i64 = i64::MAX;
 
 type Meta = SnapshotMeta<NodeId, openraft::BasicNode>;
 type Membership = StoredMembership<NodeId, openraft::BasicNode>;
+/// Stored entries: key and encoded value (see [`encode_value`]).
+pub type Entries = Vec<(String, Vec<u8>)>;
 
 /// Encodes a stored value: expiry (ms since the Unix epoch, `i64::MAX` for
 /// none) then the value bytes.
@@ -291,7 +294,7 @@ impl StateMachine {
     ///
     /// # Errors
     /// A description of the first failed check.
-    pub fn decode_snapshot(bytes: &[u8]) -> Result<(Meta, Vec<(String, Vec<u8>)>), String> {
+    pub fn decode_snapshot(bytes: &[u8]) -> Result<(Meta, Entries), String> {
         let (body, crc) = bytes
             .split_last_chunk::<4>()
             .ok_or("snapshot truncated")?;
@@ -367,7 +370,13 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         I: IntoIterator<Item = Entry<TypeConfig>> + OptionalSend,
         I::IntoIter: OptionalSend,
     {
-        let txn = self.db.begin_write().map_err(sm_write)?;
+        let mut txn = self.db.begin_write().map_err(sm_write)?;
+        // Not fsync'd on its own: the applied state can be rebuilt from the
+        // log, which is durable. It becomes durable with the next durable
+        // commit on this database (every log append, and the snapshot
+        // builder's commit, which precedes any log purge), so the state
+        // machine is never behind the purged part of the log.
+        txn.set_durability(Durability::None).map_err(sm_write)?;
         let mut responses = Vec::new();
         let mut last = None;
         let mut membership = None;

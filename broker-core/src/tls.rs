@@ -1,0 +1,216 @@
+//! Mutual-TLS helpers for QUIC (quinn + rustls, ring provider): load PEM
+//! files, build server and client configs that require a certificate chaining
+//! to the deployment's CA, and read the verified peer's identity.
+//!
+//! Identity: the first DNS name in the certificate's subject alternative
+//! names, else its subject common name. `tribctl certs` issues edge
+//! certificates whose identity is the edge id (which owns the namespace of
+//! the same name) and broker certificates whose identity is `broker-{id}`
+//! and which also carry the DNS name [`BROKER_SERVER_NAME`], the name clients
+//! verify when connecting to any broker.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+
+/// DNS name every broker certificate carries; clients verify it.
+pub const BROKER_SERVER_NAME: &str = "tributary-broker";
+/// ALPN protocol of Raft traffic between brokers.
+pub const ALPN_RAFT: &[u8] = b"tributary-raft/1";
+/// ALPN protocol of edge → broker replication.
+pub const ALPN_REPLICATION: &[u8] = b"tributary-replication/1";
+
+/// Paths of this process's certificate chain, private key and the CA that
+/// peers must chain to (all PEM).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct TlsPaths {
+    /// Certificate chain, leaf first.
+    pub cert: PathBuf,
+    /// PKCS#8, PKCS#1 or SEC1 private key.
+    pub key: PathBuf,
+    /// CA certificate(s) that peers' certificates must chain to.
+    pub ca: PathBuf,
+}
+
+/// TLS setup errors.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TlsError {
+    /// A PEM file could not be read or parsed.
+    #[error("{}: {reason}", path.display())]
+    Pem {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        reason: String,
+    },
+    /// rustls refused the configuration (bad key, no CA, ...).
+    #[error("TLS configuration: {0}")]
+    Config(String),
+}
+
+fn pem_err(path: &Path) -> impl FnOnce(String) -> TlsError + '_ {
+    move |reason| TlsError::Pem {
+        path: path.to_path_buf(),
+        reason,
+    }
+}
+
+/// Loads every certificate in a PEM file.
+///
+/// # Errors
+/// [`TlsError::Pem`] if unreadable, malformed or empty.
+pub fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError> {
+    let certs = CertificateDer::pem_file_iter(path)
+        .map_err(|e| pem_err(path)(e.to_string()))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| pem_err(path)(e.to_string()))?;
+    if certs.is_empty() {
+        return Err(pem_err(path)("no certificate found".into()));
+    }
+    Ok(certs)
+}
+
+/// Loads the first private key in a PEM file.
+///
+/// # Errors
+/// [`TlsError::Pem`] if unreadable, malformed or without a key.
+pub fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
+    PrivateKeyDer::from_pem_file(path).map_err(|e| pem_err(path)(e.to_string()))
+}
+
+/// The process's loaded TLS material.
+#[derive(Debug)]
+pub struct TlsIdentity {
+    certs: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+    roots: Arc<rustls::RootCertStore>,
+}
+
+impl Clone for TlsIdentity {
+    fn clone(&self) -> Self {
+        TlsIdentity {
+            certs: self.certs.clone(),
+            key: self.key.clone_key(),
+            roots: self.roots.clone(),
+        }
+    }
+}
+
+fn provider() -> Arc<rustls::crypto::CryptoProvider> {
+    Arc::new(rustls::crypto::ring::default_provider())
+}
+
+impl TlsIdentity {
+    /// Loads certificate, key and CA from `paths`.
+    ///
+    /// # Errors
+    /// [`TlsError`] for unreadable files or an unusable CA.
+    pub fn load(paths: &TlsPaths) -> Result<TlsIdentity, TlsError> {
+        let certs = load_certs(&paths.cert)?;
+        let key = load_key(&paths.key)?;
+        let mut roots = rustls::RootCertStore::empty();
+        for ca in load_certs(&paths.ca)? {
+            roots
+                .add(ca)
+                .map_err(|e| pem_err(&paths.ca)(e.to_string()))?;
+        }
+        Ok(TlsIdentity {
+            certs,
+            key,
+            roots: Arc::new(roots),
+        })
+    }
+
+    /// QUIC server config that requires a client certificate chaining to the
+    /// CA and speaks `alpn`.
+    ///
+    /// # Errors
+    /// [`TlsError::Config`] if rustls rejects the key or roots.
+    pub fn quic_server(&self, alpn: &[u8]) -> Result<quinn::ServerConfig, TlsError> {
+        let config_err = |e: &dyn std::fmt::Display| TlsError::Config(e.to_string());
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            self.roots.clone(),
+            provider(),
+        )
+        .build()
+        .map_err(|e| config_err(&e))?;
+        let mut tls = rustls::ServerConfig::builder_with_provider(provider())
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .map_err(|e| config_err(&e))?
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(self.certs.clone(), self.key.clone_key())
+            .map_err(|e| config_err(&e))?;
+        tls.alpn_protocols = vec![alpn.to_vec()];
+        let crypto =
+            quinn::crypto::rustls::QuicServerConfig::try_from(tls).map_err(|e| config_err(&e))?;
+        let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
+        config.transport_config(Arc::new(transport()));
+        Ok(config)
+    }
+
+    /// QUIC client config that presents this identity, verifies the server
+    /// against the CA and speaks `alpn`.
+    ///
+    /// # Errors
+    /// [`TlsError::Config`] if rustls rejects the key or roots.
+    pub fn quic_client(&self, alpn: &[u8]) -> Result<quinn::ClientConfig, TlsError> {
+        let config_err = |e: &dyn std::fmt::Display| TlsError::Config(e.to_string());
+        let mut tls = rustls::ClientConfig::builder_with_provider(provider())
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .map_err(|e| config_err(&e))?
+            .with_root_certificates(self.roots.clone())
+            .with_client_auth_cert(self.certs.clone(), self.key.clone_key())
+            .map_err(|e| config_err(&e))?;
+        tls.alpn_protocols = vec![alpn.to_vec()];
+        let crypto =
+            quinn::crypto::rustls::QuicClientConfig::try_from(tls).map_err(|e| config_err(&e))?;
+        let mut config = quinn::ClientConfig::new(Arc::new(crypto));
+        config.transport_config(Arc::new(transport()));
+        Ok(config)
+    }
+}
+
+/// Transport settings shared by all Tributary QUIC endpoints: keepalive every
+/// 5 s, idle timeout 30 s.
+fn transport() -> quinn::TransportConfig {
+    let mut transport = quinn::TransportConfig::default();
+    transport.keep_alive_interval(Some(Duration::from_secs(5)));
+    if let Ok(idle) = quinn::IdleTimeout::try_from(Duration::from_secs(30)) {
+        transport.max_idle_timeout(Some(idle));
+    }
+    transport
+}
+
+/// The identity of the verified peer of `connection`: the first DNS subject
+/// alternative name of its leaf certificate, else its subject common name.
+/// `None` if the peer sent no certificate or it cannot be parsed.
+pub fn peer_identity(connection: &quinn::Connection) -> Option<String> {
+    let certs = connection
+        .peer_identity()?
+        .downcast::<Vec<CertificateDer<'static>>>()
+        .ok()?;
+    certificate_identity(certs.first()?)
+}
+
+/// The identity of a certificate (see [`peer_identity`]).
+pub fn certificate_identity(cert: &CertificateDer<'_>) -> Option<String> {
+    use x509_parser::prelude::{FromDer, GeneralName, X509Certificate};
+    let (_, parsed) = X509Certificate::from_der(cert.as_ref()).ok()?;
+    if let Ok(Some(san)) = parsed.subject_alternative_name() {
+        for name in &san.value.general_names {
+            if let GeneralName::DNSName(dns) = name {
+                return Some((*dns).to_string());
+            }
+        }
+    }
+    parsed
+        .subject()
+        .iter_common_name()
+        .next()
+        .and_then(|cn| cn.as_str().ok())
+        .map(str::to_string)
+}

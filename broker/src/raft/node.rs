@@ -1,0 +1,340 @@
+//! A metadata node: starts openraft on the redb storage with the QUIC mTLS
+//! network, initializes the cluster, and offers writes (forwarded to the
+//! leader from followers) and linearizable reads (read-index through the
+//! leader).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use backon::{ExponentialBuilder, Retryable};
+use broker_core::tls::TlsIdentity;
+use openraft::{BasicNode, ServerState};
+use tracing::{info, warn};
+
+use super::log_store::LogStore;
+use super::network::{self, Network, PeerClient, PeerRequest, PeerResponse};
+use super::state_machine::StateMachine;
+use super::{MetaCommand, MetaResponse, NodeId, Raft};
+
+/// How to run one metadata node.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// This node's id (unique in the cluster, > 0).
+    pub node_id: NodeId,
+    /// Directory for `raft.redb` and snapshots.
+    pub data_dir: PathBuf,
+    /// QUIC address to listen on for Raft peers.
+    pub listen: SocketAddr,
+    /// Every member's Raft address by node id, this node included. A single
+    /// entry (or none) means a one-node cluster.
+    pub members: BTreeMap<NodeId, String>,
+    /// Heartbeat interval, ms. Default 250.
+    pub heartbeat_ms: u64,
+    /// Election timeout range, ms. Default 1000..2000.
+    pub election_timeout_ms: (u64, u64),
+    /// Build a snapshot after this many applied entries. Default 5000.
+    pub snapshot_every: u64,
+}
+
+impl NodeConfig {
+    /// A single-node configuration with default timings.
+    pub fn single(node_id: NodeId, data_dir: PathBuf, listen: SocketAddr) -> NodeConfig {
+        let mut members = BTreeMap::new();
+        members.insert(node_id, listen.to_string());
+        NodeConfig {
+            node_id,
+            data_dir,
+            listen,
+            members,
+            heartbeat_ms: 250,
+            election_timeout_ms: (1000, 2000),
+            snapshot_every: 5000,
+        }
+    }
+}
+
+/// Errors of the metadata node.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum NodeError {
+    /// Storage could not be opened.
+    #[error("raft storage: {0}")]
+    Storage(String),
+    /// TLS or socket setup failed.
+    #[error("raft endpoint: {0}")]
+    Endpoint(String),
+    /// openraft refused the configuration or failed fatally.
+    #[error("raft: {0}")]
+    Raft(String),
+    /// No leader could be reached in time (election in progress, no quorum).
+    #[error("no raft leader available: {0}")]
+    NoLeader(String),
+}
+
+impl NodeError {
+    fn is_retryable(&self) -> bool {
+        matches!(self, NodeError::NoLeader(_))
+    }
+}
+
+/// Status of the cluster as this node sees it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct ClusterStatus {
+    /// This node.
+    pub node_id: NodeId,
+    /// Current leader, if known.
+    pub leader: Option<NodeId>,
+    /// Current term.
+    pub term: u64,
+    /// Voters and their addresses.
+    pub members: BTreeMap<NodeId, String>,
+    /// Index of the last applied log entry.
+    pub last_applied_index: Option<u64>,
+    /// `Leader`, `Follower`, `Candidate` or `Learner`.
+    pub state: String,
+}
+
+/// A running metadata node.
+#[derive(Clone)]
+pub struct MetaNode {
+    node_id: NodeId,
+    raft: Raft,
+    state_machine: StateMachine,
+    endpoint: quinn::Endpoint,
+    peers: Arc<tokio::sync::Mutex<BTreeMap<String, PeerClient>>>,
+}
+
+fn retry_policy() -> ExponentialBuilder {
+    ExponentialBuilder::default()
+        .with_min_delay(Duration::from_millis(50))
+        .with_max_delay(Duration::from_millis(1000))
+        .with_max_times(30)
+        .with_jitter()
+}
+
+impl MetaNode {
+    /// Opens storage, binds the Raft endpoint, starts openraft and, if this
+    /// node has the lowest id among `members` and the cluster has never been
+    /// initialized, initializes it with all members.
+    ///
+    /// # Errors
+    /// [`NodeError`] for storage, endpoint or openraft failures.
+    pub async fn start(config: NodeConfig, tls: &TlsIdentity) -> Result<MetaNode, NodeError> {
+        std::fs::create_dir_all(&config.data_dir)
+            .map_err(|e| NodeError::Storage(format!("{}: {e}", config.data_dir.display())))?;
+        let db = super::open_database(&config.data_dir.join("raft.redb"))
+            .map_err(|e| NodeError::Storage(e.to_string()))?;
+        let db = Arc::new(db);
+        let log_store = LogStore::new(db.clone());
+        let state_machine = StateMachine::new(db, &config.data_dir.join("snapshots"))
+            .map_err(|e| NodeError::Storage(e.to_string()))?;
+        let endpoint = network::endpoint(config.listen, tls)?;
+        let raft_config = openraft::Config {
+            cluster_name: "tributary".into(),
+            heartbeat_interval: config.heartbeat_ms,
+            election_timeout_min: config.election_timeout_ms.0,
+            election_timeout_max: config.election_timeout_ms.1,
+            snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(config.snapshot_every),
+            max_in_snapshot_log_to_keep: 1000,
+            ..Default::default()
+        }
+        .validate()
+        .map_err(|e| NodeError::Raft(e.to_string()))?;
+        let raft = Raft::new(
+            config.node_id,
+            Arc::new(raft_config),
+            Network::new(endpoint.clone()),
+            log_store,
+            state_machine.clone(),
+        )
+        .await
+        .map_err(|e| NodeError::Raft(e.to_string()))?;
+        tokio::spawn(network::serve(endpoint.clone(), raft.clone()));
+
+        let lowest = config.members.keys().next().copied().unwrap_or(config.node_id);
+        let initialized = raft
+            .is_initialized()
+            .await
+            .map_err(|e| NodeError::Raft(e.to_string()))?;
+        if !initialized && lowest == config.node_id {
+            let members: BTreeMap<NodeId, BasicNode> = if config.members.is_empty() {
+                BTreeMap::from([(config.node_id, BasicNode::new(config.listen.to_string()))])
+            } else {
+                config
+                    .members
+                    .iter()
+                    .map(|(id, addr)| (*id, BasicNode::new(addr.clone())))
+                    .collect()
+            };
+            info!(node = config.node_id, ?members, "initializing the metadata cluster");
+            if let Err(e) = raft.initialize(members).await {
+                // Another start raced us, or the log already has a membership.
+                warn!(error = %e, "raft initialize refused");
+            }
+        }
+        Ok(MetaNode {
+            node_id: config.node_id,
+            raft,
+            state_machine,
+            endpoint,
+            peers: Arc::default(),
+        })
+    }
+
+    /// The openraft handle (metrics, membership changes).
+    pub fn raft(&self) -> &Raft {
+        &self.raft
+    }
+
+    async fn peer(&self, addr: &str) -> PeerClient {
+        let mut peers = self.peers.lock().await;
+        peers
+            .entry(addr.to_string())
+            .or_insert_with(|| PeerClient::new(self.endpoint.clone(), addr.to_string()))
+            .clone()
+    }
+
+    async fn leader_addr(&self) -> Result<Option<String>, NodeError> {
+        let metrics = self.raft.metrics().borrow().clone();
+        let Some(leader) = metrics.current_leader else {
+            return Err(NodeError::NoLeader("election in progress".into()));
+        };
+        if leader == self.node_id {
+            return Ok(None);
+        }
+        let addr = metrics
+            .membership_config
+            .membership()
+            .get_node(&leader)
+            .map(|n| n.addr.clone())
+            .ok_or_else(|| NodeError::NoLeader(format!("leader {leader} has no address")))?;
+        Ok(Some(addr))
+    }
+
+    async fn write_once(&self, command: &MetaCommand) -> Result<MetaResponse, NodeError> {
+        match self.leader_addr().await? {
+            None => match self.raft.client_write(command.clone()).await {
+                Ok(response) => Ok(response.data),
+                Err(e) if e.forward_to_leader::<BasicNode>().is_some() => {
+                    Err(NodeError::NoLeader(e.to_string()))
+                }
+                Err(e) => Err(NodeError::Raft(e.to_string())),
+            },
+            Some(addr) => {
+                let peer = self.peer(&addr).await;
+                let request = PeerRequest::ClientWrite(command.clone());
+                match peer.call(&request, Duration::from_secs(10)).await {
+                    Ok(PeerResponse::ClientWrite(Ok(response))) => Ok(response.data),
+                    Ok(PeerResponse::ClientWrite(Err(e))) => {
+                        if e.forward_to_leader::<BasicNode>().is_some() {
+                            Err(NodeError::NoLeader(e.to_string()))
+                        } else {
+                            Err(NodeError::Raft(e.to_string()))
+                        }
+                    }
+                    Ok(other) => Err(NodeError::Raft(format!("unexpected answer {other:?}"))),
+                    Err(e) => Err(NodeError::NoLeader(e.to_string())),
+                }
+            }
+        }
+    }
+
+    /// Proposes `command` through the leader and returns its result once it
+    /// is committed and applied. Retries with backoff while there is no
+    /// leader (up to about 20 s).
+    ///
+    /// # Errors
+    /// [`NodeError::NoLeader`] if no leader answered in time,
+    /// [`NodeError::Raft`] for fatal errors.
+    pub async fn write(&self, command: MetaCommand) -> Result<MetaResponse, NodeError> {
+        (|| async { self.write_once(&command).await })
+            .retry(retry_policy())
+            .when(NodeError::is_retryable)
+            .await
+    }
+
+    async fn read_barrier_once(&self) -> Result<(), NodeError> {
+        let index = match self.leader_addr().await? {
+            None => self
+                .raft
+                .ensure_linearizable()
+                .await
+                .map_err(|e| NodeError::NoLeader(e.to_string()))?,
+            Some(addr) => {
+                let peer = self.peer(&addr).await;
+                match peer.call(&PeerRequest::ReadIndex, Duration::from_secs(5)).await {
+                    Ok(PeerResponse::ReadIndex(Ok(index))) => index,
+                    Ok(PeerResponse::ReadIndex(Err(e))) => return Err(NodeError::NoLeader(e)),
+                    Ok(other) => {
+                        return Err(NodeError::Raft(format!("unexpected answer {other:?}")));
+                    }
+                    Err(e) => return Err(NodeError::NoLeader(e.to_string())),
+                }
+            }
+        };
+        if let Some(index) = index {
+            self.raft
+                .wait(Some(Duration::from_secs(10)))
+                .applied_index_at_least(Some(index.index), "read barrier")
+                .await
+                .map_err(|e| NodeError::NoLeader(e.to_string()))?;
+        }
+        Ok(())
+    }
+
+    /// Waits until this node's state machine reflects every write committed
+    /// before the call (read-index through the leader), so a following local
+    /// read is linearizable.
+    ///
+    /// # Errors
+    /// [`NodeError::NoLeader`] if no leader confirmed in time.
+    pub async fn read_barrier(&self) -> Result<(), NodeError> {
+        (|| async { self.read_barrier_once().await })
+            .retry(retry_policy())
+            .when(NodeError::is_retryable)
+            .await
+    }
+
+    /// The local state machine (read after [`MetaNode::read_barrier`] for
+    /// linearizable reads).
+    pub fn state_machine(&self) -> &StateMachine {
+        &self.state_machine
+    }
+
+    /// The cluster as this node sees it now.
+    pub fn status(&self) -> ClusterStatus {
+        let metrics = self.raft.metrics().borrow().clone();
+        let members = metrics
+            .membership_config
+            .membership()
+            .nodes()
+            .map(|(id, node)| (*id, node.addr.clone()))
+            .collect();
+        let state = match metrics.state {
+            ServerState::Leader => "Leader",
+            ServerState::Follower => "Follower",
+            ServerState::Candidate => "Candidate",
+            ServerState::Learner => "Learner",
+            ServerState::Shutdown => "Shutdown",
+        };
+        ClusterStatus {
+            node_id: self.node_id,
+            leader: metrics.current_leader,
+            term: metrics.current_term,
+            members,
+            last_applied_index: metrics.last_applied.map(|l| l.index),
+            state: state.into(),
+        }
+    }
+
+    /// Stops openraft and closes the endpoint.
+    pub async fn shutdown(&self) {
+        if let Err(e) = self.raft.shutdown().await {
+            warn!(error = %e, "raft shutdown");
+        }
+        self.endpoint.close(0u32.into(), b"shutdown");
+    }
+}
