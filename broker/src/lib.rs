@@ -2,3 +2,4 @@
 //! over it, and the tests drive it directly).
 
 pub mod raft;
+pub mod store;

@@ -97,6 +97,10 @@ pub struct MetaResponse {
     /// Current value of each condition key when the conditions were checked,
     /// in condition order (so a failed compare-and-swap reports what it saw).
     pub current: Vec<Option<Vec<u8>>>,
+    /// For each `Delete` op in order: whether a live value was removed.
+    pub deleted_live: Vec<bool>,
+    /// Keys removed by `PurgeExpired`.
+    pub purged: u64,
 }
 
 /// Creates the redb tables used by the log store and the state machine, in

@@ -17,7 +17,9 @@ use tracing::{info, warn};
 use super::log_store::LogStore;
 use super::network::{self, Network, PeerClient, PeerRequest, PeerResponse};
 use super::state_machine::StateMachine;
-use super::{MetaCommand, MetaResponse, NodeId, Raft};
+use openraft::raft::ClientWriteResponse;
+
+use super::{MetaCommand, MetaResponse, NodeId, Raft, TypeConfig};
 
 /// How to run one metadata node.
 #[derive(Debug, Clone)]
@@ -214,10 +216,13 @@ impl MetaNode {
         Ok(Some(addr))
     }
 
-    async fn write_once(&self, command: &MetaCommand) -> Result<MetaResponse, NodeError> {
+    async fn write_once(
+        &self,
+        command: &MetaCommand,
+    ) -> Result<ClientWriteResponse<TypeConfig>, NodeError> {
         match self.leader_addr().await? {
             None => match self.raft.client_write(command.clone()).await {
-                Ok(response) => Ok(response.data),
+                Ok(response) => Ok(response),
                 Err(e) if e.forward_to_leader::<BasicNode>().is_some() => {
                     Err(NodeError::NoLeader(e.to_string()))
                 }
@@ -227,7 +232,7 @@ impl MetaNode {
                 let peer = self.peer(&addr).await;
                 let request = PeerRequest::ClientWrite(command.clone());
                 match peer.call(&request, Duration::from_secs(10)).await {
-                    Ok(PeerResponse::ClientWrite(Ok(response))) => Ok(response.data),
+                    Ok(PeerResponse::ClientWrite(Ok(response))) => Ok(response),
                     Ok(PeerResponse::ClientWrite(Err(e))) => {
                         if e.forward_to_leader::<BasicNode>().is_some() {
                             Err(NodeError::NoLeader(e.to_string()))
@@ -243,17 +248,28 @@ impl MetaNode {
     }
 
     /// Proposes `command` through the leader and returns its result once it
-    /// is committed and applied. Retries with backoff while there is no
-    /// leader (up to about 20 s).
+    /// is committed, applied by the leader and applied on this node too (so
+    /// this node's reads and watches already reflect it). Retries with
+    /// backoff while there is no leader (up to about 20 s).
+    ///
+    /// A retried proposal may apply twice if the first attempt committed but
+    /// its answer was lost; commands are transactions with preconditions, so
+    /// callers that need exactly-once make them conditional.
     ///
     /// # Errors
     /// [`NodeError::NoLeader`] if no leader answered in time,
     /// [`NodeError::Raft`] for fatal errors.
     pub async fn write(&self, command: MetaCommand) -> Result<MetaResponse, NodeError> {
-        (|| async { self.write_once(&command).await })
+        let response = (|| async { self.write_once(&command).await })
             .retry(retry_policy())
             .when(NodeError::is_retryable)
+            .await?;
+        self.raft
+            .wait(Some(Duration::from_secs(30)))
+            .applied_index_at_least(Some(response.log_id.index), "local apply of own write")
             .await
+            .map_err(|e| NodeError::Raft(e.to_string()))?;
+        Ok(response.data)
     }
 
     async fn read_barrier_once(&self) -> Result<(), NodeError> {

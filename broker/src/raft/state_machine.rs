@@ -28,6 +28,8 @@ use redb::{
     WriteTransaction,
 };
 
+use broker_core::metadata::{Watch, WatchEvent, WatchHub};
+
 use super::{MetaCommand, MetaOp, MetaResponse, NodeId, TypeConfig};
 
 /// Metadata keys → encoded value (8-byte expiry + value bytes).
@@ -73,11 +75,23 @@ pub fn live_value(raw: &[u8], now_ms: i64) -> Option<Vec<u8>> {
     }
 }
 
+/// A `Put` watch event; a value that is not JSON (never written by the
+/// metadata store) is reported as a JSON string of its bytes, lossily.
+fn put_event(key: &str, value: &[u8]) -> WatchEvent {
+    let value = serde_json::from_slice(value)
+        .unwrap_or_else(|_| serde_json::Value::String(String::from_utf8_lossy(value).into_owned()));
+    WatchEvent::Put {
+        key: key.to_string(),
+        value,
+    }
+}
+
 /// The redb-backed state machine. Cheap to clone.
 #[derive(Clone)]
 pub struct StateMachine {
     db: Arc<Database>,
     snapshot_dir: PathBuf,
+    hub: Arc<WatchHub>,
 }
 
 fn sm_read<E: std::error::Error + 'static>(e: E) -> StorageError<NodeId> {
@@ -115,7 +129,15 @@ impl StateMachine {
         Ok(StateMachine {
             db,
             snapshot_dir: snapshot_dir.to_path_buf(),
+            hub: Arc::new(WatchHub::new()),
         })
+    }
+
+    /// Watches changes applied to this replica under `prefix`, in apply
+    /// order, from now on. A snapshot installed on this replica replaces the
+    /// state without per-key events; watchers then see a lag and re-list.
+    pub fn watch(&self, prefix: &str) -> Watch {
+        self.hub.subscribe(prefix)
     }
 
     fn get_json<T: serde::de::DeserializeOwned>(
@@ -190,6 +212,7 @@ impl StateMachine {
     fn apply_command(
         txn: &WriteTransaction,
         command: &MetaCommand,
+        events: &mut Vec<WatchEvent>,
     ) -> Result<MetaResponse, StorageError<NodeId>> {
         let mut table = txn.open_table(KV).map_err(sm_write)?;
         match command {
@@ -208,6 +231,7 @@ impl StateMachine {
                     holds &= value == condition.value;
                     current.push(value);
                 }
+                let mut deleted_live = Vec::new();
                 if holds {
                     for op in ops {
                         match op {
@@ -220,9 +244,17 @@ impl StateMachine {
                                 table
                                     .insert(key.as_str(), raw.as_slice())
                                     .map_err(sm_write)?;
+                                events.push(put_event(key, value));
                             }
                             MetaOp::Delete { key } => {
-                                table.remove(key.as_str()).map_err(sm_write)?;
+                                let removed = table.remove(key.as_str()).map_err(sm_write)?;
+                                let live = removed
+                                    .as_ref()
+                                    .is_some_and(|v| live_value(v.value(), *now_ms).is_some());
+                                if removed.is_some() {
+                                    events.push(WatchEvent::Delete { key: key.clone() });
+                                }
+                                deleted_live.push(live);
                             }
                         }
                     }
@@ -230,17 +262,27 @@ impl StateMachine {
                 Ok(MetaResponse {
                     applied: holds,
                     current,
+                    deleted_live,
+                    purged: 0,
                 })
             }
             MetaCommand::PurgeExpired { now_ms } => {
-                table
-                    .retain(|_, raw| {
-                        !matches!(decode_value(raw), Some((_, Some(at))) if at <= *now_ms)
-                    })
-                    .map_err(sm_write)?;
+                let mut expired = Vec::new();
+                for item in table.iter().map_err(sm_write)? {
+                    let (key, raw) = item.map_err(sm_write)?;
+                    if matches!(decode_value(raw.value()), Some((_, Some(at))) if at <= *now_ms) {
+                        expired.push(key.value().to_string());
+                    }
+                }
+                for key in &expired {
+                    table.remove(key.as_str()).map_err(sm_write)?;
+                }
+                let purged = expired.len() as u64;
+                events.extend(expired.into_iter().map(|key| WatchEvent::Delete { key }));
                 Ok(MetaResponse {
                     applied: true,
-                    current: Vec::new(),
+                    purged,
+                    ..MetaResponse::default()
                 })
             }
         }
@@ -378,6 +420,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
         // machine is never behind the purged part of the log.
         txn.set_durability(Durability::None).map_err(sm_write)?;
         let mut responses = Vec::new();
+        let mut events = Vec::new();
         let mut last = None;
         let mut membership = None;
         for entry in entries {
@@ -385,7 +428,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             match &entry.payload {
                 EntryPayload::Blank => responses.push(MetaResponse::default()),
                 EntryPayload::Normal(command) => {
-                    responses.push(StateMachine::apply_command(&txn, command)?);
+                    responses.push(StateMachine::apply_command(&txn, command, &mut events)?);
                 }
                 EntryPayload::Membership(m) => {
                     membership = Some(StoredMembership::new(Some(entry.log_id), m.clone()));
@@ -400,6 +443,7 @@ impl RaftStateMachine<TypeConfig> for StateMachine {
             put_json(&txn, MEMBERSHIP, &membership)?;
         }
         txn.commit().map_err(sm_write)?;
+        self.hub.publish(events);
         Ok(responses)
     }
 
