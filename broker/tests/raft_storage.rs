@@ -23,6 +23,8 @@ impl StoreBuilder<TypeConfig, LogStore, StateMachine, tempfile::TempDir> for Red
 }
 
 #[test]
-fn openraft_storage_suite_passes_on_redb() -> Result<(), StorageError<NodeId>> {
-    Suite::test_all(RedbBuilder)
+fn openraft_storage_suite_passes_on_redb() {
+    if let Err(e) = Suite::test_all(RedbBuilder) {
+        panic!("openraft storage suite failed: {e}");
+    }
 }
