@@ -3,3 +3,4 @@
 
 pub mod raft;
 pub mod store;
+pub mod config;

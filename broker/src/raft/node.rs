@@ -39,6 +39,8 @@ pub struct NodeConfig {
     pub election_timeout_ms: (u64, u64),
     /// Build a snapshot after this many applied entries. Default 5000.
     pub snapshot_every: u64,
+    /// Log entries kept behind a snapshot (for slow followers). Default 1000.
+    pub logs_kept_after_snapshot: u64,
 }
 
 impl NodeConfig {
@@ -54,6 +56,7 @@ impl NodeConfig {
             heartbeat_ms: 250,
             election_timeout_ms: (1000, 2000),
             snapshot_every: 5000,
+            logs_kept_after_snapshot: 1000,
         }
     }
 }
@@ -95,6 +98,10 @@ pub struct ClusterStatus {
     pub members: BTreeMap<NodeId, String>,
     /// Index of the last applied log entry.
     pub last_applied_index: Option<u64>,
+    /// Index covered by this node's latest snapshot.
+    pub snapshot_index: Option<u64>,
+    /// Index up to which this node's log has been purged.
+    pub purged_index: Option<u64>,
     /// `Leader`, `Follower`, `Candidate` or `Learner`.
     pub state: String,
 }
@@ -140,7 +147,7 @@ impl MetaNode {
             election_timeout_min: config.election_timeout_ms.0,
             election_timeout_max: config.election_timeout_ms.1,
             snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(config.snapshot_every),
-            max_in_snapshot_log_to_keep: 1000,
+            max_in_snapshot_log_to_keep: config.logs_kept_after_snapshot,
             ..Default::default()
         }
         .validate()
@@ -342,6 +349,8 @@ impl MetaNode {
             term: metrics.current_term,
             members,
             last_applied_index: metrics.last_applied.map(|l| l.index),
+            snapshot_index: metrics.snapshot.map(|l| l.index),
+            purged_index: metrics.purged.map(|l| l.index),
             state: state.into(),
         }
     }

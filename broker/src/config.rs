@@ -1,0 +1,260 @@
+//! Broker configuration: a TOML file, overridden by command-line flags and
+//! environment variables (see `broker --help` and `configs/`).
+//!
+//! ```toml
+//! node_id = 1
+//! data_dir = "/var/lib/tributary-broker"
+//! raft_listen = "127.0.0.1:7401"     # QUIC, Raft between brokers
+//! admin_listen = "127.0.0.1:7400"    # HTTP admin API
+//! admin_token = "change-me"          # or env TRIB_ADMIN_TOKEN
+//!
+//! [tls]                              # made by `tribctl certs`
+//! cert = "/etc/tributary/broker-1.pem"
+//! key = "/etc/tributary/broker-1.key"
+//! ca = "/etc/tributary/ca.pem"
+//!
+//! [members]                          # omit for a single node
+//! 1 = "10.0.0.1:7401"
+//! 2 = "10.0.0.2:7401"
+//! 3 = "10.0.0.3:7401"
+//! ```
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use broker_core::tls::TlsPaths;
+use serde::Deserialize;
+
+use crate::raft::NodeId;
+
+/// The broker's settings after merging file, flags and environment.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BrokerConfig {
+    /// Raft node id, unique in the cluster, at least 1. Default 1.
+    #[serde(default = "default_node_id")]
+    pub node_id: NodeId,
+    /// Directory for Raft state and topic WALs.
+    pub data_dir: PathBuf,
+    /// QUIC address for Raft traffic between brokers. Default 127.0.0.1:7401.
+    #[serde(default = "default_raft_listen")]
+    pub raft_listen: SocketAddr,
+    /// HTTP address of the admin API. Default 127.0.0.1:7400.
+    #[serde(default = "default_admin_listen")]
+    pub admin_listen: SocketAddr,
+    /// Bearer token the admin API requires.
+    #[serde(default)]
+    pub admin_token: Option<String>,
+    /// This broker's certificate, key and the cluster CA.
+    pub tls: Option<TlsPaths>,
+    /// Raft members by node id (this node included); empty = single node.
+    #[serde(default)]
+    pub members: BTreeMap<NodeId, String>,
+    /// Raft timing and snapshot settings.
+    #[serde(default)]
+    pub raft: RaftTuning,
+}
+
+/// Raft timing and snapshot settings (`[raft]`); the defaults suit a LAN.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RaftTuning {
+    /// Leader heartbeat interval, ms. Default 250.
+    pub heartbeat_ms: u64,
+    /// Election timeout lower bound, ms. Default 1000.
+    pub election_timeout_min_ms: u64,
+    /// Election timeout upper bound, ms. Default 2000.
+    pub election_timeout_max_ms: u64,
+    /// Build a snapshot after this many applied entries. Default 5000.
+    pub snapshot_every: u64,
+    /// Log entries kept behind a snapshot. Default 1000.
+    pub logs_kept_after_snapshot: u64,
+}
+
+impl Default for RaftTuning {
+    fn default() -> Self {
+        RaftTuning {
+            heartbeat_ms: 250,
+            election_timeout_min_ms: 1000,
+            election_timeout_max_ms: 2000,
+            snapshot_every: 5000,
+            logs_kept_after_snapshot: 1000,
+        }
+    }
+}
+
+fn default_node_id() -> NodeId {
+    1
+}
+
+fn default_raft_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 7401))
+}
+
+fn default_admin_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 7400))
+}
+
+/// Why a configuration is unusable.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The file could not be read.
+    #[error("reading {}: {source}", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The file is not valid TOML for this schema.
+    #[error("{}: {message}", path.display())]
+    Parse {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong, with line and column.
+        message: String,
+    },
+    /// A setting has an invalid value.
+    #[error("invalid setting {field}: {reason}")]
+    Invalid {
+        /// The setting.
+        field: &'static str,
+        /// Why.
+        reason: String,
+    },
+}
+
+impl BrokerConfig {
+    /// Parses a TOML configuration file.
+    ///
+    /// # Errors
+    /// [`ConfigError::Read`] or [`ConfigError::Parse`] (unknown keys are
+    /// errors, so typos do not go unnoticed).
+    pub fn from_file(path: &Path) -> Result<BrokerConfig, ConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        toml::from_str(&text).map_err(|e| ConfigError::Parse {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })
+    }
+
+    /// Checks values that parse but cannot work.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] naming the setting.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.node_id == 0 {
+            return Err(ConfigError::Invalid {
+                field: "node_id",
+                reason: "must be at least 1".into(),
+            });
+        }
+        if !self.members.is_empty() && !self.members.contains_key(&self.node_id) {
+            return Err(ConfigError::Invalid {
+                field: "members",
+                reason: format!("does not list this node ({})", self.node_id),
+            });
+        }
+        if self.tls.is_none() {
+            return Err(ConfigError::Invalid {
+                field: "tls",
+                reason: "brokers talk mutual TLS only: set tls.cert, tls.key and tls.ca \
+                         (`tribctl certs --broker 1` makes development ones)"
+                    .into(),
+            });
+        }
+        match &self.admin_token {
+            Some(token) if token.len() >= 8 => Ok(()),
+            Some(_) => Err(ConfigError::Invalid {
+                field: "admin_token",
+                reason: "must be at least 8 characters".into(),
+            }),
+            None => Err(ConfigError::Invalid {
+                field: "admin_token",
+                reason: "required (or set TRIB_ADMIN_TOKEN)".into(),
+            }),
+        }
+    }
+
+    /// Raft members with this node's own address filled in for a single
+    /// node.
+    pub fn effective_members(&self) -> BTreeMap<NodeId, String> {
+        if self.members.is_empty() {
+            BTreeMap::from([(self.node_id, self.raft_listen.to_string())])
+        } else {
+            self.members.clone()
+        }
+    }
+}
+
+/// Parses `ID=HOST:PORT` as given to `--member`.
+///
+/// # Errors
+/// A message naming the malformed part.
+pub fn parse_member(text: &str) -> Result<(NodeId, String), String> {
+    let (id, addr) = text
+        .split_once('=')
+        .ok_or_else(|| format!("{text:?}: expected ID=HOST:PORT"))?;
+    let id: NodeId = id
+        .parse()
+        .map_err(|_| format!("{text:?}: node id {id:?} is not a number"))?;
+    if addr.rsplit_once(':').is_none_or(|(host, port)| host.is_empty() || port.parse::<u16>().is_err()) {
+        return Err(format!("{text:?}: address {addr:?} is not HOST:PORT"));
+    }
+    Ok((id, addr.to_string()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_the_documented_example() {
+        let text = r#"
+node_id = 2
+data_dir = "/var/lib/tributary-broker"
+raft_listen = "127.0.0.1:7411"
+admin_listen = "127.0.0.1:7410"
+admin_token = "change-me"
+[tls]
+cert = "b.pem"
+key = "b.key"
+ca = "ca.pem"
+[members]
+1 = "10.0.0.1:7401"
+2 = "10.0.0.2:7401"
+"#;
+        let config: BrokerConfig = toml::from_str(text).unwrap();
+        assert_eq!(config.node_id, 2);
+        assert_eq!(config.members.len(), 2);
+        assert_eq!(config.validate().map_err(|e| e.to_string()), Ok(()));
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_refused() {
+        assert!(toml::from_str::<BrokerConfig>("data_dir = \"x\"\nnode_idd = 1").is_err());
+        let config: BrokerConfig = toml::from_str("data_dir = \"x\"\nnode_id = 0").unwrap();
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("node_id"), "{err}");
+        let config: BrokerConfig = toml::from_str(
+            "data_dir = \"x\"\nadmin_token = \"long-enough\"\n[tls]\ncert=\"a\"\nkey=\"b\"\nca=\"c\"\n[members]\n2 = \"h:1\"",
+        )
+        .unwrap();
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("members"), "{err}");
+    }
+
+    #[test]
+    fn member_flags_parse() {
+        assert_eq!(parse_member("3=10.0.0.3:7401"), Ok((3, "10.0.0.3:7401".into())));
+        assert!(parse_member("3").is_err());
+        assert!(parse_member("x=h:1").is_err());
+        assert!(parse_member("3=h").is_err());
+        assert!(parse_member("3=:7401").is_err());
+    }
+}
