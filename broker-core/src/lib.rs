@@ -7,6 +7,7 @@
 #![forbid(unsafe_code)]
 
 pub mod batch;
+pub mod catalog;
 #[cfg(feature = "dev-certs")]
 pub mod dev_certs;
 pub mod intent;

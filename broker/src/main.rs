@@ -1,25 +1,140 @@
 //! `broker`: the central ingestion node. Stores what edges send, keeps
 //! metadata in Raft and serves consumers and the admin API.
 
-use clap::Parser;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
 
-/// Tributary broker: QUIC ingest, central WALs, Raft metadata, admin API.
+use clap::{Parser, ValueEnum};
+use tributary_broker::config::{BrokerConfig, parse_member};
+use tributary_broker::raft::NodeId;
+
+/// Tributary broker: Raft metadata cluster and admin API (QUIC ingest and
+/// consumers follow).
 #[derive(Debug, Parser)]
 #[command(version, about)]
 struct Cli {
-    /// Data directory for central WALs and Raft state.
-    #[arg(
-        long,
-        env = "TRIB_DATA_DIR",
-        default_value = "/var/lib/tributary-broker"
-    )]
-    data_dir: std::path::PathBuf,
+    /// TOML configuration file; flags and environment override it.
+    #[arg(long, short = 'c', env = "TRIB_BROKER_CONFIG")]
+    config: Option<PathBuf>,
+    /// Raft node id (>= 1).
+    #[arg(long, env = "TRIB_NODE_ID")]
+    node_id: Option<NodeId>,
+    /// Data directory (Raft state, topic WALs).
+    #[arg(long, env = "TRIB_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// QUIC address for Raft traffic between brokers.
+    #[arg(long)]
+    raft_listen: Option<SocketAddr>,
+    /// HTTP address of the admin API.
+    #[arg(long)]
+    admin_listen: Option<SocketAddr>,
+    /// Bearer token required by the admin API.
+    #[arg(long, env = "TRIB_ADMIN_TOKEN", hide_env_values = true)]
+    admin_token: Option<String>,
+    /// Raft member as ID=HOST:PORT (repeat for every member, this node
+    /// included). None: a single-node cluster.
+    #[arg(long = "member", value_parser = parse_member)]
+    members: Vec<(NodeId, String)>,
+    /// This broker's certificate (PEM).
+    #[arg(long)]
+    tls_cert: Option<PathBuf>,
+    /// This broker's private key (PEM).
+    #[arg(long)]
+    tls_key: Option<PathBuf>,
+    /// The cluster CA certificate (PEM).
+    #[arg(long)]
+    tls_ca: Option<PathBuf>,
+    /// Log format: text on a terminal, json for log collectors.
+    #[arg(long, value_enum, default_value_t = LogFormat::Text)]
+    log_format: LogFormat,
 }
 
-fn main() -> anyhow::Result<()> {
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+fn merge(cli: Cli) -> anyhow::Result<BrokerConfig> {
+    let mut config = match &cli.config {
+        Some(path) => BrokerConfig::from_file(path)?,
+        None => {
+            let data_dir = cli
+                .data_dir
+                .clone()
+                .ok_or_else(|| anyhow::anyhow!("--data-dir (or --config) is required"))?;
+            toml::from_str::<BrokerConfig>(&format!("data_dir = {:?}", data_dir.display().to_string()))?
+        }
+    };
+    if let Some(v) = cli.node_id {
+        config.node_id = v;
+    }
+    if let Some(v) = cli.data_dir {
+        config.data_dir = v;
+    }
+    if let Some(v) = cli.raft_listen {
+        config.raft_listen = v;
+    }
+    if let Some(v) = cli.admin_listen {
+        config.admin_listen = v;
+    }
+    if let Some(v) = cli.admin_token {
+        config.admin_token = Some(v);
+    }
+    if !cli.members.is_empty() {
+        config.members = cli.members.into_iter().collect();
+    }
+    match (cli.tls_cert, cli.tls_key, cli.tls_ca) {
+        (Some(cert), Some(key), Some(ca)) => {
+            config.tls = Some(broker_core::tls::TlsPaths { cert, key, ca });
+        }
+        (None, None, None) => {}
+        _ => anyhow::bail!("--tls-cert, --tls-key and --tls-ca go together"),
+    }
+    Ok(config)
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn"));
+    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+async fn shutdown_signal() {
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = tokio::signal::ctrl_c() => {},
+        () = terminate => {},
+    }
+}
+
+fn main() -> ExitCode {
     let cli = Cli::parse();
-    anyhow::bail!(
-        "broker is not implemented yet (data dir {})",
-        cli.data_dir.display()
-    )
+    init_logging(cli.log_format);
+    let result = merge(cli).and_then(|config| {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .enable_all()
+            .build()?;
+        runtime.block_on(tributary_broker::server::run(config, shutdown_signal()))?;
+        Ok(())
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
 }

@@ -1,0 +1,95 @@
+//! Runs a broker: the Raft metadata node and the admin API, until a shutdown
+//! signal, then stops both cleanly.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use broker_core::metadata::SystemClock;
+use broker_core::tls::TlsIdentity;
+use tracing::info;
+
+use crate::admin::{AdminState, router};
+use crate::config::BrokerConfig;
+use crate::raft::node::{MetaNode, NodeConfig};
+use crate::store::RaftMetadataStore;
+
+/// Why the broker could not run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ServerError {
+    /// Bad configuration.
+    #[error(transparent)]
+    Config(#[from] crate::config::ConfigError),
+    /// TLS files unusable.
+    #[error(transparent)]
+    Tls(#[from] broker_core::tls::TlsError),
+    /// The Raft node failed to start.
+    #[error(transparent)]
+    Node(#[from] crate::raft::node::NodeError),
+    /// The admin listener failed.
+    #[error("admin API on {addr}: {source}")]
+    Admin {
+        /// Listen address.
+        addr: std::net::SocketAddr,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
+/// Starts the broker described by `config` and runs it until `shutdown`
+/// resolves; then stops accepting admin requests, shuts Raft down and
+/// returns.
+///
+/// # Errors
+/// [`ServerError`] if anything fails to start.
+pub async fn run(
+    config: BrokerConfig,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), ServerError> {
+    config.validate()?;
+    let tls_paths = config.tls.clone().ok_or(crate::config::ConfigError::Invalid {
+        field: "tls",
+        reason: "missing".into(),
+    })?;
+    let tls = TlsIdentity::load(&tls_paths)?;
+    let node_config = NodeConfig {
+        node_id: config.node_id,
+        data_dir: config.data_dir.join("raft"),
+        listen: config.raft_listen,
+        members: config.effective_members(),
+        heartbeat_ms: config.raft.heartbeat_ms,
+        election_timeout_ms: (
+            config.raft.election_timeout_min_ms,
+            config.raft.election_timeout_max_ms,
+        ),
+        snapshot_every: config.raft.snapshot_every,
+        logs_kept_after_snapshot: config.raft.logs_kept_after_snapshot,
+    };
+    let node = MetaNode::start(node_config, &tls).await?;
+    let store = RaftMetadataStore::new(node.clone(), Arc::new(SystemClock));
+    let state = AdminState {
+        store: Arc::new(store),
+        cluster: Arc::new(node.clone()),
+        token: Arc::from(config.admin_token.clone().unwrap_or_default()),
+    };
+    let listener = tokio::net::TcpListener::bind(config.admin_listen)
+        .await
+        .map_err(|source| ServerError::Admin {
+            addr: config.admin_listen,
+            source,
+        })?;
+    info!(
+        node_id = config.node_id,
+        raft = %config.raft_listen,
+        admin = %config.admin_listen,
+        "broker started"
+    );
+    let serve = axum::serve(listener, router(state)).with_graceful_shutdown(shutdown);
+    let result = serve.await.map_err(|source| ServerError::Admin {
+        addr: config.admin_listen,
+        source,
+    });
+    info!("shutting down");
+    node.shutdown().await;
+    result
+}
