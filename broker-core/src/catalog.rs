@@ -44,7 +44,8 @@
 //!   the partition count of a partitioned topic creates the new partitions.
 //!   Shrinking it, or turning a non-partitioned topic into a partitioned one
 //!   or back, would strand stored records and is refused
-//!   ([`CatalogError::ManifestConflict`], field `partitions`). `apply` never
+//!   ([`CatalogError::ManifestConflict`], field `partitions`), as is a new
+//!   partition whose name an existing topic already has. `apply` never
 //!   deletes topics or namespaces that the manifest does not mention.
 //! - **Dead-letter topics are not created up front.** `<topic>-dlq` is only
 //!   checked to be a valid name; it comes into existence like any topic on
@@ -1201,6 +1202,10 @@ struct Comparison {
     /// Differences from the stored topic; for a missing topic, the
     /// partition names that are taken by existing topics.
     differences: Vec<Difference>,
+    /// Partitions this spec would add whose name an existing topic already
+    /// has (all partitions of a missing topic, the new ones of a growing
+    /// topic).
+    taken: Vec<TopicName>,
 }
 
 impl Comparison {
@@ -1291,7 +1296,8 @@ impl<'a> Catalog<'a> {
         }
     }
 
-    /// Every namespace, sorted by name.
+    /// Every namespace, sorted by name. Scans `/namespaces/`, which also
+    /// holds every topic's registry entry: cost grows with the topic count.
     ///
     /// # Errors
     /// [`CatalogError::Metadata`].
@@ -1339,18 +1345,25 @@ impl<'a> Catalog<'a> {
             .as_ref()
             .map(|value| decode_count(&marker.key, value))
             .transpose()?;
+        // Partitions the spec adds whose marker already exists.
+        let first_new = existing_partitions.unwrap_or(0) as usize;
+        let taken: Vec<TopicName> = spec
+            .partition_names
+            .iter()
+            .enumerate()
+            .skip(first_new)
+            .filter(|(index, _)| entries[KEYS_PER_TOPIC * (index + 1)].current.is_some())
+            .map(|(_, name)| name.clone())
+            .collect();
         let mut differences = Vec::new();
         match existing_partitions {
             None => {
-                // Partition markers of a missing topic that already exist.
-                for (index, name) in spec.partition_names.iter().enumerate() {
-                    if entries[KEYS_PER_TOPIC * (index + 1)].current.is_some() {
-                        differences.push(Difference::new(
-                            "partitions",
-                            format!("topic {name} exists"),
-                            format!("{} partitions", spec.partitions),
-                        ));
-                    }
+                for name in &taken {
+                    differences.push(Difference::new(
+                        "partitions",
+                        format!("topic {name} exists"),
+                        format!("{} partitions", spec.partitions),
+                    ));
                 }
             }
             Some(existing) => {
@@ -1413,6 +1426,7 @@ impl<'a> Catalog<'a> {
             entries,
             existing_partitions,
             differences,
+            taken,
         })
     }
 
@@ -2006,12 +2020,16 @@ impl<'a> Catalog<'a> {
             let comparison = self.compare(spec).await?;
             let action = comparison.action();
             let refusal = match (action, comparison.existing_partitions) {
-                (Action::Create, _) => comparison.differences.first().map(|d| {
-                    (
+                _ if !comparison.taken.is_empty() => {
+                    let names: Vec<&str> = comparison.taken.iter().map(TopicName::as_str).collect();
+                    Some((
                         "partitions",
-                        format!("cannot create partitions: {}", d.existing),
-                    )
-                }),
+                        format!(
+                            "partition names already used by existing topics: {}",
+                            names.join(", ")
+                        ),
+                    ))
+                }
                 (Action::Update, Some(existing))
                     if existing != spec.partitions
                         && !(existing > 0 && spec.partitions > existing) =>
@@ -3078,6 +3096,39 @@ mod tests {
             c.apply(&manifest(&doc), true).await,
             Err(CatalogError::ManifestConflict(_))
         ));
+    }
+
+    #[tokio::test]
+    async fn apply_refuses_partition_names_taken_by_other_topics() {
+        let f = fixture();
+        let c = f.catalog();
+        c.apply(&manifest(&seed_manifest()), false).await.unwrap();
+        c.create_implicit(&topic("/agents/tasks-part-7"), false)
+            .await
+            .unwrap();
+        c.create_implicit(&topic("/agents/new-part-0"), false)
+            .await
+            .unwrap();
+        let before = f.dump().await;
+        let doc = json!({"topics": [
+            {"name": "/agents/tasks", "intent": "task_queue", "partitions": 8},
+            {"name": "/agents/new", "intent": "task_queue", "partitions": 2}
+        ]});
+        let err = c.apply(&manifest(&doc), false).await.unwrap_err();
+        let CatalogError::ManifestConflict(errors) = &err else {
+            panic!("{err:?}");
+        };
+        let lines: Vec<String> = errors.issues.iter().map(ToString::to_string).collect();
+        assert_eq!(
+            lines,
+            [
+                "cluster-topology.yaml: topics[0] (/agents/tasks): partitions: partition names \
+                 already used by existing topics: /agents/tasks-part-7",
+                "cluster-topology.yaml: topics[1] (/agents/new): partitions: partition names \
+                 already used by existing topics: /agents/new-part-0",
+            ]
+        );
+        assert_eq!(f.dump().await, before);
     }
 
     #[test]

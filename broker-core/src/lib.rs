@@ -14,6 +14,7 @@ pub mod intent;
 pub mod keys;
 pub mod limits;
 pub mod metadata;
+pub mod replication;
 pub mod tls;
 pub mod varint;
 pub mod wal;

@@ -475,12 +475,14 @@ pub fn parse_manifest(file: &str, text: &[u8]) -> Result<Manifest, CatalogError>
     let document: Value = if text.trim().is_empty() {
         Value::Null
     } else {
-        serde_yaml_ng::from_str(text).map_err(|e| {
-            CatalogError::InvalidManifest(ManifestErrors::document(
-                file,
-                format!("not valid YAML: {e}"),
-            ))
-        })?
+        // Through YAML's own value first: it refuses duplicate keys, which
+        // a JSON map would silently collapse to the last one.
+        let invalid = |message: String| {
+            CatalogError::InvalidManifest(ManifestErrors::document(file, message))
+        };
+        let yaml: serde_yaml_ng::Value =
+            serde_yaml_ng::from_str(text).map_err(|e| invalid(format!("not valid YAML: {e}")))?;
+        serde_json::to_value(&yaml).map_err(|e| invalid(format!("not a manifest document: {e}")))?
     };
     Manifest::from_value(file, &document).map_err(CatalogError::InvalidManifest)
 }
@@ -530,6 +532,17 @@ mod tests {
             err.to_string()
                 .starts_with("manifest t.yaml: not valid YAML: "),
             "{err}"
+        );
+        let err = parse_manifest("t.yaml", b"topics: []\ntopics: []\n").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "manifest t.yaml: not valid YAML: duplicate entry with key \"topics\"; nothing applied"
+        );
+        let err = parse_manifest("t.yaml", b"{1: x}").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "manifest t.yaml: 1: unknown top-level key; expected namespaces or topics; \
+             nothing applied"
         );
         let err = parse_manifest("t.yaml", b"\xff").unwrap_err();
         assert!(err.to_string().contains("not UTF-8"), "{err}");

@@ -203,7 +203,10 @@ pub fn parse_member(text: &str) -> Result<(NodeId, String), String> {
     let id: NodeId = id
         .parse()
         .map_err(|_| format!("{text:?}: node id {id:?} is not a number"))?;
-    if addr.rsplit_once(':').is_none_or(|(host, port)| host.is_empty() || port.parse::<u16>().is_err()) {
+    if addr
+        .rsplit_once(':')
+        .is_none_or(|(host, port)| host.is_empty() || port.parse::<u16>().is_err())
+    {
         return Err(format!("{text:?}: address {addr:?} is not HOST:PORT"));
     }
     Ok((id, addr.to_string()))
@@ -251,7 +254,10 @@ ca = "ca.pem"
 
     #[test]
     fn member_flags_parse() {
-        assert_eq!(parse_member("3=10.0.0.3:7401"), Ok((3, "10.0.0.3:7401".into())));
+        assert_eq!(
+            parse_member("3=10.0.0.3:7401"),
+            Ok((3, "10.0.0.3:7401".into()))
+        );
         assert!(parse_member("3").is_err());
         assert!(parse_member("x=h:1").is_err());
         assert!(parse_member("3=h").is_err());

@@ -64,7 +64,10 @@ fn merge(cli: Cli) -> anyhow::Result<BrokerConfig> {
                 .data_dir
                 .clone()
                 .ok_or_else(|| anyhow::anyhow!("--data-dir (or --config) is required"))?;
-            toml::from_str::<BrokerConfig>(&format!("data_dir = {:?}", data_dir.display().to_string()))?
+            toml::from_str::<BrokerConfig>(&format!(
+                "data_dir = {:?}",
+                data_dir.display().to_string()
+            ))?
         }
     };
     if let Some(v) = cli.node_id {

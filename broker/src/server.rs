@@ -47,10 +47,13 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
     config.validate()?;
-    let tls_paths = config.tls.clone().ok_or(crate::config::ConfigError::Invalid {
-        field: "tls",
-        reason: "missing".into(),
-    })?;
+    let tls_paths = config
+        .tls
+        .clone()
+        .ok_or(crate::config::ConfigError::Invalid {
+            field: "tls",
+            reason: "missing".into(),
+        })?;
     let tls = TlsIdentity::load(&tls_paths)?;
     let node_config = NodeConfig {
         node_id: config.node_id,

@@ -105,14 +105,14 @@ impl MetadataStore for RaftMetadataStore {
             validate_key(key)?;
             self.node.read_barrier().await.map_err(backend("read"))?;
             let now = now_ms(self.clock.as_ref());
-            let raw = self
-                .node
-                .state_machine()
-                .get(key, now)
-                .map_err(|e| MetadataError::Backend {
-                    op: "read",
-                    source: Box::new(e),
-                })?;
+            let raw =
+                self.node
+                    .state_machine()
+                    .get(key, now)
+                    .map_err(|e| MetadataError::Backend {
+                        op: "read",
+                        source: Box::new(e),
+                    })?;
             raw.map(|bytes| decode(key, &bytes)).transpose()
         })
     }
@@ -160,14 +160,12 @@ impl MetadataStore for RaftMetadataStore {
             validate_prefix(prefix)?;
             self.node.read_barrier().await.map_err(backend("read"))?;
             let now = now_ms(self.clock.as_ref());
-            let entries = self
-                .node
-                .state_machine()
-                .list(prefix, now)
-                .map_err(|e| MetadataError::Backend {
+            let entries = self.node.state_machine().list(prefix, now).map_err(|e| {
+                MetadataError::Backend {
                     op: "list",
                     source: Box::new(e),
-                })?;
+                }
+            })?;
             entries
                 .into_iter()
                 .map(|(key, bytes)| {

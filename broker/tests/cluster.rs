@@ -157,7 +157,13 @@ fn wait_for_catch_up(node: &Node, target: u64) {
     }
 }
 
-fn write_config(dir: &Path, certs: &Path, id: u64, raft: &[SocketAddr], admin: SocketAddr) -> PathBuf {
+fn write_config(
+    dir: &Path,
+    certs: &Path,
+    id: u64,
+    raft: &[SocketAddr],
+    admin: SocketAddr,
+) -> PathBuf {
     let members: String = raft
         .iter()
         .enumerate()
@@ -249,7 +255,10 @@ fn three_brokers_survive_leader_kill_and_catch_up_by_snapshot() {
     // A follower that misses more than the leader keeps in its log gets a
     // snapshot.
     let leader = wait_for_leader(&nodes);
-    let lagging = nodes.iter().position(|n| n.id != leader).expect("a follower");
+    let lagging = nodes
+        .iter()
+        .position(|n| n.id != leader)
+        .expect("a follower");
     let lagging_applied = applied(&nodes[lagging]);
     nodes[lagging].kill();
     let writer = nodes
@@ -261,7 +270,10 @@ fn three_brokers_survive_leader_kill_and_catch_up_by_snapshot() {
         create_namespace(&nodes[writer], &name);
         expected.insert(name);
     }
-    let leader_index = nodes.iter().position(|n| n.id == leader).expect("leader node");
+    let leader_index = nodes
+        .iter()
+        .position(|n| n.id == leader)
+        .expect("leader node");
     let leader_status = nodes[leader_index].status().expect("leader status");
     let purged = leader_status["purged_index"].as_u64().unwrap_or(0);
     assert!(
@@ -308,6 +320,10 @@ fn a_broker_from_another_ca_cannot_join() {
     std::thread::sleep(Duration::from_secs(4));
     for node in [&good, &rogue] {
         let leader = node.status().and_then(|s| s["leader"].as_u64());
-        assert_eq!(leader, None, "node {} found a leader with a rogue peer", node.id);
+        assert_eq!(
+            leader, None,
+            "node {} found a leader with a rogue peer",
+            node.id
+        );
     }
 }

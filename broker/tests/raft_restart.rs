@@ -96,6 +96,11 @@ async fn single_node_restarts_after_20000_writes_with_all_data() {
     let after = node.status();
     assert!(after.last_applied_index >= before.last_applied_index);
     // And it keeps accepting writes.
-    assert!(node.write(put(WRITES)).await.expect("write after restart").applied);
+    assert!(
+        node.write(put(WRITES))
+            .await
+            .expect("write after restart")
+            .applied
+    );
     node.shutdown().await;
 }

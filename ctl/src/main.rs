@@ -1,14 +1,45 @@
 //! `tribctl`: Tributary's admin CLI and archive browser.
+//!
+//! Admin commands talk to the broker's admin HTTP API (`docs/admin-api.md`)
+//! at `--admin-url` (env `TRIB_ADMIN_URL`, default
+//! `http://127.0.0.1:7400`) with the bearer token from `--token` (env
+//! `TRIB_ADMIN_TOKEN`). Errors print one `error: …` line per problem to
+//! stderr and exit with status 1 (2 for command-line usage errors).
 
 mod certs;
+mod client;
+mod commands;
+
+use std::io::Write;
+use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
+
+use crate::client::ClientError;
+use crate::commands::{
+    ApplyArgs, ClusterCommand, CommandError, Context, NamespacesCommand, OutputFormat,
+    TopicsCommand,
+};
 
 /// Tributary admin CLI: certificates, topics, failure policies, declarative
 /// apply, archive browsing.
 #[derive(Debug, Parser)]
 #[command(name = "tribctl", version, about)]
 struct Cli {
+    /// Base URL of the broker's admin API.
+    #[arg(
+        long,
+        env = "TRIB_ADMIN_URL",
+        default_value = "http://127.0.0.1:7400",
+        global = true
+    )]
+    admin_url: String,
+    /// Bearer token of the admin API.
+    #[arg(long, env = "TRIB_ADMIN_TOKEN", hide_env_values = true, global = true)]
+    token: Option<String>,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text, global = true)]
+    output: OutputFormat,
     #[command(subcommand)]
     command: Command,
 }
@@ -17,11 +48,68 @@ struct Cli {
 enum Command {
     /// Create a development CA and broker/edge certificates (rcgen).
     Certs(certs::CertsArgs),
+    /// Topics: create with an intent, describe, list, delete, failure
+    /// policies.
+    #[command(subcommand)]
+    Topics(TopicsCommand),
+    /// Namespaces: create, list.
+    #[command(subcommand)]
+    Namespaces(NamespacesCommand),
+    /// Apply a declarative manifest: all of it or nothing.
+    Apply(ApplyArgs),
+    /// Cluster status.
+    #[command(subcommand)]
+    Cluster(ClusterCommand),
 }
 
-fn main() -> anyhow::Result<()> {
+fn run(cli: &Cli) -> anyhow::Result<String> {
+    let ctx = Context {
+        admin_url: &cli.admin_url,
+        token: cli.token.as_deref(),
+        output: cli.output,
+    };
+    Ok(match &cli.command {
+        Command::Certs(args) => {
+            certs::run(args)?;
+            String::new()
+        }
+        Command::Topics(command) => commands::topics(&ctx, command)?,
+        Command::Namespaces(command) => commands::namespaces(&ctx, command)?,
+        Command::Apply(args) => commands::apply(&ctx, args)?,
+        Command::Cluster(command) => commands::cluster(&ctx, command)?,
+    })
+}
+
+/// Prints `err` to stderr: one line per manifest issue, else one line.
+fn report(err: &anyhow::Error) {
+    let mut stderr = std::io::stderr().lock();
+    if let Some(CommandError::Client(ClientError::Api { issues, .. })) = err.downcast_ref()
+        && !issues.is_empty()
+    {
+        for issue in issues {
+            let _ = writeln!(stderr, "error: {issue}");
+        }
+        let _ = writeln!(stderr, "error: nothing applied");
+    } else {
+        let _ = writeln!(stderr, "error: {err:#}");
+    }
+}
+
+fn main() -> ExitCode {
     let cli = Cli::parse();
-    match cli.command {
-        Command::Certs(args) => certs::run(&args),
+    match run(&cli) {
+        Ok(text) => match std::io::stdout().lock().write_all(text.as_bytes()) {
+            Ok(()) => ExitCode::SUCCESS,
+            // A closed pipe (`tribctl … | head`) is not worth a message.
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => ExitCode::SUCCESS,
+            Err(e) => {
+                report(&anyhow::Error::new(e).context("cannot write to stdout"));
+                ExitCode::FAILURE
+            }
+        },
+        Err(err) => {
+            report(&err);
+            ExitCode::FAILURE
+        }
     }
 }

@@ -55,10 +55,15 @@ pub enum PeerResponse {
     /// For `Vote`.
     Vote(Result<VoteResponse<NodeId>, RaftError<NodeId>>),
     /// For `InstallSnapshot`.
-    InstallSnapshot(Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>),
+    InstallSnapshot(
+        Result<InstallSnapshotResponse<NodeId>, RaftError<NodeId, InstallSnapshotError>>,
+    ),
     /// For `ClientWrite`.
     ClientWrite(
-        Result<ClientWriteResponse<TypeConfig>, RaftError<NodeId, ClientWriteError<NodeId, BasicNode>>>,
+        Result<
+            ClientWriteResponse<TypeConfig>,
+            RaftError<NodeId, ClientWriteError<NodeId, BasicNode>>,
+        >,
     ),
     /// For `ReadIndex`: the log id the reader must have applied, or why not.
     ReadIndex(Result<Option<LogId<NodeId>>, String>),
@@ -155,7 +160,10 @@ impl PeerClient {
         let bytes = serde_json::to_vec(request).map_err(|e| stream_err(e.to_string()))?;
         let attempt = async {
             let conn = self.connection().await?;
-            let (mut send, mut recv) = conn.open_bi().await.map_err(|e| stream_err(e.to_string()))?;
+            let (mut send, mut recv) = conn
+                .open_bi()
+                .await
+                .map_err(|e| stream_err(e.to_string()))?;
             send.write_all(&bytes)
                 .await
                 .map_err(|e| stream_err(e.to_string()))?;
@@ -306,7 +314,9 @@ pub async fn serve(endpoint: quinn::Endpoint, raft: Raft) {
                 }
             };
             let identity = peer_identity(&conn);
-            let is_broker = identity.as_deref().is_some_and(|i| i.starts_with("broker-"));
+            let is_broker = identity
+                .as_deref()
+                .is_some_and(|i| i.starts_with("broker-"));
             if !is_broker {
                 warn!(peer = %conn.remote_address(), ?identity, "refusing raft peer without a broker certificate");
                 conn.close(1u32.into(), b"not a broker certificate");
@@ -340,7 +350,9 @@ async fn handle_stream(raft: Raft, mut send: quinn::SendStream, mut recv: quinn:
 
 async fn dispatch(raft: &Raft, request: PeerRequest) -> PeerResponse {
     match request {
-        PeerRequest::AppendEntries(rpc) => PeerResponse::AppendEntries(raft.append_entries(rpc).await),
+        PeerRequest::AppendEntries(rpc) => {
+            PeerResponse::AppendEntries(raft.append_entries(rpc).await)
+        }
         PeerRequest::Vote(rpc) => PeerResponse::Vote(raft.vote(rpc).await),
         PeerRequest::InstallSnapshot(rpc) => {
             PeerResponse::InstallSnapshot(raft.install_snapshot(rpc).await)
@@ -348,11 +360,9 @@ async fn dispatch(raft: &Raft, request: PeerRequest) -> PeerResponse {
         PeerRequest::ClientWrite(command) => {
             PeerResponse::ClientWrite(raft.client_write(command).await)
         }
-        PeerRequest::ReadIndex => PeerResponse::ReadIndex(
-            raft.ensure_linearizable()
-                .await
-                .map_err(|e| e.to_string()),
-        ),
+        PeerRequest::ReadIndex => {
+            PeerResponse::ReadIndex(raft.ensure_linearizable().await.map_err(|e| e.to_string()))
+        }
     }
 }
 

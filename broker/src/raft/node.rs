@@ -163,7 +163,12 @@ impl MetaNode {
         .map_err(|e| NodeError::Raft(e.to_string()))?;
         tokio::spawn(network::serve(endpoint.clone(), raft.clone()));
 
-        let lowest = config.members.keys().next().copied().unwrap_or(config.node_id);
+        let lowest = config
+            .members
+            .keys()
+            .next()
+            .copied()
+            .unwrap_or(config.node_id);
         let initialized = raft
             .is_initialized()
             .await
@@ -178,7 +183,11 @@ impl MetaNode {
                     .map(|(id, addr)| (*id, BasicNode::new(addr.clone())))
                     .collect()
             };
-            info!(node = config.node_id, ?members, "initializing the metadata cluster");
+            info!(
+                node = config.node_id,
+                ?members,
+                "initializing the metadata cluster"
+            );
             if let Err(e) = raft.initialize(members).await {
                 // Another start raced us, or the log already has a membership.
                 warn!(error = %e, "raft initialize refused");
@@ -288,7 +297,10 @@ impl MetaNode {
                 .map_err(|e| NodeError::NoLeader(e.to_string()))?,
             Some(addr) => {
                 let peer = self.peer(&addr).await;
-                match peer.call(&PeerRequest::ReadIndex, Duration::from_secs(5)).await {
+                match peer
+                    .call(&PeerRequest::ReadIndex, Duration::from_secs(5))
+                    .await
+                {
                     Ok(PeerResponse::ReadIndex(Ok(index))) => index,
                     Ok(PeerResponse::ReadIndex(Err(e))) => return Err(NodeError::NoLeader(e)),
                     Ok(other) => {

@@ -113,9 +113,7 @@ fn put_json<T: serde::Serialize>(
 ) -> Result<(), StorageError<NodeId>> {
     let bytes = serde_json::to_vec(value).map_err(sm_write)?;
     let mut table = txn.open_table(SM_META).map_err(sm_write)?;
-    table
-        .insert(key, bytes.as_slice())
-        .map_err(sm_write)?;
+    table.insert(key, bytes.as_slice()).map_err(sm_write)?;
     Ok(())
 }
 
@@ -147,9 +145,7 @@ impl StateMachine {
         let txn = self.db.begin_read().map_err(sm_read)?;
         let table = txn.open_table(SM_META).map_err(sm_read)?;
         match table.get(key).map_err(sm_read)? {
-            Some(v) => Ok(Some(
-                serde_json::from_slice(v.value()).map_err(sm_read)?,
-            )),
+            Some(v) => Ok(Some(serde_json::from_slice(v.value()).map_err(sm_read)?)),
             None => Ok(None),
         }
     }
@@ -337,9 +333,7 @@ impl StateMachine {
     /// # Errors
     /// A description of the first failed check.
     pub fn decode_snapshot(bytes: &[u8]) -> Result<(Meta, Entries), String> {
-        let (body, crc) = bytes
-            .split_last_chunk::<4>()
-            .ok_or("snapshot truncated")?;
+        let (body, crc) = bytes.split_last_chunk::<4>().ok_or("snapshot truncated")?;
         if crc32c::crc32c(body) != u32::from_le_bytes(*crc) {
             return Err("snapshot crc mismatch".into());
         }

@@ -1,0 +1,245 @@
+//! The edge side of one topic's replication stream, without I/O.
+//!
+//! Calling contract (the driver in the edge agent):
+//! 1. open a stream, send [`EdgeStream::hello`];
+//! 2. feed every received frame to [`EdgeStream::on_frame`];
+//! 3. while [`EdgeStream::next_to_send`] returns an offset, read the WAL
+//!    batch starting exactly there, send it, and report it with
+//!    [`EdgeStream::on_sent`];
+//! 4. after an [`EdgeEvent::Acked`], record the checkpoint.
+//!
+//! A new connection starts a new `EdgeStream`: the broker's `Welcome` is
+//! authoritative for where to resume.
+
+use std::collections::VecDeque;
+
+use super::frame::{ErrorCode, Frame, Hello, PROTOCOL_VERSION};
+use crate::batch::BatchHeader;
+use crate::intent::ExpandedStreamSettings;
+
+/// Limits on what is in flight: batches sent but not yet acknowledged.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    /// Most batches in flight.
+    pub batches: usize,
+    /// Most bytes in flight (a single larger batch is still sent alone).
+    pub bytes: usize,
+}
+
+impl Default for Window {
+    fn default() -> Self {
+        Window {
+            batches: 64,
+            bytes: 8 * 1024 * 1024,
+        }
+    }
+}
+
+/// What a received frame meant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub enum EdgeEvent {
+    /// The broker holds everything below `from`; sending resumes there.
+    Resumed {
+        /// First offset to send.
+        from: u64,
+    },
+    /// Everything below `next_offset` is durable centrally.
+    Acked {
+        /// Exclusive end of the acknowledged range.
+        next_offset: u64,
+    },
+}
+
+/// Replication failures seen by the edge.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum EdgeError {
+    /// The broker refused or closed the stream.
+    #[error("broker refused ({code:?}): {message}")]
+    Refused {
+        /// Its code.
+        code: ErrorCode,
+        /// Its message.
+        message: String,
+    },
+    /// The broker claims more records than this edge ever wrote: the edge's
+    /// log was lost or replaced. Needs an operator.
+    #[error("broker holds offsets up to {broker} but the local log ends at {local}")]
+    BrokerAhead {
+        /// Broker high-water mark.
+        broker: u64,
+        /// Local high-water mark.
+        local: u64,
+    },
+    /// The broker needs records the edge already deleted (only possible if
+    /// the central topic lost data or `drop_oldest` dropped unreplicated
+    /// records).
+    #[error("broker resumes at {broker} but the local log starts at {local_start}")]
+    LocalDataMissing {
+        /// Broker high-water mark.
+        broker: u64,
+        /// First local offset.
+        local_start: u64,
+    },
+    /// The broker broke the protocol.
+    #[error("protocol violation: {0}")]
+    Protocol(String),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum State {
+    AwaitWelcome,
+    Streaming,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct InFlight {
+    next_offset: u64,
+    bytes: usize,
+}
+
+/// One topic's stream, edge side.
+#[derive(Debug)]
+pub struct EdgeStream {
+    topic: String,
+    settings: ExpandedStreamSettings,
+    window: Window,
+    state: State,
+    next_send: u64,
+    acked: u64,
+    in_flight: VecDeque<InFlight>,
+    in_flight_bytes: usize,
+}
+
+impl EdgeStream {
+    /// A stream for `topic` (`/{ns}/{topic}`) with the topic's settings.
+    pub fn new(topic: String, settings: ExpandedStreamSettings, window: Window) -> EdgeStream {
+        EdgeStream {
+            topic,
+            settings,
+            window,
+            state: State::AwaitWelcome,
+            next_send: 0,
+            acked: 0,
+            in_flight: VecDeque::new(),
+            in_flight_bytes: 0,
+        }
+    }
+
+    /// The first frame to send.
+    pub fn hello(&self) -> Frame {
+        Frame::Hello(Hello {
+            protocol: PROTOCOL_VERSION,
+            topic: self.topic.clone(),
+            settings: self.settings.clone(),
+        })
+    }
+
+    /// Handles a frame from the broker. `local_start` and `local_hwm` are
+    /// the local WAL's first offset and high-water mark.
+    ///
+    /// # Errors
+    /// [`EdgeError`]; the stream must then be closed.
+    pub fn on_frame(
+        &mut self,
+        frame: Frame,
+        local_start: u64,
+        local_hwm: u64,
+    ) -> Result<EdgeEvent, EdgeError> {
+        match (self.state, frame) {
+            (State::AwaitWelcome, Frame::Welcome { high_water_mark }) => {
+                if high_water_mark > local_hwm {
+                    return Err(EdgeError::BrokerAhead {
+                        broker: high_water_mark,
+                        local: local_hwm,
+                    });
+                }
+                if high_water_mark < local_start {
+                    return Err(EdgeError::LocalDataMissing {
+                        broker: high_water_mark,
+                        local_start,
+                    });
+                }
+                self.state = State::Streaming;
+                self.next_send = high_water_mark;
+                self.acked = high_water_mark;
+                Ok(EdgeEvent::Resumed {
+                    from: high_water_mark,
+                })
+            }
+            (State::Streaming, Frame::Ack { next_offset }) => {
+                let sent_end = self.in_flight.back().map_or(self.acked, |f| f.next_offset);
+                if next_offset <= self.acked || next_offset > sent_end {
+                    return Err(EdgeError::Protocol(format!(
+                        "ack {next_offset} outside ({}, {sent_end}]",
+                        self.acked
+                    )));
+                }
+                while let Some(front) = self.in_flight.front() {
+                    if front.next_offset > next_offset {
+                        break;
+                    }
+                    self.in_flight_bytes -= front.bytes;
+                    self.in_flight.pop_front();
+                }
+                self.acked = next_offset;
+                Ok(EdgeEvent::Acked { next_offset })
+            }
+            (_, Frame::Error { code, message }) => Err(EdgeError::Refused { code, message }),
+            (state, frame) => Err(EdgeError::Protocol(format!(
+                "unexpected {} in state {state:?}",
+                frame_name(&frame)
+            ))),
+        }
+    }
+
+    /// The offset whose batch should be sent next, if the window allows and
+    /// the local log has it (`local_hwm` is the local high-water mark).
+    pub fn next_to_send(&self, local_hwm: u64) -> Option<u64> {
+        let window_open = self.in_flight.is_empty()
+            || (self.in_flight.len() < self.window.batches
+                && self.in_flight_bytes < self.window.bytes);
+        (self.state == State::Streaming && window_open && self.next_send < local_hwm)
+            .then_some(self.next_send)
+    }
+
+    /// Records that the batch with `header` (`bytes` on the wire) was sent.
+    ///
+    /// # Panics
+    /// If the batch does not start at the offset [`EdgeStream::next_to_send`]
+    /// named: sending anything else would corrupt the central log.
+    pub fn on_sent(&mut self, header: &BatchHeader, bytes: usize) {
+        assert_eq!(
+            header.base_offset, self.next_send,
+            "replication invariant: batches are sent contiguously"
+        );
+        self.next_send = header.next_offset();
+        self.in_flight.push_back(InFlight {
+            next_offset: self.next_send,
+            bytes,
+        });
+        self.in_flight_bytes += bytes;
+    }
+
+    /// Everything below this is durable centrally (as far as this stream
+    /// knows).
+    pub fn acked(&self) -> u64 {
+        self.acked
+    }
+
+    /// Batches sent and not yet acknowledged.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+}
+
+fn frame_name(frame: &Frame) -> &'static str {
+    match frame {
+        Frame::Hello(_) => "hello",
+        Frame::Welcome { .. } => "welcome",
+        Frame::Batch { .. } => "batch",
+        Frame::Ack { .. } => "ack",
+        Frame::Error { .. } => "error",
+    }
+}

@@ -1,0 +1,165 @@
+//! The broker side of one topic's replication stream, without I/O.
+//!
+//! Calling contract (the broker's ingest driver):
+//! 1. feed every received frame to [`IngestStream::on_frame`] and carry out
+//!    the returned [`IngestAction`];
+//! 2. for [`IngestAction::Open`]: load or create the central topic with the
+//!    edge's settings, then send [`IngestStream::welcome`] with the topic's
+//!    high-water mark;
+//! 3. for [`IngestAction::Append`]: `Wal::append_at` the batch (verbatim),
+//!    then send [`IngestStream::on_stored`]'s frame once it is durable;
+//! 4. for [`IngestAction::Refuse`]: send the error frame, finish the stream,
+//!    store nothing.
+
+use super::frame::{
+    BatchFrameError, ErrorCode, Frame, Hello, PROTOCOL_VERSION, WireCodec, open_batch,
+};
+use crate::batch::DecodeError;
+use crate::batch::EncodedBatch;
+use crate::keys::TopicName;
+use crate::limits::Limits;
+
+/// What the driver must do after a frame.
+#[derive(Debug)]
+#[must_use]
+pub enum IngestAction {
+    /// Open (creating if needed) `topic` with the edge's settings, then send
+    /// [`IngestStream::welcome`].
+    Open(Hello, TopicName),
+    /// Append this verified batch at its own offsets.
+    Append(EncodedBatch),
+    /// Send this error frame and close; nothing was stored.
+    Refuse(Frame),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum State {
+    AwaitHello,
+    AwaitOpen,
+    Streaming { expected: u64 },
+    Closed,
+}
+
+/// One topic's stream, broker side.
+#[derive(Debug)]
+pub struct IngestStream {
+    identity: String,
+    limits: Limits,
+    state: State,
+}
+
+fn refuse(code: ErrorCode, message: impl Into<String>) -> IngestAction {
+    IngestAction::Refuse(Frame::Error {
+        code,
+        message: message.into(),
+    })
+}
+
+impl IngestStream {
+    /// A stream from the edge whose verified certificate identity is
+    /// `identity` (it may write only to the namespace of the same name).
+    pub fn new(identity: String, limits: Limits) -> IngestStream {
+        IngestStream {
+            identity,
+            limits,
+            state: State::AwaitHello,
+        }
+    }
+
+    /// Handles one frame from the edge.
+    pub fn on_frame(&mut self, frame: Frame) -> IngestAction {
+        let action = self.handle(frame);
+        if matches!(action, IngestAction::Refuse(_)) {
+            self.state = State::Closed;
+        }
+        action
+    }
+
+    fn handle(&mut self, frame: Frame) -> IngestAction {
+        match (&self.state, frame) {
+            (State::AwaitHello, Frame::Hello(hello)) => {
+                if hello.protocol != PROTOCOL_VERSION {
+                    return refuse(
+                        ErrorCode::Malformed,
+                        format!(
+                            "protocol {} not supported (this broker speaks {PROTOCOL_VERSION})",
+                            hello.protocol
+                        ),
+                    );
+                }
+                let topic = match TopicName::new(&hello.topic) {
+                    Ok(topic) => topic,
+                    Err(e) => return refuse(ErrorCode::InvalidTopic, e.to_string()),
+                };
+                if topic.namespace() != self.identity {
+                    return refuse(
+                        ErrorCode::NotOwner,
+                        format!(
+                            "edge {:?} may write only to namespace {:?}, not {:?}",
+                            self.identity,
+                            self.identity,
+                            topic.namespace()
+                        ),
+                    );
+                }
+                self.state = State::AwaitOpen;
+                IngestAction::Open(hello, topic)
+            }
+            (State::Streaming { .. }, Frame::Batch { codec, payload }) => {
+                self.verify_batch(codec, payload)
+            }
+            (_, Frame::Error { code, message }) => {
+                refuse(code, format!("edge closed the stream: {message}"))
+            }
+            (state, _) => refuse(
+                ErrorCode::Malformed,
+                format!("unexpected frame in state {state:?}"),
+            ),
+        }
+    }
+
+    fn verify_batch(&mut self, codec: WireCodec, payload: bytes::Bytes) -> IngestAction {
+        let State::Streaming { expected } = self.state else {
+            return refuse(ErrorCode::Malformed, "batch before welcome");
+        };
+        let batch = match open_batch(codec, payload, &self.limits) {
+            Ok(batch) => batch,
+            Err(e) => {
+                let code = match &e {
+                    BatchFrameError::Batch(
+                        DecodeError::Limit(_) | DecodeError::LengthOutOfBounds { .. },
+                    ) => ErrorCode::TooLarge,
+                    _ => ErrorCode::Corrupt,
+                };
+                return refuse(code, e.to_string());
+            }
+        };
+        if batch.base_offset() > expected {
+            return refuse(
+                ErrorCode::Gap,
+                format!(
+                    "gap: expected offset {expected}, batch starts at {}",
+                    batch.base_offset()
+                ),
+            );
+        }
+        IngestAction::Append(batch)
+    }
+
+    /// The welcome frame once the topic is open with `high_water_mark`.
+    pub fn welcome(&mut self, high_water_mark: u64) -> Frame {
+        self.state = State::Streaming {
+            expected: high_water_mark,
+        };
+        Frame::Welcome { high_water_mark }
+    }
+
+    /// The answer once a batch ending at `next_offset` is durable (appended
+    /// or found to be a duplicate).
+    pub fn on_stored(&mut self, next_offset: u64) -> Frame {
+        if let State::Streaming { expected } = &mut self.state {
+            *expected = (*expected).max(next_offset);
+        }
+        Frame::Ack { next_offset }
+    }
+}

@@ -1,0 +1,12 @@
+//! Edge → broker replication: the wire frames ([`frame`]) and the two sides
+//! of a topic's stream as I/O-free state machines ([`edge`], [`ingest`]).
+//! The QUIC drivers live in the edge agent and the broker; the seeded
+//! simulation in this module's tests checks the state machines together
+//! over lossy, disconnecting links.
+
+pub mod edge;
+pub mod frame;
+pub mod ingest;
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,319 @@
+//! Seeded simulation of edge and broker streams over a link that delays,
+//! reorders nothing (QUIC streams are ordered) but drops whole connections at
+//! random moments. After every step the broker log must be a gap-free,
+//! duplicate-free prefix of the edge log, batch for batch and byte for byte;
+//! at the end both are equal. The seed is printed on failure.
+
+use std::collections::VecDeque;
+
+use bytes::Bytes;
+use rand::{RngExt, SeedableRng, rngs::StdRng};
+
+use super::edge::{EdgeError, EdgeEvent, EdgeStream, Window};
+use super::frame::{ErrorCode, Frame};
+use super::ingest::{IngestAction, IngestStream};
+use crate::batch::{EncodedBatch, Record, RecordBatch};
+use crate::intent::StreamIntent;
+use crate::limits::Limits;
+
+struct Sim {
+    rng: StdRng,
+    edge_log: Vec<EncodedBatch>,
+    broker_log: Vec<EncodedBatch>,
+    edge: EdgeStream,
+    broker: IngestStream,
+    to_broker: VecDeque<Frame>,
+    to_edge: VecDeque<Frame>,
+    checkpoint: u64,
+    connections: u64,
+    compress: bool,
+}
+
+fn next_offset(log: &[EncodedBatch]) -> u64 {
+    log.last().map_or(0, EncodedBatch::next_offset)
+}
+
+impl Sim {
+    fn new(seed: u64) -> Sim {
+        let mut sim = Sim {
+            rng: StdRng::seed_from_u64(seed),
+            edge_log: Vec::new(),
+            broker_log: Vec::new(),
+            edge: new_edge(),
+            broker: IngestStream::new("plant1".into(), Limits::default()),
+            to_broker: VecDeque::new(),
+            to_edge: VecDeque::new(),
+            checkpoint: 0,
+            connections: 0,
+            compress: seed.is_multiple_of(2),
+        };
+        sim.connect();
+        sim
+    }
+
+    fn connect(&mut self) {
+        self.edge = new_edge();
+        self.broker = IngestStream::new("plant1".into(), Limits::default());
+        self.to_broker.clear();
+        self.to_edge.clear();
+        self.to_broker.push_back(self.edge.hello());
+        self.connections += 1;
+    }
+
+    fn publish(&mut self) {
+        let base = next_offset(&self.edge_log);
+        let count = self.rng.random_range(1..5);
+        let records = (0..count)
+            .map(|i| Record {
+                timestamp_ms: 1_700_000_000_000,
+                value: Bytes::from(format!("record {}", base + i)),
+                ..Record::default()
+            })
+            .collect();
+        let batch = RecordBatch::new(base, records)
+            .encode(&Limits::default())
+            .expect("encode");
+        self.edge_log.push(batch);
+    }
+
+    fn edge_send(&mut self) {
+        let hwm = next_offset(&self.edge_log);
+        while let Some(offset) = self.edge.next_to_send(hwm) {
+            let batch = self
+                .edge_log
+                .iter()
+                .find(|b| b.base_offset() == offset)
+                .expect("the WAL has a batch starting at every resume point")
+                .clone();
+            self.edge.on_sent(batch.header(), batch.len());
+            self.to_broker
+                .push_back(Frame::batch(&batch, self.compress));
+        }
+    }
+
+    fn deliver_to_broker(&mut self) {
+        let Some(frame) = self.to_broker.pop_front() else {
+            return;
+        };
+        match self.broker.on_frame(frame) {
+            IngestAction::Open(_, topic) => {
+                assert_eq!(topic.as_str(), "/plant1/power");
+                let hwm = next_offset(&self.broker_log);
+                let welcome = self.broker.welcome(hwm);
+                self.to_edge.push_back(welcome);
+            }
+            IngestAction::Append(batch) => {
+                let next = next_offset(&self.broker_log);
+                if batch.next_offset() <= next {
+                    // Duplicate: acknowledged without writing.
+                } else {
+                    assert_eq!(batch.base_offset(), next, "overlap reached the log");
+                    self.broker_log.push(batch.clone());
+                }
+                let ack = self.broker.on_stored(batch.next_offset());
+                self.to_edge.push_back(ack);
+            }
+            IngestAction::Refuse(frame) => panic!("broker refused: {frame:?}"),
+        }
+    }
+
+    fn deliver_to_edge(&mut self) {
+        let Some(frame) = self.to_edge.pop_front() else {
+            return;
+        };
+        let start = self.edge_log.first().map_or(0, EncodedBatch::base_offset);
+        let hwm = next_offset(&self.edge_log);
+        match self.edge.on_frame(frame, start, hwm) {
+            Ok(EdgeEvent::Resumed { from }) => assert!(from >= self.checkpoint),
+            Ok(EdgeEvent::Acked { next_offset }) => {
+                assert!(next_offset > self.checkpoint);
+                self.checkpoint = next_offset;
+            }
+            Err(e) => panic!("edge error: {e}"),
+        }
+    }
+
+    fn check_prefix(&self) {
+        assert!(self.broker_log.len() <= self.edge_log.len());
+        for (b, e) in self.broker_log.iter().zip(&self.edge_log) {
+            assert_eq!(b.as_bytes(), e.as_bytes(), "broker log diverged");
+        }
+        assert!(self.checkpoint <= next_offset(&self.broker_log));
+    }
+}
+
+fn new_edge() -> EdgeStream {
+    EdgeStream::new(
+        "/plant1/power".into(),
+        StreamIntent::TaskQueue.expand(),
+        Window {
+            batches: 4,
+            bytes: 1 << 20,
+        },
+    )
+}
+
+fn run(seed: u64) {
+    let mut sim = Sim::new(seed);
+    for _ in 0..2_000 {
+        match sim.rng.random_range(0..100) {
+            0..30 => sim.publish(),
+            30..55 => sim.deliver_to_broker(),
+            55..80 => sim.deliver_to_edge(),
+            80..97 => sim.edge_send(),
+            _ => sim.connect(),
+        }
+        sim.check_prefix();
+    }
+    // Heal: no more disconnects; everything converges.
+    for _ in 0..100_000 {
+        sim.edge_send();
+        sim.deliver_to_broker();
+        sim.deliver_to_edge();
+        if sim.to_broker.is_empty()
+            && sim.to_edge.is_empty()
+            && sim.checkpoint == next_offset(&sim.edge_log)
+        {
+            break;
+        }
+    }
+    sim.check_prefix();
+    assert_eq!(sim.broker_log.len(), sim.edge_log.len(), "did not converge");
+    assert_eq!(sim.checkpoint, next_offset(&sim.edge_log));
+    assert!(sim.connections > 1);
+}
+
+#[test]
+fn broker_log_is_always_a_prefix_and_converges_over_200_seeds() {
+    for seed in 0..200 {
+        let result = std::panic::catch_unwind(|| run(seed));
+        assert!(result.is_ok(), "simulation failed for seed {seed}");
+    }
+}
+
+#[test]
+fn edge_refuses_a_broker_that_is_ahead_or_needs_deleted_data() {
+    let mut edge = new_edge();
+    let err = edge
+        .on_frame(
+            Frame::Welcome {
+                high_water_mark: 11,
+            },
+            0,
+            10,
+        )
+        .unwrap_err();
+    assert_eq!(
+        err,
+        EdgeError::BrokerAhead {
+            broker: 11,
+            local: 10
+        }
+    );
+    let mut edge = new_edge();
+    let err = edge
+        .on_frame(Frame::Welcome { high_water_mark: 3 }, 5, 10)
+        .unwrap_err();
+    assert_eq!(
+        err,
+        EdgeError::LocalDataMissing {
+            broker: 3,
+            local_start: 5
+        }
+    );
+}
+
+#[test]
+fn edge_rejects_acks_it_never_asked_for() {
+    let mut edge = new_edge();
+    let _ = edge
+        .on_frame(Frame::Welcome { high_water_mark: 0 }, 0, 10)
+        .unwrap();
+    assert!(matches!(
+        edge.on_frame(Frame::Ack { next_offset: 5 }, 0, 10),
+        Err(EdgeError::Protocol(_))
+    ));
+}
+
+fn open(broker: &mut IngestStream, topic: &str) -> IngestAction {
+    broker.on_frame(Frame::Hello(super::frame::Hello {
+        protocol: super::frame::PROTOCOL_VERSION,
+        topic: topic.into(),
+        settings: StreamIntent::AuditLog.expand(),
+    }))
+}
+
+fn refusal_code(action: IngestAction) -> ErrorCode {
+    match action {
+        IngestAction::Refuse(Frame::Error { code, .. }) => code,
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+}
+
+#[test]
+fn broker_refuses_foreign_namespaces_bad_names_and_bad_batches() {
+    let limits = Limits::default();
+    let mut broker = IngestStream::new("plant1".into(), limits);
+    assert_eq!(
+        refusal_code(open(&mut broker, "/plant2/power")),
+        ErrorCode::NotOwner
+    );
+    let mut broker = IngestStream::new("plant1".into(), limits);
+    assert_eq!(
+        refusal_code(open(&mut broker, "/plant1/../x")),
+        ErrorCode::InvalidTopic
+    );
+    let mut broker = IngestStream::new("plant1".into(), limits);
+    assert_eq!(
+        refusal_code(broker.on_frame(Frame::Ack { next_offset: 1 })),
+        ErrorCode::Malformed
+    );
+
+    let batch = RecordBatch::new(0, vec![Record::default()])
+        .encode(&limits)
+        .unwrap();
+    let mut broker = IngestStream::new("plant1".into(), limits);
+    assert!(matches!(
+        open(&mut broker, "/plant1/power"),
+        IngestAction::Open(..)
+    ));
+    let _ = broker.welcome(0);
+    // A flipped byte: corrupt.
+    let mut bad = batch.as_bytes().to_vec();
+    bad[30] ^= 1;
+    let frame = Frame::Batch {
+        codec: super::frame::WireCodec::None,
+        payload: Bytes::from(bad),
+    };
+    assert_eq!(refusal_code(broker.on_frame(frame)), ErrorCode::Corrupt);
+    // A gap.
+    let mut broker = IngestStream::new("plant1".into(), limits);
+    let _ = open(&mut broker, "/plant1/power");
+    let _ = broker.welcome(0);
+    let later = batch.clone().with_base_offset(5);
+    assert_eq!(
+        refusal_code(broker.on_frame(Frame::batch(&later, false))),
+        ErrorCode::Gap
+    );
+    // Over the broker's limit.
+    let small = Limits {
+        max_record_bytes: 10,
+        max_batch_bytes: 60,
+    };
+    let big = RecordBatch::new(
+        0,
+        vec![Record {
+            value: Bytes::from(vec![1u8; 40]),
+            ..Record::default()
+        }],
+    )
+    .encode(&limits)
+    .unwrap();
+    let mut broker = IngestStream::new("plant1".into(), small);
+    let _ = open(&mut broker, "/plant1/power");
+    let _ = broker.welcome(0);
+    assert_eq!(
+        refusal_code(broker.on_frame(Frame::batch(&big, false))),
+        ErrorCode::TooLarge
+    );
+}
