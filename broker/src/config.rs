@@ -6,6 +6,7 @@
 //! data_dir = "/var/lib/tributary-broker"
 //! raft_listen = "127.0.0.1:7401"     # QUIC, Raft between brokers
 //! admin_listen = "127.0.0.1:7400"    # HTTP admin API
+//! ingest_listen = "127.0.0.1:7402"   # QUIC, edges replicate here
 //! admin_token = "change-me"          # or env TRIB_ADMIN_TOKEN
 //!
 //! [tls]                              # made by `tribctl certs`
@@ -43,6 +44,9 @@ pub struct BrokerConfig {
     /// HTTP address of the admin API. Default 127.0.0.1:7400.
     #[serde(default = "default_admin_listen")]
     pub admin_listen: SocketAddr,
+    /// QUIC address where edges replicate. Default 127.0.0.1:7402.
+    #[serde(default = "default_ingest_listen")]
+    pub ingest_listen: SocketAddr,
     /// Bearer token the admin API requires.
     #[serde(default)]
     pub admin_token: Option<String>,
@@ -90,6 +94,10 @@ fn default_node_id() -> NodeId {
 
 fn default_raft_listen() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 7401))
+}
+
+fn default_ingest_listen() -> SocketAddr {
+    SocketAddr::from(([127, 0, 0, 1], 7402))
 }
 
 fn default_admin_listen() -> SocketAddr {

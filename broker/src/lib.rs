@@ -3,6 +3,8 @@
 
 pub mod admin;
 pub mod config;
+pub mod ingest;
 pub mod raft;
 pub mod server;
 pub mod store;
+pub mod topics;

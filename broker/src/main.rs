@@ -29,6 +29,9 @@ struct Cli {
     /// HTTP address of the admin API.
     #[arg(long)]
     admin_listen: Option<SocketAddr>,
+    /// QUIC address where edges replicate.
+    #[arg(long)]
+    ingest_listen: Option<SocketAddr>,
     /// Bearer token required by the admin API.
     #[arg(long, env = "TRIB_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
@@ -81,6 +84,9 @@ fn merge(cli: Cli) -> anyhow::Result<BrokerConfig> {
     }
     if let Some(v) = cli.admin_listen {
         config.admin_listen = v;
+    }
+    if let Some(v) = cli.ingest_listen {
+        config.ingest_listen = v;
     }
     if let Some(v) = cli.admin_token {
         config.admin_token = Some(v);

@@ -4,14 +4,16 @@
 use std::future::Future;
 use std::sync::Arc;
 
+use broker_core::limits::Limits;
 use broker_core::metadata::SystemClock;
-use broker_core::tls::TlsIdentity;
+use broker_core::tls::{ALPN_REPLICATION, TlsIdentity};
 use tracing::info;
 
 use crate::admin::{AdminState, router};
 use crate::config::BrokerConfig;
 use crate::raft::node::{MetaNode, NodeConfig};
 use crate::store::RaftMetadataStore;
+use crate::topics::TopicStore;
 
 /// Why the broker could not run.
 #[derive(Debug, thiserror::Error)]
@@ -26,9 +28,11 @@ pub enum ServerError {
     /// The Raft node failed to start.
     #[error(transparent)]
     Node(#[from] crate::raft::node::NodeError),
-    /// The admin listener failed.
-    #[error("admin API on {addr}: {source}")]
-    Admin {
+    /// A listener could not be bound or failed.
+    #[error("{what} listener on {addr}: {source}")]
+    Listen {
+        /// `admin` or `ingest`.
+        what: &'static str,
         /// Listen address.
         addr: std::net::SocketAddr,
         /// The OS error.
@@ -75,9 +79,29 @@ pub async fn run(
         cluster: Arc::new(node.clone()),
         token: Arc::from(config.admin_token.clone().unwrap_or_default()),
     };
+    let topics = Arc::new(TopicStore::new(
+        config.data_dir.join("topics"),
+        state.store.clone(),
+        Limits::default(),
+    ));
+    let ingest_server = tls.quic_server(ALPN_REPLICATION)?;
+    let ingest =
+        quinn::Endpoint::server(ingest_server, config.ingest_listen).map_err(|source| {
+            ServerError::Listen {
+                what: "ingest",
+                addr: config.ingest_listen,
+                source,
+            }
+        })?;
+    tokio::spawn(crate::ingest::serve(
+        ingest.clone(),
+        topics.clone(),
+        Limits::default(),
+    ));
     let listener = tokio::net::TcpListener::bind(config.admin_listen)
         .await
-        .map_err(|source| ServerError::Admin {
+        .map_err(|source| ServerError::Listen {
+            what: "admin",
             addr: config.admin_listen,
             source,
         })?;
@@ -85,14 +109,18 @@ pub async fn run(
         node_id = config.node_id,
         raft = %config.raft_listen,
         admin = %config.admin_listen,
+        ingest = %config.ingest_listen,
         "broker started"
     );
     let serve = axum::serve(listener, router(state)).with_graceful_shutdown(shutdown);
-    let result = serve.await.map_err(|source| ServerError::Admin {
+    let result = serve.await.map_err(|source| ServerError::Listen {
+        what: "admin",
         addr: config.admin_listen,
         source,
     });
     info!("shutting down");
+    ingest.close(0u32.into(), b"broker shutting down");
+    topics.close_all().await;
     node.shutdown().await;
     result
 }

@@ -134,6 +134,15 @@ impl IngestStream {
                 return refuse(code, e.to_string());
             }
         };
+        // Walk the records too: a CRC-valid batch can still hold a record
+        // over `max_record_bytes` or a malformed records section.
+        if let Err(e) = batch.decode(&self.limits) {
+            let code = match e {
+                DecodeError::Limit(_) => ErrorCode::TooLarge,
+                _ => ErrorCode::Corrupt,
+            };
+            return refuse(code, e.to_string());
+        }
         if batch.base_offset() > expected {
             return refuse(
                 ErrorCode::Gap,
@@ -143,6 +152,11 @@ impl IngestStream {
                 ),
             );
         }
+        // Batches are enqueued in order before earlier ones are durable
+        // (pipelining), so the expectation moves on acceptance.
+        self.state = State::Streaming {
+            expected: expected.max(batch.next_offset()),
+        };
         IngestAction::Append(batch)
     }
 
@@ -156,10 +170,7 @@ impl IngestStream {
 
     /// The answer once a batch ending at `next_offset` is durable (appended
     /// or found to be a duplicate).
-    pub fn on_stored(&mut self, next_offset: u64) -> Frame {
-        if let State::Streaming { expected } = &mut self.state {
-            *expected = (*expected).max(next_offset);
-        }
+    pub fn on_stored(&self, next_offset: u64) -> Frame {
         Frame::Ack { next_offset }
     }
 }

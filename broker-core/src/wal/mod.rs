@@ -533,12 +533,24 @@ impl Wal {
     /// [`WalError::Overlap`] if it straddles it, limit and state errors as
     /// [`Wal::append_encoded`].
     pub async fn append_at(&self, batch: EncodedBatch) -> Result<AppendAtOutcome, WalError> {
+        self.enqueue_at(batch).await?.durable().await
+    }
+
+    /// The first half of [`Wal::append_at`]: checks and enqueues the batch
+    /// (waiting only for memory under `max_pending_bytes`) and returns a
+    /// handle that resolves once it is durable. Calls take effect in call
+    /// order, so a caller can enqueue batch after batch and await their
+    /// durability concurrently (pipelining) — the replication ingest does.
+    ///
+    /// # Errors
+    /// As [`Wal::append_at`], for the enqueue step.
+    pub async fn enqueue_at(&self, batch: EncodedBatch) -> Result<PendingAppend, WalError> {
         let outcome = self.enqueue(&batch, Some(batch.base_offset())).await?;
-        let next = match outcome {
-            AppendAtOutcome::Appended(a) | AppendAtOutcome::Duplicate(a) => a.next_offset,
-        };
-        self.wait_durable(next).await?;
-        Ok(outcome)
+        Ok(PendingAppend {
+            outcome,
+            progress: self.shared.progress.subscribe(),
+            sync_mode: self.shared.config.sync_mode,
+        })
     }
 
     async fn enqueue(
@@ -617,21 +629,12 @@ impl Wal {
     }
 
     async fn wait_durable(&self, next_offset: u64) -> Result<(), WalError> {
-        if self.shared.config.sync_mode == SyncMode::Async {
-            return Ok(());
-        }
-        let mut rx = self.shared.progress.subscribe();
-        let progress = rx
-            .wait_for(|p| p.high_water_mark >= next_offset || p.failure.is_some() || p.closed)
-            .await
-            .map_err(|_| WalError::Closed)?;
-        if progress.high_water_mark >= next_offset {
-            return Ok(());
-        }
-        match &progress.failure {
-            Some(failure) => Err(WalError::PreviousIo(failure.clone())),
-            None => Err(WalError::Closed),
-        }
+        wait_durable(
+            self.shared.config.sync_mode,
+            self.shared.progress.subscribe(),
+            next_offset,
+        )
+        .await
     }
 
     /// Waits until a record at `offset` is readable (the high-water mark is
@@ -893,6 +896,56 @@ impl Drop for Wal {
         if let Some(handle) = self.writer.take() {
             let _ = handle.join();
         }
+    }
+}
+
+/// An enqueued [`Wal::enqueue_at`] batch on its way to durability.
+#[derive(Debug)]
+#[must_use = "the batch is not acknowledged until `durable` resolves"]
+pub struct PendingAppend {
+    outcome: AppendAtOutcome,
+    progress: watch::Receiver<Progress>,
+    sync_mode: SyncMode,
+}
+
+impl PendingAppend {
+    /// What the enqueue decided (appended or duplicate, with offsets).
+    pub fn outcome(&self) -> AppendAtOutcome {
+        self.outcome
+    }
+
+    /// Resolves once the batch's range is durable per the sync mode.
+    ///
+    /// # Errors
+    /// [`WalError::PreviousIo`] or [`WalError::Closed`] if the WAL stops
+    /// first.
+    pub async fn durable(self) -> Result<AppendAtOutcome, WalError> {
+        let next = match self.outcome {
+            AppendAtOutcome::Appended(a) | AppendAtOutcome::Duplicate(a) => a.next_offset,
+        };
+        wait_durable(self.sync_mode, self.progress, next).await?;
+        Ok(self.outcome)
+    }
+}
+
+async fn wait_durable(
+    sync_mode: SyncMode,
+    mut rx: watch::Receiver<Progress>,
+    next_offset: u64,
+) -> Result<(), WalError> {
+    if sync_mode == SyncMode::Async {
+        return Ok(());
+    }
+    let progress = rx
+        .wait_for(|p| p.high_water_mark >= next_offset || p.failure.is_some() || p.closed)
+        .await
+        .map_err(|_| WalError::Closed)?;
+    if progress.high_water_mark >= next_offset {
+        return Ok(());
+    }
+    match &progress.failure {
+        Some(failure) => Err(WalError::PreviousIo(failure.clone())),
+        None => Err(WalError::Closed),
     }
 }
 

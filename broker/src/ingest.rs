@@ -1,0 +1,202 @@
+//! The broker's replication endpoint: QUIC with mutual TLS, one stream per
+//! edge topic, driving `broker_core::replication::ingest::IngestStream`.
+//!
+//! Every connection must present a certificate chaining to the cluster CA
+//! (rustls enforces it in the handshake); its identity must be an edge id
+//! (broker certificates are refused here), and each stream may only write to
+//! the namespace named like that identity. Batches are appended verbatim
+//! with `append_at` and pipelined: the stream keeps reading and enqueuing
+//! while earlier batches are being made durable, and acknowledgements leave
+//! in order, each once its batch is durable per the topic's sync mode. A
+//! refused stream gets an `Error` frame and is finished; nothing from it is
+//! stored, and every other stream carries on.
+
+use std::sync::Arc;
+
+use broker_core::limits::Limits;
+use broker_core::replication::frame::{self, ErrorCode, Frame};
+use broker_core::replication::ingest::{IngestAction, IngestStream};
+use broker_core::tls::peer_identity;
+use broker_core::wal::{AppendAtOutcome, PendingAppend, Wal, WalError};
+use bytes::BytesMut;
+use tokio::sync::mpsc;
+use tracing::{debug, info, warn};
+
+use crate::topics::{TopicError, TopicStore};
+
+/// Bytes read from a stream at a time.
+const READ_CHUNK_BYTES: usize = 256 * 1024;
+/// Appends in flight per stream before the reader waits for the writer.
+const PIPELINE_DEPTH: usize = 256;
+
+/// Serves edges on `endpoint` until it is closed.
+pub async fn serve(endpoint: quinn::Endpoint, topics: Arc<TopicStore>, limits: Limits) {
+    while let Some(incoming) = endpoint.accept().await {
+        let topics = topics.clone();
+        tokio::spawn(async move {
+            let conn = match incoming.await {
+                Ok(conn) => conn,
+                Err(e) => {
+                    // No certificate, a certificate from another CA, wrong
+                    // ALPN: rustls refused the handshake.
+                    info!(error = %e, "edge handshake refused");
+                    return;
+                }
+            };
+            let identity = match peer_identity(&conn) {
+                Some(identity) if !identity.starts_with("broker-") => identity,
+                other => {
+                    warn!(peer = %conn.remote_address(), identity = ?other, "refusing a connection without an edge identity");
+                    conn.close(1u32.into(), b"certificate has no edge identity");
+                    return;
+                }
+            };
+            debug!(edge = %identity, peer = %conn.remote_address(), "edge connected");
+            while let Ok((send, recv)) = conn.accept_bi().await {
+                tokio::spawn(handle_stream(
+                    send,
+                    recv,
+                    identity.clone(),
+                    topics.clone(),
+                    limits,
+                ));
+            }
+        });
+    }
+}
+
+/// What the stream's writer task sends, in order.
+enum Out {
+    /// An answer frame.
+    Frame(Frame),
+    /// An acknowledgement once this append is durable.
+    Ack(PendingAppend),
+}
+
+fn refusal(code: ErrorCode, message: impl Into<String>) -> Frame {
+    Frame::Error {
+        code,
+        message: message.into(),
+    }
+}
+
+fn wal_refusal(e: &WalError) -> Frame {
+    let code = match e {
+        WalError::Gap { .. } => ErrorCode::Gap,
+        WalError::Overlap { .. } => ErrorCode::Overlap,
+        WalError::Limit(_) => ErrorCode::TooLarge,
+        _ => ErrorCode::Unavailable,
+    };
+    refusal(code, e.to_string())
+}
+
+async fn write_loop(mut send: quinn::SendStream, mut out: mpsc::Receiver<Out>) {
+    let mut bytes = BytesMut::new();
+    while let Some(item) = out.recv().await {
+        let frame = match item {
+            Out::Frame(frame) => frame,
+            Out::Ack(pending) => match pending.durable().await {
+                Ok(AppendAtOutcome::Appended(a) | AppendAtOutcome::Duplicate(a)) => Frame::Ack {
+                    next_offset: a.next_offset,
+                },
+                Err(e) => wal_refusal(&e),
+            },
+        };
+        let last = matches!(frame, Frame::Error { .. });
+        bytes.clear();
+        frame.encode(&mut bytes);
+        if send.write_all(&bytes).await.is_err() {
+            return;
+        }
+        if last {
+            break;
+        }
+    }
+    let _ = send.finish();
+    // Let the peer read everything before the stream is dropped.
+    let _ = send.stopped().await;
+}
+
+async fn handle_stream(
+    send: quinn::SendStream,
+    mut recv: quinn::RecvStream,
+    identity: String,
+    topics: Arc<TopicStore>,
+    limits: Limits,
+) {
+    let (out, out_rx) = mpsc::channel::<Out>(PIPELINE_DEPTH);
+    let writer = tokio::spawn(write_loop(send, out_rx));
+    let mut ingest = IngestStream::new(identity.clone(), limits);
+    let mut wal: Option<Arc<Wal>> = None;
+    let mut buf = BytesMut::with_capacity(READ_CHUNK_BYTES);
+    let refused = 'stream: loop {
+        loop {
+            let frame = match frame::decode(&mut buf, &limits) {
+                Ok(Some(frame)) => frame,
+                Ok(None) => break,
+                Err(e) => {
+                    let code = match e {
+                        frame::FrameError::TooLarge { .. } => ErrorCode::TooLarge,
+                        _ => ErrorCode::Malformed,
+                    };
+                    break 'stream Some(refusal(code, e.to_string()));
+                }
+            };
+            match ingest.on_frame(frame) {
+                IngestAction::Open(hello, topic) => {
+                    match topics.open_for_edge(&topic, &hello.settings).await {
+                        Ok(opened) => {
+                            let welcome = ingest.welcome(opened.high_water_mark());
+                            info!(edge = %identity, %topic, resume = opened.high_water_mark(), "edge stream opened");
+                            wal = Some(opened);
+                            if out.send(Out::Frame(welcome)).await.is_err() {
+                                break 'stream None;
+                            }
+                        }
+                        Err(e @ TopicError::Conflict { .. }) => {
+                            break 'stream Some(refusal(ErrorCode::Conflict, e.to_string()));
+                        }
+                        Err(e) => {
+                            break 'stream Some(refusal(ErrorCode::Unavailable, e.to_string()));
+                        }
+                    }
+                }
+                IngestAction::Append(batch) => {
+                    let Some(wal) = &wal else {
+                        break 'stream Some(refusal(ErrorCode::Malformed, "batch before open"));
+                    };
+                    match wal.enqueue_at(batch).await {
+                        Ok(pending) => {
+                            if out.send(Out::Ack(pending)).await.is_err() {
+                                break 'stream None;
+                            }
+                        }
+                        Err(e) => break 'stream Some(wal_refusal(&e)),
+                    }
+                }
+                IngestAction::Refuse(frame) => break 'stream Some(frame),
+            }
+        }
+        match recv.read_chunk(READ_CHUNK_BYTES, true).await {
+            Ok(Some(chunk)) => buf.extend_from_slice(&chunk.bytes),
+            Ok(None) if buf.is_empty() => break None,
+            Ok(None) => {
+                break Some(refusal(
+                    ErrorCode::Malformed,
+                    format!("stream ended inside a frame ({} bytes)", buf.len()),
+                ));
+            }
+            Err(e) => {
+                debug!(edge = %identity, error = %e, "edge stream reset");
+                break None;
+            }
+        }
+    };
+    if let Some(frame) = refused {
+        warn!(edge = %identity, refusal = ?frame, "refusing an edge stream");
+        let _ = out.send(Out::Frame(frame)).await;
+        let _ = recv.stop(0u32.into());
+    }
+    drop(out);
+    let _ = writer.await;
+}

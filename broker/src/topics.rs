@@ -1,0 +1,134 @@
+//! The broker's central topic WALs: one per topic under
+//! `{data_dir}/topics/{namespace}/{topic}/`, always opened with the sync mode
+//! persisted in the topic's metadata (never a client's flag).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use broker_core::catalog::{Catalog, CatalogError, TopicSpec};
+use broker_core::intent::ExpandedStreamSettings;
+use broker_core::keys::TopicName;
+use broker_core::limits::Limits;
+use broker_core::metadata::MetadataStore;
+use broker_core::wal::{SyncMode, Wal, WalConfig, WalError};
+use tokio::sync::Mutex;
+use tracing::info;
+
+/// Why a topic could not be opened for an edge.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TopicError {
+    /// Metadata lookup or creation failed (retryable).
+    #[error("topic metadata: {0}")]
+    Catalog(#[from] CatalogError),
+    /// The WAL could not be opened (storage problem).
+    #[error("topic WAL: {0}")]
+    Wal(#[from] WalError),
+    /// The central topic exists with other settings than the edge's.
+    #[error(
+        "topic {topic} exists centrally with intent {central}, the edge sends {edge}; \
+         recreate one side so both run the same settings"
+    )]
+    Conflict {
+        /// The topic.
+        topic: TopicName,
+        /// Central intent summary.
+        central: String,
+        /// The edge's intent summary.
+        edge: String,
+    },
+}
+
+/// Open central topic WALs, by topic.
+pub struct TopicStore {
+    dir: PathBuf,
+    store: Arc<dyn MetadataStore>,
+    limits: Limits,
+    open: Mutex<HashMap<TopicName, Arc<Wal>>>,
+}
+
+impl TopicStore {
+    /// Topics under `dir`, metadata in `store`, batches limited by `limits`.
+    pub fn new(dir: PathBuf, store: Arc<dyn MetadataStore>, limits: Limits) -> TopicStore {
+        TopicStore {
+            dir,
+            store,
+            limits,
+            open: Mutex::default(),
+        }
+    }
+
+    fn wal_dir(&self, topic: &TopicName) -> PathBuf {
+        self.dir.join(topic.namespace()).join(topic.topic())
+    }
+
+    /// The WAL of `topic` for an edge sending `settings`: creates the
+    /// central topic with those settings on first contact (through Raft),
+    /// checks them against the persisted ones otherwise, and opens the WAL
+    /// with the persisted sync mode.
+    ///
+    /// # Errors
+    /// [`TopicError::Conflict`] if the central topic has another intent;
+    /// metadata and WAL errors.
+    pub async fn open_for_edge(
+        &self,
+        topic: &TopicName,
+        settings: &ExpandedStreamSettings,
+    ) -> Result<Arc<Wal>, TopicError> {
+        let mut open = self.open.lock().await;
+        let catalog = Catalog::new(self.store.as_ref());
+        let loaded = match catalog.load_settings(topic).await {
+            Ok(loaded) => loaded,
+            Err(CatalogError::TopicNotFound { .. }) => {
+                let spec = TopicSpec::new(topic.clone(), settings.intent, 0)?;
+                catalog.create_topic(&spec).await?;
+                info!(%topic, intent = %settings.intent.as_str(), "created central topic on first contact");
+                catalog.load_settings(topic).await?
+            }
+            Err(e) => return Err(e.into()),
+        };
+        if let Some(central) = &loaded.intent
+            && central != settings
+        {
+            return Err(TopicError::Conflict {
+                topic: topic.clone(),
+                central: central.summary(topic),
+                edge: settings.summary(topic),
+            });
+        }
+        if let Some(wal) = open.get(topic) {
+            return Ok(wal.clone());
+        }
+        let wal = Arc::new(self.open_wal(topic, loaded.wal_sync_mode)?);
+        open.insert(topic.clone(), wal.clone());
+        Ok(wal)
+    }
+
+    fn open_wal(&self, topic: &TopicName, sync_mode: SyncMode) -> Result<Wal, WalError> {
+        let config = WalConfig {
+            sync_mode,
+            limits: self.limits,
+            ..WalConfig::default()
+        };
+        Wal::open(self.wal_dir(topic), config)
+    }
+
+    /// An already open topic's WAL.
+    pub async fn get(&self, topic: &TopicName) -> Option<Arc<Wal>> {
+        self.open.lock().await.get(topic).cloned()
+    }
+
+    /// Closes every WAL (flushing and syncing), for shutdown.
+    pub async fn close_all(&self) {
+        let wals: Vec<(TopicName, Arc<Wal>)> = self.open.lock().await.drain().collect();
+        for (topic, wal) in wals {
+            // A WAL still held by a stream being torn down closes on drop.
+            if let Ok(wal) = Arc::try_unwrap(wal)
+                && let Err(e) = wal.close().await
+            {
+                tracing::error!(%topic, error = %e, "closing topic WAL");
+            }
+        }
+    }
+}
