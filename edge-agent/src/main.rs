@@ -1,22 +1,215 @@
-//! `edge-agent`: the on-device broker. Keeps a per-topic write-ahead log and
-//! replicates it to the central cluster over QUIC.
+//! `edge-agent`: the on-device agent (`run`) and a command-line producer
+//! for it (`publish`). Errors print one line, `error: ...`, and exit 1.
 
-use clap::Parser;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 
-/// Tributary edge agent: local ingest, per-topic WAL, replication to the
-/// central cluster.
+use anyhow::Context as _;
+use broker_core::keys::TopicName;
+use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
+use tributary_edge::Agent;
+use tributary_edge::client::{self, LocalClient, OneRecord};
+use tributary_edge::config::{self, AgentConfig, Overrides};
+
+/// Tributary edge agent: local ingest API, per-topic WALs under a disk
+/// budget, checkpoints of what the central cluster acknowledged.
 #[derive(Debug, Parser)]
 #[command(version, about)]
 struct Cli {
-    /// Data directory holding the per-topic WALs and checkpoints.
-    #[arg(long, env = "TRIB_DATA_DIR", default_value = "/var/lib/tributary-edge")]
-    data_dir: std::path::PathBuf,
+    #[command(subcommand)]
+    command: Command,
 }
 
-fn main() -> anyhow::Result<()> {
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the agent until SIGTERM or SIGINT.
+    Run(RunArgs),
+    /// Publish to a running agent through its local API and print the
+    /// assigned offsets as JSON.
+    Publish(PublishArgs),
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Args)]
+struct RunArgs {
+    /// Configuration file (TOML); flags and environment override it.
+    #[arg(long, short, env = "TRIB_EDGE_CONFIG")]
+    config: Option<PathBuf>,
+    /// Data directory (WALs, local metadata).
+    #[arg(long, env = "TRIB_EDGE_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// Edge id (= the namespace this agent writes); default: the identity
+    /// of the TLS client certificate.
+    #[arg(long, env = "TRIB_EDGE_ID")]
+    edge_id: Option<String>,
+    /// Broker address host:port (repeatable; the environment variable takes
+    /// a comma-separated list). Replaces the file's list.
+    #[arg(long = "broker", env = "TRIB_EDGE_BROKERS", value_delimiter = ',')]
+    brokers: Vec<String>,
+    /// Local API address.
+    #[arg(long, env = "TRIB_EDGE_LOCAL_API")]
+    local_api: Option<SocketAddr>,
+    /// Client certificate chain (PEM).
+    #[arg(long, env = "TRIB_EDGE_TLS_CERT")]
+    tls_cert: Option<PathBuf>,
+    /// Client private key (PEM).
+    #[arg(long, env = "TRIB_EDGE_TLS_KEY")]
+    tls_key: Option<PathBuf>,
+    /// CA certificate the brokers chain to (PEM).
+    #[arg(long, env = "TRIB_EDGE_TLS_CA")]
+    tls_ca: Option<PathBuf>,
+    /// Agent-wide disk budget, bytes.
+    #[arg(long, env = "TRIB_EDGE_DISK_BUDGET_BYTES")]
+    disk_budget_bytes: Option<u64>,
+    /// Replication bandwidth cap, bytes per second.
+    #[arg(long, env = "TRIB_EDGE_BANDWIDTH_CAP_BYTES_PER_S")]
+    bandwidth_cap_bytes_per_s: Option<u64>,
+    /// Log format on stderr; the level comes from RUST_LOG (default info).
+    #[arg(long, env = "TRIB_EDGE_LOG_FORMAT", value_enum, default_value = "text")]
+    log_format: LogFormat,
+}
+
+#[derive(Debug, Args)]
+#[command(group(ArgGroup::new("source").required(true).args(["value", "file", "ndjson"])))]
+struct PublishArgs {
+    /// Topic, /{ns}/{topic}.
+    #[arg(long)]
+    topic: String,
+    /// Record key (UTF-8).
+    #[arg(long, conflicts_with = "ndjson")]
+    key: Option<String>,
+    /// Record header name=value (repeatable).
+    #[arg(long = "header", conflicts_with = "ndjson")]
+    headers: Vec<String>,
+    /// The record value as text.
+    value: Option<String>,
+    /// Read the record value from this file (bytes as they are).
+    #[arg(long)]
+    file: Option<PathBuf>,
+    /// Publish this NDJSON file as one batch (one JSON object per line).
+    #[arg(long)]
+    ndjson: Option<PathBuf>,
+    /// Local API address of the agent.
+    #[arg(long, env = "TRIB_EDGE_LOCAL_API")]
+    local_api: Option<SocketAddr>,
+    /// Read the local API address from this agent configuration file.
+    #[arg(long, short, env = "TRIB_EDGE_CONFIG")]
+    config: Option<PathBuf>,
+}
+
+fn main() -> ExitCode {
     let cli = Cli::parse();
-    anyhow::bail!(
-        "edge-agent is not implemented yet (data dir {})",
-        cli.data_dir.display()
-    )
+    let result = match cli.command {
+        Command::Run(args) => run(args),
+        Command::Publish(args) => publish(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+fn run(args: RunArgs) -> anyhow::Result<()> {
+    init_logging(args.log_format);
+    let overrides = Overrides {
+        data_dir: args.data_dir,
+        edge_id: args.edge_id,
+        brokers: args.brokers,
+        local_api: args.local_api,
+        tls_cert: args.tls_cert,
+        tls_key: args.tls_key,
+        tls_ca: args.tls_ca,
+        disk_budget_bytes: args.disk_budget_bytes,
+        bandwidth_cap_bytes_per_s: args.bandwidth_cap_bytes_per_s,
+    };
+    let config = AgentConfig::load(args.config.as_deref(), &overrides)?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    runtime.block_on(async {
+        let agent = Agent::start(config).await?;
+        wait_for_signal().await?;
+        agent.shutdown().await?;
+        Ok(())
+    })
+}
+
+async fn wait_for_signal() -> anyhow::Result<()> {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
+    tokio::select! {
+        _ = term.recv() => tracing::info!("SIGTERM received"),
+        result = tokio::signal::ctrl_c() => {
+            result.context("installing the SIGINT handler")?;
+            tracing::info!("SIGINT received");
+        }
+    }
+    Ok(())
+}
+
+fn local_api(args: &PublishArgs) -> anyhow::Result<SocketAddr> {
+    if let Some(addr) = args.local_api {
+        return Ok(addr);
+    }
+    if let Some(path) = &args.config {
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+        if let Some(addr) = config::parse_file(path, &text)?.local_api {
+            return Ok(addr);
+        }
+    }
+    Ok(config::DEFAULT_LOCAL_API.parse()?)
+}
+
+fn read(path: &Path) -> anyhow::Result<Vec<u8>> {
+    std::fs::read(path).with_context(|| format!("reading {}", path.display()))
+}
+
+fn publish(args: PublishArgs) -> anyhow::Result<()> {
+    let topic = TopicName::new(&args.topic).context("--topic")?;
+    let client = LocalClient::new(local_api(&args)?);
+    let response = if let Some(path) = &args.ndjson {
+        client.publish_ndjson(&topic, &read(path)?)?
+    } else {
+        let value = match (&args.value, &args.file) {
+            (Some(text), _) => text.clone().into_bytes(),
+            (None, Some(path)) => read(path)?,
+            (None, None) => anyhow::bail!("give VALUE, --file or --ndjson"),
+        };
+        let headers = args
+            .headers
+            .iter()
+            .map(|h| client::parse_header(h))
+            .collect::<Result<Vec<_>, _>>()?;
+        let record = OneRecord {
+            key: args.key.clone(),
+            headers,
+            value,
+        };
+        client.publish_record(&topic, &record)?
+    };
+    println!("{}", serde_json::to_string(&response)?);
+    Ok(())
 }

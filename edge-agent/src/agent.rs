@@ -1,0 +1,207 @@
+//! [`Agent`]: the running edge agent — local metadata store, topics, the
+//! local HTTP API and the checkpoint writer — with an orderly shutdown.
+//!
+//! Shutdown order ([`Agent::shutdown`]): stop accepting connections and
+//! finish the requests in flight (axum graceful shutdown), stop the
+//! checkpoint task, then [`TopicManager::close`]: write pending checkpoints
+//! and the rings' next offsets, and close every WAL (flush and sync).
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use broker_core::metadata::redb::RedbStore;
+use broker_core::metadata::{Clock, MetadataError, SystemClock};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+
+use crate::api;
+use crate::config::AgentConfig;
+use crate::manager::{OpenError, TopicError, TopicManager};
+
+/// File name of the local metadata store in the data directory.
+pub const METADATA_FILE: &str = "metadata.redb";
+
+/// Errors starting or stopping the agent.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AgentError {
+    /// The data directory could not be created.
+    #[error("data_dir {}: {source}", path.display())]
+    DataDir {
+        /// The directory.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The local metadata store could not be opened (held by another agent,
+    /// damaged).
+    #[error("local metadata store {}: {source}", path.display())]
+    Metadata {
+        /// The store file.
+        path: PathBuf,
+        /// The store error.
+        source: MetadataError,
+    },
+    /// Opening the topics failed.
+    #[error(transparent)]
+    Open(#[from] OpenError),
+    /// The local API address could not be bound.
+    #[error("local_api {addr}: {source}")]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The HTTP server failed.
+    #[error("local API server: {0}")]
+    Server(std::io::Error),
+    /// Closing the topics failed.
+    #[error("shutdown: {0}")]
+    Close(#[from] TopicError),
+}
+
+/// A running agent.
+#[derive(Debug)]
+pub struct Agent {
+    manager: Arc<TopicManager>,
+    local_addr: SocketAddr,
+    shutdown: watch::Sender<bool>,
+    server: JoinHandle<std::io::Result<()>>,
+    checkpoints: JoinHandle<()>,
+}
+
+impl Agent {
+    /// Starts an agent with the system clock; see [`Agent::start_with_clock`].
+    ///
+    /// # Errors
+    /// As [`Agent::start_with_clock`].
+    pub async fn start(config: AgentConfig) -> Result<Agent, AgentError> {
+        Agent::start_with_clock(config, Arc::new(SystemClock)).await
+    }
+
+    /// Creates the data directory, opens the local metadata store
+    /// (`{data_dir}/metadata.redb`) and every topic, binds the local API
+    /// (port 0 picks a free port; see [`Agent::local_addr`]) and starts
+    /// serving. `clock` stamps records published without a timestamp.
+    ///
+    /// # Errors
+    /// [`AgentError::DataDir`], [`AgentError::Metadata`],
+    /// [`AgentError::Open`], [`AgentError::Bind`].
+    pub async fn start_with_clock(
+        config: AgentConfig,
+        clock: Arc<dyn Clock>,
+    ) -> Result<Agent, AgentError> {
+        let data_dir = config.data_dir.clone();
+        std::fs::create_dir_all(&data_dir).map_err(|source| AgentError::DataDir {
+            path: data_dir.clone(),
+            source,
+        })?;
+        let path = data_dir.join(METADATA_FILE);
+        let store = {
+            let (file, clock) = (path.clone(), clock.clone());
+            tokio::task::spawn_blocking(move || RedbStore::open(file, clock))
+                .await
+                .map_err(|e| MetadataError::Task {
+                    op: "open",
+                    reason: e.to_string(),
+                })
+                .and_then(|r| r)
+                .map_err(|source| AgentError::Metadata { path, source })?
+        };
+        let config = Arc::new(config);
+        let manager = Arc::new(TopicManager::open(config.clone(), store, clock).await?);
+        let listener = tokio::net::TcpListener::bind(config.local_api)
+            .await
+            .map_err(|source| AgentError::Bind {
+                addr: config.local_api,
+                source,
+            })?;
+        let local_addr = listener.local_addr().map_err(|source| AgentError::Bind {
+            addr: config.local_api,
+            source,
+        })?;
+        let (shutdown, _) = watch::channel(false);
+        let server = {
+            let mut stop = shutdown.subscribe();
+            let app = api::router(manager.clone());
+            tokio::spawn(async move {
+                axum::serve(listener, app)
+                    .with_graceful_shutdown(async move {
+                        let _ = stop.wait_for(|&s| s).await;
+                    })
+                    .await
+            })
+        };
+        let checkpoints = {
+            let mut stop = shutdown.subscribe();
+            let manager = manager.clone();
+            let interval = config.checkpoint_interval;
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = tokio::time::sleep(interval) => {}
+                        _ = stop.wait_for(|&s| s) => return,
+                    }
+                    if let Err(e) = manager.flush_checkpoints().await {
+                        warn!(error = %e, "writing checkpoints failed; retrying");
+                    }
+                }
+            })
+        };
+        info!(edge_id = %config.edge_id, local_api = %local_addr, data_dir = %data_dir.display(), "edge agent started");
+        Ok(Agent {
+            manager,
+            local_addr,
+            shutdown,
+            server,
+            checkpoints,
+        })
+    }
+
+    /// The topic manager: enumerate topics, get WAL handles and rings,
+    /// report acknowledgements.
+    pub fn topics(&self) -> &Arc<TopicManager> {
+        &self.manager
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &AgentConfig {
+        self.manager.config()
+    }
+
+    /// The bound address of the local API.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// A receiver that turns `true` when shutdown begins (for tasks such as
+    /// the replicator, which should then stop and drop their WAL handles).
+    pub fn shutdown_signal(&self) -> watch::Receiver<bool> {
+        self.shutdown.subscribe()
+    }
+
+    /// Stops serving (requests in flight complete), writes checkpoints and
+    /// closes every topic.
+    ///
+    /// # Errors
+    /// [`AgentError::Server`] if the server had failed,
+    /// [`AgentError::Close`] if a checkpoint or WAL flush failed (every
+    /// topic is still closed).
+    pub async fn shutdown(self) -> Result<(), AgentError> {
+        info!("edge agent shutting down");
+        self.shutdown.send_replace(true);
+        let served = match self.server.await {
+            Ok(result) => result.map_err(AgentError::Server),
+            Err(e) => Err(AgentError::Server(std::io::Error::other(e))),
+        };
+        let _ = self.checkpoints.await;
+        let closed = self.manager.close().await.map_err(AgentError::from);
+        served?;
+        closed?;
+        info!("edge agent stopped");
+        Ok(())
+    }
+}

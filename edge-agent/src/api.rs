@@ -1,0 +1,411 @@
+//! The local HTTP API (axum). Routes, bodies and status codes are
+//! documented in `docs/edge-agent.md`; in short:
+//!
+//! | route | does |
+//! |---|---|
+//! | `POST /v1/topics/{ns}/{topic}/records` | publish one record: body = value, `?key=`, `?timestamp_ms=`, headers from `x-trib-h-{name}` request headers |
+//! | `POST /v1/topics/{ns}/{topic}/batch` | publish an NDJSON batch ([`crate::ndjson`]), all or nothing |
+//! | `GET /v1/topics` | every topic with its counters ([`AgentStats`]) |
+//! | `GET /v1/topics/{ns}/{topic}` | one topic ([`crate::topic::TopicStats`]) |
+//! | `GET /health` | `{"status":"ok",...}` (503 while shutting down) |
+//! | `GET /metrics` | Prometheus text ([`crate::metrics`]) |
+//!
+//! Publish responses are sent once the batch is durable per the topic's
+//! sync mode. Every error is JSON `{"error": "..."}` with more fields where
+//! useful: 400 bad input (naming the field or NDJSON line), 403 a topic
+//! outside the edge's namespace or over `max_topics`, 404 unknown topic or
+//! route, 413 over `max_record_bytes` / `max_batch_bytes`, 503 shutting
+//! down, 507 disk budget full (with `topic` and `limit_bytes`), 500
+//! anything else.
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::{Body, Bytes, HttpBody};
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use broker_core::Record;
+use broker_core::keys::TopicName;
+use bytes::BytesMut;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tracing::{debug, error};
+
+use crate::budget::BudgetScope;
+use crate::manager::{AgentStats, TopicError, TopicManager};
+use crate::metrics;
+use crate::ndjson::{self, NdjsonError};
+use crate::topic::{PublishAck, PublishError};
+
+/// Prefix of request headers that become record headers
+/// (`x-trib-h-unit: celsius` → header `unit` = `celsius`).
+pub const RECORD_HEADER_PREFIX: &str = "x-trib-h-";
+/// The batch endpoint accepts request bodies up to this many times
+/// `max_batch_bytes` (JSON and base64 take more room than the encoded
+/// batch).
+pub const BATCH_BODY_FACTOR: usize = 4;
+/// Largest body drained after refusing it as too large, so the client
+/// reads the 413 instead of a reset connection.
+const DRAIN_MAX_BYTES: usize = 256 * 1024 * 1024;
+
+/// An error response: status and JSON body with at least `error` (a
+/// message) and `kind` (`invalid_input`, `forbidden`, `not_found`,
+/// `method_not_allowed`, `too_large`, `shutting_down`, `disk_budget_full`,
+/// `internal`), as in the broker's admin API.
+#[derive(Debug)]
+pub struct ApiError {
+    status: StatusCode,
+    body: Value,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, message: impl Into<String>) -> ApiError {
+        let kind = match status {
+            StatusCode::BAD_REQUEST => "invalid_input",
+            StatusCode::FORBIDDEN => "forbidden",
+            StatusCode::NOT_FOUND => "not_found",
+            StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
+            StatusCode::PAYLOAD_TOO_LARGE => "too_large",
+            StatusCode::SERVICE_UNAVAILABLE => "shutting_down",
+            StatusCode::INSUFFICIENT_STORAGE => "disk_budget_full",
+            _ => "internal",
+        };
+        ApiError {
+            status,
+            body: json!({ "error": message.into(), "kind": kind }),
+        }
+    }
+
+    fn with(mut self, key: &str, value: Value) -> ApiError {
+        if let Some(map) = self.body.as_object_mut() {
+            map.insert(key.to_owned(), value);
+        }
+        self
+    }
+
+    /// The HTTP status.
+    pub fn status(&self) -> StatusCode {
+        self.status
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, axum::Json(self.body)).into_response()
+    }
+}
+
+/// `lines[i]` is the NDJSON line of record `i`, when the records came from
+/// a batch body.
+fn publish_error(e: TopicError, lines: Option<&[usize]>) -> ApiError {
+    let message = e.to_string();
+    match e {
+        TopicError::InvalidName(_) => ApiError::new(StatusCode::BAD_REQUEST, message),
+        TopicError::ForeignNamespace { .. } | TopicError::TooManyTopics { .. } => {
+            ApiError::new(StatusCode::FORBIDDEN, message)
+        }
+        TopicError::NotFound { .. } => ApiError::new(StatusCode::NOT_FOUND, message),
+        TopicError::ShuttingDown | TopicError::Publish(PublishError::Closed { .. }) => {
+            ApiError::new(StatusCode::SERVICE_UNAVAILABLE, message)
+        }
+        TopicError::Publish(PublishError::Empty) => ApiError::new(StatusCode::BAD_REQUEST, message),
+        TopicError::Publish(PublishError::TooLarge {
+            record_index,
+            limit,
+        }) => {
+            let line = record_index.and_then(|i| lines.and_then(|l| l.get(i)).copied());
+            let message = match line {
+                Some(line) => format!("line {line}: {limit}"),
+                None => limit.to_string(),
+            };
+            let mut err = ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, message)
+                .with("limit", json!(limit.limit.to_string()))
+                .with("limit_bytes", json!(limit.max));
+            if let Some(line) = line {
+                err = err.with("line", json!(line));
+            }
+            err
+        }
+        TopicError::Publish(PublishError::Full(full)) => {
+            let limit = match full.scope {
+                BudgetScope::Topic => "topic disk_budget_bytes",
+                BudgetScope::Agent => "agent disk_budget_bytes",
+            };
+            ApiError::new(StatusCode::INSUFFICIENT_STORAGE, message)
+                .with("topic", json!(full.topic.as_str()))
+                .with("limit", json!(limit))
+                .with("limit_bytes", json!(full.limit_bytes))
+                .with("used_bytes", json!(full.used_bytes))
+                .with("batch_bytes", json!(full.batch_bytes))
+        }
+        other => {
+            error!(error = %other, "publish failed");
+            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, message)
+        }
+    }
+}
+
+/// Response of both publish routes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PublishResponse {
+    /// The topic.
+    pub topic: String,
+    /// Offset of the first record.
+    pub base_offset: u64,
+    /// Offset just past the last record.
+    pub next_offset: u64,
+    /// Records published.
+    pub count: u64,
+}
+
+impl PublishResponse {
+    fn new(topic: &TopicName, ack: PublishAck) -> PublishResponse {
+        PublishResponse {
+            topic: topic.as_str().to_owned(),
+            base_offset: ack.base_offset,
+            next_offset: ack.next_offset,
+            count: ack.count,
+        }
+    }
+}
+
+/// Query of `POST .../records`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RecordQuery {
+    key: Option<String>,
+    timestamp_ms: Option<i64>,
+}
+
+/// Query of `POST .../batch`: none allowed.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BatchQuery {}
+
+type ApiState = State<Arc<TopicManager>>;
+
+/// The router of the local API over `manager`.
+pub fn router(manager: Arc<TopicManager>) -> Router {
+    Router::new()
+        .route("/health", get(health))
+        .route("/metrics", get(metrics_text))
+        .route("/v1/topics", get(list_topics))
+        .route("/v1/topics/{ns}/{topic}", get(get_topic))
+        .route("/v1/topics/{ns}/{topic}/records", post(publish_record))
+        .route("/v1/topics/{ns}/{topic}/batch", post(publish_batch))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .with_state(manager)
+}
+
+async fn not_found(method: Method, uri: Uri) -> ApiError {
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        format!("no route for {method} {}", uri.path()),
+    )
+}
+
+async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        format!("method {method} is not allowed on {}", uri.path()),
+    )
+}
+
+async fn health(State(manager): ApiState) -> Response {
+    let (status, word) = if manager.is_closing() {
+        (StatusCode::SERVICE_UNAVAILABLE, "shutting_down")
+    } else {
+        (StatusCode::OK, "ok")
+    };
+    let body = json!({
+        "status": word,
+        "edge_id": manager.config().edge_id.as_str(),
+        "topics": manager.topics().len(),
+    });
+    (status, axum::Json(body)).into_response()
+}
+
+async fn metrics_text(State(manager): ApiState) -> Response {
+    (
+        [(header::CONTENT_TYPE, metrics::CONTENT_TYPE)],
+        metrics::render(&manager.stats()),
+    )
+        .into_response()
+}
+
+async fn list_topics(State(manager): ApiState) -> axum::Json<AgentStats> {
+    axum::Json(manager.stats())
+}
+
+fn path_topic(
+    manager: &TopicManager,
+    path: Result<Path<(String, String)>, PathRejection>,
+) -> Result<TopicName, ApiError> {
+    let Path((ns, topic)) = path
+        .map_err(|e| ApiError::new(StatusCode::BAD_REQUEST, format!("topic: {}", e.body_text())))?;
+    manager
+        .topic_name(&ns, &topic)
+        .map_err(|e| publish_error(e, None))
+}
+
+async fn get_topic(
+    State(manager): ApiState,
+    path: Result<Path<(String, String)>, PathRejection>,
+) -> Result<axum::Json<crate::topic::TopicStats>, ApiError> {
+    let name = path_topic(&manager, path)?;
+    let topic = manager.topic(&name).ok_or_else(|| {
+        publish_error(
+            TopicError::NotFound {
+                topic: name.clone(),
+            },
+            None,
+        )
+    })?;
+    Ok(axum::Json(topic.stats()))
+}
+
+fn query_error(e: QueryRejection) -> ApiError {
+    ApiError::new(StatusCode::BAD_REQUEST, format!("query: {}", e.body_text()))
+}
+
+async fn publish_record(
+    State(manager): ApiState,
+    path: Result<Path<(String, String)>, PathRejection>,
+    query: Result<Query<RecordQuery>, QueryRejection>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<axum::Json<PublishResponse>, ApiError> {
+    let name = path_topic(&manager, path)?;
+    let Query(query) = query.map_err(query_error)?;
+    let timestamp_ms = match query.timestamp_ms {
+        Some(ts) if ts < 0 => {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                format!("timestamp_ms: must be ms since the Unix epoch, at least 0; got {ts}"),
+            ));
+        }
+        Some(ts) => ts,
+        None => manager.now_ms(),
+    };
+    let mut record_headers = Vec::new();
+    for (header_name, value) in &headers {
+        let Some(name) = header_name.as_str().strip_prefix(RECORD_HEADER_PREFIX) else {
+            continue;
+        };
+        if name.is_empty() {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "header {header_name}: the record header name after {RECORD_HEADER_PREFIX} is empty"
+                ),
+            ));
+        }
+        record_headers.push((name.to_owned(), Bytes::copy_from_slice(value.as_bytes())));
+    }
+    let max = manager.config().limits.max_record_bytes as usize;
+    let value = read_body(&headers, body, max).await.map_err(|e| match e {
+        BodyError::TooLarge => ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!("max_record_bytes exceeded: the record value is over {max} bytes"),
+        )
+        .with("limit", json!("max_record_bytes"))
+        .with("limit_bytes", json!(max)),
+        BodyError::Read(reason) => {
+            ApiError::new(StatusCode::BAD_REQUEST, format!("body: {reason}"))
+        }
+    })?;
+    let record = Record {
+        timestamp_ms,
+        key: query.key.map(|k| Bytes::from(k.into_bytes())),
+        headers: record_headers,
+        value,
+    };
+    let ack = manager
+        .publish(&name, vec![record])
+        .await
+        .map_err(|e| publish_error(e, None))?;
+    debug!(topic = %name, base_offset = ack.base_offset, "published one record");
+    Ok(axum::Json(PublishResponse::new(&name, ack)))
+}
+
+async fn publish_batch(
+    State(manager): ApiState,
+    path: Result<Path<(String, String)>, PathRejection>,
+    query: Result<Query<BatchQuery>, QueryRejection>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<axum::Json<PublishResponse>, ApiError> {
+    let name = path_topic(&manager, path)?;
+    let Query(BatchQuery {}) = query.map_err(query_error)?;
+    let max_batch = manager.config().limits.max_batch_bytes as usize;
+    let max = max_batch.saturating_mul(BATCH_BODY_FACTOR);
+    let body = read_body(&headers, body, max).await.map_err(|e| match e {
+        BodyError::TooLarge => ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            format!(
+                "max_batch_bytes exceeded: the request body is over {max} bytes ({BATCH_BODY_FACTOR} × max_batch_bytes = {max_batch}); send smaller batches"
+            ),
+        )
+        .with("limit", json!("max_batch_bytes"))
+        .with("limit_bytes", json!(max_batch)),
+        BodyError::Read(reason) => ApiError::new(StatusCode::BAD_REQUEST, format!("body: {reason}")),
+    })?;
+    let parsed = ndjson::parse(&body, manager.now_ms()).map_err(|e| {
+        let err = ApiError::new(StatusCode::BAD_REQUEST, e.to_string());
+        match e {
+            NdjsonError::Line(line) => err
+                .with("line", json!(line.line))
+                .with("field", json!(line.field)),
+            NdjsonError::Empty => err,
+        }
+    })?;
+    let ack = manager
+        .publish(&name, parsed.records)
+        .await
+        .map_err(|e| publish_error(e, Some(&parsed.lines)))?;
+    debug!(topic = %name, base_offset = ack.base_offset, count = ack.count, "published a batch");
+    Ok(axum::Json(PublishResponse::new(&name, ack)))
+}
+
+enum BodyError {
+    TooLarge,
+    Read(String),
+}
+
+/// Reads `body` up to `limit` bytes. Over the limit, the rest is drained
+/// (up to [`DRAIN_MAX_BYTES`]) so the client gets to read the refusal.
+async fn read_body(headers: &HeaderMap, mut body: Body, limit: usize) -> Result<Bytes, BodyError> {
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let mut too_large = declared.is_some_and(|len| len > limit as u64);
+    let mut buf = BytesMut::new();
+    let mut seen = 0usize;
+    while let Some(frame) = std::future::poll_fn(|cx| Pin::new(&mut body).poll_frame(cx)).await {
+        let frame = frame.map_err(|e| BodyError::Read(e.to_string()))?;
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        seen = seen.saturating_add(data.len());
+        if seen > limit {
+            too_large = true;
+        }
+        if too_large {
+            if seen > DRAIN_MAX_BYTES {
+                break;
+            }
+            continue;
+        }
+        buf.extend_from_slice(&data);
+    }
+    if too_large {
+        return Err(BodyError::TooLarge);
+    }
+    Ok(buf.freeze())
+}

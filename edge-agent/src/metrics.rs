@@ -1,0 +1,260 @@
+//! `GET /metrics`: the Prometheus text exposition format (version 0.0.4),
+//! written by hand from [`AgentStats`].
+//!
+//! | metric | type | labels |
+//! |---|---|---|
+//! | `tributary_edge_records_in_total` | counter | `topic` |
+//! | `tributary_edge_bytes_in_total` | counter | `topic` |
+//! | `tributary_edge_refused_records_total` | counter | `topic` (budget full) |
+//! | `tributary_edge_dropped_records_total` | counter | `topic`, `reason` (`drop_oldest`, `ring_full`) |
+//! | `tributary_edge_dropped_segments_total` | counter | `topic` |
+//! | `tributary_edge_high_water_mark` | gauge | `topic` |
+//! | `tributary_edge_acknowledged_offset` | gauge | `topic` |
+//! | `tributary_edge_backlog_records` | gauge | `topic` |
+//! | `tributary_edge_backlog_bytes` | gauge | `topic` |
+//! | `tributary_edge_wal_bytes` | gauge | `topic` |
+//! | `tributary_edge_disk_used_bytes` | gauge | `topic`, and one without labels for the agent |
+//! | `tributary_edge_disk_budget_bytes` | gauge | `topic` where set, and one without labels where the agent budget is set |
+//!
+//! Counters count since the agent started.
+
+use std::fmt::Write as _;
+
+use crate::manager::AgentStats;
+use crate::topic::TopicStats;
+
+/// The `Content-Type` of the exposition.
+pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
+
+/// Escapes a label value (`\`, `"` and newline).
+fn escape(value: &str) -> String {
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+struct Family {
+    name: &'static str,
+    kind: &'static str,
+    help: &'static str,
+    value: fn(&TopicStats) -> Option<u64>,
+}
+
+const FAMILIES: &[Family] = &[
+    Family {
+        name: "tributary_edge_records_in_total",
+        kind: "counter",
+        help: "Records published to the topic.",
+        value: |t| Some(t.records_in),
+    },
+    Family {
+        name: "tributary_edge_bytes_in_total",
+        kind: "counter",
+        help: "Encoded record batch bytes published to the topic.",
+        value: |t| Some(t.bytes_in),
+    },
+    Family {
+        name: "tributary_edge_refused_records_total",
+        kind: "counter",
+        help: "Records refused because a disk budget was full.",
+        value: |t| Some(t.refused_records),
+    },
+    Family {
+        name: "tributary_edge_dropped_segments_total",
+        kind: "counter",
+        help: "WAL segments deleted by full_policy drop_oldest.",
+        value: |t| Some(t.dropped_segments),
+    },
+    Family {
+        name: "tributary_edge_high_water_mark",
+        kind: "gauge",
+        help: "Offset just past the last durable record.",
+        value: |t| Some(t.high_water_mark),
+    },
+    Family {
+        name: "tributary_edge_acknowledged_offset",
+        kind: "gauge",
+        help: "Next offset acknowledged by the broker (checkpoint).",
+        value: |t| Some(t.acknowledged_offset),
+    },
+    Family {
+        name: "tributary_edge_backlog_records",
+        kind: "gauge",
+        help: "Records held and not yet acknowledged by the broker.",
+        value: |t| Some(t.backlog_records),
+    },
+    Family {
+        name: "tributary_edge_backlog_bytes",
+        kind: "gauge",
+        help: "Bytes held and not yet acknowledged (whole WAL segments).",
+        value: |t| Some(t.backlog_bytes),
+    },
+    Family {
+        name: "tributary_edge_wal_bytes",
+        kind: "gauge",
+        help: "Bytes of the topic's WAL segment files.",
+        value: |t| Some(t.wal_bytes),
+    },
+];
+
+/// Renders the exposition of `stats`.
+pub fn render(stats: &AgentStats) -> String {
+    let mut out = String::new();
+    for family in FAMILIES {
+        header(&mut out, family.name, family.kind, family.help);
+        for topic in &stats.topics {
+            if let Some(value) = (family.value)(topic) {
+                sample(
+                    &mut out,
+                    family.name,
+                    &[("topic", topic.name.as_str())],
+                    value,
+                );
+            }
+        }
+    }
+    let dropped = "tributary_edge_dropped_records_total";
+    header(
+        &mut out,
+        dropped,
+        "counter",
+        "Records lost: dropped by drop_oldest before acknowledgement, or pushed out of a full realtime ring.",
+    );
+    for topic in &stats.topics {
+        let reason = if topic.ring_capacity_records.is_some() {
+            "ring_full"
+        } else {
+            "drop_oldest"
+        };
+        sample(
+            &mut out,
+            dropped,
+            &[("topic", topic.name.as_str()), ("reason", reason)],
+            topic.dropped_records,
+        );
+    }
+    let used = "tributary_edge_disk_used_bytes";
+    header(
+        &mut out,
+        used,
+        "gauge",
+        "Bytes counted against the disk budget (WAL bytes plus appends in flight).",
+    );
+    sample(&mut out, used, &[], stats.disk_used_bytes);
+    for topic in &stats.topics {
+        if topic.ring_capacity_records.is_none() {
+            sample(
+                &mut out,
+                used,
+                &[("topic", topic.name.as_str())],
+                topic.disk_used_bytes,
+            );
+        }
+    }
+    let budget = "tributary_edge_disk_budget_bytes";
+    header(&mut out, budget, "gauge", "Configured disk budget.");
+    if let Some(limit) = stats.disk_budget_bytes {
+        sample(&mut out, budget, &[], limit);
+    }
+    for topic in &stats.topics {
+        if let Some(limit) = topic.disk_budget_bytes {
+            sample(&mut out, budget, &[("topic", topic.name.as_str())], limit);
+        }
+    }
+    out
+}
+
+fn header(out: &mut String, name: &str, kind: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}");
+    let _ = writeln!(out, "# TYPE {name} {kind}");
+}
+
+fn sample(out: &mut String, name: &str, labels: &[(&str, &str)], value: u64) {
+    out.push_str(name);
+    if !labels.is_empty() {
+        out.push('{');
+        for (i, (key, value)) in labels.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            let _ = write!(out, "{key}=\"{}\"", escape(value));
+        }
+        out.push('}');
+    }
+    let _ = writeln!(out, " {value}");
+}
+
+#[cfg(test)]
+mod tests {
+    use broker_core::keys::TopicName;
+
+    use super::*;
+
+    fn topic(name: &str, ring: bool) -> TopicStats {
+        TopicStats {
+            name: TopicName::new(name).unwrap(),
+            intent: None,
+            delivery: "NonReliable",
+            wal_sync_mode: "os_cache_flush",
+            persistence: if ring { "in_memory" } else { "wal" },
+            implicit: true,
+            high_water_mark: 10,
+            log_start_offset: 2,
+            acknowledged_offset: 4,
+            backlog_records: 6,
+            backlog_bytes: 600,
+            wal_bytes: 1000,
+            disk_used_bytes: 1000,
+            disk_budget_bytes: (!ring).then_some(5000),
+            full_policy: None,
+            ring_capacity_records: ring.then_some(8),
+            records_in: 10,
+            bytes_in: 1234,
+            refused_records: 1,
+            dropped_records: 3,
+            dropped_segments: 0,
+            recent_dropped_ranges: vec![],
+        }
+    }
+
+    #[test]
+    fn renders_every_family_with_labels() {
+        let stats = AgentStats {
+            edge_id: "e1".into(),
+            disk_budget_bytes: Some(9000),
+            disk_used_bytes: 1000,
+            topics: vec![topic("/e1/a", false), topic("/e1/r", true)],
+        };
+        let text = render(&stats);
+        for line in [
+            "# TYPE tributary_edge_records_in_total counter",
+            "tributary_edge_records_in_total{topic=\"/e1/a\"} 10",
+            "tributary_edge_bytes_in_total{topic=\"/e1/r\"} 1234",
+            "tributary_edge_backlog_bytes{topic=\"/e1/a\"} 600",
+            "tributary_edge_dropped_records_total{topic=\"/e1/a\",reason=\"drop_oldest\"} 3",
+            "tributary_edge_dropped_records_total{topic=\"/e1/r\",reason=\"ring_full\"} 3",
+            "tributary_edge_disk_used_bytes 1000",
+            "tributary_edge_disk_used_bytes{topic=\"/e1/a\"} 1000",
+            "tributary_edge_disk_budget_bytes 9000",
+            "tributary_edge_disk_budget_bytes{topic=\"/e1/a\"} 5000",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+        assert!(!text.contains("tributary_edge_disk_used_bytes{topic=\"/e1/r\"}"));
+        assert!(!text.contains("tributary_edge_disk_budget_bytes{topic=\"/e1/r\"}"));
+        // Every sample line is `name{labels} value` or `name value`.
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let value = line.rsplit_once(' ').map(|(_, v)| v).unwrap();
+            assert!(value.parse::<u64>().is_ok(), "{line}");
+        }
+    }
+
+    #[test]
+    fn label_values_are_escaped() {
+        assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    }
+}

@@ -1,0 +1,360 @@
+//! The NDJSON batch format of `POST /v1/topics/{ns}/{topic}/batch`.
+//!
+//! One JSON object per line:
+//!
+//! | field | type | meaning |
+//! |---|---|---|
+//! | `value` | string | the value as UTF-8 text |
+//! | `value_b64` | string | the value as standard base64 (with padding) |
+//! | `key` | string | optional key, UTF-8 text |
+//! | `key_b64` | string | optional key, standard base64 |
+//! | `headers` | object of string → string | optional headers, kept in the order written |
+//! | `timestamp_ms` | integer ≥ 0 | optional; ms since the Unix epoch, else the agent's clock |
+//!
+//! Exactly one of `value` and `value_b64`; at most one of `key` and
+//! `key_b64`; no other fields. Lines holding only whitespace are skipped
+//! (so a trailing newline is fine); line numbers count every line from 1.
+//! The whole body is parsed before anything is stored, and the first bad
+//! line is reported ([`LineError`]).
+
+use std::fmt;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD;
+use broker_core::Record;
+use bytes::Bytes;
+use serde::de::{MapAccess, Visitor};
+use serde::{Deserialize, Deserializer};
+
+/// One NDJSON line as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Line {
+    value: Option<String>,
+    value_b64: Option<String>,
+    key: Option<String>,
+    key_b64: Option<String>,
+    #[serde(default)]
+    headers: OrderedHeaders,
+    timestamp_ms: Option<i64>,
+}
+
+/// A JSON object of string → string, in document order, duplicates kept.
+#[derive(Debug, Default)]
+struct OrderedHeaders(Vec<(String, String)>);
+
+impl<'de> Deserialize<'de> for OrderedHeaders {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct HeadersVisitor;
+
+        impl<'de> Visitor<'de> for HeadersVisitor {
+            type Value = OrderedHeaders;
+
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an object of string header values")
+            }
+
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<OrderedHeaders, A::Error> {
+                let mut out = Vec::new();
+                while let Some((name, value)) = map.next_entry::<String, String>()? {
+                    out.push((name, value));
+                }
+                Ok(OrderedHeaders(out))
+            }
+        }
+
+        deserializer.deserialize_map(HeadersVisitor)
+    }
+}
+
+/// A refused NDJSON line: its number (from 1), the field at fault (if one)
+/// and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("line {line}: {}{reason}", field.as_deref().map(|f| format!("{f}: ")).unwrap_or_default())]
+pub struct LineError {
+    /// Line number, from 1.
+    pub line: usize,
+    /// The field at fault (`value`, `value_b64`, `headers.x`, ...), `None`
+    /// when the line is not a JSON object at all.
+    pub field: Option<String>,
+    /// What is wrong.
+    pub reason: String,
+}
+
+/// Why a batch body was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum NdjsonError {
+    /// A line is malformed.
+    #[error(transparent)]
+    Line(#[from] LineError),
+    /// The body holds no record.
+    #[error("body: no records (one JSON object per line expected)")]
+    Empty,
+}
+
+/// A parsed batch: the records and the line number of each (for errors
+/// that come later, such as a record over `max_record_bytes`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParsedBatch {
+    /// The records, in body order.
+    pub records: Vec<Record>,
+    /// `lines[i]` is the line number of `records[i]`.
+    pub lines: Vec<usize>,
+}
+
+/// Parses an NDJSON body. Records without `timestamp_ms` get `now_ms`.
+///
+/// # Errors
+/// [`NdjsonError::Line`] for the first bad line (not UTF-8, not a JSON
+/// object, unknown or mistyped field, missing or doubled value, bad
+/// base64, negative timestamp); [`NdjsonError::Empty`] without any record.
+pub fn parse(body: &[u8], now_ms: i64) -> Result<ParsedBatch, NdjsonError> {
+    let mut records = Vec::new();
+    let mut lines = Vec::new();
+    for (index, raw) in body.split(|&b| b == b'\n').enumerate() {
+        let line = index + 1;
+        if raw.iter().all(u8::is_ascii_whitespace) {
+            continue;
+        }
+        records.push(parse_line(raw, line, now_ms)?);
+        lines.push(line);
+    }
+    if records.is_empty() {
+        return Err(NdjsonError::Empty);
+    }
+    Ok(ParsedBatch { records, lines })
+}
+
+fn parse_line(raw: &[u8], line: usize, now_ms: i64) -> Result<Record, LineError> {
+    let err = |field: Option<&str>, reason: String| LineError {
+        line,
+        field: field.map(str::to_owned),
+        reason,
+    };
+    let text = std::str::from_utf8(raw).map_err(|e| err(None, format!("not UTF-8: {e}")))?;
+    if !text.trim_start().starts_with('{') {
+        return Err(err(
+            None,
+            "not a JSON object (one object per line expected)".into(),
+        ));
+    }
+    let mut de = serde_json::Deserializer::from_str(text);
+    let parsed: Line = serde_path_to_error::deserialize(&mut de).map_err(|e| {
+        let path = e.path().to_string();
+        // `.` is the whole line, `?` a position serde could not name.
+        let field = (path != "." && path != "?").then_some(path);
+        let inner = e.into_inner();
+        // serde_json appends "at line 1 column N": within this one line.
+        let reason = match (inner.line(), inner.column()) {
+            (0, _) => inner.to_string(),
+            (_, column) => {
+                let message = inner.to_string();
+                let message = message
+                    .rsplit_once(" at line ")
+                    .map_or(message.as_str(), |(m, _)| m)
+                    .to_owned();
+                format!("{message} (column {column})")
+            }
+        };
+        LineError {
+            line,
+            field,
+            reason,
+        }
+    })?;
+    de.end()
+        .map_err(|e| err(None, format!("trailing characters after the object: {e}")))?;
+    let value = match (parsed.value, parsed.value_b64) {
+        (Some(text), None) => Bytes::from(text.into_bytes()),
+        (None, Some(b64)) => decode_b64(&b64).map_err(|r| err(Some("value_b64"), r))?,
+        (None, None) => {
+            return Err(err(
+                Some("value"),
+                "missing: give `value` (UTF-8 text) or `value_b64` (base64)".into(),
+            ));
+        }
+        (Some(_), Some(_)) => {
+            return Err(err(
+                Some("value"),
+                "give either `value` or `value_b64`, not both".into(),
+            ));
+        }
+    };
+    let key = match (parsed.key, parsed.key_b64) {
+        (Some(text), None) => Some(Bytes::from(text.into_bytes())),
+        (None, Some(b64)) => Some(decode_b64(&b64).map_err(|r| err(Some("key_b64"), r))?),
+        (None, None) => None,
+        (Some(_), Some(_)) => {
+            return Err(err(
+                Some("key"),
+                "give either `key` or `key_b64`, not both".into(),
+            ));
+        }
+    };
+    let timestamp_ms = match parsed.timestamp_ms {
+        Some(ts) if ts < 0 => {
+            return Err(err(
+                Some("timestamp_ms"),
+                format!("must be ms since the Unix epoch, at least 0; got {ts}"),
+            ));
+        }
+        Some(ts) => ts,
+        None => now_ms,
+    };
+    let headers = parsed
+        .headers
+        .0
+        .into_iter()
+        .map(|(name, value)| (name, Bytes::from(value.into_bytes())))
+        .collect();
+    Ok(Record {
+        timestamp_ms,
+        key,
+        headers,
+        value,
+    })
+}
+
+fn decode_b64(text: &str) -> Result<Bytes, String> {
+    STANDARD
+        .decode(text)
+        .map(Bytes::from)
+        .map_err(|e| format!("not valid standard base64: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line_err(body: &str) -> LineError {
+        match parse(body.as_bytes(), 7) {
+            Err(NdjsonError::Line(e)) => e,
+            other => panic!("expected a line error, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn parses_every_field() {
+        let body = concat!(
+            "{\"value\":\"hello\"}\n",
+            "\n",
+            "{\"value_b64\":\"AAEC/w==\",\"key\":\"k1\",\"headers\":{\"z\":\"1\",\"a\":\"2\",\"z\":\"3\"},\"timestamp_ms\":42}\n",
+            "  {\"value\":\"\",\"key_b64\":\"/w==\"}  \n",
+        );
+        let parsed = parse(body.as_bytes(), 1000).unwrap();
+        assert_eq!(parsed.lines, [1, 3, 4]);
+        assert_eq!(
+            parsed.records,
+            [
+                Record {
+                    timestamp_ms: 1000,
+                    key: None,
+                    headers: vec![],
+                    value: Bytes::from_static(b"hello"),
+                },
+                Record {
+                    timestamp_ms: 42,
+                    key: Some(Bytes::from_static(b"k1")),
+                    headers: vec![
+                        ("z".into(), Bytes::from_static(b"1")),
+                        ("a".into(), Bytes::from_static(b"2")),
+                        ("z".into(), Bytes::from_static(b"3")),
+                    ],
+                    value: Bytes::from_static(&[0, 1, 2, 255]),
+                },
+                Record {
+                    timestamp_ms: 1000,
+                    key: Some(Bytes::from_static(&[255])),
+                    headers: vec![],
+                    value: Bytes::new(),
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn empty_bodies_are_refused() {
+        assert_eq!(parse(b"", 0), Err(NdjsonError::Empty));
+        assert_eq!(parse(b"\n \n\t\n", 0), Err(NdjsonError::Empty));
+        assert_eq!(
+            NdjsonError::Empty.to_string(),
+            "body: no records (one JSON object per line expected)"
+        );
+    }
+
+    #[test]
+    fn bad_json_names_the_line() {
+        let e = line_err("{\"value\":\"a\"}\n{\"value\": \"b\"\n");
+        assert_eq!(e.line, 2);
+        assert_eq!(e.field, None);
+        assert_eq!(
+            e.to_string(),
+            "line 2: EOF while parsing an object (column 13)"
+        );
+        let e = line_err("[1,2]");
+        assert_eq!(
+            e.to_string(),
+            "line 1: not a JSON object (one object per line expected)"
+        );
+        let e = line_err("{\"value\":\"a\"} x");
+        assert_eq!(e.line, 1);
+        assert!(e.reason.starts_with("trailing characters"), "{e}");
+    }
+
+    #[test]
+    fn missing_and_doubled_values() {
+        let e = line_err("{\"value\":\"a\"}\n{\"key\":\"k\"}");
+        assert_eq!(
+            e.to_string(),
+            "line 2: value: missing: give `value` (UTF-8 text) or `value_b64` (base64)"
+        );
+        let e = line_err("{\"value\":\"a\",\"value_b64\":\"YQ==\"}");
+        assert_eq!(
+            e.to_string(),
+            "line 1: value: give either `value` or `value_b64`, not both"
+        );
+        let e = line_err("{\"value\":\"a\",\"key\":\"a\",\"key_b64\":\"YQ==\"}");
+        assert_eq!(e.field.as_deref(), Some("key"));
+    }
+
+    #[test]
+    fn bad_base64_names_the_field() {
+        let e = line_err("{\"value_b64\":\"not base64!\"}");
+        assert_eq!(e.line, 1);
+        assert_eq!(e.field.as_deref(), Some("value_b64"));
+        assert!(e.reason.starts_with("not valid standard base64"), "{e}");
+        let e = line_err("{\"value\":\"v\",\"key_b64\":\"@@\"}");
+        assert_eq!(e.field.as_deref(), Some("key_b64"));
+    }
+
+    #[test]
+    fn mistyped_and_unknown_fields_are_named() {
+        let e = line_err("{\"value\":5}");
+        assert_eq!(e.field.as_deref(), Some("value"));
+        assert_eq!(
+            e.to_string(),
+            "line 1: value: invalid type: integer `5`, expected a string (column 10)"
+        );
+        let e = line_err("{\"value\":\"a\",\"headers\":{\"h\":1}}");
+        assert_eq!(e.field.as_deref(), Some("headers.h"));
+        let e = line_err("{\"value\":\"a\",\"vlaue\":\"b\"}");
+        assert!(e.reason.starts_with("unknown field `vlaue`"), "{e}");
+        let e = line_err("{\"value\":\"a\",\"timestamp_ms\":-1}");
+        assert_eq!(
+            e.to_string(),
+            "line 1: timestamp_ms: must be ms since the Unix epoch, at least 0; got -1"
+        );
+        let e = line_err("{\"value\":\"a\",\"timestamp_ms\":1.5}");
+        assert_eq!(e.field.as_deref(), Some("timestamp_ms"));
+    }
+
+    #[test]
+    fn non_utf8_lines_are_refused() {
+        let e = match parse(b"{\"value\":\"a\"}\n\xff\xfe\n", 0) {
+            Err(NdjsonError::Line(e)) => e,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(e.line, 2);
+        assert!(e.reason.starts_with("not UTF-8"), "{e}");
+    }
+}

@@ -1,0 +1,767 @@
+//! One topic of the agent: its WAL (durable intents and implicit topics) or
+//! its in-memory ring (`realtime`), its disk budget, acknowledged checkpoint
+//! and counters.
+//!
+//! # Publishing
+//! Records are encoded into one record batch (no compression: the
+//! replicator compresses on the wire), so size limits and the budget are
+//! checked on the exact bytes that will be written. A durable topic then
+//! reserves the batch against its own and the agent's budget
+//! ([`crate::budget`]) and appends it; the call returns once the batch is
+//! durable per the topic's sync mode. A realtime topic pushes the records
+//! into its ring.
+//!
+//! # Deletion
+//! Segments of a durable topic are deleted in two places only:
+//! [`Topic::acknowledge`] (the broker acknowledged them: WAL retention with
+//! `safe_offset` = the acknowledged offset and `retention_max_bytes` 0) and,
+//! for `full_policy = drop_oldest`, when a batch does not fit (the oldest
+//! sealed segment, acknowledged or not; each drop is logged with
+//! `tracing::warn!` and counted).
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use broker_core::batch::EncodeError;
+use broker_core::catalog::TopicLoadSettings;
+use broker_core::intent::{Persistence, StreamIntent};
+use broker_core::keys::TopicName;
+use broker_core::limits::LimitError;
+use broker_core::metadata::Clock;
+use broker_core::wal::{RetentionReport, Wal, WalError};
+use broker_core::{Codec, EncodedBatch, Limits, Record, RecordBatch};
+use serde::Serialize;
+use tracing::{debug, info, warn};
+
+use crate::budget::{self, BudgetExceeded, BudgetScope, ByteBudget, FullPolicy};
+use crate::ring::RealtimeRing;
+
+/// Dropped ranges kept per topic for [`TopicStats::recent_dropped_ranges`].
+pub const RECENT_DROPPED_RANGES: usize = 16;
+/// How long [`Topic::close`] waits for other holders of the WAL handle
+/// (the replicator) to let go before leaving the final flush to the last
+/// holder.
+pub const CLOSE_WAIT: Duration = Duration::from_secs(5);
+
+/// Offsets assigned to a published batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct PublishAck {
+    /// Offset of the first record.
+    pub base_offset: u64,
+    /// Offset just past the last record.
+    pub next_offset: u64,
+    /// Records published.
+    pub count: u64,
+}
+
+/// A batch refused because a disk budget is full (HTTP 507).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "topic {topic} is full: {} = {limit_bytes} bytes, {used_bytes} used, a batch of {batch_bytes} bytes does not fit; nothing was stored (full_policy = {policy}{})",
+    limit_name(*scope),
+    if *policy == FullPolicy::DropOldest { ", nothing left to drop" } else { "" }
+)]
+pub struct TopicFull {
+    /// The topic.
+    pub topic: TopicName,
+    /// Which budget is full.
+    pub scope: BudgetScope,
+    /// Its limit, bytes.
+    pub limit_bytes: u64,
+    /// Bytes used when the batch was refused.
+    pub used_bytes: u64,
+    /// The encoded batch, bytes.
+    pub batch_bytes: u64,
+    /// The topic's policy.
+    pub policy: FullPolicy,
+}
+
+fn limit_name(scope: BudgetScope) -> &'static str {
+    match scope {
+        BudgetScope::Topic => "the topic's disk_budget_bytes",
+        BudgetScope::Agent => "the agent's disk_budget_bytes",
+    }
+}
+
+/// Why a publish failed. Nothing of the batch is stored in any case but
+/// [`PublishError::Wal`] after the WAL stopped (fail-stop).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum PublishError {
+    /// A record or the batch is over a size limit (HTTP 413).
+    #[error("{limit}{}", record_index.map(|i| format!(" (record {i})")).unwrap_or_default())]
+    TooLarge {
+        /// The record at fault (0-based) for `max_record_bytes`.
+        record_index: Option<usize>,
+        /// Which limit, the size found and the maximum.
+        limit: LimitError,
+    },
+    /// The batch holds no record (HTTP 400).
+    #[error("no records to publish")]
+    Empty,
+    /// A disk budget is full (HTTP 507).
+    #[error(transparent)]
+    Full(#[from] TopicFull),
+    /// The agent is shutting down (HTTP 503).
+    #[error("topic {topic} is closed: the agent is shutting down")]
+    Closed {
+        /// The topic.
+        topic: TopicName,
+    },
+    /// The WAL failed (HTTP 500).
+    #[error("topic {topic}: {source}")]
+    Wal {
+        /// The topic.
+        topic: TopicName,
+        /// The WAL error.
+        source: WalError,
+    },
+}
+
+/// Why an acknowledgement was refused.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum AckError {
+    /// The acknowledged offset is past what the topic holds: the broker
+    /// claims records this agent never wrote.
+    #[error(
+        "topic {topic}: acknowledged offset {next_offset} is past the high-water mark {high_water_mark}"
+    )]
+    BeyondEnd {
+        /// The topic.
+        topic: TopicName,
+        /// The acknowledged next offset.
+        next_offset: u64,
+        /// The topic's high-water mark.
+        high_water_mark: u64,
+    },
+    /// Retention failed (the checkpoint is recorded anyway).
+    #[error("topic {topic}: retention after acknowledgement failed: {source}")]
+    Wal {
+        /// The topic.
+        topic: TopicName,
+        /// The WAL error.
+        source: WalError,
+    },
+}
+
+/// What [`Topic::acknowledge`] did.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct AckOutcome {
+    /// The topic's acknowledged offset afterwards (never decreases).
+    pub acknowledged_offset: u64,
+    /// Segments deleted, `(base_offset, next_offset, bytes)`.
+    pub deleted_segments: Vec<(u64, u64, u64)>,
+    /// Ring records released (realtime topics).
+    pub released_records: u64,
+}
+
+/// A range deleted by `drop_oldest`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct DroppedRange {
+    /// First offset of the deleted segment.
+    pub start_offset: u64,
+    /// Offset just past its last record.
+    pub end_offset: u64,
+    /// Records of it not acknowledged by the broker: lost.
+    pub lost_records: u64,
+    /// Size of the deleted segment, bytes.
+    pub bytes: u64,
+}
+
+/// Counters and state of a topic, as `GET /v1/topics` shows them.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct TopicStats {
+    /// The topic.
+    pub name: TopicName,
+    /// Canonical intent; `None` for an implicitly created topic.
+    pub intent: Option<StreamIntent>,
+    /// `Reliable` or `NonReliable`.
+    pub delivery: &'static str,
+    /// The sync mode its WAL is opened with (`async` for realtime).
+    pub wal_sync_mode: &'static str,
+    /// `wal` or `in_memory`.
+    pub persistence: &'static str,
+    /// Created by a first publish rather than the configuration.
+    pub implicit: bool,
+    /// Offset just past the last durable (readable) record.
+    pub high_water_mark: u64,
+    /// First offset still held.
+    pub log_start_offset: u64,
+    /// Next offset acknowledged by the broker (the checkpoint).
+    pub acknowledged_offset: u64,
+    /// Records not yet acknowledged and still held.
+    pub backlog_records: u64,
+    /// Bytes not yet acknowledged: WAL segments holding an unacknowledged
+    /// record (whole segments, so an upper bound), or the ring's records.
+    pub backlog_bytes: u64,
+    /// Bytes of WAL segment files (0 for realtime).
+    pub wal_bytes: u64,
+    /// Bytes counted against the budgets (WAL bytes plus appends in
+    /// flight).
+    pub disk_used_bytes: u64,
+    /// The topic's own budget, bytes.
+    pub disk_budget_bytes: Option<u64>,
+    /// `refuse` or `drop_oldest` (durable topics).
+    pub full_policy: Option<FullPolicy>,
+    /// Ring capacity, records (realtime).
+    pub ring_capacity_records: Option<u32>,
+    /// Records published since the agent started.
+    pub records_in: u64,
+    /// Encoded batch bytes published since the agent started.
+    pub bytes_in: u64,
+    /// Records refused because a budget was full.
+    pub refused_records: u64,
+    /// Records lost: dropped by `drop_oldest` before the broker
+    /// acknowledged them, or pushed out of a full ring.
+    pub dropped_records: u64,
+    /// Segments deleted by `drop_oldest`.
+    pub dropped_segments: u64,
+    /// The last [`RECENT_DROPPED_RANGES`] ranges deleted by `drop_oldest`.
+    pub recent_dropped_ranges: Vec<DroppedRange>,
+}
+
+/// Per-topic settings that come from the agent configuration (not from
+/// the stored intent).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TopicPolicy {
+    /// Own disk budget, bytes.
+    pub disk_budget_bytes: Option<u64>,
+    /// What happens when a budget is full.
+    pub full_policy: FullPolicy,
+    /// Ring capacity for realtime topics, records.
+    pub ring_records: u32,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    records_in: AtomicU64,
+    bytes_in: AtomicU64,
+    refused_records: AtomicU64,
+    dropped_records: AtomicU64,
+    dropped_segments: AtomicU64,
+}
+
+#[derive(Debug)]
+enum Storage {
+    /// `None` once closed.
+    Wal(Mutex<Option<Arc<Wal>>>),
+    Ring(RealtimeRing),
+}
+
+/// A topic. Shared as `Arc<Topic>`; all methods take `&self`.
+pub struct Topic {
+    name: TopicName,
+    settings: TopicLoadSettings,
+    implicit: bool,
+    policy: TopicPolicy,
+    storage: Storage,
+    budget: ByteBudget,
+    agent_budget: Arc<ByteBudget>,
+    limits: Limits,
+    clock: Arc<dyn Clock>,
+    /// Next offset acknowledged by the broker; only grows.
+    acknowledged: AtomicU64,
+    /// The acknowledged offset changed since the checkpoint was written.
+    checkpoint_dirty: AtomicBool,
+    counters: Counters,
+    dropped_ranges: Mutex<VecDeque<DroppedRange>>,
+    /// Serializes `drop_oldest` so concurrent publishers drop one segment
+    /// at a time.
+    room: tokio::sync::Mutex<()>,
+}
+
+/// Everything [`Topic::open_wal`] and [`Topic::open_ring`] need.
+pub(crate) struct TopicParts {
+    pub name: TopicName,
+    pub settings: TopicLoadSettings,
+    pub implicit: bool,
+    pub policy: TopicPolicy,
+    pub agent_budget: Arc<ByteBudget>,
+    pub limits: Limits,
+    pub clock: Arc<dyn Clock>,
+    pub acknowledged: u64,
+}
+
+impl std::fmt::Debug for Topic {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Topic")
+            .field("name", &self.name)
+            .field("settings", &self.settings)
+            .field("policy", &self.policy)
+            .field("acknowledged", &self.acknowledged_offset())
+            .finish_non_exhaustive()
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Poisoning means a panic while holding the lock; the guarded values
+    // are replaced whole, never left half-updated.
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn now_ms(clock: &dyn Clock) -> i64 {
+    i64::try_from(clock.now_ms()).unwrap_or(i64::MAX)
+}
+
+impl Topic {
+    /// A durable topic over an opened WAL; its current size is counted
+    /// against the budgets.
+    pub(crate) fn open_wal(parts: TopicParts, wal: Wal) -> Topic {
+        let used = wal.size_bytes();
+        parts.agent_budget.add(used);
+        Topic::new(parts, Storage::Wal(Mutex::new(Some(Arc::new(wal)))), used)
+    }
+
+    /// A realtime topic whose ring starts at `next_offset`.
+    pub(crate) fn open_ring(parts: TopicParts, next_offset: u64) -> Topic {
+        let ring = RealtimeRing::new(parts.policy.ring_records, next_offset);
+        Topic::new(parts, Storage::Ring(ring), 0)
+    }
+
+    fn new(parts: TopicParts, storage: Storage, used: u64) -> Topic {
+        Topic {
+            name: parts.name,
+            settings: parts.settings,
+            implicit: parts.implicit,
+            policy: parts.policy,
+            storage,
+            budget: ByteBudget::new(BudgetScope::Topic, parts.policy.disk_budget_bytes, used),
+            agent_budget: parts.agent_budget,
+            limits: parts.limits,
+            clock: parts.clock,
+            acknowledged: AtomicU64::new(parts.acknowledged),
+            checkpoint_dirty: AtomicBool::new(false),
+            counters: Counters::default(),
+            dropped_ranges: Mutex::new(VecDeque::new()),
+            room: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// The topic name.
+    pub fn name(&self) -> &TopicName {
+        &self.name
+    }
+
+    /// The stored settings the topic was opened with (the same the broker
+    /// must create the central topic with).
+    pub fn settings(&self) -> &TopicLoadSettings {
+        &self.settings
+    }
+
+    /// Whether the topic was created by a first publish.
+    pub fn is_implicit(&self) -> bool {
+        self.implicit
+    }
+
+    /// Whether the topic lives in memory (realtime intent).
+    pub fn is_realtime(&self) -> bool {
+        matches!(self.storage, Storage::Ring(_))
+    }
+
+    /// Its configured policy.
+    pub fn policy(&self) -> &TopicPolicy {
+        &self.policy
+    }
+
+    /// Drain order when replicating a backlog, lower first: `audit_log` 0,
+    /// `task_queue` 1, `event_stream` and implicit topics 2, `realtime` 3.
+    pub fn drain_rank(&self) -> u8 {
+        match self.settings.intent.as_ref().map(|s| s.intent) {
+            Some(StreamIntent::AuditLog) => 0,
+            Some(StreamIntent::TaskQueue) => 1,
+            Some(StreamIntent::EventStream) | None => 2,
+            Some(StreamIntent::Realtime) => 3,
+        }
+    }
+
+    /// The WAL handle of a durable topic; `None` for a realtime topic or
+    /// after [`Topic::close`]. Read with [`Wal::read`] and wait for new
+    /// records with [`Wal::wait_for_offset`]; never append or delete
+    /// through it (use [`Topic::publish`] and [`Topic::acknowledge`], which
+    /// keep the budget accounts).
+    pub fn wal(&self) -> Option<Arc<Wal>> {
+        match &self.storage {
+            Storage::Wal(wal) => lock(wal).clone(),
+            Storage::Ring(_) => None,
+        }
+    }
+
+    /// The ring of a realtime topic.
+    pub fn ring(&self) -> Option<&RealtimeRing> {
+        match &self.storage {
+            Storage::Ring(ring) => Some(ring),
+            Storage::Wal(_) => None,
+        }
+    }
+
+    /// Offset just past the last durable record (the ring's next offset for
+    /// realtime; 0 for a closed WAL).
+    pub fn high_water_mark(&self) -> u64 {
+        match &self.storage {
+            Storage::Ring(ring) => ring.next_offset(),
+            Storage::Wal(_) => self.wal().map_or(0, |w| w.high_water_mark()),
+        }
+    }
+
+    /// Next offset acknowledged by the broker.
+    pub fn acknowledged_offset(&self) -> u64 {
+        self.acknowledged.load(Ordering::SeqCst)
+    }
+
+    /// Publishes `records` as one batch: all are stored, with contiguous
+    /// offsets, or none. Returns once durable per the sync mode.
+    ///
+    /// # Errors
+    /// [`PublishError::Empty`], [`PublishError::TooLarge`] naming
+    /// `max_record_bytes` (with the record index) or `max_batch_bytes`,
+    /// [`PublishError::Full`] (budget), [`PublishError::Closed`],
+    /// [`PublishError::Wal`].
+    pub async fn publish(&self, records: Vec<Record>) -> Result<PublishAck, PublishError> {
+        let count = records.len() as u64;
+        let batch = RecordBatch {
+            base_offset: 0,
+            codec: Codec::None,
+            records,
+        };
+        let encoded = batch.encode(&self.limits).map_err(|e| match e {
+            EncodeError::Empty => PublishError::Empty,
+            EncodeError::Limit {
+                record_index,
+                error,
+            } => PublishError::TooLarge {
+                record_index,
+                limit: error,
+            },
+            other => PublishError::Wal {
+                topic: self.name.clone(),
+                source: WalError::Encode(other),
+            },
+        })?;
+        let bytes = encoded.len() as u64;
+        let ack = match &self.storage {
+            Storage::Ring(ring) => {
+                let push = ring.push(batch.records);
+                if let Some((from, to)) = push.dropped {
+                    debug!(topic = %self.name, from, to, "realtime ring full: dropped the oldest records");
+                }
+                PublishAck {
+                    base_offset: push.base_offset,
+                    next_offset: push.next_offset,
+                    count,
+                }
+            }
+            Storage::Wal(_) => self.append(encoded, count).await?,
+        };
+        self.counters.records_in.fetch_add(count, Ordering::Relaxed);
+        self.counters.bytes_in.fetch_add(bytes, Ordering::Relaxed);
+        Ok(ack)
+    }
+
+    async fn append(&self, encoded: EncodedBatch, count: u64) -> Result<PublishAck, PublishError> {
+        let closed = || PublishError::Closed {
+            topic: self.name.clone(),
+        };
+        let wal = self.wal().ok_or_else(closed)?;
+        let bytes = encoded.len() as u64;
+        if let Err(exceeded) = self.reserve(&wal, bytes).await {
+            self.counters
+                .refused_records
+                .fetch_add(count, Ordering::Relaxed);
+            return Err(exceeded);
+        }
+        match wal.append_encoded(encoded).await {
+            Ok(ack) => Ok(PublishAck {
+                base_offset: ack.base_offset,
+                next_offset: ack.next_offset,
+                count,
+            }),
+            Err(source) => {
+                budget::release(&self.budget, &self.agent_budget, bytes);
+                Err(match source {
+                    WalError::Closed => closed(),
+                    source => PublishError::Wal {
+                        topic: self.name.clone(),
+                        source,
+                    },
+                })
+            }
+        }
+    }
+
+    /// Reserves `bytes` against both budgets, dropping the oldest sealed
+    /// segments first under `drop_oldest`.
+    async fn reserve(&self, wal: &Arc<Wal>, bytes: u64) -> Result<(), PublishError> {
+        let refused = |e: BudgetExceeded| {
+            PublishError::Full(TopicFull {
+                topic: self.name.clone(),
+                scope: e.scope,
+                limit_bytes: e.limit_bytes,
+                used_bytes: e.used_bytes,
+                batch_bytes: bytes,
+                policy: self.policy.full_policy,
+            })
+        };
+        let exceeded = match budget::reserve(&self.budget, &self.agent_budget, bytes) {
+            Ok(()) => return Ok(()),
+            Err(e) => e,
+        };
+        if self.policy.full_policy == FullPolicy::Refuse {
+            return Err(refused(exceeded));
+        }
+        let _room = self.room.lock().await;
+        let mut rolled = false;
+        let mut idle_steps = 0;
+        loop {
+            let exceeded = match budget::reserve(&self.budget, &self.agent_budget, bytes) {
+                Ok(()) => return Ok(()),
+                Err(e) => e,
+            };
+            let Some(oldest) = wal.sealed_segments().into_iter().next() else {
+                // Everything is in the active segment: seal it once so it
+                // can be dropped; after that, nothing is left to drop.
+                if rolled || wal.size_bytes() == 0 {
+                    return Err(refused(exceeded));
+                }
+                rolled = true;
+                wal.roll().await.map_err(|source| PublishError::Wal {
+                    topic: self.name.clone(),
+                    source,
+                })?;
+                continue;
+            };
+            let report = self
+                .delete_sealed_below(wal, oldest.next_offset)
+                .await
+                .map_err(|source| PublishError::Wal {
+                    topic: self.name.clone(),
+                    source,
+                })?;
+            if report.deleted.is_empty() {
+                // Someone else deleted it (an acknowledgement) and the
+                // next reservation sees the space; twice in a row means
+                // retention deletes nothing, so stop rather than spin.
+                idle_steps += 1;
+                if idle_steps > 1 {
+                    return Err(refused(exceeded));
+                }
+            }
+            self.record_drops(&report);
+        }
+    }
+
+    /// Runs WAL retention (on the blocking pool) with `safe_offset` and
+    /// releases the deleted bytes from the budgets.
+    async fn delete_sealed_below(
+        &self,
+        wal: &Arc<Wal>,
+        safe_offset: u64,
+    ) -> Result<RetentionReport, WalError> {
+        let wal = Arc::clone(wal);
+        let now = now_ms(self.clock.as_ref());
+        let report = tokio::task::spawn_blocking(move || wal.apply_retention(safe_offset, now))
+            .await
+            .map_err(|e| WalError::Config(format!("retention task failed: {e}")))??;
+        let freed: u64 = report.deleted.iter().map(|&(_, _, bytes)| bytes).sum();
+        budget::release(&self.budget, &self.agent_budget, freed);
+        Ok(report)
+    }
+
+    fn record_drops(&self, report: &RetentionReport) {
+        let acknowledged = self.acknowledged_offset();
+        for &(start, end, bytes) in &report.deleted {
+            let lost = end.saturating_sub(start.max(acknowledged));
+            self.counters
+                .dropped_records
+                .fetch_add(lost, Ordering::Relaxed);
+            self.counters
+                .dropped_segments
+                .fetch_add(1, Ordering::Relaxed);
+            warn!(
+                topic = %self.name,
+                start_offset = start,
+                end_offset = end,
+                lost_records = lost,
+                bytes,
+                acknowledged_offset = acknowledged,
+                "disk budget full (full_policy = drop_oldest): dropped offsets {start}..{end}, {lost} of them not yet acknowledged by the broker"
+            );
+            let mut ranges = lock(&self.dropped_ranges);
+            if ranges.len() == RECENT_DROPPED_RANGES {
+                ranges.pop_front();
+            }
+            ranges.push_back(DroppedRange {
+                start_offset: start,
+                end_offset: end,
+                lost_records: lost,
+                bytes,
+            });
+        }
+    }
+
+    /// Records that the broker durably holds every record below
+    /// `next_offset`: raises the checkpoint (written to the local store by
+    /// the agent's checkpoint task, batched) and deletes the WAL segments
+    /// entirely below it (realtime: releases the ring's records). An offset
+    /// below the current checkpoint changes nothing.
+    ///
+    /// # Errors
+    /// [`AckError::BeyondEnd`] past the high-water mark (nothing changes);
+    /// [`AckError::Wal`] if retention failed (the checkpoint is raised).
+    pub async fn acknowledge(&self, next_offset: u64) -> Result<AckOutcome, AckError> {
+        let high_water_mark = self.high_water_mark();
+        if next_offset > high_water_mark {
+            return Err(AckError::BeyondEnd {
+                topic: self.name.clone(),
+                next_offset,
+                high_water_mark,
+            });
+        }
+        let previous = self.acknowledged.fetch_max(next_offset, Ordering::SeqCst);
+        if next_offset > previous {
+            self.checkpoint_dirty.store(true, Ordering::SeqCst);
+        }
+        let acknowledged_offset = previous.max(next_offset);
+        let mut outcome = AckOutcome {
+            acknowledged_offset,
+            ..AckOutcome::default()
+        };
+        match &self.storage {
+            Storage::Ring(ring) => {
+                outcome.released_records = ring.release_below(acknowledged_offset)
+            }
+            Storage::Wal(_) => {
+                if let Some(wal) = self.wal() {
+                    let report = self
+                        .delete_sealed_below(&wal, acknowledged_offset)
+                        .await
+                        .map_err(|source| AckError::Wal {
+                            topic: self.name.clone(),
+                            source,
+                        })?;
+                    for &(start, end, bytes) in &report.deleted {
+                        debug!(topic = %self.name, start, end, bytes, "deleted an acknowledged segment");
+                    }
+                    outcome.deleted_segments = report.deleted;
+                }
+            }
+        }
+        Ok(outcome)
+    }
+
+    /// The acknowledged offset if it changed since the last call (for the
+    /// checkpoint writer); clears the flag.
+    pub(crate) fn take_dirty_checkpoint(&self) -> Option<u64> {
+        self.checkpoint_dirty
+            .swap(false, Ordering::SeqCst)
+            .then(|| self.acknowledged_offset())
+    }
+
+    /// Marks the checkpoint as not yet written (a failed write).
+    pub(crate) fn mark_checkpoint_dirty(&self) {
+        self.checkpoint_dirty.store(true, Ordering::SeqCst);
+    }
+
+    /// Counters and state now.
+    pub fn stats(&self) -> TopicStats {
+        let acknowledged = self.acknowledged_offset();
+        let intent = self.settings.intent.as_ref();
+        let persistence = intent.map_or(Persistence::Wal, |s| s.persistence);
+        let mut stats = TopicStats {
+            name: self.name.clone(),
+            intent: intent.map(|s| s.intent),
+            delivery: self.settings.delivery.as_str(),
+            wal_sync_mode: self.settings.wal_sync_mode.as_str(),
+            persistence: persistence.as_str(),
+            implicit: self.implicit,
+            high_water_mark: 0,
+            log_start_offset: 0,
+            acknowledged_offset: acknowledged,
+            backlog_records: 0,
+            backlog_bytes: 0,
+            wal_bytes: 0,
+            disk_used_bytes: self.budget.used_bytes(),
+            disk_budget_bytes: None,
+            full_policy: None,
+            ring_capacity_records: None,
+            records_in: self.counters.records_in.load(Ordering::Relaxed),
+            bytes_in: self.counters.bytes_in.load(Ordering::Relaxed),
+            refused_records: self.counters.refused_records.load(Ordering::Relaxed),
+            dropped_records: self.counters.dropped_records.load(Ordering::Relaxed),
+            dropped_segments: self.counters.dropped_segments.load(Ordering::Relaxed),
+            recent_dropped_ranges: lock(&self.dropped_ranges).iter().copied().collect(),
+        };
+        match &self.storage {
+            Storage::Ring(ring) => {
+                let r = ring.stats();
+                stats.high_water_mark = r.next_offset;
+                stats.log_start_offset = r.first_offset;
+                stats.backlog_records = r.len_records;
+                stats.backlog_bytes = r.len_bytes;
+                stats.ring_capacity_records = Some(r.capacity_records);
+                stats.dropped_records += r.dropped_records;
+                stats.disk_used_bytes = 0;
+            }
+            Storage::Wal(_) => {
+                stats.disk_budget_bytes = self.policy.disk_budget_bytes;
+                stats.full_policy = Some(self.policy.full_policy);
+                if let Some(wal) = self.wal() {
+                    let hwm = wal.high_water_mark();
+                    let log_start = wal.log_start_offset();
+                    let size = wal.size_bytes();
+                    let sealed = wal.sealed_segments();
+                    let sealed_bytes: u64 = sealed.iter().map(|s| s.bytes).sum();
+                    let unacked_sealed: u64 = sealed
+                        .iter()
+                        .filter(|s| s.next_offset > acknowledged)
+                        .map(|s| s.bytes)
+                        .sum();
+                    let active_bytes = size.saturating_sub(sealed_bytes);
+                    stats.high_water_mark = hwm;
+                    stats.log_start_offset = log_start;
+                    stats.backlog_records = hwm.saturating_sub(acknowledged.max(log_start));
+                    stats.backlog_bytes =
+                        unacked_sealed + if hwm > acknowledged { active_bytes } else { 0 };
+                    stats.wal_bytes = size;
+                }
+            }
+        }
+        stats
+    }
+
+    /// Closes the WAL (flushes and syncs it) or, for a realtime topic, does
+    /// nothing; later publishes fail with [`PublishError::Closed`]. If
+    /// another holder of the WAL handle does not let go within
+    /// [`CLOSE_WAIT`], the last holder's drop flushes it instead.
+    ///
+    /// # Errors
+    /// [`WalError`] from the final flush.
+    pub async fn close(&self) -> Result<(), WalError> {
+        let Storage::Wal(slot) = &self.storage else {
+            return Ok(());
+        };
+        let Some(mut wal) = lock(slot).take() else {
+            return Ok(());
+        };
+        let deadline = tokio::time::Instant::now() + CLOSE_WAIT;
+        loop {
+            match Arc::try_unwrap(wal) {
+                Ok(wal) => {
+                    wal.close().await?;
+                    info!(topic = %self.name, "WAL closed");
+                    return Ok(());
+                }
+                Err(shared) if tokio::time::Instant::now() < deadline => {
+                    wal = shared;
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                Err(_) => {
+                    warn!(topic = %self.name, "WAL handle still held elsewhere; its last holder flushes it on drop");
+                    return Ok(());
+                }
+            }
+        }
+    }
+}
