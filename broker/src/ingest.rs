@@ -144,7 +144,7 @@ async fn handle_stream(
             };
             match ingest.on_frame(frame) {
                 IngestAction::Open(hello, topic) => {
-                    match topics.open_for_edge(&topic, &hello.settings).await {
+                    match topics.open_for_edge(&topic, hello.settings.as_ref()).await {
                         Ok(opened) => {
                             let welcome = ingest.welcome(opened.high_water_mark());
                             info!(edge = %identity, %topic, resume = opened.high_water_mark(), "edge stream opened");

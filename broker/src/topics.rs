@@ -64,9 +64,10 @@ impl TopicStore {
     }
 
     /// The WAL of `topic` for an edge sending `settings`: creates the
-    /// central topic with those settings on first contact (through Raft),
-    /// checks them against the persisted ones otherwise, and opens the WAL
-    /// with the persisted sync mode.
+    /// central topic with those settings on first contact (through Raft;
+    /// implicitly, with the broker fallback, when the edge's topic is itself
+    /// implicit), checks them against the persisted ones otherwise, and
+    /// opens the WAL with the persisted sync mode.
     ///
     /// # Errors
     /// [`TopicError::Conflict`] if the central topic has another intent;
@@ -74,27 +75,36 @@ impl TopicStore {
     pub async fn open_for_edge(
         &self,
         topic: &TopicName,
-        settings: &ExpandedStreamSettings,
+        settings: Option<&ExpandedStreamSettings>,
     ) -> Result<Arc<Wal>, TopicError> {
         let mut open = self.open.lock().await;
         let catalog = Catalog::new(self.store.as_ref());
         let loaded = match catalog.load_settings(topic).await {
             Ok(loaded) => loaded,
             Err(CatalogError::TopicNotFound { .. }) => {
-                let spec = TopicSpec::new(topic.clone(), settings.intent, 0)?;
-                catalog.create_topic(&spec).await?;
-                info!(%topic, intent = %settings.intent.as_str(), "created central topic on first contact");
+                match settings {
+                    Some(settings) => {
+                        let spec = TopicSpec::new(topic.clone(), settings.intent, 0)?;
+                        catalog.create_topic(&spec).await?;
+                    }
+                    None => {
+                        catalog.create_implicit(topic, true).await?;
+                    }
+                }
+                info!(%topic, intent = ?settings.map(|s| s.intent.as_str()), "created central topic on first contact");
                 catalog.load_settings(topic).await?
             }
             Err(e) => return Err(e.into()),
         };
-        if let Some(central) = &loaded.intent
-            && central != settings
-        {
+        if loaded.intent.as_ref() != settings {
+            let describe = |s: Option<&ExpandedStreamSettings>| match s {
+                Some(s) => s.summary(topic),
+                None => "none (implicit topic)".to_string(),
+            };
             return Err(TopicError::Conflict {
                 topic: topic.clone(),
-                central: central.summary(topic),
-                edge: settings.summary(topic),
+                central: describe(loaded.intent.as_ref()),
+                edge: describe(settings),
             });
         }
         if let Some(wal) = open.get(topic) {

@@ -136,7 +136,7 @@ fn hello(topic: &str) -> Frame {
     Frame::Hello(Hello {
         protocol: PROTOCOL_VERSION,
         topic: topic.into(),
-        settings: StreamIntent::TaskQueue.expand(),
+        settings: Some(StreamIntent::TaskQueue.expand()),
     })
 }
 

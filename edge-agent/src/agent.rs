@@ -10,8 +10,10 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use crate::replicator::{self, ReplicationStats, ReplicatorConfig};
 use broker_core::metadata::redb::RedbStore;
 use broker_core::metadata::{Clock, MetadataError, SystemClock};
+use broker_core::tls::TlsIdentity;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
@@ -58,6 +60,9 @@ pub enum AgentError {
     /// The HTTP server failed.
     #[error("local API server: {0}")]
     Server(std::io::Error),
+    /// The TLS files for replication are unusable.
+    #[error("replication TLS: {0}")]
+    Tls(#[from] broker_core::tls::TlsError),
     /// Closing the topics failed.
     #[error("shutdown: {0}")]
     Close(#[from] TopicError),
@@ -71,6 +76,8 @@ pub struct Agent {
     shutdown: watch::Sender<bool>,
     server: JoinHandle<std::io::Result<()>>,
     checkpoints: JoinHandle<()>,
+    replicator: Option<JoinHandle<()>>,
+    replication: Arc<ReplicationStats>,
 }
 
 impl Agent {
@@ -151,6 +158,27 @@ impl Agent {
                 }
             })
         };
+        let replication = Arc::new(ReplicationStats::default());
+        let replicator = match (&config.tls, config.brokers.is_empty()) {
+            (Some(paths), false) => {
+                let tls = TlsIdentity::load(paths).map_err(AgentError::Tls)?;
+                let mut replicator_config = ReplicatorConfig::new(config.brokers.clone());
+                replicator_config.bandwidth_cap_bytes_per_s = config.bandwidth_cap_bytes_per_s;
+                Some(tokio::spawn(replicator::run(
+                    replicator_config,
+                    tls,
+                    manager.clone(),
+                    replication.clone(),
+                    shutdown.subscribe(),
+                )))
+            }
+            _ => {
+                warn!(
+                    "no broker address or no TLS configuration: records are kept locally, not replicated"
+                );
+                None
+            }
+        };
         info!(edge_id = %config.edge_id, local_api = %local_addr, data_dir = %data_dir.display(), "edge agent started");
         Ok(Agent {
             manager,
@@ -158,6 +186,8 @@ impl Agent {
             shutdown,
             server,
             checkpoints,
+            replicator,
+            replication,
         })
     }
 
@@ -165,6 +195,11 @@ impl Agent {
     /// report acknowledgements.
     pub fn topics(&self) -> &Arc<TopicManager> {
         &self.manager
+    }
+
+    /// Replication counters: connections, raw and wire bytes sent.
+    pub fn replication_stats(&self) -> &Arc<ReplicationStats> {
+        &self.replication
     }
 
     /// The configuration in force.
@@ -198,6 +233,10 @@ impl Agent {
             Err(e) => Err(AgentError::Server(std::io::Error::other(e))),
         };
         let _ = self.checkpoints.await;
+        if let Some(replicator) = self.replicator {
+            // It stops on the shutdown signal and drops its WAL handles.
+            let _ = replicator.await;
+        }
         let closed = self.manager.close().await.map_err(AgentError::from);
         served?;
         closed?;

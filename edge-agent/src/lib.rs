@@ -40,6 +40,7 @@ pub mod config;
 pub mod manager;
 pub mod metrics;
 pub mod ndjson;
+pub mod replicator;
 pub mod ring;
 pub mod topic;
 

@@ -1,3 +1,4 @@
 //! Helpers shared by Tributary's end-to-end tests and their child processes.
 
+pub mod cluster;
 pub mod crash;

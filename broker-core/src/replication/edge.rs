@@ -103,7 +103,7 @@ struct InFlight {
 #[derive(Debug)]
 pub struct EdgeStream {
     topic: String,
-    settings: ExpandedStreamSettings,
+    settings: Option<ExpandedStreamSettings>,
     window: Window,
     state: State,
     next_send: u64,
@@ -113,8 +113,13 @@ pub struct EdgeStream {
 }
 
 impl EdgeStream {
-    /// A stream for `topic` (`/{ns}/{topic}`) with the topic's settings.
-    pub fn new(topic: String, settings: ExpandedStreamSettings, window: Window) -> EdgeStream {
+    /// A stream for `topic` (`/{ns}/{topic}`) with the topic's intent
+    /// settings (`None` for an implicitly created topic).
+    pub fn new(
+        topic: String,
+        settings: Option<ExpandedStreamSettings>,
+        window: Window,
+    ) -> EdgeStream {
         EdgeStream {
             topic,
             settings,

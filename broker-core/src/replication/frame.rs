@@ -3,7 +3,7 @@
 //!
 //! ```text
 //! frame = u32 length (of type + payload, little-endian) | u8 type | payload
-//! 1 Hello    JSON {"protocol":1,"topic":"/ns/t","settings":{ExpandedStreamSettings}}
+//! 1 Hello    JSON {"protocol":1,"topic":"/ns/t","settings":{ExpandedStreamSettings}|null}
 //! 2 Welcome  u64 high_water_mark: the broker's next offset for the topic
 //! 3 Batch    u8 wire codec (0 none, 1 zstd) | the record batch, verbatim
 //!            (zstd-compressed as a whole when the codec is 1)
@@ -43,8 +43,10 @@ pub struct Hello {
     /// `/{namespace}/{topic}`.
     pub topic: String,
     /// The edge topic's expanded intent settings, so the central topic is
-    /// created with the same sync mode and policies.
-    pub settings: ExpandedStreamSettings,
+    /// created with the same sync mode and policies; `None` for a topic the
+    /// edge created implicitly (the broker creates it implicitly too, with
+    /// the same broker fallback settings).
+    pub settings: Option<ExpandedStreamSettings>,
 }
 
 /// Why a stream is refused or closed; carried in an `Error` frame.
@@ -389,7 +391,7 @@ mod tests {
             Frame::Hello(Hello {
                 protocol: PROTOCOL_VERSION,
                 topic: "/plant1/power".into(),
-                settings: StreamIntent::EventStream.expand(),
+                settings: Some(StreamIntent::EventStream.expand()),
             }),
             Frame::Welcome {
                 high_water_mark: 77,

@@ -145,7 +145,7 @@ impl Sim {
 fn new_edge() -> EdgeStream {
     EdgeStream::new(
         "/plant1/power".into(),
-        StreamIntent::TaskQueue.expand(),
+        Some(StreamIntent::TaskQueue.expand()),
         Window {
             batches: 4,
             bytes: 1 << 20,
@@ -239,7 +239,7 @@ fn open(broker: &mut IngestStream, topic: &str) -> IngestAction {
     broker.on_frame(Frame::Hello(super::frame::Hello {
         protocol: super::frame::PROTOCOL_VERSION,
         topic: topic.into(),
-        settings: StreamIntent::AuditLog.expand(),
+        settings: Some(StreamIntent::AuditLog.expand()),
     }))
 }
 

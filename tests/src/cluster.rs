@@ -1,0 +1,316 @@
+//! Running the real `broker` and `edge-agent` binaries on 127.0.0.1 for
+//! end-to-end tests: configuration files, ports, start/stop/SIGKILL, the
+//! edge's local API, and reading both ends' WALs after they stopped.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use broker_core::wal::{Wal, WalConfig};
+use bytes::Bytes;
+use serde_json::Value;
+
+/// Path of a workspace binary next to the running test executable
+/// (`target/{profile}/{name}`). `cargo test --workspace` / `cargo nextest run
+/// --workspace` build them, since their packages have integration tests.
+///
+/// # Panics
+/// If the binary is missing, naming the command that builds it.
+pub fn bin_path(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("target/{profile}/deps");
+    let path = profile_dir.join(name);
+    assert!(
+        path.exists(),
+        "{} is missing: run the tests with `cargo nextest run --workspace` (or `cargo build --workspace` first)",
+        path.display()
+    );
+    path
+}
+
+/// A free UDP port on 127.0.0.1.
+pub fn free_udp() -> SocketAddr {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .and_then(|s| s.local_addr())
+        .expect("free udp port")
+}
+
+/// A free TCP port on 127.0.0.1.
+pub fn free_tcp() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|s| s.local_addr())
+        .expect("free tcp port")
+}
+
+/// A child process that is SIGKILLed when dropped.
+pub struct Proc {
+    name: &'static str,
+    command: Command,
+    child: Option<Child>,
+}
+
+impl Proc {
+    fn new(name: &'static str, mut command: Command) -> Proc {
+        command.stdout(Stdio::null()).stderr(Stdio::inherit());
+        Proc {
+            name,
+            command,
+            child: None,
+        }
+    }
+
+    /// Starts the process (again).
+    pub fn start(&mut self) {
+        assert!(self.child.is_none(), "{} already running", self.name);
+        self.child = Some(self.command.spawn().expect("spawn"));
+    }
+
+    /// SIGKILL and reap.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM, then wait (bounded) for a clean exit; returns the exit code.
+    pub fn terminate(&mut self) -> Option<i32> {
+        let mut child = self.child.take()?;
+        let pid = child.id().to_string();
+        let _ = Command::new("kill").args(["-TERM", &pid]).status();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                return status.code();
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("{} did not exit within 30 s of SIGTERM", self.name);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Whether it is running (as far as this handle knows).
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A single-node broker and one edge (`plant1`) wired to it, in `dir`.
+pub struct Pair {
+    /// The broker process.
+    pub broker: Proc,
+    /// The edge-agent process.
+    pub edge: Proc,
+    /// The edge's local API address.
+    pub edge_api: SocketAddr,
+    /// The broker's data directory.
+    pub broker_data: PathBuf,
+    /// The edge's data directory.
+    pub edge_data: PathBuf,
+}
+
+/// Intent of the topic used by [`Pair`]'s tests.
+pub const TOPIC: &str = "/plant1/readings";
+
+impl Pair {
+    /// Writes certificates and configs under `dir`; starts nothing.
+    /// `edge_brokers` overrides the broker address the edge dials (a relay).
+    pub fn new(dir: &Path, intent: &str, edge_brokers: Option<String>) -> Pair {
+        let certs = dir.join("certs");
+        broker_core::dev_certs::issue(&certs, &[1], &["plant1".into()]).expect("certs");
+        let ingest = free_udp();
+        let broker_data = dir.join("broker");
+        let broker_config = dir.join("broker.toml");
+        std::fs::write(
+            &broker_config,
+            format!(
+                r#"node_id = 1
+data_dir = "{data}"
+raft_listen = "{raft}"
+admin_listen = "{admin}"
+ingest_listen = "{ingest}"
+admin_token = "e2e-test-token"
+[tls]
+cert = "{certs}/broker-1.pem"
+key = "{certs}/broker-1.key"
+ca = "{certs}/ca.pem"
+"#,
+                data = broker_data.display(),
+                raft = free_udp(),
+                admin = free_tcp(),
+                certs = certs.display(),
+            ),
+        )
+        .expect("broker config");
+        let edge_api = free_tcp();
+        let edge_data = dir.join("edge");
+        let edge_config = dir.join("edge.toml");
+        let brokers = edge_brokers.unwrap_or_else(|| ingest.to_string());
+        std::fs::write(
+            &edge_config,
+            format!(
+                r#"data_dir = "{data}"
+edge_id = "plant1"
+brokers = ["{brokers}"]
+local_api = "{api}"
+checkpoint_interval_ms = 200
+[tls]
+cert = "{certs}/edge-plant1.pem"
+key = "{certs}/edge-plant1.key"
+ca = "{certs}/ca.pem"
+[[topics]]
+name = "{TOPIC}"
+intent = "{intent}"
+"#,
+                data = edge_data.display(),
+                api = edge_api,
+                certs = certs.display(),
+            ),
+        )
+        .expect("edge config");
+        let mut broker_cmd = Command::new(bin_path("broker"));
+        broker_cmd
+            .arg("--config")
+            .arg(&broker_config)
+            .env("RUST_LOG", "warn");
+        let mut edge_cmd = Command::new(bin_path("edge-agent"));
+        edge_cmd
+            .arg("run")
+            .arg("--config")
+            .arg(&edge_config)
+            .env("RUST_LOG", "warn");
+        Pair {
+            broker: Proc::new("broker", broker_cmd),
+            edge: Proc::new("edge-agent", edge_cmd),
+            edge_api,
+            broker_data,
+            edge_data,
+        }
+    }
+
+    /// The broker's ingest address (from its config file).
+    pub fn topic_state(&self) -> Option<Value> {
+        let url = format!("http://{}/v1/topics/plant1/readings", self.edge_api);
+        let mut response = agent().get(&url).call().ok()?;
+        if response.status() != 200 {
+            return None;
+        }
+        response.body_mut().read_json::<Value>().ok()
+    }
+
+    /// (high-water mark, acknowledged offset) of the test topic at the edge.
+    pub fn edge_offsets(&self) -> Option<(u64, u64)> {
+        let state = self.topic_state()?;
+        Some((
+            state["high_water_mark"].as_u64()?,
+            state["acknowledged_offset"].as_u64()?,
+        ))
+    }
+
+    /// Waits (bounded) for the edge's local API to answer.
+    pub fn wait_for_edge(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.edge_offsets().is_none() {
+            assert!(Instant::now() < deadline, "edge API not up within 30 s");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Publishes NDJSON lines as one batch; returns (base, next) offsets.
+    pub fn publish_ndjson(&self, body: String) -> Result<(u64, u64), String> {
+        let url = format!("http://{}/v1/topics/plant1/readings/batch", self.edge_api);
+        let mut response = agent()
+            .post(&url)
+            .header("content-type", "application/x-ndjson")
+            .send(body)
+            .map_err(|e| e.to_string())?;
+        let status = response.status().as_u16();
+        let value: Value = response.body_mut().read_json().map_err(|e| e.to_string())?;
+        if status != 200 && status != 201 {
+            return Err(format!("status {status}: {value}"));
+        }
+        Ok((
+            value["base_offset"].as_u64().ok_or("no base_offset")?,
+            value["next_offset"].as_u64().ok_or("no next_offset")?,
+        ))
+    }
+
+    /// Waits (bounded by `limit`) until the edge reports everything up to
+    /// `target` acknowledged by the broker.
+    pub fn wait_acknowledged(&self, target: u64, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Some((_, acked)) = self.edge_offsets()
+                && acked >= target
+            {
+                return;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "not acknowledged up to {target} within {limit:?}: {:?}",
+                self.edge_offsets()
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(120)))
+        .http_status_as_error(false)
+        .build()
+        .into()
+}
+
+/// Every record of the WAL in `dir` as (offset, value, whole batch bytes
+/// identity), from its log start. Opens (and closes) the WAL: the process
+/// that owns it must be stopped.
+pub fn read_wal(dir: &Path) -> Vec<(u64, Bytes)> {
+    let wal = Wal::open(dir, WalConfig::default()).expect("open wal");
+    let mut out = Vec::new();
+    let mut from = wal.log_start_offset();
+    loop {
+        let batches = wal.read(from, 8 << 20).expect("read wal");
+        if batches.is_empty() {
+            return out;
+        }
+        for batch in batches {
+            let decoded = batch.decode(&wal.config().limits).expect("decode");
+            for (i, record) in decoded.records.into_iter().enumerate() {
+                out.push((decoded.base_offset + i as u64, record.value));
+            }
+            from = batch.next_offset();
+        }
+    }
+}
+
+/// The batches (raw bytes) of the WAL in `dir` from `from` on.
+pub fn read_batches(dir: &Path, from: u64) -> Vec<Bytes> {
+    let wal = Wal::open(dir, WalConfig::default()).expect("open wal");
+    let mut out = Vec::new();
+    let mut next = from;
+    loop {
+        let batches = wal.read(next, 8 << 20).expect("read wal");
+        if batches.is_empty() {
+            return out;
+        }
+        for batch in batches {
+            next = batch.next_offset();
+            out.push(batch.into_bytes());
+        }
+    }
+}
