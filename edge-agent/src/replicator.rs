@@ -149,13 +149,18 @@ pub async fn run(
         }
         let addr = config.brokers[broker_index % config.brokers.len().max(1)].clone();
         broker_index += 1;
+        let mut connected = false;
         let outcome = tokio::select! {
-            result = connect_and_replicate(&endpoint, &addr, &config, &topics, &stats, pacer.clone()) => result,
+            result = connect_and_replicate(&endpoint, &addr, &config, &topics, &stats, pacer.clone(), &mut connected) => result,
             _ = shutdown.changed() => break,
         };
-        match outcome {
-            Ok(()) => backoff = new_backoff(&config),
-            Err(e) => debug!(broker = %addr, error = %e, "replication connection ended"),
+        if connected {
+            // The backoff measures failures to connect, not connection
+            // lifetimes: after a working connection, start small again.
+            backoff = new_backoff(&config);
+        }
+        if let Err(e) = outcome {
+            debug!(broker = %addr, error = %e, "replication connection ended");
         }
         let delay = backoff.next().unwrap_or(config.max_backoff);
         tokio::select! {
@@ -183,6 +188,7 @@ async fn connect_and_replicate(
     topics: &Arc<TopicManager>,
     stats: &Arc<ReplicationStats>,
     pacer: Option<Arc<Pacer>>,
+    connected: &mut bool,
 ) -> Result<(), StreamError> {
     let socket = tokio::net::lookup_host(addr)
         .await
@@ -194,6 +200,7 @@ async fn connect_and_replicate(
         .map_err(|e| StreamError::Connection(e.to_string()))?
         .await
         .map_err(|e| StreamError::Connection(e.to_string()))?;
+    *connected = true;
     stats
         .connects
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);

@@ -129,6 +129,18 @@ impl Pair {
     /// Writes certificates and configs under `dir`; starts nothing.
     /// `edge_brokers` overrides the broker address the edge dials (a relay).
     pub fn new(dir: &Path, intent: &str, edge_brokers: Option<String>) -> Pair {
+        Pair::new_with(dir, intent, edge_brokers, "", "")
+    }
+
+    /// [`Pair::new`] with extra TOML lines for the edge: `agent_extra` at the
+    /// top level, `topic_extra` in the test topic's `[[topics]]` table.
+    pub fn new_with(
+        dir: &Path,
+        intent: &str,
+        edge_brokers: Option<String>,
+        agent_extra: &str,
+        topic_extra: &str,
+    ) -> Pair {
         let certs = dir.join("certs");
         broker_core::dev_certs::issue(&certs, &[1], &["plant1".into()]).expect("certs");
         let ingest = free_udp();
@@ -167,6 +179,7 @@ edge_id = "plant1"
 brokers = ["{brokers}"]
 local_api = "{api}"
 checkpoint_interval_ms = 200
+{agent_extra}
 [tls]
 cert = "{certs}/edge-plant1.pem"
 key = "{certs}/edge-plant1.key"
@@ -174,6 +187,7 @@ ca = "{certs}/ca.pem"
 [[topics]]
 name = "{TOPIC}"
 intent = "{intent}"
+{topic_extra}
 "#,
                 data = edge_data.display(),
                 api = edge_api,
@@ -201,23 +215,31 @@ intent = "{intent}"
         }
     }
 
-    /// The broker's ingest address (from its config file).
+    /// A client of the edge's local API (can move to another thread).
+    pub fn api_client(edge_api: SocketAddr) -> EdgeClient {
+        EdgeClient { api: edge_api }
+    }
+
+    fn client(&self) -> EdgeClient {
+        EdgeClient { api: self.edge_api }
+    }
+
+    /// The test topic's state at the edge (`GET /v1/topics/{ns}/{topic}`).
     pub fn topic_state(&self) -> Option<Value> {
-        let url = format!("http://{}/v1/topics/plant1/readings", self.edge_api);
-        let mut response = agent().get(&url).call().ok()?;
-        if response.status() != 200 {
-            return None;
-        }
-        response.body_mut().read_json::<Value>().ok()
+        self.client().topic_state()
     }
 
     /// (high-water mark, acknowledged offset) of the test topic at the edge.
     pub fn edge_offsets(&self) -> Option<(u64, u64)> {
-        let state = self.topic_state()?;
-        Some((
-            state["high_water_mark"].as_u64()?,
-            state["acknowledged_offset"].as_u64()?,
-        ))
+        self.client().edge_offsets()
+    }
+
+    /// Publishes NDJSON lines as one batch; returns (base, next) offsets.
+    ///
+    /// # Errors
+    /// The transport error or the status and body of a refusal.
+    pub fn publish_ndjson(&self, body: String) -> Result<(u64, u64), String> {
+        self.client().publish_ndjson(body)
     }
 
     /// Waits (bounded) for the edge's local API to answer.
@@ -227,25 +249,6 @@ intent = "{intent}"
             assert!(Instant::now() < deadline, "edge API not up within 30 s");
             std::thread::sleep(Duration::from_millis(50));
         }
-    }
-
-    /// Publishes NDJSON lines as one batch; returns (base, next) offsets.
-    pub fn publish_ndjson(&self, body: String) -> Result<(u64, u64), String> {
-        let url = format!("http://{}/v1/topics/plant1/readings/batch", self.edge_api);
-        let mut response = agent()
-            .post(&url)
-            .header("content-type", "application/x-ndjson")
-            .send(body)
-            .map_err(|e| e.to_string())?;
-        let status = response.status().as_u16();
-        let value: Value = response.body_mut().read_json().map_err(|e| e.to_string())?;
-        if status != 200 && status != 201 {
-            return Err(format!("status {status}: {value}"));
-        }
-        Ok((
-            value["base_offset"].as_u64().ok_or("no base_offset")?,
-            value["next_offset"].as_u64().ok_or("no next_offset")?,
-        ))
     }
 
     /// Waits (bounded by `limit`) until the edge reports everything up to
@@ -265,6 +268,55 @@ intent = "{intent}"
             );
             std::thread::sleep(Duration::from_millis(100));
         }
+    }
+}
+
+/// A client of an edge's local API for the test topic.
+#[derive(Debug, Clone, Copy)]
+pub struct EdgeClient {
+    api: SocketAddr,
+}
+
+impl EdgeClient {
+    /// The test topic's state (`GET /v1/topics/{ns}/{topic}`).
+    pub fn topic_state(&self) -> Option<Value> {
+        let url = format!("http://{}/v1/topics/plant1/readings", self.api);
+        let mut response = agent().get(&url).call().ok()?;
+        if response.status() != 200 {
+            return None;
+        }
+        response.body_mut().read_json::<Value>().ok()
+    }
+
+    /// (high-water mark, acknowledged offset) of the test topic.
+    pub fn edge_offsets(&self) -> Option<(u64, u64)> {
+        let state = self.topic_state()?;
+        Some((
+            state["high_water_mark"].as_u64()?,
+            state["acknowledged_offset"].as_u64()?,
+        ))
+    }
+
+    /// Publishes NDJSON lines as one batch; returns (base, next) offsets.
+    ///
+    /// # Errors
+    /// The transport error or the status and body of a refusal.
+    pub fn publish_ndjson(&self, body: String) -> Result<(u64, u64), String> {
+        let url = format!("http://{}/v1/topics/plant1/readings/batch", self.api);
+        let mut response = agent()
+            .post(&url)
+            .header("content-type", "application/x-ndjson")
+            .send(body)
+            .map_err(|e| e.to_string())?;
+        let status = response.status().as_u16();
+        let value: Value = response.body_mut().read_json().map_err(|e| e.to_string())?;
+        if status != 200 && status != 201 {
+            return Err(format!("status {status}: {value}"));
+        }
+        Ok((
+            value["base_offset"].as_u64().ok_or("no base_offset")?,
+            value["next_offset"].as_u64().ok_or("no next_offset")?,
+        ))
     }
 }
 
