@@ -99,7 +99,7 @@ pub const MAX_POLICY_DURATION_MS: u64 = 86_400_000;
 
 /// Attempts of a read-then-write operation before it reports
 /// [`CatalogError::ConcurrentChange`].
-const WRITE_ATTEMPTS: usize = 2;
+const WRITE_ATTEMPTS: usize = 4;
 
 // ---------------------------------------------------------------------------
 // Errors
@@ -1452,10 +1452,21 @@ impl<'a> Catalog<'a> {
             namespace_created,
         };
         let mut failed_key = String::new();
+        // The comparison reads key by key, not from one snapshot: a create
+        // racing with ours can be seen half-way (partitions without their
+        // parent). A conflict is reported only when two reads in a row agree.
+        let mut seen_conflict: Option<Vec<Difference>> = None;
         for _ in 0..WRITE_ATTEMPTS {
             let comparison = self.compare(spec).await?;
             match comparison.action() {
                 Action::Unchanged => return Ok(outcome(Action::Unchanged, false)),
+                Action::Create | Action::Update
+                    if seen_conflict.as_ref() != Some(&comparison.differences)
+                        && !comparison.differences.is_empty() =>
+                {
+                    seen_conflict = Some(comparison.differences.clone());
+                    continue;
+                }
                 Action::Create if comparison.differences.is_empty() => {
                     let (txn, namespace_created) = self
                         .add_namespace(&spec.name.namespace_name(), Txn::new())

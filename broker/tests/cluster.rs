@@ -174,6 +174,7 @@ fn write_config(
 data_dir = "{data}"
 raft_listen = "{raft}"
 admin_listen = "{admin}"
+ingest_listen = "{ingest}"
 admin_token = "{TOKEN}"
 
 [tls]
@@ -192,6 +193,7 @@ logs_kept_after_snapshot = 5
 "#,
         data = dir.join(format!("node-{id}")).display(),
         raft = raft[(id - 1) as usize],
+        ingest = free_udp(),
         certs = certs.display(),
     );
     let path = dir.join(format!("broker-{id}.toml"));

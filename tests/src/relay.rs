@@ -1,0 +1,801 @@
+//! A UDP relay between an edge and a broker that makes the path between them
+//! bad on purpose: random loss, one-way delay with jitter, a bandwidth
+//! bottleneck with a bounded queue, and link cuts. QUIC runs over UDP, so
+//! everything the replicator and the broker say to each other passes through
+//! it datagram by datagram.
+//!
+//! # Model
+//! Each direction is an independent [`Link`]. A datagram arriving at the
+//! relay goes through these steps, in order:
+//! 1. **cut**: while the link is cut (by [`Relay::cut`] or a scheduled
+//!    [`Cut`]), it is dropped;
+//! 2. **loss**: dropped with probability [`LinkConfig::loss`] (independent
+//!    per datagram). Loss is modelled upstream of the bottleneck, so a lost
+//!    datagram does not use the bottleneck's capacity;
+//! 3. **bottleneck** (only with [`LinkConfig::bandwidth_bytes_per_s`]):
+//!    datagrams are serialised one after another at that rate, counting UDP
+//!    payload bytes; a datagram that would take the queue (the bytes accepted
+//!    but not yet serialised, including the one on the wire) beyond
+//!    [`LinkConfig::queue_bytes_max`] is dropped at the tail, like a router's
+//!    buffer;
+//! 4. **propagation**: delivered [`LinkConfig::delay`] plus a uniform
+//!    `0..=jitter` after it left the bottleneck. With jitter, datagrams may
+//!    be reordered;
+//! 5. **cut again**: a datagram due while the link is cut is dropped, so a
+//!    cut also loses what was on the wire.
+//!
+//! Randomness comes from one `StdRng` per direction seeded from
+//! [`RelayConfig::seed`]; every datagram draws the same number of values,
+//! so the same seed and the same arrivals give the same drops and delays.
+//! [`Link`] itself takes time as an argument and does no I/O; the relay's
+//! tasks feed it.
+//!
+//! # Peers
+//! The relay listens on [`RelayConfig::listen`] (`127.0.0.1:0` by default)
+//! and forwards to one target. The *client* is whoever last sent a datagram
+//! to the listening socket: one client at a time (an edge's QUIC endpoint
+//! keeps its socket across reconnects). Datagrams from the target before any
+//! client spoke are dropped and counted.
+//!
+//! # Runtime and bounds
+//! [`Relay::start`] runs the relay on its own thread with a current-thread
+//! tokio runtime, so it works the same from synchronous tests and from
+//! async code, and its timers do not compete with the test's runtime.
+//! Dropping the [`Relay`] stops it and joins the thread. Memory is bounded by
+//! `queue_bytes_max` and [`IN_FLIGHT_DATAGRAMS_MAX`] per direction.
+
+use std::cmp::{Ordering as CmpOrdering, Reverse};
+use std::collections::{BinaryHeap, VecDeque};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rand::rngs::StdRng;
+use rand::{RngExt, SeedableRng};
+use tokio::net::UdpSocket;
+use tokio::sync::oneshot;
+use tokio::time::Instant;
+
+/// Largest datagram the relay handles, bytes (the UDP maximum).
+pub const DATAGRAM_BYTES_MAX: usize = 65_535;
+/// Most datagrams past the bottleneck and not yet delivered, per direction.
+/// At 300 ms of delay this allows ~330,000 datagrams/s, far beyond what
+/// loopback QUIC sends in the tests.
+pub const IN_FLIGHT_DATAGRAMS_MAX: usize = 100_000;
+/// Default bound on a bottleneck's queue, bytes.
+pub const QUEUE_BYTES_DEFAULT: usize = 64 * 1024;
+
+/// One direction of the path.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LinkConfig {
+    /// Probability that a datagram is lost, `0.0..=1.0`.
+    pub loss: f64,
+    /// Fixed one-way delay added to every datagram.
+    pub delay: Duration,
+    /// Extra one-way delay, uniform in `0..=jitter`, drawn per datagram.
+    pub jitter: Duration,
+    /// Bottleneck rate in UDP payload bytes per second; `None`: unlimited.
+    pub bandwidth_bytes_per_s: Option<u64>,
+    /// Bound on the bottleneck's queue, bytes (ignored without a rate).
+    pub queue_bytes_max: usize,
+}
+
+impl LinkConfig {
+    /// No loss, no delay, no bottleneck.
+    pub fn perfect() -> LinkConfig {
+        LinkConfig {
+            loss: 0.0,
+            delay: Duration::ZERO,
+            jitter: Duration::ZERO,
+            bandwidth_bytes_per_s: None,
+            queue_bytes_max: QUEUE_BYTES_DEFAULT,
+        }
+    }
+
+    /// Random loss with probability `loss` and a fixed one-way `delay`.
+    pub fn lossy(loss: f64, delay: Duration) -> LinkConfig {
+        LinkConfig {
+            loss,
+            delay,
+            ..LinkConfig::perfect()
+        }
+    }
+
+    /// The same with a bottleneck of `bytes_per_s` and a queue of
+    /// `queue_bytes_max`.
+    pub fn with_bandwidth(mut self, bytes_per_s: u64, queue_bytes_max: usize) -> LinkConfig {
+        self.bandwidth_bytes_per_s = Some(bytes_per_s);
+        self.queue_bytes_max = queue_bytes_max;
+        self
+    }
+
+    fn validate(&self) {
+        assert!(
+            (0.0..=1.0).contains(&self.loss),
+            "loss {} is not a probability",
+            self.loss
+        );
+        assert!(
+            self.bandwidth_bytes_per_s != Some(0),
+            "a bandwidth of 0 would hold every datagram forever; use a cut"
+        );
+    }
+}
+
+/// A scheduled cut: from `after` (counted from [`Relay::start`]) for
+/// `duration`, both directions drop everything.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cut {
+    /// Start, after the relay started.
+    pub after: Duration,
+    /// How long it lasts.
+    pub duration: Duration,
+}
+
+/// Settings of a [`Relay`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct RelayConfig {
+    /// Address to listen on; `127.0.0.1:0` picks a free port.
+    pub listen: SocketAddr,
+    /// Seed of the random loss and jitter.
+    pub seed: u64,
+    /// Client → target (edge → broker).
+    pub upstream: LinkConfig,
+    /// Target → client (broker → edge).
+    pub downstream: LinkConfig,
+    /// Scheduled cuts, in addition to [`Relay::cut`].
+    pub cuts: Vec<Cut>,
+}
+
+impl RelayConfig {
+    /// The same `link` both ways, listening on a free loopback port.
+    pub fn symmetric(seed: u64, link: LinkConfig) -> RelayConfig {
+        RelayConfig {
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            seed,
+            upstream: link.clone(),
+            downstream: link,
+            cuts: Vec::new(),
+        }
+    }
+}
+
+/// What happened to a datagram offered to a [`Link`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[must_use]
+pub enum Verdict {
+    /// Accepted; it will be due at this instant.
+    Accepted(Instant),
+    /// Lost at random.
+    Lost,
+    /// The bottleneck's queue was full (or too many datagrams in flight).
+    QueueFull,
+}
+
+#[derive(Debug)]
+struct Pending {
+    due: Instant,
+    seq: u64,
+    bytes: Vec<u8>,
+}
+
+impl PartialEq for Pending {
+    fn eq(&self, other: &Self) -> bool {
+        (self.due, self.seq) == (other.due, other.seq)
+    }
+}
+impl Eq for Pending {}
+impl PartialOrd for Pending {
+    fn partial_cmp(&self, other: &Self) -> Option<CmpOrdering> {
+        Some(self.cmp(other))
+    }
+}
+impl Ord for Pending {
+    fn cmp(&self, other: &Self) -> CmpOrdering {
+        (self.due, self.seq).cmp(&(other.due, other.seq))
+    }
+}
+
+/// One direction of the path as a state machine without I/O: datagrams go
+/// in with [`Link::offer`], come out with [`Link::poll_due`], and
+/// [`Link::next_due`] says when to poll next.
+#[derive(Debug)]
+pub struct Link {
+    config: LinkConfig,
+    rng: StdRng,
+    /// When the bottleneck finishes serialising everything accepted.
+    busy_until: Option<Instant>,
+    /// Departure instants and sizes of accepted datagrams still in the
+    /// bottleneck's queue. Invariant: `queued_bytes` is the sum of sizes.
+    queue: VecDeque<(Instant, usize)>,
+    queued_bytes: usize,
+    /// Datagrams past the bottleneck, earliest due first (ties: arrival
+    /// order). Invariant: `in_flight.len() <= IN_FLIGHT_DATAGRAMS_MAX`.
+    in_flight: BinaryHeap<Reverse<Pending>>,
+    next_seq: u64,
+}
+
+impl Link {
+    /// A link with `config` whose randomness comes from `seed`.
+    ///
+    /// # Panics
+    /// If `config.loss` is not a probability or the rate is 0.
+    pub fn new(config: LinkConfig, seed: u64) -> Link {
+        config.validate();
+        Link {
+            config,
+            rng: StdRng::seed_from_u64(seed),
+            busy_until: None,
+            queue: VecDeque::new(),
+            queued_bytes: 0,
+            in_flight: BinaryHeap::new(),
+            next_seq: 0,
+        }
+    }
+
+    /// A datagram arrived at `now`.
+    pub fn offer(&mut self, now: Instant, bytes: Vec<u8>) -> Verdict {
+        // Always two draws per datagram, so that one datagram's fate never
+        // shifts the random stream of the ones after it.
+        let loss_draw: f64 = self.rng.random();
+        let jitter_draw: f64 = self.rng.random();
+        if loss_draw < self.config.loss {
+            return Verdict::Lost;
+        }
+        if self.in_flight.len() >= IN_FLIGHT_DATAGRAMS_MAX {
+            return Verdict::QueueFull;
+        }
+        let departure = match self.config.bandwidth_bytes_per_s {
+            None => now,
+            Some(rate) => {
+                while let Some(&(left, size)) = self.queue.front() {
+                    if left > now {
+                        break;
+                    }
+                    self.queue.pop_front();
+                    self.queued_bytes -= size;
+                }
+                if self.queued_bytes + bytes.len() > self.config.queue_bytes_max {
+                    return Verdict::QueueFull;
+                }
+                let start = self.busy_until.map_or(now, |busy| busy.max(now));
+                let departure = start + Duration::from_secs_f64(bytes.len() as f64 / rate as f64);
+                self.busy_until = Some(departure);
+                self.queue.push_back((departure, bytes.len()));
+                self.queued_bytes += bytes.len();
+                departure
+            }
+        };
+        let due = departure + self.config.delay + self.config.jitter.mul_f64(jitter_draw);
+        self.in_flight.push(Reverse(Pending {
+            due,
+            seq: self.next_seq,
+            bytes,
+        }));
+        self.next_seq += 1;
+        Verdict::Accepted(due)
+    }
+
+    /// When the next datagram is due, if any is in flight.
+    pub fn next_due(&self) -> Option<Instant> {
+        self.in_flight.peek().map(|Reverse(p)| p.due)
+    }
+
+    /// The next datagram due at or before `now`.
+    pub fn poll_due(&mut self, now: Instant) -> Option<Vec<u8>> {
+        if self.next_due()? > now {
+            return None;
+        }
+        self.in_flight.pop().map(|Reverse(p)| p.bytes)
+    }
+
+    /// Bytes in the bottleneck's queue at `now`.
+    pub fn queued_bytes(&mut self, now: Instant) -> usize {
+        while let Some(&(left, size)) = self.queue.front() {
+            if left > now {
+                break;
+            }
+            self.queue.pop_front();
+            self.queued_bytes -= size;
+        }
+        self.queued_bytes
+    }
+}
+
+/// Counters of one direction (a snapshot).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct DirectionStats {
+    /// Datagrams that arrived at the relay.
+    pub received: u64,
+    /// Their UDP payload bytes.
+    pub received_bytes: u64,
+    /// Of those, datagrams whose first byte has the QUIC long-header bit
+    /// (0x80) set: Initial, Handshake and 0-RTT packets, so a count that
+    /// grows means a new handshake (a reconnect).
+    pub long_header: u64,
+    /// Dropped at random.
+    pub dropped_loss: u64,
+    /// Dropped because the bottleneck's queue was full.
+    pub dropped_queue: u64,
+    /// Dropped by a cut (on arrival or when due).
+    pub dropped_cut: u64,
+    /// Target → client datagrams dropped because no client had spoken yet.
+    pub dropped_no_client: u64,
+    /// Datagrams delivered.
+    pub delivered: u64,
+    /// Their UDP payload bytes.
+    pub delivered_bytes: u64,
+}
+
+/// Counters of both directions (a snapshot).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct RelayStats {
+    /// Client → target.
+    pub upstream: DirectionStats,
+    /// Target → client.
+    pub downstream: DirectionStats,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    received: AtomicU64,
+    received_bytes: AtomicU64,
+    long_header: AtomicU64,
+    dropped_loss: AtomicU64,
+    dropped_queue: AtomicU64,
+    dropped_cut: AtomicU64,
+    dropped_no_client: AtomicU64,
+    delivered: AtomicU64,
+    delivered_bytes: AtomicU64,
+}
+
+impl Counters {
+    fn add(counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    fn snapshot(&self) -> DirectionStats {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        DirectionStats {
+            received: get(&self.received),
+            received_bytes: get(&self.received_bytes),
+            long_header: get(&self.long_header),
+            dropped_loss: get(&self.dropped_loss),
+            dropped_queue: get(&self.dropped_queue),
+            dropped_cut: get(&self.dropped_cut),
+            dropped_no_client: get(&self.dropped_no_client),
+            delivered: get(&self.delivered),
+            delivered_bytes: get(&self.delivered_bytes),
+        }
+    }
+}
+
+#[derive(Debug)]
+struct Shared {
+    started: Instant,
+    cut: AtomicBool,
+    cuts: Vec<Cut>,
+    client: Mutex<Option<SocketAddr>>,
+    upstream: Counters,
+    downstream: Counters,
+}
+
+impl Shared {
+    fn is_cut(&self, now: Instant) -> bool {
+        if self.cut.load(Ordering::Relaxed) {
+            return true;
+        }
+        let elapsed = now.saturating_duration_since(self.started);
+        self.cuts
+            .iter()
+            .any(|c| elapsed >= c.after && elapsed < c.after + c.duration)
+    }
+
+    fn client(&self) -> Option<SocketAddr> {
+        *self.client.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// A running relay. Dropping it stops it.
+#[derive(Debug)]
+pub struct Relay {
+    addr: SocketAddr,
+    target: SocketAddr,
+    shared: Arc<Shared>,
+    stop: Option<oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Direction {
+    Upstream,
+    Downstream,
+}
+
+impl Relay {
+    /// Starts a relay forwarding to `target`.
+    ///
+    /// # Errors
+    /// If a socket cannot be bound or the thread not started.
+    ///
+    /// # Panics
+    /// If a [`LinkConfig`] is invalid (loss outside `0..=1`, rate 0).
+    pub fn start(config: RelayConfig, target: SocketAddr) -> std::io::Result<Relay> {
+        config.upstream.validate();
+        config.downstream.validate();
+        let listen = std::net::UdpSocket::bind(config.listen)?;
+        let upstream = std::net::UdpSocket::bind(SocketAddr::from(([127, 0, 0, 1], 0)))?;
+        listen.set_nonblocking(true)?;
+        upstream.set_nonblocking(true)?;
+        let addr = listen.local_addr()?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?;
+        let shared = Arc::new(Shared {
+            started: Instant::now(),
+            cut: AtomicBool::new(false),
+            cuts: config.cuts.clone(),
+            client: Mutex::new(None),
+            upstream: Counters::default(),
+            downstream: Counters::default(),
+        });
+        let (stop, stopped) = oneshot::channel::<()>();
+        let task_shared = shared.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("relay-{addr}"))
+            .spawn(move || {
+                runtime.block_on(async move {
+                    let (listen, upstream) =
+                        match (UdpSocket::from_std(listen), UdpSocket::from_std(upstream)) {
+                            (Ok(l), Ok(u)) => (Arc::new(l), Arc::new(u)),
+                            _ => return,
+                        };
+                    let up = tokio::spawn(run_direction(
+                        Direction::Upstream,
+                        Link::new(config.upstream, config.seed),
+                        listen.clone(),
+                        upstream.clone(),
+                        target,
+                        task_shared.clone(),
+                    ));
+                    let down = tokio::spawn(run_direction(
+                        Direction::Downstream,
+                        Link::new(config.downstream, config.seed ^ 0x9e37_79b9_7f4a_7c15),
+                        upstream,
+                        listen,
+                        target,
+                        task_shared,
+                    ));
+                    let _ = stopped.await;
+                    up.abort();
+                    down.abort();
+                });
+            })?;
+        Ok(Relay {
+            addr,
+            target,
+            shared,
+            stop: Some(stop),
+            thread: Some(thread),
+        })
+    }
+
+    /// The address clients send to.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The address datagrams are forwarded to.
+    pub fn target(&self) -> SocketAddr {
+        self.target
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> RelayStats {
+        RelayStats {
+            upstream: self.shared.upstream.snapshot(),
+            downstream: self.shared.downstream.snapshot(),
+        }
+    }
+
+    /// Cuts the link both ways until [`Relay::heal`].
+    pub fn cut(&self) {
+        self.shared.cut.store(true, Ordering::Relaxed);
+    }
+
+    /// Ends a [`Relay::cut`] (scheduled cuts still apply).
+    pub fn heal(&self) {
+        self.shared.cut.store(false, Ordering::Relaxed);
+    }
+
+    /// Whether the link is cut now (manually or by the schedule).
+    pub fn is_cut(&self) -> bool {
+        self.shared.is_cut(Instant::now())
+    }
+
+    /// Stops the relay and waits for its thread; the same as dropping it.
+    pub fn shutdown(self) {}
+}
+
+impl Drop for Relay {
+    fn drop(&mut self) {
+        drop(self.stop.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Forwards one direction: datagrams received on `from` go through `link`
+/// and leave on `to` (to the target upstream, to the client downstream).
+async fn run_direction(
+    direction: Direction,
+    mut link: Link,
+    from: Arc<UdpSocket>,
+    to: Arc<UdpSocket>,
+    target: SocketAddr,
+    shared: Arc<Shared>,
+) {
+    let counters = match direction {
+        Direction::Upstream => &shared.upstream,
+        Direction::Downstream => &shared.downstream,
+    };
+    let mut buf = vec![0u8; DATAGRAM_BYTES_MAX];
+    loop {
+        let due = link.next_due();
+        tokio::select! {
+            received = from.recv_from(&mut buf) => {
+                let (len, source) = match received {
+                    Ok(r) => r,
+                    Err(_) => {
+                        // ICMP errors and the like: nothing to forward. Pause
+                        // so that a persistent error cannot spin the loop.
+                        tokio::time::sleep(Duration::from_millis(1)).await;
+                        continue;
+                    }
+                };
+                match direction {
+                    Direction::Upstream => {
+                        *shared.client.lock().unwrap_or_else(|e| e.into_inner()) = Some(source);
+                    }
+                    Direction::Downstream if source != target => continue,
+                    Direction::Downstream => {}
+                }
+                let now = Instant::now();
+                Counters::add(&counters.received, 1);
+                Counters::add(&counters.received_bytes, len as u64);
+                if len > 0 && buf[0] & 0x80 != 0 {
+                    Counters::add(&counters.long_header, 1);
+                }
+                if shared.is_cut(now) {
+                    Counters::add(&counters.dropped_cut, 1);
+                    continue;
+                }
+                match link.offer(now, buf[..len].to_vec()) {
+                    Verdict::Accepted(_) => {}
+                    Verdict::Lost => Counters::add(&counters.dropped_loss, 1),
+                    Verdict::QueueFull => Counters::add(&counters.dropped_queue, 1),
+                }
+            }
+            () = sleep_until_opt(due), if due.is_some() => {
+                let now = Instant::now();
+                // Bounded: only what is due now, at most what is in flight.
+                while let Some(bytes) = link.poll_due(now) {
+                    if shared.is_cut(now) {
+                        Counters::add(&counters.dropped_cut, 1);
+                        continue;
+                    }
+                    let destination = match direction {
+                        Direction::Upstream => Some(target),
+                        Direction::Downstream => shared.client(),
+                    };
+                    let Some(destination) = destination else {
+                        Counters::add(&counters.dropped_no_client, 1);
+                        continue;
+                    };
+                    // A full socket buffer or an unreachable peer loses the
+                    // datagram, as a real network would.
+                    if to.send_to(&bytes, destination).await.is_ok() {
+                        Counters::add(&counters.delivered, 1);
+                        Counters::add(&counters.delivered_bytes, bytes.len() as u64);
+                    }
+                }
+            }
+        }
+    }
+}
+
+async fn sleep_until_opt(due: Option<Instant>) {
+    match due {
+        Some(due) => tokio::time::sleep_until(due).await,
+        None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn localhost() -> SocketAddr {
+        SocketAddr::from(([127, 0, 0, 1], 0))
+    }
+
+    /// Sends `count` numbered datagrams through a relay with `config` and
+    /// returns the numbers that reached the target, in arrival order.
+    async fn numbers_through(config: RelayConfig, count: u32) -> (Vec<u32>, RelayStats) {
+        let target = UdpSocket::bind(localhost()).await.unwrap();
+        let relay = Relay::start(config, target.local_addr().unwrap()).unwrap();
+        // Receive while sending, so that the target's socket buffer never
+        // overflows.
+        let receiver = tokio::spawn(async move {
+            let mut got = Vec::new();
+            let mut buf = [0u8; 16];
+            while let Ok(Ok(len)) =
+                tokio::time::timeout(Duration::from_millis(300), target.recv(&mut buf)).await
+            {
+                assert_eq!(len, 4);
+                got.push(u32::from_le_bytes(buf[..4].try_into().unwrap()));
+            }
+            got
+        });
+        let client = UdpSocket::bind(localhost()).await.unwrap();
+        for n in 0..count {
+            client.send_to(&n.to_le_bytes(), relay.addr()).await.unwrap();
+            if n % 64 == 63 {
+                // Stay well below the relay's socket buffer.
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        }
+        let got = receiver.await.unwrap();
+        let stats = relay.stats();
+        (got, stats)
+    }
+
+    #[tokio::test]
+    async fn loss_ratio_is_within_bounds_and_the_same_for_the_same_seed() {
+        let config = RelayConfig::symmetric(42, LinkConfig::lossy(0.2, Duration::ZERO));
+        let (first, stats) = numbers_through(config.clone(), 5000).await;
+        assert_eq!(stats.upstream.received, 5000);
+        assert_eq!(stats.upstream.delivered, first.len() as u64);
+        assert_eq!(
+            stats.upstream.dropped_loss + stats.upstream.delivered,
+            5000,
+            "{stats:?}"
+        );
+        let ratio = stats.upstream.dropped_loss as f64 / 5000.0;
+        // 5000 draws at p = 0.2: sigma ~0.0057; +-3.5 sigma.
+        assert!((0.18..=0.22).contains(&ratio), "loss ratio {ratio}");
+        let (second, _) = numbers_through(config.clone(), 5000).await;
+        assert_eq!(first, second, "same seed, same datagrams lost");
+        let (other_seed, _) = numbers_through(RelayConfig { seed: 43, ..config }, 5000).await;
+        assert_ne!(first, other_seed);
+    }
+
+    #[tokio::test]
+    async fn delay_is_applied_each_way() {
+        let delay = Duration::from_millis(150);
+        let config = RelayConfig::symmetric(1, LinkConfig::lossy(0.0, delay));
+        let target = UdpSocket::bind(localhost()).await.unwrap();
+        let relay = Relay::start(config, target.local_addr().unwrap()).unwrap();
+        let client = UdpSocket::bind(localhost()).await.unwrap();
+        let mut buf = [0u8; 16];
+        let sent = std::time::Instant::now();
+        client.send_to(b"ping", relay.addr()).await.unwrap();
+        let (_, from) = target.recv_from(&mut buf).await.unwrap();
+        let one_way = sent.elapsed();
+        target.send_to(b"pong", from).await.unwrap();
+        let (len, _) = client.recv_from(&mut buf).await.unwrap();
+        let round_trip = sent.elapsed();
+        assert_eq!(&buf[..len], b"pong");
+        assert!(
+            one_way >= delay && one_way < delay + Duration::from_millis(100),
+            "{one_way:?}"
+        );
+        assert!(
+            round_trip >= 2 * delay && round_trip < 2 * delay + Duration::from_millis(150),
+            "{round_trip:?}"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_cut_drops_everything_until_healed() {
+        let config = RelayConfig::symmetric(1, LinkConfig::perfect());
+        let target = UdpSocket::bind(localhost()).await.unwrap();
+        let relay = Relay::start(config, target.local_addr().unwrap()).unwrap();
+        let client = UdpSocket::bind(localhost()).await.unwrap();
+        let mut buf = [0u8; 16];
+        relay.cut();
+        assert!(relay.is_cut());
+        for _ in 0..50 {
+            client.send_to(b"lost", relay.addr()).await.unwrap();
+        }
+        let nothing =
+            tokio::time::timeout(Duration::from_millis(300), target.recv_from(&mut buf)).await;
+        assert!(nothing.is_err(), "a datagram crossed a cut link");
+        assert_eq!(relay.stats().upstream.dropped_cut, 50);
+        relay.heal();
+        client.send_to(b"back", relay.addr()).await.unwrap();
+        let (len, _) = target.recv_from(&mut buf).await.unwrap();
+        assert_eq!(&buf[..len], b"back");
+    }
+
+    #[tokio::test]
+    async fn a_scheduled_cut_drops_what_is_in_flight_too() {
+        // 200 ms of delay; the cut starts 100 ms in, so a datagram sent at
+        // once is still on the wire when it starts.
+        let mut config = RelayConfig::symmetric(1, LinkConfig::lossy(0.0, Duration::from_millis(200)));
+        config.cuts.push(Cut {
+            after: Duration::from_millis(100),
+            duration: Duration::from_millis(400),
+        });
+        let target = UdpSocket::bind(localhost()).await.unwrap();
+        let relay = Relay::start(config, target.local_addr().unwrap()).unwrap();
+        let client = UdpSocket::bind(localhost()).await.unwrap();
+        client.send_to(b"on the wire", relay.addr()).await.unwrap();
+        let mut buf = [0u8; 16];
+        let nothing =
+            tokio::time::timeout(Duration::from_millis(600), target.recv_from(&mut buf)).await;
+        assert!(nothing.is_err());
+        assert_eq!(relay.stats().upstream.dropped_cut, 1);
+        // The schedule is over: traffic flows again.
+        client.send_to(b"after", relay.addr()).await.unwrap();
+        let (len, _) = target.recv_from(&mut buf).await.unwrap();
+        assert_eq!(&buf[..len], b"after");
+    }
+
+    #[tokio::test]
+    async fn the_bottleneck_paces_and_drops_beyond_its_queue() {
+        // 100 kB/s with a 10 kB queue; 40 datagrams of 1000 bytes offered at
+        // once: 10 fit, the rest are dropped at the tail; the last one leaves
+        // 100 ms after the first arrived.
+        let link = LinkConfig::perfect().with_bandwidth(100_000, 10_000);
+        let config = RelayConfig::symmetric(1, link);
+        let target = UdpSocket::bind(localhost()).await.unwrap();
+        let relay = Relay::start(config, target.local_addr().unwrap()).unwrap();
+        let client = UdpSocket::bind(localhost()).await.unwrap();
+        let started = std::time::Instant::now();
+        for _ in 0..40 {
+            client.send_to(&[7u8; 1000], relay.addr()).await.unwrap();
+        }
+        let mut buf = vec![0u8; 2000];
+        let mut arrived = 0;
+        let mut last = Duration::ZERO;
+        while let Ok(Ok(_)) =
+            tokio::time::timeout(Duration::from_millis(300), target.recv_from(&mut buf)).await
+        {
+            arrived += 1;
+            last = started.elapsed();
+        }
+        let stats = relay.stats().upstream;
+        assert_eq!(stats.dropped_queue + stats.delivered, 40, "{stats:?}");
+        assert!((10..=12).contains(&arrived), "{arrived} arrived");
+        assert!(
+            last >= Duration::from_millis(95) && last < Duration::from_millis(250),
+            "{last:?}"
+        );
+    }
+
+    #[test]
+    fn the_link_state_machine_serialises_at_the_rate() {
+        let start = Instant::now();
+        let mut link = Link::new(
+            LinkConfig::lossy(0.0, Duration::from_millis(10)).with_bandwidth(1000, 250),
+            7,
+        );
+        let a = link.offer(start, vec![0; 100]);
+        let b = link.offer(start, vec![0; 100]);
+        let c = link.offer(start, vec![0; 100]);
+        assert_eq!(a, Verdict::Accepted(start + Duration::from_millis(110)));
+        assert_eq!(b, Verdict::Accepted(start + Duration::from_millis(210)));
+        assert_eq!(c, Verdict::QueueFull);
+        assert_eq!(link.queued_bytes(start), 200);
+        assert_eq!(link.queued_bytes(start + Duration::from_millis(100)), 100);
+        assert!(link.poll_due(start + Duration::from_millis(109)).is_none());
+        assert!(link.poll_due(start + Duration::from_millis(110)).is_some());
+        assert_eq!(link.next_due(), Some(start + Duration::from_millis(210)));
+        // Queue drained by then: a new datagram starts serialising at once.
+        let d = link.offer(start + Duration::from_millis(300), vec![0; 50]);
+        assert_eq!(d, Verdict::Accepted(start + Duration::from_millis(360)));
+    }
+}
