@@ -74,8 +74,13 @@ impl Server {
             .unwrap();
         let base = format!("http://{}", listener.local_addr().unwrap());
         runtime.spawn(serve(listener, state, std::future::pending()));
+        // No connection reuse: a refused request (401 before the body is
+        // read) makes the server close its connection, and a pooled stale
+        // connection would fail the next request at random.
         let agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
+            .max_idle_connections(0)
+            .max_idle_connections_per_host(0)
             .build()
             .into();
         Server {
