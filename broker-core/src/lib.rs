@@ -8,6 +8,7 @@
 
 pub mod batch;
 pub mod catalog;
+pub mod dispatch;
 #[cfg(feature = "dev-certs")]
 pub mod dev_certs;
 pub mod intent;
