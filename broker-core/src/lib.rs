@@ -16,6 +16,7 @@ pub mod keys;
 pub mod limits;
 pub mod metadata;
 pub mod replication;
+pub mod service;
 pub mod tls;
 pub mod varint;
 pub mod wal;

@@ -112,6 +112,8 @@ pub async fn run(
         ingest = %config.ingest_listen,
         "broker started"
     );
+    broker_core::service::notify_ready();
+    let watchdog = tokio::spawn(broker_core::service::watchdog_loop());
     let serve = axum::serve(listener, router(state)).with_graceful_shutdown(shutdown);
     let result = serve.await.map_err(|source| ServerError::Listen {
         what: "admin",
@@ -119,6 +121,8 @@ pub async fn run(
         source,
     });
     info!("shutting down");
+    broker_core::service::notify_stopping();
+    watchdog.abort();
     ingest.close(0u32.into(), b"broker shutting down");
     topics.close_all().await;
     node.shutdown().await;

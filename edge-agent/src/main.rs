@@ -150,7 +150,11 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         .context("starting the async runtime")?;
     runtime.block_on(async {
         let agent = Agent::start(config).await?;
+        broker_core::service::notify_ready();
+        let watchdog = tokio::spawn(broker_core::service::watchdog_loop());
         wait_for_signal().await?;
+        broker_core::service::notify_stopping();
+        watchdog.abort();
         agent.shutdown().await?;
         Ok(())
     })

@@ -63,6 +63,11 @@ impl Proc {
         }
     }
 
+    /// Sets an environment variable for the next starts.
+    pub fn env(&mut self, key: &str, value: &str) {
+        self.command.env(key, value);
+    }
+
     /// Starts the process (again).
     pub fn start(&mut self) {
         assert!(self.child.is_none(), "{} already running", self.name);
