@@ -272,3 +272,25 @@ ca = "ca.pem"
         assert!(parse_member("3=:7401").is_err());
     }
 }
+
+#[cfg(test)]
+mod example_tests {
+    use super::*;
+
+    #[test]
+    fn the_example_configs_in_configs_parse_and_validate() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../configs");
+        let mut seen = 0;
+        for entry in std::fs::read_dir(&dir).expect("configs/") {
+            let path = entry.expect("entry").path();
+            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+            if !name.starts_with("broker-") || !name.ends_with(".toml") {
+                continue;
+            }
+            let config = BrokerConfig::from_file(&path).unwrap_or_else(|e| panic!("{e}"));
+            config.validate().unwrap_or_else(|e| panic!("{name}: {e}"));
+            seen += 1;
+        }
+        assert_eq!(seen, 4, "broker-single.toml and three cluster nodes");
+    }
+}
