@@ -293,8 +293,10 @@ async fn replicate_topic(
         // Send what the window and the log allow.
         let hwm = wal.high_water_mark();
         while let Some(offset) = stream.next_to_send(hwm) {
+            // Read no more than the window admits: the rest would be read
+            // again after the next acknowledgement.
             let batches = wal
-                .read(offset, config.window.bytes.max(1))
+                .read(offset, stream.window_room_bytes())
                 .map_err(|e| StreamError::Wal(e.to_string()))?;
             let mut sent_any = false;
             for batch in batches {

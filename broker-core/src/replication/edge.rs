@@ -237,6 +237,12 @@ impl EdgeStream {
     pub fn in_flight(&self) -> usize {
         self.in_flight.len()
     }
+
+    /// Bytes the window still admits (at least 1, so one batch can always
+    /// be read when the window is open).
+    pub fn window_room_bytes(&self) -> usize {
+        self.window.bytes.saturating_sub(self.in_flight_bytes).max(1)
+    }
 }
 
 fn frame_name(frame: &Frame) -> &'static str {
