@@ -6,11 +6,12 @@
 //! architecture in `../shared/DESIGN.md`.
 #![forbid(unsafe_code)]
 
+pub mod archive;
 pub mod batch;
 pub mod catalog;
-pub mod dispatch;
 #[cfg(feature = "dev-certs")]
 pub mod dev_certs;
+pub mod dispatch;
 pub mod intent;
 pub mod keys;
 pub mod limits;

@@ -22,12 +22,22 @@
 //! | `PATCH …/failure-policy` | change some fields, keep the rest |
 //! | `POST /v1/apply[?dry_run=true][&file=name]` | apply a YAML manifest (request body) |
 //! | `GET /v1/cluster/status` | leader, members, term, last applied index |
+//! | `GET /v1/storage/topics[?prefix=/tributary]` | topics with tiered segments: count, `cur`, tiered offset |
+//! | `GET /v1/storage/topics/{ns}/{topic}/segments[?prefix=]` | a topic's segment descriptors, `cur`, tiered offset |
+//! | `POST /v1/storage/descriptors[?prefix=]` | commit `{"topic", "descriptor"}`: descriptor + `segments/cur` in one Raft txn |
+//! | `POST /v1/storage/topics/{ns}/{topic}/trim[?prefix=]` | apply local WAL retention with the committed tiered offset as the safe offset |
+//!
+//! The storage endpoints serve the tier service (`tier-service/`), which
+//! runs beside the broker and commits what it uploaded through them; see
+//! [`commit_descriptor`] for the rules a commit must pass. `trim` needs the
+//! broker's WALs: [`with_local_segments`] wires them in (without it, `501
+//! not_supported`).
 //!
 //! Errors are JSON: `{"error": "<message>", "kind": "<kind>", "field":
 //! "<field>"?, …}` with `400 invalid_input` / `400 invalid_manifest` (bad
 //! input naming the field, or every manifest issue in `errors`), `401
 //! unauthorized`, `404 not_found`, `409 conflict` / `409 manifest_conflict`
-//! (with `differences` or `errors`), `500 internal`.
+//! (with `differences` or `errors`), `500 internal`, `501 not_supported`.
 //!
 //! The catalog semantics (what create, apply and the failure policies do)
 //! live in [`broker_core::catalog`].
@@ -38,19 +48,22 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{Path, Query, Request, State};
+use axum::extract::{Extension, Path, Query, Request, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
+use broker_core::archive::SegmentDescriptor;
 use broker_core::catalog::{
     Action, Catalog, CatalogError, FailurePolicyPatch, Manifest, ManifestErrors, TopicSpec,
 };
 use broker_core::intent::{StreamIntent, SubscriptionFailurePolicy};
-use broker_core::keys::{NameError, NamespaceName, SubscriptionName, TopicName};
-use broker_core::metadata::MetadataStore;
-use serde::Deserialize;
+use broker_core::keys::{
+    NameError, NamespaceName, StorageKey, StorageKeys, SubscriptionName, TopicName,
+};
+use broker_core::metadata::{BoxFuture, MetadataError, MetadataStore, Txn, TxnOutcome};
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::raft::node::{ClusterStatus, MetaNode};
@@ -115,6 +128,13 @@ pub fn router(state: AdminState) -> Router {
         )
         .route("/apply", post(apply))
         .route("/cluster/status", get(cluster_status))
+        .route("/storage/topics", get(list_storage_topics))
+        .route(
+            "/storage/topics/{namespace}/{topic}/segments",
+            get(list_segments),
+        )
+        .route("/storage/descriptors", post(post_descriptor))
+        .route("/storage/topics/{namespace}/{topic}/trim", post(trim_topic))
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
         .route("/health", get(health))
@@ -505,9 +525,571 @@ async fn cluster_status(State(state): State<AdminState>) -> ApiResult {
     ok(StatusCode::OK, state.cluster.status())
 }
 
+// ---------------------------------------------------------------------------
+// Storage: segment descriptors (tier service)
+// ---------------------------------------------------------------------------
+
+/// Access to the broker's local topic WALs for the `trim` endpoint.
+pub trait LocalSegments: Send + Sync {
+    /// Applies `topic`'s local retention with `safe_offset` as the safe
+    /// offset: only sealed segments entirely below it may be deleted, and
+    /// only while a retention limit asks for it
+    /// ([`broker_core::wal::Wal::apply_retention`]).
+    fn trim<'a>(
+        &'a self,
+        topic: &'a TopicName,
+        safe_offset: u64,
+        now_ms: i64,
+    ) -> BoxFuture<'a, Result<TrimReport, String>>;
+}
+
+/// What a `trim` did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TrimReport {
+    /// Whether the topic's WAL is open on this broker (nothing is trimmed
+    /// otherwise).
+    pub wal_open: bool,
+    /// `(base_offset, next_offset, bytes)` of each deleted segment.
+    pub deleted: Vec<(u64, u64, u64)>,
+    /// First offset still stored locally, when the WAL is open.
+    pub log_start: Option<u64>,
+}
+
+impl LocalSegments for crate::topics::TopicStore {
+    fn trim<'a>(
+        &'a self,
+        topic: &'a TopicName,
+        safe_offset: u64,
+        now_ms: i64,
+    ) -> BoxFuture<'a, Result<TrimReport, String>> {
+        Box::pin(async move {
+            let Some(wal) = self.get(topic).await else {
+                return Ok(TrimReport::default());
+            };
+            let report =
+                tokio::task::spawn_blocking(move || wal.apply_retention(safe_offset, now_ms))
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .map_err(|e| e.to_string())?;
+            Ok(TrimReport {
+                wal_open: true,
+                deleted: report.deleted,
+                log_start: Some(report.log_start),
+            })
+        })
+    }
+}
+
+/// Adds the broker's local WALs to `router` so `POST
+/// /v1/storage/topics/{ns}/{topic}/trim` can apply retention.
+pub fn with_local_segments(router: Router, segments: Arc<dyn LocalSegments>) -> Router {
+    router.layer(Extension(segments))
+}
+
+/// A topic's committed storage state.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TieredState {
+    /// Start offset of the descriptor `segments/cur` points to.
+    pub cur: Option<u64>,
+    /// Offset just past the `cur` descriptor's last record: every offset
+    /// below it (from the first descriptor's start) is in committed
+    /// segments. The safe offset for the broker's local retention.
+    pub tiered_offset: Option<u64>,
+}
+
+/// The outcome of [`commit_descriptor`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CommitOutcome {
+    /// Descriptor (and `cur`, when it moved) written in one transaction.
+    Committed,
+    /// The same object's descriptor was already committed: nothing written.
+    Unchanged,
+}
+
+/// Why a descriptor was not committed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum StorageError {
+    /// The descriptor contradicts itself or its key.
+    #[error("invalid descriptor: {0}")]
+    Invalid(String),
+    /// Another descriptor is committed at the same start offset.
+    #[error("a different descriptor is committed at {key}")]
+    Conflict {
+        /// Its key.
+        key: String,
+        /// The committed one.
+        committed: Box<SegmentDescriptor>,
+    },
+    /// The descriptor does not continue the committed segments.
+    #[error("segment {start}..={end} does not continue the committed segments: {reason}")]
+    NotContiguous {
+        /// Its start offset.
+        start: u64,
+        /// Its end offset.
+        end: u64,
+        /// Gap or overlap, with the neighbour.
+        reason: String,
+    },
+    /// Committed metadata that does not parse (a damaged store).
+    #[error("stored storage metadata is inconsistent: {0}")]
+    Inconsistent(String),
+    /// Concurrent commits kept changing `segments/cur`.
+    #[error("segments/cur kept changing; retry")]
+    Contended,
+    /// The metadata store failed.
+    #[error(transparent)]
+    Metadata(#[from] MetadataError),
+}
+
+fn decode_descriptor(key: &str, value: Value) -> Result<SegmentDescriptor, StorageError> {
+    serde_json::from_value(value)
+        .map_err(|e| StorageError::Inconsistent(format!("{key}: not a segment descriptor: {e}")))
+}
+
+/// The committed `cur` and tiered offset of `topic`.
+///
+/// # Errors
+/// [`StorageError::Inconsistent`] if `cur` points at a missing or
+/// malformed descriptor; metadata errors.
+pub async fn tiered_state(
+    store: &dyn MetadataStore,
+    keys: &StorageKeys,
+    topic: &TopicName,
+) -> Result<TieredState, StorageError> {
+    let cur_key = keys.segments_cur(topic);
+    let Some(cur) = store.get(&cur_key).await? else {
+        return Ok(TieredState {
+            cur: None,
+            tiered_offset: None,
+        });
+    };
+    let start = cur
+        .as_str()
+        .and_then(|v| StorageKeys::parse_segments_cur_value(v).ok())
+        .ok_or_else(|| {
+            StorageError::Inconsistent(format!("{cur_key}: {cur} is not a padded offset"))
+        })?;
+    let key = keys.segment_descriptor(topic, start);
+    let value = store
+        .get(&key)
+        .await?
+        .ok_or_else(|| StorageError::Inconsistent(format!("{cur_key} points at missing {key}")))?;
+    let descriptor = decode_descriptor(&key, value)?;
+    Ok(TieredState {
+        cur: Some(start),
+        tiered_offset: Some(descriptor.next_offset()),
+    })
+}
+
+/// The committed tiered offset of `topic` (see [`TieredState`]): what the
+/// broker's local retention may use as its safe offset.
+///
+/// # Errors
+/// As [`tiered_state`].
+pub async fn tiered_offset(
+    store: &dyn MetadataStore,
+    keys: &StorageKeys,
+    topic: &TopicName,
+) -> Result<Option<u64>, StorageError> {
+    Ok(tiered_state(store, keys, topic).await?.tiered_offset)
+}
+
+/// Every committed descriptor of `topic`, by start offset.
+///
+/// # Errors
+/// [`StorageError::Inconsistent`] for a value that is not a descriptor;
+/// metadata errors.
+pub async fn list_descriptors(
+    store: &dyn MetadataStore,
+    keys: &StorageKeys,
+    topic: &TopicName,
+) -> Result<Vec<SegmentDescriptor>, StorageError> {
+    let mut out = Vec::new();
+    for (key, value) in store.list(&keys.segments_prefix(topic)).await? {
+        if let Ok(StorageKey::SegmentDescriptor { .. }) = keys.parse(&key) {
+            out.push(decode_descriptor(&key, value)?);
+        }
+    }
+    Ok(out)
+}
+
+/// Most attempts of [`commit_descriptor`] when concurrent commits move
+/// `segments/cur` under it.
+const COMMIT_ATTEMPTS_MAX: usize = 8;
+
+/// Commits `descriptor` of `topic`: the descriptor at
+/// `segments/{start:020}` and, when it extends the committed range,
+/// `segments/cur`, in one transaction.
+///
+/// Rules:
+/// - the descriptor is self-consistent and its `object_id` is the
+///   deterministic object key of its range;
+/// - a descriptor of the same object already committed is
+///   [`CommitOutcome::Unchanged`] (idempotent redo); a different one is a
+///   [`StorageError::Conflict`];
+/// - a descriptor past `cur` must start exactly at the `cur`
+///   descriptor's next offset (no gap, no overlap), so every offset below
+///   the tiered offset is in a committed segment; one below `cur` (a
+///   repair) must not overlap its neighbours and leaves `cur` alone.
+///
+/// # Errors
+/// [`StorageError`] as above; metadata errors.
+pub async fn commit_descriptor(
+    store: &dyn MetadataStore,
+    keys: &StorageKeys,
+    topic: &TopicName,
+    descriptor: &SegmentDescriptor,
+) -> Result<(CommitOutcome, TieredState), StorageError> {
+    descriptor
+        .validate()
+        .map_err(|e| StorageError::Invalid(e.to_owned()))?;
+    let expected_object =
+        keys.segment_object(topic, descriptor.start_offset, descriptor.end_offset);
+    if descriptor.object_id != expected_object {
+        return Err(StorageError::Invalid(format!(
+            "object_id {:?} is not the segment's object key {expected_object:?}",
+            descriptor.object_id
+        )));
+    }
+    let key = keys.segment_descriptor(topic, descriptor.start_offset);
+    let cur_key = keys.segments_cur(topic);
+    let value =
+        serde_json::to_value(descriptor).map_err(|e| StorageError::Invalid(e.to_string()))?;
+    for _ in 0..COMMIT_ATTEMPTS_MAX {
+        if let Some(existing) = store.get(&key).await? {
+            let existing = decode_descriptor(&key, existing)?;
+            if existing.same_object(descriptor) {
+                return Ok((
+                    CommitOutcome::Unchanged,
+                    tiered_state(store, keys, topic).await?,
+                ));
+            }
+            return Err(StorageError::Conflict {
+                key,
+                committed: Box::new(existing),
+            });
+        }
+        let state = tiered_state(store, keys, topic).await?;
+        let cur_value = store.get(&cur_key).await?;
+        let not_contiguous = |reason: String| StorageError::NotContiguous {
+            start: descriptor.start_offset,
+            end: descriptor.end_offset,
+            reason,
+        };
+        let moves_cur = match (state.cur, state.tiered_offset) {
+            (Some(cur), Some(tiered)) if descriptor.start_offset > cur => {
+                if descriptor.start_offset != tiered {
+                    return Err(not_contiguous(format!(
+                        "the committed segments end at offset {tiered}"
+                    )));
+                }
+                true
+            }
+            (Some(_), _) => {
+                // A repair below `cur`: must fit between its neighbours.
+                for other in list_descriptors(store, keys, topic).await? {
+                    if other.start_offset <= descriptor.end_offset
+                        && descriptor.start_offset <= other.end_offset
+                    {
+                        return Err(not_contiguous(format!(
+                            "overlaps committed segment {}..={}",
+                            other.start_offset, other.end_offset
+                        )));
+                    }
+                }
+                false
+            }
+            (None, _) => true,
+        };
+        let mut txn = Txn::new().when_absent(key.clone());
+        txn = match &cur_value {
+            Some(v) => txn.when_equals(cur_key.clone(), v.clone()),
+            None => txn.when_absent(cur_key.clone()),
+        };
+        txn = txn.put(key.clone(), value.clone());
+        if moves_cur {
+            txn = txn.put(
+                cur_key.clone(),
+                Value::String(StorageKeys::segments_cur_value(descriptor.start_offset)),
+            );
+        }
+        match store.txn(txn).await? {
+            TxnOutcome::Applied => {
+                let state = if moves_cur {
+                    TieredState {
+                        cur: Some(descriptor.start_offset),
+                        tiered_offset: Some(descriptor.next_offset()),
+                    }
+                } else {
+                    state
+                };
+                return Ok((CommitOutcome::Committed, state));
+            }
+            TxnOutcome::ConditionFailed { .. } => continue,
+        }
+    }
+    Err(StorageError::Contended)
+}
+
+impl From<StorageError> for ApiError {
+    fn from(err: StorageError) -> ApiError {
+        let message = err.to_string();
+        match err {
+            StorageError::Invalid(_) => {
+                ApiError::new(StatusCode::BAD_REQUEST, "invalid_input", message)
+                    .with("field", json!("descriptor"))
+            }
+            StorageError::Conflict { committed, .. } => {
+                ApiError::new(StatusCode::CONFLICT, "conflict", message)
+                    .with("committed", json!(committed))
+            }
+            StorageError::NotContiguous { .. } => {
+                ApiError::new(StatusCode::CONFLICT, "not_contiguous", message)
+            }
+            StorageError::Contended => ApiError::new(StatusCode::CONFLICT, "contended", message),
+            StorageError::Inconsistent(_) | StorageError::Metadata(_) => {
+                tracing::error!(error = %err, "admin API: storage metadata failure");
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
+            }
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PrefixQuery {
+    prefix: Option<String>,
+}
+
+fn storage_keys(
+    params: Result<Query<PrefixQuery>, QueryRejection>,
+) -> Result<StorageKeys, ApiError> {
+    match query(params)?.prefix {
+        None => Ok(StorageKeys::default()),
+        Some(prefix) => StorageKeys::new(&prefix).map_err(|e| ApiError::name("prefix", e)),
+    }
+}
+
+async fn list_storage_topics(
+    State(state): State<AdminState>,
+    params: Result<Query<PrefixQuery>, QueryRejection>,
+) -> ApiResult {
+    let keys = storage_keys(params)?;
+    let root = format!("{}/storage/topics/", keys.prefix());
+    let mut counts: std::collections::BTreeMap<TopicName, u64> = std::collections::BTreeMap::new();
+    for (key, _) in state.store.list(&root).await.map_err(StorageError::from)? {
+        if let Ok(StorageKey::SegmentDescriptor { topic, .. }) = keys.parse(&key) {
+            *counts.entry(topic).or_default() += 1;
+        }
+    }
+    let mut topics = Vec::new();
+    for (topic, segments) in counts {
+        let tiered = tiered_state(&*state.store, &keys, &topic).await?;
+        topics.push(json!({
+            "topic": topic,
+            "segments": segments,
+            "cur": tiered.cur,
+            "tiered_offset": tiered.tiered_offset,
+        }));
+    }
+    ok(StatusCode::OK, json!({ "topics": topics }))
+}
+
+async fn list_segments(
+    State(state): State<AdminState>,
+    Path((namespace, topic)): Path<(String, String)>,
+    params: Result<Query<PrefixQuery>, QueryRejection>,
+) -> ApiResult {
+    let topic = topic_from_path(&namespace, &topic)?;
+    let keys = storage_keys(params)?;
+    let segments = list_descriptors(&*state.store, &keys, &topic).await?;
+    let tiered = tiered_state(&*state.store, &keys, &topic).await?;
+    ok(
+        StatusCode::OK,
+        json!({
+            "topic": topic,
+            "segments": segments,
+            "cur": tiered.cur,
+            "tiered_offset": tiered.tiered_offset,
+        }),
+    )
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CommitRequest {
+    topic: String,
+    descriptor: SegmentDescriptor,
+}
+
+async fn post_descriptor(
+    State(state): State<AdminState>,
+    params: Result<Query<PrefixQuery>, QueryRejection>,
+    body: Bytes,
+) -> ApiResult {
+    let keys = storage_keys(params)?;
+    let request: CommitRequest = parse_json(&body)?;
+    let topic = TopicName::new(&request.topic).map_err(|e| ApiError::name("topic", e))?;
+    let (outcome, tiered) =
+        commit_descriptor(&*state.store, &keys, &topic, &request.descriptor).await?;
+    let status = match outcome {
+        CommitOutcome::Committed => StatusCode::CREATED,
+        CommitOutcome::Unchanged => StatusCode::OK,
+    };
+    ok(
+        status,
+        json!({
+            "outcome": outcome,
+            "key": keys.segment_descriptor(&topic, request.descriptor.start_offset),
+            "cur": tiered.cur,
+            "tiered_offset": tiered.tiered_offset,
+        }),
+    )
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+async fn trim_topic(
+    State(state): State<AdminState>,
+    segments: Option<Extension<Arc<dyn LocalSegments>>>,
+    Path((namespace, topic)): Path<(String, String)>,
+    params: Result<Query<PrefixQuery>, QueryRejection>,
+) -> ApiResult {
+    let topic = topic_from_path(&namespace, &topic)?;
+    let keys = storage_keys(params)?;
+    let Some(Extension(segments)) = segments else {
+        return Err(ApiError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "not_supported",
+            "this broker does not expose its local WALs to the admin API",
+        ));
+    };
+    // The safe offset comes from Raft, never from the caller: a segment is
+    // deleted only once its descriptor is committed.
+    let tiered = tiered_state(&*state.store, &keys, &topic).await?;
+    let report = match tiered.tiered_offset {
+        Some(safe) => segments
+            .trim(&topic, safe, now_ms())
+            .await
+            .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e))?,
+        None => TrimReport::default(),
+    };
+    ok(
+        StatusCode::OK,
+        json!({
+            "topic": topic,
+            "tiered_offset": tiered.tiered_offset,
+            "wal_open": report.wal_open,
+            "deleted": report.deleted,
+            "log_start": report.log_start,
+        }),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn descriptor(
+        keys: &StorageKeys,
+        topic: &TopicName,
+        start: u64,
+        end: u64,
+    ) -> SegmentDescriptor {
+        let batches_bytes = 1000 + start;
+        SegmentDescriptor {
+            start_offset: start,
+            end_offset: end,
+            record_count: end - start + 1,
+            size: batches_bytes + 16 + 112,
+            object_id: keys.segment_object(topic, start, end),
+            format_version: broker_core::archive::FORMAT_VERSION,
+            checksum_crc32c: 7,
+            batches_crc32c: 8,
+            batches_bytes,
+            index_position: batches_bytes,
+            index_bytes: 16,
+            first_timestamp_ms: 1,
+            max_timestamp_ms: 2,
+            created_at_ms: 3,
+        }
+    }
+
+    #[test]
+    fn descriptor_commits_are_idempotent_contiguous_and_move_cur() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let store = broker_core::metadata::redb::RedbStore::open(
+            dir.path().join("m.redb"),
+            Arc::new(broker_core::metadata::ManualClock::new(1)),
+        )
+        .unwrap();
+        let keys = StorageKeys::default();
+        let topic = TopicName::new("/ns/t").unwrap();
+        runtime.block_on(async {
+            assert_eq!(tiered_offset(&store, &keys, &topic).await.unwrap(), None);
+            let first = descriptor(&keys, &topic, 0, 99);
+            let (outcome, state) = commit_descriptor(&store, &keys, &topic, &first)
+                .await
+                .unwrap();
+            assert_eq!(outcome, CommitOutcome::Committed);
+            assert_eq!((state.cur, state.tiered_offset), (Some(0), Some(100)));
+            // A redo with another created_at is the same object.
+            let mut again = first.clone();
+            again.created_at_ms = 99;
+            let (outcome, _) = commit_descriptor(&store, &keys, &topic, &again)
+                .await
+                .unwrap();
+            assert_eq!(outcome, CommitOutcome::Unchanged);
+            // Another object at the same start is a conflict.
+            let mut other = first.clone();
+            other.batches_crc32c ^= 1;
+            assert!(matches!(
+                commit_descriptor(&store, &keys, &topic, &other).await,
+                Err(StorageError::Conflict { .. })
+            ));
+            // Gaps and overlaps past cur are refused.
+            for (start, end) in [(101, 150), (50, 150)] {
+                let d = descriptor(&keys, &topic, start, end);
+                assert!(
+                    matches!(
+                        commit_descriptor(&store, &keys, &topic, &d).await,
+                        Err(StorageError::NotContiguous { .. })
+                    ),
+                    "{start}..={end}"
+                );
+            }
+            let second = descriptor(&keys, &topic, 100, 149);
+            let (_, state) = commit_descriptor(&store, &keys, &topic, &second)
+                .await
+                .unwrap();
+            assert_eq!(state.tiered_offset, Some(150));
+            assert_eq!(
+                store.get(&keys.segments_cur(&topic)).await.unwrap(),
+                Some(json!("00000000000000000100"))
+            );
+            assert_eq!(
+                list_descriptors(&store, &keys, &topic).await.unwrap(),
+                vec![first.clone(), second]
+            );
+            // The object key must be the deterministic one.
+            let mut wrong = descriptor(&keys, &topic, 150, 199);
+            wrong.object_id = "elsewhere.seg".into();
+            assert!(matches!(
+                commit_descriptor(&store, &keys, &topic, &wrong).await,
+                Err(StorageError::Invalid(_))
+            ));
+        });
+    }
 
     #[test]
     fn constant_time_eq_compares_whole_strings() {

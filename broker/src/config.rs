@@ -283,7 +283,10 @@ mod example_tests {
         let mut seen = 0;
         for entry in std::fs::read_dir(&dir).expect("configs/") {
             let path = entry.expect("entry").path();
-            let name = path.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+            let name = path
+                .file_name()
+                .and_then(|n| n.to_str())
+                .unwrap_or_default();
             if !name.starts_with("broker-") || !name.ends_with(".toml") {
                 continue;
             }

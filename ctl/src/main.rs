@@ -6,6 +6,7 @@
 //! `TRIB_ADMIN_TOKEN`). Errors print one `error: …` line per problem to
 //! stderr and exit with status 1 (2 for command-line usage errors).
 
+mod archive;
 mod certs;
 mod client;
 mod commands;
@@ -60,6 +61,9 @@ enum Command {
     /// Cluster status.
     #[command(subcommand)]
     Cluster(ClusterCommand),
+    /// Browse, read, verify and export an archive bucket (no broker
+    /// needed).
+    Archive(archive::ArchiveArgs),
 }
 
 fn run(cli: &Cli) -> anyhow::Result<String> {
@@ -77,6 +81,14 @@ fn run(cli: &Cli) -> anyhow::Result<String> {
         Command::Namespaces(command) => commands::namespaces(&ctx, command)?,
         Command::Apply(args) => commands::apply(&ctx, args)?,
         Command::Cluster(command) => commands::cluster(&ctx, command)?,
+        Command::Archive(args) => {
+            let broker = archive::BrokerAccess {
+                admin_url: &cli.admin_url,
+                token: cli.token.as_deref(),
+            };
+            archive::run(args, cli.output, &broker)?;
+            String::new()
+        }
     })
 }
 

@@ -641,7 +641,10 @@ mod tests {
         });
         let client = UdpSocket::bind(localhost()).await.unwrap();
         for n in 0..count {
-            client.send_to(&n.to_le_bytes(), relay.addr()).await.unwrap();
+            client
+                .send_to(&n.to_le_bytes(), relay.addr())
+                .await
+                .unwrap();
             if n % 64 == 63 {
                 // Stay well below the relay's socket buffer.
                 tokio::time::sleep(Duration::from_millis(1)).await;
@@ -724,7 +727,8 @@ mod tests {
     async fn a_scheduled_cut_drops_what_is_in_flight_too() {
         // 200 ms of delay; the cut starts 100 ms in, so a datagram sent at
         // once is still on the wire when it starts.
-        let mut config = RelayConfig::symmetric(1, LinkConfig::lossy(0.0, Duration::from_millis(200)));
+        let mut config =
+            RelayConfig::symmetric(1, LinkConfig::lossy(0.0, Duration::from_millis(200)));
         config.cuts.push(Cut {
             after: Duration::from_millis(100),
             duration: Duration::from_millis(400),

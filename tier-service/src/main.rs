@@ -1,25 +1,167 @@
-//! `tier-service`: seals old WAL segments into object storage and records
-//! their descriptors in Raft.
+//! `tier-service`: seals old WAL segments of a broker into object storage
+//! and records their descriptors in Raft through the broker's admin API.
+//! Library and design: `tributary_tier` (`tier-service/src/lib.rs`).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
 
 use clap::Parser;
+use tributary_tier::StoreConfig;
+use tributary_tier::config::TierConfig;
+use tributary_tier::faults::Faults;
+use tributary_tier::service;
 
 /// Tributary tier service: seal → upload → verify → commit descriptor → trim.
 #[derive(Debug, Parser)]
 #[command(version, about)]
 struct Cli {
+    /// TOML configuration file (flags and environment override it).
+    #[arg(long, env = "TRIB_TIER_CONFIG")]
+    config: Option<PathBuf>,
     /// The broker data directory whose sealed segments are tiered.
-    #[arg(
-        long,
-        env = "TRIB_DATA_DIR",
-        default_value = "/var/lib/tributary-broker"
-    )]
-    data_dir: std::path::PathBuf,
+    #[arg(long, env = "TRIB_DATA_DIR")]
+    data_dir: Option<PathBuf>,
+    /// Storage prefix of keys and objects (default /tributary).
+    #[arg(long)]
+    prefix: Option<String>,
+    /// Base URL of the broker's admin API (default http://127.0.0.1:7400).
+    #[arg(long, env = "TRIB_ADMIN_URL")]
+    broker_url: Option<String>,
+    /// Bearer token of the admin API.
+    #[arg(long, env = "TRIB_ADMIN_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    #[command(flatten)]
+    store: StoreConfig,
+    /// Pause between passes, ms.
+    #[arg(long)]
+    poll_interval_ms: Option<u64>,
+    /// Objects at least this large go up as multipart uploads, bytes.
+    #[arg(long)]
+    multipart_threshold_bytes: Option<u64>,
+    /// Multipart part size, bytes.
+    #[arg(long)]
+    part_size_bytes: Option<usize>,
+    /// Also read back every uploaded object's batches and check their CRC.
+    #[arg(long)]
+    full_verify: bool,
+    /// Reconcile, tier everything sealed once, then exit (status 1 if
+    /// anything failed).
+    #[arg(long)]
+    once: bool,
+    /// Log format.
+    #[arg(long, value_parser = ["text", "json"], default_value = "text")]
+    log_format: String,
 }
 
-fn main() -> anyhow::Result<()> {
+fn load(cli: Cli) -> Result<TierConfig, String> {
+    let mut config = match &cli.config {
+        Some(path) => TierConfig::from_file(path).map_err(|e| e.to_string())?,
+        None => {
+            let data_dir = cli
+                .data_dir
+                .clone()
+                .ok_or("--data-dir (or a --config file) is required")?;
+            TierConfig::new(data_dir)
+        }
+    };
+    if let Some(dir) = cli.data_dir {
+        config.data_dir = dir;
+    }
+    if let Some(prefix) = cli.prefix {
+        config.prefix = prefix;
+    }
+    if let Some(url) = cli.broker_url {
+        config.broker.url = url;
+    }
+    if let Some(token) = cli.token {
+        config.broker.token = Some(token);
+    }
+    config.store = cli.store.or(config.store);
+    if let Some(ms) = cli.poll_interval_ms {
+        config.poll_interval_ms = ms;
+    }
+    if let Some(bytes) = cli.multipart_threshold_bytes {
+        config.upload.multipart_threshold_bytes = bytes;
+    }
+    if let Some(bytes) = cli.part_size_bytes {
+        config.upload.part_size_bytes = bytes;
+    }
+    config.upload.full_verify |= cli.full_verify;
+    Ok(config)
+}
+
+fn init_logging(format: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(s) => s,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+    tracing::info!("shutdown requested; finishing the current segment");
+}
+
+fn main() -> ExitCode {
     let cli = Cli::parse();
-    anyhow::bail!(
-        "tier-service is not implemented yet (data dir {})",
-        cli.data_dir.display()
-    )
+    init_logging(&cli.log_format);
+    let once = cli.once;
+    let config = match load(cli) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let faults = match Faults::from_env() {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("error: tokio runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(service::run(config, faults, once, shutdown_signal())) {
+        Ok(report) if once && report.has_errors() => ExitCode::FAILURE,
+        Ok(_) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("error: {e}");
+            ExitCode::FAILURE
+        }
+    }
 }

@@ -241,7 +241,10 @@ impl EdgeStream {
     /// Bytes the window still admits (at least 1, so one batch can always
     /// be read when the window is open).
     pub fn window_room_bytes(&self) -> usize {
-        self.window.bytes.saturating_sub(self.in_flight_bytes).max(1)
+        self.window
+            .bytes
+            .saturating_sub(self.in_flight_bytes)
+            .max(1)
     }
 }
 

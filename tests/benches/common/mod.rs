@@ -22,11 +22,19 @@ use tokio::sync::watch;
 
 /// Makes sure `target/release/broker` and `target/release/edge-agent` are
 /// up to date: runs `cargo build --release -p broker -p edge-agent` (a no-op
-/// when they are fresh) with the cargo that runs the bench.
+/// when they are fresh) with the cargo that runs the bench. With
+/// `TRIBUTARY_BENCH_NO_BUILD` set, only checks that they exist (to profile
+/// or to run against binaries built earlier).
 ///
 /// # Panics
-/// If the build fails.
+/// If the build fails or, without building, a binary is missing.
 pub fn build_release_binaries() {
+    if std::env::var_os("TRIBUTARY_BENCH_NO_BUILD").is_some() {
+        for name in ["broker", "edge-agent"] {
+            tributary_tests::cluster::bin_path(name);
+        }
+        return;
+    }
     let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
     eprintln!("building the release binaries: cargo build --release -p broker -p edge-agent");
     let status = std::process::Command::new(cargo)
@@ -136,7 +144,8 @@ impl quinn::congestion::ControllerFactory for FixedWindowFactory {
 
 /// A raw quinn bulk transfer: one client thread writes `total_bytes` (or
 /// until stopped) on one unidirectional stream in 64 KiB chunks; one server
-/// thread reads and counts. Each side has its own thread and current-thread
+/// thread reads in order (as the broker does, so a lost packet holds up
+/// what follows it) and counts. Each side has its own thread and current-thread
 /// tokio runtime, like two processes.
 pub struct RawBulk {
     received: Arc<AtomicU64>,
@@ -173,16 +182,17 @@ impl RawBulk {
                     addr_tx
                         .send(endpoint.local_addr().expect("addr"))
                         .expect("send addr");
+                    let mut linger = stop_rx.clone();
                     let serve = async {
                         let conn = endpoint.accept().await?.await.ok()?;
                         let mut recv = conn.accept_uni().await.ok()?;
-                        while let Ok(Some(chunk)) = recv.read_chunk(usize::MAX, false).await {
+                        while let Ok(Some(chunk)) = recv.read_chunk(usize::MAX, true).await {
                             let _ = first_byte.set(Instant::now());
                             received.fetch_add(chunk.bytes.len() as u64, Ordering::Relaxed);
                         }
                         let _ = last_byte.set(Instant::now());
                         // Keep the connection until stopped.
-                        let _ = stop_rx.wait_for(|s| *s).await;
+                        let _ = linger.wait_for(|s| *s).await;
                         Some(())
                     };
                     tokio::select! {
@@ -202,6 +212,7 @@ impl RawBulk {
                         quinn::Endpoint::client(SocketAddr::from(([127, 0, 0, 1], 0)))
                             .expect("client endpoint");
                     endpoint.set_default_client_config(client);
+                    let mut linger = stop_rx.clone();
                     let send = async {
                         let conn = endpoint
                             .connect(target, BROKER_SERVER_NAME)
@@ -220,7 +231,7 @@ impl RawBulk {
                         }
                         stream.finish().ok()?;
                         let _ = stream.stopped().await;
-                        let _ = stop_rx.wait_for(|s| *s).await;
+                        let _ = linger.wait_for(|s| *s).await;
                         Some(conn)
                     };
                     tokio::select! {
@@ -274,7 +285,12 @@ fn runtime() -> tokio::runtime::Runtime {
 /// NDJSON bodies of `records` incompressible records (`value_bytes` random
 /// bytes each, sent as `value_b64`); `variants` different bodies seeded
 /// from `seed`, so a long run reuses them instead of generating each.
-pub fn random_bodies(variants: usize, records: usize, value_bytes: usize, seed: u64) -> Vec<String> {
+pub fn random_bodies(
+    variants: usize,
+    records: usize,
+    value_bytes: usize,
+    seed: u64,
+) -> Vec<String> {
     let mut rng = StdRng::seed_from_u64(seed);
     let mut value = vec![0u8; value_bytes];
     (0..variants)

@@ -1,0 +1,712 @@
+//! `tribctl archive`: browse, read, verify and export an archive bucket
+//! (a local directory or an S3 bucket) with no broker and no Raft.
+//!
+//! - `ls [TOPIC]`: topics, or a topic's segments with their footers;
+//!   `--compare-broker` also lists the Raft descriptors through the admin
+//!   API and reports every disagreement with the bucket.
+//! - `cat TOPIC`: records as JSON lines, from an offset or a timestamp.
+//! - `verify [TOPIC...]`: every checksum of every object, offset continuity
+//!   across objects, record counts; exit status 1 if anything is damaged.
+//! - `export TOPIC --out FILE`: a range as JSON lines or raw record batches.
+//!
+//! Record lines: `{"topic", "offset", "timestamp_ms", "key", "headers":
+//! [{"name", "value"}], "value"}`; a key, header value or value that is not
+//! valid UTF-8 is written as `key_b64` / `value_b64` (standard base64)
+//! instead. A missing key is `"key": null`.
+
+use std::collections::BTreeMap;
+use std::fs::File;
+use std::io::{BufWriter, IsTerminal, Write};
+use std::ops::ControlFlow;
+use std::path::PathBuf;
+
+use anyhow::{Context as _, anyhow, bail};
+use base64::Engine as _;
+use broker_core::archive::{ArchiveError, Footer};
+use broker_core::batch::Record;
+use broker_core::keys::{StorageKeys, TopicName};
+use clap::{Args, Subcommand, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde_json::{Map, Value, json};
+use tributary_tier::reader::{Archive, ArchivedRecord, SegmentObjectInfo, SegmentVerdict, Start};
+use tributary_tier::{Bucket, StoreConfig};
+
+use crate::client::AdminClient;
+use crate::commands::OutputFormat;
+
+/// `tribctl archive` options.
+#[derive(Debug, Args)]
+pub struct ArchiveArgs {
+    #[command(flatten)]
+    store: StoreConfig,
+    /// Storage prefix the objects are under.
+    #[arg(long, default_value = broker_core::keys::DEFAULT_STORAGE_PREFIX)]
+    prefix: String,
+    #[command(subcommand)]
+    command: ArchiveCommand,
+}
+
+#[derive(Debug, Subcommand)]
+enum ArchiveCommand {
+    /// List topics, or a topic's segments.
+    Ls {
+        /// Topic (`/ns/topic`); without it, every topic.
+        topic: Option<String>,
+        /// Also list the descriptors committed in Raft (admin API at
+        /// --admin-url) and report disagreements with the bucket.
+        #[arg(long)]
+        compare_broker: bool,
+    },
+    /// Print records as JSON lines.
+    Cat(RangeArgs),
+    /// Verify every checksum and offset continuity.
+    Verify {
+        /// Topics; without any, every topic in the bucket.
+        topics: Vec<String>,
+    },
+    /// Export a range of records to a file.
+    Export {
+        #[command(flatten)]
+        range: RangeArgs,
+        /// Output file.
+        #[arg(long)]
+        out: PathBuf,
+        /// `jsonl`: record lines as `cat` prints them. `batches`: the
+        /// record batches verbatim (FORMAT.md layout), whole batches, so the
+        /// first and last may hold records just outside the range.
+        #[arg(long, value_enum, default_value_t = ExportFormat::Jsonl)]
+        format: ExportFormat,
+    },
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ExportFormat {
+    Jsonl,
+    Batches,
+}
+
+#[derive(Debug, Args)]
+struct RangeArgs {
+    /// Topic (`/ns/topic`).
+    topic: String,
+    /// First offset (default: the first in the archive).
+    #[arg(long, conflicts_with = "from_timestamp")]
+    from_offset: Option<u64>,
+    /// Start at the first record (in offset order) with a timestamp at or
+    /// after this, ms since the Unix epoch.
+    #[arg(long)]
+    from_timestamp: Option<i64>,
+    /// Last offset, inclusive.
+    #[arg(long)]
+    to_offset: Option<u64>,
+    /// Stop after this many records.
+    #[arg(long)]
+    max_records: Option<u64>,
+}
+
+impl RangeArgs {
+    fn start(&self) -> Start {
+        match (self.from_offset, self.from_timestamp) {
+            (_, Some(t)) => Start::Timestamp(t),
+            (Some(o), None) => Start::Offset(o),
+            (None, None) => Start::Offset(0),
+        }
+    }
+
+    fn topic(&self) -> anyhow::Result<TopicName> {
+        parse_topic(&self.topic)
+    }
+}
+
+fn parse_topic(name: &str) -> anyhow::Result<TopicName> {
+    TopicName::new(name).map_err(|e| anyhow!("{e}"))
+}
+
+/// Where the admin API is, for `ls --compare-broker`.
+pub struct BrokerAccess<'a> {
+    /// Base URL.
+    pub admin_url: &'a str,
+    /// Bearer token.
+    pub token: Option<&'a str>,
+}
+
+/// Runs `tribctl archive`; writes to stdout itself (output can be large).
+///
+/// # Errors
+/// Bucket, read and output errors; damage found by `verify`.
+pub fn run(
+    args: &ArchiveArgs,
+    output: OutputFormat,
+    broker: &BrokerAccess<'_>,
+) -> anyhow::Result<()> {
+    let keys = StorageKeys::new(&args.prefix).map_err(|e| anyhow!("--prefix: {e}"))?;
+    let bucket = Bucket::open(&args.store)?;
+    let archive = Archive::new(bucket, keys.clone());
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("tokio runtime")?;
+    let stdout = std::io::stdout();
+    let mut out = BufWriter::new(stdout.lock());
+    let result = runtime.block_on(async {
+        match &args.command {
+            ArchiveCommand::Ls {
+                topic,
+                compare_broker,
+            } => {
+                ls(
+                    &archive,
+                    &keys,
+                    topic.as_deref(),
+                    *compare_broker,
+                    broker,
+                    output,
+                    &mut out,
+                )
+                .await
+            }
+            ArchiveCommand::Cat(range) => {
+                let topic = range.topic()?;
+                let mut sink = RecordSink::new(&topic, range, &mut out);
+                archive
+                    .read(&topic, range.start(), &mut |r| sink.take(r))
+                    .await?;
+                sink.finish()
+            }
+            ArchiveCommand::Verify { topics } => verify(&archive, topics, output, &mut out).await,
+            ArchiveCommand::Export {
+                range,
+                out: path,
+                format,
+            } => export(&archive, range, path, *format).await,
+        }
+    });
+    match result.and_then(|()| out.flush().map_err(anyhow::Error::from)) {
+        Err(e) if is_broken_pipe(&e) => Ok(()),
+        other => other,
+    }
+}
+
+fn is_broken_pipe(e: &anyhow::Error) -> bool {
+    e.chain().any(|c| {
+        c.downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// A progress bar on stderr when it is a terminal, hidden otherwise.
+fn progress(total_bytes: u64, what: &str) -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new(total_bytes);
+    if let Ok(style) = ProgressStyle::with_template(
+        "{msg} [{bar:30}] {bytes}/{total_bytes} {bytes_per_sec} eta {eta}",
+    ) {
+        bar.set_style(style.progress_chars("=> "));
+    }
+    bar.set_message(what.to_owned());
+    bar
+}
+
+/// A record counter on stderr when it is a terminal, hidden otherwise.
+fn record_progress(what: &str) -> ProgressBar {
+    if !std::io::stderr().is_terminal() {
+        return ProgressBar::hidden();
+    }
+    let bar = ProgressBar::new_spinner();
+    if let Ok(style) = ProgressStyle::with_template("{spinner} {msg}: {pos} records ({per_sec})") {
+        bar.set_style(style);
+    }
+    bar.set_message(what.to_owned());
+    bar.enable_steady_tick(std::time::Duration::from_millis(200));
+    bar
+}
+
+// ---------------------------------------------------------------------------
+// ls
+// ---------------------------------------------------------------------------
+
+async fn ls(
+    archive: &Archive,
+    keys: &StorageKeys,
+    topic: Option<&str>,
+    compare_broker: bool,
+    broker: &BrokerAccess<'_>,
+    output: OutputFormat,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    let Some(topic) = topic else {
+        let mut rows = Vec::new();
+        for topic in archive.topics().await? {
+            let (objects, _) = archive.segments(&topic).await?;
+            let bytes: u64 = objects.iter().map(|o| o.size).sum();
+            let first = objects.first().map(|o| o.start_offset);
+            let last = objects.last().map(|o| o.end_offset);
+            rows.push(json!({
+                "topic": topic, "segments": objects.len(), "bytes": bytes,
+                "first_offset": first, "last_offset": last,
+            }));
+        }
+        if output == OutputFormat::Json {
+            writeln!(
+                out,
+                "{}",
+                serde_json::to_string_pretty(&json!({ "topics": rows }))?
+            )?;
+        } else {
+            writeln!(
+                out,
+                "{:<40} {:>8} {:>14} {:>22} {:>22}",
+                "TOPIC", "SEGMENTS", "BYTES", "FIRST", "LAST"
+            )?;
+            for r in rows {
+                writeln!(
+                    out,
+                    "{:<40} {:>8} {:>14} {:>22} {:>22}",
+                    r["topic"].as_str().unwrap_or(""),
+                    r["segments"],
+                    r["bytes"],
+                    r["first_offset"],
+                    r["last_offset"]
+                )?;
+            }
+        }
+        return Ok(());
+    };
+    let topic = parse_topic(topic)?;
+    let (objects, foreign) = archive.segments(&topic).await?;
+    let mut rows = Vec::new();
+    for object in &objects {
+        let footer = archive.footer(object).await;
+        rows.push((object.clone(), footer));
+    }
+    let disagreements = if compare_broker {
+        Some(compare_with_broker(keys, &topic, &objects, broker)?)
+    } else {
+        None
+    };
+    if output == OutputFormat::Json {
+        let segments: Vec<Value> = rows
+            .iter()
+            .map(|(o, f)| {
+                let mut v = json!({
+                    "key": o.key, "start_offset": o.start_offset, "end_offset": o.end_offset, "size": o.size,
+                });
+                match f {
+                    Ok(f) => {
+                        v["records"] = json!(f.record_count());
+                        v["batches"] = json!(f.batch_count);
+                        v["first_timestamp_ms"] = json!(f.first_timestamp_ms);
+                        v["max_timestamp_ms"] = json!(f.max_timestamp_ms);
+                    }
+                    Err(e) => v["error"] = json!(e.to_string()),
+                }
+                v
+            })
+            .collect();
+        let mut doc = json!({ "topic": topic, "segments": segments, "foreign": foreign });
+        if let Some(d) = &disagreements {
+            doc["disagreements"] = json!(d);
+        }
+        writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
+    } else {
+        writeln!(
+            out,
+            "{:>20} {:>20} {:>10} {:>12} {:>15} {:>15}",
+            "START", "END", "RECORDS", "BYTES", "FIRST_TS_MS", "MAX_TS_MS"
+        )?;
+        for (o, f) in &rows {
+            match f {
+                Ok(f) => writeln!(
+                    out,
+                    "{:>20} {:>20} {:>10} {:>12} {:>15} {:>15}",
+                    o.start_offset,
+                    o.end_offset,
+                    f.record_count(),
+                    o.size,
+                    f.first_timestamp_ms,
+                    f.max_timestamp_ms
+                )?,
+                Err(e) => writeln!(
+                    out,
+                    "{:>20} {:>20} unreadable footer: {e}",
+                    o.start_offset, o.end_offset
+                )?,
+            }
+        }
+        for key in &foreign {
+            writeln!(out, "not a segment object: {key}")?;
+        }
+        if let Some(d) = &disagreements {
+            if d.is_empty() {
+                writeln!(out, "bucket and Raft descriptors agree")?;
+            }
+            for line in d {
+                writeln!(out, "DISAGREEMENT: {line}")?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn compare_with_broker(
+    keys: &StorageKeys,
+    topic: &TopicName,
+    objects: &[SegmentObjectInfo],
+    broker: &BrokerAccess<'_>,
+) -> anyhow::Result<Vec<String>> {
+    let client = AdminClient::new(broker.admin_url, broker.token.unwrap_or_default());
+    let reply = client.get(
+        &format!("/v1/storage/topics{topic}/segments"),
+        &[("prefix", keys.prefix())],
+    )?;
+    let mut committed: BTreeMap<String, u64> = BTreeMap::new();
+    for d in reply["segments"].as_array().into_iter().flatten() {
+        if let (Some(key), Some(size)) = (d["object_id"].as_str(), d["size"].as_u64()) {
+            committed.insert(key.to_owned(), size);
+        }
+    }
+    let stored: BTreeMap<&str, u64> = objects.iter().map(|o| (o.key.as_str(), o.size)).collect();
+    let mut out = Vec::new();
+    for (key, size) in &committed {
+        match stored.get(key.as_str()) {
+            None => out.push(format!("descriptor without object: {key}")),
+            Some(s) if s != size => {
+                out.push(format!(
+                    "{key}: descriptor says {size} bytes, the object has {s}"
+                ));
+            }
+            Some(_) => {}
+        }
+    }
+    for key in stored.keys() {
+        if !committed.contains_key(*key) {
+            out.push(format!("object without descriptor: {key}"));
+        }
+    }
+    Ok(out)
+}
+
+// ---------------------------------------------------------------------------
+// cat / export as JSON lines
+// ---------------------------------------------------------------------------
+
+fn bytes_field(map: &mut Map<String, Value>, name: &str, bytes: &[u8]) {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => {
+            map.insert(name.to_owned(), Value::String(text.to_owned()));
+        }
+        Err(_) => {
+            map.insert(
+                format!("{name}_b64"),
+                Value::String(base64::engine::general_purpose::STANDARD.encode(bytes)),
+            );
+        }
+    }
+}
+
+/// One record as a JSON line (see the module doc).
+pub fn record_json(topic: &TopicName, offset: u64, record: &Record) -> Value {
+    let mut map = Map::new();
+    map.insert("topic".into(), json!(topic));
+    map.insert("offset".into(), json!(offset));
+    map.insert("timestamp_ms".into(), json!(record.timestamp_ms));
+    match &record.key {
+        Some(key) => bytes_field(&mut map, "key", key),
+        None => {
+            map.insert("key".into(), Value::Null);
+        }
+    }
+    let headers: Vec<Value> = record
+        .headers
+        .iter()
+        .map(|(name, value)| {
+            let mut h = Map::new();
+            h.insert("name".into(), json!(name));
+            bytes_field(&mut h, "value", value);
+            Value::Object(h)
+        })
+        .collect();
+    map.insert("headers".into(), Value::Array(headers));
+    bytes_field(&mut map, "value", &record.value);
+    Value::Object(map)
+}
+
+/// Writes records within a range's limits; remembers the first write error.
+struct RecordSink<'a> {
+    topic: &'a TopicName,
+    to_offset: Option<u64>,
+    max_records: Option<u64>,
+    written: u64,
+    out: &'a mut dyn Write,
+    error: Option<std::io::Error>,
+}
+
+impl<'a> RecordSink<'a> {
+    fn new(topic: &'a TopicName, range: &RangeArgs, out: &'a mut dyn Write) -> RecordSink<'a> {
+        RecordSink {
+            topic,
+            to_offset: range.to_offset,
+            max_records: range.max_records,
+            written: 0,
+            out,
+            error: None,
+        }
+    }
+
+    fn take(&mut self, r: ArchivedRecord) -> ControlFlow<()> {
+        if self.to_offset.is_some_and(|to| r.offset > to)
+            || self.max_records.is_some_and(|max| self.written >= max)
+        {
+            return ControlFlow::Break(());
+        }
+        let line = record_json(self.topic, r.offset, &r.record);
+        let result = serde_json::to_writer(&mut *self.out, &line)
+            .map_err(std::io::Error::from)
+            .and_then(|()| self.out.write_all(b"\n"));
+        match result {
+            Ok(()) => {
+                self.written += 1;
+                ControlFlow::Continue(())
+            }
+            Err(e) => {
+                self.error = Some(e);
+                ControlFlow::Break(())
+            }
+        }
+    }
+
+    fn finish(self) -> anyhow::Result<()> {
+        match self.error {
+            Some(e) => Err(e.into()),
+            None => Ok(()),
+        }
+    }
+}
+
+async fn export(
+    archive: &Archive,
+    range: &RangeArgs,
+    path: &PathBuf,
+    format: ExportFormat,
+) -> anyhow::Result<()> {
+    let topic = range.topic()?;
+    let file = File::create(path).with_context(|| format!("create {}", path.display()))?;
+    let mut writer = BufWriter::new(file);
+    let bar = record_progress("export");
+    let records = match format {
+        ExportFormat::Jsonl => {
+            let mut sink = RecordSink::new(&topic, range, &mut writer);
+            archive
+                .read(&topic, range.start(), &mut |r| {
+                    bar.inc(1);
+                    sink.take(r)
+                })
+                .await?;
+            let written = sink.written;
+            sink.finish()?;
+            written
+        }
+        ExportFormat::Batches => {
+            let mut written = 0u64;
+            let mut error = None;
+            archive
+                .read_batches(&topic, range.start(), &mut |batch| {
+                    if range.to_offset.is_some_and(|to| batch.base_offset() > to)
+                        || range.max_records.is_some_and(|m| written >= m)
+                    {
+                        return Ok(ControlFlow::Break(()));
+                    }
+                    if let Err(e) = writer.write_all(batch.as_bytes()) {
+                        error = Some(e);
+                        return Ok::<_, ArchiveError>(ControlFlow::Break(()));
+                    }
+                    bar.inc(u64::from(batch.record_count()));
+                    written += u64::from(batch.record_count());
+                    Ok(ControlFlow::Continue(()))
+                })
+                .await?;
+            if let Some(e) = error {
+                return Err(e.into());
+            }
+            written
+        }
+    };
+    writer.flush()?;
+    bar.finish_and_clear();
+    eprintln!(
+        "exported {records} records of {topic} to {}",
+        path.display()
+    );
+    Ok(())
+}
+
+// ---------------------------------------------------------------------------
+// verify
+// ---------------------------------------------------------------------------
+
+#[derive(Debug, Default)]
+struct TopicSummary {
+    segments: u64,
+    records: u64,
+    bytes: u64,
+    damaged_segments: u64,
+    problems: Vec<Value>,
+}
+
+async fn verify(
+    archive: &Archive,
+    topics: &[String],
+    output: OutputFormat,
+    out: &mut dyn Write,
+) -> anyhow::Result<()> {
+    let topics: Vec<TopicName> = if topics.is_empty() {
+        archive.topics().await?
+    } else {
+        topics
+            .iter()
+            .map(|t| parse_topic(t))
+            .collect::<anyhow::Result<_>>()?
+    };
+    let mut listing = Vec::new();
+    for topic in &topics {
+        let (objects, foreign) = archive.segments(topic).await?;
+        listing.push((topic.clone(), objects, foreign));
+    }
+    let total: u64 = listing.iter().flat_map(|(_, o, _)| o).map(|o| o.size).sum();
+    let bar = progress(total, "verify");
+    let mut summaries = Vec::new();
+    let mut damaged_total = 0;
+    for (topic, objects, foreign) in &listing {
+        let mut summary = TopicSummary::default();
+        let mut expected: Option<u64> = None;
+        for object in objects {
+            summary.segments += 1;
+            summary.bytes += object.size;
+            if let Some(next) = expected {
+                if object.start_offset > next {
+                    summary.problems.push(json!({
+                        "kind": "gap", "first_offset": next, "end_offset": object.start_offset,
+                        "message": format!("no object holds offsets {next}..{}", object.start_offset),
+                    }));
+                } else if object.start_offset < next {
+                    summary.problems.push(json!({
+                        "kind": "overlap", "first_offset": object.start_offset, "end_offset": next,
+                        "segment": object.key,
+                        "message": format!("offsets {}..{next} are in two objects", object.start_offset),
+                    }));
+                }
+            }
+            expected = Some(object.end_offset + 1);
+            let done_before = bar.position();
+            let verdict: SegmentVerdict = archive
+                .verify(object, &mut |read| bar.set_position(done_before + read))
+                .await;
+            bar.set_position(done_before + object.size);
+            summary.records += verdict.records_ok;
+            if !verdict.damage.is_empty() {
+                summary.damaged_segments += 1;
+            }
+            for d in &verdict.damage {
+                summary.problems.push(json!({
+                    "kind": "damage",
+                    "segment": object.key,
+                    "segment_start": object.start_offset,
+                    "segment_end": object.end_offset,
+                    "first_offset": d.first_offset,
+                    "end_offset": d.end_offset,
+                    "position": d.position,
+                    "message": d.reason,
+                }));
+            }
+            check_footer_counts(&verdict, &mut summary);
+        }
+        for key in foreign {
+            summary.problems.push(
+                json!({"kind": "foreign", "segment": key, "message": "not a segment object"}),
+            );
+        }
+        damaged_total += summary
+            .problems
+            .iter()
+            .filter(|p| p["kind"] != "foreign")
+            .count();
+        summaries.push((topic.clone(), summary));
+    }
+    bar.finish_and_clear();
+    if output == OutputFormat::Json {
+        let doc: Vec<Value> = summaries
+            .iter()
+            .map(|(t, s)| {
+                json!({
+                    "topic": t, "segments": s.segments, "records": s.records, "bytes": s.bytes,
+                    "damaged_segments": s.damaged_segments, "ok": s.problems.iter().all(|p| p["kind"] == "foreign"),
+                    "problems": s.problems,
+                })
+            })
+            .collect();
+        writeln!(
+            out,
+            "{}",
+            serde_json::to_string_pretty(&json!({ "topics": doc }))?
+        )?;
+    } else {
+        for (topic, s) in &summaries {
+            let verdict = if s.problems.iter().all(|p| p["kind"] == "foreign") {
+                "OK"
+            } else {
+                "DAMAGED"
+            };
+            writeln!(
+                out,
+                "{topic}: {} segments, {} records verified, {} bytes: {verdict}",
+                s.segments, s.records, s.bytes
+            )?;
+            for p in &s.problems {
+                match p["kind"].as_str() {
+                    Some("damage") => writeln!(
+                        out,
+                        "  segment {} (offsets {}..={}): offsets {}..{} damaged at byte {}: {}",
+                        p["segment"].as_str().unwrap_or(""),
+                        p["segment_start"],
+                        p["segment_end"],
+                        p["first_offset"],
+                        p["end_offset"],
+                        p["position"],
+                        p["message"].as_str().unwrap_or("")
+                    )?,
+                    _ => writeln!(
+                        out,
+                        "  {}: {}",
+                        p["kind"].as_str().unwrap_or(""),
+                        p["message"].as_str().unwrap_or("")
+                    )?,
+                }
+            }
+        }
+    }
+    if damaged_total > 0 {
+        out.flush()?;
+        bail!("the archive is damaged: {damaged_total} problem(s) found");
+    }
+    Ok(())
+}
+
+/// An intact object's footer must account for exactly the verified records.
+fn check_footer_counts(verdict: &SegmentVerdict, summary: &mut TopicSummary) {
+    if let (Some(footer), true) = (verdict.footer.as_ref(), verdict.damage.is_empty()) {
+        let footer: &Footer = footer;
+        if footer.record_count() != verdict.records_ok {
+            summary.problems.push(json!({
+                "kind": "count",
+                "segment": verdict.object.key,
+                "message": format!(
+                    "footer says {} records, {} verified",
+                    footer.record_count(),
+                    verdict.records_ok
+                ),
+            }));
+        }
+    }
+}

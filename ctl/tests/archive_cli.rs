@@ -1,0 +1,386 @@
+//! The real `tribctl archive` against a local bucket built by the tier
+//! service's upload path from real WAL segments (no broker, no Raft).
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use broker_core::batch::{Codec, EncodedBatch, Record};
+use broker_core::keys::{StorageKeys, TopicName};
+use broker_core::limits::Limits;
+use broker_core::wal::{Wal, WalConfig};
+use bytes::Bytes;
+use serde_json::Value;
+use tributary_tier::Bucket;
+use tributary_tier::faults::Faults;
+use tributary_tier::upload::{UploadTuning, upload_segment};
+
+const TOPIC: &str = "/plant/press-7";
+
+fn record(offset: u64) -> Record {
+    let value = if offset % 50 == 7 {
+        // Not UTF-8: printed as base64.
+        Bytes::from(vec![0xff, 0xfe, offset as u8])
+    } else {
+        Bytes::from(format!(
+            "reading {offset} {}",
+            "x".repeat((offset % 300) as usize)
+        ))
+    };
+    Record {
+        timestamp_ms: 1_750_000_000_000 + offset as i64 * 100,
+        key: offset
+            .is_multiple_of(2)
+            .then(|| Bytes::from(format!("sensor-{}", offset % 5))),
+        headers: vec![("unit".into(), Bytes::from_static(b"kPa"))],
+        value,
+    }
+}
+
+/// Writes `count` records into a WAL with small segments, seals them all,
+/// uploads every segment into `bucket`, returns (key, start, end) per
+/// object.
+fn build_bucket(dir: &Path, bucket: &Path, count: u64) -> Vec<(String, u64, u64)> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let topic = TopicName::new(TOPIC).unwrap();
+    let config = WalConfig {
+        limits: Limits {
+            max_record_bytes: 16 * 1024,
+            max_batch_bytes: 64 * 1024,
+        },
+        segment_max_bytes: 64 * 1024,
+        max_pending_bytes: 1024 * 1024,
+        ..WalConfig::default()
+    };
+    let wal = Wal::open(dir.join("wal"), config).unwrap();
+    runtime.block_on(async {
+        let mut offset = 0;
+        while offset < count {
+            let n = (count - offset).min(20);
+            let records = (offset..offset + n).map(record).collect();
+            let codec = if offset % 40 == 0 {
+                Codec::Zstd
+            } else {
+                Codec::None
+            };
+            wal.append(records, codec).await.unwrap();
+            offset += n;
+        }
+        wal.roll().await.unwrap();
+    });
+    let bucket = Bucket::local(bucket.to_path_buf()).unwrap();
+    let keys = StorageKeys::default();
+    let mut out = Vec::new();
+    for segment in wal.sealed_segments() {
+        let key = keys.segment_object(&topic, segment.base_offset, segment.next_offset - 1);
+        runtime
+            .block_on(upload_segment(
+                &bucket,
+                &key,
+                &segment,
+                &UploadTuning::default(),
+                &Faults::none(),
+            ))
+            .unwrap();
+        out.push((key, segment.base_offset, segment.next_offset - 1));
+    }
+    out
+}
+
+fn tribctl(bucket: &Path, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tribctl"))
+        .arg("archive")
+        .arg("--bucket")
+        .arg(bucket)
+        .args(args)
+        .env_remove("TRIB_ARCHIVE_BUCKET")
+        .output()
+        .unwrap()
+}
+
+fn stdout(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn lines(o: &Output) -> Vec<Value> {
+    stdout(o)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect()
+}
+
+#[test]
+fn ls_cat_export_on_a_clean_bucket() {
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = dir.path().join("bucket");
+    let objects = build_bucket(dir.path(), &bucket, 2000);
+    assert!(objects.len() >= 3, "{objects:?}");
+
+    let out = tribctl(&bucket, &["ls"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(stdout(&out).contains(TOPIC), "{}", stdout(&out));
+
+    let out = tribctl(&bucket, &["--output", "json", "ls", TOPIC]);
+    assert!(out.status.success(), "{out:?}");
+    let doc: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let segments = doc["segments"].as_array().unwrap();
+    assert_eq!(segments.len(), objects.len());
+    let records: u64 = segments
+        .iter()
+        .map(|s| s["records"].as_u64().unwrap())
+        .sum();
+    assert_eq!(records, 2000);
+
+    // From an offset, a few records.
+    let out = tribctl(
+        &bucket,
+        &["cat", TOPIC, "--from-offset", "5", "--max-records", "4"],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let got = lines(&out);
+    assert_eq!(got.len(), 4);
+    assert_eq!(got[0]["offset"], 5);
+    assert_eq!(got[0]["topic"], TOPIC);
+    assert_eq!(got[0]["key"], Value::Null);
+    assert_eq!(got[1]["key"], "sensor-1");
+    assert_eq!(got[0]["value"], "reading 5 xxxxx");
+    assert_eq!(got[0]["headers"][0]["name"], "unit");
+    assert_eq!(got[0]["headers"][0]["value"], "kPa");
+    assert_eq!(got[2]["offset"], 7);
+    assert_eq!(got[2]["value_b64"], "//4H");
+    assert!(got[2].get("value").is_none());
+    assert_eq!(got[0]["timestamp_ms"], 1_750_000_000_500i64);
+
+    // From a timestamp up to an offset, across objects.
+    let t = (1_750_000_000_000i64 + 100 * 400 - 1).to_string();
+    let out = tribctl(
+        &bucket,
+        &["cat", TOPIC, "--from-timestamp", &t, "--to-offset", "999"],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let got = lines(&out);
+    assert_eq!(got.len(), 600);
+    assert_eq!(got[0]["offset"], 400);
+    assert_eq!(got[599]["offset"], 999);
+
+    // Export as JSON lines and as raw batches.
+    let jsonl = dir.path().join("out.jsonl");
+    let out = tribctl(
+        &bucket,
+        &[
+            "export",
+            TOPIC,
+            "--from-offset",
+            "100",
+            "--to-offset",
+            "299",
+            "--out",
+            jsonl.to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let text = std::fs::read_to_string(&jsonl).unwrap();
+    assert_eq!(text.lines().count(), 200);
+    assert!(text.lines().next().unwrap().contains("\"offset\":100"));
+
+    let raw = dir.path().join("out.batches");
+    let out = tribctl(
+        &bucket,
+        &[
+            "export",
+            TOPIC,
+            "--from-offset",
+            "100",
+            "--to-offset",
+            "299",
+            "--format",
+            "batches",
+            "--out",
+            raw.to_str().unwrap(),
+        ],
+    );
+    assert!(out.status.success(), "{out:?}");
+    let bytes = std::fs::read(&raw).unwrap();
+    let limits = Limits::default();
+    let mut at = 0;
+    let mut offsets = Vec::new();
+    while at < bytes.len() {
+        let len = u32::from_le_bytes(bytes[at + 4..at + 8].try_into().unwrap()) as usize;
+        let batch = EncodedBatch::from_bytes(Bytes::copy_from_slice(&bytes[at..at + len]), &limits)
+            .unwrap();
+        offsets.push((batch.base_offset(), batch.next_offset()));
+        at += len;
+    }
+    assert_eq!(
+        offsets.first().unwrap().0,
+        100,
+        "batches of 20 start at 100"
+    );
+    assert_eq!(offsets.last().unwrap().1, 300);
+}
+
+#[test]
+fn verify_counts_a_clean_bucket_and_names_damage() {
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = dir.path().join("bucket");
+    let objects = build_bucket(dir.path(), &bucket, 3000);
+    assert!(objects.len() >= 4, "{objects:?}");
+
+    let out = tribctl(&bucket, &["verify"]);
+    assert!(out.status.success(), "{out:?}");
+    let text = stdout(&out);
+    assert!(
+        text.contains(&format!(
+            "{TOPIC}: {} segments, 3000 records verified",
+            objects.len()
+        )),
+        "{text}"
+    );
+    assert!(text.contains(": OK"), "{text}");
+
+    // Flip one byte inside the second object's batches.
+    let (key, start, end) = objects[1].clone();
+    let path = bucket.join(&key);
+    let mut bytes = std::fs::read(&path).unwrap();
+    let pos = bytes.len() / 3;
+    bytes[pos] ^= 0x10;
+    std::fs::write(&path, &bytes).unwrap();
+    let out = tribctl(&bucket, &["--output", "json", "verify", TOPIC]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let doc: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    let topic = &doc["topics"][0];
+    assert_eq!(topic["ok"], false);
+    assert_eq!(topic["damaged_segments"], 1);
+    let problem = &topic["problems"][0];
+    assert_eq!(problem["kind"], "damage");
+    assert_eq!(problem["segment"], key.as_str());
+    let (first, damaged_end) = (
+        problem["first_offset"].as_u64().unwrap(),
+        problem["end_offset"].as_u64().unwrap(),
+    );
+    assert!(
+        start <= first && first < damaged_end && damaged_end <= end + 1,
+        "{problem}"
+    );
+    assert!(
+        topic["records"].as_u64().unwrap() < 3000,
+        "the damaged batches are not counted"
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("damaged"), "{stderr}");
+
+    // Text output names the segment and the offset range.
+    let out = tribctl(&bucket, &["verify"]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = stdout(&out);
+    assert!(text.contains("DAMAGED"), "{text}");
+    assert!(
+        text.contains(&format!("offsets {first}..{damaged_end} damaged")),
+        "{text}"
+    );
+
+    // A missing object is a gap.
+    std::fs::write(&path, {
+        bytes[pos] ^= 0x10;
+        &bytes
+    })
+    .unwrap();
+    std::fs::remove_file(bucket.join(&objects[2].0)).unwrap();
+    let out = tribctl(&bucket, &["verify"]);
+    assert_eq!(out.status.code(), Some(1));
+    let text = stdout(&out);
+    assert!(
+        text.contains(&format!(
+            "gap: no object holds offsets {}..{}",
+            objects[2].1,
+            objects[2].2 + 1
+        )),
+        "{text}"
+    );
+}
+
+struct FixedCluster;
+
+impl tributary_broker::admin::ClusterView for FixedCluster {
+    fn status(&self) -> tributary_broker::raft::node::ClusterStatus {
+        tributary_broker::raft::node::ClusterStatus {
+            node_id: 1,
+            leader: Some(1),
+            term: 1,
+            members: std::collections::BTreeMap::from([(1, "127.0.0.1:1".to_owned())]),
+            last_applied_index: None,
+            snapshot_index: None,
+            purged_index: None,
+            state: "Leader".to_owned(),
+        }
+    }
+}
+
+#[test]
+fn ls_compares_the_bucket_with_the_raft_descriptors() {
+    use broker_core::archive::SegmentDescriptor;
+    use broker_core::metadata::ManualClock;
+    use broker_core::metadata::redb::RedbStore;
+    use std::sync::Arc;
+    use tributary_broker::admin::{AdminState, commit_descriptor, serve};
+    use tributary_tier::reader::Archive;
+
+    const TOKEN: &str = "archive-ls-token";
+    let dir = tempfile::tempdir().unwrap();
+    let bucket_dir = dir.path().join("bucket");
+    let objects = build_bucket(dir.path(), &bucket_dir, 2000);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let store = Arc::new(
+        RedbStore::open(dir.path().join("meta.redb"), Arc::new(ManualClock::new(1))).unwrap(),
+    );
+    let keys = StorageKeys::default();
+    let topic = TopicName::new(TOPIC).unwrap();
+    // Commit every object's descriptor but the last.
+    let archive = Archive::new(Bucket::local(bucket_dir.clone()).unwrap(), keys.clone());
+    let (listed, _) = runtime.block_on(archive.segments(&topic)).unwrap();
+    for object in &listed[..listed.len() - 1] {
+        let index = runtime.block_on(archive.open(object)).unwrap();
+        let d = SegmentDescriptor::from_footer(index.footer(), object.key.clone(), 1);
+        runtime
+            .block_on(commit_descriptor(&*store, &keys, &topic, &d))
+            .unwrap();
+    }
+    let state = AdminState {
+        store: store.clone(),
+        cluster: Arc::new(FixedCluster),
+        token: Arc::from(TOKEN),
+    };
+    let listener = runtime
+        .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+        .unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    runtime.spawn(serve(listener, state, std::future::pending()));
+    // And one committed object disappears.
+    std::fs::remove_file(bucket_dir.join(&objects[0].0)).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_tribctl"))
+        .args(["--admin-url", &url, "--token", TOKEN, "archive", "--bucket"])
+        .arg(&bucket_dir)
+        .args(["ls", TOPIC, "--compare-broker"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let text = stdout(&out);
+    let last = &objects[objects.len() - 1].0;
+    assert!(
+        text.contains(&format!(
+            "DISAGREEMENT: descriptor without object: {}",
+            objects[0].0
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("DISAGREEMENT: object without descriptor: {last}")),
+        "{text}"
+    );
+}

@@ -1,0 +1,233 @@
+//! Replication goodput edge → broker over loopback QUIC, against a raw quinn
+//! bulk stream with the same TLS setup, in the same run.
+//!
+//! ```text
+//! cargo bench -p tributary-tests --bench replication_goodput [-- INTENT...]
+//! ```
+//! The bench first runs `cargo build --release -p broker -p edge-agent` (a
+//! no-op when fresh). `INTENT`s default to `event_stream` (central sync mode
+//! `os_cache_flush`) and `task_queue` (`fsync_batch`). About 200 MB per
+//! case; two to three minutes in all, mostly publishing the backlogs.
+//!
+//! # What is measured
+//! - **Replication** (the product, real processes): the release `broker` and
+//!   `edge-agent` binaries on 127.0.0.1 ([`Pair`]), one topic of the given
+//!   intent. With the broker stopped, the edge takes a backlog of
+//!   [`BATCHES`] published batches of [`RECORDS_PER_BATCH`] records, each
+//!   value [`VALUE_BYTES`] random bytes (incompressible, so wire compression
+//!   neither helps nor is skipped: the replicator still tries zstd on every
+//!   batch, as it does in production). Then the broker starts; the bench
+//!   polls the edge's API every [`POLL`] and takes the time from the first
+//!   acknowledgement to the one covering the whole backlog. Goodput = record
+//!   value bytes acknowledged in that interval / its length. It includes
+//!   everything the product does per batch: WAL read at the edge, zstd
+//!   attempt, framing, QUIC, CRC and offset checks, the central WAL append
+//!   and its sync mode, acknowledgements and edge checkpoints.
+//! - **Raw quinn**: one unidirectional stream carrying the same number of
+//!   bytes in 64 KiB chunks between two threads, each with its own
+//!   current-thread tokio runtime (like two processes), using
+//!   `TlsIdentity::quic_server` / `quic_client` with the same development
+//!   certificates and ALPN, so the same TLS 1.3 suite and transport settings.
+//!   Time from the server's first byte to its last.
+//! - The raw stream runs [`RAW_ROUNDS`] times before and as many after the
+//!   replication cases; the ratio is against the median of all, and every
+//!   raw figure is printed to show drift and noise (the machine may be
+//!   shared: the bench also prints the load average before and after).
+
+#[path = "common/mod.rs"]
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{
+    RawBulk, build_release_binaries, megabytes, quic_configs, random_bodies, scratch_dir,
+};
+use tributary_tests::cluster::Pair;
+
+/// Bytes of each record value.
+const VALUE_BYTES: usize = 1024;
+/// Records per published batch (one WAL batch of ~1.07 MB).
+const RECORDS_PER_BATCH: usize = 1024;
+/// Batches in the backlog: ~200 MB of values.
+const BATCHES: usize = 190;
+/// Value bytes of the backlog; also the raw stream's size.
+const PAYLOAD_BYTES: u64 = (BATCHES * RECORDS_PER_BATCH * VALUE_BYTES) as u64;
+/// Interval between polls of the edge's acknowledged offset.
+const POLL: Duration = Duration::from_millis(10);
+/// Raw transfers before and after the replication cases.
+const RAW_ROUNDS: usize = 3;
+/// Bound on a backlog's replication.
+const DRAIN_MAX: Duration = Duration::from_secs(180);
+
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg").map_or_else(|_| "?".into(), |s| s.trim().to_string())
+}
+
+struct Raw {
+    seconds: f64,
+}
+
+fn raw_run() -> Raw {
+    let dir = scratch_dir("raw");
+    let (server, client) = quic_configs(&dir.path().join("certs"), None);
+    let bulk = RawBulk::start(server, client, |addr| addr, PAYLOAD_BYTES);
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while bulk.last_byte().is_none() {
+        assert!(Instant::now() < deadline, "raw transfer did not finish");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let (first, last) = (bulk.first_byte().unwrap(), bulk.last_byte().unwrap());
+    assert_eq!(bulk.received(), PAYLOAD_BYTES);
+    bulk.stop();
+    Raw {
+        seconds: (last - first).as_secs_f64(),
+    }
+}
+
+struct Replication {
+    intent: String,
+    records: u64,
+    seconds: f64,
+    publish_seconds: f64,
+    timeline: Vec<(f64, u64)>,
+    /// The drain's first and last acknowledgement as Unix time (s), to
+    /// match a profile recorded with `perf record -k realtime`.
+    unix_span: (f64, f64),
+}
+
+fn unix_now() -> f64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+fn replication_run(intent: &str) -> Replication {
+    let dir = scratch_dir("goodput");
+    let mut pair = Pair::new(dir.path(), intent, None);
+    pair.broker.start();
+    pair.edge.start();
+    pair.wait_for_edge();
+    let bodies = random_bodies(8, RECORDS_PER_BATCH, VALUE_BYTES, 7);
+    // Warm-up: the central topic exists and the connection was up once.
+    let (_, warm) = pair.publish_ndjson(bodies[0].clone()).expect("publish");
+    pair.wait_acknowledged(warm, Duration::from_secs(60));
+    assert_eq!(pair.broker.terminate(), Some(0));
+
+    let published = Instant::now();
+    let mut hwm = warm;
+    for i in 0..BATCHES {
+        let (_, next) = pair
+            .publish_ndjson(bodies[i % bodies.len()].clone())
+            .expect("publish");
+        hwm = next;
+    }
+    let publish_seconds = published.elapsed().as_secs_f64();
+    assert_eq!(hwm - warm, (BATCHES * RECORDS_PER_BATCH) as u64);
+
+    pair.broker.start();
+    let started = Instant::now();
+    let mut first: Option<(Instant, u64)> = None;
+    let mut unix_start = 0.0;
+    let mut timeline = Vec::new();
+    let mut last_sample = Instant::now();
+    let end = loop {
+        assert!(
+            started.elapsed() < DRAIN_MAX,
+            "backlog not replicated within {DRAIN_MAX:?}"
+        );
+        let now = Instant::now();
+        let acked = pair.edge_offsets().map_or(warm, |(_, acked)| acked);
+        if acked > warm && first.is_none() {
+            first = Some((now, acked));
+            unix_start = unix_now();
+            last_sample = now;
+        }
+        if let Some((t0, _)) = first
+            && (now - last_sample >= Duration::from_millis(250) || acked == hwm)
+        {
+            timeline.push(((now - t0).as_secs_f64(), acked));
+            last_sample = now;
+        }
+        if acked == hwm {
+            break now;
+        }
+        std::thread::sleep(POLL);
+    };
+    let (t0, acked0) = first.expect("acknowledged");
+    assert_eq!(pair.broker.terminate(), Some(0));
+    assert_eq!(pair.edge.terminate(), Some(0));
+    Replication {
+        intent: intent.to_string(),
+        records: hwm - acked0,
+        seconds: (end - t0).as_secs_f64(),
+        publish_seconds,
+        timeline,
+        unix_span: (unix_start, unix_now()),
+    }
+}
+
+fn main() {
+    let intents: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let intents = if intents.is_empty() {
+        vec!["event_stream".to_string(), "task_queue".to_string()]
+    } else {
+        intents
+    };
+    build_release_binaries();
+    println!("load average before: {}", load_average());
+    println!(
+        "replication goodput vs raw quinn, loopback, {} of values ({} records of {VALUE_BYTES} B in batches of {RECORDS_PER_BATCH})",
+        megabytes(PAYLOAD_BYTES as f64),
+        BATCHES * RECORDS_PER_BATCH
+    );
+    let mut raw_seconds: Vec<f64> = (0..RAW_ROUNDS).map(|_| raw_run().seconds).collect();
+    let runs: Vec<Replication> = intents.iter().map(|i| replication_run(i)).collect();
+    raw_seconds.extend((0..RAW_ROUNDS).map(|_| raw_run().seconds));
+    let rates: Vec<String> = raw_seconds
+        .iter()
+        .map(|s| format!("{:.0}", PAYLOAD_BYTES as f64 / s / 1e6))
+        .collect();
+    println!(
+        "raw quinn MB/s, {RAW_ROUNDS} runs before and {RAW_ROUNDS} after the replication cases: {}",
+        rates.join(" ")
+    );
+    raw_seconds.sort_by(f64::total_cmp);
+    let median = (raw_seconds[RAW_ROUNDS - 1] + raw_seconds[RAW_ROUNDS]) / 2.0;
+    let raw_rate = PAYLOAD_BYTES as f64 / median;
+    println!();
+    println!(
+        "| intent | backlog publish MB/s | replicated | seconds | goodput MB/s | raw MB/s | ratio |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    for run in &runs {
+        let bytes = run.records as f64 * VALUE_BYTES as f64;
+        let goodput = bytes / run.seconds;
+        println!(
+            "| {} | {:.1} | {} | {:.2} | {:.1} | {:.1} | {:.2} |",
+            run.intent,
+            PAYLOAD_BYTES as f64 / run.publish_seconds / 1e6,
+            megabytes(bytes),
+            run.seconds,
+            goodput / 1e6,
+            raw_rate / 1e6,
+            goodput / raw_rate
+        );
+    }
+    println!("load average after: {}", load_average());
+    for run in &runs {
+        println!();
+        println!(
+            "timeline of acknowledged offsets, {} (s since first ack: offset); Unix time {:.3} to {:.3}",
+            run.intent, run.unix_span.0, run.unix_span.1
+        );
+        let line: Vec<String> = run
+            .timeline
+            .iter()
+            .map(|(t, offset)| format!("{t:.2}:{offset}"))
+            .collect();
+        println!("{}", line.join(" "));
+    }
+}

@@ -1,0 +1,193 @@
+//! The tier service's client of the broker admin API's storage endpoints
+//! (`broker/src/admin.rs`): descriptors are committed through the broker,
+//! which writes them into Raft; the tier service never touches Raft itself.
+
+use std::time::Duration;
+
+use broker_core::archive::SegmentDescriptor;
+use broker_core::keys::{StorageKeys, TopicName};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::bucket::install_crypto_provider;
+use crate::error::TierError;
+
+/// How long one admin API request may take.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A topic's committed descriptors and tiered offset.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct CommittedSegments {
+    /// Descriptors by start offset.
+    pub segments: Vec<SegmentDescriptor>,
+    /// Start offset `segments/cur` points to.
+    pub cur: Option<u64>,
+    /// Offset past the `cur` descriptor's last record.
+    pub tiered_offset: Option<u64>,
+}
+
+/// What a commit did.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct CommitReply {
+    /// `committed` or `unchanged`.
+    pub outcome: String,
+    /// The topic's tiered offset afterwards.
+    pub tiered_offset: Option<u64>,
+}
+
+/// What a trim did.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct TrimReply {
+    /// The safe offset the broker used (from Raft).
+    pub tiered_offset: Option<u64>,
+    /// Whether the topic's WAL is open on the broker.
+    pub wal_open: bool,
+    /// `(base, next, bytes)` of each deleted local segment.
+    pub deleted: Vec<(u64, u64, u64)>,
+}
+
+/// Client of the broker's storage endpoints.
+#[derive(Debug, Clone)]
+pub struct BrokerClient {
+    http: reqwest::Client,
+    base: String,
+    token: String,
+    prefix: String,
+}
+
+impl BrokerClient {
+    /// A client of the admin API at `base_url` with bearer `token`, for
+    /// the storage prefix of `keys`.
+    ///
+    /// # Errors
+    /// [`TierError::Config`] if the HTTP client cannot be built.
+    pub fn new(base_url: &str, token: &str, keys: &StorageKeys) -> Result<BrokerClient, TierError> {
+        install_crypto_provider();
+        let http = reqwest::Client::builder()
+            .timeout(REQUEST_TIMEOUT)
+            .build()
+            .map_err(|e| TierError::Config(format!("HTTP client: {e}")))?;
+        Ok(BrokerClient {
+            http,
+            base: base_url.trim_end_matches('/').to_owned(),
+            token: token.to_owned(),
+            prefix: keys.prefix().to_owned(),
+        })
+    }
+
+    fn url(&self, path: &str) -> String {
+        // The prefix is a validated storage prefix: letters, digits, `-`,
+        // `_`, `.` and `/`, all safe in a query string.
+        format!("{}/v1/storage{path}?prefix={}", self.base, self.prefix)
+    }
+
+    async fn send(
+        &self,
+        what: &'static str,
+        request: reqwest::RequestBuilder,
+    ) -> Result<(u16, Value), TierError> {
+        let response =
+            request
+                .bearer_auth(&self.token)
+                .send()
+                .await
+                .map_err(|e| TierError::Broker {
+                    what,
+                    status: None,
+                    kind: None,
+                    message: e.to_string(),
+                })?;
+        let status = response.status().as_u16();
+        let body: Value = response.json().await.unwrap_or(Value::Null);
+        if (200..300).contains(&status) {
+            return Ok((status, body));
+        }
+        Err(TierError::Broker {
+            what,
+            status: Some(status),
+            kind: body["kind"].as_str().map(str::to_owned),
+            message: body["error"]
+                .as_str()
+                .map_or_else(|| body.to_string(), str::to_owned),
+        })
+    }
+
+    fn decode<T: serde::de::DeserializeOwned>(
+        what: &'static str,
+        body: Value,
+    ) -> Result<T, TierError> {
+        serde_json::from_value(body).map_err(|e| TierError::Broker {
+            what,
+            status: None,
+            kind: None,
+            message: format!("unexpected reply: {e}"),
+        })
+    }
+
+    /// The committed descriptors of `topic`.
+    ///
+    /// # Errors
+    /// [`TierError::Broker`].
+    pub async fn segments(&self, topic: &TopicName) -> Result<CommittedSegments, TierError> {
+        let url = self.url(&format!("/topics{topic}/segments"));
+        let (_, body) = self.send("list segments", self.http.get(url)).await?;
+        BrokerClient::decode("list segments", body)
+    }
+
+    /// Topics that have committed descriptors.
+    ///
+    /// # Errors
+    /// [`TierError::Broker`].
+    pub async fn topics(&self) -> Result<Vec<TopicName>, TierError> {
+        let (_, body) = self
+            .send("list storage topics", self.http.get(self.url("/topics")))
+            .await?;
+        let mut out = Vec::new();
+        for entry in body["topics"].as_array().into_iter().flatten() {
+            if let Some(name) = entry["topic"].as_str()
+                && let Ok(topic) = TopicName::new(name)
+            {
+                out.push(topic);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Commits `descriptor` (descriptor + `segments/cur` in one Raft
+    /// transaction, by the broker).
+    ///
+    /// # Errors
+    /// [`TierError::Broker`]: `409` with kind `conflict` or
+    /// `not_contiguous` when refused (not retryable).
+    pub async fn commit(
+        &self,
+        topic: &TopicName,
+        descriptor: &SegmentDescriptor,
+    ) -> Result<CommitReply, TierError> {
+        let body = json!({ "topic": topic, "descriptor": descriptor });
+        let (_, reply) = self
+            .send(
+                "commit descriptor",
+                self.http.post(self.url("/descriptors")).json(&body),
+            )
+            .await?;
+        BrokerClient::decode("commit descriptor", reply)
+    }
+
+    /// Asks the broker to apply local retention to `topic` with its
+    /// committed tiered offset as the safe offset. `None` if the broker does
+    /// not expose its WALs (`501`).
+    ///
+    /// # Errors
+    /// [`TierError::Broker`].
+    pub async fn trim(&self, topic: &TopicName) -> Result<Option<TrimReply>, TierError> {
+        let url = self.url(&format!("/topics{topic}/trim"));
+        match self.send("trim", self.http.post(url)).await {
+            Ok((_, body)) => BrokerClient::decode("trim", body).map(Some),
+            Err(TierError::Broker {
+                status: Some(501), ..
+            }) => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+}

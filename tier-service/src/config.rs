@@ -1,0 +1,203 @@
+//! Tier service configuration: a TOML file, overridden by command-line
+//! flags and environment variables (`tier-service --help`).
+//!
+//! ```toml
+//! data_dir = "/var/lib/tributary-broker"   # the broker's data directory
+//! prefix = "/tributary"                    # storage prefix (keys and objects)
+//! poll_interval_ms = 5000                  # between passes
+//! topic_concurrency = 2                    # topics tiered at once
+//!
+//! [broker]
+//! url = "http://127.0.0.1:7400"            # the broker's admin API
+//! token = "change-me"                      # or env TRIB_ADMIN_TOKEN
+//!
+//! [store]
+//! url = "/var/lib/tributary-archive"       # a directory, or "s3://bucket"
+//! # endpoint = "http://127.0.0.1:9000"     # S3-compatible server
+//! # region = "us-east-1"
+//! # path_style = true
+//! # access_key_id = "..."                  # else AWS_ACCESS_KEY_ID etc.
+//! # secret_access_key = "..."
+//!
+//! [upload]
+//! multipart_threshold_bytes = 16777216
+//! part_size_bytes = 8388608
+//! part_concurrency = 4
+//! full_verify = false
+//!
+//! [retry]
+//! attempts_max = 6
+//! min_delay_ms = 200
+//! max_delay_ms = 10000
+//! ```
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::bucket::StoreConfig;
+use crate::error::TierError;
+use crate::tiering::RetryTuning;
+use crate::upload::UploadTuning;
+
+/// Default admin API address of the broker.
+pub const DEFAULT_BROKER_URL: &str = "http://127.0.0.1:7400";
+/// Smallest multipart part S3 accepts (except the last), bytes.
+pub const S3_PART_BYTES_MIN: usize = 5 * 1024 * 1024;
+
+/// The broker's admin API.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BrokerApiConfig {
+    /// Base URL. Default `http://127.0.0.1:7400`.
+    #[serde(default = "default_broker_url")]
+    pub url: String,
+    /// Bearer token (else env `TRIB_ADMIN_TOKEN`).
+    #[serde(default)]
+    pub token: Option<String>,
+}
+
+impl Default for BrokerApiConfig {
+    fn default() -> Self {
+        BrokerApiConfig {
+            url: default_broker_url(),
+            token: None,
+        }
+    }
+}
+
+fn default_broker_url() -> String {
+    DEFAULT_BROKER_URL.to_owned()
+}
+
+fn default_prefix() -> String {
+    broker_core::keys::DEFAULT_STORAGE_PREFIX.to_owned()
+}
+
+fn default_poll_interval_ms() -> u64 {
+    5000
+}
+
+fn default_topic_concurrency() -> usize {
+    2
+}
+
+/// The tier service's settings after merging file, flags and environment.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TierConfig {
+    /// The broker's data directory; topic WALs are under `topics/`.
+    pub data_dir: PathBuf,
+    /// Storage prefix of keys and objects. Default `/tributary`.
+    #[serde(default = "default_prefix")]
+    pub prefix: String,
+    /// Pause between passes, ms. Default 5000.
+    #[serde(default = "default_poll_interval_ms")]
+    pub poll_interval_ms: u64,
+    /// Topics tiered at once. Default 2.
+    #[serde(default = "default_topic_concurrency")]
+    pub topic_concurrency: usize,
+    /// The broker's admin API.
+    #[serde(default)]
+    pub broker: BrokerApiConfig,
+    /// The bucket.
+    #[serde(default)]
+    pub store: StoreConfig,
+    /// Upload settings.
+    #[serde(default)]
+    pub upload: UploadTuning,
+    /// Retry settings.
+    #[serde(default)]
+    pub retry: RetryTuning,
+}
+
+impl TierConfig {
+    /// A configuration with defaults for everything but the data directory
+    /// (bucket: `{data_dir}/archive`).
+    pub fn new(data_dir: PathBuf) -> TierConfig {
+        TierConfig {
+            store: StoreConfig {
+                url: Some(data_dir.join("archive").display().to_string()),
+                ..StoreConfig::default()
+            },
+            data_dir,
+            prefix: default_prefix(),
+            poll_interval_ms: default_poll_interval_ms(),
+            topic_concurrency: default_topic_concurrency(),
+            broker: BrokerApiConfig::default(),
+            upload: UploadTuning::default(),
+            retry: RetryTuning::default(),
+        }
+    }
+
+    /// Reads a TOML file.
+    ///
+    /// # Errors
+    /// [`TierError::Config`] naming the file and the problem.
+    pub fn from_file(path: &Path) -> Result<TierConfig, TierError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| TierError::Config(format!("{}: {e}", path.display())))?;
+        toml::from_str(&text).map_err(|e| TierError::Config(format!("{}: {e}", path.display())))
+    }
+
+    /// `{data_dir}/topics`.
+    pub fn topics_dir(&self) -> PathBuf {
+        self.data_dir.join("topics")
+    }
+
+    /// Checks the settings against each other.
+    ///
+    /// # Errors
+    /// [`TierError::Config`] naming the setting.
+    pub fn validate(&self) -> Result<(), TierError> {
+        broker_core::keys::StorageKeys::new(&self.prefix)?;
+        let fail = |m: &str| Err(TierError::Config(m.to_owned()));
+        if self.upload.part_size_bytes == 0 || self.upload.part_concurrency == 0 {
+            return fail("upload.part_size_bytes and upload.part_concurrency must be above 0");
+        }
+        let is_s3 = self
+            .store
+            .url
+            .as_deref()
+            .is_some_and(|u| u.starts_with("s3://"));
+        if is_s3 && self.upload.part_size_bytes < S3_PART_BYTES_MIN {
+            return fail("upload.part_size_bytes must be at least 5 MiB for S3");
+        }
+        if self.store.url.is_none() {
+            return fail("store.url is not set (--bucket)");
+        }
+        if self.retry.attempts_max == 0 {
+            return fail("retry.attempts_max must be at least 1");
+        }
+        if self.topic_concurrency == 0 {
+            return fail("topic_concurrency must be at least 1");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_documented_example_parses() {
+        let doc = include_str!("config.rs");
+        let example: String = doc
+            .lines()
+            .skip_while(|l| !l.starts_with("//! ```toml"))
+            .skip(1)
+            .take_while(|l| !l.starts_with("//! ```"))
+            .map(|l| l.trim_start_matches("//!").trim_start())
+            .collect::<Vec<_>>()
+            .join("\n");
+        let config: TierConfig = toml::from_str(&example).unwrap();
+        assert_eq!(config.prefix, "/tributary");
+        assert_eq!(config.broker.token.as_deref(), Some("change-me"));
+        assert_eq!(config.upload, UploadTuning::default());
+        assert_eq!(config.retry, RetryTuning::default());
+        config.validate().unwrap();
+        let err = toml::from_str::<TierConfig>("data_dir = \"/x\"\nbogus = 1\n").unwrap_err();
+        assert!(err.to_string().contains("bogus"), "{err}");
+    }
+}

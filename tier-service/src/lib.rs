@@ -1,0 +1,45 @@
+//! The Tributary tier service as a library (`tributary_tier`): moves sealed
+//! WAL segments of a broker into object storage and records each one in
+//! Raft through the broker, and reads the resulting archive.
+//!
+//! - [`archive format`](broker_core::archive): the object layout (pure,
+//!   in broker-core), documented in `docs/archive-format.md`;
+//! - [`bucket`]: a local directory or an S3-compatible bucket
+//!   (`object_store`), with request counters;
+//! - [`upload`]: streamed upload of a segment and verification of the
+//!   stored object (steps 2–3 of the commit order);
+//! - [`tiering`]: the commit order for every sealed segment (steps 1–5);
+//! - [`reconcile`]: the start-up pass that makes bucket and descriptors
+//!   agree;
+//! - [`broker_api`]: the broker admin API's storage endpoints;
+//! - [`reader`]: listing, reading and verifying a bucket with no broker
+//!   (used by `tribctl archive`);
+//! - [`service`]: the process (lock, reconciliation, passes, shutdown);
+//! - [`faults`]: crash injection for tests (`TRIB_TIER_FAULT`).
+//!
+//! # Safety argument
+//! A local segment is deleted only by the broker's retention, whose safe
+//! offset the broker reads from Raft (the committed tiered offset), and a
+//! descriptor is committed only after its object was stored and verified.
+//! So every offset is, at every instant, in a local sealed segment, in a
+//! committed object, or both. Object keys are deterministic and every step
+//! is idempotent, so a crash between any two steps is repaired by running
+//! again; reconciliation removes what a crash left half done.
+#![forbid(unsafe_code)]
+
+pub mod broker_api;
+pub mod bucket;
+pub mod config;
+pub mod error;
+pub mod faults;
+pub mod reader;
+pub mod reconcile;
+pub mod service;
+pub mod tiering;
+pub mod upload;
+
+pub use bucket::{Bucket, StoreConfig, install_crypto_provider};
+pub use config::TierConfig;
+pub use error::TierError;
+pub use reader::Archive;
+pub use tiering::Tiering;

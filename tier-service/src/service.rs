@@ -1,0 +1,182 @@
+//! The tier service process: one lock per data directory, reconciliation
+//! at start-up, then passes every `poll_interval_ms` until shutdown (or one
+//! pass with `--once`).
+
+use std::fs::{File, TryLockError};
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use broker_core::keys::StorageKeys;
+use tokio::sync::watch;
+use tracing::{error, info};
+
+use crate::broker_api::BrokerClient;
+use crate::bucket::Bucket;
+use crate::config::TierConfig;
+use crate::error::TierError;
+use crate::faults::Faults;
+use crate::reconcile::{ReconcileReport, reconcile};
+use crate::tiering::{PassReport, Tiering};
+
+/// Name of the lock file in the data directory.
+pub const LOCK_FILE: &str = "tier-service.lock";
+
+/// An exclusive lock on the data directory: one tier service per broker.
+#[derive(Debug)]
+pub struct DataDirLock {
+    _file: File,
+    path: PathBuf,
+}
+
+impl DataDirLock {
+    /// Takes the lock.
+    ///
+    /// # Errors
+    /// [`TierError::Locked`] if another process holds it; I/O errors.
+    pub fn acquire(data_dir: &std::path::Path) -> Result<DataDirLock, TierError> {
+        std::fs::create_dir_all(data_dir).map_err(TierError::io("create", data_dir))?;
+        let path = data_dir.join(LOCK_FILE);
+        let file = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .map_err(TierError::io("open", &path))?;
+        match file.try_lock() {
+            Ok(()) => Ok(DataDirLock { _file: file, path }),
+            Err(TryLockError::WouldBlock) => Err(TierError::Locked { path }),
+            Err(TryLockError::Error(e)) => Err(TierError::io("lock", &path)(e)),
+        }
+    }
+
+    /// The lock file.
+    pub fn path(&self) -> &std::path::Path {
+        &self.path
+    }
+}
+
+/// What a run did.
+#[derive(Debug, Clone, Default)]
+pub struct RunReport {
+    /// The start-up reconciliation.
+    pub reconcile: ReconcileReport,
+    /// Every pass.
+    pub passes: Vec<PassReport>,
+}
+
+impl RunReport {
+    /// True if reconciliation or any pass reported an error or missing data.
+    pub fn has_errors(&self) -> bool {
+        !self.reconcile.errors.is_empty()
+            || !self.reconcile.missing.is_empty()
+            || self.passes.iter().any(|p| !p.errors.is_empty())
+    }
+}
+
+/// Builds the pipeline from `config`.
+///
+/// # Errors
+/// Configuration and bucket errors.
+pub fn build(config: &TierConfig, faults: Faults) -> Result<Tiering, TierError> {
+    config.validate()?;
+    let keys = StorageKeys::new(&config.prefix)?;
+    let token = config
+        .broker
+        .token
+        .clone()
+        .or_else(|| std::env::var("TRIB_ADMIN_TOKEN").ok())
+        .unwrap_or_default();
+    Ok(Tiering {
+        bucket: Bucket::open(&config.store)?,
+        broker: BrokerClient::new(&config.broker.url, &token, &keys)?,
+        keys,
+        topics_dir: config.topics_dir(),
+        upload: config.upload.clone(),
+        retry: config.retry.clone(),
+        topic_concurrency: config.topic_concurrency,
+        faults: Arc::new(faults),
+    })
+}
+
+/// Runs the service until `shutdown` resolves (or, with `once`, for one
+/// reconciliation and one pass).
+///
+/// # Errors
+/// Start-up errors (configuration, bucket, lock). Errors inside passes are
+/// logged and reported in the [`RunReport`], and the next pass retries.
+pub async fn run(
+    config: TierConfig,
+    faults: Faults,
+    once: bool,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<RunReport, TierError> {
+    let tiering = build(&config, faults)?;
+    let lock = DataDirLock::acquire(&config.data_dir)?;
+    info!(
+        data_dir = %config.data_dir.display(),
+        bucket = tiering.bucket.description(),
+        broker = config.broker.url,
+        lock = %lock.path().display(),
+        once,
+        "tier service started"
+    );
+    // systemd (`Type=notify`, `WatchdogSec`): ready once the bucket, the
+    // broker client and the lock are in place; reconciliation may take long.
+    broker_core::service::notify_ready();
+    let watchdog = tokio::spawn(broker_core::service::watchdog_loop());
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::spawn(async move {
+        shutdown.await;
+        broker_core::service::notify_stopping();
+        let _ = stop_tx.send(true);
+    });
+    let mut report = RunReport {
+        reconcile: reconcile(&tiering).await,
+        passes: Vec::new(),
+    };
+    let r = &report.reconcile;
+    info!(
+        topics = r.topics,
+        adopted = r.adopted.len(),
+        deleted = r.deleted.len(),
+        reuploaded = r.reuploaded.len(),
+        missing = r.missing.len(),
+        staging_removed = r.staging_removed,
+        errors = r.errors.len(),
+        "reconciliation done"
+    );
+    let poll = Duration::from_millis(config.poll_interval_ms);
+    loop {
+        let pass = tiering.run_pass(&stop_rx).await;
+        if pass.committed > 0 || !pass.errors.is_empty() {
+            info!(
+                topics = pass.topics,
+                committed = pass.committed,
+                uploaded_bytes = pass.uploaded_bytes,
+                trimmed = pass.trimmed_segments,
+                errors = pass.errors.len(),
+                "pass done"
+            );
+        }
+        for (topic, e) in &pass.errors {
+            error!(topic, error = e, "pass error");
+        }
+        report.passes.push(pass);
+        if once || *stop_rx.borrow() {
+            break;
+        }
+        let mut rx = stop_rx.clone();
+        tokio::select! {
+            () = tokio::time::sleep(poll) => {}
+            _ = rx.changed() => {}
+        }
+        if *stop_rx.borrow() {
+            break;
+        }
+    }
+    watchdog.abort();
+    info!("tier service stopped");
+    Ok(report)
+}

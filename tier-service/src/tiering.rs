@@ -1,0 +1,420 @@
+//! The commit order of `DESIGN.md`, for every sealed segment of every topic
+//! under the broker's data directory:
+//!
+//! 1. pick up a sealed segment (its `.index` exists: immutable);
+//! 2. upload it under its deterministic key (an object already there is
+//!    kept if it is exactly the one this segment makes, else replaced);
+//! 3. verify the stored object (size, and index + footer byte for byte,
+//!    which carry the batches CRC; optionally the whole batches region);
+//! 4. commit its descriptor and `segments/cur` in one Raft transaction,
+//!    through the broker's admin API;
+//! 5. ask the broker to apply local retention, whose safe offset is the
+//!    committed tiered offset the broker reads from Raft itself.
+//!
+//! Segments of a topic go strictly in offset order, and a topic stops at
+//! its first failing segment (the broker refuses a descriptor that does not
+//! continue the committed ones). Every step is idempotent, so a crash
+//! anywhere is repaired by running again: the redo starts at the first step
+//! whose result is missing (crash-point table in `broker-core/FORMAT.md`).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+use backon::{ExponentialBuilder, Retryable};
+use broker_core::archive::{ArchiveTail, SegmentDescriptor};
+use broker_core::keys::{NamespaceName, StorageKeys, TopicName};
+use broker_core::wal::{SealedSegment, list_sealed_segments};
+use serde::Deserialize;
+use tokio::sync::watch;
+use tracing::{error, info, warn};
+
+use crate::broker_api::BrokerClient;
+use crate::bucket::Bucket;
+use crate::error::TierError;
+use crate::faults::Faults;
+use crate::upload::{UploadTuning, expected_tail, upload_segment, verify_object};
+
+/// Retry settings for each step (`[retry]` in the configuration).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RetryTuning {
+    /// Attempts of one step before the topic's pass gives up (the next
+    /// pass starts again). Default 6.
+    pub attempts_max: usize,
+    /// First backoff, ms. Default 200.
+    pub min_delay_ms: u64,
+    /// Largest backoff, ms. Default 10000.
+    pub max_delay_ms: u64,
+}
+
+impl Default for RetryTuning {
+    fn default() -> Self {
+        RetryTuning {
+            attempts_max: 6,
+            min_delay_ms: 200,
+            max_delay_ms: 10_000,
+        }
+    }
+}
+
+/// Milliseconds since the Unix epoch (the tier service's only clock read
+/// for descriptors).
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+/// What one pass did.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PassReport {
+    /// Topics looked at.
+    pub topics: usize,
+    /// Sealed segments found.
+    pub sealed_segments: u64,
+    /// Segments newly committed in this pass.
+    pub committed: u64,
+    /// Bytes uploaded (objects newly written).
+    pub uploaded_bytes: u64,
+    /// Time spent storing and verifying them.
+    pub upload_time: Duration,
+    /// Per committed segment: ms from its seal (the `.index` file's
+    /// modification time) to its committed descriptor.
+    pub seal_to_commit_ms: Vec<u64>,
+    /// Local segments the broker deleted after trim calls.
+    pub trimmed_segments: u64,
+    /// Topics whose pass failed, with the error.
+    pub errors: Vec<(String, String)>,
+}
+
+/// The tiering pipeline and everything it needs.
+#[derive(Debug, Clone)]
+pub struct Tiering {
+    /// Where objects go.
+    pub bucket: Bucket,
+    /// Key builder for the storage prefix.
+    pub keys: StorageKeys,
+    /// The broker's admin API.
+    pub broker: BrokerClient,
+    /// `{broker data_dir}/topics`: one WAL directory per `{ns}/{topic}`.
+    pub topics_dir: PathBuf,
+    /// Upload settings.
+    pub upload: UploadTuning,
+    /// Retry settings.
+    pub retry: RetryTuning,
+    /// Topics tiered at once. At least 1.
+    pub topic_concurrency: usize,
+    /// Crash injection (tests).
+    pub faults: Arc<Faults>,
+}
+
+impl Tiering {
+    /// Runs `op` with exponential backoff and jitter while it fails with a
+    /// retryable error, up to `retry.attempts_max` attempts.
+    ///
+    /// # Errors
+    /// The last error.
+    pub async fn retry<T, F, Fut>(&self, what: &'static str, op: F) -> Result<T, TierError>
+    where
+        F: FnMut() -> Fut,
+        Fut: Future<Output = Result<T, TierError>>,
+    {
+        let backoff = ExponentialBuilder::default()
+            .with_jitter()
+            .with_min_delay(Duration::from_millis(self.retry.min_delay_ms))
+            .with_max_delay(Duration::from_millis(self.retry.max_delay_ms))
+            .with_max_times(self.retry.attempts_max.saturating_sub(1));
+        op.retry(backoff)
+            .when(TierError::is_retryable)
+            .notify(|err, delay| warn!(what, error = %err, ?delay, "retrying"))
+            .await
+    }
+
+    /// The topics with a WAL directory under [`Tiering::topics_dir`].
+    /// Directories whose names are not valid namespace or topic names are
+    /// skipped with a warning.
+    ///
+    /// # Errors
+    /// I/O errors listing the directory (a missing one is empty).
+    pub fn local_topics(&self) -> Result<Vec<(TopicName, PathBuf)>, TierError> {
+        local_topics(&self.topics_dir)
+    }
+
+    /// One pass over every local topic: tiers all sealed segments not yet
+    /// committed, then asks for trimming. Stops between segments once
+    /// `shutdown` is true.
+    pub async fn run_pass(&self, shutdown: &watch::Receiver<bool>) -> PassReport {
+        let mut report = PassReport::default();
+        let topics = match self.local_topics() {
+            Ok(t) => t,
+            Err(e) => {
+                report.errors.push(("*".into(), e.to_string()));
+                return report;
+            }
+        };
+        report.topics = topics.len();
+        let results = futures::StreamExt::collect::<Vec<_>>(futures::StreamExt::buffer_unordered(
+            futures::stream::iter(topics.into_iter().map(|(topic, dir)| async move {
+                let mut topic_report = PassReport::default();
+                let result = self
+                    .tier_topic(&topic, &dir, &mut topic_report, shutdown)
+                    .await;
+                (topic, result, topic_report)
+            })),
+            self.topic_concurrency.max(1),
+        ))
+        .await;
+        for (topic, result, r) in results {
+            report.sealed_segments += r.sealed_segments;
+            report.committed += r.committed;
+            report.uploaded_bytes += r.uploaded_bytes;
+            report.upload_time += r.upload_time;
+            report.seal_to_commit_ms.extend(r.seal_to_commit_ms);
+            report.trimmed_segments += r.trimmed_segments;
+            if let Err(e) = result {
+                error!(%topic, error = %e, "tiering stopped for this topic until the next pass");
+                report.errors.push((topic.to_string(), e.to_string()));
+            }
+        }
+        report
+    }
+
+    /// Tiers the sealed segments of one topic in offset order, then asks
+    /// the broker to trim.
+    ///
+    /// # Errors
+    /// The first step that failed after its retries, or an inconsistency
+    /// between the local segments and the committed descriptors.
+    pub async fn tier_topic(
+        &self,
+        topic: &TopicName,
+        dir: &Path,
+        report: &mut PassReport,
+        shutdown: &watch::Receiver<bool>,
+    ) -> Result<(), TierError> {
+        let sealed = sealed_segments(dir).await?;
+        report.sealed_segments += sealed.len() as u64;
+        if sealed.is_empty() {
+            return Ok(());
+        }
+        let committed = self
+            .retry("list descriptors", || self.broker.segments(topic))
+            .await?;
+        let by_start: BTreeMap<u64, SegmentDescriptor> = committed
+            .segments
+            .into_iter()
+            .map(|d| (d.start_offset, d))
+            .collect();
+        let mut tiered = committed.tiered_offset;
+        for segment in &sealed {
+            if *shutdown.borrow() {
+                return Ok(());
+            }
+            if let Some(d) = by_start.get(&segment.base_offset) {
+                if d.next_offset() == segment.next_offset {
+                    continue;
+                }
+                return Err(inconsistent(
+                    topic,
+                    format!(
+                        "local segment {}..{} but the committed descriptor at {} ends at {}",
+                        segment.base_offset, segment.next_offset, d.start_offset, d.end_offset
+                    ),
+                ));
+            }
+            if let Some((_, d)) = by_start
+                .range(..segment.next_offset)
+                .next_back()
+                .filter(|(_, d)| d.next_offset() > segment.base_offset)
+            {
+                return Err(inconsistent(
+                    topic,
+                    format!(
+                        "local segment {}..{} overlaps committed segment {}..={}",
+                        segment.base_offset, segment.next_offset, d.start_offset, d.end_offset
+                    ),
+                ));
+            }
+            if let Some(t) = tiered
+                && segment.base_offset > t
+            {
+                return Err(inconsistent(
+                    topic,
+                    format!(
+                        "offsets {t}..{} are neither committed nor in a local sealed segment",
+                        segment.base_offset
+                    ),
+                ));
+            }
+            let descriptor = self.tier_segment(topic, segment, report).await?;
+            tiered = Some(descriptor.next_offset());
+        }
+        let trimmable = tiered.is_some_and(|t| sealed.iter().any(|s| s.next_offset <= t));
+        if trimmable && !*shutdown.borrow() {
+            match self.retry("trim", || self.broker.trim(topic)).await? {
+                Some(reply) => {
+                    report.trimmed_segments += reply.deleted.len() as u64;
+                    if !reply.deleted.is_empty() {
+                        info!(%topic, deleted = ?reply.deleted, safe_offset = ?reply.tiered_offset, "broker trimmed local segments");
+                    }
+                }
+                None => {
+                    warn!(%topic, "the broker does not expose its WALs for trimming; its own retention must use the tiered offset")
+                }
+            }
+            self.faults.hit("after_trim");
+        }
+        Ok(())
+    }
+
+    /// Steps 2–4 for one segment. Returns the committed descriptor.
+    ///
+    /// # Errors
+    /// The failing step's error after its retries.
+    pub async fn tier_segment(
+        &self,
+        topic: &TopicName,
+        segment: &SealedSegment,
+        report: &mut PassReport,
+    ) -> Result<SegmentDescriptor, TierError> {
+        let key = self
+            .keys
+            .segment_object(topic, segment.base_offset, segment.next_offset - 1);
+        self.faults.hit("before_upload");
+        let started = Instant::now();
+        let (tail, uploaded) = self
+            .retry("upload", || self.store_object(&key, segment))
+            .await?;
+        if uploaded {
+            report.uploaded_bytes += tail.footer.object_bytes();
+            report.upload_time += started.elapsed();
+        }
+        let descriptor = SegmentDescriptor::from_footer(&tail.footer, key.clone(), now_ms());
+        let reply = self
+            .retry("commit", || self.broker.commit(topic, &descriptor))
+            .await?;
+        report.committed += 1;
+        if let Some(ms) = ms_since_modified(&segment.index_path) {
+            report.seal_to_commit_ms.push(ms);
+        }
+        info!(
+            %topic,
+            key,
+            records = tail.footer.record_count(),
+            bytes = tail.footer.object_bytes(),
+            outcome = reply.outcome,
+            tiered_offset = ?reply.tiered_offset,
+            "segment committed"
+        );
+        self.faults.hit("after_commit");
+        Ok(descriptor)
+    }
+
+    /// Steps 2 and 3: makes the object at `key` exactly the one `segment`
+    /// builds, verified. Returns its tail and whether it was uploaded now
+    /// (false: a verified object was already there).
+    async fn store_object(
+        &self,
+        key: &str,
+        segment: &SealedSegment,
+    ) -> Result<(ArchiveTail, bool), TierError> {
+        if self.bucket.head(key).await?.is_some() {
+            let expected = expected_tail(segment).await?;
+            match verify_object(&self.bucket, key, &expected, self.upload.full_verify).await {
+                Ok(()) => {
+                    info!(
+                        key,
+                        "object already stored and verified; not uploading again"
+                    );
+                    self.faults.hit("after_verify");
+                    return Ok((expected, false));
+                }
+                Err(TierError::Verify { reason, .. }) => {
+                    warn!(
+                        key,
+                        reason, "stored object differs from the local segment; uploading again"
+                    );
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let tail = upload_segment(&self.bucket, key, segment, &self.upload, &self.faults).await?;
+        self.faults.hit("after_upload");
+        verify_object(&self.bucket, key, &tail, self.upload.full_verify).await?;
+        self.faults.hit("after_verify");
+        Ok((tail, true))
+    }
+}
+
+fn inconsistent(topic: &TopicName, reason: String) -> TierError {
+    TierError::Inconsistent {
+        topic: topic.to_string(),
+        reason,
+    }
+}
+
+fn ms_since_modified(path: &Path) -> Option<u64> {
+    let modified = std::fs::metadata(path).ok()?.modified().ok()?;
+    let elapsed = SystemTime::now().duration_since(modified).ok()?;
+    u64::try_from(elapsed.as_millis()).ok()
+}
+
+/// The sealed segments of the WAL in `dir` (a missing directory has none).
+///
+/// # Errors
+/// I/O errors.
+pub async fn sealed_segments(dir: &Path) -> Result<Vec<SealedSegment>, TierError> {
+    let dir = dir.to_path_buf();
+    tokio::task::spawn_blocking(move || {
+        if !dir.exists() {
+            return Ok(Vec::new());
+        }
+        list_sealed_segments(&dir).map_err(TierError::from)
+    })
+    .await
+    .map_err(|e| TierError::Config(format!("listing task failed: {e}")))?
+}
+
+/// The topics with a WAL directory under `topics_dir`
+/// (`{topics_dir}/{ns}/{topic}`), sorted.
+///
+/// # Errors
+/// I/O errors (a missing directory has no topics).
+pub fn local_topics(topics_dir: &Path) -> Result<Vec<(TopicName, PathBuf)>, TierError> {
+    let mut out = Vec::new();
+    let namespaces = match std::fs::read_dir(topics_dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(TierError::io("list", topics_dir)(e)),
+    };
+    for ns_entry in namespaces {
+        let ns_entry = ns_entry.map_err(TierError::io("list", topics_dir))?;
+        if !ns_entry.path().is_dir() {
+            continue;
+        }
+        let ns_name = ns_entry.file_name().to_string_lossy().into_owned();
+        let Ok(namespace) = NamespaceName::new(&ns_name) else {
+            warn!(dir = %ns_entry.path().display(), "not a namespace directory; skipped");
+            continue;
+        };
+        let topics =
+            std::fs::read_dir(ns_entry.path()).map_err(TierError::io("list", ns_entry.path()))?;
+        for topic_entry in topics {
+            let topic_entry = topic_entry.map_err(TierError::io("list", ns_entry.path()))?;
+            if !topic_entry.path().is_dir() {
+                continue;
+            }
+            let name = topic_entry.file_name().to_string_lossy().into_owned();
+            match TopicName::from_parts(&namespace, &name) {
+                Ok(topic) => out.push((topic, topic_entry.path())),
+                Err(_) => {
+                    warn!(dir = %topic_entry.path().display(), "not a topic directory; skipped");
+                }
+            }
+        }
+    }
+    out.sort();
+    Ok(out)
+}

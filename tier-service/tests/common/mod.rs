@@ -1,0 +1,316 @@
+//! Test harness: a stand-in broker in the test process (the real admin
+//! router with its storage endpoints, a redb metadata store, and real topic
+//! WALs with local retention that deletes whatever is tiered), and helpers
+//! to inspect descriptors and the bucket.
+#![allow(dead_code)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use broker_core::archive::SegmentDescriptor;
+use broker_core::batch::{Codec, Record};
+use broker_core::keys::{StorageKeys, TopicName};
+use broker_core::limits::Limits;
+use broker_core::metadata::redb::RedbStore;
+use broker_core::metadata::{BoxFuture, ManualClock, MetadataStore};
+use broker_core::wal::{Wal, WalConfig};
+use bytes::Bytes;
+use tributary_broker::admin::{
+    AdminState, ClusterView, LocalSegments, TrimReport, list_descriptors, router,
+    with_local_segments,
+};
+use tributary_broker::raft::node::ClusterStatus;
+
+pub const TOKEN: &str = "tier-test-token";
+
+struct FixedCluster;
+
+impl ClusterView for FixedCluster {
+    fn status(&self) -> ClusterStatus {
+        ClusterStatus {
+            node_id: 1,
+            leader: Some(1),
+            term: 1,
+            members: BTreeMap::from([(1, "127.0.0.1:1".to_owned())]),
+            last_applied_index: None,
+            snapshot_index: None,
+            purged_index: None,
+            state: "Leader".to_owned(),
+        }
+    }
+}
+
+/// The broker's topic WALs as the admin API's `trim` sees them. Checks, at
+/// every trim, that each segment about to be deleted has its descriptor
+/// committed.
+pub struct TestWals {
+    pub wals: Mutex<BTreeMap<TopicName, Arc<Wal>>>,
+    pub store: Arc<RedbStore>,
+    pub violations: Mutex<Vec<String>>,
+    pub trims: AtomicU64,
+}
+
+impl LocalSegments for TestWals {
+    fn trim<'a>(
+        &'a self,
+        topic: &'a TopicName,
+        safe_offset: u64,
+        now_ms: i64,
+    ) -> BoxFuture<'a, Result<TrimReport, String>> {
+        Box::pin(async move {
+            let Some(wal) = self.wals.lock().unwrap().get(topic).cloned() else {
+                return Ok(TrimReport::default());
+            };
+            let keys = StorageKeys::default();
+            for segment in wal.sealed_segments() {
+                if segment.next_offset <= safe_offset
+                    && self
+                        .store
+                        .get(&keys.segment_descriptor(topic, segment.base_offset))
+                        .await
+                        .map_err(|e| e.to_string())?
+                        .is_none()
+                {
+                    self.violations.lock().unwrap().push(format!(
+                        "{topic}: segment {}..{} would be deleted without a descriptor",
+                        segment.base_offset, segment.next_offset
+                    ));
+                }
+            }
+            self.trims.fetch_add(1, Ordering::Relaxed);
+            let report =
+                tokio::task::spawn_blocking(move || wal.apply_retention(safe_offset, now_ms))
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .map_err(|e| e.to_string())?;
+            Ok(TrimReport {
+                wal_open: true,
+                deleted: report.deleted,
+                log_start: Some(report.log_start),
+            })
+        })
+    }
+}
+
+/// WAL settings that roll often: 64 KiB batches at most, 128 KiB segments,
+/// local retention that deletes every tiered sealed segment.
+pub fn wal_config(retention: bool) -> WalConfig {
+    WalConfig {
+        limits: Limits {
+            max_record_bytes: 16 * 1024,
+            max_batch_bytes: 64 * 1024,
+        },
+        segment_max_bytes: 128 * 1024,
+        max_pending_bytes: 1024 * 1024,
+        retention_max_bytes: retention.then_some(0),
+        ..WalConfig::default()
+    }
+}
+
+/// The record at `offset` of a test topic: deterministic content.
+pub fn record_for(topic: &str, offset: u64) -> Record {
+    let len = 50 + (offset * 37 % 900) as usize;
+    let mut value = format!("{topic}#{offset}:").into_bytes();
+    value.resize(len, b'a' + (offset % 26) as u8);
+    Record {
+        timestamp_ms: 1_700_000_000_000 + offset as i64 * 10,
+        key: Some(Bytes::from(format!("k{}", offset % 7))),
+        headers: vec![("n".into(), Bytes::from(offset.to_string()))],
+        value: Bytes::from(value),
+    }
+}
+
+pub struct Harness {
+    pub runtime: tokio::runtime::Runtime,
+    pub store: Arc<RedbStore>,
+    pub wals: Arc<TestWals>,
+    pub base_url: String,
+    pub data_dir: PathBuf,
+    pub bucket_dir: PathBuf,
+    pub topics: Vec<TopicName>,
+    _dir: tempfile::TempDir,
+}
+
+impl Harness {
+    pub fn new(topics: &[&str]) -> Harness {
+        Harness::with_retention(topics, true)
+    }
+
+    /// With `retention` false the broker keeps tiered segments locally.
+    pub fn with_retention(topics: &[&str], retention: bool) -> Harness {
+        let dir = tempfile::tempdir().unwrap();
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let store = Arc::new(
+            RedbStore::open(dir.path().join("meta.redb"), Arc::new(ManualClock::new(1))).unwrap(),
+        );
+        let data_dir = dir.path().join("broker");
+        let bucket_dir = dir.path().join("bucket");
+        let topics: Vec<TopicName> = topics.iter().map(|t| TopicName::new(t).unwrap()).collect();
+        let mut wals = BTreeMap::new();
+        for topic in &topics {
+            let wal_dir = data_dir
+                .join("topics")
+                .join(topic.namespace())
+                .join(topic.topic());
+            let wal = runtime
+                .block_on(async { Wal::open(&wal_dir, wal_config(retention)) })
+                .unwrap();
+            wals.insert(topic.clone(), Arc::new(wal));
+        }
+        let wals = Arc::new(TestWals {
+            wals: Mutex::new(wals),
+            store: store.clone(),
+            violations: Mutex::new(Vec::new()),
+            trims: AtomicU64::new(0),
+        });
+        let state = AdminState {
+            store: store.clone(),
+            cluster: Arc::new(FixedCluster),
+            token: Arc::from(TOKEN),
+        };
+        let app = with_local_segments(router(state), wals.clone());
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .unwrap();
+        let base_url = format!("http://{}", listener.local_addr().unwrap());
+        runtime.spawn(async move { axum::serve(listener, app).await });
+        Harness {
+            runtime,
+            store,
+            wals,
+            base_url,
+            data_dir,
+            bucket_dir,
+            topics,
+            _dir: dir,
+        }
+    }
+
+    pub fn wal(&self, topic: &TopicName) -> Arc<Wal> {
+        self.wals.wals.lock().unwrap()[topic].clone()
+    }
+
+    /// Appends `count` records to every topic in batches of `per_batch`,
+    /// then rolls so everything is sealed.
+    pub fn write(&self, count: u64, per_batch: u64) {
+        for topic in &self.topics {
+            let wal = self.wal(topic);
+            self.runtime.block_on(async {
+                let mut left = count;
+                while left > 0 {
+                    let n = left.min(per_batch);
+                    let base = wal.next_offset();
+                    let records = (base..base + n)
+                        .map(|o| record_for(topic.as_str(), o))
+                        .collect();
+                    let codec = if base.is_multiple_of(3) {
+                        Codec::Zstd
+                    } else {
+                        Codec::None
+                    };
+                    wal.append(records, codec).await.unwrap();
+                    left -= n;
+                }
+                wal.roll().await.unwrap();
+            });
+        }
+    }
+
+    pub fn descriptors(&self, topic: &TopicName) -> Vec<SegmentDescriptor> {
+        self.runtime
+            .block_on(list_descriptors(
+                &*self.store,
+                &StorageKeys::default(),
+                topic,
+            ))
+            .unwrap()
+    }
+
+    /// Object keys (relative to the bucket root) under the topic's
+    /// segments prefix, with sizes. Staging files are not objects.
+    pub fn objects(&self, topic: &TopicName) -> BTreeMap<String, u64> {
+        let prefix = StorageKeys::default().segment_objects_prefix(topic);
+        let dir = self.bucket_dir.join(&prefix);
+        let mut out = BTreeMap::new();
+        if let Ok(entries) = std::fs::read_dir(&dir) {
+            for entry in entries.flatten() {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                if name.contains('#') {
+                    continue;
+                }
+                out.insert(format!("{prefix}{name}"), entry.metadata().unwrap().len());
+            }
+        }
+        out
+    }
+
+    pub fn violations(&self) -> Vec<String> {
+        self.wals.violations.lock().unwrap().clone()
+    }
+
+    /// The tier-service command for this harness, `--once`.
+    pub fn tier_command(&self) -> std::process::Command {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_tier-service"));
+        cmd.arg("--data-dir")
+            .arg(&self.data_dir)
+            .arg("--bucket")
+            .arg(&self.bucket_dir)
+            .arg("--broker-url")
+            .arg(&self.base_url)
+            .arg("--token")
+            .arg(TOKEN)
+            .arg("--multipart-threshold-bytes")
+            .arg("65536")
+            .arg("--part-size-bytes")
+            .arg("16384")
+            .arg("--once")
+            .env("RUST_LOG", "warn")
+            .env_remove("TRIB_TIER_FAULT")
+            .env_remove("TRIB_ADMIN_TOKEN");
+        cmd
+    }
+
+    pub fn tier_config(&self) -> tributary_tier::TierConfig {
+        let mut config = tributary_tier::TierConfig::new(self.data_dir.clone());
+        config.store.url = Some(self.bucket_dir.display().to_string());
+        config.broker.url = self.base_url.clone();
+        config.broker.token = Some(TOKEN.to_owned());
+        config.upload.multipart_threshold_bytes = 64 * 1024;
+        config.upload.part_size_bytes = 16 * 1024;
+        config.retry.min_delay_ms = 10;
+        config.retry.max_delay_ms = 50;
+        config
+    }
+}
+
+/// Every offset below `end` covered exactly once by `descriptors`, which
+/// are contiguous from `start`.
+pub fn assert_contiguous(
+    topic: &TopicName,
+    descriptors: &[SegmentDescriptor],
+    start: u64,
+    end: u64,
+) {
+    let mut next = start;
+    for d in descriptors {
+        assert_eq!(
+            d.start_offset, next,
+            "{topic}: descriptors not contiguous: {descriptors:#?}"
+        );
+        next = d.next_offset();
+    }
+    assert_eq!(
+        next, end,
+        "{topic}: descriptors end at {next}, expected {end}"
+    );
+}
+
+pub fn path_str(p: &Path) -> String {
+    p.display().to_string()
+}
