@@ -9,7 +9,7 @@ use broker_core::metadata::SystemClock;
 use broker_core::tls::{ALPN_REPLICATION, TlsIdentity};
 use tracing::info;
 
-use crate::admin::{AdminState, router};
+use crate::admin::{AdminState, router, with_local_segments};
 use crate::config::BrokerConfig;
 use crate::raft::node::{MetaNode, NodeConfig};
 use crate::store::RaftMetadataStore;
@@ -114,7 +114,9 @@ pub async fn run(
     );
     broker_core::service::notify_ready();
     let watchdog = tokio::spawn(broker_core::service::watchdog_loop());
-    let serve = axum::serve(listener, router(state)).with_graceful_shutdown(shutdown);
+    // The tier service's trim requests reach the central WALs through this.
+    let app = with_local_segments(router(state), topics.clone());
+    let serve = axum::serve(listener, app).with_graceful_shutdown(shutdown);
     let result = serve.await.map_err(|source| ServerError::Listen {
         what: "admin",
         addr: config.admin_listen,

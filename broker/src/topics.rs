@@ -119,6 +119,11 @@ impl TopicStore {
         let config = WalConfig {
             sync_mode,
             limits: self.limits,
+            // Local retention deletes a sealed segment as soon as it is
+            // safe, and "safe" is only ever the committed tiered offset the
+            // tier service reports (`POST /v1/storage/.../trim`): without a
+            // tier service nothing is deleted.
+            retention_max_bytes: Some(0),
             ..WalConfig::default()
         };
         Wal::open(self.wal_dir(topic), config)
