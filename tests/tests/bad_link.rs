@@ -79,6 +79,19 @@ fn publish(pair: &Pair, next: u64, count: u64) -> u64 {
     next
 }
 
+/// Waits (bounded by `limit`) until the edge's acknowledged offset passes
+/// `acked`.
+fn wait_for_progress(pair: &Pair, acked: u64, limit: Duration) {
+    let deadline = Instant::now() + limit;
+    while pair.edge_offsets().map_or(0, |(_, a)| a) <= acked {
+        assert!(
+            Instant::now() < deadline,
+            "no acknowledgement within {limit:?} of the heal"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Stops both processes and checks that the central topic holds exactly
 /// the records `0..records`, in order, with their values, and that what
 /// the edge still keeps is byte-identical centrally.
@@ -142,7 +155,14 @@ fn loss_delay_and_short_cuts_lose_and_duplicate_nothing() {
         let cut_at = Instant::now();
         next = publish(&pair, next, per_step);
         std::thread::sleep(CUT.saturating_sub(cut_at.elapsed()));
+        let acked_at_heal = pair.edge_offsets().map_or(0, |(_, acked)| acked);
         relay.heal();
+        let healed = Instant::now();
+        wait_for_progress(&pair, acked_at_heal, Duration::from_secs(60));
+        eprintln!(
+            "after a {CUT:?} cut: acknowledgements resumed {:?} after the heal",
+            healed.elapsed()
+        );
         next = publish(&pair, next, per_step);
     }
     assert_eq!(next, phase_end);
