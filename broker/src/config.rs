@@ -18,6 +18,9 @@
 //! 1 = "10.0.0.1:7401"
 //! 2 = "10.0.0.2:7401"
 //! 3 = "10.0.0.3:7401"
+//!
+//! [wal]                              # central topic WALs
+//! segment_max_age_ms = 60000         # seal the active segment after 1 min
 //! ```
 
 use std::collections::BTreeMap;
@@ -58,6 +61,20 @@ pub struct BrokerConfig {
     /// Raft timing and snapshot settings.
     #[serde(default)]
     pub raft: RaftTuning,
+    /// Central topic WAL settings.
+    #[serde(default)]
+    pub wal: WalTuning,
+}
+
+/// Central topic WAL settings (`[wal]`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct WalTuning {
+    /// Seal a topic's active segment this long after its first write in
+    /// this process, ms, so the tier service (which only uploads sealed
+    /// segments) archives the tail of a quiet topic within a bounded time.
+    /// Default none: segments seal only at 64 MiB.
+    pub segment_max_age_ms: Option<u64>,
 }
 
 /// Raft timing and snapshot settings (`[raft]`); the defaults suit a LAN.
@@ -168,6 +185,12 @@ impl BrokerConfig {
                 reason: format!("does not list this node ({})", self.node_id),
             });
         }
+        if self.wal.segment_max_age_ms == Some(0) {
+            return Err(ConfigError::Invalid {
+                field: "wal.segment_max_age_ms",
+                reason: "must be at least 1 (or left out)".into(),
+            });
+        }
         if self.tls.is_none() {
             return Err(ConfigError::Invalid {
                 field: "tls",
@@ -258,6 +281,24 @@ ca = "ca.pem"
         .unwrap();
         let err = config.validate().unwrap_err().to_string();
         assert!(err.contains("members"), "{err}");
+    }
+
+    #[test]
+    fn wal_segment_age_parses_and_zero_is_refused() {
+        let base = "data_dir = \"x\"\nadmin_token = \"long-enough\"\n[tls]\ncert=\"a\"\nkey=\"b\"\nca=\"c\"\n";
+        let config: BrokerConfig =
+            toml::from_str(&format!("{base}[wal]\nsegment_max_age_ms = 2000\n")).unwrap();
+        assert_eq!(config.wal.segment_max_age_ms, Some(2000));
+        assert_eq!(config.validate().map_err(|e| e.to_string()), Ok(()));
+        let config: BrokerConfig = toml::from_str(base).unwrap();
+        assert_eq!(config.wal.segment_max_age_ms, None);
+        let config: BrokerConfig =
+            toml::from_str(&format!("{base}[wal]\nsegment_max_age_ms = 0\n")).unwrap();
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("wal.segment_max_age_ms"), "{err}");
+        assert!(
+            toml::from_str::<BrokerConfig>(&format!("{base}[wal]\nsegment_age = 1\n")).is_err()
+        );
     }
 
     #[test]

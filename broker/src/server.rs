@@ -79,11 +79,19 @@ pub async fn run(
         cluster: Arc::new(node.clone()),
         token: Arc::from(config.admin_token.clone().unwrap_or_default()),
     };
-    let topics = Arc::new(TopicStore::new(
-        config.data_dir.join("topics"),
-        state.store.clone(),
-        Limits::default(),
-    ));
+    let topics = Arc::new(
+        TopicStore::new(
+            config.data_dir.join("topics"),
+            state.store.clone(),
+            Limits::default(),
+        )
+        .with_segment_max_age(
+            config
+                .wal
+                .segment_max_age_ms
+                .map(std::time::Duration::from_millis),
+        ),
+    );
     let ingest_server = tls.quic_server(ALPN_REPLICATION)?;
     let ingest =
         quinn::Endpoint::server(ingest_server, config.ingest_listen).map_err(|source| {

@@ -45,6 +45,7 @@ pub struct TopicStore {
     dir: PathBuf,
     store: Arc<dyn MetadataStore>,
     limits: Limits,
+    segment_max_age: Option<std::time::Duration>,
     open: Mutex<HashMap<TopicName, Arc<Wal>>>,
 }
 
@@ -55,8 +56,18 @@ impl TopicStore {
             dir,
             store,
             limits,
+            segment_max_age: None,
             open: Mutex::default(),
         }
+    }
+
+    /// Seals every topic's active segment this long after its first write
+    /// (`WalConfig::segment_max_age`); `None` (the default) seals only by
+    /// size.
+    #[must_use]
+    pub fn with_segment_max_age(mut self, age: Option<std::time::Duration>) -> TopicStore {
+        self.segment_max_age = age;
+        self
     }
 
     fn wal_dir(&self, topic: &TopicName) -> PathBuf {
@@ -124,6 +135,7 @@ impl TopicStore {
             // tier service reports (`POST /v1/storage/.../trim`): without a
             // tier service nothing is deleted.
             retention_max_bytes: Some(0),
+            segment_max_age: self.segment_max_age,
             ..WalConfig::default()
         };
         Wal::open(self.wal_dir(topic), config)

@@ -131,9 +131,11 @@ impl Agent {
             source,
         })?;
         let (shutdown, _) = watch::channel(false);
+        let replication = Arc::new(ReplicationStats::default());
         let server = {
             let mut stop = shutdown.subscribe();
-            let app = api::router(manager.clone());
+            // `/metrics` reads the replication counters from this extension.
+            let app = api::router(manager.clone()).layer(axum::Extension(replication.clone()));
             tokio::spawn(async move {
                 axum::serve(listener, app)
                     .with_graceful_shutdown(async move {
@@ -158,7 +160,6 @@ impl Agent {
                 }
             })
         };
-        let replication = Arc::new(ReplicationStats::default());
         let replicator = match (&config.tls, config.brokers.is_empty()) {
             (Some(paths), false) => {
                 let tls = TlsIdentity::load(paths).map_err(AgentError::Tls)?;

@@ -39,6 +39,7 @@ use crate::budget::BudgetScope;
 use crate::manager::{AgentStats, TopicError, TopicManager};
 use crate::metrics;
 use crate::ndjson::{self, NdjsonError};
+use crate::replicator::ReplicationStats;
 use crate::topic::{PublishAck, PublishError};
 
 /// Prefix of request headers that become record headers
@@ -230,12 +231,15 @@ async fn health(State(manager): ApiState) -> Response {
     (status, axum::Json(body)).into_response()
 }
 
-async fn metrics_text(State(manager): ApiState) -> Response {
-    (
-        [(header::CONTENT_TYPE, metrics::CONTENT_TYPE)],
-        metrics::render(&manager.stats()),
-    )
-        .into_response()
+async fn metrics_text(
+    State(manager): ApiState,
+    replication: Option<axum::Extension<Arc<ReplicationStats>>>,
+) -> Response {
+    let mut text = metrics::render(&manager.stats());
+    if let Some(axum::Extension(replication)) = replication {
+        metrics::render_replication(&mut text, &replication);
+    }
+    ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response()
 }
 
 async fn list_topics(State(manager): ApiState) -> axum::Json<AgentStats> {

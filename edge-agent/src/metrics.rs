@@ -15,12 +15,20 @@
 //! | `tributary_edge_wal_bytes` | gauge | `topic` |
 //! | `tributary_edge_disk_used_bytes` | gauge | `topic`, and one without labels for the agent |
 //! | `tributary_edge_disk_budget_bytes` | gauge | `topic` where set, and one without labels where the agent budget is set |
+//! | `tributary_edge_replication_lag_records` | gauge | `topic` (WAL topics: high-water mark minus acknowledged offset) |
+//! | `tributary_edge_replication_connects_total` | counter | none: QUIC connections to a broker made |
+//! | `tributary_edge_replication_reconnects_total` | counter | none: connections after the first |
+//! | `tributary_edge_replication_raw_bytes_total` | counter | none: record batch bytes sent, before wire compression |
+//! | `tributary_edge_replication_wire_bytes_total` | counter | none: batch frame bytes sent (after zstd) |
 //!
 //! Counters count since the agent started.
 
 use std::fmt::Write as _;
 
+use std::sync::atomic::Ordering;
+
 use crate::manager::AgentStats;
+use crate::replicator::ReplicationStats;
 use crate::topic::TopicStats;
 
 /// The `Content-Type` of the exposition.
@@ -96,7 +104,46 @@ const FAMILIES: &[Family] = &[
         help: "Bytes of the topic's WAL segment files.",
         value: |t| Some(t.wal_bytes),
     },
+    Family {
+        name: "tributary_edge_replication_lag_records",
+        kind: "gauge",
+        help: "Records not yet acknowledged by the broker: high-water mark minus acknowledged offset (WAL topics).",
+        value: |t| {
+            (t.ring_capacity_records.is_none())
+                .then(|| t.high_water_mark.saturating_sub(t.acknowledged_offset))
+        },
+    },
 ];
+
+/// Appends the replicator's counters to `out` (Prometheus text).
+pub fn render_replication(out: &mut String, stats: &ReplicationStats) {
+    let connects = stats.connects.load(Ordering::Relaxed);
+    for (name, help, value) in [
+        (
+            "tributary_edge_replication_connects_total",
+            "QUIC connections made to a broker.",
+            connects,
+        ),
+        (
+            "tributary_edge_replication_reconnects_total",
+            "Connections to a broker after the first (after an outage or error).",
+            connects.saturating_sub(1),
+        ),
+        (
+            "tributary_edge_replication_raw_bytes_total",
+            "Record batch bytes sent to the broker, before wire compression.",
+            stats.raw_bytes_sent.load(Ordering::Relaxed),
+        ),
+        (
+            "tributary_edge_replication_wire_bytes_total",
+            "Batch frame bytes sent to the broker (after zstd when smaller).",
+            stats.wire_bytes_sent.load(Ordering::Relaxed),
+        ),
+    ] {
+        header(out, name, "counter", help);
+        sample(out, name, &[], value);
+    }
+}
 
 /// Renders the exposition of `stats`.
 pub fn render(stats: &AgentStats) -> String {
@@ -251,6 +298,41 @@ mod tests {
             let value = line.rsplit_once(' ').map(|(_, v)| v).unwrap();
             assert!(value.parse::<u64>().is_ok(), "{line}");
         }
+    }
+
+    #[test]
+    fn replication_counters_and_lag() {
+        let stats = ReplicationStats::default();
+        stats.connects.store(3, Ordering::Relaxed);
+        stats.raw_bytes_sent.store(1000, Ordering::Relaxed);
+        stats.wire_bytes_sent.store(400, Ordering::Relaxed);
+        let mut text = String::new();
+        render_replication(&mut text, &stats);
+        for line in [
+            "# TYPE tributary_edge_replication_connects_total counter",
+            "tributary_edge_replication_connects_total 3",
+            "tributary_edge_replication_reconnects_total 2",
+            "tributary_edge_replication_raw_bytes_total 1000",
+            "tributary_edge_replication_wire_bytes_total 400",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+        let agent = AgentStats {
+            edge_id: "e1".into(),
+            disk_budget_bytes: None,
+            disk_used_bytes: 0,
+            topics: vec![topic("/e1/a", false), topic("/e1/r", true)],
+        };
+        let text = render(&agent);
+        assert!(
+            text.lines()
+                .any(|l| l == "tributary_edge_replication_lag_records{topic=\"/e1/a\"} 6"),
+            "{text}"
+        );
+        assert!(!text.contains("tributary_edge_replication_lag_records{topic=\"/e1/r\"}"));
     }
 
     #[test]
