@@ -19,15 +19,18 @@
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBuilder};
+use broker_core::batch::BatchHeader;
+use broker_core::replication::compress::BatchCompressor;
 use broker_core::replication::edge::{EdgeError, EdgeEvent, EdgeStream, Window};
 use broker_core::replication::frame::{self, ErrorCode, Frame};
 use broker_core::tls::{ALPN_REPLICATION, BROKER_SERVER_NAME, TlsIdentity};
 use broker_core::wal::Wal;
-use bytes::BytesMut;
-use tokio::sync::{Mutex, watch};
+use bytes::{Bytes, BytesMut};
+use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tracing::{debug, info, warn};
 
 use crate::manager::TopicManager;
@@ -264,8 +267,34 @@ async fn stream_task(
     }
 }
 
+/// Bytes of WAL one read-ahead step reads at most (at least one batch).
+const READ_STEP_BYTES: usize = 2 * 1024 * 1024;
+/// Bytes of prepared frames the read-ahead may hold before the stream takes
+/// them (a single larger frame is still admitted alone).
+const READ_AHEAD_BYTES: usize = 4 * 1024 * 1024;
+/// Frames the read-ahead may hold.
+const READ_AHEAD_FRAMES: usize = 256;
+
+/// A batch frame ready to send: its header and payload as separate chunks,
+/// so the WAL bytes reach quinn without another copy.
+struct Prepared {
+    batch_header: BatchHeader,
+    /// Stored bytes of the batch (before wire compression).
+    raw_len: usize,
+    chunks: [Bytes; 2],
+    /// Read-ahead budget held until the frame is handed to quinn.
+    _permit: OwnedSemaphorePermit,
+}
+
 /// Replicates one topic on one connection until the connection ends or the
 /// broker refuses.
+///
+/// Three stages run concurrently, so reading, sending and bookkeeping
+/// overlap: the read-ahead task reads WAL batches and compresses them on a
+/// blocking thread (bounded by [`READ_AHEAD_BYTES`]); this task writes
+/// frames while the window admits them and reads acknowledgements; a
+/// checkpoint task records acknowledged offsets (coalesced, so a slow
+/// retention pass never holds up sending).
 async fn replicate_topic(
     conn: &quinn::Connection,
     topic: &Arc<Topic>,
@@ -284,86 +313,198 @@ async fn replicate_topic(
         topic.settings().intent.clone(),
         config.window,
     );
-    let mut out = BytesMut::new();
-    stream.hello().encode(&mut out);
-    send.write_all(&out).await.map_err(|e| conn_err(&e))?;
+    send.write_all(&stream.hello().to_bytes())
+        .await
+        .map_err(|e| conn_err(&e))?;
     let limits = wal.config().limits;
     let mut inbox = BytesMut::new();
+
+    // Acknowledged offsets go to the checkpoint task; it ends when this
+    // function returns (the sender is dropped) after recording the last one.
+    let (acked_tx, acked_rx) = watch::channel(None::<u64>);
+    tokio::spawn(record_acknowledgements(
+        topics.clone(),
+        topic.clone(),
+        acked_rx,
+    ));
+    // Started once the broker's Welcome says where to resume; aborted when
+    // this function returns.
+    let mut read_ahead: Option<(mpsc::Receiver<Result<Prepared, StreamError>>, AbortOnDrop)> = None;
     loop {
-        // Send what the window and the log allow.
-        let hwm = wal.high_water_mark();
-        while let Some(offset) = stream.next_to_send(hwm) {
-            // Read no more than the window admits: the rest would be read
-            // again after the next acknowledgement.
-            let batches = wal
-                .read(offset, stream.window_room_bytes())
-                .map_err(|e| StreamError::Wal(e.to_string()))?;
-            let mut sent_any = false;
-            for batch in batches {
-                if stream.next_to_send(hwm) != Some(batch.base_offset()) {
-                    break;
-                }
-                let frame = Frame::batch(&batch, config.compress);
-                out.clear();
-                frame.encode(&mut out);
-                if let Some(pacer) = &pacer {
-                    pacer.take(out.len()).await;
-                }
-                send.write_all(&out).await.map_err(|e| conn_err(&e))?;
-                stats
-                    .raw_bytes_sent
-                    .fetch_add(batch.len() as u64, std::sync::atomic::Ordering::Relaxed);
-                stats
-                    .wire_bytes_sent
-                    .fetch_add(out.len() as u64, std::sync::atomic::Ordering::Relaxed);
-                stream.on_sent(batch.header(), batch.len());
-                sent_any = true;
-            }
-            if !sent_any {
-                // The WAL's first batch at `offset` does not start there: the
-                // broker resumed inside a batch, which verbatim replication
-                // never produces.
-                return Err(StreamError::Edge(EdgeError::Protocol(format!(
-                    "no local batch starts at offset {offset}"
-                ))));
-            }
-        }
-        // Wait for an answer from the broker or for new local records.
-        let can_send_more = stream.next_to_send(u64::MAX).is_some();
+        let window_open = stream.next_to_send(u64::MAX).is_some();
         tokio::select! {
             chunk = recv.read_chunk(64 * 1024, true) => {
                 match chunk.map_err(|e| conn_err(&e))? {
                     Some(chunk) => inbox.extend_from_slice(&chunk.bytes),
                     None => return Err(StreamError::Connection("broker finished the stream".into())),
                 }
-                loop {
-                    let frame = match frame::decode(&mut inbox, &limits) {
-                        Ok(Some(frame)) => frame,
-                        Ok(None) => break,
-                        Err(e) => {
-                            return Err(StreamError::Edge(EdgeError::Refused {
-                                code: ErrorCode::Malformed,
-                                message: e.to_string(),
-                            }));
-                        }
-                    };
+                while let Some(frame) = frame::decode(&mut inbox, &limits).map_err(|e| {
+                    StreamError::Edge(EdgeError::Refused {
+                        code: ErrorCode::Malformed,
+                        message: e.to_string(),
+                    })
+                })? {
                     let start = wal.log_start_offset();
                     let hwm = wal.high_water_mark();
                     match stream.on_frame(frame, start, hwm)? {
                         EdgeEvent::Resumed { from } => {
                             info!(topic = %topic.name(), from, local_hwm = hwm, "replication resumed");
+                            let (tx, rx) = mpsc::channel(READ_AHEAD_FRAMES);
+                            let task = tokio::spawn(read_ahead_loop(
+                                wal.clone(),
+                                from,
+                                config.compress,
+                                tx,
+                            ));
+                            read_ahead = Some((rx, AbortOnDrop(task)));
                         }
                         EdgeEvent::Acked { next_offset } => {
-                            if let Err(e) = topics.on_acknowledged(topic.name(), next_offset).await {
-                                warn!(topic = %topic.name(), error = %e, "recording the acknowledgement");
-                            }
+                            acked_tx.send_replace(Some(next_offset));
                         }
                     }
                 }
             }
-            result = wal.wait_for_offset(hwm), if can_send_more => {
-                result.map_err(|e| StreamError::Wal(e.to_string()))?;
+            prepared = async {
+                match read_ahead.as_mut() {
+                    Some((rx, _)) => rx.recv().await,
+                    None => std::future::pending().await,
+                }
+            }, if window_open => {
+                let Some(prepared) = prepared else {
+                    return Err(StreamError::Wal("read-ahead ended".into()));
+                };
+                let prepared = prepared?;
+                let wire_len: usize = prepared.chunks.iter().map(Bytes::len).sum();
+                if let Some(pacer) = &pacer {
+                    pacer.take(wire_len).await;
+                }
+                let Prepared { batch_header, raw_len, mut chunks, _permit } = prepared;
+                send.write_all_chunks(&mut chunks).await.map_err(|e| conn_err(&e))?;
+                stats.raw_bytes_sent.fetch_add(raw_len as u64, Ordering::Relaxed);
+                stats.wire_bytes_sent.fetch_add(wire_len as u64, Ordering::Relaxed);
+                stream.on_sent(&batch_header, raw_len);
             }
+        }
+    }
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Reads the WAL from `from` onwards, batch after batch, and prepares their
+/// frames, until the receiver goes away or the WAL fails. Waits for new
+/// records at the end of the log.
+async fn read_ahead_loop(
+    wal: Arc<Wal>,
+    from: u64,
+    compress: bool,
+    tx: mpsc::Sender<Result<Prepared, StreamError>>,
+) {
+    let budget = Arc::new(Semaphore::new(READ_AHEAD_BYTES));
+    let mut compressor = Some(BatchCompressor::new(compress));
+    let mut next = from;
+    loop {
+        if wal.high_water_mark() <= next
+            && let Err(e) = wal.wait_for_offset(next).await
+        {
+            let _ = tx.send(Err(StreamError::Wal(e.to_string()))).await;
+            return;
+        }
+        let Some(mut taken) = compressor.take() else {
+            return;
+        };
+        let reader = wal.clone();
+        let step = tokio::task::spawn_blocking(move || {
+            let frames = reader
+                .read(next, READ_STEP_BYTES)
+                .map_err(|e| e.to_string())
+                .map(|batches| {
+                    batches
+                        .into_iter()
+                        .map(|batch| {
+                            let Frame::Batch { codec, payload } = taken.frame(&batch) else {
+                                unreachable!("BatchCompressor::frame returns batch frames");
+                            };
+                            let head = frame::batch_frame_header(codec, payload.len());
+                            (
+                                *batch.header(),
+                                batch.len(),
+                                [Bytes::copy_from_slice(&head), payload],
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                });
+            (frames, taken)
+        })
+        .await;
+        let frames = match step {
+            Ok((frames, taken)) => {
+                compressor = Some(taken);
+                frames
+            }
+            Err(e) => Err(format!("read-ahead task failed: {e}")),
+        };
+        let frames = match frames {
+            Ok(frames) => frames,
+            Err(e) => {
+                let _ = tx.send(Err(StreamError::Wal(e))).await;
+                return;
+            }
+        };
+        for (batch_header, raw_len, chunks) in frames {
+            if batch_header.base_offset != next {
+                // Verbatim replication only ever resumes at a batch
+                // boundary; anything else means the logs disagree.
+                let _ = tx
+                    .send(Err(StreamError::Edge(EdgeError::Protocol(format!(
+                        "no local batch starts at offset {next}"
+                    )))))
+                    .await;
+                return;
+            }
+            next = batch_header.next_offset();
+            let wire_len: usize = chunks.iter().map(Bytes::len).sum();
+            let permits = u32::try_from(wire_len.min(READ_AHEAD_BYTES)).unwrap_or(u32::MAX);
+            let Ok(permit) = budget.clone().acquire_many_owned(permits).await else {
+                return;
+            };
+            let prepared = Prepared {
+                batch_header,
+                raw_len,
+                chunks,
+                _permit: permit,
+            };
+            if tx.send(Ok(prepared)).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// Records each acknowledged offset (the newest one when several arrive
+/// while a previous one is being recorded): checkpoint, then local WAL
+/// retention.
+async fn record_acknowledgements(
+    topics: Arc<TopicManager>,
+    topic: Arc<Topic>,
+    mut acked: watch::Receiver<Option<u64>>,
+) {
+    loop {
+        let closed = acked.changed().await.is_err();
+        let next_offset = *acked.borrow_and_update();
+        if let Some(next_offset) = next_offset
+            && let Err(e) = topics.on_acknowledged(topic.name(), next_offset).await
+        {
+            warn!(topic = %topic.name(), error = %e, "recording the acknowledgement");
+        }
+        if closed {
+            return;
         }
     }
 }

@@ -219,10 +219,7 @@ impl Frame {
             }
             Frame::Batch { codec, payload } => {
                 out.put_u8(BATCH);
-                out.put_u8(match codec {
-                    WireCodec::None => 0,
-                    WireCodec::Zstd => 1,
-                });
+                out.put_u8(codec_byte(*codec));
                 out.put_slice(payload);
             }
             Frame::Ack { next_offset } => {
@@ -246,6 +243,33 @@ impl Frame {
         let mut out = BytesMut::new();
         self.encode(&mut out);
         out.freeze()
+    }
+}
+
+/// Bytes of a batch frame before its payload: length, type and wire codec.
+pub const BATCH_FRAME_HEADER_BYTES: usize = FRAME_HEADER_BYTES + 1;
+
+/// The first [`BATCH_FRAME_HEADER_BYTES`] of a batch frame whose payload is
+/// `payload_len` bytes. Sending them and then the payload puts the same
+/// bytes on the stream as [`Frame::encode`] of the `Batch` frame, without
+/// copying the payload.
+///
+/// # Panics
+/// If `payload_len` does not fit the u32 length field (no batch under any
+/// [`Limits`] comes near 4 GiB).
+pub fn batch_frame_header(codec: WireCodec, payload_len: usize) -> [u8; BATCH_FRAME_HEADER_BYTES] {
+    let length = u32::try_from(payload_len + 2).expect("batch frame length fits in u32");
+    let mut header = [0u8; BATCH_FRAME_HEADER_BYTES];
+    header[..4].copy_from_slice(&length.to_le_bytes());
+    header[4] = BATCH;
+    header[5] = codec_byte(codec);
+    header
+}
+
+fn codec_byte(codec: WireCodec) -> u8 {
+    match codec {
+        WireCodec::None => 0,
+        WireCodec::Zstd => 1,
     }
 }
 

@@ -56,6 +56,13 @@ pub use segment::SealedSegment;
 use segment::{SegmentMeta, WalFile, log_file_name, parse_file_name};
 use storage::{FsStorage, Storage};
 
+/// Smallest refill of a [`Wal::read`], bytes: small batches near the end of
+/// a budget still share one `pread`.
+const MIN_READ_REFILL_BYTES: usize = 64 * 1024;
+/// Largest refill of a [`Wal::read`], bytes. Batches are zero-copy slices of
+/// the refill buffer, which stays allocated while any of them is alive.
+const MAX_READ_REFILL_BYTES: usize = 8 * 1024 * 1024;
+
 /// When an append counts as done (from the topic's stream intent).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SyncMode {
@@ -710,6 +717,9 @@ impl Wal {
             let mut window = Window::new(file.as_ref(), visible);
             let mut pos = start;
             loop {
+                // Read ahead no further than the budget can use (at least a
+                // batch header, and enough for small batches to share a pread).
+                window.set_refill(budget.clamp(MIN_READ_REFILL_BYTES, MAX_READ_REFILL_BYTES));
                 match read_batch(&mut window, pos, &self.shared.config.limits)
                     .map_err(io_err("read", &path))?
                 {

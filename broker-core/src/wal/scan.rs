@@ -3,13 +3,14 @@
 
 use std::io;
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 
 use super::storage::ReadFile;
 use crate::batch::{BatchHeader, DecodeError, EncodedBatch, HEADER_LEN, MAGIC};
 use crate::limits::Limits;
 
-/// Bytes read from the file per refill when scanning.
+/// Bytes read from the file per refill when scanning (recovery), unless the
+/// caller sets another size with [`Window::set_refill`].
 const WINDOW_BYTES: usize = 1024 * 1024;
 
 /// A read-ahead window over a file, so a scan costs one `pread` per MiB
@@ -19,7 +20,12 @@ pub(crate) struct Window<'a> {
     /// Bytes of the file that may be read (the scan never looks past it).
     end: u64,
     start: u64,
-    buf: Vec<u8>,
+    /// Bytes a refill reads at least (bounded by `end`).
+    refill: usize,
+    /// The loaded bytes. Batches handed out are zero-copy slices of it, so a
+    /// refill allocates a new buffer while any of them is alive (and reuses
+    /// this one when none is).
+    buf: Bytes,
 }
 
 impl<'a> Window<'a> {
@@ -28,8 +34,16 @@ impl<'a> Window<'a> {
             file,
             end,
             start: 0,
-            buf: Vec::new(),
+            refill: WINDOW_BYTES,
+            buf: Bytes::new(),
         }
+    }
+
+    /// Sets how many bytes the next refills read at least (at least 1).
+    /// Readers that stop after a byte budget set it to what is left of the
+    /// budget, so a refill does not read what will not be used.
+    pub(crate) fn set_refill(&mut self, bytes: usize) {
+        self.refill = bytes.max(1);
     }
 
     /// Length of the readable part of the file.
@@ -39,18 +53,36 @@ impl<'a> Window<'a> {
 
     /// `len` bytes at `pos`, or `None` if they pass `end`.
     pub(crate) fn get(&mut self, pos: u64, len: usize) -> io::Result<Option<&[u8]>> {
+        Ok(self.load(pos, len)?.map(|at| &self.buf[at..at + len]))
+    }
+
+    /// Like [`Window::get`], as a zero-copy slice of the window's buffer.
+    pub(crate) fn get_bytes(&mut self, pos: u64, len: usize) -> io::Result<Option<Bytes>> {
+        Ok(self.load(pos, len)?.map(|at| self.buf.slice(at..at + len)))
+    }
+
+    /// Makes `len` bytes at `pos` resident; returns their index in `buf`.
+    /// A refill is one `pread` of at least the refill size.
+    fn load(&mut self, pos: u64, len: usize) -> io::Result<Option<usize>> {
         if pos + len as u64 > self.end {
             return Ok(None);
         }
         let loaded_end = self.start + self.buf.len() as u64;
         if pos < self.start || pos + len as u64 > loaded_end {
-            let want = (len.max(WINDOW_BYTES) as u64).min(self.end - pos) as usize;
-            self.buf.resize(want, 0);
-            self.file.read_exact_at(&mut self.buf, pos)?;
+            let want = (len.max(self.refill) as u64).min(self.end - pos) as usize;
+            let mut fresh = match std::mem::take(&mut self.buf).try_into_mut() {
+                Ok(mut reused) => {
+                    reused.clear();
+                    reused
+                }
+                Err(_shared) => BytesMut::new(),
+            };
+            fresh.resize(want, 0);
+            self.file.read_exact_at(&mut fresh, pos)?;
+            self.buf = fresh.freeze();
             self.start = pos;
         }
-        let at = (pos - self.start) as usize;
-        Ok(Some(&self.buf[at..at + len]))
+        Ok(Some((pos - self.start) as usize))
     }
 }
 
@@ -78,13 +110,13 @@ pub(crate) fn read_batch(window: &mut Window<'_>, pos: u64, limits: &Limits) -> 
         Err(e) => return Ok(Step::Bad(e)),
     };
     let len = header.batch_length as usize;
-    let Some(bytes) = window.get(pos, len)? else {
+    let Some(bytes) = window.get_bytes(pos, len)? else {
         return Ok(Step::Bad(DecodeError::Truncated {
             needed: len,
             available,
         }));
     };
-    match EncodedBatch::from_bytes(Bytes::copy_from_slice(bytes), limits) {
+    match EncodedBatch::from_bytes(bytes, limits) {
         Ok(batch) => Ok(Step::Batch(batch)),
         Err(e) => Ok(Step::Bad(e)),
     }
