@@ -148,7 +148,7 @@ impl TlsIdentity {
         let crypto =
             quinn::crypto::rustls::QuicServerConfig::try_from(tls).map_err(|e| config_err(&e))?;
         let mut config = quinn::ServerConfig::with_crypto(Arc::new(crypto));
-        config.transport_config(Arc::new(transport()));
+        config.transport_config(Arc::new(transport_config()));
         Ok(config)
     }
 
@@ -158,6 +158,20 @@ impl TlsIdentity {
     /// # Errors
     /// [`TlsError::Config`] if rustls rejects the key or roots.
     pub fn quic_client(&self, alpn: &[u8]) -> Result<quinn::ClientConfig, TlsError> {
+        self.quic_client_with_transport(alpn, transport_config())
+    }
+
+    /// Like [`TlsIdentity::quic_client`] with other transport settings
+    /// (start from [`transport_config`]), e.g. another congestion
+    /// controller.
+    ///
+    /// # Errors
+    /// [`TlsError::Config`] if rustls rejects the key or roots.
+    pub fn quic_client_with_transport(
+        &self,
+        alpn: &[u8],
+        transport: quinn::TransportConfig,
+    ) -> Result<quinn::ClientConfig, TlsError> {
         let config_err = |e: &dyn std::fmt::Display| TlsError::Config(e.to_string());
         let mut tls = rustls::ClientConfig::builder_with_provider(provider())
             .with_protocol_versions(&[&rustls::version::TLS13])
@@ -169,14 +183,15 @@ impl TlsIdentity {
         let crypto =
             quinn::crypto::rustls::QuicClientConfig::try_from(tls).map_err(|e| config_err(&e))?;
         let mut config = quinn::ClientConfig::new(Arc::new(crypto));
-        config.transport_config(Arc::new(transport()));
+        config.transport_config(Arc::new(transport));
         Ok(config)
     }
 }
 
 /// Transport settings shared by all Tributary QUIC endpoints: keepalive every
-/// 5 s, idle timeout 30 s.
-fn transport() -> quinn::TransportConfig {
+/// 5 s, idle timeout 30 s, otherwise quinn's defaults (Cubic congestion
+/// control).
+pub fn transport_config() -> quinn::TransportConfig {
     let mut transport = quinn::TransportConfig::default();
     transport.keep_alive_interval(Some(Duration::from_secs(5)));
     if let Ok(idle) = quinn::IdleTimeout::try_from(Duration::from_secs(30)) {

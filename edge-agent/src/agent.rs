@@ -165,6 +165,7 @@ impl Agent {
                 let tls = TlsIdentity::load(paths).map_err(AgentError::Tls)?;
                 let mut replicator_config = ReplicatorConfig::new(config.brokers.clone());
                 replicator_config.bandwidth_cap_bytes_per_s = config.bandwidth_cap_bytes_per_s;
+                replicator_config.congestion_controller = config.congestion_controller;
                 Some(tokio::spawn(replicator::run(
                     replicator_config,
                     tls,

@@ -19,6 +19,21 @@ use serde::Deserialize;
 
 use crate::budget::FullPolicy;
 
+/// The QUIC congestion controller of the replication connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CongestionController {
+    /// Cubic (RFC 9438), quinn's default: backs off on every loss. Right
+    /// for shared, mostly loss-free links. The default.
+    #[default]
+    Cubic,
+    /// BBR (quinn's implementation): paces at the measured bottleneck rate
+    /// and does not treat random loss as congestion. Use it on lossy radio
+    /// or satellite links, where Cubic leaves much of the link idle
+    /// (`docs/benchmarks.md`, "Thin link").
+    Bbr,
+}
+
 /// Default local API address: loopback only.
 pub const DEFAULT_LOCAL_API: &str = "127.0.0.1:7500";
 /// Default capacity of a realtime topic's ring, records.
@@ -114,6 +129,9 @@ pub struct FileConfig {
     pub realtime_ring_records: Option<u32>,
     /// Replication bandwidth cap, bytes per second.
     pub bandwidth_cap_bytes_per_s: Option<u64>,
+    /// Congestion controller of the replication connection: `cubic`
+    /// (default) or `bbr`.
+    pub congestion_controller: Option<CongestionController>,
     /// Largest encoded record, bytes.
     pub max_record_bytes: Option<u32>,
     /// Largest encoded batch, bytes.
@@ -215,6 +233,8 @@ pub struct AgentConfig {
     pub realtime_ring_records: u32,
     /// Replication bandwidth cap, bytes per second; `None`: uncapped.
     pub bandwidth_cap_bytes_per_s: Option<u64>,
+    /// Congestion controller of the replication connection.
+    pub congestion_controller: CongestionController,
     /// Record and batch size limits of every topic.
     pub limits: Limits,
     /// Most topics.
@@ -239,6 +259,7 @@ impl AgentConfig {
             disk_budget_bytes: None,
             realtime_ring_records: DEFAULT_RING_RECORDS,
             bandwidth_cap_bytes_per_s: None,
+            congestion_controller: CongestionController::default(),
             limits: Limits::default(),
             max_topics: DEFAULT_MAX_TOPICS,
             checkpoint_interval: Duration::from_millis(DEFAULT_CHECKPOINT_INTERVAL_MS),
@@ -364,6 +385,7 @@ impl AgentConfig {
             disk_budget_bytes,
             realtime_ring_records,
             bandwidth_cap_bytes_per_s,
+            congestion_controller: file.congestion_controller.unwrap_or_default(),
             limits,
             max_topics,
             checkpoint_interval: Duration::from_millis(checkpoint_ms),

@@ -33,6 +33,7 @@ use bytes::{Bytes, BytesMut};
 use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tracing::{debug, info, warn};
 
+use crate::config::CongestionController;
 use crate::manager::TopicManager;
 use crate::topic::Topic;
 
@@ -49,6 +50,8 @@ pub struct ReplicatorConfig {
     pub bandwidth_cap_bytes_per_s: Option<u64>,
     /// Longest wait between reconnect attempts. Default 30 s.
     pub max_backoff: Duration,
+    /// Congestion controller of the connection. Default Cubic.
+    pub congestion_controller: CongestionController,
 }
 
 impl ReplicatorConfig {
@@ -60,6 +63,7 @@ impl ReplicatorConfig {
             compress: true,
             bandwidth_cap_bytes_per_s: None,
             max_backoff: Duration::from_secs(30),
+            congestion_controller: CongestionController::Cubic,
         }
     }
 }
@@ -124,7 +128,11 @@ pub async fn run(
     stats: Arc<ReplicationStats>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let client = match tls.quic_client(ALPN_REPLICATION) {
+    let mut transport = broker_core::tls::transport_config();
+    if config.congestion_controller == CongestionController::Bbr {
+        transport.congestion_controller_factory(Arc::new(quinn::congestion::BbrConfig::default()));
+    }
+    let client = match tls.quic_client_with_transport(ALPN_REPLICATION, transport) {
         Ok(client) => client,
         Err(e) => {
             warn!(error = %e, "replicator TLS configuration unusable; not replicating");

@@ -15,10 +15,12 @@
 //! serialisation (a 1200-byte datagram takes 150 ms to serialise).
 //!
 //! # Flows
-//! Four flows run at the same time, each through its own relay with the
+//! Five flows run at the same time, each through its own relay with the
 //! same link model (CPU is not a factor at these rates):
-//! - **tributary**: the real `broker` and `edge-agent` binaries (release),
-//!   one `event_stream` topic. The edge holds a backlog of incompressible
+//! - **tributary, bbr / cubic**: the real `broker` and `edge-agent` binaries
+//!   (release), one `event_stream` topic, the edge's
+//!   `congestion_controller` set to `bbr` (the setting for lossy links) and
+//!   left at its default `cubic`. The edge holds a backlog of incompressible
 //!   records ([`VALUE_BYTES`] random bytes, [`RECORDS_PER_BATCH`] per
 //!   batch), larger than the link can carry in the window, so replication is
 //!   never short of data. Delivered = acknowledged records × value bytes.
@@ -121,10 +123,18 @@ impl Flow {
     }
 }
 
-fn tributary_flow() -> Flow {
+/// The product through the relay; `congestion_controller` is the edge's
+/// setting of that name (`cubic`, the default, or `bbr`).
+fn tributary_flow(congestion_controller: &str) -> Flow {
     let dir = scratch_dir("thin");
     let listen = free_udp();
-    let mut pair = Pair::new(dir.path(), "event_stream", Some(listen.to_string()));
+    let mut pair = Pair::new_with(
+        dir.path(),
+        "event_stream",
+        Some(listen.to_string()),
+        &format!("congestion_controller = \"{congestion_controller}\""),
+        "",
+    );
     let broker_config = std::fs::read_to_string(dir.path().join("broker.toml")).expect("config");
     let ingest: SocketAddr = broker_config
         .lines()
@@ -139,7 +149,7 @@ fn tributary_flow() -> Flow {
         pair.publish_ndjson(body).expect("publish");
     }
     Flow {
-        name: "tributary (edge-agent → broker)".into(),
+        name: format!("tributary (edge-agent → broker), {congestion_controller}"),
         source: Source::Tributary(Box::new(pair), dir),
         relay,
         first: None,
@@ -181,7 +191,8 @@ fn main() {
     );
     let started = Instant::now();
     let mut flows = vec![
-        tributary_flow(),
+        tributary_flow("bbr"),
+        tributary_flow("cubic"),
         raw_flow(
             "raw quinn, cubic (Tributary transport)",
             tributary_transport(),

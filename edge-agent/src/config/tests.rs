@@ -57,6 +57,7 @@ fn the_documented_example_is_valid() {
     assert_eq!(config.local_api, "127.0.0.1:7500".parse().unwrap());
     assert_eq!(config.disk_budget_bytes, Some(8_589_934_592));
     assert_eq!(config.bandwidth_cap_bytes_per_s, Some(250_000));
+    assert_eq!(config.congestion_controller, CongestionController::Bbr);
     assert_eq!(config.realtime_ring_records, 10_000);
     assert_eq!(config.limits, Limits::default());
     assert_eq!(config.max_topics, 256);
@@ -164,6 +165,13 @@ fn mistyped_values_are_named() {
     assert!(
         err.to_string()
             .contains("unknown variant `drop`, expected `refuse` or `drop_oldest`"),
+        "{err}"
+    );
+    let err = parse("congestion_controller = \"reno\"").unwrap_err();
+    assert_eq!(err.field(), Some("congestion_controller"));
+    assert!(
+        err.to_string()
+            .contains("unknown variant `reno`, expected `cubic` or `bbr`"),
         "{err}"
     );
     let err = parse("max_batch_bytes = -1").unwrap_err();

@@ -79,16 +79,10 @@ pub fn quic_configs(
     (server, client)
 }
 
-/// The transport Tributary uses (broker-core `tls::transport`, private
-/// there): keepalive 5 s, idle timeout 30 s, quinn's defaults otherwise
-/// (Cubic).
+/// The transport Tributary uses: keepalive 5 s, idle timeout 30 s, quinn's
+/// defaults otherwise (Cubic).
 pub fn tributary_transport() -> quinn::TransportConfig {
-    let mut transport = quinn::TransportConfig::default();
-    transport.keep_alive_interval(Some(Duration::from_secs(5)));
-    transport.max_idle_timeout(Some(
-        quinn::IdleTimeout::try_from(Duration::from_secs(30)).expect("idle timeout"),
-    ));
-    transport
+    broker_core::tls::transport_config()
 }
 
 /// A congestion "controller" with a constant window: it ignores loss. Stands
