@@ -63,6 +63,16 @@ impl Proc {
         }
     }
 
+    /// A process started with `command` as it is (its stdio included), for
+    /// the demo's long runs that log to files.
+    pub fn with_stdio(name: &'static str, command: Command) -> Proc {
+        Proc {
+            name,
+            command,
+            child: None,
+        }
+    }
+
     /// Sets an environment variable for the next starts.
     pub fn env(&mut self, key: &str, value: &str) {
         self.command.env(key, value);

@@ -2,4 +2,5 @@
 
 pub mod cluster;
 pub mod crash;
+pub mod demo;
 pub mod relay;
