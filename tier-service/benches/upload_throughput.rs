@@ -226,6 +226,7 @@ fn main() {
             access_key_id: Some("testing".into()),
             secret_access_key: Some("testing".into()),
             session_token: None,
+            ..StoreConfig::default()
         })
         .unwrap();
         compare("moto S3", &runtime, &bucket, &segments, &tuning);

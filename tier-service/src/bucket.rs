@@ -7,15 +7,17 @@ use std::ops::Range;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures::stream::BoxStream;
 use futures::{StreamExt, TryStreamExt};
-use object_store::aws::AmazonS3Builder;
+use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::local::LocalFileSystem;
 use object_store::path::Path as ObjectPath;
 use object_store::{
-    GetOptions, GetRange, ObjectMeta, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload,
+    BackoffConfig, ClientConfigKey, GetOptions, GetRange, ObjectMeta, ObjectStore, ObjectStoreExt,
+    PutMode, PutOptions, PutPayload, RetryConfig,
 };
 use serde::Deserialize;
 
@@ -65,6 +67,24 @@ pub struct StoreConfig {
     #[arg(skip)]
     #[serde(default)]
     pub session_token: Option<String>,
+    /// Time limit of one S3 request (headers and body), ms. Default 30000
+    /// (object_store's default). A stalled server makes the request fail
+    /// after this long, and the request is retried.
+    #[arg(long = "s3-request-timeout-ms")]
+    #[serde(default)]
+    pub request_timeout_ms: Option<u64>,
+    /// How often object_store retries one failed S3 request (5xx, 429,
+    /// connection errors, timeouts of idempotent requests) with exponential
+    /// backoff from 100 ms before the error reaches the tier service's own
+    /// retry (`[retry]`). Default 10.
+    #[arg(long = "s3-max-retries")]
+    #[serde(default)]
+    pub max_retries: Option<usize>,
+    /// Longest time object_store keeps retrying one request, ms. Default
+    /// 180000.
+    #[arg(long = "s3-retry-timeout-ms")]
+    #[serde(default)]
+    pub retry_timeout_ms: Option<u64>,
 }
 
 impl StoreConfig {
@@ -79,6 +99,9 @@ impl StoreConfig {
             access_key_id: self.access_key_id.or(other.access_key_id),
             secret_access_key: self.secret_access_key.or(other.secret_access_key),
             session_token: self.session_token.or(other.session_token),
+            request_timeout_ms: self.request_timeout_ms.or(other.request_timeout_ms),
+            max_retries: self.max_retries.or(other.max_retries),
+            retry_timeout_ms: self.retry_timeout_ms.or(other.retry_timeout_ms),
         }
     }
 }
@@ -169,6 +192,22 @@ impl Bucket {
             }
             if let Some(token) = &config.session_token {
                 builder = builder.with_token(token);
+            }
+            if let Some(ms) = config.request_timeout_ms {
+                builder = builder.with_config(
+                    AmazonS3ConfigKey::Client(ClientConfigKey::Timeout),
+                    format!("{ms}ms"),
+                );
+            }
+            if config.max_retries.is_some() || config.retry_timeout_ms.is_some() {
+                let defaults = RetryConfig::default();
+                builder = builder.with_retry(RetryConfig {
+                    backoff: BackoffConfig::default(),
+                    max_retries: config.max_retries.unwrap_or(defaults.max_retries),
+                    retry_timeout: config
+                        .retry_timeout_ms
+                        .map_or(defaults.retry_timeout, Duration::from_millis),
+                });
             }
             let store = builder
                 .build()

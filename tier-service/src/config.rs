@@ -18,6 +18,9 @@
 //! # path_style = true
 //! # access_key_id = "..."                  # else AWS_ACCESS_KEY_ID etc.
 //! # secret_access_key = "..."
+//! # request_timeout_ms = 30000           # one S3 request
+//! # max_retries = 10                     # object_store's own retries
+//! # retry_timeout_ms = 180000
 //!
 //! [upload]
 //! multipart_threshold_bytes = 16777216

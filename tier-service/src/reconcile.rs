@@ -63,7 +63,10 @@ pub async fn reconcile(tiering: &Tiering) -> ReconcileReport {
         Err(e) => report.errors.push(("*".into(), e.to_string())),
     }
     let archive = Archive::new(tiering.bucket.clone(), tiering.keys.clone());
-    match archive.topics().await {
+    match tiering
+        .retry("list bucket topics", || archive.topics())
+        .await
+    {
         Ok(found) => topics.extend(found),
         Err(e) => report.errors.push(("*".into(), e.to_string())),
     }
@@ -101,7 +104,9 @@ async fn reconcile_topic(
 ) -> Result<(), TierError> {
     let bucket = &tiering.bucket;
     report.staging_removed += sweep_staging(bucket, &tiering.keys.segment_objects_prefix(topic));
-    let (objects, foreign) = archive.segments(topic).await?;
+    let (objects, foreign) = tiering
+        .retry("list segment objects", || archive.segments(topic))
+        .await?;
     report.foreign.extend(foreign);
     let committed = tiering
         .retry("list descriptors", || tiering.broker.segments(topic))
@@ -179,11 +184,18 @@ async fn reconcile_topic(
             .any(|d| d.start_offset <= object.end_offset && object.start_offset <= d.end_offset);
         if overlaps {
             info!(%topic, key = object.key, "orphan object overlaps a committed segment; deleting it");
-            bucket.delete(&object.key).await?;
+            tiering
+                .retry("delete orphan", || bucket.delete(&object.key))
+                .await?;
             report.deleted.push(object.key.clone());
             continue;
         }
-        match check_object(bucket, &object.key, object.start_offset, object.end_offset).await {
+        let checked = tiering
+            .retry("check orphan", || {
+                check_object(bucket, &object.key, object.start_offset, object.end_offset)
+            })
+            .await?;
+        match checked {
             Ok(footer) => {
                 let descriptor =
                     SegmentDescriptor::from_footer(&footer, object.key.clone(), now_ms());
@@ -217,7 +229,9 @@ async fn reconcile_topic(
                 } else {
                     error!(%topic, key = object.key, reason, "damaged orphan object with no local copy; deleting it: offsets lost");
                 }
-                bucket.delete(&object.key).await?;
+                tiering
+                    .retry("delete orphan", || bucket.delete(&object.key))
+                    .await?;
                 report.deleted.push(object.key.clone());
             }
         }
@@ -227,39 +241,49 @@ async fn reconcile_topic(
 
 /// Fully checks the object at `key`: footer, index, every batch, and that
 /// it holds offsets `start..=end`. Returns its footer, or why it is bad.
-async fn check_object(bucket: &Bucket, key: &str, start: u64, end: u64) -> Result<Footer, String> {
-    let (tail, size) = bucket
-        .get_suffix(key, TAIL_READ_BYTES)
-        .await
-        .map_err(|e| e.to_string())?;
-    let footer = Footer::decode_from_tail(&tail).map_err(|e| e.to_string())?;
+///
+/// # Errors
+/// Store errors (the object could not be read: not a verdict on it).
+async fn check_object(
+    bucket: &Bucket,
+    key: &str,
+    start: u64,
+    end: u64,
+) -> Result<Result<Footer, String>, TierError> {
+    let (tail, size) = bucket.get_suffix(key, TAIL_READ_BYTES).await?;
+    let footer = match Footer::decode_from_tail(&tail) {
+        Ok(f) => f,
+        Err(e) => return Ok(Err(e.to_string())),
+    };
     if footer.object_bytes() != size {
-        return Err(format!(
+        return Ok(Err(format!(
             "object is {size} bytes, its footer says {}",
             footer.object_bytes()
-        ));
+        )));
     }
     if footer.base_offset != start || footer.end_offset() != end {
-        return Err(format!(
+        return Ok(Err(format!(
             "holds offsets {}..={}, its key says {start}..={end}",
             footer.base_offset,
             footer.end_offset()
-        ));
+        )));
     }
-    let index = ArchiveIndex::decode_from_tail(&footer, &tail).map_err(|e| e.to_string())?;
+    let index = match ArchiveIndex::decode_from_tail(&footer, &tail) {
+        Ok(i) => i,
+        Err(e) => return Ok(Err(e.to_string())),
+    };
     let mut verifier = SegmentVerifier::new(&index, reader_limits());
     let mut stream = bucket
         .get_range_stream(key, 0..footer.batches_bytes)
-        .await
-        .map_err(|e| e.to_string())?;
+        .await?;
     while let Some(chunk) = stream.next().await {
-        verifier.push(&chunk.map_err(|e| e.to_string())?);
+        verifier.push(&chunk?);
     }
     let verdict = verifier.finish();
-    match verdict.damage.first() {
+    Ok(match verdict.damage.first() {
         None => Ok(footer),
         Some(d) => Err(d.to_string()),
-    }
+    })
 }
 
 /// Deletes staging files (`{key}#{n}`) that interrupted multipart uploads

@@ -225,10 +225,18 @@ pub async fn upload_segment(
         while let Some(done) = inflight.join_next().await {
             joined(done, key)?;
         }
-        upload
-            .complete()
-            .await
-            .map_err(TierError::store("complete multipart", key))?;
+        upload.complete().await.map_err(|e| match e {
+            // An earlier attempt of this request may have completed the
+            // upload and lost the answer (object_store retries it): the
+            // caller's retry checks what is stored.
+            object_store::Error::NotFound { .. } => TierError::Verify {
+                key: key.to_owned(),
+                reason: format!(
+                    "complete multipart: upload not found ({e}); the object is checked again"
+                ),
+            },
+            e => TierError::store("complete multipart", key)(e),
+        })?;
         Ok::<_, TierError>(tail)
     }
     .await;

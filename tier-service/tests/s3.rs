@@ -71,6 +71,7 @@ fn store_config(endpoint: &str) -> StoreConfig {
         access_key_id: Some("testing".into()),
         secret_access_key: Some("testing".into()),
         session_token: None,
+        ..StoreConfig::default()
     }
 }
 
@@ -235,4 +236,228 @@ fn multipart_upload_of_a_large_segment_through_s3() {
     let verdict = runtime.block_on(archive.verify(&object, &mut |_| {}));
     assert!(verdict.damage.is_empty(), "{verdict:?}");
     assert_eq!(verdict.records_ok, 800);
+}
+
+/// Appends `count` records of 16 KiB of poorly compressible bytes to `wal`
+/// (4 per batch) and rolls: one segment of about `count * 16` KiB.
+fn write_large(runtime: &tokio::runtime::Runtime, wal: &Wal, count: u64, seed: u64) {
+    let mut state = seed;
+    runtime.block_on(async {
+        for i in 0..count / 4 {
+            let records = (0..4)
+                .map(|j| {
+                    let value: Vec<u8> = (0..16 * 1024)
+                        .map(|_| {
+                            state = state.wrapping_mul(6364136223846793005).wrapping_add(1);
+                            (state >> 56) as u8
+                        })
+                        .collect();
+                    Record {
+                        timestamp_ms: 1_700_000_000_000 + (i * 4 + j) as i64,
+                        key: None,
+                        headers: Vec::new(),
+                        value: Bytes::from(value),
+                    }
+                })
+                .collect();
+            wal.append(records, Codec::None).await.unwrap();
+        }
+        wal.roll().await.unwrap();
+    });
+}
+
+/// S3 faults: a fault proxy between the tier service and moto answers
+/// about a third of the requests with 500/503, connection resets (before
+/// relaying, mid-body, after the server handled the request), cut
+/// responses and stalls past the request timeout, on a seeded schedule
+/// (`TRIB_TEST_FAULT_SEED` overrides the seed). One run of the service
+/// must still tier everything (single PUTs and a 3-part multipart upload),
+/// no descriptor may be committed while its object is not fully stored
+/// (checked at every commit, directly against moto), and afterwards every
+/// descriptor matches its object and no orphan object remains.
+#[test]
+fn uploads_through_a_faulty_s3_finish_and_commit_only_stored_objects() {
+    use common::fault_proxy::{FAULT_KINDS, Fault, FaultProxy};
+    let Ok(binary) = std::env::var("TRIB_TEST_MOTO_SERVER") else {
+        eprintln!("skipped: set TRIB_TEST_MOTO_SERVER to a moto_server binary to run");
+        return;
+    };
+    let seed: u64 = std::env::var("TRIB_TEST_FAULT_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0x00c0_ffee);
+    let (_moto, endpoint) = start_moto(&binary);
+    let upstream: std::net::SocketAddr = endpoint.trim_start_matches("http://").parse().unwrap();
+    let mut h = Harness::new(&["/s3/faulty"]);
+    let big = h.add_topic(
+        "/s3/big",
+        WalConfig {
+            segment_max_bytes: 64 * 1024 * 1024,
+            retention_max_bytes: Some(0),
+            ..WalConfig::default()
+        },
+    );
+    h.runtime.block_on(async {
+        tributary_tier::install_crypto_provider();
+        let status = reqwest::Client::new()
+            .put(format!("{endpoint}/{BUCKET}"))
+            .send()
+            .await
+            .unwrap()
+            .status();
+        assert!(status.is_success(), "create bucket: {status}");
+    });
+    // Small segments (single PUTs) on one topic, one ~11 MiB segment
+    // (multipart, 3 parts of 5 MiB) on the other.
+    h.write(2500, 25);
+    write_large(&h.runtime, &h.wal(&big), 700, seed);
+    let ends: Vec<u64> = h.topics.iter().map(|t| h.wal(t).next_offset()).collect();
+    let sealed: Vec<Vec<(u64, u64)>> = h
+        .topics
+        .iter()
+        .map(|t| {
+            h.wal(t)
+                .sealed_segments()
+                .iter()
+                .map(|s| (s.base_offset, s.next_offset))
+                .collect()
+        })
+        .collect();
+    assert!(sealed[0].len() >= 6, "{:?}", sealed[0]);
+    // At least one segment over 5 MiB (320 records of 16 KiB): multipart.
+    assert!(
+        sealed[1].iter().any(|(b, n)| n - b >= 320),
+        "{:?}",
+        sealed[1]
+    );
+
+    let stall = Duration::from_millis(2500);
+    let proxy = h
+        .runtime
+        .block_on(FaultProxy::start(upstream, seed, 35, stall));
+    let direct = Bucket::open(&store_config(&endpoint)).unwrap();
+    *h.commits.bucket.lock().unwrap() = Some(direct.clone());
+
+    let mut config = h.tier_config();
+    config.store = StoreConfig {
+        // A 1.5 s request timeout makes stalls fail fast; two retries
+        // inside object_store, the rest is the tier service's backoff.
+        request_timeout_ms: Some(1500),
+        max_retries: Some(2),
+        ..store_config(&format!("http://{}", proxy.addr))
+    };
+    config.upload.part_size_bytes = 5 * 1024 * 1024;
+    config.upload.multipart_threshold_bytes = 5 * 1024 * 1024;
+    config.upload.part_concurrency = 2;
+    config.upload.full_verify = true;
+    config.retry.attempts_max = 10;
+    config.retry.min_delay_ms = 20;
+    config.retry.max_delay_ms = 500;
+    // Whatever the schedule: a part upload reset in the middle of its
+    // body, and a completed multipart upload whose answer is lost (the
+    // retried complete finds no upload: the object must be checked again,
+    // not uploaded from scratch or given up).
+    proxy.force("partNumber=2", Fault::ResetMidBody);
+    proxy.force(".seg?uploadId=", Fault::ResetAfterServer);
+    proxy.arm();
+    let started = Instant::now();
+    let report = h
+        .runtime
+        .block_on(service::run(
+            config,
+            Faults::none(),
+            true,
+            std::future::pending(),
+        ))
+        .unwrap();
+    let elapsed = started.elapsed();
+    proxy.disarm();
+    let log = proxy.log();
+    let faults: Vec<Fault> = log
+        .iter()
+        .map(|s| s.fault)
+        .filter(|f| *f != Fault::Pass)
+        .collect();
+    eprintln!(
+        "seed {seed:#x}: {} requests, {} faults, in {elapsed:?}",
+        log.len(),
+        faults.len()
+    );
+    for seen in log.iter().filter(|s| s.fault != Fault::Pass) {
+        eprintln!("  #{} {:?} {}", seen.n, seen.fault, seen.request);
+    }
+    assert!(
+        !report.has_errors(),
+        "seed {seed:#x}: one run must finish despite the faults: {report:?}"
+    );
+    for kind in FAULT_KINDS {
+        assert!(
+            faults.contains(&kind),
+            "seed {seed:#x}: {kind:?} never injected ({} faults)",
+            faults.len()
+        );
+    }
+    assert!(
+        log.iter()
+            .any(|s| s.fault == Fault::ResetMidBody && s.request.contains("partNumber=2")),
+        "seed {seed:#x}: no fault hit a multipart part"
+    );
+    assert!(
+        log.iter().any(|s| s.fault == Fault::ResetAfterServer
+            && s.request.starts_with("POST ")
+            && s.request.contains("uploadId=")),
+        "seed {seed:#x}: no completed multipart upload lost its answer"
+    );
+    // Nothing was committed for an object not fully stored.
+    assert_eq!(
+        h.commits.violations.lock().unwrap().clone(),
+        Vec::<String>::new()
+    );
+    assert_eq!(h.violations(), Vec::<String>::new());
+    let total_segments: usize = sealed.iter().map(Vec::len).sum();
+    assert!(h.commits.checked.load(std::sync::atomic::Ordering::Relaxed) >= total_segments as u64);
+
+    // Afterwards: every descriptor matches its object, exactly the sealed
+    // ranges are committed, no orphan object, every record reads back.
+    let archive = Archive::new(direct.clone(), StorageKeys::default());
+    for ((topic, end), sealed) in h.topics.iter().zip(&ends).zip(&sealed) {
+        let descriptors = h.descriptors(topic);
+        assert_contiguous(topic, &descriptors, 0, *end);
+        let ranges: Vec<(u64, u64)> = descriptors
+            .iter()
+            .map(|d| (d.start_offset, d.next_offset()))
+            .collect();
+        assert_eq!(&ranges, sealed, "{topic}");
+        let (objects, foreign) = h.runtime.block_on(archive.segments(topic)).unwrap();
+        assert!(foreign.is_empty(), "{foreign:?}");
+        assert_eq!(
+            objects.iter().map(|o| o.key.clone()).collect::<Vec<_>>(),
+            descriptors
+                .iter()
+                .map(|d| d.object_id.clone())
+                .collect::<Vec<_>>(),
+            "{topic}: objects vs descriptors"
+        );
+        for (object, d) in objects.iter().zip(&descriptors) {
+            assert_eq!(object.size, d.size);
+            let verdict = h.runtime.block_on(archive.verify(object, &mut |_| {}));
+            assert!(verdict.damage.is_empty(), "{verdict:?}");
+            assert!(d.matches_footer(verdict.footer.as_ref().unwrap()), "{d:?}");
+            assert_eq!(verdict.records_ok, d.record_count);
+        }
+        if topic.as_str() == "/s3/faulty" {
+            let mut next = 0;
+            h.runtime
+                .block_on(archive.read(topic, Start::Offset(0), &mut |r| {
+                    assert_eq!(r.offset, next);
+                    assert_eq!(r.record, record_for(topic.as_str(), r.offset));
+                    next += 1;
+                    ControlFlow::Continue(())
+                }))
+                .unwrap();
+            assert_eq!(next, *end);
+        }
+        // Local segments were trimmed only after their commit.
+        assert!(h.wal(topic).sealed_segments().is_empty(), "{topic}");
+    }
 }

@@ -4,11 +4,14 @@
 //! to inspect descriptors and the bucket.
 #![allow(dead_code)]
 
+pub mod fault_proxy;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
+use axum::response::IntoResponse;
 use broker_core::archive::SegmentDescriptor;
 use broker_core::batch::{Codec, Record};
 use broker_core::keys::{StorageKeys, TopicName};
@@ -24,6 +27,96 @@ use tributary_broker::admin::{
 use tributary_broker::raft::node::ClusterStatus;
 
 pub const TOKEN: &str = "tier-test-token";
+
+/// Checks every descriptor commit that reaches the stand-in broker
+/// against the bucket as it is at that moment (read directly, not through
+/// any fault proxy): the object must exist, be complete and intact, and
+/// match the descriptor. Off until a bucket is set.
+#[derive(Default)]
+pub struct CommitChecker {
+    pub bucket: Mutex<Option<tributary_tier::Bucket>>,
+    pub checked: AtomicU64,
+    pub violations: Mutex<Vec<String>>,
+}
+
+impl CommitChecker {
+    async fn check(&self, body: &[u8]) {
+        let Some(bucket) = self.bucket.lock().unwrap().clone() else {
+            return;
+        };
+        let request: serde_json::Value = match serde_json::from_slice(body) {
+            Ok(v) => v,
+            Err(e) => {
+                self.violations
+                    .lock()
+                    .unwrap()
+                    .push(format!("bad commit body: {e}"));
+                return;
+            }
+        };
+        let Ok(descriptor) =
+            serde_json::from_value::<SegmentDescriptor>(request["descriptor"].clone())
+        else {
+            self.violations
+                .lock()
+                .unwrap()
+                .push(format!("bad descriptor: {request}"));
+            return;
+        };
+        self.checked.fetch_add(1, Ordering::Relaxed);
+        let archive = tributary_tier::reader::Archive::new(bucket, StorageKeys::default());
+        let object = tributary_tier::reader::SegmentObjectInfo {
+            key: descriptor.object_id.clone(),
+            start_offset: descriptor.start_offset,
+            end_offset: descriptor.end_offset,
+            size: descriptor.size,
+        };
+        let verdict = archive.verify(&object, &mut |_| {}).await;
+        let problem = match &verdict.footer {
+            _ if !verdict.damage.is_empty() => Some(format!("damaged: {:?}", verdict.damage)),
+            None => Some("no readable footer".to_owned()),
+            Some(footer) if !descriptor.matches_footer(footer) => {
+                Some(format!("footer {footer:?} differs"))
+            }
+            Some(_) => None,
+        };
+        if let Some(problem) = problem {
+            self.violations.lock().unwrap().push(format!(
+                "commit of {} while its object is not fully stored: {problem}",
+                descriptor.object_id
+            ));
+        }
+    }
+}
+
+async fn check_commits(
+    axum::extract::State(checker): axum::extract::State<Arc<CommitChecker>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    if request.method() != axum::http::Method::POST
+        || !request.uri().path().starts_with("/v1/storage/descriptors")
+    {
+        return next.run(request).await;
+    }
+    let (parts, body) = request.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, 1 << 20).await else {
+        return axum::http::StatusCode::PAYLOAD_TOO_LARGE.into_response();
+    };
+    // `Archive::verify` takes a `&mut dyn FnMut` (not `Send`): run the
+    // check on a blocking thread.
+    let handle = tokio::runtime::Handle::current();
+    let body = bytes.clone();
+    let checked = tokio::task::spawn_blocking(move || handle.block_on(checker.check(&body)));
+    if let Err(e) = checked.await {
+        return (axum::http::StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response();
+    }
+    next.run(axum::extract::Request::from_parts(
+        parts,
+        axum::body::Body::from(bytes),
+    ))
+    .await
+}
 
 struct FixedCluster;
 
@@ -130,6 +223,7 @@ pub struct Harness {
     pub data_dir: PathBuf,
     pub bucket_dir: PathBuf,
     pub topics: Vec<TopicName>,
+    pub commits: Arc<CommitChecker>,
     _dir: tempfile::TempDir,
 }
 
@@ -174,7 +268,10 @@ impl Harness {
             cluster: Arc::new(FixedCluster),
             token: Arc::from(TOKEN),
         };
-        let app = with_local_segments(router(state), wals.clone());
+        let commits = Arc::new(CommitChecker::default());
+        let app = with_local_segments(router(state), wals.clone()).layer(
+            axum::middleware::from_fn_with_state(commits.clone(), check_commits),
+        );
         let listener = runtime
             .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
             .unwrap();
@@ -188,8 +285,31 @@ impl Harness {
             data_dir,
             bucket_dir,
             topics,
+            commits,
             _dir: dir,
         }
+    }
+
+    /// Adds a topic whose WAL uses `config` (for segments larger than
+    /// [`wal_config`] makes).
+    pub fn add_topic(&mut self, name: &str, config: WalConfig) -> TopicName {
+        let topic = TopicName::new(name).unwrap();
+        let wal_dir = self
+            .data_dir
+            .join("topics")
+            .join(topic.namespace())
+            .join(topic.topic());
+        let wal = self
+            .runtime
+            .block_on(async { Wal::open(&wal_dir, config) })
+            .unwrap();
+        self.wals
+            .wals
+            .lock()
+            .unwrap()
+            .insert(topic.clone(), Arc::new(wal));
+        self.topics.push(topic.clone());
+        topic
     }
 
     pub fn wal(&self, topic: &TopicName) -> Arc<Wal> {
