@@ -275,6 +275,60 @@ impl Dispatcher {
         }
     }
 
+    /// Acknowledges one message on behalf of `consumer` (per-message leases).
+    /// A message leased to another consumer is refused; a message whose
+    /// lease already expired (waiting for redelivery) is accepted as a late
+    /// acknowledgement; a finished or never-delivered offset is a no-op.
+    ///
+    /// # Errors
+    /// [`DispatchError::NotLeased`] if another consumer holds the lease.
+    pub fn ack_by(
+        &mut self,
+        consumer: ConsumerId,
+        offset: u64,
+    ) -> Result<AckOutcome, DispatchError> {
+        if let Some(Slot {
+            state: SlotState::Leased {
+                consumer: holder, ..
+            },
+            ..
+        }) = self.slots.get(&offset)
+            && *holder != consumer
+        {
+            return Err(DispatchError::NotLeased { offset, consumer });
+        }
+        Ok(self.ack(offset))
+    }
+
+    /// Gives back every lease `consumer` holds (its session ended): each
+    /// message is ready for redelivery at `now_ms`, without counting a failed
+    /// delivery. Returns how many leases were released.
+    pub fn release(&mut self, consumer: ConsumerId, now_ms: i64) -> usize {
+        let mut released = 0;
+        for slot in self.slots.values_mut() {
+            if let SlotState::Leased {
+                consumer: holder, ..
+            } = slot.state
+                && holder == consumer
+            {
+                slot.state = SlotState::Ready { at_ms: now_ms };
+                released += 1;
+            }
+        }
+        released
+    }
+
+    /// The failure policy in force.
+    pub fn policy(&self) -> &SubscriptionFailurePolicy {
+        &self.policy
+    }
+
+    /// The last cursor [`Dispatcher::poll_persist`] handed out (or the
+    /// starting cursor).
+    pub fn persisted_cursor(&self) -> u64 {
+        self.persisted
+    }
+
     /// Cursor-read acknowledgement: everything below `offset` is finished.
     /// An offset at or below the cursor is a no-op.
     ///
@@ -648,6 +702,36 @@ mod tests {
         let _ = d.ack(4);
         assert_eq!(d.poll_persist(5101, true), Some(5));
         assert_eq!(d.poll_persist(99_999, true), None);
+    }
+
+    #[test]
+    fn a_foreign_lease_cannot_be_acked_and_released_leases_come_back_at_once() {
+        let mut d = Dispatcher::new(
+            0,
+            policy(3, PoisonPolicy::DeadLetter),
+            PersistPolicy::default(),
+            0,
+        );
+        let (a, _) = d.lease(0, 1, 2, 3);
+        assert_eq!(offsets(&a), vec![0, 1]);
+        assert_eq!(
+            d.ack_by(2, 0),
+            Err(DispatchError::NotLeased {
+                offset: 0,
+                consumer: 2
+            })
+        );
+        assert_eq!(d.ack_by(1, 0), Ok(AckOutcome::Acked { cursor: 1 }));
+        assert_eq!(d.ack_by(2, 0), Ok(AckOutcome::NoOp));
+        assert_eq!(d.release(1, 10), 1);
+        let (b, _) = d.lease(10, 2, 5, 3);
+        assert_eq!(
+            b.iter().map(|x| (x.offset, x.attempt)).collect::<Vec<_>>(),
+            vec![(1, 2), (2, 1)]
+        );
+        // A late ack of an expired lease is accepted.
+        let _ = d.on_timeout(40_000);
+        assert_eq!(d.ack_by(1, 2), Ok(AckOutcome::Acked { cursor: 1 }));
     }
 
     #[test]

@@ -9,6 +9,9 @@
 pub mod archive;
 pub mod batch;
 pub mod catalog;
+pub mod consumer_api;
+#[cfg(feature = "consumer-client")]
+pub mod consumer_client;
 #[cfg(feature = "dev-certs")]
 pub mod dev_certs;
 pub mod dispatch;

@@ -64,6 +64,10 @@ pub struct BrokerConfig {
     /// Central topic WAL settings.
     #[serde(default)]
     pub wal: WalTuning,
+    /// Consumer settings (`[consumers]`: cursor persistence batching,
+    /// session timeout); see [`crate::consumer::ConsumerConfig`].
+    #[serde(default)]
+    pub consumers: crate::consumer::ConsumerConfig,
 }
 
 /// Central topic WAL settings (`[wal]`).

@@ -3,6 +3,7 @@
 
 pub mod admin;
 pub mod config;
+pub mod consumer;
 pub mod ingest;
 pub mod raft;
 pub mod server;

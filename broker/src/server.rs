@@ -122,8 +122,17 @@ pub async fn run(
     );
     broker_core::service::notify_ready();
     let watchdog = tokio::spawn(broker_core::service::watchdog_loop());
+    let consumers = crate::consumer::ConsumerService::new(
+        topics.clone(),
+        state.store.clone(),
+        config.consumers.clone(),
+        config.admin_listen.to_string(),
+        config.node_id,
+    );
+    let ticker = consumers.spawn_ticker();
+    let consumer_routes = crate::consumer::http::router(consumers.clone(), state.token.clone());
     // The tier service's trim requests reach the central WALs through this.
-    let app = with_local_segments(router(state), topics.clone());
+    let app = with_local_segments(router(state).merge(consumer_routes), topics.clone());
     let serve = axum::serve(listener, app).with_graceful_shutdown(shutdown);
     let result = serve.await.map_err(|source| ServerError::Listen {
         what: "admin",
@@ -134,6 +143,8 @@ pub async fn run(
     broker_core::service::notify_stopping();
     watchdog.abort();
     ingest.close(0u32.into(), b"broker shutting down");
+    ticker.abort();
+    consumers.persist_all().await;
     topics.close_all().await;
     node.shutdown().await;
     result

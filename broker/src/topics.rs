@@ -40,6 +40,33 @@ pub enum TopicError {
     },
 }
 
+/// Producer id of the writer marker of a topic fed by edge replication
+/// (`/topics/{ns}/{topic}/producers/0`).
+pub const EDGE_PRODUCER_ID: u64 = 0;
+/// Producer id of the writer marker of a topic written centrally
+/// (`/topics/{ns}/{topic}/producers/1`).
+pub const CENTRAL_PRODUCER_ID: u64 = 1;
+
+/// Who appends to a topic; a topic has one kind (see
+/// [`TopicStore::claim_writer`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Writer {
+    /// An edge replicates into it (offsets assigned by the edge).
+    Edge,
+    /// The broker appends (consumer API publish, dead-letter copies, replay).
+    Central,
+}
+
+impl Writer {
+    /// `edge_replication` or `central`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Writer::Edge => "edge_replication",
+            Writer::Central => "central",
+        }
+    }
+}
+
 /// Open central topic WALs, by topic.
 pub struct TopicStore {
     dir: PathBuf,
@@ -118,12 +145,144 @@ impl TopicStore {
                 edge: describe(settings),
             });
         }
+        self.claim_writer(topic, Writer::Edge).await?;
         if let Some(wal) = open.get(topic) {
             return Ok(wal.clone());
         }
         let wal = Arc::new(self.open_wal(topic, loaded.wal_sync_mode)?);
         open.insert(topic.clone(), wal.clone());
         Ok(wal)
+    }
+
+    /// Records in Raft which kind of writer feeds `topic`, refusing the other
+    /// kind: an edge assigns a topic's offsets itself and the broker stores
+    /// its batches only at the next expected offset, so a record appended
+    /// centrally in between would make the edge's batch at that offset look
+    /// like a duplicate and be dropped. The marker is
+    /// `/topics/{ns}/{topic}/producers/{id}` with id [`EDGE_PRODUCER_ID`] or
+    /// [`CENTRAL_PRODUCER_ID`]; one Raft transaction writes it only while
+    /// the other is absent.
+    ///
+    /// # Errors
+    /// [`TopicError::Conflict`] when the other kind already writes the
+    /// topic; metadata errors.
+    pub async fn claim_writer(&self, topic: &TopicName, writer: Writer) -> Result<(), TopicError> {
+        let (own, other) = match writer {
+            Writer::Edge => (EDGE_PRODUCER_ID, CENTRAL_PRODUCER_ID),
+            Writer::Central => (CENTRAL_PRODUCER_ID, EDGE_PRODUCER_ID),
+        };
+        let own_key = broker_core::keys::topics::producer(topic, own);
+        let other_key = broker_core::keys::topics::producer(topic, other);
+        let conflict = |topic: &TopicName| TopicError::Conflict {
+            topic: topic.clone(),
+            central: match writer {
+                Writer::Edge => {
+                    "records published centrally (consumer API, dead-letter copies)".into()
+                }
+                Writer::Central => "records replicated from an edge".into(),
+            },
+            edge: match writer {
+                Writer::Edge => "edge replication".into(),
+                Writer::Central => "a central publish".into(),
+            },
+        };
+        for _ in 0..3 {
+            if self
+                .store
+                .get(&own_key)
+                .await
+                .map_err(CatalogError::from)?
+                .is_some()
+            {
+                return Ok(());
+            }
+            let txn = broker_core::metadata::Txn::new()
+                .when_absent(other_key.clone())
+                .when_absent(own_key.clone())
+                .put(
+                    own_key.clone(),
+                    serde_json::json!({"kind": writer.as_str()}),
+                );
+            match self.store.txn(txn).await.map_err(CatalogError::from)? {
+                broker_core::metadata::TxnOutcome::Applied => return Ok(()),
+                broker_core::metadata::TxnOutcome::ConditionFailed { key, .. }
+                    if key == other_key =>
+                {
+                    return Err(conflict(topic));
+                }
+                broker_core::metadata::TxnOutcome::ConditionFailed { .. } => {}
+            }
+        }
+        Ok(())
+    }
+
+    /// The WAL of an existing topic, opened with its persisted sync mode
+    /// (shared with the ingest path: one writer per topic). With
+    /// `create_implicit`, a missing topic is created implicitly with
+    /// reliable delivery (dead-letter topics).
+    ///
+    /// # Errors
+    /// [`TopicError::Catalog`] with [`CatalogError::TopicNotFound`] for an
+    /// unknown topic; metadata and WAL errors.
+    pub async fn open_existing(
+        &self,
+        topic: &TopicName,
+        create_implicit: bool,
+    ) -> Result<Arc<Wal>, TopicError> {
+        if let Some(wal) = self.open.lock().await.get(topic) {
+            return Ok(wal.clone());
+        }
+        let catalog = Catalog::new(self.store.as_ref());
+        let loaded = match catalog.load_settings(topic).await {
+            Err(CatalogError::TopicNotFound { .. }) if create_implicit => {
+                catalog.create_implicit(topic, true).await?;
+                info!(%topic, "created topic implicitly for central writes");
+                catalog.load_settings(topic).await?
+            }
+            other => other?,
+        };
+        let mut open = self.open.lock().await;
+        if let Some(wal) = open.get(topic) {
+            return Ok(wal.clone());
+        }
+        let wal = Arc::new(self.open_wal(topic, loaded.wal_sync_mode)?);
+        open.insert(topic.clone(), wal.clone());
+        Ok(wal)
+    }
+
+    /// Appends `records` to `topic` with offsets assigned here (central
+    /// publish, dead-letter copies, DLQ replay) once durable per the topic's
+    /// sync mode. Refused for a topic an edge replicates into (see
+    /// [`TopicStore::claim_writer`]), and for a topic that already holds
+    /// records but has no writer marker (written by an edge before markers
+    /// existed).
+    ///
+    /// # Errors
+    /// [`TopicError::Conflict`], [`TopicError::Catalog`] (unknown topic
+    /// unless `create_implicit`), [`TopicError::Wal`].
+    pub async fn append_central(
+        &self,
+        topic: &TopicName,
+        records: Vec<broker_core::Record>,
+        create_implicit: bool,
+    ) -> Result<broker_core::wal::AppendAck, TopicError> {
+        let wal = self.open_existing(topic, create_implicit).await?;
+        let own_key = broker_core::keys::topics::producer(topic, CENTRAL_PRODUCER_ID);
+        let marked = self
+            .store
+            .get(&own_key)
+            .await
+            .map_err(CatalogError::from)?
+            .is_some();
+        if !marked && wal.high_water_mark() > 0 {
+            return Err(TopicError::Conflict {
+                topic: topic.clone(),
+                central: "records from an edge (no central writer marker)".into(),
+                edge: "a central publish".into(),
+            });
+        }
+        self.claim_writer(topic, Writer::Central).await?;
+        Ok(wal.append(records, broker_core::Codec::None).await?)
     }
 
     fn open_wal(&self, topic: &TopicName, sync_mode: SyncMode) -> Result<Wal, WalError> {

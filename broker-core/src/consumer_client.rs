@@ -1,0 +1,400 @@
+//! A small blocking client of the broker's consumer HTTP API
+//! (`docs/consumer-api.md`), feature `consumer-client`. Plain `http://`
+//! (ureq without TLS), bearer token on every request. Used by the tests and
+//! `tribctl`; a service can use it as is.
+//!
+//! ```no_run
+//! use broker_core::consumer_api::{AttachRequest, StartPosition};
+//! use broker_core::consumer_client::ConsumerClient;
+//! # fn main() -> Result<(), broker_core::consumer_client::ClientError> {
+//! let client = ConsumerClient::new("http://127.0.0.1:7400", "dev-token");
+//! let attach = AttachRequest { start: StartPosition::Earliest, ..AttachRequest::default() };
+//! let session = client.attach("/default/jobs", "workers", &attach)?;
+//! let batch = client.receive("/default/jobs", "workers", session.consumer_id, 10, 1000)?;
+//! let offsets: Vec<u64> = batch.messages.iter().map(|m| m.offset).collect();
+//! client.ack("/default/jobs", "workers", session.consumer_id, &offsets)?;
+//! # Ok(()) }
+//! ```
+
+use std::time::Duration;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::consumer_api::{
+    AckRequest, AckResponse, AckUpToRequest, AckUpToResponse, AttachRequest, AttachResponse,
+    NackRequest, NackResponse, PublishRecord, PublishRequest, PublishResponse, ReceiveRequest,
+    ReceiveResponse, ReplayResponse, SeekRequest, SessionRequest, SubscriptionState, ValueEncoding,
+};
+
+/// Why a call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// No response (connection refused, timeout).
+    #[error("cannot reach the broker at {url}: {source}")]
+    Transport {
+        /// The request URL.
+        url: String,
+        /// What ureq reported.
+        source: Box<ureq::Error>,
+    },
+    /// The broker refused the request.
+    #[error("{status} {kind}: {message}")]
+    Api {
+        /// HTTP status.
+        status: u16,
+        /// The error's `kind` (`invalid_input`, `not_found`, `conflict`, …).
+        kind: String,
+        /// The server's message.
+        message: String,
+    },
+    /// A body that is not the documented JSON.
+    #[error("broker at {url} answered {status} with an unexpected body: {detail}")]
+    BadResponse {
+        /// The request URL.
+        url: String,
+        /// HTTP status.
+        status: u16,
+        /// What is wrong.
+        detail: String,
+    },
+}
+
+impl ClientError {
+    /// The HTTP status of an [`ClientError::Api`] error.
+    pub fn status(&self) -> Option<u16> {
+        match self {
+            ClientError::Api { status, .. } => Some(*status),
+            _ => None,
+        }
+    }
+}
+
+/// A client of one broker's consumer API.
+#[derive(Debug, Clone)]
+pub struct ConsumerClient {
+    base_url: String,
+    authorization: String,
+    agent: ureq::Agent,
+}
+
+fn topic_path(topic: &str) -> String {
+    // `/ns/topic` → `/v1/topics/ns/topic`; names never contain `/` or
+    // characters that need escaping (see `keys`).
+    format!("/v1/topics{topic}")
+}
+
+impl ConsumerClient {
+    /// A client of `base_url` (e.g. `http://127.0.0.1:7400`) presenting
+    /// `token`. Requests time out after 60 s (longer than the longest
+    /// long-poll).
+    pub fn new(base_url: &str, token: &str) -> ConsumerClient {
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(60)))
+            .build()
+            .into();
+        ConsumerClient {
+            base_url: base_url.trim_end_matches('/').to_owned(),
+            authorization: format!("Bearer {token}"),
+            agent,
+        }
+    }
+
+    fn sub_path(topic: &str, subscription: &str, action: &str) -> String {
+        format!("{}/subscriptions/{subscription}{action}", topic_path(topic))
+    }
+
+    /// `POST path` with a JSON body.
+    ///
+    /// # Errors
+    /// [`ClientError`].
+    pub fn post<B: Serialize, R: DeserializeOwned>(
+        &self,
+        path: &str,
+        body: &B,
+    ) -> Result<R, ClientError> {
+        let url = format!("{}{path}", self.base_url);
+        let text = serde_json::to_string(body).map_err(|e| ClientError::BadResponse {
+            url: url.clone(),
+            status: 0,
+            detail: format!("request body: {e}"),
+        })?;
+        let response = self
+            .agent
+            .post(&url)
+            .header("Authorization", &self.authorization)
+            .content_type("application/json")
+            .send(text);
+        finish(&url, response)
+    }
+
+    /// `GET path` with query pairs.
+    ///
+    /// # Errors
+    /// [`ClientError`].
+    pub fn get<R: DeserializeOwned>(
+        &self,
+        path: &str,
+        query: &[(&str, String)],
+    ) -> Result<R, ClientError> {
+        let url = format!("{}{path}", self.base_url);
+        let mut request = self
+            .agent
+            .get(&url)
+            .header("Authorization", &self.authorization);
+        for (k, v) in query {
+            request = request.query(*k, v);
+        }
+        finish(&url, request.call())
+    }
+
+    /// `DELETE path`.
+    ///
+    /// # Errors
+    /// [`ClientError`].
+    pub fn delete<R: DeserializeOwned>(&self, path: &str) -> Result<R, ClientError> {
+        let url = format!("{}{path}", self.base_url);
+        let response = self
+            .agent
+            .delete(&url)
+            .header("Authorization", &self.authorization)
+            .call();
+        finish(&url, response)
+    }
+
+    /// Attaches a consumer (creating the subscription on first attach).
+    ///
+    /// # Errors
+    /// [`ClientError`]; `409` for a busy exclusive subscription or a type
+    /// mismatch, `404` for an unknown topic.
+    pub fn attach(
+        &self,
+        topic: &str,
+        subscription: &str,
+        request: &AttachRequest,
+    ) -> Result<AttachResponse, ClientError> {
+        self.post(&Self::sub_path(topic, subscription, "/attach"), request)
+    }
+
+    /// Ends a session; its leases are redelivered at once.
+    ///
+    /// # Errors
+    /// [`ClientError`].
+    pub fn detach(
+        &self,
+        topic: &str,
+        subscription: &str,
+        consumer_id: u64,
+    ) -> Result<Value, ClientError> {
+        self.post(
+            &Self::sub_path(topic, subscription, "/detach"),
+            &SessionRequest { consumer_id },
+        )
+    }
+
+    /// Leases up to `max_messages`, waiting up to `max_wait_ms` for the
+    /// first.
+    ///
+    /// # Errors
+    /// [`ClientError`].
+    pub fn receive(
+        &self,
+        topic: &str,
+        subscription: &str,
+        consumer_id: u64,
+        max_messages: u32,
+        max_wait_ms: u64,
+    ) -> Result<ReceiveResponse, ClientError> {
+        self.post(
+            &Self::sub_path(topic, subscription, "/receive"),
+            &ReceiveRequest {
+                consumer_id,
+                max_messages,
+                max_wait_ms,
+                encoding: ValueEncoding::Text,
+            },
+        )
+    }
+
+    /// Cursor read: up to `max_messages` from the cursor, without leases.
+    ///
+    /// # Errors
+    /// [`ClientError`].
+    pub fn read(
+        &self,
+        topic: &str,
+        subscription: &str,
+        consumer_id: u64,
+        max_messages: u32,
+        max_wait_ms: u64,
+    ) -> Result<ReceiveResponse, ClientError> {
+        self.post(
+            &Self::sub_path(topic, subscription, "/read"),
+            &ReceiveRequest {
+                consumer_id,
+                max_messages,
+                max_wait_ms,
+                encoding: ValueEncoding::Text,
+            },
+        )
+    }
+
+    /// Acknowledges leased messages.
+    ///
+    /// # Errors
+    /// [`ClientError`]; `409 not_leased` for a message leased to another
+    /// consumer.
+    pub fn ack(
+        &self,
+        topic: &str,
+        subscription: &str,
+        consumer_id: u64,
+        offsets: &[u64],
+    ) -> Result<AckResponse, ClientError> {
+        self.post(
+            &Self::sub_path(topic, subscription, "/ack"),
+            &AckRequest {
+                consumer_id,
+                offsets: offsets.to_vec(),
+            },
+        )
+    }
+
+    /// Acknowledges everything up to and including `offset`.
+    ///
+    /// # Errors
+    /// [`ClientError`].
+    pub fn ack_up_to(
+        &self,
+        topic: &str,
+        subscription: &str,
+        consumer_id: u64,
+        offset: u64,
+    ) -> Result<AckUpToResponse, ClientError> {
+        self.post(
+            &Self::sub_path(topic, subscription, "/ack-up-to"),
+            &AckUpToRequest {
+                consumer_id,
+                offset,
+            },
+        )
+    }
+
+    /// Negative acknowledgement of leased messages.
+    ///
+    /// # Errors
+    /// [`ClientError`].
+    pub fn nack(
+        &self,
+        topic: &str,
+        subscription: &str,
+        request: &NackRequest,
+    ) -> Result<NackResponse, ClientError> {
+        self.post(&Self::sub_path(topic, subscription, "/nack"), request)
+    }
+
+    /// Moves a subscription's cursor.
+    ///
+    /// # Errors
+    /// [`ClientError`].
+    pub fn seek(
+        &self,
+        topic: &str,
+        subscription: &str,
+        request: &SeekRequest,
+    ) -> Result<Value, ClientError> {
+        self.post(&Self::sub_path(topic, subscription, "/seek"), request)
+    }
+
+    /// A subscription's state.
+    ///
+    /// # Errors
+    /// [`ClientError`].
+    pub fn state(&self, topic: &str, subscription: &str) -> Result<SubscriptionState, ClientError> {
+        self.get(&Self::sub_path(topic, subscription, ""), &[])
+    }
+
+    /// Publishes records centrally (one record batch).
+    ///
+    /// # Errors
+    /// [`ClientError`]; `409` if an edge replicates into the topic.
+    pub fn publish(
+        &self,
+        topic: &str,
+        records: Vec<PublishRecord>,
+    ) -> Result<PublishResponse, ClientError> {
+        self.post(
+            &format!("{}/records", topic_path(topic)),
+            &PublishRequest { records },
+        )
+    }
+
+    /// Reads records of `topic` from `offset` without a subscription.
+    ///
+    /// # Errors
+    /// [`ClientError`].
+    pub fn peek(
+        &self,
+        topic: &str,
+        offset: Option<u64>,
+        max_messages: u32,
+    ) -> Result<ReceiveResponse, ClientError> {
+        let mut query = vec![("max_messages", max_messages.to_string())];
+        if let Some(offset) = offset {
+            query.push(("offset", offset.to_string()));
+        }
+        self.get(&format!("{}/records", topic_path(topic)), &query)
+    }
+
+    /// Moves the subscription's dead-lettered messages back to the topic.
+    ///
+    /// # Errors
+    /// [`ClientError`].
+    pub fn replay_dlq(
+        &self,
+        topic: &str,
+        subscription: &str,
+    ) -> Result<ReplayResponse, ClientError> {
+        self.post(
+            &Self::sub_path(topic, subscription, "/replay-dlq"),
+            &serde_json::json!({}),
+        )
+    }
+}
+
+fn finish<R: DeserializeOwned>(
+    url: &str,
+    response: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+) -> Result<R, ClientError> {
+    let response = response.map_err(|source| ClientError::Transport {
+        url: url.to_owned(),
+        source: Box::new(source),
+    })?;
+    let status = response.status().as_u16();
+    let bad = |detail: String| ClientError::BadResponse {
+        url: url.to_owned(),
+        status,
+        detail,
+    };
+    let text = response
+        .into_body()
+        .with_config()
+        .limit(256 << 20)
+        .read_to_string()
+        .map_err(|e| bad(e.to_string()))?;
+    if status >= 400 {
+        let body: Value = serde_json::from_str(&text).map_err(|e| bad(format!("{e}")))?;
+        let field = |name: &str| body.get(name).and_then(Value::as_str).map(str::to_owned);
+        return Err(ClientError::Api {
+            status,
+            kind: field("kind").unwrap_or_default(),
+            message: field("error").ok_or_else(|| bad(format!("no error message in {body}")))?,
+        });
+    }
+    serde_json::from_str(&text).map_err(|e| {
+        let shown: String = text.chars().take(200).collect();
+        bad(format!("{e}: {shown:?}"))
+    })
+}

@@ -1,0 +1,467 @@
+//! The consumer HTTP API (axum), merged into the admin router and guarded
+//! by the same bearer token. Documented in `docs/consumer-api.md`.
+//!
+//! | method and path | what |
+//! |---|---|
+//! | `POST /v1/topics/{ns}/{topic}/records` | publish centrally, body [`PublishRequest`] |
+//! | `GET /v1/topics/{ns}/{topic}/records?offset=&max_messages=&encoding=` | peek without a subscription |
+//! | `GET …/subscriptions/{sub}` | subscription state |
+//! | `DELETE …/subscriptions/{sub}` | unsubscribe |
+//! | `POST …/subscriptions/{sub}/attach` | attach a consumer, body [`AttachRequest`] |
+//! | `POST …/subscriptions/{sub}/detach` | end a session |
+//! | `POST …/subscriptions/{sub}/receive` | long-poll lease |
+//! | `POST …/subscriptions/{sub}/read` | long-poll cursor read |
+//! | `POST …/subscriptions/{sub}/ack` | per-message ack |
+//! | `POST …/subscriptions/{sub}/ack-up-to` | cumulative ack |
+//! | `POST …/subscriptions/{sub}/nack` | negative ack |
+//! | `POST …/subscriptions/{sub}/seek` | move the cursor |
+//! | `POST …/subscriptions/{sub}/pause`, `…/resume` | stop / restart delivery |
+//! | `POST …/subscriptions/{sub}/replay-dlq` | move dead-lettered messages back |
+//!
+//! Errors are JSON `{"error", "kind", "field"?}`: `400 invalid_input`,
+//! `400 offset_out_of_range` (with `log_start`, `high_water_mark`), `401
+//! unauthorized`, `404 not_found`, `409 subscription_busy | type_mismatch |
+//! not_leased | writer_conflict`, `500 internal`.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Path, Query, Request, State};
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use broker_core::Record;
+use broker_core::consumer_api::{
+    AckRequest, AckUpToRequest, AttachRequest, MAX_MESSAGES_PER_CALL, MAX_OFFSETS_PER_CALL,
+    MAX_WAIT_MS, NackRequest, PublishRequest, PublishResponse, ReceiveRequest, SeekRequest,
+    SessionRequest, ValueEncoding,
+};
+use broker_core::keys::{NamespaceName, TopicName};
+use bytes::Bytes as RecordBytes;
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use super::{ConsumerError, ConsumerService, now_ms, records};
+
+#[derive(Clone)]
+struct Api {
+    service: Arc<ConsumerService>,
+    token: Arc<str>,
+}
+
+/// The consumer routes (under `/v1`), requiring `Authorization: Bearer
+/// <token>` like the admin API (an empty token refuses every request).
+pub fn router(service: Arc<ConsumerService>, token: Arc<str>) -> Router {
+    let api = Api { service, token };
+    let sub = "/v1/topics/{namespace}/{topic}/subscriptions/{subscription}";
+    Router::new()
+        .route(
+            "/v1/topics/{namespace}/{topic}/records",
+            get(peek).post(publish),
+        )
+        .route(sub, get(state).delete(unsubscribe))
+        .route(&format!("{sub}/attach"), post(attach))
+        .route(&format!("{sub}/detach"), post(detach))
+        .route(&format!("{sub}/receive"), post(receive))
+        .route(&format!("{sub}/read"), post(read))
+        .route(&format!("{sub}/ack"), post(ack))
+        .route(&format!("{sub}/ack-up-to"), post(ack_up_to))
+        .route(&format!("{sub}/nack"), post(nack))
+        .route(&format!("{sub}/seek"), post(seek))
+        .route(&format!("{sub}/pause"), post(pause))
+        .route(&format!("{sub}/resume"), post(resume))
+        .route(&format!("{sub}/replay-dlq"), post(replay_dlq))
+        .route_layer(middleware::from_fn_with_state(api.clone(), require_token))
+        .with_state(api)
+}
+
+struct ApiError {
+    status: StatusCode,
+    body: serde_json::Map<String, Value>,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, kind: &str, message: impl Into<String>) -> ApiError {
+        let mut body = serde_json::Map::new();
+        body.insert("error".into(), Value::String(message.into()));
+        body.insert("kind".into(), Value::String(kind.into()));
+        ApiError { status, body }
+    }
+
+    fn with(mut self, key: &str, value: Value) -> ApiError {
+        self.body.insert(key.into(), value);
+        self
+    }
+
+    fn invalid(field: &str, message: impl Into<String>) -> ApiError {
+        ApiError::new(StatusCode::BAD_REQUEST, "invalid_input", message).with("field", json!(field))
+    }
+}
+
+impl From<ConsumerError> for ApiError {
+    fn from(e: ConsumerError) -> ApiError {
+        let message = e.to_string();
+        match e {
+            ConsumerError::Invalid { field, .. } => ApiError::invalid(&field, message),
+            ConsumerError::OffsetOutOfRange {
+                log_start,
+                high_water_mark,
+                ..
+            } => ApiError::new(StatusCode::BAD_REQUEST, "offset_out_of_range", message)
+                .with("log_start", json!(log_start))
+                .with("high_water_mark", json!(high_water_mark)),
+            ConsumerError::NotFound(_) => {
+                ApiError::new(StatusCode::NOT_FOUND, "not_found", message)
+            }
+            ConsumerError::Conflict { kind, .. } => {
+                ApiError::new(StatusCode::CONFLICT, kind, message)
+            }
+            ConsumerError::TooLarge(_) => {
+                ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", message)
+            }
+            ConsumerError::Internal(_) => {
+                tracing::error!(error = %message, "consumer API: internal error");
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
+            }
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, axum::Json(Value::Object(self.body))).into_response()
+    }
+}
+
+type ApiResult = Result<Response, ApiError>;
+
+fn ok(body: impl serde::Serialize) -> ApiResult {
+    Ok((StatusCode::OK, axum::Json(body)).into_response())
+}
+
+fn parse_json<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
+    let mut deserializer = serde_json::Deserializer::from_slice(body);
+    serde_path_to_error::deserialize(&mut deserializer).map_err(|err| {
+        let path = err.path().to_string();
+        let inner = err.into_inner();
+        if inner.is_syntax() || inner.is_eof() {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_input",
+                format!("request body: not valid JSON: {inner}"),
+            )
+        } else if path == "." {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "invalid_input",
+                format!("request body: {inner}"),
+            )
+        } else {
+            ApiError::invalid(&path, format!("{path}: {inner}"))
+        }
+    })
+}
+
+fn topic_from_path(namespace: &str, topic: &str) -> Result<TopicName, ApiError> {
+    let ns = NamespaceName::new(namespace)
+        .map_err(|e| ApiError::invalid("namespace", format!("namespace: {e}")))?;
+    TopicName::from_parts(&ns, topic).map_err(|e| ApiError::invalid("topic", format!("topic: {e}")))
+}
+
+fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+    let mut diff = u64::from(a.len() != b.len());
+    for i in 0..a.len().max(b.len()) {
+        let x = a.get(i).copied().unwrap_or(0);
+        let y = b.get(i).copied().unwrap_or(0);
+        diff |= u64::from(x ^ y);
+    }
+    std::hint::black_box(diff) == 0
+}
+
+async fn require_token(State(api): State<Api>, request: Request, next: Next) -> Response {
+    let presented = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.split_once(' '))
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim());
+    let message = match presented {
+        Some(token)
+            if !api.token.is_empty()
+                && constant_time_eq(token.as_bytes(), api.token.as_bytes()) =>
+        {
+            return next.run(request).await;
+        }
+        Some(_) => "invalid bearer token",
+        None => "missing bearer token: send Authorization: Bearer <token>",
+    };
+    let mut response =
+        ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message).into_response();
+    response.headers_mut().insert(
+        header::WWW_AUTHENTICATE,
+        HeaderValue::from_static("Bearer realm=\"tributary-admin\""),
+    );
+    response
+}
+
+fn check_receive(r: &ReceiveRequest) -> Result<(), ApiError> {
+    if r.max_messages == 0 || r.max_messages > MAX_MESSAGES_PER_CALL {
+        return Err(ApiError::invalid(
+            "max_messages",
+            format!(
+                "max_messages: must be 1 to {MAX_MESSAGES_PER_CALL}, got {}",
+                r.max_messages
+            ),
+        ));
+    }
+    if r.max_wait_ms > MAX_WAIT_MS {
+        return Err(ApiError::invalid(
+            "max_wait_ms",
+            format!("max_wait_ms: at most {MAX_WAIT_MS}, got {}", r.max_wait_ms),
+        ));
+    }
+    Ok(())
+}
+
+fn check_offsets(offsets: &[u64]) -> Result<(), ApiError> {
+    if offsets.is_empty() || offsets.len() > MAX_OFFSETS_PER_CALL {
+        return Err(ApiError::invalid(
+            "offsets",
+            format!(
+                "offsets: give 1 to {MAX_OFFSETS_PER_CALL} offsets, got {}",
+                offsets.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+type SubPath = Path<(String, String, String)>;
+
+async fn attach(State(api): State<Api>, Path((ns, topic, sub)): SubPath, body: Bytes) -> ApiResult {
+    let topic = topic_from_path(&ns, &topic)?;
+    let request: AttachRequest = parse_json(&body)?;
+    let response = api.service.attach(&topic, &sub, &request).await?;
+    let status = if response.created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    Ok((status, axum::Json(response)).into_response())
+}
+
+async fn detach(State(api): State<Api>, Path((ns, topic, sub)): SubPath, body: Bytes) -> ApiResult {
+    let topic = topic_from_path(&ns, &topic)?;
+    let request: SessionRequest = parse_json(&body)?;
+    api.service
+        .detach(&topic, &sub, request.consumer_id)
+        .await?;
+    ok(json!({"detached": request.consumer_id}))
+}
+
+async fn receive(
+    State(api): State<Api>,
+    Path((ns, topic, sub)): SubPath,
+    body: Bytes,
+) -> ApiResult {
+    let topic = topic_from_path(&ns, &topic)?;
+    let r: ReceiveRequest = parse_json(&body)?;
+    check_receive(&r)?;
+    ok(api
+        .service
+        .receive(
+            &topic,
+            &sub,
+            r.consumer_id,
+            r.max_messages,
+            r.max_wait_ms,
+            r.encoding,
+        )
+        .await?)
+}
+
+async fn read(State(api): State<Api>, Path((ns, topic, sub)): SubPath, body: Bytes) -> ApiResult {
+    let topic = topic_from_path(&ns, &topic)?;
+    let r: ReceiveRequest = parse_json(&body)?;
+    check_receive(&r)?;
+    ok(api
+        .service
+        .read(
+            &topic,
+            &sub,
+            r.consumer_id,
+            r.max_messages,
+            r.max_wait_ms,
+            r.encoding,
+        )
+        .await?)
+}
+
+async fn ack(State(api): State<Api>, Path((ns, topic, sub)): SubPath, body: Bytes) -> ApiResult {
+    let topic = topic_from_path(&ns, &topic)?;
+    let r: AckRequest = parse_json(&body)?;
+    check_offsets(&r.offsets)?;
+    ok(api
+        .service
+        .ack(&topic, &sub, r.consumer_id, &r.offsets)
+        .await?)
+}
+
+async fn ack_up_to(
+    State(api): State<Api>,
+    Path((ns, topic, sub)): SubPath,
+    body: Bytes,
+) -> ApiResult {
+    let topic = topic_from_path(&ns, &topic)?;
+    let r: AckUpToRequest = parse_json(&body)?;
+    ok(api
+        .service
+        .ack_up_to(&topic, &sub, r.consumer_id, r.offset)
+        .await?)
+}
+
+async fn nack(State(api): State<Api>, Path((ns, topic, sub)): SubPath, body: Bytes) -> ApiResult {
+    let topic = topic_from_path(&ns, &topic)?;
+    let r: NackRequest = parse_json(&body)?;
+    check_offsets(&r.offsets)?;
+    if r.delay_ms.is_some_and(|d| d > 86_400_000) {
+        return Err(ApiError::invalid(
+            "delay_ms",
+            "delay_ms: at most 86400000 (one day)",
+        ));
+    }
+    ok(api.service.nack(&topic, &sub, &r).await?)
+}
+
+async fn seek(State(api): State<Api>, Path((ns, topic, sub)): SubPath, body: Bytes) -> ApiResult {
+    let topic = topic_from_path(&ns, &topic)?;
+    let r: SeekRequest = parse_json(&body)?;
+    let cursor = api
+        .service
+        .seek(&topic, &sub, r.offset, r.timestamp_ms)
+        .await?;
+    ok(json!({"topic": topic, "subscription": sub, "cursor": cursor}))
+}
+
+async fn pause(State(api): State<Api>, Path((ns, topic, sub)): SubPath) -> ApiResult {
+    let topic = topic_from_path(&ns, &topic)?;
+    api.service.set_paused(&topic, &sub, true).await?;
+    ok(json!({"topic": topic, "subscription": sub, "paused": true}))
+}
+
+async fn resume(State(api): State<Api>, Path((ns, topic, sub)): SubPath) -> ApiResult {
+    let topic = topic_from_path(&ns, &topic)?;
+    api.service.set_paused(&topic, &sub, false).await?;
+    ok(json!({"topic": topic, "subscription": sub, "paused": false}))
+}
+
+async fn state(State(api): State<Api>, Path((ns, topic, sub)): SubPath) -> ApiResult {
+    let topic = topic_from_path(&ns, &topic)?;
+    ok(api.service.state(&topic, &sub).await?)
+}
+
+async fn unsubscribe(State(api): State<Api>, Path((ns, topic, sub)): SubPath) -> ApiResult {
+    let topic = topic_from_path(&ns, &topic)?;
+    api.service.unsubscribe(&topic, &sub).await?;
+    ok(json!({"topic": topic, "subscription": sub, "deleted": true}))
+}
+
+async fn replay_dlq(State(api): State<Api>, Path((ns, topic, sub)): SubPath) -> ApiResult {
+    let topic = topic_from_path(&ns, &topic)?;
+    ok(api.service.replay_dlq(&topic, &sub).await?)
+}
+
+/// Most records in one central publish.
+const MAX_PUBLISH_RECORDS: usize = 10_000;
+
+async fn publish(
+    State(api): State<Api>,
+    Path((ns, topic)): Path<(String, String)>,
+    body: Bytes,
+) -> ApiResult {
+    let topic = topic_from_path(&ns, &topic)?;
+    let r: PublishRequest = parse_json(&body)?;
+    if r.records.is_empty() || r.records.len() > MAX_PUBLISH_RECORDS {
+        return Err(ApiError::invalid(
+            "records",
+            format!(
+                "records: give 1 to {MAX_PUBLISH_RECORDS} records, got {}",
+                r.records.len()
+            ),
+        ));
+    }
+    let now = now_ms();
+    let mut out = Vec::with_capacity(r.records.len());
+    for (i, rec) in r.records.into_iter().enumerate() {
+        let field = |name: &str| format!("records[{i}].{name}");
+        let value = match (rec.value, rec.value_b64) {
+            (Some(text), None) => RecordBytes::from(text),
+            (None, Some(b64)) => records::decode_b64(&field("value_b64"), &b64)
+                .map_err(|e| ApiError::invalid(&field("value_b64"), e))?,
+            _ => {
+                return Err(ApiError::invalid(
+                    &field("value"),
+                    format!(
+                        "{}: give exactly one of value and value_b64",
+                        field("value")
+                    ),
+                ));
+            }
+        };
+        out.push(Record {
+            timestamp_ms: rec.timestamp_ms.unwrap_or(now),
+            key: rec.key.map(RecordBytes::from),
+            headers: rec
+                .headers
+                .into_iter()
+                .map(|(k, v)| (k, RecordBytes::from(v)))
+                .collect(),
+            value,
+        });
+    }
+    let count = u32::try_from(out.len()).unwrap_or(u32::MAX);
+    let (base_offset, next_offset) = api.service.publish(&topic, out).await?;
+    ok(PublishResponse {
+        base_offset,
+        next_offset,
+        count,
+    })
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PeekQuery {
+    offset: Option<u64>,
+    #[serde(default = "default_peek")]
+    max_messages: u32,
+    #[serde(default)]
+    encoding: ValueEncoding,
+}
+
+fn default_peek() -> u32 {
+    10
+}
+
+async fn peek(
+    State(api): State<Api>,
+    Path((ns, topic)): Path<(String, String)>,
+    query: Result<Query<PeekQuery>, QueryRejection>,
+) -> ApiResult {
+    let topic = topic_from_path(&ns, &topic)?;
+    let Query(q) = query.map_err(|r| ApiError::invalid("query", r.body_text()))?;
+    if q.max_messages == 0 || q.max_messages > MAX_MESSAGES_PER_CALL {
+        return Err(ApiError::invalid(
+            "max_messages",
+            format!("max_messages: must be 1 to {MAX_MESSAGES_PER_CALL}"),
+        ));
+    }
+    ok(api
+        .service
+        .peek(&topic, q.offset, q.max_messages, q.encoding)
+        .await?)
+}

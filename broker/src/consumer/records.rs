@@ -1,0 +1,204 @@
+//! Reading records out of a topic WAL for consumers: a range from an offset,
+//! a set of offsets (leases hand out scattered redeliveries), the first
+//! offset at a timestamp, and the JSON form of a record.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use base64::Engine as _;
+use base64::engine::general_purpose::STANDARD as B64;
+use broker_core::Record;
+use broker_core::consumer_api::{Message, MessageHeader, ValueEncoding};
+use broker_core::wal::{Wal, WalError};
+use bytes::Bytes;
+
+/// Bytes read from the WAL per step.
+const READ_STEP_BYTES: usize = 1 << 20;
+
+/// Why records could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// The WAL refused (deleted by retention, damaged, I/O).
+    #[error(transparent)]
+    Wal(#[from] WalError),
+    /// A stored batch that does not decode.
+    #[error("stored batch at offset {offset} does not decode: {reason}")]
+    Decode {
+        /// Its base offset.
+        offset: u64,
+        /// Why.
+        reason: String,
+    },
+    /// The blocking read task failed.
+    #[error("read task: {0}")]
+    Task(String),
+}
+
+fn decode_into(
+    wal: &Wal,
+    batch: &broker_core::EncodedBatch,
+) -> Result<broker_core::RecordBatch, ReadError> {
+    batch
+        .decode(&wal.config().limits)
+        .map_err(|e| ReadError::Decode {
+            offset: batch.base_offset(),
+            reason: e.to_string(),
+        })
+}
+
+/// Up to `max_count` records from `from` (below the high-water mark), by
+/// offset.
+///
+/// # Errors
+/// [`ReadError`].
+pub fn read_range_blocking(
+    wal: &Wal,
+    from: u64,
+    max_count: usize,
+) -> Result<Vec<(u64, Record)>, ReadError> {
+    let mut out = Vec::new();
+    let mut next = from;
+    while out.len() < max_count {
+        let batches = wal.read(next, READ_STEP_BYTES)?;
+        if batches.is_empty() {
+            break;
+        }
+        for batch in &batches {
+            let decoded = decode_into(wal, batch)?;
+            for (i, record) in decoded.records.into_iter().enumerate() {
+                let offset = decoded.base_offset + i as u64;
+                if offset >= next && out.len() < max_count {
+                    out.push((offset, record));
+                }
+            }
+            next = next.max(batch.next_offset());
+        }
+    }
+    Ok(out)
+}
+
+/// The records at `offsets` (each below the high-water mark), by offset.
+///
+/// # Errors
+/// [`ReadError`].
+pub fn read_offsets_blocking(
+    wal: &Wal,
+    offsets: &[u64],
+) -> Result<BTreeMap<u64, Record>, ReadError> {
+    let mut wanted: Vec<u64> = offsets.to_vec();
+    wanted.sort_unstable();
+    wanted.dedup();
+    let mut out = BTreeMap::new();
+    let mut i = 0;
+    while i < wanted.len() {
+        let offset = wanted[i];
+        let batches = wal.read(offset, 1)?;
+        let Some(batch) = batches.first() else {
+            return Err(ReadError::Decode {
+                offset,
+                reason: "offset not readable (beyond the high-water mark)".into(),
+            });
+        };
+        let decoded = decode_into(wal, batch)?;
+        let end = batch.next_offset();
+        let base = decoded.base_offset;
+        let mut records: Vec<Option<Record>> = decoded.records.into_iter().map(Some).collect();
+        while i < wanted.len() && wanted[i] < end {
+            let index = usize::try_from(wanted[i] - base).unwrap_or(usize::MAX);
+            if let Some(record) = records.get_mut(index).and_then(Option::take) {
+                out.insert(wanted[i], record);
+            }
+            i += 1;
+        }
+    }
+    Ok(out)
+}
+
+/// The first offset whose record has a timestamp at or after `timestamp_ms`
+/// (the high-water mark if none), scanning from the log start.
+///
+/// # Errors
+/// [`ReadError`].
+pub fn offset_for_timestamp_blocking(wal: &Wal, timestamp_ms: i64) -> Result<u64, ReadError> {
+    let mut next = wal.log_start_offset();
+    loop {
+        let batches = wal.read(next, READ_STEP_BYTES)?;
+        if batches.is_empty() {
+            return Ok(wal.high_water_mark().max(next));
+        }
+        for batch in &batches {
+            if batch.header().max_timestamp_ms >= timestamp_ms {
+                let decoded = decode_into(wal, batch)?;
+                for (i, record) in decoded.records.iter().enumerate() {
+                    let offset = decoded.base_offset + i as u64;
+                    if offset >= next && record.timestamp_ms >= timestamp_ms {
+                        return Ok(offset);
+                    }
+                }
+            }
+            next = next.max(batch.next_offset());
+        }
+    }
+}
+
+/// Runs a blocking WAL read on the blocking pool.
+///
+/// # Errors
+/// [`ReadError`], [`ReadError::Task`] if the task panicked.
+pub async fn blocking<T: Send + 'static>(
+    wal: &Arc<Wal>,
+    f: impl FnOnce(&Wal) -> Result<T, ReadError> + Send + 'static,
+) -> Result<T, ReadError> {
+    let wal = wal.clone();
+    tokio::task::spawn_blocking(move || f(&wal))
+        .await
+        .map_err(|e| ReadError::Task(e.to_string()))?
+}
+
+fn text_or_b64(bytes: &Bytes, encoding: ValueEncoding) -> (Option<String>, Option<String>) {
+    match (encoding, std::str::from_utf8(bytes)) {
+        (ValueEncoding::Text, Ok(text)) => (Some(text.to_owned()), None),
+        _ => (None, Some(B64.encode(bytes))),
+    }
+}
+
+/// The JSON form of the record at `offset`.
+pub fn to_message(offset: u64, record: &Record, encoding: ValueEncoding) -> Message {
+    let (value, value_b64) = text_or_b64(&record.value, encoding);
+    let (key, key_b64) = match &record.key {
+        Some(key) => text_or_b64(key, encoding),
+        None => (None, None),
+    };
+    Message {
+        offset,
+        timestamp_ms: record.timestamp_ms,
+        key,
+        key_b64,
+        headers: record
+            .headers
+            .iter()
+            .map(|(name, value)| {
+                let (value, value_b64) = text_or_b64(value, encoding);
+                MessageHeader {
+                    name: name.clone(),
+                    value,
+                    value_b64,
+                }
+            })
+            .collect(),
+        value,
+        value_b64,
+        attempt: 0,
+        lease_deadline_ms: None,
+    }
+}
+
+/// Decodes base64 input, naming `field` on failure.
+///
+/// # Errors
+/// The field and what is wrong.
+pub fn decode_b64(field: &str, text: &str) -> Result<Bytes, String> {
+    B64.decode(text)
+        .map(Bytes::from)
+        .map_err(|e| format!("{field}: not valid base64: {e}"))
+}

@@ -1,0 +1,1039 @@
+//! The consumer HTTP API over a real socket: the admin router merged with
+//! the consumer router, served on 127.0.0.1:0 over real topic WALs and a
+//! redb metadata store, driven by the Rust consumer client
+//! (`broker_core::consumer_client`) and raw HTTP for malformed input.
+//!
+//! Multi-process tests (a SIGKILLed consumer process, a broker restart) are
+//! in `tests/tests/consumers.rs`.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use broker_core::Limits;
+use broker_core::catalog::{Catalog, PolicySource, TopicSpec};
+use broker_core::consumer_api::{
+    AttachRequest, NackRequest, PublishRecord, SeekRequest, StartPosition, SubscriptionType,
+};
+use broker_core::consumer_client::{ClientError, ConsumerClient};
+use broker_core::intent::PoisonPolicy;
+use broker_core::keys::{SubscriptionName, TopicName};
+use broker_core::metadata::redb::RedbStore;
+use broker_core::metadata::{MetadataStore, SystemClock};
+use serde_json::{Value, json};
+use tributary_broker::admin::{AdminState, ClusterView, router};
+use tributary_broker::consumer::{ConsumerConfig, ConsumerService};
+use tributary_broker::raft::node::ClusterStatus;
+use tributary_broker::topics::TopicStore;
+
+const TOKEN: &str = "consumer-test-token";
+const BROKER_ADDR: &str = "127.0.0.1:7400";
+
+struct FixedCluster;
+
+impl ClusterView for FixedCluster {
+    fn status(&self) -> ClusterStatus {
+        ClusterStatus {
+            node_id: 1,
+            leader: Some(1),
+            term: 1,
+            members: BTreeMap::from([(1, "127.0.0.1:7401".to_owned())]),
+            last_applied_index: None,
+            snapshot_index: None,
+            purged_index: None,
+            state: "Leader".to_owned(),
+        }
+    }
+}
+
+struct Harness {
+    runtime: tokio::runtime::Runtime,
+    store: Arc<RedbStore>,
+    base: String,
+    client: ConsumerClient,
+    raw: ureq::Agent,
+    _dir: tempfile::TempDir,
+}
+
+struct Reply {
+    status: u16,
+    body: Value,
+}
+
+impl Harness {
+    fn start(config: ConsumerConfig) -> Harness {
+        let dir = tempfile::tempdir().unwrap();
+        let store =
+            Arc::new(RedbStore::open(dir.path().join("meta.redb"), Arc::new(SystemClock)).unwrap());
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let topics = Arc::new(TopicStore::new(
+            dir.path().join("topics"),
+            store.clone(),
+            Limits::default(),
+        ));
+        let state = AdminState {
+            store: store.clone(),
+            cluster: Arc::new(FixedCluster),
+            token: Arc::from(TOKEN),
+        };
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let store_dyn: Arc<dyn MetadataStore> = store.clone();
+        runtime.block_on(async {
+            let service =
+                ConsumerService::new(topics, store_dyn, config, BROKER_ADDR.to_owned(), 1);
+            service.spawn_ticker();
+            let app = router(state).merge(tributary_broker::consumer::http::router(
+                service,
+                Arc::from(TOKEN),
+            ));
+            tokio::spawn(async move { axum::serve(listener, app).await });
+        });
+        let raw = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .max_idle_connections(0)
+            .max_idle_connections_per_host(0)
+            .build()
+            .into();
+        Harness {
+            runtime,
+            store,
+            client: ConsumerClient::new(&base, TOKEN),
+            base,
+            raw,
+            _dir: dir,
+        }
+    }
+
+    fn create_topic(&self, name: &str, intent: &str) {
+        let spec = TopicSpec::parse(name, intent, 0).unwrap();
+        self.runtime
+            .block_on(Catalog::new(self.store.as_ref()).create_topic(&spec))
+            .unwrap();
+    }
+
+    fn publish(&self, topic: &str, values: &[&str]) -> (u64, u64) {
+        let records = values
+            .iter()
+            .map(|v| PublishRecord {
+                value: Some((*v).to_owned()),
+                ..PublishRecord::default()
+            })
+            .collect();
+        let r = self.client.publish(topic, records).unwrap();
+        (r.base_offset, r.next_offset)
+    }
+
+    fn request(&self, method: &str, path: &str, token: Option<&str>, body: Option<&str>) -> Reply {
+        let mut builder = ureq::http::Request::builder()
+            .method(method)
+            .uri(format!("{}{path}", self.base));
+        if let Some(token) = token {
+            builder = builder.header("Authorization", format!("Bearer {token}"));
+        }
+        let response = match body {
+            Some(body) => self.raw.run(builder.body(body.to_owned()).unwrap()),
+            None => self.raw.run(builder.body(()).unwrap()),
+        }
+        .unwrap();
+        let status = response.status().as_u16();
+        let text = response.into_body().read_to_string().unwrap();
+        let body = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}: {text:?}"));
+        Reply { status, body }
+    }
+
+    fn patch_policy(&self, topic: &str, sub: &str, patch: Value) {
+        let reply = self.request(
+            "PATCH",
+            &format!("/v1/topics{topic}/subscriptions/{sub}/failure-policy"),
+            Some(TOKEN),
+            Some(&patch.to_string()),
+        );
+        assert_eq!(reply.status, 200, "{}", reply.body);
+    }
+
+    fn attach(&self, topic: &str, sub: &str, kind: SubscriptionType) -> u64 {
+        let request = AttachRequest {
+            subscription_type: kind,
+            start: StartPosition::Earliest,
+            ..AttachRequest::default()
+        };
+        self.client
+            .attach(topic, sub, &request)
+            .unwrap()
+            .consumer_id
+    }
+}
+
+fn fast() -> ConsumerConfig {
+    ConsumerConfig {
+        tick_ms: 50,
+        policy_refresh_ms: 100,
+        ..ConsumerConfig::default()
+    }
+}
+
+fn api_status(result: Result<impl std::fmt::Debug, ClientError>) -> (u16, String) {
+    match result {
+        Err(ClientError::Api { status, kind, .. }) => (status, kind),
+        other => panic!("expected an API error, got {other:?}"),
+    }
+}
+
+const JOBS: &str = "/default/jobs";
+
+#[test]
+fn task_queue_subscription_inherits_5_and_1000_ms_and_an_override_survives_a_new_consumer() {
+    let h = Harness::start(fast());
+    h.create_topic(JOBS, "task_queue");
+    let first = h
+        .client
+        .attach(JOBS, "workers", &AttachRequest::default())
+        .unwrap();
+    assert!(first.created);
+    assert_eq!(first.policy_source, PolicySource::Intent);
+    assert_eq!(first.failure_policy.max_redelivery_count, 5);
+    assert_eq!(first.failure_policy.base_redelivery_delay_ms, 1000);
+    assert_eq!(first.failure_policy.ack_timeout_ms, 30_000);
+    assert_eq!(first.failure_policy.poison_policy, PoisonPolicy::DeadLetter);
+    assert_eq!(
+        first.failure_policy.dead_letter_topic.as_deref(),
+        Some("/default/jobs-dlq")
+    );
+    // Persisted at the seed's key on first attach.
+    let topic = TopicName::new(JOBS).unwrap();
+    let name = SubscriptionName::new("workers").unwrap();
+    let stored = h
+        .runtime
+        .block_on(
+            h.store
+                .get(&broker_core::keys::topics::subscription_failure_policy(
+                    &topic, &name,
+                )),
+        )
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored["max_redelivery_count"], 5);
+
+    h.patch_policy(
+        JOBS,
+        "workers",
+        json!({"max_redelivery_count": 8, "base_redelivery_delay_ms": 250}),
+    );
+    let second = h
+        .client
+        .attach(JOBS, "workers", &AttachRequest::default())
+        .unwrap();
+    assert!(!second.created);
+    assert_eq!(second.policy_source, PolicySource::Stored);
+    assert_eq!(second.failure_policy.max_redelivery_count, 8);
+    assert_eq!(second.failure_policy.base_redelivery_delay_ms, 250);
+    let state = h.client.state(JOBS, "workers").unwrap();
+    assert_eq!(state.failure_policy.max_redelivery_count, 8);
+    assert_eq!(state.consumers.len(), 2);
+}
+
+#[test]
+fn shared_subscription_with_three_consumers_acks_each_message_once_and_a_timed_out_lease_goes_to_another()
+ {
+    let h = Harness::start(fast());
+    h.create_topic(JOBS, "task_queue");
+    let values: Vec<String> = (0..300).map(|i| format!("job-{i}")).collect();
+    let refs: Vec<&str> = values.iter().map(String::as_str).collect();
+    assert_eq!(h.publish(JOBS, &refs), (0, 300));
+    let consumers: Vec<u64> = (0..3)
+        .map(|_| h.attach(JOBS, "pool", SubscriptionType::Shared))
+        .collect();
+    let handles: Vec<_> = consumers
+        .iter()
+        .map(|&id| {
+            let client = h.client.clone();
+            std::thread::spawn(move || {
+                let mut acked = Vec::new();
+                let deadline = Instant::now() + Duration::from_secs(30);
+                let mut empty = 0;
+                while empty < 3 && Instant::now() < deadline {
+                    let batch = client.receive(JOBS, "pool", id, 7, 200).unwrap();
+                    if batch.messages.is_empty() {
+                        empty += 1;
+                        continue;
+                    }
+                    empty = 0;
+                    for m in &batch.messages {
+                        assert_eq!(
+                            m.value.as_deref(),
+                            Some(format!("job-{}", m.offset).as_str())
+                        );
+                        assert_eq!(m.attempt, 1);
+                    }
+                    let offsets: Vec<u64> = batch.messages.iter().map(|m| m.offset).collect();
+                    let r = client.ack(JOBS, "pool", id, &offsets).unwrap();
+                    assert!(r.no_op.is_empty());
+                    acked.extend(r.acked);
+                }
+                acked
+            })
+        })
+        .collect();
+    let per_consumer: Vec<Vec<u64>> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    let mut all: Vec<u64> = per_consumer.iter().flatten().copied().collect();
+    all.sort_unstable();
+    assert_eq!(
+        all,
+        (0..300).collect::<Vec<u64>>(),
+        "each message acknowledged exactly once"
+    );
+    assert!(
+        per_consumer.iter().filter(|v| !v.is_empty()).count() >= 2,
+        "work was shared"
+    );
+    assert_eq!(h.client.state(JOBS, "pool").unwrap().cursor, 300);
+
+    // Ack timeout: consumer 0 leases and never acks; consumer 1 gets it.
+    h.patch_policy(
+        JOBS,
+        "pool",
+        json!({"ack_timeout_ms": 500, "base_redelivery_delay_ms": 100}),
+    );
+    std::thread::sleep(Duration::from_millis(400)); // policy refresh
+    assert_eq!(h.publish(JOBS, &["slow"]), (300, 301));
+    let leased = h
+        .client
+        .receive(JOBS, "pool", consumers[0], 1, 2000)
+        .unwrap();
+    assert_eq!(leased.messages[0].offset, 300);
+    let started = Instant::now();
+    let again = h
+        .client
+        .receive(JOBS, "pool", consumers[1], 1, 5000)
+        .unwrap();
+    assert_eq!(again.messages.len(), 1);
+    assert_eq!(
+        (again.messages[0].offset, again.messages[0].attempt),
+        (300, 2)
+    );
+    assert!(started.elapsed() >= Duration::from_millis(500));
+    // The first consumer lost the lease: its ack is refused.
+    let (status, kind) = api_status(h.client.ack(JOBS, "pool", consumers[0], &[300]));
+    assert_eq!((status, kind.as_str()), (409, "not_leased"));
+    let r = h.client.ack(JOBS, "pool", consumers[1], &[300]).unwrap();
+    assert_eq!((r.acked, r.cursor), (vec![300], 301));
+}
+
+#[test]
+fn dead_letter_copies_with_exact_headers_and_replay_brings_it_back() {
+    let h = Harness::start(fast());
+    h.create_topic(JOBS, "task_queue");
+    let consumer = h.attach(JOBS, "workers", SubscriptionType::Shared);
+    h.patch_policy(
+        JOBS,
+        "workers",
+        json!({"max_redelivery_count": 1, "base_redelivery_delay_ms": 10}),
+    );
+    // Attaching again applies the stored override at once.
+    let consumer2 = h.attach(JOBS, "workers", SubscriptionType::Shared);
+    let mut headers = BTreeMap::new();
+    headers.insert("trace".to_owned(), "abc".to_owned());
+    let r = h
+        .client
+        .publish(
+            JOBS,
+            vec![PublishRecord {
+                value: Some("poison".into()),
+                key: Some("k1".into()),
+                headers,
+                ..PublishRecord::default()
+            }],
+        )
+        .unwrap();
+    assert_eq!((r.base_offset, r.next_offset), (0, 1));
+    let nack = |attempt: u32| {
+        let got = h
+            .client
+            .receive(JOBS, "workers", consumer, 1, 3000)
+            .unwrap();
+        assert_eq!(
+            (got.messages[0].offset, got.messages[0].attempt),
+            (0, attempt)
+        );
+        h.client
+            .nack(
+                JOBS,
+                "workers",
+                &NackRequest {
+                    consumer_id: consumer,
+                    offsets: vec![0],
+                    delay_ms: None,
+                    reason: Some("bad payload".into()),
+                },
+            )
+            .unwrap()
+    };
+    let first = nack(1);
+    assert_eq!((first.redelivery, first.dead_lettered), (vec![0], vec![]));
+    let second = nack(2);
+    assert_eq!((second.redelivery, second.dead_lettered), (vec![], vec![0]));
+    let dlq = h.client.peek("/default/jobs-dlq", Some(0), 10).unwrap();
+    assert_eq!(dlq.messages.len(), 1);
+    let m = &dlq.messages[0];
+    assert_eq!(
+        (m.value.as_deref(), m.key.as_deref()),
+        (Some("poison"), Some("k1"))
+    );
+    let headers: Vec<(String, String)> = m
+        .headers
+        .iter()
+        .map(|h| (h.name.clone(), h.value.clone().unwrap()))
+        .collect();
+    let expected: Vec<(String, String)> = [
+        ("trace", "abc"),
+        ("x-original-topic", "/default/jobs"),
+        ("x-original-subscription", "workers"),
+        ("x-original-topic-offset", "0"),
+        ("x-original-producer-id", "broker:1"),
+        ("x-original-broker-addr", BROKER_ADDR),
+        ("x-poison-policy", "dead_letter"),
+        ("x-delivery-attempt", "2"),
+        ("x-failure-reason", "bad payload"),
+    ]
+    .iter()
+    .map(|(a, b)| ((*a).to_owned(), (*b).to_owned()))
+    .collect();
+    assert_eq!(headers, expected);
+    assert_eq!(h.publish(JOBS, &["fine"]), (1, 2));
+    // The subscription moved past the poison message; offset 1 flows.
+    let next = h
+        .client
+        .receive(JOBS, "workers", consumer2, 10, 2000)
+        .unwrap();
+    assert_eq!(
+        next.messages.iter().map(|m| m.offset).collect::<Vec<_>>(),
+        vec![1]
+    );
+    h.client.ack(JOBS, "workers", consumer2, &[1]).unwrap();
+    assert_eq!(h.client.state(JOBS, "workers").unwrap().cursor, 2);
+
+    let replay = h.client.replay_dlq(JOBS, "workers").unwrap();
+    assert_eq!((replay.replayed, replay.offsets.clone()), (1, vec![2]));
+    assert_eq!(replay.dead_letter_topic, "/default/jobs-dlq");
+    let back = h
+        .client
+        .receive(JOBS, "workers", consumer, 10, 2000)
+        .unwrap();
+    assert_eq!(back.messages.len(), 1);
+    let m = &back.messages[0];
+    assert_eq!(
+        (m.offset, m.value.as_deref(), m.key.as_deref()),
+        (2, Some("poison"), Some("k1"))
+    );
+    assert_eq!(m.header_text("trace"), Some("abc"));
+    assert_eq!(
+        m.header_text("x-replayed-from"),
+        Some("/default/jobs-dlq@0")
+    );
+    assert_eq!(m.header_text("x-original-topic"), None);
+    // Replaying again moves nothing (the replay cursor is durable).
+    assert_eq!(h.client.replay_dlq(JOBS, "workers").unwrap().replayed, 0);
+}
+
+#[test]
+fn block_halts_on_the_poison_message_and_resumes_after_seek() {
+    let h = Harness::start(fast());
+    let audit = "/default/audit";
+    h.create_topic(audit, "audit_log");
+    let consumer = h.attach(audit, "ledger", SubscriptionType::Exclusive);
+    assert_eq!(
+        h.client
+            .state(audit, "ledger")
+            .unwrap()
+            .failure_policy
+            .poison_policy,
+        PoisonPolicy::Block
+    );
+    h.patch_policy(
+        audit,
+        "ledger",
+        json!({"max_redelivery_count": 0, "base_redelivery_delay_ms": 10}),
+    );
+    let consumer_state = h.client.attach(
+        audit,
+        "ledger",
+        &AttachRequest {
+            subscription_type: SubscriptionType::Exclusive,
+            ..AttachRequest::default()
+        },
+    );
+    // Exclusive: a second consumer is refused while the first is attached.
+    assert_eq!(
+        api_status(consumer_state),
+        (409, "subscription_busy".to_owned())
+    );
+    std::thread::sleep(Duration::from_millis(300)); // policy refresh
+    assert_eq!(h.publish(audit, &["a", "b", "c"]), (0, 3));
+    let got = h
+        .client
+        .receive(audit, "ledger", consumer, 1, 2000)
+        .unwrap();
+    assert_eq!(got.messages[0].offset, 0);
+    let nacked = h
+        .client
+        .nack(
+            audit,
+            "ledger",
+            &NackRequest {
+                consumer_id: consumer,
+                offsets: vec![0],
+                delay_ms: None,
+                reason: Some("unparseable".into()),
+            },
+        )
+        .unwrap();
+    assert_eq!(nacked.blocked_at, Some(0));
+    // Halted: nothing after offset 0 is delivered.
+    let halted = h
+        .client
+        .receive(audit, "ledger", consumer, 10, 600)
+        .unwrap();
+    assert!(halted.messages.is_empty());
+    assert_eq!(halted.blocked_at, Some(0));
+    // Nothing went to a dead-letter topic.
+    assert_eq!(
+        api_status(h.client.peek("/default/audit-dlq", None, 1)).0,
+        404
+    );
+    let cursor = h
+        .client
+        .seek(
+            audit,
+            "ledger",
+            &SeekRequest {
+                offset: Some(1),
+                timestamp_ms: None,
+            },
+        )
+        .unwrap();
+    assert_eq!(cursor["cursor"], 1);
+    let resumed = h
+        .client
+        .receive(audit, "ledger", consumer, 10, 2000)
+        .unwrap();
+    assert_eq!(resumed.blocked_at, None);
+    assert_eq!(
+        resumed
+            .messages
+            .iter()
+            .map(|m| m.offset)
+            .collect::<Vec<_>>(),
+        vec![1, 2]
+    );
+}
+
+#[test]
+fn cursor_reads_ack_up_to_an_offset_and_an_older_ack_is_a_no_op() {
+    let h = Harness::start(fast());
+    h.create_topic(JOBS, "event_stream");
+    assert_eq!(h.publish(JOBS, &["0", "1", "2", "3", "4", "5"]), (0, 6));
+    let c = h.attach(JOBS, "reader", SubscriptionType::Exclusive);
+    let first = h.client.read(JOBS, "reader", c, 4, 0).unwrap();
+    assert_eq!(
+        first.messages.iter().map(|m| m.offset).collect::<Vec<_>>(),
+        vec![0, 1, 2, 3]
+    );
+    // Not acknowledged: the same records again.
+    let again = h.client.read(JOBS, "reader", c, 4, 0).unwrap();
+    assert_eq!(again.messages, first.messages);
+    let r = h.client.ack_up_to(JOBS, "reader", c, 2).unwrap();
+    assert_eq!((r.acked, r.cursor), (true, 3));
+    let r = h.client.ack_up_to(JOBS, "reader", c, 1).unwrap();
+    assert_eq!((r.acked, r.cursor), (false, 3));
+    let next = h.client.read(JOBS, "reader", c, 10, 0).unwrap();
+    assert_eq!(
+        next.messages.iter().map(|m| m.offset).collect::<Vec<_>>(),
+        vec![3, 4, 5]
+    );
+    let (status, _) = api_status(h.client.ack_up_to(JOBS, "reader", c, 6));
+    assert_eq!(status, 400);
+    // Long poll: a read with nothing new waits for the next record.
+    h.client.ack_up_to(JOBS, "reader", c, 5).unwrap();
+    let client = h.client.clone();
+    let waiter = std::thread::spawn(move || client.read(JOBS, "reader", c, 10, 10_000).unwrap());
+    std::thread::sleep(Duration::from_millis(300));
+    h.publish(JOBS, &["late"]);
+    let late = waiter.join().unwrap();
+    assert_eq!(
+        late.messages
+            .iter()
+            .map(|m| (m.offset, m.value.clone().unwrap()))
+            .collect::<Vec<_>>(),
+        vec![(6, "late".to_owned())]
+    );
+}
+
+#[test]
+fn per_message_leases_do_not_block_siblings() {
+    let h = Harness::start(fast());
+    h.create_topic(JOBS, "task_queue");
+    h.publish(JOBS, &["a", "b", "c", "d"]);
+    let c = h.attach(JOBS, "w", SubscriptionType::Shared);
+    let got = h.client.receive(JOBS, "w", c, 3, 0).unwrap();
+    assert_eq!(
+        got.messages.iter().map(|m| m.offset).collect::<Vec<_>>(),
+        vec![0, 1, 2]
+    );
+    let r = h.client.ack(JOBS, "w", c, &[1, 2]).unwrap();
+    assert_eq!((r.acked, r.cursor), (vec![1, 2], 0));
+    let more = h.client.receive(JOBS, "w", c, 3, 0).unwrap();
+    assert_eq!(
+        more.messages.iter().map(|m| m.offset).collect::<Vec<_>>(),
+        vec![3]
+    );
+    let r = h.client.ack(JOBS, "w", c, &[0, 3, 1]).unwrap();
+    assert_eq!((r.acked, r.no_op, r.cursor), (vec![0, 3], vec![1], 4));
+    // nack with an explicit delay of 0: redelivered at once.
+    h.publish(JOBS, &["e"]);
+    let e = h.client.receive(JOBS, "w", c, 1, 0).unwrap();
+    h.client
+        .nack(
+            JOBS,
+            "w",
+            &NackRequest {
+                consumer_id: c,
+                offsets: vec![4],
+                delay_ms: Some(0),
+                reason: None,
+            },
+        )
+        .unwrap();
+    let e2 = h.client.receive(JOBS, "w", c, 1, 0).unwrap();
+    assert_eq!(
+        (e2.messages[0].offset, e2.messages[0].attempt),
+        (e.messages[0].offset, 2)
+    );
+}
+
+#[test]
+fn start_positions_pause_resume_unsubscribe_and_ephemeral_expiry() {
+    let h = Harness::start(ConsumerConfig {
+        session_timeout_ms: 400,
+        ..fast()
+    });
+    h.create_topic(JOBS, "event_stream");
+    let now = tributary_broker::consumer::now_ms();
+    let records = (0..4)
+        .map(|i| PublishRecord {
+            value: Some(format!("v{i}")),
+            timestamp_ms: Some(now + i * 1000),
+            ..PublishRecord::default()
+        })
+        .collect();
+    h.client.publish(JOBS, records).unwrap();
+    let attach = |sub: &str, start: StartPosition, durable: bool| {
+        h.client
+            .attach(
+                JOBS,
+                sub,
+                &AttachRequest {
+                    start,
+                    durable,
+                    ..AttachRequest::default()
+                },
+            )
+            .unwrap()
+    };
+    assert_eq!(attach("latest", StartPosition::Latest, true).cursor, 4);
+    assert_eq!(attach("earliest", StartPosition::Earliest, true).cursor, 0);
+    assert_eq!(attach("at2", StartPosition::Offset(2), true).cursor, 2);
+    assert_eq!(
+        attach("ts", StartPosition::Timestamp(now + 2500), true).cursor,
+        3
+    );
+    // Seek by timestamp.
+    let moved = h
+        .client
+        .seek(
+            JOBS,
+            "earliest",
+            &SeekRequest {
+                offset: None,
+                timestamp_ms: Some(now + 1000),
+            },
+        )
+        .unwrap();
+    assert_eq!(moved["cursor"], 1);
+
+    // Pause: nothing is delivered; resume: it flows again.
+    let c = attach("p", StartPosition::Earliest, true).consumer_id;
+    h.request(
+        "POST",
+        &format!("/v1/topics{JOBS}/subscriptions/p/pause"),
+        Some(TOKEN),
+        None,
+    );
+    let paused = h.client.receive(JOBS, "p", c, 10, 200).unwrap();
+    assert!(paused.paused && paused.messages.is_empty());
+    h.request(
+        "POST",
+        &format!("/v1/topics{JOBS}/subscriptions/p/resume"),
+        Some(TOKEN),
+        None,
+    );
+    assert_eq!(
+        h.client
+            .receive(JOBS, "p", c, 10, 0)
+            .unwrap()
+            .messages
+            .len(),
+        4
+    );
+
+    // Unsubscribe removes the keys; the session is gone.
+    let r = h.request(
+        "DELETE",
+        &format!("/v1/topics{JOBS}/subscriptions/p"),
+        Some(TOKEN),
+        None,
+    );
+    assert_eq!(r.status, 200, "{}", r.body);
+    assert_eq!(api_status(h.client.receive(JOBS, "p", c, 1, 0)).0, 404);
+    assert_eq!(api_status(h.client.state(JOBS, "p")).0, 404);
+
+    // Ephemeral: nothing stored; removed when the session expires.
+    let e = attach("tail", StartPosition::Earliest, false);
+    assert!(!e.durable);
+    let topic = TopicName::new(JOBS).unwrap();
+    let name = SubscriptionName::new("tail").unwrap();
+    let stored = h
+        .runtime
+        .block_on(
+            h.store
+                .list(&broker_core::keys::topics::subscriptions_prefix(&topic)),
+        )
+        .unwrap();
+    assert!(
+        stored.iter().all(|(k, _)| !k.contains("/tail")),
+        "{stored:?}"
+    );
+    assert!(h.client.state(JOBS, "tail").is_ok());
+    std::thread::sleep(Duration::from_millis(1000));
+    assert_eq!(api_status(h.client.state(JOBS, "tail")).0, 404);
+    let _ = name;
+}
+
+#[test]
+fn failover_delivers_to_the_oldest_session_and_the_standby_takes_over() {
+    let h = Harness::start(ConsumerConfig {
+        session_timeout_ms: 500,
+        ..fast()
+    });
+    h.create_topic(JOBS, "event_stream");
+    h.publish(JOBS, &["a", "b"]);
+    let first = h
+        .client
+        .attach(
+            JOBS,
+            "fo",
+            &AttachRequest {
+                subscription_type: SubscriptionType::Failover,
+                start: StartPosition::Earliest,
+                ..AttachRequest::default()
+            },
+        )
+        .unwrap();
+    let second = h
+        .client
+        .attach(
+            JOBS,
+            "fo",
+            &AttachRequest {
+                subscription_type: SubscriptionType::Failover,
+                ..AttachRequest::default()
+            },
+        )
+        .unwrap();
+    assert!(first.active && !second.active);
+    let standby = h
+        .client
+        .receive(JOBS, "fo", second.consumer_id, 10, 0)
+        .unwrap();
+    assert!(!standby.active && standby.messages.is_empty());
+    let got = h
+        .client
+        .receive(JOBS, "fo", first.consumer_id, 1, 0)
+        .unwrap();
+    assert_eq!(got.messages[0].offset, 0);
+    // The active consumer goes silent: its session expires, its lease comes
+    // back, and the standby receives everything.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut seen = BTreeSet::new();
+    while seen.len() < 2 && Instant::now() < deadline {
+        let r = h
+            .client
+            .receive(JOBS, "fo", second.consumer_id, 10, 200)
+            .unwrap();
+        seen.extend(r.messages.iter().map(|m| m.offset));
+    }
+    assert_eq!(seen, BTreeSet::from([0, 1]));
+    assert_eq!(
+        api_status(h.client.receive(JOBS, "fo", first.consumer_id, 1, 0)).0,
+        404
+    );
+}
+
+/// method, path, body, expected status, kind, a phrase of the message.
+type Case<'a> = (&'a str, String, Option<String>, u16, &'a str, &'a str);
+
+#[test]
+fn bad_inputs_get_clear_4xx_errors() {
+    let h = Harness::start(fast());
+    h.create_topic(JOBS, "task_queue");
+    h.publish(JOBS, &["a", "b"]);
+    let c = h.attach(JOBS, "w", SubscriptionType::Shared);
+    let sub = format!("/v1/topics{JOBS}/subscriptions/w");
+    let cases: Vec<Case> = vec![
+        (
+            "POST",
+            "/v1/topics/default/nope/subscriptions/w/attach".into(),
+            Some("{}".to_owned()),
+            404,
+            "not_found",
+            "does not exist",
+        ),
+        (
+            "POST",
+            format!("/v1/topics{JOBS}/subscriptions/unknown/receive"),
+            Some(r#"{"consumer_id": 1}"#.to_owned()),
+            404,
+            "not_found",
+            "attach first",
+        ),
+        (
+            "POST",
+            format!("{sub}/receive"),
+            Some(r#"{"consumer_id": 12345}"#.to_owned()),
+            404,
+            "not_found",
+            "no session",
+        ),
+        (
+            "POST",
+            format!("{sub}/receive"),
+            Some("{not json".to_owned()),
+            400,
+            "invalid_input",
+            "request body",
+        ),
+        (
+            "POST",
+            format!("{sub}/receive"),
+            Some(format!(r#"{{"consumer_id": {c}, "max_messages": 0}}"#)),
+            400,
+            "invalid_input",
+            "max_messages",
+        ),
+        (
+            "POST",
+            format!("{sub}/receive"),
+            Some(format!(r#"{{"consumer_id": {c}, "max_wait_ms": 999999}}"#)),
+            400,
+            "invalid_input",
+            "max_wait_ms",
+        ),
+        (
+            "POST",
+            format!("{sub}/receive"),
+            Some(format!(r#"{{"consumer_id": {c}, "max_mesages": 3}}"#)),
+            400,
+            "invalid_input",
+            "max_mesages",
+        ),
+        (
+            "POST",
+            format!("{sub}/ack"),
+            Some(format!(r#"{{"consumer_id": {c}, "offsets": [2]}}"#)),
+            400,
+            "invalid_input",
+            "high-water mark",
+        ),
+        (
+            "POST",
+            format!("{sub}/ack"),
+            Some(format!(r#"{{"consumer_id": {c}, "offsets": []}}"#)),
+            400,
+            "invalid_input",
+            "offsets",
+        ),
+        (
+            "POST",
+            format!("{sub}/ack"),
+            Some(format!(r#"{{"consumer_id": {c}, "offsets": [-1]}}"#)),
+            400,
+            "invalid_input",
+            "offsets",
+        ),
+        (
+            "POST",
+            format!("{sub}/ack-up-to"),
+            Some(format!(
+                r#"{{"consumer_id": {c}, "offset": 18446744073709551615}}"#
+            )),
+            400,
+            "invalid_input",
+            "high-water mark",
+        ),
+        (
+            "POST",
+            format!("{sub}/seek"),
+            Some(r#"{"offset": 5}"#.to_owned()),
+            400,
+            "offset_out_of_range",
+            "outside [0, 2]",
+        ),
+        (
+            "POST",
+            format!("{sub}/seek"),
+            Some(r#"{"offset": 1, "timestamp_ms": 5}"#.to_owned()),
+            400,
+            "invalid_input",
+            "exactly one",
+        ),
+        (
+            "POST",
+            format!("{sub}/attach"),
+            Some(r#"{"type": "exclusive"}"#.to_owned()),
+            409,
+            "type_mismatch",
+            "is shared",
+        ),
+        (
+            "POST",
+            format!("/v1/topics{JOBS}/subscriptions/x2/attach"),
+            Some(r#"{"start": {"offset": 9}}"#.to_owned()),
+            400,
+            "offset_out_of_range",
+            "outside",
+        ),
+        (
+            "POST",
+            format!("/v1/topics{JOBS}/subscriptions/bad%20name/attach"),
+            Some("{}".to_owned()),
+            400,
+            "invalid_input",
+            "subscription",
+        ),
+        (
+            "POST",
+            format!("/v1/topics{JOBS}/subscriptions/x3/attach"),
+            Some(r#"{"start": "yesterday"}"#.to_owned()),
+            400,
+            "invalid_input",
+            "start",
+        ),
+        (
+            "POST",
+            format!("/v1/topics{JOBS}/records"),
+            Some(r#"{"records": [{"value": "a", "value_b64": "YQ=="}]}"#.to_owned()),
+            400,
+            "invalid_input",
+            "exactly one",
+        ),
+        (
+            "POST",
+            format!("/v1/topics{JOBS}/records"),
+            Some(r#"{"records": [{"value_b64": "***"}]}"#.to_owned()),
+            400,
+            "invalid_input",
+            "base64",
+        ),
+        (
+            "POST",
+            format!("/v1/topics{JOBS}/records"),
+            Some(r#"{"records": []}"#.to_owned()),
+            400,
+            "invalid_input",
+            "records",
+        ),
+        (
+            "GET",
+            format!("/v1/topics{JOBS}/records?offset=7"),
+            None,
+            400,
+            "offset_out_of_range",
+            "outside",
+        ),
+        (
+            "GET",
+            format!("/v1/topics{JOBS}/records?offset=abc"),
+            None,
+            400,
+            "invalid_input",
+            "offset",
+        ),
+        (
+            "DELETE",
+            format!("/v1/topics{JOBS}/subscriptions/never"),
+            None,
+            404,
+            "not_found",
+            "does not exist",
+        ),
+        (
+            "POST",
+            format!("/v1/topics{JOBS}/subscriptions/never/pause"),
+            None,
+            404,
+            "not_found",
+            "does not exist",
+        ),
+    ];
+    for (method, path, body, status, kind, needle) in cases {
+        let r = h.request(method, &path, Some(TOKEN), body.as_deref());
+        assert_eq!(r.status, status, "{method} {path} {body:?}: {}", r.body);
+        assert_eq!(r.body["kind"], kind, "{method} {path}: {}", r.body);
+        let message = r.body["error"].as_str().unwrap();
+        assert!(
+            message.contains(needle),
+            "{method} {path}: {message:?} lacks {needle:?}"
+        );
+    }
+    // Foreign lease.
+    let other = h.attach(JOBS, "w", SubscriptionType::Shared);
+    let got = h.client.receive(JOBS, "w", c, 1, 0).unwrap();
+    let (status, kind) = api_status(h.client.ack(JOBS, "w", other, &[got.messages[0].offset]));
+    assert_eq!((status, kind.as_str()), (409, "not_leased"));
+    let (status, kind) = api_status(h.client.nack(
+        JOBS,
+        "w",
+        &NackRequest {
+            consumer_id: other,
+            offsets: vec![got.messages[0].offset],
+            delay_ms: None,
+            reason: None,
+        },
+    ));
+    assert_eq!((status, kind.as_str()), (409, "not_leased"));
+    // The refused calls changed nothing: the holder acks it.
+    let r = h
+        .client
+        .ack(JOBS, "w", c, &[got.messages[0].offset])
+        .unwrap();
+    assert_eq!(r.acked, vec![got.messages[0].offset]);
+    // No token / wrong token.
+    let r = h.request("POST", &format!("{sub}/receive"), None, Some("{}"));
+    assert_eq!(
+        (r.status, r.body["kind"].as_str()),
+        (401, Some("unauthorized"))
+    );
+    let r = h.request(
+        "GET",
+        &format!("/v1/topics{JOBS}/records"),
+        Some("wrong"),
+        None,
+    );
+    assert_eq!(r.status, 401);
+}
