@@ -65,11 +65,52 @@ fn load_average() -> String {
 
 struct Raw {
     seconds: f64,
+    /// CPU seconds (user + system) of this process during the transfer: the
+    /// sending and receiving threads (plus an idle polling loop).
+    cpu_seconds: f64,
+}
+
+/// CPU seconds (user + system, all threads, living and exited) of `pid`
+/// ("self" for this process), from `/proc/{pid}/stat`; `None` once it is
+/// gone.
+fn cpu_seconds(pid: &str) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the parenthesised command name; utime and stime are the
+    // 14th and 15th fields of the line, in clock ticks (100 per second on
+    // Linux).
+    let rest = &stat[stat.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    let ticks = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(ticks as f64 / 100.0)
+}
+
+/// Pids of the processes whose command line mentions `needle` (the
+/// scratch directory of a run: its broker and edge agent).
+fn pids_mentioning(needle: &str) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let pid = e.file_name().to_string_lossy().into_owned();
+            pid.chars().all(|c| c.is_ascii_digit()).then_some(pid)
+        })
+        .filter(|pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(needle))
+        })
+        .collect()
+}
+
+fn total_cpu(pids: &[String]) -> f64 {
+    pids.iter().filter_map(|p| cpu_seconds(p)).sum()
 }
 
 fn raw_run() -> Raw {
     let dir = scratch_dir("raw");
     let (server, client) = quic_configs(&dir.path().join("certs"), None);
+    let cpu_before = cpu_seconds("self").unwrap_or(0.0);
     let bulk = RawBulk::start(server, client, |addr| addr, PAYLOAD_BYTES);
     let deadline = Instant::now() + Duration::from_secs(120);
     while bulk.last_byte().is_none() {
@@ -78,9 +119,11 @@ fn raw_run() -> Raw {
     }
     let (first, last) = (bulk.first_byte().unwrap(), bulk.last_byte().unwrap());
     assert_eq!(bulk.received(), PAYLOAD_BYTES);
+    let cpu_seconds = cpu_seconds("self").unwrap_or(0.0) - cpu_before;
     bulk.stop();
     Raw {
         seconds: (last - first).as_secs_f64(),
+        cpu_seconds,
     }
 }
 
@@ -93,6 +136,9 @@ struct Replication {
     /// The drain's first and last acknowledgement as Unix time (s), to
     /// match a profile recorded with `perf record -k realtime`.
     unix_span: (f64, f64),
+    /// CPU seconds of the broker and the edge agent between the first and
+    /// the last acknowledgement.
+    cpu_seconds: f64,
 }
 
 fn unix_now() -> f64 {
@@ -125,6 +171,8 @@ fn replication_run(intent: &str) -> Replication {
     assert_eq!(hwm - warm, (BATCHES * RECORDS_PER_BATCH) as u64);
 
     pair.broker.start();
+    let pids = pids_mentioning(&dir.path().to_string_lossy());
+    let mut cpu_at_first = 0.0;
     let started = Instant::now();
     let mut first: Option<(Instant, u64)> = None;
     let mut unix_start = 0.0;
@@ -138,6 +186,7 @@ fn replication_run(intent: &str) -> Replication {
         let now = Instant::now();
         let acked = pair.edge_offsets().map_or(warm, |(_, acked)| acked);
         if acked > warm && first.is_none() {
+            cpu_at_first = total_cpu(&pids);
             first = Some((now, acked));
             unix_start = unix_now();
             last_sample = now;
@@ -153,6 +202,7 @@ fn replication_run(intent: &str) -> Replication {
         }
         std::thread::sleep(POLL);
     };
+    let cpu_seconds = total_cpu(&pids) - cpu_at_first;
     let (t0, acked0) = first.expect("acknowledged");
     assert_eq!(pair.broker.terminate(), Some(0));
     assert_eq!(pair.edge.terminate(), Some(0));
@@ -163,6 +213,7 @@ fn replication_run(intent: &str) -> Replication {
         publish_seconds,
         timeline,
         unix_span: (unix_start, unix_now()),
+        cpu_seconds,
     }
 }
 
@@ -183,9 +234,11 @@ fn main() {
         megabytes(PAYLOAD_BYTES as f64),
         BATCHES * RECORDS_PER_BATCH
     );
-    let mut raw_seconds: Vec<f64> = (0..RAW_ROUNDS).map(|_| raw_run().seconds).collect();
+    let mut raws: Vec<Raw> = (0..RAW_ROUNDS).map(|_| raw_run()).collect();
     let runs: Vec<Replication> = intents.iter().map(|i| replication_run(i)).collect();
-    raw_seconds.extend((0..RAW_ROUNDS).map(|_| raw_run().seconds));
+    raws.extend((0..RAW_ROUNDS).map(|_| raw_run()));
+    let mut raw_seconds: Vec<f64> = raws.iter().map(|r| r.seconds).collect();
+    let mut raw_cpu: Vec<f64> = raws.iter().map(|r| r.cpu_seconds).collect();
     let rates: Vec<String> = raw_seconds
         .iter()
         .map(|s| format!("{:.0}", PAYLOAD_BYTES as f64 / s / 1e6))
@@ -217,6 +270,27 @@ fn main() {
         );
     }
     println!("load average after: {}", load_average());
+    // CPU per byte does not depend on what else the machine runs, unlike
+    // the rates above: it shows what the product costs beyond the
+    // transport even on a busy machine.
+    raw_cpu.sort_by(f64::total_cmp);
+    let raw_cpu_median = (raw_cpu[RAW_ROUNDS - 1] + raw_cpu[RAW_ROUNDS]) / 2.0;
+    let raw_cpu_per_gb = raw_cpu_median / (PAYLOAD_BYTES as f64 / 1e9);
+    println!();
+    println!(
+        "| intent | CPU s per GB, product (edge + broker) | CPU s per GB, raw quinn (median) | raw / product |"
+    );
+    println!("|---|---|---|---|");
+    for run in &runs {
+        let per_gb = run.cpu_seconds / (run.records as f64 * VALUE_BYTES as f64 / 1e9);
+        println!(
+            "| {} | {:.2} | {:.2} | {:.2} |",
+            run.intent,
+            per_gb,
+            raw_cpu_per_gb,
+            raw_cpu_per_gb / per_gb
+        );
+    }
     for run in &runs {
         println!();
         println!(
