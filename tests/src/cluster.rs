@@ -54,7 +54,9 @@ pub struct Proc {
 }
 
 impl Proc {
-    fn new(name: &'static str, mut command: Command) -> Proc {
+    /// A process that runs `command` once started (stdout discarded, stderr
+    /// inherited).
+    pub fn new(name: &'static str, mut command: Command) -> Proc {
         command.stdout(Stdio::null()).stderr(Stdio::inherit());
         Proc {
             name,
@@ -106,6 +108,27 @@ impl Proc {
                 let _ = child.kill();
                 let _ = child.wait();
                 panic!("{} did not exit within 30 s of SIGTERM", self.name);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Waits (bounded by `limit`) for the process to exit on its own and
+    /// returns its exit code (`None` if a signal ended it).
+    ///
+    /// # Panics
+    /// If it is still running after `limit` (it is SIGKILLed first).
+    pub fn wait_exit(&mut self, limit: Duration) -> Option<i32> {
+        let mut child = self.child.take()?;
+        let deadline = Instant::now() + limit;
+        loop {
+            if let Ok(Some(status)) = child.try_wait() {
+                return status.code();
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("{} did not exit within {limit:?}", self.name);
             }
             std::thread::sleep(Duration::from_millis(50));
         }
