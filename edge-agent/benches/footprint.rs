@@ -14,8 +14,9 @@
 //! local API as fast as the agent acknowledges them, for `INGEST_SECS`.
 //!
 //! Run: `scripts/edge-footprint` (= `cargo bench -p edge-agent --bench
-//! footprint`). Environment: `TRIB_EDGE_BIN` (another binary to measure),
-//! `TRIB_EDGE_WORKER_THREADS` (passed to the agent), `FOOTPRINT_INGEST_SECS`.
+//! footprint`). Environment: `TRIB_EDGE_BIN` (another binary to measure,
+//! e.g. the plain `--release` build: `cargo bench` builds this crate's binary
+//! with the dev-dependency features), `FOOTPRINT_INGEST_SECS`.
 //! Exit status 1 if a target is missed.
 
 use std::io::Write as _;
