@@ -16,6 +16,7 @@ use broker_core::catalog::{
     Action, ApplyReport, CreateOutcome, DeleteOutcome, FailurePolicyView, ItemKind, PlanItem,
     PolicySource, TopicDescription, TopicListEntry,
 };
+use broker_core::consumer_api::{ReceiveResponse, ReplayResponse, SeekRequest};
 use broker_core::keys::{NameError, NamespaceName, SubscriptionName, TopicName};
 use clap::{Args, Subcommand, ValueEnum};
 use serde::Deserialize;
@@ -112,6 +113,47 @@ pub enum TopicsCommand {
     /// Override a subscription's failure policy; unspecified flags keep
     /// their current values.
     SetFailurePolicy(SetFailurePolicyArgs),
+    /// Show records of a topic without a subscription (values as text, or
+    /// base64 when not UTF-8), from the log start or `--offset`.
+    Peek {
+        /// Topic name (e.g. a dead-letter topic `/default/jobs-dlq`).
+        topic: String,
+        /// First offset (default: the first stored).
+        #[arg(long)]
+        offset: Option<u64>,
+        /// Most records shown (1 to 1000).
+        #[arg(short = 'n', long, default_value_t = 10)]
+        max_messages: u32,
+    },
+    /// Move a subscription's cursor to an offset or the first record at a
+    /// timestamp; drops its leases and pending redeliveries and lifts a
+    /// `block`.
+    Seek {
+        /// Topic name.
+        topic: String,
+        /// Subscription name.
+        #[arg(short = 's', long = "subscription")]
+        subscription: String,
+        /// New cursor (everything below it counts as acknowledged).
+        #[arg(
+            long,
+            conflicts_with = "timestamp",
+            required_unless_present = "timestamp"
+        )]
+        offset: Option<u64>,
+        /// Instant, ms since the Unix epoch.
+        #[arg(long)]
+        timestamp: Option<i64>,
+    },
+    /// Move the messages a subscription dead-lettered back to the topic
+    /// (appended as new records; each is replayed once).
+    ReplayDlq {
+        /// Topic name.
+        topic: String,
+        /// Subscription name.
+        #[arg(short = 's', long = "subscription")]
+        subscription: String,
+    },
 }
 
 /// Options of `tribctl topics set-failure-policy`.
@@ -328,7 +370,104 @@ pub fn topics(ctx: &Context<'_>, command: &TopicsCommand) -> Result<String, Comm
             )?;
             ctx.render(value, |v: FailurePolicyView| policy_text(&v))
         }
+        TopicsCommand::Peek {
+            topic,
+            offset,
+            max_messages,
+        } => {
+            let mut query = vec![("max_messages", max_messages.to_string())];
+            if let Some(offset) = offset {
+                query.push(("offset", offset.to_string()));
+            }
+            let query: Vec<(&str, &str)> = query.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            let value = client.get(&format!("{}/records", topic_path(topic)?), &query)?;
+            ctx.render(value, |r: ReceiveResponse| peek_text(topic, &r))
+        }
+        TopicsCommand::Seek {
+            topic,
+            subscription,
+            offset,
+            timestamp,
+        } => {
+            let subscription = SubscriptionName::new(subscription)?;
+            let body = SeekRequest {
+                offset: *offset,
+                timestamp_ms: *timestamp,
+            };
+            let value = client.send_json(
+                BodyMethod::Post,
+                &format!("{}/subscriptions/{subscription}/seek", topic_path(topic)?),
+                &serde_json::to_value(body).map_err(|e| CommandError::Decode(e.to_string()))?,
+            )?;
+            #[derive(Deserialize)]
+            struct Seeked {
+                cursor: u64,
+            }
+            ctx.render(value, |s: Seeked| {
+                format!(
+                    "subscription {subscription} of {topic}: cursor now {}\n",
+                    s.cursor
+                )
+            })
+        }
+        TopicsCommand::ReplayDlq {
+            topic,
+            subscription,
+        } => {
+            let subscription = SubscriptionName::new(subscription)?;
+            let value = client.send_json(
+                BodyMethod::Post,
+                &format!(
+                    "{}/subscriptions/{subscription}/replay-dlq",
+                    topic_path(topic)?
+                ),
+                &json!({}),
+            )?;
+            ctx.render(value, |r: ReplayResponse| {
+                let offsets = match (r.offsets.first(), r.offsets.last()) {
+                    (Some(first), Some(last)) => format!(" at offsets {first}..={last}"),
+                    _ => String::new(),
+                };
+                format!(
+                    "replayed {} message(s) from {} to {topic}{offsets}\n",
+                    r.replayed, r.dead_letter_topic
+                )
+            })
+        }
     }
+}
+
+fn peek_text(topic: &str, r: &ReceiveResponse) -> String {
+    let mut out = format!(
+        "{topic}: {} record(s), high-water mark {}\n",
+        r.messages.len(),
+        r.high_water_mark
+    );
+    for m in &r.messages {
+        let value = match (&m.value, &m.value_b64) {
+            (Some(text), _) => format!("{text:?}"),
+            (None, Some(b64)) => format!("base64:{b64}"),
+            _ => String::new(),
+        };
+        let key = m
+            .key
+            .as_deref()
+            .map(|k| format!(" key={k:?}"))
+            .unwrap_or_default();
+        out.push_str(&format!(
+            "offset {} ts {}{key} value {value}\n",
+            m.offset, m.timestamp_ms
+        ));
+        for h in &m.headers {
+            let v = h
+                .value
+                .clone()
+                .or_else(|| h.value_b64.as_ref().map(|b| format!("base64:{b}")))
+                .unwrap_or_default();
+            out.push_str(&format!("  {}: {v}\n", h.name));
+        }
+    }
+    out
 }
 
 fn policy_path(topic: &str, subscription: &str) -> Result<String, CommandError> {
