@@ -165,6 +165,7 @@ async fn handle_stream(
                     let Some(wal) = &wal else {
                         break 'stream Some(refusal(ErrorCode::Malformed, "batch before open"));
                     };
+                    crate::metrics::INGEST.on_batch(batch.header().record_count, batch.len());
                     match wal.enqueue_at(batch).await {
                         Ok(pending) => {
                             if out.send(Out::Ack(pending)).await.is_err() {

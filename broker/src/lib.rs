@@ -5,6 +5,7 @@ pub mod admin;
 pub mod config;
 pub mod consumer;
 pub mod ingest;
+pub mod metrics;
 pub mod raft;
 pub mod server;
 pub mod store;

@@ -131,8 +131,16 @@ pub async fn run(
     );
     let ticker = consumers.spawn_ticker();
     let consumer_routes = crate::consumer::http::router(consumers.clone(), state.token.clone());
+    let metrics = crate::metrics::router(crate::metrics::MetricsState {
+        cluster: state.cluster.clone(),
+        store: state.store.clone(),
+        topics: topics.clone(),
+    });
     // The tier service's trim requests reach the central WALs through this.
-    let app = with_local_segments(router(state).merge(consumer_routes), topics.clone());
+    let app = with_local_segments(
+        router(state).merge(metrics).merge(consumer_routes),
+        topics.clone(),
+    );
     let serve = axum::serve(listener, app).with_graceful_shutdown(shutdown);
     let result = serve.await.map_err(|source| ServerError::Listen {
         what: "admin",

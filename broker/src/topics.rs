@@ -300,6 +300,14 @@ impl TopicStore {
         Wal::open(self.wal_dir(topic), config)
     }
 
+    /// Every open topic with its WAL (for `/metrics`).
+    pub async fn open_topics(&self) -> Vec<(TopicName, Arc<Wal>)> {
+        let open = self.open.lock().await;
+        let mut out: Vec<_> = open.iter().map(|(t, w)| (t.clone(), w.clone())).collect();
+        out.sort_by(|a, b| a.0.as_str().cmp(b.0.as_str()));
+        out
+    }
+
     /// An already open topic's WAL.
     pub async fn get(&self, topic: &TopicName) -> Option<Arc<Wal>> {
         self.open.lock().await.get(topic).cloned()

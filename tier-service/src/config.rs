@@ -6,6 +6,7 @@
 //! prefix = "/tributary"                    # storage prefix (keys and objects)
 //! poll_interval_ms = 5000                  # between passes
 //! topic_concurrency = 2                    # topics tiered at once
+//! metrics_listen = "127.0.0.1:7600"        # GET /metrics (Prometheus)
 //!
 //! [broker]
 //! url = "http://127.0.0.1:7400"            # the broker's admin API
@@ -85,6 +86,10 @@ fn default_topic_concurrency() -> usize {
     2
 }
 
+fn default_metrics_listen() -> std::net::SocketAddr {
+    std::net::SocketAddr::from(([127, 0, 0, 1], 7600))
+}
+
 /// The tier service's settings after merging file, flags and environment.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -100,6 +105,10 @@ pub struct TierConfig {
     /// Topics tiered at once. Default 2.
     #[serde(default = "default_topic_concurrency")]
     pub topic_concurrency: usize,
+    /// Address of the `GET /metrics` listener (no authentication). Default
+    /// 127.0.0.1:7600.
+    #[serde(default = "default_metrics_listen")]
+    pub metrics_listen: std::net::SocketAddr,
     /// The broker's admin API.
     #[serde(default)]
     pub broker: BrokerApiConfig,
@@ -127,6 +136,7 @@ impl TierConfig {
             prefix: default_prefix(),
             poll_interval_ms: default_poll_interval_ms(),
             topic_concurrency: default_topic_concurrency(),
+            metrics_listen: default_metrics_listen(),
             broker: BrokerApiConfig::default(),
             upload: UploadTuning::default(),
             retry: RetryTuning::default(),

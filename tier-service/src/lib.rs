@@ -15,7 +15,8 @@
 //! - [`reader`]: listing, reading and verifying a bucket with no broker
 //!   (used by `tribctl archive`);
 //! - [`service`]: the process (lock, reconciliation, passes, shutdown);
-//! - [`faults`]: crash injection for tests (`TRIB_TIER_FAULT`).
+//! - [`faults`]: crash injection for tests (`TRIB_TIER_FAULT`);
+//! - [`metrics`]: `GET /metrics` (Prometheus) on `metrics_listen`.
 //!
 //! # Safety argument
 //! A local segment is deleted only by the broker's retention, whose safe
@@ -32,6 +33,7 @@ pub mod bucket;
 pub mod config;
 pub mod error;
 pub mod faults;
+pub mod metrics;
 pub mod reader;
 pub mod reconcile;
 pub mod service;

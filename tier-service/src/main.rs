@@ -35,6 +35,9 @@ struct Cli {
     /// Pause between passes, ms.
     #[arg(long)]
     poll_interval_ms: Option<u64>,
+    /// Address of the `GET /metrics` listener (default 127.0.0.1:7600).
+    #[arg(long, env = "TRIB_TIER_METRICS_LISTEN")]
+    metrics_listen: Option<std::net::SocketAddr>,
     /// Objects at least this large go up as multipart uploads, bytes.
     #[arg(long)]
     multipart_threshold_bytes: Option<u64>,
@@ -79,6 +82,9 @@ fn load(cli: Cli) -> Result<TierConfig, String> {
     config.store = cli.store.or(config.store);
     if let Some(ms) = cli.poll_interval_ms {
         config.poll_interval_ms = ms;
+    }
+    if let Some(addr) = cli.metrics_listen {
+        config.metrics_listen = addr;
     }
     if let Some(bytes) = cli.multipart_threshold_bytes {
         config.upload.multipart_threshold_bytes = bytes;
@@ -156,7 +162,22 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(service::run(config, faults, once, shutdown_signal())) {
+    // One shutdown signal for both the service and the metrics listener.
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let wait = |mut rx: tokio::sync::watch::Receiver<bool>| async move {
+        let _ = rx.wait_for(|&s| s).await;
+    };
+    if !once {
+        runtime.spawn(tributary_tier::metrics::serve(
+            config.metrics_listen,
+            wait(stop_rx.clone()),
+        ));
+    }
+    runtime.spawn(async move {
+        shutdown_signal().await;
+        let _ = stop_tx.send(true);
+    });
+    match runtime.block_on(service::run(config, faults, once, wait(stop_rx))) {
         Ok(report) if once && report.has_errors() => ExitCode::FAILURE,
         Ok(_) => ExitCode::SUCCESS,
         Err(e) => {

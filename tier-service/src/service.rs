@@ -136,6 +136,7 @@ pub async fn run(
         reconcile: reconcile(&tiering).await,
         passes: Vec::new(),
     };
+    crate::metrics::STATS.on_reconcile(&report.reconcile);
     let r = &report.reconcile;
     info!(
         topics = r.topics,
@@ -163,6 +164,7 @@ pub async fn run(
         for (topic, e) in &pass.errors {
             error!(topic, error = e, "pass error");
         }
+        crate::metrics::STATS.on_pass(&pass);
         report.passes.push(pass);
         if once || *stop_rx.borrow() {
             break;

@@ -258,6 +258,7 @@ intent = "audit_log"
         format!(
             r#"data_dir = "{data}"
 poll_interval_ms = 1000
+metrics_listen = "{metrics}"
 [broker]
 url = "{url}"
 token = "{TOKEN}"
@@ -267,6 +268,7 @@ url = "{archive}"
             data = work.join("broker").display(),
             url = layout.admin_url(),
             archive = work.join("archive").display(),
+            metrics = free_tcp(),
         ),
     )?;
     Ok((raft, ingest))
@@ -353,6 +355,21 @@ struct Input {
     value_bytes: u64,
     readings: Tally,
     daily: Tally,
+}
+
+/// Refuses a file that does not start with the data set's header.
+fn check_header(path: &Path) -> anyhow::Result<()> {
+    let file = std::fs::File::open(path).with_context(|| format!("opening {}", path.display()))?;
+    let mut line = String::new();
+    BufReader::new(file).read_line(&mut line)?;
+    ensure!(
+        line.trim_end() == demo::HEADER,
+        "{}: line 1 is {:?}, expected the header {:?}",
+        path.display(),
+        line.trim_end(),
+        demo::HEADER
+    );
+    Ok(())
 }
 
 /// Reads the CSV, sends NDJSON bodies to `jobs`, and returns the tallies
@@ -523,6 +540,7 @@ fn run(args: &Args) -> anyhow::Result<Summary> {
         );
     }
     ensure!(args.batch_rows > 0, "--batch-rows must be at least 1");
+    check_header(&args.csv)?;
     prepare_work_dir(&args.work_dir)?;
     let work = std::path::absolute(&args.work_dir)?;
     let layout = Layout {

@@ -1,0 +1,234 @@
+//! `GET /metrics` on the admin listener: Prometheus/OpenMetrics text
+//! (`prometheus-client`), built at scrape time from the open topic WALs,
+//! the committed tiered offsets in Raft and the Raft status, plus the
+//! ingest counters below.
+//!
+//! No bearer token: like `/health` it is read-only and the admin listener is
+//! loopback by default; put it behind the same network policy as the admin
+//! API. It shows topic names, offsets and sizes, never record contents.
+//!
+//! | metric | type | labels |
+//! |---|---|---|
+//! | `tributary_broker_ingest_batches_total` | counter | none: record batches received from edges |
+//! | `tributary_broker_ingest_records_total` | counter | none: records in those batches |
+//! | `tributary_broker_ingest_bytes_total` | counter | none: record batch bytes received |
+//! | `tributary_broker_topic_high_water_mark` | gauge | `topic`: offset just past the last durable record (= records ever stored) |
+//! | `tributary_broker_topic_log_start_offset` | gauge | `topic`: first offset still in the local WAL |
+//! | `tributary_broker_topic_wal_bytes` | gauge | `topic`: bytes of the local WAL segment files |
+//! | `tributary_broker_topic_tiered_offset` | gauge | `topic`: committed tiered offset (every offset below it is archived) |
+//! | `tributary_broker_topic_tier_backlog_records` | gauge | `topic`: high-water mark minus tiered offset |
+//! | `tributary_broker_raft_term` | gauge | none |
+//! | `tributary_broker_raft_leader_id` | gauge | none: the leader's node id, 0 when none is known |
+//! | `tributary_broker_raft_is_leader` | gauge | none: 1 on the leader |
+//! | `tributary_broker_raft_last_applied_index` | gauge | none |
+//!
+//! Topic metrics cover the topics this process has open (an edge has
+//! replicated to them since the broker started).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use broker_core::keys::{DEFAULT_STORAGE_PREFIX, StorageKeys};
+use broker_core::metadata::MetadataStore;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use crate::admin::{ClusterView, tiered_state};
+use crate::topics::TopicStore;
+
+/// The `Content-Type` of the exposition (OpenMetrics 1.0 text).
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+
+/// Counters of the replication endpoint, process-wide.
+#[derive(Debug, Default)]
+pub struct IngestStats {
+    batches: AtomicU64,
+    records: AtomicU64,
+    bytes: AtomicU64,
+}
+
+impl IngestStats {
+    /// Counts one received record batch of `records` records and `bytes`
+    /// encoded bytes.
+    pub fn on_batch(&self, records: u32, bytes: usize) {
+        self.batches.fetch_add(1, Ordering::Relaxed);
+        self.records
+            .fetch_add(u64::from(records), Ordering::Relaxed);
+        self.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+    }
+
+    /// (batches, records, bytes) so far.
+    pub fn snapshot(&self) -> (u64, u64, u64) {
+        (
+            self.batches.load(Ordering::Relaxed),
+            self.records.load(Ordering::Relaxed),
+            self.bytes.load(Ordering::Relaxed),
+        )
+    }
+}
+
+/// The ingest counters of this process (the replication endpoint adds to
+/// them).
+pub static INGEST: IngestStats = IngestStats {
+    batches: AtomicU64::new(0),
+    records: AtomicU64::new(0),
+    bytes: AtomicU64::new(0),
+};
+
+/// What the `/metrics` handler reads.
+#[derive(Clone)]
+pub struct MetricsState {
+    /// Raft status.
+    pub cluster: Arc<dyn ClusterView>,
+    /// Raft metadata (tiered offsets).
+    pub store: Arc<dyn MetadataStore>,
+    /// The open topic WALs.
+    pub topics: Arc<TopicStore>,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct TopicLabel {
+    topic: String,
+}
+
+type TopicGauge = Family<TopicLabel, Gauge<u64, AtomicU64>>;
+
+fn counter(registry: &mut Registry, name: &str, help: &str, value: u64) {
+    let metric: Counter<u64> = Counter::default();
+    metric.inner().store(value, Ordering::Relaxed);
+    registry.register(name, help, metric);
+}
+
+fn gauge(registry: &mut Registry, name: &str, help: &str, value: u64) {
+    let metric: Gauge<u64, AtomicU64> = Gauge::default();
+    metric.set(value);
+    registry.register(name, help, metric);
+}
+
+/// Renders the exposition.
+///
+/// # Errors
+/// Only a formatting failure (never expected).
+pub async fn render(state: &MetricsState) -> Result<String, std::fmt::Error> {
+    let mut registry = Registry::default();
+    let (batches, records, bytes) = INGEST.snapshot();
+    counter(
+        &mut registry,
+        "tributary_broker_ingest_batches",
+        "Record batches received from edges.",
+        batches,
+    );
+    counter(
+        &mut registry,
+        "tributary_broker_ingest_records",
+        "Records in the batches received from edges.",
+        records,
+    );
+    counter(
+        &mut registry,
+        "tributary_broker_ingest_bytes",
+        "Record batch bytes received from edges.",
+        bytes,
+    );
+    let hwm = TopicGauge::default();
+    let start = TopicGauge::default();
+    let wal_bytes = TopicGauge::default();
+    let tiered = TopicGauge::default();
+    let backlog = TopicGauge::default();
+    let keys = StorageKeys::new(DEFAULT_STORAGE_PREFIX).ok();
+    for (topic, wal) in state.topics.open_topics().await {
+        let label = TopicLabel {
+            topic: topic.as_str().to_string(),
+        };
+        let high = wal.high_water_mark();
+        hwm.get_or_create(&label).set(high);
+        start.get_or_create(&label).set(wal.log_start_offset());
+        wal_bytes.get_or_create(&label).set(wal.size_bytes());
+        let tiered_offset = match &keys {
+            Some(keys) => tiered_state(&*state.store, keys, &topic)
+                .await
+                .ok()
+                .and_then(|t| t.tiered_offset),
+            None => None,
+        };
+        let t = tiered_offset.unwrap_or(0);
+        tiered.get_or_create(&label).set(t);
+        backlog.get_or_create(&label).set(high.saturating_sub(t));
+    }
+    registry.register(
+        "tributary_broker_topic_high_water_mark",
+        "Offset just past the topic's last durable record (records ever stored).",
+        hwm,
+    );
+    registry.register(
+        "tributary_broker_topic_log_start_offset",
+        "First offset still in the topic's local WAL.",
+        start,
+    );
+    registry.register(
+        "tributary_broker_topic_wal_bytes",
+        "Bytes of the topic's local WAL segment files.",
+        wal_bytes,
+    );
+    registry.register(
+        "tributary_broker_topic_tiered_offset",
+        "Committed tiered offset: every offset below it is in the archive (0: none yet).",
+        tiered,
+    );
+    registry.register(
+        "tributary_broker_topic_tier_backlog_records",
+        "Records stored but not yet archived: high-water mark minus tiered offset.",
+        backlog,
+    );
+    let status = state.cluster.status();
+    gauge(
+        &mut registry,
+        "tributary_broker_raft_term",
+        "Current Raft term.",
+        status.term,
+    );
+    gauge(
+        &mut registry,
+        "tributary_broker_raft_leader_id",
+        "Node id of the Raft leader (0: none known).",
+        status.leader.unwrap_or(0),
+    );
+    gauge(
+        &mut registry,
+        "tributary_broker_raft_is_leader",
+        "1 if this node is the Raft leader.",
+        u64::from(status.leader == Some(status.node_id)),
+    );
+    gauge(
+        &mut registry,
+        "tributary_broker_raft_last_applied_index",
+        "Index of the last applied Raft log entry.",
+        status.last_applied_index.unwrap_or(0),
+    );
+    let mut out = String::new();
+    encode(&mut out, &registry)?;
+    Ok(out)
+}
+
+async fn metrics(State(state): State<MetricsState>) -> Response {
+    match render(&state).await {
+        Ok(text) => ([(header::CONTENT_TYPE, CONTENT_TYPE)], text).into_response(),
+        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}
+
+/// `GET /metrics` (no token; see the module documentation).
+pub fn router(state: MetricsState) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .with_state(state)
+}

@@ -1,0 +1,248 @@
+//! `/metrics` of the real broker, edge agent and tier service: the metric
+//! names an operator's dashboards rely on exist, and their values follow
+//! traffic, tiering and a broker restart. Every process exits 0 on SIGTERM.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use tributary_tests::cluster::{Pair, bin_path, free_tcp};
+
+fn scrape(url: &str) -> String {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(30)))
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let mut response = agent.get(url).call().expect("scrape");
+    assert_eq!(response.status(), 200, "{url}");
+    response.body_mut().read_to_string().expect("body")
+}
+
+/// The value of `series` (name with its labels, as exposed).
+fn value(text: &str, series: &str) -> Option<u64> {
+    text.lines().find_map(|line| {
+        let rest = line.strip_prefix(series)?.strip_prefix(' ')?;
+        rest.trim().parse::<f64>().ok().map(|v| v as u64)
+    })
+}
+
+fn wait_for(what: &str, url: &str, series: &str, ok: impl Fn(u64) -> bool) -> String {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let text = scrape(url);
+        if value(&text, series).is_some_and(&ok) {
+            return text;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{what}: {series} = {:?} after 60 s\n{text}",
+            value(&text, series)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn config_value(path: &Path, key: &str) -> String {
+    let text = std::fs::read_to_string(path).expect("config");
+    text.lines()
+        .find_map(|l| l.strip_prefix(&format!("{key} = ")))
+        .expect("key")
+        .trim_matches('"')
+        .to_string()
+}
+
+const TOPIC_LABEL: &str = "{topic=\"/plant1/readings\"}";
+
+#[test]
+fn broker_edge_and_tier_metrics_follow_traffic_tiering_and_a_restart() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut pair = Pair::new(dir.path(), "event_stream", None);
+    // Seal quiet central segments quickly so the tier service archives them.
+    let broker_toml = dir.path().join("broker.toml");
+    let mut text = std::fs::read_to_string(&broker_toml).expect("broker.toml");
+    text.push_str("[wal]\nsegment_max_age_ms = 300\n");
+    std::fs::write(&broker_toml, text).expect("broker.toml");
+    let admin = config_value(&broker_toml, "admin_listen");
+    let broker_metrics = format!("http://{admin}/metrics");
+    let edge_metrics = format!("http://{}/metrics", pair.edge_api);
+    let tier_addr = free_tcp();
+    let tier_metrics = format!("http://{tier_addr}/metrics");
+
+    pair.broker.start();
+    pair.edge.start();
+    pair.wait_for_edge();
+    let mut tier = Command::new(bin_path("tier-service"));
+    tier.arg("--data-dir")
+        .arg(&pair.broker_data)
+        .arg("--bucket")
+        .arg(dir.path().join("archive"))
+        .args(["--broker-url", &format!("http://{admin}")])
+        .args(["--token", "e2e-test-token", "--poll-interval-ms", "200"])
+        .arg("--metrics-listen")
+        .arg(tier_addr.to_string())
+        .env("RUST_LOG", "warn");
+    let mut tier = tributary_tests::cluster::Proc::with_stdio("tier-service", tier);
+    tier.start();
+
+    // Before traffic: a leader, nothing ingested, nothing tiered.
+    let text = wait_for(
+        "raft leader",
+        &broker_metrics,
+        "tributary_broker_raft_is_leader",
+        |v| v == 1,
+    );
+    assert_eq!(
+        value(&text, "tributary_broker_raft_leader_id"),
+        Some(1),
+        "{text}"
+    );
+    assert!(
+        value(&text, "tributary_broker_raft_term").unwrap_or(0) >= 1,
+        "{text}"
+    );
+    assert_eq!(
+        value(&text, "tributary_broker_ingest_records_total"),
+        Some(0),
+        "{text}"
+    );
+    assert!(
+        text.contains("# TYPE tributary_broker_ingest_bytes counter"),
+        "{text}"
+    );
+    let text = wait_for(
+        "tier up",
+        &tier_metrics,
+        "tributary_tier_passes_total",
+        |v| v >= 1,
+    );
+    assert_eq!(
+        value(&text, "tributary_tier_segments_committed_total"),
+        Some(0),
+        "{text}"
+    );
+    assert_eq!(
+        value(&text, "tributary_tier_upload_failures_total"),
+        Some(0),
+        "{text}"
+    );
+    let text = scrape(&edge_metrics);
+    assert_eq!(
+        value(
+            &text,
+            &format!("tributary_edge_records_in_total{TOPIC_LABEL}")
+        ),
+        Some(0),
+        "{text}"
+    );
+
+    // 1,000 records through the edge.
+    let body: String = (0..1000)
+        .map(|i| format!("{{\"value\":\"reading {i}\",\"key\":\"k{i}\"}}\n"))
+        .collect();
+    assert_eq!(pair.publish_ndjson(body), Ok((0, 1000)));
+    pair.wait_acknowledged(1000, Duration::from_secs(60));
+    let text = scrape(&broker_metrics);
+    assert_eq!(
+        value(&text, "tributary_broker_ingest_records_total"),
+        Some(1000),
+        "{text}"
+    );
+    assert_eq!(
+        value(&text, "tributary_broker_ingest_batches_total"),
+        Some(1),
+        "{text}"
+    );
+    assert!(
+        value(&text, "tributary_broker_ingest_bytes_total").unwrap_or(0) > 1000,
+        "{text}"
+    );
+    assert_eq!(
+        value(
+            &text,
+            &format!("tributary_broker_topic_high_water_mark{TOPIC_LABEL}")
+        ),
+        Some(1000),
+        "{text}"
+    );
+    let text = wait_for(
+        "edge checkpoint in metrics",
+        &edge_metrics,
+        &format!("tributary_edge_replication_lag_records{TOPIC_LABEL}"),
+        |v| v == 0,
+    );
+    assert_eq!(
+        value(
+            &text,
+            &format!("tributary_edge_records_in_total{TOPIC_LABEL}")
+        ),
+        Some(1000),
+        "{text}"
+    );
+    assert_eq!(
+        value(&text, "tributary_edge_replication_connects_total"),
+        Some(1),
+        "{text}"
+    );
+    assert_eq!(
+        value(&text, "tributary_edge_replication_reconnects_total"),
+        Some(0),
+        "{text}"
+    );
+    assert!(value(&text, "tributary_edge_replication_wire_bytes_total").unwrap_or(0) > 0);
+
+    // The tier service archives the sealed segment; the broker sees it.
+    let text = wait_for(
+        "tiered",
+        &broker_metrics,
+        &format!("tributary_broker_topic_tiered_offset{TOPIC_LABEL}"),
+        |v| v == 1000,
+    );
+    assert_eq!(
+        value(
+            &text,
+            &format!("tributary_broker_topic_tier_backlog_records{TOPIC_LABEL}")
+        ),
+        Some(0),
+        "{text}"
+    );
+    let text = scrape(&tier_metrics);
+    assert!(
+        value(&text, "tributary_tier_segments_committed_total").unwrap_or(0) >= 1,
+        "{text}"
+    );
+    assert!(
+        value(&text, "tributary_tier_uploaded_bytes_total").unwrap_or(0) > 0,
+        "{text}"
+    );
+
+    // A broker restart: the edge reconnects and the counter says so.
+    assert_eq!(
+        pair.broker.terminate(),
+        Some(0),
+        "broker exit status on SIGTERM"
+    );
+    pair.broker.start();
+    wait_for(
+        "reconnect",
+        &edge_metrics,
+        "tributary_edge_replication_reconnects_total",
+        |v| v >= 1,
+    );
+
+    assert_eq!(
+        tier.terminate(),
+        Some(0),
+        "tier-service exit status on SIGTERM"
+    );
+    assert_eq!(
+        pair.edge.terminate(),
+        Some(0),
+        "edge-agent exit status on SIGTERM"
+    );
+    assert_eq!(
+        pair.broker.terminate(),
+        Some(0),
+        "broker exit status on SIGTERM"
+    );
+}

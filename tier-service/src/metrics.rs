@@ -1,0 +1,222 @@
+//! `GET /metrics` of the tier service: Prometheus/OpenMetrics text
+//! (`prometheus-client`) on its own small HTTP listener (`metrics_listen`,
+//! default `127.0.0.1:7600`; no authentication, loopback by default).
+//!
+//! | metric | type | meaning |
+//! |---|---|---|
+//! | `tributary_tier_passes_total` | counter | tiering passes finished |
+//! | `tributary_tier_segments_committed_total` | counter | segments uploaded, verified and committed |
+//! | `tributary_tier_uploaded_bytes_total` | counter | object bytes written to the bucket |
+//! | `tributary_tier_upload_failures_total` | counter | topic passes that failed after their retries (upload, verify, commit or trim) |
+//! | `tributary_tier_trimmed_segments_total` | counter | local segments the broker deleted after trims |
+//! | `tributary_tier_reconcile_errors_total` | counter | errors and missing objects found by start-up reconciliation |
+//! | `tributary_tier_sealed_segments` | gauge | local sealed segments found by the last pass |
+//! | `tributary_tier_backlog_segments` | gauge | sealed segments of the last pass not committed by it: an upper bound of what waits for tiering (segments tiered earlier and not yet trimmed count too) |
+//!
+//! Counters count since the process started. A metrics listener that cannot
+//! bind is logged and the service goes on without it: archiving matters
+//! more than its gauges.
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use axum::Router;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+use tracing::{error, info};
+
+use crate::reconcile::ReconcileReport;
+use crate::tiering::PassReport;
+
+/// The `Content-Type` of the exposition (OpenMetrics 1.0 text).
+pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
+/// Default address of the metrics listener.
+pub const DEFAULT_METRICS_LISTEN: &str = "127.0.0.1:7600";
+
+/// Counters of the tier service, process-wide.
+#[derive(Debug, Default)]
+pub struct TierStats {
+    passes: AtomicU64,
+    committed: AtomicU64,
+    uploaded_bytes: AtomicU64,
+    failures: AtomicU64,
+    trimmed: AtomicU64,
+    reconcile_errors: AtomicU64,
+    sealed: AtomicU64,
+    backlog: AtomicU64,
+}
+
+/// The counters of this process ([`crate::service::run`] updates them).
+pub static STATS: TierStats = TierStats {
+    passes: AtomicU64::new(0),
+    committed: AtomicU64::new(0),
+    uploaded_bytes: AtomicU64::new(0),
+    failures: AtomicU64::new(0),
+    trimmed: AtomicU64::new(0),
+    reconcile_errors: AtomicU64::new(0),
+    sealed: AtomicU64::new(0),
+    backlog: AtomicU64::new(0),
+};
+
+impl TierStats {
+    /// Adds a finished pass.
+    pub fn on_pass(&self, pass: &PassReport) {
+        self.passes.fetch_add(1, Ordering::Relaxed);
+        self.committed.fetch_add(pass.committed, Ordering::Relaxed);
+        self.uploaded_bytes
+            .fetch_add(pass.uploaded_bytes, Ordering::Relaxed);
+        self.failures
+            .fetch_add(pass.errors.len() as u64, Ordering::Relaxed);
+        self.trimmed
+            .fetch_add(pass.trimmed_segments, Ordering::Relaxed);
+        self.sealed.store(pass.sealed_segments, Ordering::Relaxed);
+        self.backlog.store(
+            pass.sealed_segments.saturating_sub(pass.committed),
+            Ordering::Relaxed,
+        );
+    }
+
+    /// Adds the start-up reconciliation.
+    pub fn on_reconcile(&self, report: &ReconcileReport) {
+        self.reconcile_errors.fetch_add(
+            (report.errors.len() + report.missing.len()) as u64,
+            Ordering::Relaxed,
+        );
+    }
+
+    /// The exposition of these counters.
+    ///
+    /// # Errors
+    /// Only a formatting failure (never expected).
+    pub fn render(&self) -> Result<String, std::fmt::Error> {
+        let mut registry = Registry::default();
+        let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        for (name, help, value) in [
+            (
+                "tributary_tier_passes",
+                "Tiering passes finished.",
+                load(&self.passes),
+            ),
+            (
+                "tributary_tier_segments_committed",
+                "Segments uploaded, verified and committed.",
+                load(&self.committed),
+            ),
+            (
+                "tributary_tier_uploaded_bytes",
+                "Object bytes written to the bucket.",
+                load(&self.uploaded_bytes),
+            ),
+            (
+                "tributary_tier_upload_failures",
+                "Topic passes that failed after their retries (upload, verify, commit or trim).",
+                load(&self.failures),
+            ),
+            (
+                "tributary_tier_trimmed_segments",
+                "Local segments the broker deleted after trim calls.",
+                load(&self.trimmed),
+            ),
+            (
+                "tributary_tier_reconcile_errors",
+                "Errors and missing objects found by start-up reconciliation.",
+                load(&self.reconcile_errors),
+            ),
+        ] {
+            let metric: Counter<u64> = Counter::default();
+            metric.inner().store(value, Ordering::Relaxed);
+            registry.register(name, help, metric);
+        }
+        for (name, help, value) in [
+            (
+                "tributary_tier_sealed_segments",
+                "Local sealed segments found by the last pass.",
+                load(&self.sealed),
+            ),
+            (
+                "tributary_tier_backlog_segments",
+                "Sealed segments of the last pass it did not commit (upper bound of the tiering backlog).",
+                load(&self.backlog),
+            ),
+        ] {
+            let metric: Gauge<u64, AtomicU64> = Gauge::default();
+            metric.set(value);
+            registry.register(name, help, metric);
+        }
+        let mut out = String::new();
+        encode(&mut out, &registry)?;
+        Ok(out)
+    }
+}
+
+async fn metrics() -> Response {
+    match STATS.render() {
+        Ok(text) => ([(header::CONTENT_TYPE, CONTENT_TYPE)], text).into_response(),
+        Err(_) => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}
+
+/// Serves `GET /metrics` on `addr` until `shutdown` resolves. A bind
+/// failure is logged and ends the task (the service runs on).
+pub async fn serve(addr: SocketAddr, shutdown: impl Future<Output = ()> + Send + 'static) {
+    let listener = match tokio::net::TcpListener::bind(addr).await {
+        Ok(listener) => listener,
+        Err(e) => {
+            error!(%addr, error = %e, "metrics listener unavailable; running without /metrics");
+            return;
+        }
+    };
+    info!(%addr, "metrics at /metrics");
+    let app = Router::new().route("/metrics", get(metrics));
+    if let Err(e) = axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await
+    {
+        error!(%addr, error = %e, "metrics listener failed");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_pass_moves_the_counters_and_gauges() {
+        let stats = TierStats::default();
+        let pass = PassReport {
+            topics: 2,
+            sealed_segments: 5,
+            committed: 3,
+            uploaded_bytes: 4096,
+            trimmed_segments: 2,
+            errors: vec![("/a/b".into(), "boom".into())],
+            ..PassReport::default()
+        };
+        stats.on_pass(&pass);
+        stats.on_pass(&pass);
+        let text = stats.render().unwrap();
+        for line in [
+            "# TYPE tributary_tier_passes counter",
+            "tributary_tier_passes_total 2",
+            "tributary_tier_segments_committed_total 6",
+            "tributary_tier_uploaded_bytes_total 8192",
+            "tributary_tier_upload_failures_total 2",
+            "tributary_tier_trimmed_segments_total 4",
+            "tributary_tier_reconcile_errors_total 0",
+            "tributary_tier_sealed_segments 5",
+            "tributary_tier_backlog_segments 2",
+        ] {
+            assert!(
+                text.lines().any(|l| l == line),
+                "missing {line:?} in\n{text}"
+            );
+        }
+        assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+}
