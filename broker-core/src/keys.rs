@@ -1294,6 +1294,13 @@ pub enum StorageKey {
         /// Topic.
         topic: TopicName,
     },
+    /// `{prefix}/storage/topics/{ns}/{topic}/retired`: cold-retention low
+    /// mark, `{"below_offset": N}`: offsets below N were removed from the
+    /// archive on purpose (descriptor and object).
+    Retired {
+        /// Topic.
+        topic: TopicName,
+    },
 }
 
 /// A parsed segment object key.
@@ -1386,6 +1393,13 @@ impl StorageKeys {
         })
     }
 
+    /// `{prefix}/storage/topics/{ns}/{topic}/retired`.
+    pub fn retired(&self, topic: &TopicName) -> String {
+        self.key(&StorageKey::Retired {
+            topic: topic.clone(),
+        })
+    }
+
     /// Builds a storage key.
     pub fn key(&self, key: &StorageKey) -> String {
         match key {
@@ -1397,6 +1411,7 @@ impl StorageKeys {
                 format!("{}/segments/{SEGMENTS_CUR}", self.topic_root(topic))
             }
             StorageKey::TopicState { topic } => format!("{}/state", self.topic_root(topic)),
+            StorageKey::Retired { topic } => format!("{}/retired", self.topic_root(topic)),
         }
     }
 
@@ -1438,6 +1453,9 @@ impl StorageKeys {
                 start_offset: padded(key, "start_offset", start)?,
             }),
             [ns, topic, "state"] => Ok(StorageKey::TopicState {
+                topic: topic_in(key, ns, topic)?,
+            }),
+            [ns, topic, "retired"] => Ok(StorageKey::Retired {
                 topic: topic_in(key, ns, topic)?,
             }),
             _ => Err(unknown()),
@@ -2380,6 +2398,11 @@ mod tests {
             prop_assert_eq!(
                 keys.parse(&keys.topic_state(&t)),
                 Ok(StorageKey::TopicState { topic: t.clone() })
+            );
+            prop_assert!(keys.retired(&t).ends_with("/retired"));
+            prop_assert_eq!(
+                keys.parse(&keys.retired(&t)),
+                Ok(StorageKey::Retired { topic: t.clone() })
             );
             let cur = StorageKeys::segments_cur_value(start);
             prop_assert_eq!(StorageKeys::parse_segments_cur_value(&cur), Ok(start));

@@ -26,6 +26,8 @@
 //! | `GET /v1/storage/topics/{ns}/{topic}/segments[?prefix=]` | a topic's segment descriptors, `cur`, tiered offset |
 //! | `POST /v1/storage/descriptors[?prefix=]` | commit `{"topic", "descriptor"}`: descriptor + `segments/cur` in one Raft txn |
 //! | `POST /v1/storage/topics/{ns}/{topic}/trim[?prefix=]` | apply local WAL retention with the committed tiered offset as the safe offset |
+//! | `POST /v1/storage/topics/{ns}/{topic}/unload[?prefix=]` | seal the active segment; once everything is tiered, write the topic's `state` marker (`202` until then) |
+//! | `DELETE /v1/storage/topics/{ns}/{topic}/segments/{start}[?prefix=]` | cold retention: remove the oldest descriptor (never `cur`) |
 //!
 //! The storage endpoints serve the tier service (`tier-service/`), which
 //! runs beside the broker and commits what it uploaded through them; see
@@ -135,6 +137,14 @@ pub fn router(state: AdminState) -> Router {
         )
         .route("/storage/descriptors", post(post_descriptor))
         .route("/storage/topics/{namespace}/{topic}/trim", post(trim_topic))
+        .route(
+            "/storage/topics/{namespace}/{topic}/unload",
+            post(unload_topic),
+        )
+        .route(
+            "/storage/topics/{namespace}/{topic}/segments/{start}",
+            axum::routing::delete(retire_segment),
+        )
         .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
     Router::new()
         .route("/health", get(health))
@@ -541,6 +551,22 @@ pub trait LocalSegments: Send + Sync {
         safe_offset: u64,
         now_ms: i64,
     ) -> BoxFuture<'a, Result<TrimReport, String>>;
+
+    /// Seals `topic`'s active segment (if it holds records) so everything
+    /// written so far can be tiered, for an unload. `None` when the topic
+    /// has no local WAL. The default refuses (not supported).
+    fn seal<'a>(&'a self, topic: &'a TopicName) -> BoxFuture<'a, Result<SealReport, String>> {
+        let _ = topic;
+        Box::pin(async { Err("sealing is not supported by this broker".to_owned()) })
+    }
+}
+
+/// What a `seal` did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SealReport {
+    /// Offset just past the last record stored locally (every offset below
+    /// it is now in a sealed segment); `None` without a local WAL.
+    pub next_offset: Option<u64>,
 }
 
 /// What a `trim` did.
@@ -555,6 +581,20 @@ pub struct TrimReport {
     pub log_start: Option<u64>,
 }
 
+/// The topic's WAL, opened if no edge or publisher opened it since the
+/// broker started (a trim or an unload must not wait for one); `None` for a
+/// topic the catalog does not know.
+async fn open_local(
+    topics: &crate::topics::TopicStore,
+    topic: &TopicName,
+) -> Result<Option<Arc<broker_core::wal::Wal>>, String> {
+    match topics.open_existing(topic, false).await {
+        Ok(wal) => Ok(Some(wal)),
+        Err(crate::topics::TopicError::Catalog(CatalogError::TopicNotFound { .. })) => Ok(None),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 impl LocalSegments for crate::topics::TopicStore {
     fn trim<'a>(
         &'a self,
@@ -563,7 +603,9 @@ impl LocalSegments for crate::topics::TopicStore {
         now_ms: i64,
     ) -> BoxFuture<'a, Result<TrimReport, String>> {
         Box::pin(async move {
-            let Some(wal) = self.get(topic).await else {
+            // A WAL not opened since the broker started (no edge wrote to
+            // the topic yet) is opened now: trims must not wait for an edge.
+            let Some(wal) = open_local(self, topic).await? else {
                 return Ok(TrimReport::default());
             };
             let report =
@@ -575,6 +617,18 @@ impl LocalSegments for crate::topics::TopicStore {
                 wal_open: true,
                 deleted: report.deleted,
                 log_start: Some(report.log_start),
+            })
+        })
+    }
+
+    fn seal<'a>(&'a self, topic: &'a TopicName) -> BoxFuture<'a, Result<SealReport, String>> {
+        Box::pin(async move {
+            let Some(wal) = open_local(self, topic).await? else {
+                return Ok(SealReport::default());
+            };
+            wal.roll().await.map_err(|e| e.to_string())?;
+            Ok(SealReport {
+                next_offset: Some(wal.next_offset()),
             })
         })
     }
@@ -638,6 +692,21 @@ pub enum StorageError {
     /// Concurrent commits kept changing `segments/cur`.
     #[error("segments/cur kept changing; retry")]
     Contended,
+    /// No descriptor at that start offset.
+    #[error("no committed descriptor at {key}")]
+    NotFound {
+        /// The descriptor key.
+        key: String,
+    },
+    /// A cold-retention delete that would break the committed range: not
+    /// the oldest descriptor, or the `cur` one.
+    #[error("{message}")]
+    Refused {
+        /// `not_oldest` or `is_cur`.
+        kind: &'static str,
+        /// Why.
+        message: String,
+    },
     /// The metadata store failed.
     #[error(transparent)]
     Metadata(#[from] MetadataError),
@@ -715,6 +784,27 @@ pub async fn list_descriptors(
     Ok(out)
 }
 
+/// The cold-retention low mark of `topic`: offsets below it were removed
+/// from the archive on purpose ([`retire_descriptor`]); `None` if nothing
+/// was.
+///
+/// # Errors
+/// [`StorageError::Inconsistent`] for a malformed value; metadata errors.
+pub async fn retired_below(
+    store: &dyn MetadataStore,
+    keys: &StorageKeys,
+    topic: &TopicName,
+) -> Result<Option<u64>, StorageError> {
+    let key = keys.retired(topic);
+    match store.get(&key).await? {
+        None => Ok(None),
+        Some(v) => v["below_offset"]
+            .as_u64()
+            .map(Some)
+            .ok_or_else(|| StorageError::Inconsistent(format!("{key}: {v} has no below_offset"))),
+    }
+}
+
 /// Most attempts of [`commit_descriptor`] when concurrent commits move
 /// `segments/cur` under it.
 const COMMIT_ATTEMPTS_MAX: usize = 8;
@@ -757,6 +847,17 @@ pub async fn commit_descriptor(
     let cur_key = keys.segments_cur(topic);
     let value =
         serde_json::to_value(descriptor).map_err(|e| StorageError::Invalid(e.to_string()))?;
+    if let Some(below) = retired_below(store, keys, topic).await?
+        && descriptor.start_offset < below
+    {
+        return Err(StorageError::Refused {
+            kind: "retired",
+            message: format!(
+                "offsets below {below} were removed by cold retention; segment {}..={} is not committed again",
+                descriptor.start_offset, descriptor.end_offset
+            ),
+        });
+    }
     for _ in 0..COMMIT_ATTEMPTS_MAX {
         if let Some(existing) = store.get(&key).await? {
             let existing = decode_descriptor(&key, existing)?;
@@ -849,6 +950,12 @@ impl From<StorageError> for ApiError {
                 ApiError::new(StatusCode::CONFLICT, "not_contiguous", message)
             }
             StorageError::Contended => ApiError::new(StatusCode::CONFLICT, "contended", message),
+            StorageError::NotFound { .. } => {
+                ApiError::new(StatusCode::NOT_FOUND, "not_found", message)
+            }
+            StorageError::Refused { kind, .. } => {
+                ApiError::new(StatusCode::CONFLICT, kind, message)
+            }
             StorageError::Inconsistent(_) | StorageError::Metadata(_) => {
                 tracing::error!(error = %err, "admin API: storage metadata failure");
                 ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
@@ -906,15 +1013,16 @@ async fn list_segments(
     let keys = storage_keys(params)?;
     let segments = list_descriptors(&*state.store, &keys, &topic).await?;
     let tiered = tiered_state(&*state.store, &keys, &topic).await?;
-    ok(
-        StatusCode::OK,
-        json!({
-            "topic": topic,
-            "segments": segments,
-            "cur": tiered.cur,
-            "tiered_offset": tiered.tiered_offset,
-        }),
-    )
+    let mut body = json!({
+        "topic": topic,
+        "segments": segments,
+        "cur": tiered.cur,
+        "tiered_offset": tiered.tiered_offset,
+    });
+    if let Some(below) = retired_below(&*state.store, &keys, &topic).await? {
+        body["retired_below"] = json!(below);
+    }
+    ok(StatusCode::OK, body)
 }
 
 #[derive(Deserialize)]
@@ -988,6 +1096,230 @@ async fn trim_topic(
             "wal_open": report.wal_open,
             "deleted": report.deleted,
             "log_start": report.log_start,
+        }),
+    )
+}
+
+/// The sealed mobility marker of a topic, at
+/// `{prefix}/storage/topics/{ns}/{topic}/state` (JSON, field names from the
+/// metadata seed), written when a topic is unloaded: every record the
+/// broker stored is in committed segments, so another broker can continue
+/// at `next_offset`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicState {
+    /// Always true when written by an unload.
+    pub sealed: bool,
+    /// The last offset stored and committed (inclusive); `None` when the
+    /// topic never held a record.
+    pub last_committed_offset: Option<u64>,
+    /// Where another broker continues: `last_committed_offset + 1`, or 0.
+    pub next_offset: u64,
+    /// Raft node id of the broker that unloaded the topic.
+    pub broker_id: u64,
+    /// When, ms since the Unix epoch.
+    pub timestamp: i64,
+}
+
+/// The outcome of [`unload_step`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UnloadOutcome {
+    /// Every local record is committed: the state marker was written.
+    Unloaded(TopicState),
+    /// Sealed, but the tier service has not committed everything yet.
+    Waiting {
+        /// Offset just past the last local record.
+        sealed_offset: u64,
+        /// The committed tiered offset.
+        tiered_offset: Option<u64>,
+    },
+}
+
+/// One step of an unload: with the local WAL sealed up to `local_next`
+/// (`None`: no local WAL), writes the `state` marker once the committed
+/// tiered offset reaches it, guarded by `segments/cur` so a concurrent
+/// commit cannot slip in between the check and the write.
+///
+/// # Errors
+/// [`StorageError::Contended`] if `segments/cur` moved meanwhile (call
+/// again); metadata errors.
+pub async fn unload_step(
+    store: &dyn MetadataStore,
+    keys: &StorageKeys,
+    topic: &TopicName,
+    local_next: Option<u64>,
+    broker_id: u64,
+    now_ms: i64,
+) -> Result<UnloadOutcome, StorageError> {
+    let cur_key = keys.segments_cur(topic);
+    let cur_value = store.get(&cur_key).await?;
+    let tiered = tiered_state(store, keys, topic).await?;
+    let tiered_offset = tiered.tiered_offset.unwrap_or(0);
+    let local = local_next.unwrap_or(0);
+    if tiered_offset < local {
+        return Ok(UnloadOutcome::Waiting {
+            sealed_offset: local,
+            tiered_offset: tiered.tiered_offset,
+        });
+    }
+    let next_offset = tiered_offset.max(local);
+    let state = TopicState {
+        sealed: true,
+        last_committed_offset: next_offset.checked_sub(1),
+        next_offset,
+        broker_id,
+        timestamp: now_ms,
+    };
+    let value = serde_json::to_value(&state).map_err(|e| StorageError::Invalid(e.to_string()))?;
+    let txn = match cur_value {
+        Some(v) => Txn::new().when_equals(cur_key, v),
+        None => Txn::new().when_absent(cur_key),
+    }
+    .put(keys.topic_state(topic), value);
+    match store.txn(txn).await? {
+        TxnOutcome::Applied => Ok(UnloadOutcome::Unloaded(state)),
+        TxnOutcome::ConditionFailed { .. } => Err(StorageError::Contended),
+    }
+}
+
+async fn unload_topic(
+    State(state): State<AdminState>,
+    segments: Option<Extension<Arc<dyn LocalSegments>>>,
+    Path((namespace, topic)): Path<(String, String)>,
+    params: Result<Query<PrefixQuery>, QueryRejection>,
+) -> ApiResult {
+    let topic = topic_from_path(&namespace, &topic)?;
+    let keys = storage_keys(params)?;
+    let Some(Extension(segments)) = segments else {
+        return Err(ApiError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "not_supported",
+            "this broker does not expose its local WALs to the admin API",
+        ));
+    };
+    let sealed = segments
+        .seal(&topic)
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e))?;
+    let broker_id = state.cluster.status().node_id;
+    match unload_step(
+        &*state.store,
+        &keys,
+        &topic,
+        sealed.next_offset,
+        broker_id,
+        now_ms(),
+    )
+    .await?
+    {
+        UnloadOutcome::Unloaded(marker) => ok(
+            StatusCode::OK,
+            json!({
+                "topic": topic,
+                "outcome": "unloaded",
+                "key": keys.topic_state(&topic),
+                "state": marker,
+            }),
+        ),
+        UnloadOutcome::Waiting {
+            sealed_offset,
+            tiered_offset,
+        } => ok(
+            StatusCode::ACCEPTED,
+            json!({
+                "topic": topic,
+                "outcome": "sealed",
+                "sealed_offset": sealed_offset,
+                "tiered_offset": tiered_offset,
+            }),
+        ),
+    }
+}
+
+/// Cold retention: removes the descriptor at `start`, which must be the
+/// oldest committed one and not the one `segments/cur` points to (the
+/// newest segment is always kept, so the tiered offset stays defined and
+/// the committed range stays contiguous). Guarded by a transaction on the
+/// descriptor's value and `cur`. Returns the start offset of the oldest
+/// descriptor left. The caller deletes the object afterwards (descriptor
+/// first: a descriptor never points at a deleted object; a crash in
+/// between leaves an orphan object below the oldest descriptor, which the
+/// tier service's reconciliation deletes).
+///
+/// # Errors
+/// [`StorageError::NotFound`], [`StorageError::Refused`] (`not_oldest`,
+/// `is_cur`), [`StorageError::Contended`]; metadata errors.
+pub async fn retire_descriptor(
+    store: &dyn MetadataStore,
+    keys: &StorageKeys,
+    topic: &TopicName,
+    start: u64,
+) -> Result<u64, StorageError> {
+    let key = keys.segment_descriptor(topic, start);
+    let descriptors = list_descriptors(store, keys, topic).await?;
+    let Some(position) = descriptors.iter().position(|d| d.start_offset == start) else {
+        return Err(StorageError::NotFound { key });
+    };
+    if position != 0 {
+        return Err(StorageError::Refused {
+            kind: "not_oldest",
+            message: format!(
+                "the oldest committed segment starts at {}; cold retention removes segments oldest first",
+                descriptors[0].start_offset
+            ),
+        });
+    }
+    let cur_key = keys.segments_cur(topic);
+    let cur_value = store.get(&cur_key).await?;
+    let tiered = tiered_state(store, keys, topic).await?;
+    if tiered.cur == Some(start) || descriptors.len() == 1 {
+        return Err(StorageError::Refused {
+            kind: "is_cur",
+            message: format!("{key} is the newest committed segment (segments/cur); it is kept"),
+        });
+    }
+    let value = store
+        .get(&key)
+        .await?
+        .ok_or_else(|| StorageError::NotFound { key: key.clone() })?;
+    let txn = match cur_value {
+        Some(v) => Txn::new().when_equals(cur_key, v),
+        None => Txn::new().when_absent(cur_key),
+    }
+    .when_equals(key.clone(), value)
+    .delete(key)
+    .put(
+        keys.retired(topic),
+        json!({ "below_offset": descriptors[0].next_offset() }),
+    );
+    match store.txn(txn).await? {
+        TxnOutcome::Applied => Ok(descriptors[1].start_offset),
+        TxnOutcome::ConditionFailed { .. } => Err(StorageError::Contended),
+    }
+}
+
+async fn retire_segment(
+    State(state): State<AdminState>,
+    Path((namespace, topic, start)): Path<(String, String, String)>,
+    params: Result<Query<PrefixQuery>, QueryRejection>,
+) -> ApiResult {
+    let topic = topic_from_path(&namespace, &topic)?;
+    let keys = storage_keys(params)?;
+    let start: u64 = start.parse().map_err(|_| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_input",
+            format!("start offset {start:?} is not a number"),
+        )
+        .with("field", json!("start"))
+    })?;
+    let first = retire_descriptor(&*state.store, &keys, &topic, start).await?;
+    ok(
+        StatusCode::OK,
+        json!({
+            "topic": topic,
+            "outcome": "deleted",
+            "key": keys.segment_descriptor(&topic, start),
+            "first_offset": first,
         }),
     )
 }

@@ -24,6 +24,9 @@ pub struct CommittedSegments {
     pub cur: Option<u64>,
     /// Offset past the `cur` descriptor's last record.
     pub tiered_offset: Option<u64>,
+    /// Cold-retention low mark: offsets below it were removed on purpose.
+    #[serde(default)]
+    pub retired_below: Option<u64>,
 }
 
 /// What a commit did.
@@ -172,6 +175,22 @@ impl BrokerClient {
             )
             .await?;
         BrokerClient::decode("commit descriptor", reply)
+    }
+
+    /// Cold retention: removes the oldest descriptor, at `start` (the
+    /// broker refuses any other, and the newest). Already gone is fine.
+    ///
+    /// # Errors
+    /// [`TierError::Broker`].
+    pub async fn retire(&self, topic: &TopicName, start: u64) -> Result<(), TierError> {
+        let url = self.url(&format!("/topics{topic}/segments/{start}"));
+        match self.send("retire descriptor", self.http.delete(url)).await {
+            Ok(_)
+            | Err(TierError::Broker {
+                status: Some(404), ..
+            }) => Ok(()),
+            Err(e) => Err(e),
+        }
     }
 
     /// Asks the broker to apply local retention to `topic` with its

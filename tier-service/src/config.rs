@@ -29,6 +29,10 @@
 //! part_concurrency = 4
 //! full_verify = false
 //!
+//! [cold_retention]                       # optional; default keeps everything
+//! # max_age_ms = 2592000000
+//! # max_bytes = 1099511627776
+//!
 //! [retry]
 //! attempts_max = 6
 //! min_delay_ms = 200
@@ -40,6 +44,7 @@ use std::path::{Path, PathBuf};
 use serde::Deserialize;
 
 use crate::bucket::StoreConfig;
+use crate::cold::ColdRetention;
 use crate::error::TierError;
 use crate::tiering::RetryTuning;
 use crate::upload::UploadTuning;
@@ -121,6 +126,9 @@ pub struct TierConfig {
     /// Retry settings.
     #[serde(default)]
     pub retry: RetryTuning,
+    /// Cold retention of the archive (default: keep forever).
+    #[serde(default)]
+    pub cold_retention: ColdRetention,
 }
 
 impl TierConfig {
@@ -140,6 +148,7 @@ impl TierConfig {
             broker: BrokerApiConfig::default(),
             upload: UploadTuning::default(),
             retry: RetryTuning::default(),
+            cold_retention: ColdRetention::default(),
         }
     }
 
@@ -185,6 +194,7 @@ impl TierConfig {
         if self.topic_concurrency == 0 {
             return fail("topic_concurrency must be at least 1");
         }
+        self.cold_retention.validate()?;
         Ok(())
     }
 }

@@ -11,6 +11,7 @@
 //! | `after_commit` | descriptor committed, trim not requested |
 //! | `after_trim` | the broker applied retention |
 //! | `reconcile_after_adopt` | reconciliation committed an orphan's descriptor |
+//! | `retention_after_descriptor_delete` | cold retention removed a descriptor, not yet its object |
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -19,7 +20,7 @@ use std::sync::Mutex;
 pub const FAULT_ENV: &str = "TRIB_TIER_FAULT";
 
 /// Every known fault point.
-pub const FAULT_POINTS: [&str; 7] = [
+pub const FAULT_POINTS: [&str; 8] = [
     "before_upload",
     "mid_upload",
     "after_upload",
@@ -27,6 +28,7 @@ pub const FAULT_POINTS: [&str; 7] = [
     "after_commit",
     "after_trim",
     "reconcile_after_adopt",
+    "retention_after_descriptor_delete",
 ];
 
 /// Armed fault points and how often each was reached.

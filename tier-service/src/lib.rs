@@ -9,6 +9,7 @@
 //! - [`upload`]: streamed upload of a segment and verification of the
 //!   stored object (steps 2–3 of the commit order);
 //! - [`tiering`]: the commit order for every sealed segment (steps 1–5);
+//! - [`cold`]: cold retention (age/size limits on the archive);
 //! - [`reconcile`]: the start-up pass that makes bucket and descriptors
 //!   agree;
 //! - [`broker_api`]: the broker admin API's storage endpoints;
@@ -30,6 +31,7 @@
 
 pub mod broker_api;
 pub mod bucket;
+pub mod cold;
 pub mod config;
 pub mod error;
 pub mod faults;

@@ -9,6 +9,7 @@
 //! | object without descriptor, overlapping a committed segment | deleted (a leftover of another attempt) |
 //! | object without descriptor, intact | adopted: its descriptor is committed (if the broker refuses it because an earlier segment is not committed yet, the pass commits both in order) |
 //! | object without descriptor, damaged | deleted (the pass uploads the local segment again; reported loudly if there is none) |
+//! | object without descriptor, below the cold-retention low mark | deleted (cold retention removed its descriptor, then stopped before the object) |
 //! | staging files of interrupted local multipart uploads | deleted |
 //!
 //! Objects are deleted only when no descriptor references them.
@@ -174,10 +175,19 @@ async fn reconcile_topic(
     }
 
     // Objects without a descriptor, in offset order.
+    let retired_below = committed.retired_below.unwrap_or(0);
     for object in objects
         .iter()
         .filter(|o| !referenced.contains(o.key.as_str()))
     {
+        if object.end_offset < retired_below {
+            info!(%topic, key = object.key, retired_below, "object removed from Raft by cold retention; deleting it");
+            tiering
+                .retry("delete retired object", || bucket.delete(&object.key))
+                .await?;
+            report.deleted.push(object.key.clone());
+            continue;
+        }
         let overlaps = committed
             .segments
             .iter()

@@ -96,6 +96,7 @@ pub fn build(config: &TierConfig, faults: Faults) -> Result<Tiering, TierError> 
         upload: config.upload.clone(),
         retry: config.retry.clone(),
         topic_concurrency: config.topic_concurrency,
+        cold: config.cold_retention.clone(),
         faults: Arc::new(faults),
     })
 }

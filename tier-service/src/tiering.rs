@@ -85,6 +85,8 @@ pub struct PassReport {
     pub seal_to_commit_ms: Vec<u64>,
     /// Local segments the broker deleted after trim calls.
     pub trimmed_segments: u64,
+    /// Archived segments removed by cold retention (object keys).
+    pub retired: Vec<String>,
     /// Topics whose pass failed, with the error.
     pub errors: Vec<(String, String)>,
 }
@@ -108,6 +110,8 @@ pub struct Tiering {
     pub topic_concurrency: usize,
     /// Crash injection (tests).
     pub faults: Arc<Faults>,
+    /// Cold retention of the archive.
+    pub cold: crate::cold::ColdRetention,
 }
 
 impl Tiering {
@@ -173,6 +177,7 @@ impl Tiering {
             report.upload_time += r.upload_time;
             report.seal_to_commit_ms.extend(r.seal_to_commit_ms);
             report.trimmed_segments += r.trimmed_segments;
+            report.retired.extend(r.retired);
             if let Err(e) = result {
                 error!(%topic, error = %e, "tiering stopped for this topic until the next pass");
                 report.errors.push((topic.to_string(), e.to_string()));
@@ -197,7 +202,7 @@ impl Tiering {
         let sealed = sealed_segments(dir).await?;
         report.sealed_segments += sealed.len() as u64;
         if sealed.is_empty() {
-            return Ok(());
+            return self.cold_pass(topic, report, shutdown).await;
         }
         let committed = self
             .retry("list descriptors", || self.broker.segments(topic))
@@ -208,9 +213,14 @@ impl Tiering {
             .map(|d| (d.start_offset, d))
             .collect();
         let mut tiered = committed.tiered_offset;
+        let retired_below = committed.retired_below.unwrap_or(0);
         for segment in &sealed {
             if *shutdown.borrow() {
                 return Ok(());
+            }
+            if segment.next_offset <= retired_below {
+                // Removed from the archive by cold retention: not again.
+                continue;
             }
             if let Some(d) = by_start.get(&segment.base_offset) {
                 if d.next_offset() == segment.next_offset {
@@ -266,6 +276,24 @@ impl Tiering {
             }
             self.faults.hit("after_trim");
         }
+        self.cold_pass(topic, report, shutdown).await
+    }
+
+    /// Cold retention for `topic`, when it has limits.
+    async fn cold_pass(
+        &self,
+        topic: &TopicName,
+        report: &mut PassReport,
+        shutdown: &watch::Receiver<bool>,
+    ) -> Result<(), TierError> {
+        if self.cold.limits_for(topic) == crate::cold::ColdLimits::default() || *shutdown.borrow() {
+            return Ok(());
+        }
+        let committed = self
+            .retry("list descriptors", || self.broker.segments(topic))
+            .await?;
+        let removed = crate::cold::apply(self, topic, &committed.segments, now_ms()).await?;
+        report.retired.extend(removed);
         Ok(())
     }
 

@@ -21,7 +21,7 @@ use broker_core::metadata::{BoxFuture, ManualClock, MetadataStore};
 use broker_core::wal::{Wal, WalConfig};
 use bytes::Bytes;
 use tributary_broker::admin::{
-    AdminState, ClusterView, LocalSegments, TrimReport, list_descriptors, router,
+    AdminState, ClusterView, LocalSegments, SealReport, TrimReport, list_descriptors, router,
     with_local_segments,
 };
 use tributary_broker::raft::node::ClusterStatus;
@@ -182,6 +182,18 @@ impl LocalSegments for TestWals {
                 wal_open: true,
                 deleted: report.deleted,
                 log_start: Some(report.log_start),
+            })
+        })
+    }
+
+    fn seal<'a>(&'a self, topic: &'a TopicName) -> BoxFuture<'a, Result<SealReport, String>> {
+        Box::pin(async move {
+            let Some(wal) = self.wals.lock().unwrap().get(topic).cloned() else {
+                return Ok(SealReport::default());
+            };
+            wal.roll().await.map_err(|e| e.to_string())?;
+            Ok(SealReport {
+                next_offset: Some(wal.next_offset()),
             })
         })
     }
