@@ -185,21 +185,10 @@ pub enum FrameError {
 impl Frame {
     /// A batch frame for `batch`, zstd-compressed when `compress` is set and
     /// that makes it smaller.
+    /// A stream sending many batches keeps one
+    /// [`BatchCompressor`](super::compress::BatchCompressor) instead.
     pub fn batch(batch: &EncodedBatch, compress: bool) -> Frame {
-        let raw = batch.as_bytes();
-        if compress
-            && let Ok(packed) = zstd::bulk::compress(raw, 1)
-            && packed.len() < raw.len()
-        {
-            return Frame::Batch {
-                codec: WireCodec::Zstd,
-                payload: Bytes::from(packed),
-            };
-        }
-        Frame::Batch {
-            codec: WireCodec::None,
-            payload: raw.clone(),
-        }
+        super::compress::BatchCompressor::new(compress).frame(batch)
     }
 
     /// Appends the encoded frame to `out`.
