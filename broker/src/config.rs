@@ -21,6 +21,12 @@
 //!
 //! [wal]                              # central topic WALs
 //! segment_max_age_ms = 60000         # seal the active segment after 1 min
+//!
+//! [archive]                          # optional: the tier service's bucket,
+//! prefix = "/tributary"              # for reads below the local WAL
+//! [archive.store]                    # same keys as tier-service's [store]
+//! url = "/var/lib/tributary-archive" # a directory, or "s3://bucket"
+//! # endpoint = "http://127.0.0.1:9000"
 //! ```
 
 use std::collections::BTreeMap;
@@ -68,6 +74,30 @@ pub struct BrokerConfig {
     /// session timeout); see [`crate::consumer::ConsumerConfig`].
     #[serde(default)]
     pub consumers: crate::consumer::ConsumerConfig,
+    /// The archive bucket the tier service writes (`[archive]`), read when
+    /// a consumer asks for offsets below the local WAL (tiered read). None:
+    /// such reads fail with `503 archive_not_configured`.
+    #[serde(default)]
+    pub archive: Option<ArchiveConfig>,
+}
+
+/// Where the tier service archives this broker's segments (`[archive]`).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ArchiveConfig {
+    /// Storage prefix of descriptor keys and objects; must match the tier
+    /// service's `prefix`. Default `/tributary`.
+    #[serde(default = "default_archive_prefix")]
+    pub prefix: String,
+    /// The bucket (`[archive.store]`): the tier service's
+    /// [`tributary_tier::StoreConfig`] (`url` = a local directory,
+    /// `file:///path` or `s3://bucket`, plus S3 settings; unset S3 settings
+    /// come from the `AWS_*` environment variables).
+    pub store: tributary_tier::StoreConfig,
+}
+
+fn default_archive_prefix() -> String {
+    broker_core::keys::DEFAULT_STORAGE_PREFIX.to_owned()
 }
 
 /// Central topic WAL settings (`[wal]`).
@@ -195,6 +225,20 @@ impl BrokerConfig {
                 reason: "must be at least 1 (or left out)".into(),
             });
         }
+        if let Some(archive) = &self.archive {
+            if let Err(e) = broker_core::keys::StorageKeys::new(&archive.prefix) {
+                return Err(ConfigError::Invalid {
+                    field: "archive.prefix",
+                    reason: e.to_string(),
+                });
+            }
+            if archive.store.url.is_none() {
+                return Err(ConfigError::Invalid {
+                    field: "archive.store.url",
+                    reason: "required in [archive.store] (a directory or s3://bucket)".into(),
+                });
+            }
+        }
         if self.tls.is_none() {
             return Err(ConfigError::Invalid {
                 field: "tls",
@@ -271,6 +315,49 @@ ca = "ca.pem"
         assert_eq!(config.node_id, 2);
         assert_eq!(config.members.len(), 2);
         assert_eq!(config.validate().map_err(|e| e.to_string()), Ok(()));
+    }
+
+    #[test]
+    fn archive_section_parses_with_defaults_and_bad_ones_are_refused() {
+        let base = "data_dir = \"x\"\nadmin_token = \"long-enough\"\n[tls]\ncert=\"a\"\nkey=\"b\"\nca=\"c\"\n";
+        let config: BrokerConfig = toml::from_str(base).unwrap();
+        assert_eq!(config.archive, None);
+        let config: BrokerConfig =
+            toml::from_str(&format!("{base}[archive.store]\nurl = \"/srv/archive\"\n")).unwrap();
+        let archive = config.archive.clone().unwrap();
+        assert_eq!(archive.prefix, "/tributary");
+        assert_eq!(archive.store.url.as_deref(), Some("/srv/archive"));
+        assert_eq!(config.validate().map_err(|e| e.to_string()), Ok(()));
+        // The example in configs/broker-single.toml, uncommented.
+        let example: String = include_str!("../../configs/broker-single.toml")
+            .lines()
+            .skip_while(|l| !l.starts_with("# [archive]"))
+            .map(|l| l.trim_start_matches("# "))
+            .filter(|l| !l.trim_start().starts_with('#'))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let config: BrokerConfig = toml::from_str(&format!("{base}{example}")).unwrap();
+        let archive = config.archive.unwrap();
+        assert_eq!(
+            archive.store.endpoint.as_deref(),
+            Some("http://127.0.0.1:9000")
+        );
+        let config: BrokerConfig = toml::from_str(&format!(
+            "{base}[archive]\nprefix = \"/t\"\n[archive.store]\n"
+        ))
+        .unwrap();
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("archive.store.url"), "{err}");
+        let config: BrokerConfig = toml::from_str(&format!(
+            "{base}[archive]\nprefix = \"no-slash\"\n[archive.store]\nurl = \"/a\"\n"
+        ))
+        .unwrap();
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("archive.prefix"), "{err}");
+        let err = toml::from_str::<BrokerConfig>(&format!("{base}[archive]\nbucket = \"/a\"\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("bucket"), "{err}");
     }
 
     #[test]

@@ -129,6 +129,9 @@ pub async fn run(
         config.admin_listen.to_string(),
         config.node_id,
     );
+    if let Some(archive) = &config.archive {
+        consumers.set_archive(crate::consumer::tiered::open_archive(archive)?);
+    }
     let ticker = consumers.spawn_ticker();
     let consumer_routes = crate::consumer::http::router(consumers.clone(), state.token.clone());
     let metrics = crate::metrics::router(crate::metrics::MetricsState {

@@ -21,7 +21,8 @@
 //! Errors are JSON `{"error", "kind", "field"?}`: `400 invalid_input`,
 //! `400 offset_out_of_range` (with `log_start`, `high_water_mark`), `401
 //! unauthorized`, `404 not_found`, `409 subscription_busy | type_mismatch |
-//! not_leased | writer_conflict`, `500 internal`.
+//! not_leased | writer_conflict`, `500 internal`, `503
+//! archive_not_configured` (an offset below the local WAL, no `[archive]`).
 
 use std::sync::Arc;
 
@@ -123,6 +124,11 @@ impl From<ConsumerError> for ApiError {
             ConsumerError::TooLarge(_) => {
                 ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", message)
             }
+            ConsumerError::ArchiveNotConfigured(_) => ApiError::new(
+                StatusCode::SERVICE_UNAVAILABLE,
+                "archive_not_configured",
+                message,
+            ),
             ConsumerError::Internal(_) => {
                 tracing::error!(error = %message, "consumer API: internal error");
                 ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)

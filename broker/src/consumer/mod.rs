@@ -30,6 +30,7 @@
 
 pub mod http;
 pub mod records;
+pub mod tiered;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -130,6 +131,10 @@ pub enum ConsumerError {
     /// Storage or metadata failure (500).
     #[error("{0}")]
     Internal(String),
+    /// The offset was tiered and trimmed locally, and the broker has no
+    /// `[archive]` configured to read it from (503).
+    #[error("{0}")]
+    ArchiveNotConfigured(String),
 }
 
 impl From<CatalogError> for ConsumerError {
@@ -169,7 +174,10 @@ impl From<TopicError> for ConsumerError {
 
 impl From<ReadError> for ConsumerError {
     fn from(e: ReadError) -> Self {
-        ConsumerError::Internal(format!("reading records: {e}"))
+        match e {
+            e @ ReadError::Tiered { .. } => ConsumerError::ArchiveNotConfigured(e.to_string()),
+            e => ConsumerError::Internal(format!("reading records: {e}")),
+        }
     }
 }
 
@@ -239,6 +247,8 @@ pub struct ConsumerService {
     node_id: u64,
     subs: Mutex<HashMap<SubKey, Arc<Sub>>>,
     next_consumer: AtomicU64,
+    /// The archive for tiered reads ([`ConsumerService::set_archive`]).
+    archive: std::sync::OnceLock<tributary_tier::Archive>,
 }
 
 /// Now, ms since the Unix epoch.
@@ -280,7 +290,19 @@ impl ConsumerService {
             node_id,
             subs: Mutex::default(),
             next_consumer: AtomicU64::new(first_id),
+            archive: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Serves offsets below the local WAL from `archive` (tiered read,
+    /// [`tiered`]). Without it such reads fail with
+    /// [`ConsumerError::ArchiveNotConfigured`]. Only the first call counts.
+    pub fn set_archive(&self, archive: tributary_tier::Archive) {
+        let _ = self.archive.set(archive);
+    }
+
+    fn archive(&self) -> Option<&tributary_tier::Archive> {
+        self.archive.get()
     }
 
     /// The configuration in force.
@@ -431,17 +453,25 @@ impl ConsumerService {
         }
     }
 
+    /// The cursor for `start`. `earliest` and the lower bound of an offset
+    /// are the first archived offset when an archive is configured (tiered
+    /// read), else the WAL's log start.
     async fn start_cursor(
         &self,
+        topic: &TopicName,
         wal: &Arc<Wal>,
         start: StartPosition,
     ) -> Result<u64, ConsumerError> {
         let hwm = wal.high_water_mark();
-        let log_start = wal.log_start_offset();
         Ok(match start {
-            StartPosition::Earliest => log_start,
+            StartPosition::Earliest => tiered::log_start(wal, self.archive(), topic).await?,
             StartPosition::Latest => hwm,
             StartPosition::Offset(offset) => {
+                let log_start = if offset < wal.log_start_offset() {
+                    tiered::log_start(wal, self.archive(), topic).await?
+                } else {
+                    wal.log_start_offset()
+                };
                 if offset < log_start || offset > hwm {
                     return Err(ConsumerError::OffsetOutOfRange {
                         offset,
@@ -452,8 +482,7 @@ impl ConsumerService {
                 offset
             }
             StartPosition::Timestamp(ts) => {
-                records::blocking(wal, move |w| records::offset_for_timestamp_blocking(w, ts))
-                    .await?
+                tiered::offset_for_timestamp(wal, self.archive(), topic, ts).await?
             }
         })
     }
@@ -575,13 +604,13 @@ impl ConsumerService {
                     Some(value) => value.as_u64().ok_or_else(|| {
                         ConsumerError::Internal(format!("stored cursor at {cursor_key} is {value}"))
                     })?,
-                    None => self.start_cursor(&wal, request.start).await?,
+                    None => self.start_cursor(topic, &wal, request.start).await?,
                 };
                 let view = catalog.attach_subscription(topic, name).await?;
                 (meta, cursor, (view.policy, view.source), true, false)
             }
             None if request.durable => {
-                let cursor = self.start_cursor(&wal, request.start).await?;
+                let cursor = self.start_cursor(topic, &wal, request.start).await?;
                 let view = catalog.attach_subscription(topic, name).await?;
                 let meta = SubscriptionMeta {
                     subscription_type: request.subscription_type,
@@ -609,7 +638,7 @@ impl ConsumerService {
             }
             None => {
                 let view = catalog.failure_policy(topic, name).await?;
-                let cursor = self.start_cursor(&wal, request.start).await?;
+                let cursor = self.start_cursor(topic, &wal, request.start).await?;
                 let meta = SubscriptionMeta {
                     subscription_type: request.subscription_type,
                     durable: false,
@@ -714,10 +743,8 @@ impl ConsumerService {
             };
             if !deliveries.is_empty() || now >= deadline {
                 let offsets: Vec<u64> = deliveries.iter().map(|d| d.offset).collect();
-                let found = records::blocking(&sub.wal, move |w| {
-                    records::read_offsets_blocking(w, &offsets)
-                })
-                .await?;
+                let found =
+                    tiered::read_offsets(&sub.wal, self.archive(), &sub.topic, &offsets).await?;
                 let messages = deliveries
                     .iter()
                     .filter_map(|d| {
@@ -782,10 +809,7 @@ impl ConsumerService {
             if (active && !paused && cursor < hwm) || now >= deadline {
                 let records = if active && !paused {
                     let limit = max as usize;
-                    records::blocking(&sub.wal, move |w| {
-                        records::read_range_blocking(w, cursor, limit)
-                    })
-                    .await?
+                    tiered::read_range(&sub.wal, self.archive(), &sub.topic, cursor, limit).await?
                 } else {
                     Vec::new()
                 };
@@ -1024,10 +1048,7 @@ impl ConsumerService {
         reason: &str,
     ) -> Result<u64, ConsumerError> {
         let dlq = self.dead_letter_topic(sub, st.dispatcher.policy())?;
-        let found = records::blocking(&sub.wal, move |w| {
-            records::read_offsets_blocking(w, &[offset])
-        })
-        .await?;
+        let found = tiered::read_offsets(&sub.wal, self.archive(), &sub.topic, &[offset]).await?;
         let Some(original) = found.get(&offset) else {
             return Err(ConsumerError::Internal(format!(
                 "offset {offset} not readable"
@@ -1094,7 +1115,7 @@ impl ConsumerService {
             .cloned();
         match loaded {
             Some(sub) => {
-                let cursor = self.start_cursor(&sub.wal, start).await?;
+                let cursor = self.start_cursor(&sub.topic, &sub.wal, start).await?;
                 let mut st = sub.state.lock().await;
                 st.dispatcher.seek(cursor);
                 self.persist(&sub, &mut st, true).await;
@@ -1105,7 +1126,7 @@ impl ConsumerService {
             None => {
                 self.stored_meta(topic, &name).await?;
                 let wal = self.topics.open_existing(topic, false).await?;
-                let cursor = self.start_cursor(&wal, start).await?;
+                let cursor = self.start_cursor(topic, &wal, start).await?;
                 self.store
                     .put(
                         &keys::topics::subscription_cursor(topic, &name),
@@ -1312,7 +1333,7 @@ impl ConsumerService {
     ) -> Result<ReceiveResponse, ConsumerError> {
         let wal = self.topics.open_existing(topic, false).await?;
         let hwm = wal.high_water_mark();
-        let log_start = wal.log_start_offset();
+        let log_start = tiered::log_start(&wal, self.archive(), topic).await?;
         let from = offset.unwrap_or(log_start);
         if from < log_start || from > hwm {
             return Err(ConsumerError::OffsetOutOfRange {
@@ -1322,8 +1343,7 @@ impl ConsumerService {
             });
         }
         let limit = max as usize;
-        let found =
-            records::blocking(&wal, move |w| records::read_range_blocking(w, from, limit)).await?;
+        let found = tiered::read_range(&wal, self.archive(), topic, from, limit).await?;
         let messages: Vec<Message> = found
             .iter()
             .map(|(o, r)| records::to_message(*o, r, encoding))

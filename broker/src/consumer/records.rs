@@ -32,6 +32,31 @@ pub enum ReadError {
     /// The blocking read task failed.
     #[error("read task: {0}")]
     Task(String),
+    /// The offset is below the local WAL (its segment was tiered and
+    /// trimmed) and the broker has no `[archive]` to read it from.
+    #[error(
+        "offset {offset} was tiered to the archive (the local WAL starts at {log_start}) and no archive is configured: set [archive] in the broker configuration"
+    )]
+    Tiered {
+        /// Requested.
+        offset: u64,
+        /// The local WAL's first offset.
+        log_start: u64,
+    },
+    /// Below the local WAL and not in the archive either (removed by cold
+    /// retention, or never tiered).
+    #[error(
+        "offset {offset} is below the local WAL (which starts at {log_start}) and not in the archive"
+    )]
+    NotArchived {
+        /// Requested.
+        offset: u64,
+        /// The local WAL's first offset.
+        log_start: u64,
+    },
+    /// Reading the archive failed (store error, damaged object).
+    #[error("archive: {0}")]
+    Archive(String),
 }
 
 fn decode_into(

@@ -1,0 +1,287 @@
+//! Tiered read: consumer reads below the local WAL's log start are served
+//! from the archive the tier service wrote (issue 5 "Tiered read", issue 6
+//! "Consumer API"), through the tier service's reader
+//! ([`tributary_tier::reader::Archive`]), and continue in the local WAL
+//! where the archive part ends. Offsets, keys, headers and timestamps are
+//! the stored ones, so a consumer cannot tell where a record came from.
+//!
+//! The segments are found by listing the topic's objects in the bucket
+//! (the object key names its offset range, `docs/archive-format.md`);
+//! every read costs one listing, one suffix read per object opened and one
+//! ranged read per object.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::ops::ControlFlow;
+use std::sync::Arc;
+
+use broker_core::Record;
+use broker_core::keys::TopicName;
+use broker_core::wal::{Wal, WalError};
+use tributary_tier::reader::{Archive, Start};
+
+use super::records::{self, ReadError};
+
+/// Reads of a WAL race with trims; this many attempts are made when the
+/// log start moves under a read.
+const ATTEMPTS: usize = 4;
+
+/// Records fetched per archive read when looking up scattered offsets.
+const LOOKUP_RUN: usize = 256;
+
+/// The first offset of `topic` readable at all: the first archived offset
+/// when an archive is configured and holds the topic, else the WAL's log
+/// start.
+///
+/// # Errors
+/// [`ReadError::Archive`] if the bucket cannot be listed.
+pub async fn log_start(
+    wal: &Wal,
+    archive: Option<&Archive>,
+    topic: &TopicName,
+) -> Result<u64, ReadError> {
+    let local = wal.log_start_offset();
+    let Some(archive) = archive else {
+        return Ok(local);
+    };
+    if local == 0 {
+        return Ok(0);
+    }
+    let (objects, _) = archive
+        .segments(topic)
+        .await
+        .map_err(|e| ReadError::Archive(e.to_string()))?;
+    Ok(objects.first().map_or(local, |o| o.start_offset.min(local)))
+}
+
+/// Runs an archive read to completion. The reader takes `&mut dyn FnMut`
+/// callbacks, so its futures are not `Send`; this drives one on a blocking
+/// thread with the runtime's handle, so callers stay `Send`.
+async fn drive<T, F>(make: F) -> Result<T, ReadError>
+where
+    T: Send + 'static,
+    F: AsyncFnOnce() -> Result<T, ReadError> + Send + 'static,
+{
+    let handle = tokio::runtime::Handle::current();
+    tokio::task::spawn_blocking(move || handle.block_on(make()))
+        .await
+        .map_err(|e| ReadError::Task(e.to_string()))?
+}
+
+fn not_configured(offset: u64, log_start: u64) -> ReadError {
+    ReadError::Tiered { offset, log_start }
+}
+
+/// Up to `max_count` records of `topic` in `[from, until)` from the archive.
+async fn archive_range(
+    archive: &Archive,
+    topic: &TopicName,
+    from: u64,
+    until: u64,
+    max_count: usize,
+) -> Result<Vec<(u64, Record)>, ReadError> {
+    if max_count == 0 || from >= until {
+        return Ok(Vec::new());
+    }
+    let archive = archive.clone();
+    let topic = topic.clone();
+    drive(async move || {
+        let mut out = Vec::new();
+        archive
+            .read(&topic, Start::Offset(from), &mut |r| {
+                if r.offset >= until {
+                    return ControlFlow::Break(());
+                }
+                out.push((r.offset, r.record));
+                if out.len() >= max_count {
+                    ControlFlow::Break(())
+                } else {
+                    ControlFlow::Continue(())
+                }
+            })
+            .await
+            .map_err(|e| ReadError::Archive(e.to_string()))?;
+        Ok(out)
+    })
+    .await
+}
+
+/// Up to `max_count` records from `from` (below the high-water mark), in
+/// offset order: from the archive while below the WAL's log start, then
+/// from the WAL.
+///
+/// # Errors
+/// [`ReadError::Tiered`] for an offset below the log start with no archive
+/// configured; [`ReadError::NotArchived`] when the archive ends (or has a
+/// gap) below the log start; [`ReadError::Archive`]; WAL errors.
+pub async fn read_range(
+    wal: &Arc<Wal>,
+    archive: Option<&Archive>,
+    topic: &TopicName,
+    from: u64,
+    max_count: usize,
+) -> Result<Vec<(u64, Record)>, ReadError> {
+    let mut out: Vec<(u64, Record)> = Vec::new();
+    let mut next = from;
+    for _ in 0..ATTEMPTS {
+        let log_start = wal.log_start_offset();
+        if next < log_start {
+            let archive = archive.ok_or_else(|| not_configured(next, log_start))?;
+            let got = archive_range(archive, topic, next, log_start, max_count - out.len()).await?;
+            match got.first() {
+                Some((first, _)) if *first == next => {}
+                _ => {
+                    return Err(ReadError::NotArchived {
+                        offset: next,
+                        log_start,
+                    });
+                }
+            }
+            if let Some((last, _)) = got.last() {
+                next = last + 1;
+            }
+            out.extend(got);
+            if out.len() >= max_count {
+                return Ok(out);
+            }
+            if next < log_start {
+                return Err(ReadError::NotArchived {
+                    offset: next,
+                    log_start,
+                });
+            }
+        }
+        let want = max_count - out.len();
+        match records::blocking(wal, move |w| records::read_range_blocking(w, next, want)).await {
+            Ok(got) => {
+                out.extend(got);
+                return Ok(out);
+            }
+            // Trimmed under the read: the archive has it now.
+            Err(ReadError::Wal(WalError::OffsetBelowLogStart { .. })) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Err(ReadError::Task(format!(
+        "offset {next}: the log start kept moving during {ATTEMPTS} attempts"
+    )))
+}
+
+/// The records at `offsets` (each below the high-water mark), by offset:
+/// those below the WAL's log start from the archive.
+///
+/// # Errors
+/// As [`read_range`].
+pub async fn read_offsets(
+    wal: &Arc<Wal>,
+    archive: Option<&Archive>,
+    topic: &TopicName,
+    offsets: &[u64],
+) -> Result<BTreeMap<u64, Record>, ReadError> {
+    let mut out = BTreeMap::new();
+    let mut wanted: BTreeSet<u64> = offsets.iter().copied().collect();
+    for _ in 0..ATTEMPTS {
+        let log_start = wal.log_start_offset();
+        while let Some(&first) = wanted.first()
+            && first < log_start
+        {
+            let archive = archive.ok_or_else(|| not_configured(first, log_start))?;
+            let got = archive_range(archive, topic, first, log_start, LOOKUP_RUN).await?;
+            if got.first().map(|(o, _)| *o) != Some(first) {
+                return Err(ReadError::NotArchived {
+                    offset: first,
+                    log_start,
+                });
+            }
+            let end = got.last().map_or(first + 1, |(o, _)| o + 1);
+            for (offset, record) in got {
+                if wanted.remove(&offset) {
+                    out.insert(offset, record);
+                }
+            }
+            // Whatever is left below `end` is not in the archive's run.
+            wanted.retain(|&o| o >= end);
+        }
+        let rest: Vec<u64> = wanted.iter().copied().collect();
+        if rest.is_empty() {
+            return Ok(out);
+        }
+        match records::blocking(wal, move |w| records::read_offsets_blocking(w, &rest)).await {
+            Ok(found) => {
+                out.extend(found);
+                return Ok(out);
+            }
+            Err(ReadError::Wal(WalError::OffsetBelowLogStart { .. })) => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Err(ReadError::Task(format!(
+        "offsets {offsets:?}: the log start kept moving during {ATTEMPTS} attempts"
+    )))
+}
+
+/// The first offset whose record has a timestamp at or after
+/// `timestamp_ms`, looking in the archive first (when configured and the
+/// WAL no longer starts at 0), then the WAL; the high-water mark if none.
+///
+/// # Errors
+/// [`ReadError::Archive`], WAL errors.
+pub async fn offset_for_timestamp(
+    wal: &Arc<Wal>,
+    archive: Option<&Archive>,
+    topic: &TopicName,
+    timestamp_ms: i64,
+) -> Result<u64, ReadError> {
+    let log_start = wal.log_start_offset();
+    if let Some(archive) = archive
+        && log_start > 0
+    {
+        let archive = archive.clone();
+        let topic = topic.clone();
+        let found = drive(async move || {
+            let mut found = None;
+            archive
+                .read(&topic, Start::Timestamp(timestamp_ms), &mut |r| {
+                    if r.offset < log_start {
+                        found = Some(r.offset);
+                    }
+                    ControlFlow::Break(())
+                })
+                .await
+                .map_err(|e| ReadError::Archive(e.to_string()))?;
+            Ok(found)
+        })
+        .await?;
+        if let Some(offset) = found {
+            return Ok(offset);
+        }
+    }
+    records::blocking(wal, move |w| {
+        records::offset_for_timestamp_blocking(w, timestamp_ms)
+    })
+    .await
+}
+
+/// Opens the archive described by `[archive]` (a local directory is
+/// created if missing; S3 settings not given come from `AWS_*`).
+///
+/// # Errors
+/// [`ConfigError::Invalid`](crate::config::ConfigError::Invalid) naming
+/// `archive.prefix` or `archive.store` and the problem.
+pub fn open_archive(
+    config: &crate::config::ArchiveConfig,
+) -> Result<Archive, crate::config::ConfigError> {
+    let keys = broker_core::keys::StorageKeys::new(&config.prefix).map_err(|e| {
+        crate::config::ConfigError::Invalid {
+            field: "archive.prefix",
+            reason: e.to_string(),
+        }
+    })?;
+    let bucket = tributary_tier::Bucket::open(&config.store).map_err(|e| {
+        crate::config::ConfigError::Invalid {
+            field: "archive.store",
+            reason: e.to_string(),
+        }
+    })?;
+    tracing::info!(bucket = bucket.description(), prefix = %config.prefix, "tiered read from the archive");
+    Ok(Archive::new(bucket, keys))
+}

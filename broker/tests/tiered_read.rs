@@ -1,0 +1,340 @@
+//! Tiered read (issue 5 "Tiered read", issue 6 "Tests"): a topic's sealed
+//! segments are tiered by the tier service's library (`Tiering::run_pass`:
+//! upload to a local-directory bucket, descriptor committed through the
+//! admin API, trim through `/v1/storage/.../trim`), so the local WAL no
+//! longer holds them; a subscription from `earliest` then still receives
+//! every record with the same offsets, keys, headers, timestamps and
+//! values, read from the archive and then from the local WAL.
+//!
+//! Everything is real: redb metadata, topic WALs with fsync, the admin and
+//! consumer routers on 127.0.0.1:0, the archive objects on disk.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use broker_core::Limits;
+use broker_core::catalog::{Catalog, TopicSpec};
+use broker_core::consumer_api::{
+    AttachRequest, Message, PublishRecord, SeekRequest, StartPosition, SubscriptionType,
+};
+use broker_core::consumer_client::{ClientError, ConsumerClient};
+use broker_core::keys::{StorageKeys, TopicName};
+use broker_core::metadata::redb::RedbStore;
+use broker_core::metadata::{MetadataStore, SystemClock};
+use tributary_broker::admin::{AdminState, ClusterView, router, with_local_segments};
+use tributary_broker::consumer::{ConsumerConfig, ConsumerService};
+use tributary_broker::raft::node::ClusterStatus;
+use tributary_broker::topics::TopicStore;
+use tributary_tier::broker_api::BrokerClient;
+use tributary_tier::faults::Faults;
+use tributary_tier::tiering::Tiering;
+use tributary_tier::{Archive, Bucket};
+
+const TOKEN: &str = "tiered-read-token";
+const TOPIC: &str = "/default/tiered";
+/// Records per sealed segment (each round is rolled).
+const PER_SEGMENT: u64 = 100;
+/// Sealed (then tiered and trimmed) segments.
+const SEALED: u64 = 3;
+/// Records left in the active segment.
+const TAIL: u64 = 50;
+const TOTAL: u64 = SEALED * PER_SEGMENT + TAIL;
+
+struct FixedCluster;
+
+impl ClusterView for FixedCluster {
+    fn status(&self) -> ClusterStatus {
+        ClusterStatus {
+            node_id: 1,
+            leader: Some(1),
+            term: 1,
+            members: BTreeMap::from([(1, "127.0.0.1:7401".to_owned())]),
+            last_applied_index: None,
+            snapshot_index: None,
+            purged_index: None,
+            state: "Leader".to_owned(),
+        }
+    }
+}
+
+struct Harness {
+    runtime: tokio::runtime::Runtime,
+    store: Arc<RedbStore>,
+    topics: Arc<TopicStore>,
+    dir: tempfile::TempDir,
+}
+
+impl Harness {
+    fn new() -> Harness {
+        let dir = tempfile::tempdir().unwrap();
+        let store =
+            Arc::new(RedbStore::open(dir.path().join("meta.redb"), Arc::new(SystemClock)).unwrap());
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let topics = Arc::new(TopicStore::new(
+            dir.path().join("topics"),
+            store.clone(),
+            Limits::default(),
+        ));
+        Harness {
+            runtime,
+            store,
+            topics,
+            dir,
+        }
+    }
+
+    fn archive(&self) -> Archive {
+        let bucket = Bucket::local(self.dir.path().join("bucket")).unwrap();
+        Archive::new(bucket, StorageKeys::default())
+    }
+
+    /// Serves the admin API (with the storage endpoints trimming these
+    /// WALs) and the consumer API of a service with or without the archive;
+    /// returns the base URL.
+    fn serve(&self, archive: Option<Archive>) -> String {
+        let state = AdminState {
+            store: self.store.clone(),
+            cluster: Arc::new(FixedCluster),
+            token: Arc::from(TOKEN),
+        };
+        let listener = self
+            .runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let store: Arc<dyn MetadataStore> = self.store.clone();
+        let topics = self.topics.clone();
+        self.runtime.block_on(async move {
+            let config = ConsumerConfig {
+                tick_ms: 50,
+                ..ConsumerConfig::default()
+            };
+            let service =
+                ConsumerService::new(topics.clone(), store, config, "127.0.0.1:7400".into(), 1);
+            if let Some(archive) = archive {
+                service.set_archive(archive);
+            }
+            service.spawn_ticker();
+            let app = with_local_segments(
+                router(state).merge(tributary_broker::consumer::http::router(
+                    service,
+                    Arc::from(TOKEN),
+                )),
+                topics,
+            );
+            tokio::spawn(async move { axum::serve(listener, app).await });
+        });
+        base
+    }
+
+    fn topic(&self) -> TopicName {
+        TopicName::new(TOPIC).unwrap()
+    }
+
+    fn roll(&self) {
+        let wal = self
+            .runtime
+            .block_on(self.topics.get(&self.topic()))
+            .unwrap();
+        self.runtime.block_on(wal.roll()).unwrap();
+    }
+
+    fn log_start(&self) -> u64 {
+        let wal = self
+            .runtime
+            .block_on(self.topics.get(&self.topic()))
+            .unwrap();
+        wal.log_start_offset()
+    }
+
+    /// One tier-service pass over the broker's topics into the bucket.
+    fn tier(&self, base: &str) -> tributary_tier::tiering::PassReport {
+        let keys = StorageKeys::default();
+        let tiering = Tiering {
+            bucket: self.archive().bucket().clone(),
+            broker: BrokerClient::new(base, TOKEN, &keys).unwrap(),
+            keys,
+            topics_dir: self.dir.path().join("topics"),
+            upload: Default::default(),
+            retry: Default::default(),
+            topic_concurrency: 1,
+            faults: Arc::new(Faults::none()),
+            cold: Default::default(),
+        };
+        let (_tx, rx) = tokio::sync::watch::channel(false);
+        self.runtime.block_on(tiering.run_pass(&rx))
+    }
+}
+
+/// Record `i`: a key, two headers and a fixed timestamp, all checked.
+fn record(i: u64) -> PublishRecord {
+    PublishRecord {
+        value: Some(format!("value-{i}-{}", "x".repeat((i % 50) as usize))),
+        key: Some(format!("k{}", i % 7)),
+        headers: BTreeMap::from([
+            ("n".to_owned(), i.to_string()),
+            ("source".to_owned(), "tiered-read-test".to_owned()),
+        ]),
+        timestamp_ms: Some(1_700_000_000_000 + i as i64 * 10),
+        ..PublishRecord::default()
+    }
+}
+
+fn api_error(result: Result<impl std::fmt::Debug, ClientError>) -> (u16, String, String) {
+    match result {
+        Err(ClientError::Api {
+            status,
+            kind,
+            message,
+            ..
+        }) => (status, kind, message),
+        other => panic!("expected an API error, got {other:?}"),
+    }
+}
+
+fn without_lease(mut m: Message) -> Message {
+    m.attempt = 0;
+    m.lease_deadline_ms = None;
+    m
+}
+
+#[test]
+fn a_subscription_from_earliest_reads_tiered_and_trimmed_segments_from_the_archive() {
+    let h = Harness::new();
+    let spec = TopicSpec::parse(TOPIC, "event_stream", 0).unwrap();
+    h.runtime
+        .block_on(Catalog::new(h.store.as_ref()).create_topic(&spec))
+        .unwrap();
+    let base = h.serve(Some(h.archive()));
+    let plain_base = h.serve(None);
+    let client = ConsumerClient::new(&base, TOKEN);
+    let plain = ConsumerClient::new(&plain_base, TOKEN);
+
+    // 3 sealed segments of 100 records (published 25 per batch), then 50
+    // records in the active segment.
+    let mut next = 0;
+    for segment in 0..=SEALED {
+        let count = if segment < SEALED { PER_SEGMENT } else { TAIL };
+        for chunk in (next..next + count).collect::<Vec<_>>().chunks(25) {
+            let r = client
+                .publish(TOPIC, chunk.iter().map(|&i| record(i)).collect())
+                .unwrap();
+            assert_eq!((r.base_offset, r.next_offset), (chunk[0], chunk[0] + 25));
+        }
+        next += count;
+        if segment < SEALED {
+            h.roll();
+        }
+    }
+    assert_eq!(next, TOTAL);
+    let before: Vec<Message> = client.peek(TOPIC, Some(0), 1000).unwrap().messages;
+    assert_eq!(before.len() as u64, TOTAL);
+
+    // A durable subscription on the broker without an archive, created
+    // while everything is local: its cursor stays at 0.
+    let early = AttachRequest {
+        subscription_type: SubscriptionType::Exclusive,
+        start: StartPosition::Earliest,
+        ..AttachRequest::default()
+    };
+    let plain_consumer = plain.attach(TOPIC, "early", &early).unwrap().consumer_id;
+
+    let report = h.tier(&base);
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    assert_eq!(report.committed, SEALED, "{report:?}");
+    assert_eq!(report.trimmed_segments, SEALED, "{report:?}");
+    assert_eq!(h.log_start(), SEALED * PER_SEGMENT, "local WAL trimmed");
+    let (objects, _) = h
+        .runtime
+        .block_on(h.archive().segments(&h.topic()))
+        .unwrap();
+    let ranges: Vec<(u64, u64)> = objects
+        .iter()
+        .map(|o| (o.start_offset, o.end_offset))
+        .collect();
+    assert_eq!(ranges, vec![(0, 99), (100, 199), (200, 299)]);
+
+    // Without an archive: a clear 503 naming the tiered offset.
+    let (status, kind, message) = api_error(plain.read(TOPIC, "early", plain_consumer, 10, 0));
+    assert_eq!((status, kind.as_str()), (503, "archive_not_configured"));
+    assert!(
+        message.contains("offset 0 was tiered") && message.contains("no archive is configured"),
+        "{message}"
+    );
+    let (status, kind, _) = api_error(plain.peek(TOPIC, Some(0), 10));
+    assert_eq!((status, kind.as_str()), (400, "offset_out_of_range"));
+
+    // With the archive: every record, same JSON, exactly once, in order.
+    let consumer = client
+        .attach(
+            TOPIC,
+            "from-earliest",
+            &AttachRequest {
+                subscription_type: SubscriptionType::Shared,
+                start: StartPosition::Earliest,
+                ..AttachRequest::default()
+            },
+        )
+        .unwrap()
+        .consumer_id;
+    let mut received: Vec<Message> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while (received.len() as u64) < TOTAL && Instant::now() < deadline {
+        let got = client
+            .receive(TOPIC, "from-earliest", consumer, 64, 500)
+            .unwrap();
+        let offsets: Vec<u64> = got.messages.iter().map(|m| m.offset).collect();
+        if !offsets.is_empty() {
+            client
+                .ack(TOPIC, "from-earliest", consumer, &offsets)
+                .unwrap();
+        }
+        received.extend(got.messages.into_iter().map(without_lease));
+    }
+    let offsets: Vec<u64> = received.iter().map(|m| m.offset).collect();
+    assert_eq!(offsets, (0..TOTAL).collect::<Vec<_>>());
+    assert_eq!(received, before);
+    let state = client.state(TOPIC, "from-earliest").unwrap();
+    assert_eq!(state.cursor, TOTAL);
+
+    // Cursor reads across the archive/WAL boundary, peeks and seeks into
+    // the archive.
+    let reader = client
+        .attach(
+            TOPIC,
+            "cursor-read",
+            &AttachRequest {
+                subscription_type: SubscriptionType::Exclusive,
+                start: StartPosition::Offset(290),
+                ..AttachRequest::default()
+            },
+        )
+        .unwrap()
+        .consumer_id;
+    let got = client.read(TOPIC, "cursor-read", reader, 20, 0).unwrap();
+    let offsets: Vec<u64> = got.messages.iter().map(|m| m.offset).collect();
+    assert_eq!(offsets, (290..310).collect::<Vec<_>>());
+    assert_eq!(got.messages, before[290..310].to_vec());
+    let peeked = client.peek(TOPIC, None, 1000).unwrap().messages;
+    assert_eq!(peeked, before, "peek from the log start (0, archived)");
+    client
+        .seek(
+            TOPIC,
+            "cursor-read",
+            &SeekRequest {
+                offset: None,
+                timestamp_ms: Some(1_700_000_000_000 + 1234),
+            },
+        )
+        .unwrap();
+    let got = client.read(TOPIC, "cursor-read", reader, 1, 0).unwrap();
+    assert_eq!(
+        got.messages[0].offset, 124,
+        "timestamp lookup in the archive"
+    );
+}
