@@ -64,6 +64,23 @@ pub enum CommandError {
     /// A response that decodes as JSON but not as the documented shape.
     #[error("unexpected admin API response: {0}")]
     Decode(String),
+    /// `topics unload` waited `--wait-ms` and the tier service had not
+    /// committed everything sealed.
+    #[error(
+        "{topic} is sealed up to offset {sealed_offset} but tiered only up to {} after \
+         {waited_ms} ms: is the tier service running? (call again to keep waiting)",
+        tiered_offset.map_or_else(|| "nothing".to_owned(), |o| o.to_string())
+    )]
+    UnloadPending {
+        /// The topic.
+        topic: String,
+        /// Next offset after the sealed segments.
+        sealed_offset: u64,
+        /// Next offset after the committed descriptors, if any.
+        tiered_offset: Option<u64>,
+        /// How long it waited, ms.
+        waited_ms: u64,
+    },
 }
 
 // ---------------------------------------------------------------------------
@@ -153,6 +170,19 @@ pub enum TopicsCommand {
         /// Subscription name.
         #[arg(short = 's', long = "subscription")]
         subscription: String,
+    },
+    /// Unload a topic from this broker: seal its active segment, wait until
+    /// the tier service has committed every segment, then write the topic's
+    /// `state` key (sealed, last committed offset, next offset, broker id)
+    /// so another broker can continue its offsets. Stop the edge writing
+    /// the topic first. Admin API `POST /v1/storage/topics/{ns}/{topic}/unload`
+    /// (`docs/admin-api.md`).
+    Unload {
+        /// Topic name.
+        topic: String,
+        /// How long to wait for the tier service, ms.
+        #[arg(long, default_value_t = 120_000)]
+        wait_ms: u64,
     },
 }
 
@@ -410,6 +440,7 @@ pub fn topics(ctx: &Context<'_>, command: &TopicsCommand) -> Result<String, Comm
                 )
             })
         }
+        TopicsCommand::Unload { topic, wait_ms } => unload(ctx, &client, topic, *wait_ms),
         TopicsCommand::ReplayDlq {
             topic,
             subscription,
@@ -435,6 +466,73 @@ pub fn topics(ctx: &Context<'_>, command: &TopicsCommand) -> Result<String, Comm
             })
         }
     }
+}
+
+/// `tribctl topics unload`: calls the unload endpoint until the broker
+/// answers `unloaded` (everything tiered, `state` written) or `wait_ms`
+/// passes, polling every second while it answers `sealed`.
+fn unload(
+    ctx: &Context<'_>,
+    client: &AdminClient,
+    topic: &str,
+    wait_ms: u64,
+) -> Result<String, CommandError> {
+    let name = TopicName::new(topic)?;
+    let path = format!(
+        "/v1/storage/topics/{}/{}/unload",
+        name.namespace(),
+        name.topic()
+    );
+    let started = std::time::Instant::now();
+    #[derive(Deserialize)]
+    struct Progress {
+        outcome: String,
+        #[serde(default)]
+        sealed_offset: u64,
+        #[serde(default)]
+        tiered_offset: Option<u64>,
+    }
+    loop {
+        let value = client.send_json(BodyMethod::Post, &path, &json!({}))?;
+        let progress: Progress = decode(value.clone())?;
+        if progress.outcome == "unloaded" {
+            return ctx.render(value, |u: Unloaded| {
+                format!(
+                    "{topic} unloaded: next offset {}, last committed {}, state at {}\n",
+                    u.state.next_offset,
+                    u.state
+                        .last_committed_offset
+                        .map_or_else(|| "none".to_owned(), |o| o.to_string()),
+                    u.key
+                )
+            });
+        }
+        let waited_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        if waited_ms >= wait_ms {
+            return Err(CommandError::UnloadPending {
+                topic: topic.to_owned(),
+                sealed_offset: progress.sealed_offset,
+                tiered_offset: progress.tiered_offset,
+                waited_ms,
+            });
+        }
+        std::thread::sleep(std::time::Duration::from_millis(
+            1000.min(wait_ms - waited_ms),
+        ));
+    }
+}
+
+/// The answer of an unload that is complete.
+#[derive(Deserialize)]
+struct Unloaded {
+    key: String,
+    state: UnloadState,
+}
+
+#[derive(Deserialize)]
+struct UnloadState {
+    last_committed_offset: Option<u64>,
+    next_offset: u64,
 }
 
 fn peek_text(topic: &str, r: &ReceiveResponse) -> String {

@@ -294,6 +294,21 @@ fn bad_inputs_print_one_error_line() {
     assert_eq!(wrong.code, 1);
     assert_eq!(wrong.stderr, "error: invalid bearer token\n");
 
+    // `topics unload` needs a broker that holds the topic's WALs; this
+    // admin router has none and says so.
+    let run = server.tribctl(&["topics", "unload", "/default/x", "--wait-ms", "0"]);
+    assert_eq!(run.code, 1);
+    assert_eq!(
+        run.stderr,
+        "error: this broker does not expose its local WALs to the admin API\n"
+    );
+    let run = server.tribctl(&["topics", "unload", "default/x"]);
+    assert_eq!(run.code, 1);
+    assert_eq!(
+        run.stderr,
+        "error: invalid topic name \"default/x\": topic name must start with '/'\n"
+    );
+
     let unreachable = server.tribctl(&["namespaces", "list", "--admin-url", "http://127.0.0.1:1"]);
     assert_eq!(unreachable.code, 1);
     assert!(
