@@ -7,6 +7,7 @@ pub mod consumer;
 pub mod ingest;
 pub mod metrics;
 pub mod raft;
+pub mod retention;
 pub mod server;
 pub mod store;
 pub mod topics;
