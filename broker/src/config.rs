@@ -22,6 +22,10 @@
 //! [wal]                              # central topic WALs
 //! segment_max_age_ms = 60000         # seal the active segment after 1 min
 //!
+//! [retention]                        # only without a tier service:
+//! interval_ms = 60000                # delete what every durable subscription
+//! # max_age_ms = 604800000           # acked, or what is older than this
+//!
 //! [archive]                          # optional: the tier service's bucket,
 //! prefix = "/tributary"              # for reads below the local WAL
 //! [archive.store]                    # same keys as tier-service's [store]
@@ -79,6 +83,26 @@ pub struct BrokerConfig {
     /// such reads fail with `503 archive_not_configured`.
     #[serde(default)]
     pub archive: Option<ArchiveConfig>,
+    /// Local retention for deployments without a tier service
+    /// (`[retention]`); see [`crate::retention`].
+    #[serde(default)]
+    pub retention: LocalRetention,
+}
+
+/// `[retention]`: local retention when no tier service runs. Off by
+/// default (then only the tier service's trims delete segments).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LocalRetention {
+    /// Run retention on every open topic this often, ms: delete sealed
+    /// segments every durable subscription has acknowledged (minimum
+    /// persisted cursor) or older than `max_age_ms`. Default none (off).
+    /// Do not set it when a tier service trims this broker.
+    pub interval_ms: Option<u64>,
+    /// Declared retention limit: a sealed segment whose newest record is
+    /// older than this, ms, is deleted even if unacknowledged. Default
+    /// none.
+    pub max_age_ms: Option<u64>,
 }
 
 /// Where the tier service archives this broker's segments (`[archive]`).
@@ -225,6 +249,12 @@ impl BrokerConfig {
                 reason: "must be at least 1 (or left out)".into(),
             });
         }
+        if self.retention.interval_ms == Some(0) {
+            return Err(ConfigError::Invalid {
+                field: "retention.interval_ms",
+                reason: "must be at least 1 (or left out)".into(),
+            });
+        }
         if let Some(archive) = &self.archive {
             if let Err(e) = broker_core::keys::StorageKeys::new(&archive.prefix) {
                 return Err(ConfigError::Invalid {
@@ -358,6 +388,14 @@ ca = "ca.pem"
             .unwrap_err()
             .to_string();
         assert!(err.contains("bucket"), "{err}");
+        let config: BrokerConfig =
+            toml::from_str(&format!("{base}[retention]\ninterval_ms = 60000\n")).unwrap();
+        assert_eq!(config.retention.interval_ms, Some(60_000));
+        assert_eq!(config.retention.max_age_ms, None);
+        let config: BrokerConfig =
+            toml::from_str(&format!("{base}[retention]\ninterval_ms = 0\n")).unwrap();
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("retention.interval_ms"), "{err}");
     }
 
     #[test]

@@ -143,3 +143,30 @@ pub async fn apply(
         log_start: report.log_start,
     })
 }
+
+/// Runs [`apply`] on every open topic of `topics` every `interval_ms`
+/// until the task is aborted; errors are logged and retried next time.
+pub fn spawn(
+    topics: std::sync::Arc<crate::topics::TopicStore>,
+    store: std::sync::Arc<dyn MetadataStore>,
+    interval_ms: u64,
+    max_age_ms: Option<u64>,
+) -> tokio::task::JoinHandle<()> {
+    info!(
+        interval_ms,
+        max_age_ms, "local retention without a tier service: minimum cursor rule, declared max age"
+    );
+    tokio::spawn(async move {
+        let mut interval = tokio::time::interval(std::time::Duration::from_millis(interval_ms));
+        interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            interval.tick().await;
+            for (topic, wal) in topics.open_topics().await {
+                let now = crate::consumer::now_ms();
+                if let Err(e) = apply(store.as_ref(), &topic, wal, max_age_ms, now).await {
+                    tracing::warn!(%topic, error = %e, "local retention failed; retried next time");
+                }
+            }
+        }
+    })
+}

@@ -133,6 +133,14 @@ pub async fn run(
         consumers.set_archive(crate::consumer::tiered::open_archive(archive)?);
     }
     let ticker = consumers.spawn_ticker();
+    let retention = config.retention.interval_ms.map(|ms| {
+        crate::retention::spawn(
+            topics.clone(),
+            state.store.clone(),
+            ms,
+            config.retention.max_age_ms,
+        )
+    });
     let consumer_routes = crate::consumer::http::router(consumers.clone(), state.token.clone());
     let metrics = crate::metrics::router(crate::metrics::MetricsState {
         cluster: state.cluster.clone(),
@@ -155,6 +163,9 @@ pub async fn run(
     watchdog.abort();
     ingest.close(0u32.into(), b"broker shutting down");
     ticker.abort();
+    if let Some(retention) = retention {
+        retention.abort();
+    }
     consumers.persist_all().await;
     topics.close_all().await;
     node.shutdown().await;
