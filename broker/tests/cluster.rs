@@ -6,92 +6,13 @@
 //!   log it missed;
 //! - a broker with a certificate from another CA cannot join.
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
-
-const TOKEN: &str = "cluster-test-token";
-
-fn free_udp() -> SocketAddr {
-    std::net::UdpSocket::bind("127.0.0.1:0")
-        .and_then(|s| s.local_addr())
-        .expect("free udp port")
-}
-
-fn free_tcp() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|s| s.local_addr())
-        .expect("free tcp port")
-}
-
-struct Node {
-    id: u64,
-    config: PathBuf,
-    admin: SocketAddr,
-    child: Option<Child>,
-}
-
-impl Node {
-    fn start(&mut self) {
-        let child = Command::new(env!("CARGO_BIN_EXE_broker"))
-            .arg("--config")
-            .arg(&self.config)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn broker");
-        self.child = Some(child);
-    }
-
-    fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            child.kill().expect("SIGKILL broker"); // SIGKILL on Unix
-            child.wait().expect("reap broker");
-        }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://{}/v1{path}", self.admin)
-    }
-
-    fn status(&self) -> Option<Value> {
-        get_json(&self.url("/cluster/status")).ok()
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .timeout_global(Some(Duration::from_secs(40)))
-        .http_status_as_error(false)
-        .build()
-        .into()
-}
-
-fn get_json(url: &str) -> Result<Value, String> {
-    let mut response = agent()
-        .get(url)
-        .header("Authorization", &format!("Bearer {TOKEN}"))
-        .call()
-        .map_err(|e| e.to_string())?;
-    if response.status() != 200 {
-        return Err(format!("{url}: status {}", response.status()));
-    }
-    response
-        .body_mut()
-        .read_json::<Value>()
-        .map_err(|e| e.to_string())
-}
+use common::{Node, TOKEN, agent, free_tcp, free_udp, get_json, wait_for_leader, write_config};
 
 fn create_namespace(node: &Node, name: &str) {
     let mut response = agent()
@@ -125,25 +46,6 @@ fn applied(node: &Node) -> u64 {
 }
 
 /// Waits (bounded) until every running node names the same leader.
-fn wait_for_leader(nodes: &[Node]) -> u64 {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let leaders: BTreeSet<Option<u64>> = nodes
-            .iter()
-            .filter(|n| n.child.is_some())
-            .map(|n| n.status().and_then(|s| s["leader"].as_u64()))
-            .collect();
-        if leaders.len() == 1
-            && let Some(Some(leader)) = leaders.into_iter().next()
-            && nodes.iter().any(|n| n.id == leader && n.child.is_some())
-        {
-            return leader;
-        }
-        assert!(Instant::now() < deadline, "no agreed leader within 60 s");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
 fn wait_for_catch_up(node: &Node, target: u64) {
     let deadline = Instant::now() + Duration::from_secs(60);
     while applied(node) < target {
@@ -157,50 +59,6 @@ fn wait_for_catch_up(node: &Node, target: u64) {
     }
 }
 
-fn write_config(
-    dir: &Path,
-    certs: &Path,
-    id: u64,
-    raft: &[SocketAddr],
-    admin: SocketAddr,
-) -> PathBuf {
-    let members: String = raft
-        .iter()
-        .enumerate()
-        .map(|(i, addr)| format!("{} = \"{addr}\"\n", i + 1))
-        .collect();
-    let text = format!(
-        r#"node_id = {id}
-data_dir = "{data}"
-raft_listen = "{raft}"
-admin_listen = "{admin}"
-ingest_listen = "{ingest}"
-admin_token = "{TOKEN}"
-
-[tls]
-cert = "{certs}/broker-{id}.pem"
-key = "{certs}/broker-{id}.key"
-ca = "{certs}/ca.pem"
-
-[members]
-{members}
-[raft]
-heartbeat_ms = 100
-election_timeout_min_ms = 500
-election_timeout_max_ms = 1000
-snapshot_every = 40
-logs_kept_after_snapshot = 5
-"#,
-        data = dir.join(format!("node-{id}")).display(),
-        raft = raft[(id - 1) as usize],
-        ingest = free_udp(),
-        certs = certs.display(),
-    );
-    let path = dir.join(format!("broker-{id}.toml"));
-    std::fs::write(&path, text).expect("write config");
-    path
-}
-
 #[test]
 fn three_brokers_survive_leader_kill_and_catch_up_by_snapshot() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -212,7 +70,7 @@ fn three_brokers_survive_leader_kill_and_catch_up_by_snapshot() {
             let admin = free_tcp();
             Node {
                 id,
-                config: write_config(dir.path(), &certs, id, &raft, admin),
+                config: write_config(dir.path(), &certs, id, &raft, admin, 40),
                 admin,
                 child: None,
             }
@@ -305,13 +163,13 @@ fn a_broker_from_another_ca_cannot_join() {
     let admins = [free_tcp(), free_tcp()];
     let mut good = Node {
         id: 1,
-        config: write_config(dir.path(), &certs, 1, &raft, admins[0]),
+        config: write_config(dir.path(), &certs, 1, &raft, admins[0], 40),
         admin: admins[0],
         child: None,
     };
     let mut rogue = Node {
         id: 2,
-        config: write_config(dir.path(), &rogue_certs, 2, &raft, admins[1]),
+        config: write_config(dir.path(), &rogue_certs, 2, &raft, admins[1], 40),
         admin: admins[1],
         child: None,
     };

@@ -4,89 +4,16 @@
 //! broker, byte for byte, and `segments/cur` keeps the tiered offset
 //! continuous across both.
 
+mod common;
+
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
+
+use common::{Node, TOKEN, agent, free_tcp, free_udp, get_json, wait_for_leader, write_config};
 
 use broker_core::archive::SegmentDescriptor;
 use broker_core::keys::{StorageKeys, TopicName};
 use serde_json::{Value, json};
-
-const TOKEN: &str = "storage-raft-token";
-
-fn free_udp() -> SocketAddr {
-    std::net::UdpSocket::bind("127.0.0.1:0")
-        .and_then(|s| s.local_addr())
-        .expect("free udp port")
-}
-
-fn free_tcp() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|s| s.local_addr())
-        .expect("free tcp port")
-}
-
-struct Node {
-    id: u64,
-    config: PathBuf,
-    admin: SocketAddr,
-    child: Option<Child>,
-}
-
-impl Node {
-    fn start(&mut self) {
-        let child = Command::new(env!("CARGO_BIN_EXE_broker"))
-            .arg("--config")
-            .arg(&self.config)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn broker");
-        self.child = Some(child);
-    }
-
-    fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            child.kill().expect("SIGKILL broker");
-            child.wait().expect("reap broker");
-        }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("http://{}/v1{path}", self.admin)
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
-
-fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .timeout_global(Some(Duration::from_secs(40)))
-        .http_status_as_error(false)
-        .build()
-        .into()
-}
-
-fn get(url: &str) -> Result<Value, String> {
-    let mut response = agent()
-        .get(url)
-        .header("Authorization", &format!("Bearer {TOKEN}"))
-        .call()
-        .map_err(|e| e.to_string())?;
-    if response.status() != 200 {
-        return Err(format!("{url}: status {}", response.status()));
-    }
-    response
-        .body_mut()
-        .read_json::<Value>()
-        .map_err(|e| e.to_string())
-}
 
 fn post(url: &str, body: &Value) -> (u16, Value) {
     let mut response = agent()
@@ -100,76 +27,6 @@ fn post(url: &str, body: &Value) -> (u16, Value) {
         .read_json::<Value>()
         .unwrap_or(Value::Null);
     (status, body)
-}
-
-fn leader_of(node: &Node) -> Option<u64> {
-    get(&node.url("/cluster/status"))
-        .ok()
-        .and_then(|s| s["leader"].as_u64())
-}
-
-/// Waits (bounded) until every running node names the same running leader.
-fn wait_for_leader(nodes: &[Node]) -> u64 {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let leaders: Vec<Option<u64>> = nodes
-            .iter()
-            .filter(|n| n.child.is_some())
-            .map(leader_of)
-            .collect();
-        if let Some(Some(first)) = leaders.first()
-            && leaders.iter().all(|l| *l == Some(*first))
-            && nodes.iter().any(|n| n.id == *first && n.child.is_some())
-        {
-            return *first;
-        }
-        assert!(Instant::now() < deadline, "no agreed leader within 60 s");
-        std::thread::sleep(Duration::from_millis(200));
-    }
-}
-
-fn write_config(
-    dir: &Path,
-    certs: &Path,
-    id: u64,
-    raft: &[SocketAddr],
-    admin: SocketAddr,
-) -> PathBuf {
-    let members: String = raft
-        .iter()
-        .enumerate()
-        .map(|(i, addr)| format!("{} = \"{addr}\"\n", i + 1))
-        .collect();
-    let text = format!(
-        r#"node_id = {id}
-data_dir = "{data}"
-raft_listen = "{raft}"
-admin_listen = "{admin}"
-ingest_listen = "{ingest}"
-admin_token = "{TOKEN}"
-
-[tls]
-cert = "{certs}/broker-{id}.pem"
-key = "{certs}/broker-{id}.key"
-ca = "{certs}/ca.pem"
-
-[members]
-{members}
-[raft]
-heartbeat_ms = 100
-election_timeout_min_ms = 500
-election_timeout_max_ms = 1000
-snapshot_every = 20
-logs_kept_after_snapshot = 5
-"#,
-        data = dir.join(format!("node-{id}")).display(),
-        raft = raft[(id - 1) as usize],
-        ingest = free_udp(),
-        certs = certs.display(),
-    );
-    let path = dir.join(format!("broker-{id}.toml"));
-    std::fs::write(&path, text).expect("write config");
-    path
 }
 
 /// A self-consistent descriptor of offsets `start..=end` (the broker checks
@@ -212,7 +69,7 @@ fn assert_listed(node: &Node, topic: &TopicName, expected: &[SegmentDescriptor])
     });
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let got = get(&node.url(&format!("/storage/topics{topic}/segments")));
+        let got = get_json(&node.url(&format!("/storage/topics{topic}/segments")));
         if got.as_ref() == Ok(&want) {
             return;
         }
@@ -236,7 +93,7 @@ fn descriptors_survive_a_leader_kill_and_a_full_restart() {
             let admin = free_tcp();
             Node {
                 id,
-                config: write_config(dir.path(), &certs, id, &raft, admin),
+                config: write_config(dir.path(), &certs, id, &raft, admin, 20),
                 admin,
                 child: None,
             }
@@ -319,7 +176,7 @@ fn descriptors_survive_a_leader_kill_and_a_full_restart() {
     for node in &nodes {
         assert_listed(node, &topic, &committed);
         assert_listed(node, &other, &other_committed);
-        let topics = get(&node.url("/storage/topics")).unwrap();
+        let topics = get_json(&node.url("/storage/topics")).unwrap();
         assert_eq!(
             topics["topics"],
             json!([

@@ -1,0 +1,156 @@
+//! Shared by the multi-broker tests (`cluster.rs`, `storage_raft.rs`):
+//! real `broker` processes on 127.0.0.1 with generated certificates, their
+//! configs, and admin API helpers.
+#![allow(dead_code)] // each test binary uses a subset
+
+use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// Admin token of every test broker.
+pub const TOKEN: &str = "cluster-test-token";
+
+pub fn free_udp() -> SocketAddr {
+    std::net::UdpSocket::bind("127.0.0.1:0")
+        .and_then(|s| s.local_addr())
+        .expect("free udp port")
+}
+
+pub fn free_tcp() -> SocketAddr {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|s| s.local_addr())
+        .expect("free tcp port")
+}
+
+pub struct Node {
+    pub id: u64,
+    pub config: PathBuf,
+    pub admin: SocketAddr,
+    pub child: Option<Child>,
+}
+
+impl Node {
+    pub fn start(&mut self) {
+        let child = Command::new(env!("CARGO_BIN_EXE_broker"))
+            .arg("--config")
+            .arg(&self.config)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn broker");
+        self.child = Some(child);
+    }
+
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            child.kill().expect("SIGKILL broker"); // SIGKILL on Unix
+            child.wait().expect("reap broker");
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}/v1{path}", self.admin)
+    }
+
+    pub fn status(&self) -> Option<Value> {
+        get_json(&self.url("/cluster/status")).ok()
+    }
+}
+
+impl Drop for Node {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+pub fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(40)))
+        .http_status_as_error(false)
+        .build()
+        .into()
+}
+
+pub fn get_json(url: &str) -> Result<Value, String> {
+    let mut response = agent()
+        .get(url)
+        .header("Authorization", &format!("Bearer {TOKEN}"))
+        .call()
+        .map_err(|e| e.to_string())?;
+    if response.status() != 200 {
+        return Err(format!("{url}: status {}", response.status()));
+    }
+    response
+        .body_mut()
+        .read_json::<Value>()
+        .map_err(|e| e.to_string())
+}
+
+pub fn wait_for_leader(nodes: &[Node]) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let leaders: BTreeSet<Option<u64>> = nodes
+            .iter()
+            .filter(|n| n.child.is_some())
+            .map(|n| n.status().and_then(|s| s["leader"].as_u64()))
+            .collect();
+        if leaders.len() == 1
+            && let Some(Some(leader)) = leaders.into_iter().next()
+            && nodes.iter().any(|n| n.id == leader && n.child.is_some())
+        {
+            return leader;
+        }
+        assert!(Instant::now() < deadline, "no agreed leader within 60 s");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+pub fn write_config(
+    dir: &Path,
+    certs: &Path,
+    id: u64,
+    raft: &[SocketAddr],
+    admin: SocketAddr,
+    snapshot_every: u64,
+) -> PathBuf {
+    let members: String = raft
+        .iter()
+        .enumerate()
+        .map(|(i, addr)| format!("{} = \"{addr}\"\n", i + 1))
+        .collect();
+    let text = format!(
+        r#"node_id = {id}
+data_dir = "{data}"
+raft_listen = "{raft}"
+admin_listen = "{admin}"
+ingest_listen = "{ingest}"
+admin_token = "{TOKEN}"
+
+[tls]
+cert = "{certs}/broker-{id}.pem"
+key = "{certs}/broker-{id}.key"
+ca = "{certs}/ca.pem"
+
+[members]
+{members}
+[raft]
+heartbeat_ms = 100
+election_timeout_min_ms = 500
+election_timeout_max_ms = 1000
+snapshot_every = {snapshot_every}
+logs_kept_after_snapshot = 5
+"#,
+        data = dir.join(format!("node-{id}")).display(),
+        raft = raft[(id - 1) as usize],
+        ingest = free_udp(),
+        certs = certs.display(),
+    );
+    let path = dir.join(format!("broker-{id}.toml"));
+    std::fs::write(&path, text).expect("write config");
+    path
+}
