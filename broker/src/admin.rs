@@ -172,27 +172,31 @@ pub async fn serve(
 // Errors
 // ---------------------------------------------------------------------------
 
-/// An error response: status and JSON body `{"error", "kind", ...}`.
+/// An error response: status and JSON body `{"error", "kind", ...}`
+/// (shared by the admin and consumer APIs).
 #[derive(Debug)]
-struct ApiError {
+pub(crate) struct ApiError {
     status: StatusCode,
     body: serde_json::Map<String, Value>,
 }
 
 impl ApiError {
-    fn new(status: StatusCode, kind: &str, message: impl Into<String>) -> ApiError {
+    /// An error with `status`, a machine-readable `kind` and a message.
+    pub(crate) fn new(status: StatusCode, kind: &str, message: impl Into<String>) -> ApiError {
         let mut body = serde_json::Map::new();
         body.insert("error".into(), Value::String(message.into()));
         body.insert("kind".into(), Value::String(kind.into()));
         ApiError { status, body }
     }
 
-    fn with(mut self, key: &str, value: Value) -> ApiError {
+    /// Adds a field to the JSON body.
+    pub(crate) fn with(mut self, key: &str, value: Value) -> ApiError {
         self.body.insert(key.to_owned(), value);
         self
     }
 
-    fn invalid(field: &str, message: impl Into<String>) -> ApiError {
+    /// A 400 `invalid_input` naming `field`.
+    pub(crate) fn invalid(field: &str, message: impl Into<String>) -> ApiError {
         ApiError::new(StatusCode::BAD_REQUEST, "invalid_input", message).with("field", json!(field))
     }
 
@@ -251,7 +255,7 @@ impl IntoResponse for ApiError {
     }
 }
 
-type ApiResult = Result<Response, ApiError>;
+pub(crate) type ApiResult = Result<Response, ApiError>;
 
 fn ok(status: StatusCode, body: impl serde::Serialize) -> ApiResult {
     Ok((status, axum::Json(body)).into_response())
@@ -291,7 +295,7 @@ fn topic_from_path(namespace: &str, topic: &str) -> Result<TopicName, ApiError> 
 // ---------------------------------------------------------------------------
 
 /// Compares two byte strings in time that depends only on their lengths.
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
+pub(crate) fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
     let mut diff = u64::from(a.len() != b.len());
     for i in 0..a.len().max(b.len()) {
         let x = a.get(i).copied().unwrap_or(0);
@@ -311,7 +315,10 @@ fn unauthorized(message: &str) -> Response {
     response
 }
 
-async fn require_token(State(state): State<AdminState>, request: Request, next: Next) -> Response {
+/// Checks the request's `Authorization: Bearer` token against `token` (an
+/// empty configured token admits nobody): `None` when it matches, else the
+/// 401 response to send, with `WWW-Authenticate`.
+pub(crate) fn reject_unauthorized(request: &Request, token: &str) -> Option<Response> {
     let presented = request
         .headers()
         .get(header::AUTHORIZATION)
@@ -320,14 +327,22 @@ async fn require_token(State(state): State<AdminState>, request: Request, next: 
         .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
         .map(|(_, token)| token.trim());
     match presented {
-        None => unauthorized("missing bearer token: send Authorization: Bearer <token>"),
-        Some(token)
-            if !state.token.is_empty()
-                && constant_time_eq(token.as_bytes(), state.token.as_bytes()) =>
+        None => Some(unauthorized(
+            "missing bearer token: send Authorization: Bearer <token>",
+        )),
+        Some(presented)
+            if !token.is_empty() && constant_time_eq(presented.as_bytes(), token.as_bytes()) =>
         {
-            next.run(request).await
+            None
         }
-        Some(_) => unauthorized("invalid bearer token"),
+        Some(_) => Some(unauthorized("invalid bearer token")),
+    }
+}
+
+async fn require_token(State(state): State<AdminState>, request: Request, next: Next) -> Response {
+    match reject_unauthorized(&request, &state.token) {
+        None => next.run(request).await,
+        Some(response) => response,
     }
 }
 

@@ -30,7 +30,7 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Path, Query, Request, State};
-use axum::http::{HeaderValue, StatusCode, header};
+use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -44,9 +44,10 @@ use broker_core::keys::{NamespaceName, TopicName};
 use bytes::Bytes as RecordBytes;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::{ConsumerError, ConsumerService, now_ms, records};
+use crate::admin::{ApiError, ApiResult, reject_unauthorized};
 
 #[derive(Clone)]
 struct Api {
@@ -78,29 +79,6 @@ pub fn router(service: Arc<ConsumerService>, token: Arc<str>) -> Router {
         .route(&format!("{sub}/replay-dlq"), post(replay_dlq))
         .route_layer(middleware::from_fn_with_state(api.clone(), require_token))
         .with_state(api)
-}
-
-struct ApiError {
-    status: StatusCode,
-    body: serde_json::Map<String, Value>,
-}
-
-impl ApiError {
-    fn new(status: StatusCode, kind: &str, message: impl Into<String>) -> ApiError {
-        let mut body = serde_json::Map::new();
-        body.insert("error".into(), Value::String(message.into()));
-        body.insert("kind".into(), Value::String(kind.into()));
-        ApiError { status, body }
-    }
-
-    fn with(mut self, key: &str, value: Value) -> ApiError {
-        self.body.insert(key.into(), value);
-        self
-    }
-
-    fn invalid(field: &str, message: impl Into<String>) -> ApiError {
-        ApiError::new(StatusCode::BAD_REQUEST, "invalid_input", message).with("field", json!(field))
-    }
 }
 
 impl From<ConsumerError> for ApiError {
@@ -137,14 +115,6 @@ impl From<ConsumerError> for ApiError {
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        (self.status, axum::Json(Value::Object(self.body))).into_response()
-    }
-}
-
-type ApiResult = Result<Response, ApiError>;
-
 fn ok(body: impl serde::Serialize) -> ApiResult {
     Ok((StatusCode::OK, axum::Json(body)).into_response())
 }
@@ -178,41 +148,12 @@ fn topic_from_path(namespace: &str, topic: &str) -> Result<TopicName, ApiError> 
     TopicName::from_parts(&ns, topic).map_err(|e| ApiError::invalid("topic", format!("topic: {e}")))
 }
 
-fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
-    let mut diff = u64::from(a.len() != b.len());
-    for i in 0..a.len().max(b.len()) {
-        let x = a.get(i).copied().unwrap_or(0);
-        let y = b.get(i).copied().unwrap_or(0);
-        diff |= u64::from(x ^ y);
-    }
-    std::hint::black_box(diff) == 0
-}
-
+/// The admin API's bearer-token check, on the same token.
 async fn require_token(State(api): State<Api>, request: Request, next: Next) -> Response {
-    let presented = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.split_once(' '))
-        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-        .map(|(_, token)| token.trim());
-    let message = match presented {
-        Some(token)
-            if !api.token.is_empty()
-                && constant_time_eq(token.as_bytes(), api.token.as_bytes()) =>
-        {
-            return next.run(request).await;
-        }
-        Some(_) => "invalid bearer token",
-        None => "missing bearer token: send Authorization: Bearer <token>",
-    };
-    let mut response =
-        ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message).into_response();
-    response.headers_mut().insert(
-        header::WWW_AUTHENTICATE,
-        HeaderValue::from_static("Bearer realm=\"tributary-admin\""),
-    );
-    response
+    match reject_unauthorized(&request, &api.token) {
+        None => next.run(request).await,
+        Some(response) => response,
+    }
 }
 
 fn check_receive(r: &ReceiveRequest) -> Result<(), ApiError> {
