@@ -8,15 +8,21 @@ use std::time::{Duration, Instant};
 
 use tributary_tests::cluster::{Pair, bin_path, free_tcp};
 
-fn scrape(url: &str) -> String {
+/// The exposition at `url`; `Err` while the listener is not up yet
+/// (connection refused: the process is still starting).
+fn try_scrape(url: &str) -> Result<String, String> {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .timeout_global(Some(Duration::from_secs(30)))
         .http_status_as_error(false)
         .build()
         .into();
-    let mut response = agent.get(url).call().expect("scrape");
+    let mut response = agent.get(url).call().map_err(|e| e.to_string())?;
     assert_eq!(response.status(), 200, "{url}");
-    response.body_mut().read_to_string().expect("body")
+    Ok(response.body_mut().read_to_string().expect("body"))
+}
+
+fn scrape(url: &str) -> String {
+    try_scrape(url).expect("scrape")
 }
 
 /// The value of `series` (name with its labels, as exposed).
@@ -30,7 +36,15 @@ fn value(text: &str, series: &str) -> Option<u64> {
 fn wait_for(what: &str, url: &str, series: &str, ok: impl Fn(u64) -> bool) -> String {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
-        let text = scrape(url);
+        let text = match try_scrape(url) {
+            Ok(text) => text,
+            Err(e) if Instant::now() < deadline => {
+                eprintln!("{what}: {url} not up yet: {e}");
+                std::thread::sleep(Duration::from_millis(100));
+                continue;
+            }
+            Err(e) => panic!("{what}: {url} not up after 60 s: {e}"),
+        };
         if value(&text, series).is_some_and(&ok) {
             return text;
         }
