@@ -26,7 +26,7 @@ use backon::{BackoffBuilder, ExponentialBuilder};
 use broker_core::batch::BatchHeader;
 use broker_core::replication::compress::BatchCompressor;
 use broker_core::replication::edge::{EdgeError, EdgeEvent, EdgeStream, Window};
-use broker_core::replication::frame::{self, ErrorCode, Frame};
+use broker_core::replication::frame::{self, ErrorCode};
 use broker_core::tls::{ALPN_REPLICATION, BROKER_SERVER_NAME, TlsIdentity};
 use broker_core::wal::Wal;
 use bytes::{Bytes, BytesMut};
@@ -436,9 +436,7 @@ async fn read_ahead_loop(
                     batches
                         .into_iter()
                         .map(|batch| {
-                            let Frame::Batch { codec, payload } = taken.frame(&batch) else {
-                                unreachable!("BatchCompressor::frame returns batch frames");
-                            };
+                            let (codec, payload) = taken.encode(&batch);
                             let head = frame::batch_frame_header(codec, payload.len());
                             (
                                 *batch.header(),

@@ -50,20 +50,20 @@ impl BatchCompressor {
         }
     }
 
-    /// The batch frame for `batch`: zstd when that is smaller, otherwise the
+    /// The wire form of `batch`: zstd when that is smaller, otherwise the
     /// stored bytes (zero-copy).
-    pub fn frame(&mut self, batch: &EncodedBatch) -> Frame {
+    pub fn encode(&mut self, batch: &EncodedBatch) -> (WireCodec, Bytes) {
         let raw = batch.as_bytes();
-        if let Some(packed) = self.try_compress(raw) {
-            return Frame::Batch {
-                codec: WireCodec::Zstd,
-                payload: Bytes::from(packed),
-            };
+        match self.try_compress(raw) {
+            Some(packed) => (WireCodec::Zstd, Bytes::from(packed)),
+            None => (WireCodec::None, raw.clone()),
         }
-        Frame::Batch {
-            codec: WireCodec::None,
-            payload: raw.clone(),
-        }
+    }
+
+    /// The batch frame for `batch` ([`BatchCompressor::encode`]).
+    pub fn frame(&mut self, batch: &EncodedBatch) -> Frame {
+        let (codec, payload) = self.encode(batch);
+        Frame::Batch { codec, payload }
     }
 
     /// Whether the next batch will be tried (false while paused or
