@@ -6,6 +6,7 @@ pub mod config;
 pub mod consumer;
 pub mod ingest;
 pub mod metrics;
+pub mod quic;
 pub mod raft;
 pub mod retention;
 pub mod server;

@@ -107,7 +107,10 @@ fn merge(cli: Cli) -> anyhow::Result<BrokerConfig> {
 fn init_logging(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter);
+    // Logs go to stderr, like the edge agent's and the tier service's.
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),

@@ -28,10 +28,13 @@ pub enum ServerError {
     /// The Raft node failed to start.
     #[error(transparent)]
     Node(#[from] crate::raft::node::NodeError),
+    /// The ingest endpoint could not be set up.
+    #[error("ingest: {0}")]
+    Ingest(#[from] crate::quic::QuicEndpointError),
     /// A listener could not be bound or failed.
     #[error("{what} listener on {addr}: {source}")]
     Listen {
-        /// `admin` or `ingest`.
+        /// `admin`.
         what: &'static str,
         /// Listen address.
         addr: std::net::SocketAddr,
@@ -94,13 +97,7 @@ pub async fn run(
     );
     let ingest_server = tls.quic_server(ALPN_REPLICATION)?;
     let ingest =
-        quinn::Endpoint::server(ingest_server, config.ingest_listen).map_err(|source| {
-            ServerError::Listen {
-                what: "ingest",
-                addr: config.ingest_listen,
-                source,
-            }
-        })?;
+        crate::quic::server_endpoint(ingest_server, config.ingest_listen, &config.data_dir)?;
     tokio::spawn(crate::ingest::serve(
         ingest.clone(),
         topics.clone(),

@@ -18,6 +18,7 @@
 //! | `tributary_edge_replication_lag_records` | gauge | `topic` (WAL topics: high-water mark minus acknowledged offset) |
 //! | `tributary_edge_replication_connects_total` | counter | none: QUIC connections to a broker made |
 //! | `tributary_edge_replication_reconnects_total` | counter | none: connections after the first |
+//! | `tributary_edge_replication_connections_lost_total` | counter | `reason`: `reset` (the broker restarted: stateless reset), `timed_out` (idle timeout), `closed` (closed by the broker), `other` |
 //! | `tributary_edge_replication_raw_bytes_total` | counter | none: record batch bytes sent, before wire compression |
 //! | `tributary_edge_replication_wire_bytes_total` | counter | none: batch frame bytes sent (after zstd) |
 //!
@@ -28,7 +29,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 
 use crate::manager::AgentStats;
-use crate::replicator::ReplicationStats;
+use crate::replicator::{LossReason, ReplicationStats};
 use crate::topic::TopicStats;
 
 /// The `Content-Type` of the exposition.
@@ -142,6 +143,17 @@ pub fn render_replication(out: &mut String, stats: &ReplicationStats) {
     ] {
         header(out, name, "counter", help);
         sample(out, name, &[], value);
+    }
+    let name = "tributary_edge_replication_connections_lost_total";
+    header(
+        out,
+        name,
+        "counter",
+        "Established connections to a broker that ended, by reason.",
+    );
+    for reason in LossReason::ALL {
+        let value = stats.connections_lost[reason as usize].load(Ordering::Relaxed);
+        sample(out, name, &[("reason", reason.label())], value);
     }
 }
 

@@ -8,7 +8,11 @@
 //!   when smaller), pipelined up to a window of batches/bytes in flight.
 //! - Acknowledgements go to `TopicManager::on_acknowledged` (checkpoint at
 //!   `/edge/checkpoints/{ns}/{topic}`, then WAL retention).
-//! - Reconnects back off exponentially with jitter (backon), capped at 30 s.
+//! - Reconnects back off exponentially with jitter (backon), capped at 30 s;
+//!   a handshake gets at most [`CONNECT_TIMEOUT`]. A broker that restarts on
+//!   the same address resets the old connection at once (its stateless
+//!   reset key survives restarts), so the edge does not wait out the idle
+//!   timeout.
 //! - Backlog drain order: streams get QUIC priorities by intent, so audit_log
 //!   data leaves before task_queue, then event_stream; keepalives are QUIC
 //!   PING frames and never wait behind stream data.
@@ -77,6 +81,54 @@ pub struct ReplicationStats {
     pub raw_bytes_sent: std::sync::atomic::AtomicU64,
     /// Batch frame bytes actually sent.
     pub wire_bytes_sent: std::sync::atomic::AtomicU64,
+    /// Established connections lost, by [`LossReason`] (indexed by
+    /// `LossReason as usize`).
+    pub connections_lost: [std::sync::atomic::AtomicU64; LossReason::ALL.len()],
+}
+
+/// Why an established connection to the broker ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LossReason {
+    /// The broker answered with a stateless reset (RFC 9000 §10.3): it
+    /// restarted and no longer knows the connection.
+    Reset,
+    /// No packet from the broker within the idle timeout (30 s): the link
+    /// or the broker is gone.
+    TimedOut,
+    /// The broker closed the connection (shutdown, refusal).
+    Closed,
+    /// Anything else (a protocol or transport error).
+    Other,
+}
+
+impl LossReason {
+    /// Every reason, in index order.
+    pub const ALL: [LossReason; 4] = [
+        LossReason::Reset,
+        LossReason::TimedOut,
+        LossReason::Closed,
+        LossReason::Other,
+    ];
+
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            LossReason::Reset => "reset",
+            LossReason::TimedOut => "timed_out",
+            LossReason::Closed => "closed",
+            LossReason::Other => "other",
+        }
+    }
+
+    fn of(error: &quinn::ConnectionError) -> LossReason {
+        match error {
+            quinn::ConnectionError::Reset => LossReason::Reset,
+            quinn::ConnectionError::TimedOut => LossReason::TimedOut,
+            quinn::ConnectionError::ApplicationClosed(_)
+            | quinn::ConnectionError::ConnectionClosed(_) => LossReason::Closed,
+            _ => LossReason::Other,
+        }
+    }
 }
 
 /// Why a stream or connection ended.
@@ -183,6 +235,13 @@ pub async fn run(
     endpoint.wait_idle().await;
 }
 
+/// Longest wait for a QUIC handshake. Without it an attempt made while the
+/// broker is down lasts the whole idle timeout (30 s), and the client's
+/// exponentially spaced Initial retransmissions can reach a broker that came
+/// back only many seconds later; a new attempt starts their spacing over.
+/// Ample for a handshake over a 600 ms, 20 %-loss link.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
 fn new_backoff(config: &ReplicatorConfig) -> backon::ExponentialBackoff {
     ExponentialBuilder::default()
         .with_min_delay(Duration::from_millis(100))
@@ -206,10 +265,12 @@ async fn connect_and_replicate(
         .map_err(|e| StreamError::Connection(e.to_string()))?
         .next()
         .ok_or_else(|| StreamError::Connection(format!("{addr}: no address")))?;
-    let conn = endpoint
+    let connecting = endpoint
         .connect(socket, BROKER_SERVER_NAME)
-        .map_err(|e| StreamError::Connection(e.to_string()))?
+        .map_err(|e| StreamError::Connection(e.to_string()))?;
+    let conn = tokio::time::timeout(CONNECT_TIMEOUT, connecting)
         .await
+        .map_err(|_| StreamError::Connection(format!("no handshake within {CONNECT_TIMEOUT:?}")))?
         .map_err(|e| StreamError::Connection(e.to_string()))?;
     *connected = true;
     stats
@@ -243,6 +304,9 @@ async fn connect_and_replicate(
                 for task in running.values() {
                     task.abort();
                 }
+                let loss = LossReason::of(&reason);
+                stats.connections_lost[loss as usize].fetch_add(1, Ordering::Relaxed);
+                info!(broker = %addr, reason = loss.label(), error = %reason, "connection to broker lost");
                 return Err(StreamError::Connection(reason.to_string()));
             }
             changed = topic_changes.changed() => {
@@ -365,6 +429,13 @@ async fn replicate_topic(
                                 tx,
                             ));
                             read_ahead = Some((rx, AbortOnDrop(task)));
+                            // The broker holds everything below `from`
+                            // durably: that is an acknowledgement too. Without
+                            // it, records acknowledged just before a crash of
+                            // the edge (before its checkpoint was written)
+                            // would stay "unacknowledged" until the next
+                            // record is sent, and forever if none comes.
+                            acked_tx.send_replace(Some(from));
                         }
                         EdgeEvent::Acked { next_offset } => {
                             acked_tx.send_replace(Some(next_offset));

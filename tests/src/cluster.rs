@@ -237,13 +237,13 @@ intent = "{intent}"
         broker_cmd
             .arg("--config")
             .arg(&broker_config)
-            .env("RUST_LOG", "warn");
+            .env("RUST_LOG", child_log_filter());
         let mut edge_cmd = Command::new(bin_path("edge-agent"));
         edge_cmd
             .arg("run")
             .arg("--config")
             .arg(&edge_config)
-            .env("RUST_LOG", "warn");
+            .env("RUST_LOG", child_log_filter());
         Pair {
             broker: Proc::new("broker", broker_cmd),
             edge: Proc::new("edge-agent", edge_cmd),
@@ -307,6 +307,13 @@ intent = "{intent}"
             std::thread::sleep(Duration::from_millis(100));
         }
     }
+}
+
+/// The `RUST_LOG` filter of the broker and edge processes a [`Pair`]
+/// starts: `TRIB_TEST_CHILD_LOG` if set (to debug a failing test), else
+/// `warn`.
+pub fn child_log_filter() -> String {
+    std::env::var("TRIB_TEST_CHILD_LOG").unwrap_or_else(|_| "warn".into())
 }
 
 /// A client of an edge's local API for the test topic.

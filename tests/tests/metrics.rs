@@ -244,6 +244,35 @@ fn broker_edge_and_tier_metrics_follow_traffic_tiering_and_a_restart() {
         |v| v >= 1,
     );
 
+    // A broker SIGKILL and restart on the same address: the new process
+    // answers the edge's next packet with a stateless reset the edge
+    // accepts (the reset key survives restarts), so the edge reconnects
+    // without waiting out its 30 s idle timeout, and the loss is counted
+    // as `reset`, not `timed_out`.
+    let lost = |reason: &str| {
+        format!("tributary_edge_replication_connections_lost_total{{reason=\"{reason}\"}}")
+    };
+    let before = scrape(&edge_metrics);
+    pair.wait_acknowledged(1000, Duration::from_secs(60));
+    pair.broker.kill();
+    pair.broker.start();
+    let text = wait_for(
+        "reset after a broker SIGKILL",
+        &edge_metrics,
+        &lost("reset"),
+        |v| v >= 1,
+    );
+    assert_eq!(
+        value(&text, &lost("timed_out")),
+        value(&before, &lost("timed_out")),
+        "{text}"
+    );
+    let body: String = (1000..1100)
+        .map(|i| format!("{{\"value\":\"reading {i}\"}}\n"))
+        .collect();
+    assert_eq!(pair.publish_ndjson(body), Ok((1000, 1100)));
+    pair.wait_acknowledged(1100, Duration::from_secs(60));
+
     assert_eq!(
         tier.terminate(),
         Some(0),

@@ -96,3 +96,43 @@ fn edge_start(dir: &std::path::Path) -> u64 {
         .expect("open edge wal")
         .log_start_offset()
 }
+
+/// An edge killed after the broker acknowledged its records but before its
+/// checkpoint reached disk: after the restart the broker's Welcome (its
+/// durable high-water mark) acknowledges them, with no new record to send.
+/// Before this was handled the edge reported them unacknowledged until the
+/// next publish, and forever on a quiet topic (the crash loop's stall).
+#[test]
+fn the_welcome_acknowledges_what_the_broker_holds_after_an_edge_crash() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut pair = Pair::new(dir.path(), "task_queue", None);
+    // Checkpoints are written once a minute (the longest interval allowed):
+    // within the 30 s waited for below, only the Welcome can move the
+    // acknowledged offset of the restarted edge.
+    let edge_toml = dir.path().join("edge.toml");
+    let text = std::fs::read_to_string(&edge_toml).expect("edge.toml");
+    assert!(text.contains("checkpoint_interval_ms = 200\n"));
+    let text = text.replace(
+        "checkpoint_interval_ms = 200\n",
+        "checkpoint_interval_ms = 60000\n",
+    );
+    std::fs::write(&edge_toml, text).expect("edge.toml");
+    pair.broker.start();
+    pair.edge.start();
+    pair.wait_for_edge();
+    assert_eq!(pair.publish_ndjson(ndjson(0, 100)), Ok((0, 100)));
+    pair.wait_acknowledged(100, Duration::from_secs(60));
+
+    pair.edge.kill();
+    pair.edge.start();
+    pair.wait_for_edge();
+    pair.wait_acknowledged(100, Duration::from_secs(30));
+    assert_eq!(pair.edge_offsets(), Some((100, 100)));
+    assert_eq!(pair.broker.terminate(), Some(0));
+    assert_eq!(pair.edge.terminate(), Some(0));
+    let central = read_wal(&pair.broker_data.join("topics/plant1/readings"));
+    assert_eq!(central.len(), 100, "nothing resent, nothing lost");
+    for (offset, bytes) in &central {
+        assert_eq!(bytes.as_ref(), value(*offset).as_bytes());
+    }
+}

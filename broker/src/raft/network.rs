@@ -367,18 +367,22 @@ async fn dispatch(raft: &Raft, request: PeerRequest) -> PeerResponse {
 }
 
 /// Binds a QUIC endpoint for Raft on `addr`: serves peers with this broker's
-/// certificate and connects to peers with it.
+/// certificate and connects to peers with it. Its stateless reset key is
+/// kept in `state_dir` (see [`crate::quic`]), so peers of a restarted node
+/// drop their stale connections at once.
 ///
 /// # Errors
 /// TLS configuration or socket errors.
 pub fn endpoint(
     addr: SocketAddr,
     tls: &TlsIdentity,
+    state_dir: &std::path::Path,
 ) -> Result<quinn::Endpoint, super::node::NodeError> {
     let err = |e: &dyn std::fmt::Display| super::node::NodeError::Endpoint(format!("{addr}: {e}"));
     let server = tls.quic_server(ALPN_RAFT).map_err(|e| err(&e))?;
     let client = tls.quic_client(ALPN_RAFT).map_err(|e| err(&e))?;
-    let mut endpoint = quinn::Endpoint::server(server, addr).map_err(|e| err(&e))?;
+    let mut endpoint =
+        crate::quic::server_endpoint(server, addr, state_dir).map_err(|e| err(&e))?;
     endpoint.set_default_client_config(client);
     Ok(endpoint)
 }

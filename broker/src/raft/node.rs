@@ -140,7 +140,7 @@ impl MetaNode {
         let log_store = LogStore::new(db.clone());
         let state_machine = StateMachine::new(db, &config.data_dir.join("snapshots"))
             .map_err(|e| NodeError::Storage(e.to_string()))?;
-        let endpoint = network::endpoint(config.listen, tls)?;
+        let endpoint = network::endpoint(config.listen, tls, &config.data_dir)?;
         let raft_config = openraft::Config {
             cluster_name: "tributary".into(),
             heartbeat_interval: config.heartbeat_ms,
