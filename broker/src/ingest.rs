@@ -18,14 +18,16 @@ use broker_core::replication::frame::{self, ErrorCode, Frame};
 use broker_core::replication::ingest::{IngestAction, IngestStream};
 use broker_core::tls::peer_identity;
 use broker_core::wal::{AppendAtOutcome, PendingAppend, Wal, WalError};
-use bytes::BytesMut;
+use bytes::{Bytes, BytesMut};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 
 use crate::topics::{TopicError, TopicStore};
 
-/// Bytes read from a stream at a time.
-const READ_CHUNK_BYTES: usize = 256 * 1024;
+/// Initial capacity of a stream's frame buffer, bytes.
+const READ_BUFFER_BYTES: usize = 256 * 1024;
+/// Received chunks taken from a stream per read.
+const READ_CHUNKS: usize = 64;
 /// Appends in flight per stream before the reader waits for the writer.
 const PIPELINE_DEPTH: usize = 256;
 
@@ -128,7 +130,8 @@ async fn handle_stream(
     let writer = tokio::spawn(write_loop(send, out_rx));
     let mut ingest = IngestStream::new(identity.clone(), limits);
     let mut wal: Option<Arc<Wal>> = None;
-    let mut buf = BytesMut::with_capacity(READ_CHUNK_BYTES);
+    let mut buf = BytesMut::with_capacity(READ_BUFFER_BYTES);
+    let mut chunks: [Bytes; READ_CHUNKS] = std::array::from_fn(|_| Bytes::new());
     let refused = 'stream: loop {
         loop {
             let frame = match frame::decode(&mut buf, &limits) {
@@ -178,8 +181,15 @@ async fn handle_stream(
                 IngestAction::Refuse(frame) => break 'stream Some(frame),
             }
         }
-        match recv.read_chunk(READ_CHUNK_BYTES, true).await {
-            Ok(Some(chunk)) => buf.extend_from_slice(&chunk.bytes),
+        // Many chunks per call: each chunk is about one packet's payload,
+        // and every call takes the connection's lock.
+        match recv.read_chunks(&mut chunks).await {
+            Ok(Some(n)) => {
+                for chunk in &mut chunks[..n] {
+                    buf.extend_from_slice(chunk);
+                    *chunk = Bytes::new();
+                }
+            }
             Ok(None) if buf.is_empty() => break None,
             Ok(None) => {
                 break Some(refusal(
