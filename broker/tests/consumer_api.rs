@@ -619,8 +619,10 @@ fn per_message_leases_do_not_block_siblings() {
 
 #[test]
 fn start_positions_pause_resume_unsubscribe_and_ephemeral_expiry() {
+    // Long enough that no session expires between two steps on a busy
+    // machine (400 ms did, under a full parallel test run).
     let h = Harness::start(ConsumerConfig {
-        session_timeout_ms: 400,
+        session_timeout_ms: 2000,
         ..fast()
     });
     h.create_topic(JOBS, "event_stream");
@@ -720,7 +722,15 @@ fn start_positions_pause_resume_unsubscribe_and_ephemeral_expiry() {
         "{stored:?}"
     );
     assert!(h.client.state(JOBS, "tail").is_ok());
-    std::thread::sleep(Duration::from_millis(1000));
+    // Gone once the session expires (2 s without a request), within a bound.
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    while h.client.state(JOBS, "tail").is_ok() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "ephemeral subscription still there 15 s after its last request"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
     assert_eq!(api_status(h.client.state(JOBS, "tail")).0, 404);
     let _ = name;
 }

@@ -237,10 +237,12 @@ pub async fn run(
 
 /// Longest wait for a QUIC handshake. Without it an attempt made while the
 /// broker is down lasts the whole idle timeout (30 s), and the client's
-/// exponentially spaced Initial retransmissions can reach a broker that came
-/// back only many seconds later; a new attempt starts their spacing over.
-/// Ample for a handshake over a 600 ms, 20 %-loss link.
-const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// exponentially spaced Initial retransmissions (about 1, 3, 7, 15 s after
+/// the start) can reach a broker that came back only many seconds later; a
+/// new attempt starts their spacing over. 15 s leaves a handshake over a
+/// 64 kbit/s, 600 ms, 20 %-loss link (several seconds, more when a flight
+/// is lost twice) room to finish.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 
 fn new_backoff(config: &ReplicatorConfig) -> backon::ExponentialBackoff {
     ExponentialBuilder::default()
