@@ -63,14 +63,15 @@ pub enum QuicEndpointError {
 }
 
 /// The stateless reset key: an HMAC-SHA256 key made of the secret kept at
-/// `dir/`[`RESET_KEY_FILE`], read if present, else generated (32 random bytes) and written atomically (temporary file,
-/// `fdatasync`, rename, directory fsync) before it is used, so a key that
-/// tokens were derived from is always the one found after a crash.
+/// `dir/`[`RESET_KEY_FILE`], read if present, else generated (32 random
+/// bytes) and written atomically (temporary file, `fdatasync`, rename,
+/// directory fsync) before it is used, so a key that tokens were derived
+/// from is always the one found after a crash.
 ///
 /// # Errors
 /// [`QuicEndpointError::KeyIo`], [`QuicEndpointError::KeyLength`],
 /// [`QuicEndpointError::Random`].
-pub fn reset_key(dir: &Path) -> Result<ring::hmac::Key, QuicEndpointError> {
+fn reset_key(dir: &Path) -> Result<ring::hmac::Key, QuicEndpointError> {
     load_or_create_secret(dir).map(|secret| ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &secret))
 }
 
@@ -113,7 +114,7 @@ fn load_or_create_secret(dir: &Path) -> Result<Vec<u8>, QuicEndpointError> {
 
 /// A QUIC server endpoint on `addr` serving `server`, with its stateless
 /// reset key and connection-ID key derived from the secret kept in
-/// `state_dir` (see [`reset_key`]).
+/// `state_dir` (created on first use: [`RESET_KEY_FILE`], 32 random bytes).
 ///
 /// # Errors
 /// The key's errors, or [`QuicEndpointError::Bind`].

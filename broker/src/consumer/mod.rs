@@ -226,6 +226,24 @@ impl SubState {
     }
 }
 
+/// The end of a long poll of `max_wait_ms` from now (Unix ms).
+fn deadline_after(max_wait_ms: u64) -> i64 {
+    now_ms().saturating_add(i64::try_from(max_wait_ms).unwrap_or(i64::MAX))
+}
+
+/// One wait of a long poll: until the subscription changes, the WAL's
+/// high-water mark passes `offset`, or `wake_at` (Unix ms) — at most 250 ms
+/// after `now`, so lease expiries and deadlines are seen on time.
+async fn wait_for_change(sub: &Sub, offset: u64, now: i64, wake_at: i64) {
+    let wait_ms = wake_at.min(now + 250).saturating_sub(now);
+    let sleep = Duration::from_millis(u64::try_from(wait_ms).unwrap_or(0).max(1));
+    tokio::select! {
+        _ = sub.changed.notified() => {}
+        _ = sub.wal.wait_for_offset(offset) => {}
+        _ = tokio::time::sleep(sleep) => {}
+    }
+}
+
 struct Sub {
     topic: TopicName,
     name: SubscriptionName,
@@ -717,7 +735,7 @@ impl ConsumerService {
     ) -> Result<ReceiveResponse, ConsumerError> {
         let name = subscription_name(subscription)?;
         let sub = self.sub(topic, &name).await?;
-        let deadline = now_ms().saturating_add(i64::try_from(max_wait_ms).unwrap_or(i64::MAX));
+        let deadline = deadline_after(max_wait_ms);
         loop {
             let now = now_ms();
             let (deliveries, active, paused, blocked_at, cursor, next_due, hwm) = {
@@ -765,14 +783,8 @@ impl ConsumerService {
                     blocked_at,
                 });
             }
-            let wake = next_due.unwrap_or(deadline).min(deadline).min(now + 250);
-            let sleep =
-                Duration::from_millis(u64::try_from(wake.saturating_sub(now)).unwrap_or(0).max(1));
-            tokio::select! {
-                _ = sub.changed.notified() => {}
-                _ = sub.wal.wait_for_offset(hwm) => {}
-                _ = tokio::time::sleep(sleep) => {}
-            }
+            let wake = next_due.unwrap_or(deadline).min(deadline);
+            wait_for_change(&sub, hwm, now, wake).await;
         }
     }
 
@@ -793,7 +805,7 @@ impl ConsumerService {
     ) -> Result<ReceiveResponse, ConsumerError> {
         let name = subscription_name(subscription)?;
         let sub = self.sub(topic, &name).await?;
-        let deadline = now_ms().saturating_add(i64::try_from(max_wait_ms).unwrap_or(i64::MAX));
+        let deadline = deadline_after(max_wait_ms);
         loop {
             let (cursor, active, paused, blocked_at) = {
                 let st = self.session(&sub, consumer).await?;
@@ -825,16 +837,7 @@ impl ConsumerService {
                     blocked_at,
                 });
             }
-            let sleep = Duration::from_millis(
-                u64::try_from(deadline.min(now + 250).saturating_sub(now))
-                    .unwrap_or(0)
-                    .max(1),
-            );
-            tokio::select! {
-                _ = sub.changed.notified() => {}
-                _ = sub.wal.wait_for_offset(cursor.max(hwm)) => {}
-                _ = tokio::time::sleep(sleep) => {}
-            }
+            wait_for_change(&sub, cursor.max(hwm), now, deadline).await;
         }
     }
 
