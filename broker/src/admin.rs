@@ -63,7 +63,7 @@ use broker_core::intent::{StreamIntent, SubscriptionFailurePolicy};
 use broker_core::keys::{
     NameError, NamespaceName, StorageKey, StorageKeys, SubscriptionName, TopicName,
 };
-use broker_core::metadata::{BoxFuture, MetadataError, MetadataStore, Txn, TxnOutcome};
+use broker_core::metadata::{BoxFuture, MetadataError, MetadataStore, Txn, TxnOutcome, now_ms};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -1072,10 +1072,18 @@ async fn post_descriptor(
     )
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+/// The broker's local WALs, or 501 `not_supported` when this admin API runs
+/// without them (a metadata-only broker).
+fn local_segments(
+    segments: Option<Extension<Arc<dyn LocalSegments>>>,
+) -> Result<Arc<dyn LocalSegments>, ApiError> {
+    segments.map(|Extension(segments)| segments).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "not_supported",
+            "this broker does not expose its local WALs to the admin API",
+        )
+    })
 }
 
 async fn trim_topic(
@@ -1086,13 +1094,7 @@ async fn trim_topic(
 ) -> ApiResult {
     let topic = topic_from_path(&namespace, &topic)?;
     let keys = storage_keys(params)?;
-    let Some(Extension(segments)) = segments else {
-        return Err(ApiError::new(
-            StatusCode::NOT_IMPLEMENTED,
-            "not_supported",
-            "this broker does not expose its local WALs to the admin API",
-        ));
-    };
+    let segments = local_segments(segments)?;
     // The safe offset comes from Raft, never from the caller: a segment is
     // deleted only once its descriptor is committed.
     let tiered = tiered_state(&*state.store, &keys, &topic).await?;
@@ -1204,13 +1206,7 @@ async fn unload_topic(
 ) -> ApiResult {
     let topic = topic_from_path(&namespace, &topic)?;
     let keys = storage_keys(params)?;
-    let Some(Extension(segments)) = segments else {
-        return Err(ApiError::new(
-            StatusCode::NOT_IMPLEMENTED,
-            "not_supported",
-            "this broker does not expose its local WALs to the admin API",
-        ));
-    };
+    let segments = local_segments(segments)?;
     let sealed = segments
         .seal(&topic)
         .await

@@ -869,3 +869,25 @@ fn cluster_status_reports_the_view() {
         )
     );
 }
+
+/// Trim and unload act on the broker's local WALs; an admin API served
+/// without them (this harness, like a metadata-only broker) refuses both
+/// with 501 `not_supported` instead of pretending to have done something.
+#[test]
+fn trim_and_unload_without_local_wals_are_not_supported() {
+    let server = Server::start();
+    for action in ["trim", "unload"] {
+        let reply = server.request(
+            "POST",
+            &format!("/v1/storage/topics/plant1/readings/{action}"),
+            Some(TOKEN),
+            None,
+        );
+        assert_eq!(reply.status, 501, "{action}: {}", reply.body);
+        assert_eq!(
+            reply.body["kind"], "not_supported",
+            "{action}: {}",
+            reply.body
+        );
+    }
+}

@@ -20,7 +20,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime};
 
 use backon::{ExponentialBuilder, Retryable};
 use broker_core::archive::{ArchiveTail, SegmentDescriptor};
@@ -61,11 +61,7 @@ impl Default for RetryTuning {
 
 /// Milliseconds since the Unix epoch (the tier service's only clock read
 /// for descriptors).
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
+pub use broker_core::metadata::now_ms;
 
 /// What one pass did.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -84,6 +84,15 @@ pub trait Clock: Send + Sync {
     fn now_ms(&self) -> u64;
 }
 
+/// Wall-clock now, milliseconds since the Unix epoch, as the `i64` that
+/// record timestamps and descriptors use: 0 before 1970, `i64::MAX` past
+/// its range. For stores, read time through a [`Clock`] instead.
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
 /// The system clock; the only place the store reads real time.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct SystemClock;

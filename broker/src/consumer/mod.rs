@@ -270,11 +270,7 @@ pub struct ConsumerService {
 }
 
 /// Now, ms since the Unix epoch.
-pub fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
+pub use broker_core::metadata::now_ms;
 
 fn invalid(field: &str, message: impl Into<String>) -> ConsumerError {
     ConsumerError::Invalid {
