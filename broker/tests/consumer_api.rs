@@ -6,6 +6,10 @@
 //! Multi-process tests (a SIGKILLed consumer process, a broker restart) are
 //! in `tests/tests/consumers.rs`.
 
+mod common;
+
+use common::FixedCluster;
+
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -21,30 +25,12 @@ use broker_core::keys::{SubscriptionName, TopicName};
 use broker_core::metadata::redb::RedbStore;
 use broker_core::metadata::{MetadataStore, SystemClock};
 use serde_json::{Value, json};
-use tributary_broker::admin::{AdminState, ClusterView, router};
+use tributary_broker::admin::{AdminState, router};
 use tributary_broker::consumer::{ConsumerConfig, ConsumerService};
-use tributary_broker::raft::node::ClusterStatus;
 use tributary_broker::topics::TopicStore;
 
 const TOKEN: &str = "consumer-test-token";
 const BROKER_ADDR: &str = "127.0.0.1:7400";
-
-struct FixedCluster;
-
-impl ClusterView for FixedCluster {
-    fn status(&self) -> ClusterStatus {
-        ClusterStatus {
-            node_id: 1,
-            leader: Some(1),
-            term: 1,
-            members: BTreeMap::from([(1, "127.0.0.1:7401".to_owned())]),
-            last_applied_index: None,
-            snapshot_index: None,
-            purged_index: None,
-            state: "Leader".to_owned(),
-        }
-    }
-}
 
 struct Harness {
     runtime: tokio::runtime::Runtime,

@@ -9,6 +9,10 @@
 //! Everything is real: redb metadata, topic WALs with fsync, the admin and
 //! consumer routers on 127.0.0.1:0, the archive objects on disk.
 
+mod common;
+
+use common::FixedCluster;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -22,9 +26,8 @@ use broker_core::consumer_client::{ClientError, ConsumerClient};
 use broker_core::keys::{StorageKeys, TopicName};
 use broker_core::metadata::redb::RedbStore;
 use broker_core::metadata::{MetadataStore, SystemClock};
-use tributary_broker::admin::{AdminState, ClusterView, router, with_local_segments};
+use tributary_broker::admin::{AdminState, router, with_local_segments};
 use tributary_broker::consumer::{ConsumerConfig, ConsumerService};
-use tributary_broker::raft::node::ClusterStatus;
 use tributary_broker::topics::TopicStore;
 use tributary_tier::broker_api::BrokerClient;
 use tributary_tier::faults::Faults;
@@ -40,23 +43,6 @@ const SEALED: u64 = 3;
 /// Records left in the active segment.
 const TAIL: u64 = 50;
 const TOTAL: u64 = SEALED * PER_SEGMENT + TAIL;
-
-struct FixedCluster;
-
-impl ClusterView for FixedCluster {
-    fn status(&self) -> ClusterStatus {
-        ClusterStatus {
-            node_id: 1,
-            leader: Some(1),
-            term: 1,
-            members: BTreeMap::from([(1, "127.0.0.1:7401".to_owned())]),
-            last_applied_index: None,
-            snapshot_index: None,
-            purged_index: None,
-            state: "Leader".to_owned(),
-        }
-    }
-}
 
 struct Harness {
     runtime: tokio::runtime::Runtime,

@@ -1,6 +1,7 @@
-//! Shared by the multi-broker tests (`cluster.rs`, `storage_raft.rs`):
-//! real `broker` processes on 127.0.0.1 with generated certificates, their
-//! configs, and admin API helpers.
+//! Shared by the broker's integration tests: real `broker` processes on
+//! 127.0.0.1 with generated certificates, their configs and admin API
+//! helpers (`cluster.rs`, `storage_raft.rs`), and the single-leader cluster
+//! view of the in-process API tests (`consumer_api.rs`, `tiered_read.rs`).
 #![allow(dead_code)] // each test binary uses a subset
 
 use std::collections::BTreeSet;
@@ -153,4 +154,22 @@ logs_kept_after_snapshot = 5
     let path = dir.join(format!("broker-{id}.toml"));
     std::fs::write(&path, text).expect("write config");
     path
+}
+
+/// The cluster view of an in-process admin API: node 1, leader of term 1.
+pub struct FixedCluster;
+
+impl tributary_broker::admin::ClusterView for FixedCluster {
+    fn status(&self) -> tributary_broker::raft::node::ClusterStatus {
+        tributary_broker::raft::node::ClusterStatus {
+            node_id: 1,
+            leader: Some(1),
+            term: 1,
+            members: std::collections::BTreeMap::from([(1, "127.0.0.1:7401".to_owned())]),
+            last_applied_index: None,
+            snapshot_index: None,
+            purged_index: None,
+            state: "Leader".to_owned(),
+        }
+    }
 }
