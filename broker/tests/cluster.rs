@@ -62,23 +62,7 @@ fn wait_for_catch_up(node: &Node, target: u64) {
 #[test]
 fn three_brokers_survive_leader_kill_and_catch_up_by_snapshot() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let certs = dir.path().join("certs");
-    broker_core::dev_certs::issue(&certs, &[1, 2, 3], &[]).expect("certs");
-    let raft: Vec<SocketAddr> = (0..3).map(|_| free_udp()).collect();
-    let mut nodes: Vec<Node> = (1..=3u64)
-        .map(|id| {
-            let admin = free_tcp();
-            Node {
-                id,
-                config: write_config(dir.path(), &certs, id, &raft, admin, 40),
-                admin,
-                child: None,
-            }
-        })
-        .collect();
-    for node in &mut nodes {
-        node.start();
-    }
+    let mut nodes = common::start_three(dir.path(), 40);
     let leader = wait_for_leader(&nodes);
     let mut expected = BTreeSet::new();
 

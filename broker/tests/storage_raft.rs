@@ -6,10 +6,9 @@
 
 mod common;
 
-use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use common::{Node, TOKEN, agent, free_tcp, free_udp, get_json, wait_for_leader, write_config};
+use common::{Node, TOKEN, agent, get_json, wait_for_leader};
 
 use broker_core::archive::SegmentDescriptor;
 use broker_core::keys::{StorageKeys, TopicName};
@@ -85,23 +84,7 @@ fn assert_listed(node: &Node, topic: &TopicName, expected: &[SegmentDescriptor])
 #[test]
 fn descriptors_survive_a_leader_kill_and_a_full_restart() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let certs = dir.path().join("certs");
-    broker_core::dev_certs::issue(&certs, &[1, 2, 3], &[]).expect("certs");
-    let raft: Vec<SocketAddr> = (0..3).map(|_| free_udp()).collect();
-    let mut nodes: Vec<Node> = (1..=3u64)
-        .map(|id| {
-            let admin = free_tcp();
-            Node {
-                id,
-                config: write_config(dir.path(), &certs, id, &raft, admin, 20),
-                admin,
-                child: None,
-            }
-        })
-        .collect();
-    for node in &mut nodes {
-        node.start();
-    }
+    let mut nodes = common::start_three(dir.path(), 20);
     let topic = TopicName::new("/plant/line-1").unwrap();
     let other = TopicName::new("/plant/line-2").unwrap();
     let leader = wait_for_leader(&nodes);

@@ -156,6 +156,29 @@ logs_kept_after_snapshot = 5
     path
 }
 
+/// Three brokers (ids 1–3) under `dir` with certificates from one dev CA,
+/// free ports, a snapshot every `snapshot_every` Raft entries; all started.
+pub fn start_three(dir: &Path, snapshot_every: u64) -> Vec<Node> {
+    let certs = dir.join("certs");
+    broker_core::dev_certs::issue(&certs, &[1, 2, 3], &[]).expect("certs");
+    let raft: Vec<SocketAddr> = (0..3).map(|_| free_udp()).collect();
+    let mut nodes: Vec<Node> = (1..=3u64)
+        .map(|id| {
+            let admin = free_tcp();
+            Node {
+                id,
+                config: write_config(dir, &certs, id, &raft, admin, snapshot_every),
+                admin,
+                child: None,
+            }
+        })
+        .collect();
+    for node in &mut nodes {
+        node.start();
+    }
+    nodes
+}
+
 /// The cluster view of an in-process admin API: node 1, leader of term 1.
 pub struct FixedCluster;
 
