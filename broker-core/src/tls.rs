@@ -200,6 +200,54 @@ pub fn transport_config() -> quinn::TransportConfig {
     transport
 }
 
+/// Kernel buffer size asked for each QUIC UDP socket, bytes, for both
+/// directions. Linux's default (about 208 KiB) holds ~150 full-size
+/// datagrams: a receiver descheduled for a millisecond at a few hundred MB/s
+/// overflows it, and every datagram the kernel drops there is a loss to the
+/// congestion controller. The kernel caps the request at
+/// `net.core.rmem_max` / `wmem_max`.
+pub const UDP_BUFFER_BYTES: usize = 4 * 1024 * 1024;
+
+/// Binds a UDP socket for a QUIC endpoint on `addr`, with send and receive
+/// buffers of [`UDP_BUFFER_BYTES`] as far as the kernel allows (a smaller
+/// grant is logged once per socket with the sysctl to raise, and is not an
+/// error).
+///
+/// # Errors
+/// The bind error.
+pub fn bind_udp(addr: std::net::SocketAddr) -> std::io::Result<std::net::UdpSocket> {
+    let socket = std::net::UdpSocket::bind(addr)?;
+    let state = quinn::udp::UdpSocketState::new((&socket).into())?;
+    let _ = state.set_recv_buffer_size((&socket).into(), UDP_BUFFER_BYTES);
+    let _ = state.set_send_buffer_size((&socket).into(), UDP_BUFFER_BYTES);
+    // Linux reports twice what it grants (its bookkeeping overhead).
+    let granted = state.recv_buffer_size((&socket).into()).unwrap_or(0);
+    if granted < UDP_BUFFER_BYTES {
+        tracing::info!(
+            %addr,
+            granted_bytes = granted,
+            wanted_bytes = UDP_BUFFER_BYTES,
+            "UDP receive buffer capped by the kernel; raise net.core.rmem_max and \
+             net.core.wmem_max for fast links"
+        );
+    }
+    Ok(socket)
+}
+
+/// A QUIC client endpoint on a [`bind_udp`] socket at `addr` (port 0 for
+/// any), on the current tokio runtime.
+///
+/// # Errors
+/// The bind error, or the runtime's if there is none.
+pub fn client_endpoint(addr: std::net::SocketAddr) -> std::io::Result<quinn::Endpoint> {
+    quinn::Endpoint::new(
+        quinn::EndpointConfig::default(),
+        None,
+        bind_udp(addr)?,
+        Arc::new(quinn::TokioRuntime),
+    )
+}
+
 /// The identity of the verified peer of `connection`: the first DNS subject
 /// alternative name of its leaf certificate, else its subject common name.
 /// `None` if the peer sent no certificate or it cannot be parsed.
@@ -228,4 +276,32 @@ pub fn certificate_identity(cert: &CertificateDer<'_>) -> Option<String> {
         .next()
         .and_then(|cn| cn.as_str().ok())
         .map(str::to_string)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The kernel's cap on a socket's receive buffer, bytes.
+    fn rmem_max() -> usize {
+        std::fs::read_to_string("/proc/sys/net/core/rmem_max")
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    #[test]
+    fn quic_sockets_get_the_largest_receive_buffer_the_kernel_allows() {
+        let socket = bind_udp("127.0.0.1:0".parse().unwrap()).unwrap();
+        let state = quinn::udp::UdpSocketState::new((&socket).into()).unwrap();
+        let granted = state.recv_buffer_size((&socket).into()).unwrap();
+        let plain = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+        let default = state.recv_buffer_size((&plain).into()).unwrap();
+        let allowed = UDP_BUFFER_BYTES.min(rmem_max());
+        // Linux reports twice the granted size.
+        assert!(granted >= allowed, "granted {granted}, allowed {allowed}");
+        if rmem_max() > default {
+            assert!(granted > default, "granted {granted}, default {default}");
+        }
+    }
 }

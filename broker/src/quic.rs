@@ -130,7 +130,7 @@ pub fn server_endpoint(
         Box::new(quinn_proto::HashedConnectionIdGenerator::from_key(cid_key))
     });
     let bind = |source| QuicEndpointError::Bind { addr, source };
-    let socket = std::net::UdpSocket::bind(addr).map_err(bind)?;
+    let socket = broker_core::tls::bind_udp(addr).map_err(bind)?;
     quinn::Endpoint::new(config, Some(server), socket, Arc::new(quinn::TokioRuntime)).map_err(bind)
 }
 

@@ -32,7 +32,7 @@ use broker_core::replication::compress::BatchCompressor;
 use broker_core::replication::edge::{EdgeError, EdgeEvent, EdgeStream, Window};
 use broker_core::replication::frame::{self, ErrorCode};
 use broker_core::tls::{ALPN_REPLICATION, BROKER_SERVER_NAME, TlsIdentity};
-use broker_core::wal::Wal;
+use broker_core::wal::{ReadBuffers, Wal};
 use bytes::{Bytes, BytesMut};
 use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tracing::{debug, info, warn};
@@ -191,7 +191,7 @@ pub async fn run(
             return;
         }
     };
-    let endpoint = match quinn::Endpoint::client(SocketAddr::from(([0, 0, 0, 0], 0))) {
+    let endpoint = match broker_core::tls::client_endpoint(SocketAddr::from(([0, 0, 0, 0], 0))) {
         Ok(mut endpoint) => {
             endpoint.set_default_client_config(client);
             endpoint
@@ -488,22 +488,28 @@ async fn read_ahead_loop(
     tx: mpsc::Sender<Result<Prepared, StreamError>>,
 ) {
     let budget = Arc::new(Semaphore::new(READ_AHEAD_BYTES));
-    let mut compressor = Some(BatchCompressor::new(compress));
+    // The compressor and the read buffers move to the blocking thread for
+    // each step and come back with its result.
+    let mut tools = Some((BatchCompressor::new(compress), ReadBuffers::new()));
     let mut next = from;
     loop {
-        if wal.high_water_mark() <= next
-            && let Err(e) = wal.wait_for_offset(next).await
-        {
-            let _ = tx.send(Err(StreamError::Wal(e.to_string()))).await;
-            return;
+        if wal.high_water_mark() <= next {
+            if let Some((_, buffers)) = tools.as_mut() {
+                // Caught up: an idle agent keeps no read memory.
+                buffers.clear();
+            }
+            if let Err(e) = wal.wait_for_offset(next).await {
+                let _ = tx.send(Err(StreamError::Wal(e.to_string()))).await;
+                return;
+            }
         }
-        let Some(mut taken) = compressor.take() else {
+        let Some((mut taken, mut buffers)) = tools.take() else {
             return;
         };
         let reader = wal.clone();
         let step = tokio::task::spawn_blocking(move || {
             let frames = reader
-                .read(next, READ_STEP_BYTES)
+                .read_with(next, READ_STEP_BYTES, &mut buffers)
                 .map_err(|e| e.to_string())
                 .map(|batches| {
                     batches
@@ -519,12 +525,12 @@ async fn read_ahead_loop(
                         })
                         .collect::<Vec<_>>()
                 });
-            (frames, taken)
+            (frames, (taken, buffers))
         })
         .await;
         let frames = match step {
             Ok((frames, taken)) => {
-                compressor = Some(taken);
+                tools = Some(taken);
                 frames
             }
             Err(e) => Err(format!("read-ahead task failed: {e}")),

@@ -51,6 +51,7 @@ use tracing::info;
 use crate::batch::{BatchHeader, Codec, EncodedBatch, Record, RecordBatch};
 use crate::limits::{LimitError, LimitName, Limits};
 pub use recovery::RecoveryReport;
+pub use scan::ReadBuffers;
 use scan::{Step, Window, find_next_valid, read_batch};
 pub use segment::SealedSegment;
 use segment::{SegmentMeta, WalFile, log_file_name, parse_file_name};
@@ -677,6 +678,22 @@ impl Wal {
     /// [`WalError::Corrupt`] naming the unreadable range if a batch on the way
     /// is damaged, I/O errors.
     pub fn read(&self, from_offset: u64, max_bytes: usize) -> Result<Vec<EncodedBatch>, WalError> {
+        self.read_with(from_offset, max_bytes, &mut ReadBuffers::new())
+    }
+
+    /// Like [`Wal::read`], taking read buffers from `buffers` and leaving
+    /// them there for the next call: a reader that reads the log
+    /// continuously (the edge's replicator) reuses memory instead of
+    /// allocating it per read.
+    ///
+    /// # Errors
+    /// As [`Wal::read`].
+    pub fn read_with(
+        &self,
+        from_offset: u64,
+        max_bytes: usize,
+        buffers: &mut ReadBuffers,
+    ) -> Result<Vec<EncodedBatch>, WalError> {
         let hwm = self.high_water_mark();
         let mut out = Vec::new();
         if from_offset >= hwm {
@@ -714,32 +731,33 @@ impl Wal {
                 }
                 Err(e) => return Err(io_err("open", &path)(e)),
             };
-            let mut window = Window::new(file.as_ref(), visible);
+            let mut window = Window::with_buffers(file.as_ref(), visible, std::mem::take(buffers));
             let mut pos = start;
-            loop {
+            // `true` once the budget or the high-water mark ends the read.
+            let done = loop {
                 // Read ahead no further than the budget can use (at least a
                 // batch header, and enough for small batches to share a pread).
                 window.set_refill(budget.clamp(MIN_READ_REFILL_BYTES, MAX_READ_REFILL_BYTES));
                 match read_batch(&mut window, pos, &self.shared.config.limits)
                     .map_err(io_err("read", &path))?
                 {
-                    Step::End => break,
+                    Step::End => break false,
                     Step::Batch(batch) => {
                         if batch.base_offset() >= hwm {
-                            return Ok(out);
+                            break true;
                         }
                         pos += batch.len() as u64;
                         if batch.next_offset() <= wanted {
                             continue;
                         }
                         if !out.is_empty() && batch.len() > budget {
-                            return Ok(out);
+                            break true;
                         }
                         budget = budget.saturating_sub(batch.len());
                         wanted = batch.next_offset();
                         out.push(batch);
                         if budget == 0 {
-                            return Ok(out);
+                            break true;
                         }
                     }
                     Step::Bad(reason) => {
@@ -763,6 +781,10 @@ impl Wal {
                         });
                     }
                 }
+            };
+            *buffers = window.into_buffers();
+            if done {
+                return Ok(out);
             }
         }
         Ok(out)

@@ -13,6 +13,66 @@ use crate::limits::Limits;
 /// caller sets another size with [`Window::set_refill`].
 const WINDOW_BYTES: usize = 1024 * 1024;
 
+/// Most buffers a [`ReadBuffers`] keeps.
+const MAX_SPARE_BUFFERS: usize = 12;
+
+/// Read buffers kept from one [`super::Wal::read_with`] call for the next.
+///
+/// A read hands out batches as zero-copy slices of its buffers, so a buffer
+/// can be reused only once every slice of it is gone (a replicator sends a
+/// batch, then the transport releases it when the peer acknowledged it). A
+/// reader that reads continuously keeps its buffers here, and a refill takes
+/// one that is free again instead of allocating: no fresh pages to fault in
+/// and zero per read. Holds at most 12 buffers (each up to the refill size
+/// of the reads, 8 MiB at most); [`ReadBuffers::clear`] returns their memory.
+#[derive(Debug, Default)]
+pub struct ReadBuffers {
+    spare: Vec<Bytes>,
+}
+
+impl ReadBuffers {
+    /// An empty set.
+    pub fn new() -> ReadBuffers {
+        ReadBuffers::default()
+    }
+
+    /// Drops every kept buffer (a reader about to idle calls it, so an idle
+    /// process does not hold read memory).
+    pub fn clear(&mut self) {
+        self.spare.clear();
+    }
+
+    /// Buffers kept.
+    pub fn len(&self) -> usize {
+        self.spare.len()
+    }
+
+    /// Whether no buffer is kept.
+    pub fn is_empty(&self) -> bool {
+        self.spare.is_empty()
+    }
+
+    /// A kept buffer that nothing else refers to any more and that holds at
+    /// least `len` bytes, emptied of references; `None` if there is none.
+    fn take_free(&mut self, len: usize) -> Option<BytesMut> {
+        let at = self.spare.iter().position(Bytes::is_unique)?;
+        let buffer = self.spare.swap_remove(at).try_into_mut().ok()?;
+        (buffer.capacity() >= len).then_some(buffer)
+    }
+
+    /// Keeps `buffer` for a later refill (dropping the oldest kept one when
+    /// full: slices of it may still be in use elsewhere, which is fine).
+    fn keep(&mut self, buffer: Bytes) {
+        if buffer.is_empty() {
+            return;
+        }
+        if self.spare.len() >= MAX_SPARE_BUFFERS {
+            self.spare.remove(0);
+        }
+        self.spare.push(buffer);
+    }
+}
+
 /// A read-ahead window over a file, so a scan costs one `pread` per MiB
 /// rather than two per batch.
 pub(crate) struct Window<'a> {
@@ -26,6 +86,8 @@ pub(crate) struct Window<'a> {
     /// refill allocates a new buffer while any of them is alive (and reuses
     /// this one when none is).
     buf: Bytes,
+    /// Where refills look for a free buffer before allocating.
+    buffers: ReadBuffers,
 }
 
 impl<'a> Window<'a> {
@@ -36,7 +98,27 @@ impl<'a> Window<'a> {
             start: 0,
             refill: WINDOW_BYTES,
             buf: Bytes::new(),
+            buffers: ReadBuffers::new(),
         }
+    }
+
+    /// Like [`Window::new`], refilling from `buffers` when one is free.
+    pub(crate) fn with_buffers(
+        file: &'a dyn ReadFile,
+        end: u64,
+        buffers: ReadBuffers,
+    ) -> Window<'a> {
+        Window {
+            buffers,
+            ..Window::new(file, end)
+        }
+    }
+
+    /// The buffers for the next window, with this window's own.
+    pub(crate) fn into_buffers(mut self) -> ReadBuffers {
+        let current = std::mem::take(&mut self.buf);
+        self.buffers.keep(current);
+        self.buffers
     }
 
     /// Sets how many bytes the next refills read at least (at least 1).
@@ -70,14 +152,19 @@ impl<'a> Window<'a> {
         let loaded_end = self.start + self.buf.len() as u64;
         if pos < self.start || pos + len as u64 > loaded_end {
             let want = (len.max(self.refill) as u64).min(self.end - pos) as usize;
-            let mut fresh = match std::mem::take(&mut self.buf).try_into_mut() {
-                Ok(mut reused) => {
-                    reused.clear();
-                    reused
-                }
-                Err(_shared) => BytesMut::new(),
-            };
-            fresh.resize(want, 0);
+            let previous = std::mem::take(&mut self.buf);
+            self.buffers.keep(previous);
+            let mut fresh = self
+                .buffers
+                .take_free(want)
+                .unwrap_or_else(|| BytesMut::with_capacity(want));
+            // A reused buffer's bytes are initialized already: only bytes it
+            // never held need zeroing before the read overwrites them.
+            if fresh.len() >= want {
+                fresh.truncate(want);
+            } else {
+                fresh.resize(want, 0);
+            }
             self.file.read_exact_at(&mut fresh, pos)?;
             self.buf = fresh.freeze();
             self.start = pos;

@@ -32,6 +32,7 @@ struct Disk {
     durable_names: BTreeMap<PathBuf, Inode>,
     dirs: Vec<PathBuf>,
     syncs: u64,
+    writebacks: Vec<(u64, u64)>,
 }
 
 /// An in-memory disk with power cuts. Cheap to clone (shared state).
@@ -61,6 +62,13 @@ impl SimStorage {
     /// Number of `sync_data` calls so far.
     pub fn sync_count(&self) -> u64 {
         self.lock().syncs
+    }
+
+    /// The `(offset, len)` of every `start_writeback` call so far, in order
+    /// (any file). Writeback changes nothing in the simulation: only
+    /// `sync_data` makes bytes durable.
+    pub fn writeback_ranges(&self) -> Vec<(u64, u64)> {
+        self.lock().writebacks.clone()
     }
 
     /// The disk after a power cut, as described in the module doc. `seed`
@@ -171,6 +179,15 @@ impl AppendFile for SimFile {
 
     fn truncate(&mut self, len: u64) -> io::Result<()> {
         self.with(|d| d.live.truncate(len as usize))
+    }
+
+    fn start_writeback(&mut self, offset: u64, len: u64) -> io::Result<()> {
+        let mut disk = match self.disk.lock() {
+            Ok(guard) => guard,
+            Err(poisoned) => poisoned.into_inner(),
+        };
+        disk.writebacks.push((offset, len));
+        Ok(())
     }
 }
 

@@ -426,6 +426,87 @@ fn concurrent_appends_share_fdatasync_calls() {
     });
 }
 
+/// Appends `batches` batches of one 512 KiB record each to a WAL on `storage`
+/// in `mode` (default segment size, 64 MiB).
+fn append_half_mib_batches(storage: &SimStorage, mode: SyncMode, batches: usize) {
+    rt().block_on(async {
+        let wal = Wal::open_with(
+            Arc::new(storage.clone()),
+            "/wal",
+            WalConfig {
+                sync_mode: mode,
+                ..WalConfig::default()
+            },
+        )
+        .unwrap();
+        for i in 0..batches {
+            let value = Bytes::from(vec![i as u8; 512 * 1024]);
+            let rec = Record {
+                value,
+                ..record(&i.to_string())
+            };
+            wal.append(vec![rec], Codec::None).await.unwrap();
+        }
+        wal.close().await.unwrap();
+    });
+}
+
+#[test]
+fn writeback_starts_behind_the_writer_without_per_group_fdatasync() {
+    // 40 batches of ~512 KiB: ~20 MiB in one segment. Write-behind every
+    // 8 MiB: two ranges, back to back from the start of the file.
+    let storage = SimStorage::new();
+    append_half_mib_batches(&storage, SyncMode::OsCacheFlush, 40);
+    let ranges = storage.writeback_ranges();
+    assert_eq!(ranges.len(), 2, "{ranges:?}");
+    assert_eq!(ranges[0].0, 0);
+    assert_eq!(ranges[1].0, ranges[0].1, "contiguous: {ranges:?}");
+    for (_, len) in &ranges {
+        assert!((8 << 20..9 << 20).contains(len), "{ranges:?}");
+    }
+    // fsync_batch syncs every group: nothing to write behind.
+    let storage = SimStorage::new();
+    append_half_mib_batches(&storage, SyncMode::FsyncBatch, 40);
+    assert_eq!(storage.writeback_ranges(), vec![]);
+}
+
+#[test]
+fn read_buffers_are_reused_only_once_nothing_refers_to_them() {
+    let dir = tempfile::tempdir().unwrap();
+    rt().block_on(async {
+        let wal = Wal::open(dir.path(), WalConfig::default()).unwrap();
+        for i in 0..10 {
+            wal.append(vec![record(&format!("{i:03}"))], Codec::None)
+                .await
+                .unwrap();
+        }
+        let mut buffers = ReadBuffers::new();
+        let first = wal.read_with(0, 1 << 20, &mut buffers).unwrap();
+        let first_bytes: Vec<Vec<u8>> = first.iter().map(|b| b.as_bytes().to_vec()).collect();
+        assert_eq!(first.len(), 10);
+        // `first` still holds its buffer: a read from elsewhere must not
+        // overwrite it.
+        let second = wal.read_with(5, 1 << 20, &mut buffers).unwrap();
+        assert_eq!(second[0].base_offset(), 5);
+        assert_ne!(second[0].as_bytes().as_ptr(), first[5].as_bytes().as_ptr());
+        let still: Vec<Vec<u8>> = first.iter().map(|b| b.as_bytes().to_vec()).collect();
+        assert_eq!(still, first_bytes);
+        let first_at = first[0].as_bytes().as_ptr();
+        drop(first);
+        drop(second);
+        // Nothing refers to the buffers any more: the next read reuses the
+        // first one, and reads the same bytes into it.
+        let third = wal.read_with(0, 1 << 20, &mut buffers).unwrap();
+        assert_eq!(third[0].as_bytes().as_ptr(), first_at);
+        let again: Vec<Vec<u8>> = third.iter().map(|b| b.as_bytes().to_vec()).collect();
+        assert_eq!(again, first_bytes);
+        assert_eq!(buffers.len(), 2);
+        buffers.clear();
+        assert!(buffers.is_empty());
+        wal.close().await.unwrap();
+    });
+}
+
 // ---- recovery table rows -------------------------------------------------
 
 fn segment_path(dir: &Path, base: u64) -> PathBuf {

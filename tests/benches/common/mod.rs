@@ -170,9 +170,17 @@ impl RawBulk {
             let mut stop_rx = stop_rx.clone();
             std::thread::spawn(move || {
                 runtime().block_on(async move {
-                    let endpoint =
-                        quinn::Endpoint::server(server, SocketAddr::from(([127, 0, 0, 1], 0)))
-                            .expect("server endpoint");
+                    // Same sockets as the product (`tls::bind_udp`: large
+                    // kernel buffers), so only the application differs.
+                    let socket = broker_core::tls::bind_udp(SocketAddr::from(([127, 0, 0, 1], 0)))
+                        .expect("server socket");
+                    let endpoint = quinn::Endpoint::new(
+                        quinn::EndpointConfig::default(),
+                        Some(server),
+                        socket,
+                        Arc::new(quinn::TokioRuntime),
+                    )
+                    .expect("server endpoint");
                     addr_tx
                         .send(endpoint.local_addr().expect("addr"))
                         .expect("send addr");
@@ -203,7 +211,7 @@ impl RawBulk {
             std::thread::spawn(move || {
                 runtime().block_on(async move {
                     let mut endpoint =
-                        quinn::Endpoint::client(SocketAddr::from(([127, 0, 0, 1], 0)))
+                        broker_core::tls::client_endpoint(SocketAddr::from(([127, 0, 0, 1], 0)))
                             .expect("client endpoint");
                     endpoint.set_default_client_config(client);
                     let mut linger = stop_rx.clone();
