@@ -25,7 +25,7 @@
 //! the high-water mark covers every appended record, so `async`, which
 //! acknowledges on enqueue, is charged for writing out its queue too.
 //!
-//! The WAL runs on a storage wrapper that counts the `write` calls (one per
+//! The WAL runs on a storage wrapper that counts the `write`/`writev` calls (one per
 //! group commit, plus one more when a group straddles a segment roll) and the
 //! bytes that reach segment `.log` files. Right after each WAL run, the raw
 //! baseline writes the same number of bytes to a plain file in the same
@@ -215,6 +215,20 @@ impl AppendFile for CountingFile {
             .bytes
             .fetch_add(buf.len() as u64, Ordering::Relaxed);
         Ok(())
+    }
+
+    fn append_vectored(&mut self, bufs: &[&[u8]]) -> io::Result<()> {
+        let start = Instant::now();
+        self.inner.append_vectored(bufs)?;
+        add_elapsed(&self.counts.write_nanos, start);
+        self.counts.writes.fetch_add(1, Ordering::Relaxed);
+        let bytes: usize = bufs.iter().map(|b| b.len()).sum();
+        self.counts.bytes.fetch_add(bytes as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn start_writeback(&mut self, offset: u64, len: u64) -> io::Result<()> {
+        self.inner.start_writeback(offset, len)
     }
 
     fn sync_data(&mut self) -> io::Result<()> {

@@ -16,6 +16,31 @@ use super::{PendingBatch, Shared, SyncMode, WalError, io_err};
 /// Stack size of a writer thread, bytes: it only shuffles buffers.
 const WRITER_STACK_BYTES: usize = 256 * 1024;
 
+/// The buffers of one `writev` for `batches`: each shared batch by
+/// reference, and each run of copied batches as one slice of `copied`
+/// starting at `*at` (advanced past them). Their concatenation is exactly
+/// the batches' bytes, in order.
+fn gather<'a>(batches: &'a [PendingBatch], copied: &'a [u8], at: &mut usize) -> Vec<&'a [u8]> {
+    let mut buffers: Vec<&'a [u8]> = Vec::new();
+    let mut run_start = *at;
+    for batch in batches {
+        match &batch.shared {
+            Some(bytes) => {
+                if *at > run_start {
+                    buffers.push(&copied[run_start..*at]);
+                }
+                buffers.push(&bytes[..]);
+                run_start = *at;
+            }
+            None => *at += batch.header.batch_length as usize,
+        }
+    }
+    if *at > run_start {
+        buffers.push(&copied[run_start..*at]);
+    }
+    buffers
+}
+
 /// Write-behind step, bytes: in the modes that do not `fdatasync` each
 /// group, the writer asks the kernel to start writing the active segment to
 /// the device every time this much more was appended
@@ -131,7 +156,7 @@ impl Writer {
             let rolls_wanted = state.roll_requests > self.rolls_done;
             let decision = self
                 .policy
-                .decide(state.pending.len(), state.oldest_pending_at, now);
+                .decide(state.pending_bytes, state.oldest_pending_at, now);
             let flush = match decision {
                 FlushDecision::FlushNow => true,
                 FlushDecision::WaitUntil(_) => state.closing || rolls_wanted,
@@ -140,6 +165,7 @@ impl Writer {
             if flush {
                 std::mem::swap(&mut state.pending, &mut self.spare_bytes);
                 std::mem::swap(&mut state.batches, &mut self.spare_batches);
+                state.pending_bytes = 0;
                 state.oldest_pending_at = None;
                 let roll_to = rolls_wanted.then_some(state.roll_requests);
                 drop(state);
@@ -216,10 +242,10 @@ impl Writer {
                 self.roll()?;
                 continue;
             }
-            let end = at + run as usize;
             let path = self.active_path();
+            let buffers = gather(&batches[i..j], &bytes, &mut at);
             self.file
-                .append(&bytes[at..end])
+                .append_vectored(&buffers)
                 .map_err(io_err("write", &path))?;
             if config.sync_mode == SyncMode::FsyncBatch {
                 self.file.sync_data().map_err(io_err("fdatasync", &path))?;
@@ -243,7 +269,6 @@ impl Writer {
             self.shared
                 .progress
                 .send_modify(|p| p.high_water_mark = hwm);
-            at = end;
             i = j;
         }
         debug_assert_eq!(at, bytes.len());
@@ -322,5 +347,62 @@ impl Writer {
             .progress
             .send_modify(|p| p.failure = Some(message));
         self.shared.space.notify_waiters();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::batch::{Record, RecordBatch};
+    use crate::limits::Limits;
+
+    /// A batch of `len` bytes of `fill`, shared or copied, with the header
+    /// of some real batch (gather reads only its length).
+    fn pending(len: usize, fill: u8, shared: bool) -> (PendingBatch, Vec<u8>) {
+        let real = RecordBatch::new(0, vec![Record::default()])
+            .encode(&Limits::default())
+            .unwrap();
+        let mut header = *real.header();
+        header.batch_length = len as u32;
+        let bytes = vec![fill; len];
+        let batch = PendingBatch {
+            header,
+            shared: shared.then(|| bytes::Bytes::from(bytes.clone())),
+        };
+        (batch, bytes)
+    }
+
+    #[test]
+    fn gather_writes_runs_of_copied_batches_as_one_slice_and_shared_ones_in_place() {
+        let shapes = [
+            (100, false),
+            (200, false),
+            (20_000, true),
+            (50, false),
+            (50, false),
+            (30_000, true),
+            (10, false),
+        ];
+        let mut batches = Vec::new();
+        let mut copied = b"earlier run:".to_vec();
+        let mut expected = Vec::new();
+        for (k, &(len, shared)) in shapes.iter().enumerate() {
+            let (batch, bytes) = pending(len, k as u8, shared);
+            if !shared {
+                copied.extend_from_slice(&bytes);
+            }
+            expected.extend_from_slice(&bytes);
+            batches.push(batch);
+        }
+        let mut at = b"earlier run:".len();
+        let buffers = gather(&batches, &copied, &mut at);
+        let lens: Vec<usize> = buffers.iter().map(|b| b.len()).collect();
+        assert_eq!(lens, vec![300, 20_000, 100, 30_000, 10]);
+        assert_eq!(at, copied.len());
+        // Shared batches are not copied.
+        let first_shared = batches[2].shared.as_ref().map(|b| b.as_ptr());
+        assert_eq!(Some(buffers[1].as_ptr()), first_shared);
+        assert_eq!(buffers.concat(), expected);
+        assert!(gather(&[], &copied, &mut at).is_empty());
     }
 }
