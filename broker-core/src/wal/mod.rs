@@ -314,11 +314,14 @@ pub struct RetentionReport {
     pub log_start: u64,
 }
 
-/// Batches of at least this many bytes wait for the writer as the caller's
-/// own bytes (shared, not copied) and reach the file through `writev`;
-/// smaller ones are copied into the group's buffer by the appending task,
-/// which costs less than one more iovec and one more cross-thread free in
-/// the writer thread.
+/// Batches of at least this many bytes that arrive with their final offsets
+/// (`append_at`, the replication path) wait for the writer as the caller's
+/// own bytes (shared, not copied) and reach the file through `writev`; a
+/// shared batch keeps its whole allocation alive until written (at the
+/// broker, the receive buffer it was cut from). Smaller ones, and batches
+/// `append` re-addresses, are copied into the group's buffer by the
+/// appending task: for small ones that costs less than one more iovec and
+/// one more cross-thread free in the writer thread.
 const SHARE_BATCHES_FROM_BYTES: usize = 16 * 1024;
 
 /// One batch waiting in memory for the writer.

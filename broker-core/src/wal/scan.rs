@@ -52,8 +52,9 @@ impl ReadBuffers {
         self.spare.is_empty()
     }
 
-    /// A kept buffer that nothing else refers to any more and that holds at
-    /// least `len` bytes, emptied of references; `None` if there is none.
+    /// The oldest kept buffer that nothing else refers to any more, if it
+    /// holds at least `len` bytes (a smaller free one is dropped); `None` if
+    /// none is free.
     fn take_free(&mut self, len: usize) -> Option<BytesMut> {
         let at = self.spare.iter().position(Bytes::is_unique)?;
         let buffer = self.spare.swap_remove(at).try_into_mut().ok()?;
@@ -83,8 +84,8 @@ pub(crate) struct Window<'a> {
     /// Bytes a refill reads at least (bounded by `end`).
     refill: usize,
     /// The loaded bytes. Batches handed out are zero-copy slices of it, so a
-    /// refill allocates a new buffer while any of them is alive (and reuses
-    /// this one when none is).
+    /// refill takes another buffer while any of them is alive: a free one
+    /// from `buffers` (possibly this one), else a new one.
     buf: Bytes,
     /// Where refills look for a free buffer before allocating.
     buffers: ReadBuffers,
