@@ -314,14 +314,13 @@ pub struct RetentionReport {
     pub log_start: u64,
 }
 
-/// Batches of at least this many bytes that arrive with their final offsets
-/// (`append_at`, the replication path) wait for the writer as the caller's
-/// own bytes (shared, not copied) and reach the file through `writev`; a
+/// Batches of at least this many bytes wait for the writer as the caller's
+/// own bytes (shared, not copied; `append` re-addresses them in place when
+/// it holds the only reference) and reach the file through `writev`; a
 /// shared batch keeps its whole allocation alive until written (at the
-/// broker, the receive buffer it was cut from). Smaller ones, and batches
-/// `append` re-addresses, are copied into the group's buffer by the
-/// appending task: for small ones that costs less than one more iovec and
-/// one more cross-thread free in the writer thread.
+/// broker, the receive buffer it was cut from). Smaller ones are copied
+/// into the group's buffer by the appending task: that costs less than one
+/// more iovec and one more cross-thread free in the writer thread.
 const SHARE_BATCHES_FROM_BYTES: usize = 16 * 1024;
 
 /// One batch waiting in memory for the writer.
@@ -539,7 +538,7 @@ impl Wal {
     /// [`WalError::Limit`] if the batch exceeds this WAL's limits,
     /// [`WalError::Closed`], [`WalError::PreviousIo`].
     pub async fn append_encoded(&self, batch: EncodedBatch) -> Result<AppendAck, WalError> {
-        let ack = self.enqueue(&batch, None).await?;
+        let ack = self.enqueue(batch, None).await?;
         match ack {
             AppendAtOutcome::Appended(ack) | AppendAtOutcome::Duplicate(ack) => {
                 self.wait_durable(ack.next_offset).await?;
@@ -571,7 +570,8 @@ impl Wal {
     /// # Errors
     /// As [`Wal::append_at`], for the enqueue step.
     pub async fn enqueue_at(&self, batch: EncodedBatch) -> Result<PendingAppend, WalError> {
-        let outcome = self.enqueue(&batch, Some(batch.base_offset())).await?;
+        let base = batch.base_offset();
+        let outcome = self.enqueue(batch, Some(base)).await?;
         Ok(PendingAppend {
             outcome,
             progress: self.shared.progress.subscribe(),
@@ -581,7 +581,7 @@ impl Wal {
 
     async fn enqueue(
         &self,
-        batch: &EncodedBatch,
+        batch: EncodedBatch,
         expected_base: Option<u64>,
     ) -> Result<AppendAtOutcome, WalError> {
         let shared = &self.shared;
@@ -629,9 +629,17 @@ impl Wal {
                 }
                 let fits = state.pending_bytes + len <= shared.config.max_pending_bytes;
                 if fits || state.batches.is_empty() {
-                    let share = len >= SHARE_BATCHES_FROM_BYTES && next == batch.base_offset();
-                    let shared_bytes = if share {
-                        Some(batch.as_bytes().clone())
+                    let mut header = *batch.header();
+                    header.base_offset = next;
+                    let shared_bytes = if len >= SHARE_BATCHES_FROM_BYTES {
+                        // Re-addressing rewrites the batch in place when the
+                        // caller holds no other reference to it.
+                        let batch = if next == batch.base_offset() {
+                            batch
+                        } else {
+                            batch.with_base_offset(next)
+                        };
+                        Some(batch.into_bytes())
                     } else {
                         let at = state.pending.len();
                         state.pending.extend_from_slice(batch.as_bytes());
@@ -640,8 +648,6 @@ impl Wal {
                         }
                         None
                     };
-                    let mut header = *batch.header();
-                    header.base_offset = next;
                     state.pending_bytes += len;
                     state.batches.push(PendingBatch {
                         header,
