@@ -480,15 +480,12 @@ fn large_and_small_batches_keep_their_order_offsets_and_bytes_across_a_reopen() 
     for mode in [SyncMode::OsCacheFlush, SyncMode::FsyncBatch] {
         let dir = tempfile::tempdir().unwrap();
         let sizes = [40_000usize, 10, 70_000, 20, 30, 16_384, 100_000, 5];
+        let config = WalConfig {
+            sync_mode: mode,
+            ..WalConfig::default()
+        };
         rt().block_on(async {
-            let wal = Wal::open(
-                dir.path(),
-                WalConfig {
-                    sync_mode: mode,
-                    ..WalConfig::default()
-                },
-            )
-            .unwrap();
+            let wal = Wal::open(dir.path(), config.clone()).unwrap();
             for (i, &size) in sizes.iter().enumerate() {
                 let rec = Record {
                     value: Bytes::from(vec![i as u8; size]),
@@ -502,14 +499,7 @@ fn large_and_small_batches_keep_their_order_offsets_and_bytes_across_a_reopen() 
             }
             wal.close().await.unwrap();
         });
-        let wal = Wal::open(
-            dir.path(),
-            WalConfig {
-                sync_mode: mode,
-                ..WalConfig::default()
-            },
-        )
-        .unwrap();
+        let wal = Wal::open(dir.path(), config).unwrap();
         let batches = wal.read(0, usize::MAX).unwrap();
         assert_eq!(batches.len(), sizes.len(), "{mode:?}");
         for (i, batch) in batches.iter().enumerate() {
@@ -528,6 +518,11 @@ fn large_and_small_batches_keep_their_order_offsets_and_bytes_across_a_reopen() 
     }
 }
 
+/// The stored bytes of each batch, copied out.
+fn contents(batches: &[EncodedBatch]) -> Vec<Vec<u8>> {
+    batches.iter().map(|b| b.as_bytes().to_vec()).collect()
+}
+
 #[test]
 fn read_buffers_are_reused_only_once_nothing_refers_to_them() {
     let dir = tempfile::tempdir().unwrap();
@@ -540,15 +535,14 @@ fn read_buffers_are_reused_only_once_nothing_refers_to_them() {
         }
         let mut buffers = ReadBuffers::new();
         let first = wal.read_with(0, 1 << 20, &mut buffers).unwrap();
-        let first_bytes: Vec<Vec<u8>> = first.iter().map(|b| b.as_bytes().to_vec()).collect();
+        let first_bytes = contents(&first);
         assert_eq!(first.len(), 10);
         // `first` still holds its buffer: a read from elsewhere must not
         // overwrite it.
         let second = wal.read_with(5, 1 << 20, &mut buffers).unwrap();
         assert_eq!(second[0].base_offset(), 5);
         assert_ne!(second[0].as_bytes().as_ptr(), first[5].as_bytes().as_ptr());
-        let still: Vec<Vec<u8>> = first.iter().map(|b| b.as_bytes().to_vec()).collect();
-        assert_eq!(still, first_bytes);
+        assert_eq!(contents(&first), first_bytes);
         let first_at = first[0].as_bytes().as_ptr();
         drop(first);
         drop(second);
@@ -556,8 +550,7 @@ fn read_buffers_are_reused_only_once_nothing_refers_to_them() {
         // first one, and reads the same bytes into it.
         let third = wal.read_with(0, 1 << 20, &mut buffers).unwrap();
         assert_eq!(third[0].as_bytes().as_ptr(), first_at);
-        let again: Vec<Vec<u8>> = third.iter().map(|b| b.as_bytes().to_vec()).collect();
-        assert_eq!(again, first_bytes);
+        assert_eq!(contents(&third), first_bytes);
         assert_eq!(buffers.len(), 2);
         buffers.clear();
         assert!(buffers.is_empty());
