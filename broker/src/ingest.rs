@@ -7,14 +7,20 @@
 //! the namespace named like that identity. Batches are appended verbatim
 //! with `append_at` and pipelined: the stream keeps reading and enqueuing
 //! while earlier batches are being made durable, and acknowledgements leave
-//! in order, each once its batch is durable per the topic's sync mode. A
+//! in order, each once its batch is durable per the topic's sync mode, on
+//! the stream and repeated in a QUIC datagram
+//! ([`AckDatagram`](broker_core::replication::frame::AckDatagram)) that a
+//! lost stream packet cannot hold up; the newest datagram is sent again a
+//! few times unless a newer one replaces it
+//! ([`AckRepeats`](broker_core::replication::ack_repeat::AckRepeats)). A
 //! refused stream gets an `Error` frame and is finished; nothing from it is
 //! stored, and every other stream carries on.
 
 use std::sync::Arc;
 
 use broker_core::limits::Limits;
-use broker_core::replication::frame::{self, ErrorCode, Frame};
+use broker_core::replication::ack_repeat::AckRepeats;
+use broker_core::replication::frame::{self, AckDatagram, ErrorCode, Frame};
 use broker_core::replication::ingest::{IngestAction, IngestStream};
 use broker_core::tls::peer_identity;
 use broker_core::wal::{AppendAtOutcome, PendingAppend, Wal, WalError};
@@ -56,6 +62,7 @@ pub async fn serve(endpoint: quinn::Endpoint, topics: Arc<TopicStore>, limits: L
             debug!(edge = %identity, peer = %conn.remote_address(), "edge connected");
             while let Ok((send, recv)) = conn.accept_bi().await {
                 tokio::spawn(handle_stream(
+                    conn.clone(),
                     send,
                     recv,
                     identity.clone(),
@@ -92,15 +99,45 @@ fn wal_refusal(e: &WalError) -> Frame {
     refusal(code, e.to_string())
 }
 
-async fn write_loop(mut send: quinn::SendStream, mut out: mpsc::Receiver<Out>) {
+async fn write_loop(
+    conn: quinn::Connection,
+    mut send: quinn::SendStream,
+    mut out: mpsc::Receiver<Out>,
+) {
+    let stream_id = u64::from(send.id());
+    let mut repeats = AckRepeats::default();
     let mut bytes = BytesMut::new();
-    while let Some(item) = out.recv().await {
+    loop {
+        let repeat_due = repeats.next_due();
+        let item = tokio::select! {
+            item = out.recv() => match item {
+                Some(item) => item,
+                None => break,
+            },
+            () = sleep_until(repeat_due), if repeat_due.is_some() => {
+                if let Some(datagram) = repeats.due(std::time::Instant::now()) {
+                    let _ = conn.send_datagram(datagram.to_bytes());
+                }
+                continue;
+            }
+        };
         let frame = match item {
             Out::Frame(frame) => frame,
             Out::Ack(pending) => match pending.durable().await {
-                Ok(AppendAtOutcome::Appended(a) | AppendAtOutcome::Duplicate(a)) => Frame::Ack {
-                    next_offset: a.next_offset,
-                },
+                Ok(AppendAtOutcome::Appended(a) | AppendAtOutcome::Duplicate(a)) => {
+                    // Best effort: an edge without datagram support, a full
+                    // datagram buffer or a lost datagram leaves the Ack
+                    // frame below to do the work.
+                    let datagram = AckDatagram {
+                        stream_id,
+                        next_offset: a.next_offset,
+                    };
+                    let _ = conn.send_datagram(datagram.to_bytes());
+                    repeats.on_sent(datagram, std::time::Instant::now(), conn.rtt());
+                    Frame::Ack {
+                        next_offset: a.next_offset,
+                    }
+                }
                 Err(e) => wal_refusal(&e),
             },
         };
@@ -119,7 +156,16 @@ async fn write_loop(mut send: quinn::SendStream, mut out: mpsc::Receiver<Out>) {
     let _ = send.stopped().await;
 }
 
+/// Sleeps until `at` (forever when `None`).
+async fn sleep_until(at: Option<std::time::Instant>) {
+    match at {
+        Some(at) => tokio::time::sleep_until(at.into()).await,
+        None => std::future::pending().await,
+    }
+}
+
 async fn handle_stream(
+    conn: quinn::Connection,
     send: quinn::SendStream,
     mut recv: quinn::RecvStream,
     identity: String,
@@ -127,7 +173,7 @@ async fn handle_stream(
     limits: Limits,
 ) {
     let (out, out_rx) = mpsc::channel::<Out>(PIPELINE_DEPTH);
-    let writer = tokio::spawn(write_loop(send, out_rx));
+    let writer = tokio::spawn(write_loop(conn, send, out_rx));
     let mut ingest = IngestStream::new(identity.clone(), limits);
     let mut wal: Option<Arc<Wal>> = None;
     let mut buf = BytesMut::with_capacity(READ_BUFFER_BYTES);

@@ -18,6 +18,7 @@
 //! | `tributary_edge_replication_lag_records` | gauge | `topic` (WAL topics: high-water mark minus acknowledged offset) |
 //! | `tributary_edge_replication_connects_total` | counter | none: QUIC connections to a broker made |
 //! | `tributary_edge_replication_reconnects_total` | counter | none: connections after the first |
+//! | `tributary_edge_replication_acks_total` | counter | `path`: `stream` or `datagram`, whichever copy of an acknowledgement arrived first (acknowledgements that advanced a topic's acknowledged offset) |
 //! | `tributary_edge_replication_connections_lost_total` | counter | `reason`: `reset` (the broker restarted: stateless reset), `timed_out` (idle timeout), `closed` (closed by the broker), `other` |
 //! | `tributary_edge_replication_raw_bytes_total` | counter | none: record batch bytes sent, before wire compression |
 //! | `tributary_edge_replication_wire_bytes_total` | counter | none: batch frame bytes sent (after zstd) |
@@ -143,6 +144,19 @@ pub fn render_replication(out: &mut String, stats: &ReplicationStats) {
     ] {
         header(out, name, "counter", help);
         sample(out, name, &[], value);
+    }
+    let name = "tributary_edge_replication_acks_total";
+    header(
+        out,
+        name,
+        "counter",
+        "Acknowledgements that advanced a topic's acknowledged offset, by the copy that arrived first (Ack frame on the stream or QUIC datagram).",
+    );
+    for (path, value) in [
+        ("stream", &stats.stream_acks),
+        ("datagram", &stats.datagram_acks),
+    ] {
+        sample(out, name, &[("path", path)], value.load(Ordering::Relaxed));
     }
     let name = "tributary_edge_replication_connections_lost_total";
     header(

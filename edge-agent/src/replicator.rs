@@ -7,7 +7,12 @@
 //! - Batches are the WAL's record batches sent verbatim (zstd on the wire
 //!   when smaller), pipelined up to a window of batches/bytes in flight.
 //! - Acknowledgements go to `TopicManager::on_acknowledged` (checkpoint at
-//!   `/edge/checkpoints/{ns}/{topic}`, then WAL retention).
+//!   `/edge/checkpoints/{ns}/{topic}`, then WAL retention). The broker sends
+//!   each one twice: as an `Ack` frame on the topic's stream and as a QUIC
+//!   datagram ([`AckDatagram`]) that one task per connection routes to the
+//!   stream by its QUIC stream id; whichever arrives first counts. On a lossy
+//!   link a lost stream packet holds up every later `Ack` frame until it is
+//!   resent, while the next datagram gets through.
 //! - Reconnects back off exponentially with jitter (backon), capped at 30 s;
 //!   a handshake gets at most [`CONNECT_TIMEOUT`]. A broker that restarts on
 //!   the same address resets the old connection at once (its stateless
@@ -30,7 +35,7 @@ use backon::{BackoffBuilder, ExponentialBuilder};
 use broker_core::batch::BatchHeader;
 use broker_core::replication::compress::BatchCompressor;
 use broker_core::replication::edge::{EdgeError, EdgeEvent, EdgeStream, Window};
-use broker_core::replication::frame::{self, ErrorCode};
+use broker_core::replication::frame::{self, AckDatagram, ErrorCode};
 use broker_core::tls::{ALPN_REPLICATION, BROKER_SERVER_NAME, TlsIdentity};
 use broker_core::wal::{ReadBuffers, Wal};
 use bytes::{Bytes, BytesMut};
@@ -84,6 +89,82 @@ pub struct ReplicationStats {
     /// Established connections lost, by [`LossReason`] (indexed by
     /// `LossReason as usize`).
     pub connections_lost: [std::sync::atomic::AtomicU64; LossReason::ALL.len()],
+    /// Acknowledgements that advanced a topic's acknowledged offset and
+    /// arrived first as an `Ack` frame on the stream.
+    pub stream_acks: std::sync::atomic::AtomicU64,
+    /// Acknowledgements that advanced a topic's acknowledged offset and
+    /// arrived first as a QUIC datagram.
+    pub datagram_acks: std::sync::atomic::AtomicU64,
+}
+
+/// The acknowledgement datagrams of one connection, routed to the stream
+/// tasks by QUIC stream id. Each route keeps only the highest offset seen,
+/// so a stream task that is busy sending misses nothing it needs.
+#[derive(Default)]
+struct AckRoutes(std::sync::Mutex<HashMap<u64, watch::Sender<u64>>>);
+
+impl AckRoutes {
+    fn routes(&self) -> std::sync::MutexGuard<'_, HashMap<u64, watch::Sender<u64>>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Routes datagrams for `stream_id` to the returned receiver until the
+    /// guard is dropped.
+    fn register(self: &Arc<Self>, stream_id: u64) -> (watch::Receiver<u64>, AckRoute) {
+        let (tx, rx) = watch::channel(0);
+        self.routes().insert(stream_id, tx);
+        let route = AckRoute {
+            routes: self.clone(),
+            stream_id,
+        };
+        (rx, route)
+    }
+
+    fn deliver(&self, ack: AckDatagram) {
+        if let Some(tx) = self.routes().get(&ack.stream_id) {
+            tx.send_if_modified(|highest| {
+                let higher = ack.next_offset > *highest;
+                if higher {
+                    *highest = ack.next_offset;
+                }
+                higher
+            });
+        }
+    }
+}
+
+/// An established connection and its acknowledgement-datagram routes, as
+/// the stream tasks share it.
+#[derive(Clone)]
+struct BrokerConnection {
+    conn: quinn::Connection,
+    ack_routes: Arc<AckRoutes>,
+}
+
+/// Removes a stream's route when dropped.
+struct AckRoute {
+    routes: Arc<AckRoutes>,
+    stream_id: u64,
+}
+
+impl Drop for AckRoute {
+    fn drop(&mut self) {
+        self.routes.routes().remove(&self.stream_id);
+    }
+}
+
+/// Reads the connection's datagrams and routes acknowledgements until the
+/// connection ends. A datagram that does not parse (a newer broker's kind)
+/// is skipped: the `Ack` frames on the streams stay authoritative.
+async fn route_ack_datagrams(conn: quinn::Connection, routes: Arc<AckRoutes>) {
+    while let Ok(datagram) = conn.read_datagram().await {
+        match AckDatagram::decode(&datagram) {
+            Ok(ack) => routes.deliver(ack),
+            Err(e) => debug!(error = %e, "skipping a datagram from the broker"),
+        }
+    }
 }
 
 /// Why an established connection to the broker ended.
@@ -279,6 +360,11 @@ async fn connect_and_replicate(
         .connects
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     info!(broker = %addr, "connected to broker");
+    let routes = Arc::new(AckRoutes::default());
+    let _datagrams = AbortOnDrop(tokio::spawn(route_ack_datagrams(
+        conn.clone(),
+        routes.clone(),
+    )));
     let mut running: HashMap<String, tokio::task::JoinHandle<()>> = HashMap::new();
     let mut topic_changes = topics.watch_topics();
     loop {
@@ -290,7 +376,10 @@ async fn connect_and_replicate(
             let finished = running.get(&name).is_none_or(|h| h.is_finished());
             if finished {
                 let task = tokio::spawn(stream_task(
-                    conn.clone(),
+                    BrokerConnection {
+                        conn: conn.clone(),
+                        ack_routes: routes.clone(),
+                    },
                     topic.clone(),
                     wal,
                     topics.clone(),
@@ -323,7 +412,7 @@ async fn connect_and_replicate(
 }
 
 async fn stream_task(
-    conn: quinn::Connection,
+    conn: BrokerConnection,
     topic: Arc<Topic>,
     wal: Arc<Wal>,
     topics: Arc<TopicManager>,
@@ -370,7 +459,7 @@ struct Prepared {
 /// checkpoint task records acknowledged offsets (coalesced, so a slow
 /// retention pass never holds up sending).
 async fn replicate_topic(
-    conn: &quinn::Connection,
+    connection: &BrokerConnection,
     topic: &Arc<Topic>,
     wal: &Arc<Wal>,
     topics: &Arc<TopicManager>,
@@ -379,9 +468,10 @@ async fn replicate_topic(
     pacer: Option<Arc<Pacer>>,
 ) -> Result<(), StreamError> {
     let conn_err = |e: &dyn std::fmt::Display| StreamError::Connection(e.to_string());
-    let (mut send, mut recv) = conn.open_bi().await.map_err(|e| conn_err(&e))?;
+    let (mut send, mut recv) = connection.conn.open_bi().await.map_err(|e| conn_err(&e))?;
     // Lower drain rank = more valuable = higher QUIC priority.
     let _ = send.set_priority(3 - i32::from(topic.drain_rank().min(3)));
+    let (mut datagram_acks, _route) = connection.ack_routes.register(u64::from(send.id()));
     let mut stream = EdgeStream::new(
         topic.name().as_str().to_string(),
         topic.settings().intent.clone(),
@@ -440,9 +530,18 @@ async fn replicate_topic(
                             acked_tx.send_replace(Some(from));
                         }
                         EdgeEvent::Acked { next_offset } => {
+                            stats.stream_acks.fetch_add(1, Ordering::Relaxed);
                             acked_tx.send_replace(Some(next_offset));
                         }
+                        EdgeEvent::AlreadyAcked => {}
                     }
+                }
+            }
+            Ok(()) = datagram_acks.changed() => {
+                let next_offset = *datagram_acks.borrow_and_update();
+                if let EdgeEvent::Acked { next_offset } = stream.on_datagram_ack(next_offset)? {
+                    stats.datagram_acks.fetch_add(1, Ordering::Relaxed);
+                    acked_tx.send_replace(Some(next_offset));
                 }
             }
             prepared = async {

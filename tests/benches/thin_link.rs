@@ -37,8 +37,12 @@
 //! the handshake, and for Tributary the topic's creation); goodput = bytes
 //! delivered in the window / its length, compared with the link's 8000 B/s.
 //! "Longest stall" is the longest time without any (in-order) delivery
-//! inside the window, sampled every [`SAMPLE`]. Figures and their reading:
-//! `docs/benchmarks.md`.
+//! inside the window, sampled every [`SAMPLE`]. For Tributary the bench also
+//! samples the broker's high-water mark (its `/metrics`) and prints the
+//! longest stall of central arrival next to that of acknowledgements, so a
+//! stall can be placed on the data path or the return path, and the edge's
+//! count of acknowledgements that arrived first by QUIC datagram. Figures
+//! and their reading: `docs/benchmarks.md`.
 
 #[path = "common/mod.rs"]
 mod common;
@@ -51,7 +55,7 @@ use common::{
     FixedWindowFactory, RawBulk, build_release_binaries, quic_configs, random_bodies, scratch_dir,
     tributary_transport,
 };
-use tributary_tests::cluster::{Pair, free_udp};
+use tributary_tests::cluster::{Pair, TOPIC, free_udp, metric_value, try_scrape};
 use tributary_tests::relay::{LinkConfig, Relay, RelayConfig};
 
 /// The link's rate, bytes per second (64 kbit/s).
@@ -101,6 +105,29 @@ struct Flow {
     /// (when, bytes delivered, UDP payload bytes the relay delivered
     /// upstream), from the first delivery on.
     samples: Vec<(Instant, u64, u64)>,
+    /// Tributary only: (when, value bytes the broker holds), from the first
+    /// delivery on.
+    central: Vec<(Instant, u64)>,
+}
+
+/// Longest time in `samples` (when, bytes) between `first` and `end`
+/// without the byte count changing.
+fn longest_stall(
+    samples: impl Iterator<Item = (Instant, u64)>,
+    first: Instant,
+    end: Instant,
+) -> Duration {
+    let mut stall = Duration::ZERO;
+    let mut last_change = first;
+    let mut last_bytes = None;
+    for (at, bytes) in samples {
+        if last_bytes.is_some_and(|b| b != bytes) {
+            stall = stall.max(at - last_change);
+            last_change = at;
+        }
+        last_bytes = Some(bytes);
+    }
+    stall.max(end - last_change)
 }
 
 enum Source {
@@ -116,6 +143,32 @@ impl Flow {
                 .map_or(0, |(_, acked)| acked * VALUE_BYTES as u64),
             Source::Raw(bulk, _) => bulk.received(),
         }
+    }
+
+    /// Value bytes the broker holds (its high-water mark), Tributary only.
+    fn central(&self) -> Option<u64> {
+        let Source::Tributary(pair, _) = &self.source else {
+            return None;
+        };
+        let text = try_scrape(&format!("http://{}/metrics", pair.broker_admin)).ok()?;
+        let series = format!("tributary_broker_topic_high_water_mark{{topic=\"{TOPIC}\"}}");
+        metric_value(&text, &series).map(|records| records * VALUE_BYTES as u64)
+    }
+
+    /// Acknowledgements that arrived first (stream, datagram), Tributary
+    /// only.
+    fn ack_paths(&self) -> Option<(u64, u64)> {
+        let Source::Tributary(pair, _) = &self.source else {
+            return None;
+        };
+        let text = try_scrape(&format!("http://{}/metrics", pair.edge_api)).ok()?;
+        let count = |path: &str| {
+            metric_value(
+                &text,
+                &format!("tributary_edge_replication_acks_total{{path=\"{path}\"}}"),
+            )
+        };
+        count("stream").zip(count("datagram"))
     }
 
     fn done(&self, now: Instant) -> bool {
@@ -154,6 +207,7 @@ fn tributary_flow(congestion_controller: &str) -> Flow {
         relay,
         first: None,
         samples: Vec::new(),
+        central: Vec::new(),
     }
 }
 
@@ -178,6 +232,7 @@ fn raw_flow(name: &str, transport: quinn::TransportConfig) -> Flow {
         relay: relay.expect("relay"),
         first: None,
         samples: Vec::new(),
+        central: Vec::new(),
     }
 }
 
@@ -240,6 +295,9 @@ fn main() {
             }
             let relayed = flow.relay.stats().upstream.delivered_bytes;
             flow.samples.push((now, delivered, relayed));
+            if let Some(central) = flow.central() {
+                flow.central.push((now, central));
+            }
         }
         std::thread::sleep(SAMPLE);
     }
@@ -251,23 +309,17 @@ fn main() {
     println!("|---|---|---|---|---|---|---|---|");
     for flow in &flows {
         let first = flow.first.expect("first delivery");
-        let (_, start_bytes, start_relayed) = flow.samples[0];
+        let (_, _, start_relayed) = flow.samples[0];
         let (end_at, end_bytes, end_relayed) = *flow.samples.last().expect("samples");
         let seconds = (end_at - first).as_secs_f64();
         // Everything delivered up to the window's end (including the first
         // sample's bytes, which arrived within one sample interval).
         let goodput = end_bytes as f64 / seconds.max(1e-9);
-        let mut stall = Duration::ZERO;
-        let mut last_change = first;
-        let mut last_bytes = start_bytes;
-        for &(at, bytes, _) in &flow.samples {
-            if bytes != last_bytes {
-                stall = stall.max(at - last_change);
-                last_change = at;
-                last_bytes = bytes;
-            }
-        }
-        stall = stall.max(end_at - last_change);
+        let stall = longest_stall(
+            flow.samples.iter().map(|&(at, b, _)| (at, b)),
+            first,
+            end_at,
+        );
         let up = flow.relay.stats().upstream;
         let offered = up.received - up.dropped_cut;
         println!(
@@ -282,28 +334,59 @@ fn main() {
             (end_relayed - start_relayed) as f64 * 100.0 / (LINK_BYTES_PER_S as f64 * seconds),
         );
     }
-    let tributary = &flows[0];
-    let first = tributary.first.expect("first");
     println!();
     println!(
-        "tributary: every second of the window, s: acknowledged offset / kB the relay delivered upstream since the window began"
+        "| tributary flow | longest stall of acknowledgements s | longest stall of central arrival s | acknowledgements first by stream / by datagram |"
     );
-    let mut next_print = Duration::ZERO;
-    let mut line = Vec::new();
-    let relayed_at_start = tributary.samples[0].2;
-    for &(at, bytes, relayed) in &tributary.samples {
-        if at - first >= next_print {
-            line.push(format!(
-                "{:.0}:{}/{}",
-                (at - first).as_secs_f64(),
-                bytes / VALUE_BYTES as u64,
-                (relayed - relayed_at_start) / 1000
-            ));
-            next_print += Duration::from_secs(1);
-        }
+    println!("|---|---|---|---|");
+    for flow in flows.iter().filter(|f| !f.central.is_empty()) {
+        let first = flow.first.expect("first delivery");
+        let end_at = flow.samples.last().expect("samples").0;
+        let acked = longest_stall(
+            flow.samples.iter().map(|&(at, b, _)| (at, b)),
+            first,
+            end_at,
+        );
+        let central = longest_stall(flow.central.iter().copied(), first, end_at);
+        let (stream, datagram) = flow.ack_paths().unwrap_or_default();
+        println!(
+            "| {} | {:.1} | {:.1} | {stream} / {datagram} |",
+            flow.name,
+            acked.as_secs_f64(),
+            central.as_secs_f64()
+        );
     }
-    for chunk in line.chunks(15) {
-        println!("{}", chunk.join(" "));
+    for tributary in flows.iter().filter(|f| !f.central.is_empty()) {
+        let first = tributary.first.expect("first");
+        println!();
+        println!(
+            "{}: every second of the window, s: acknowledged offset / central high-water mark / kB the relay delivered upstream since the window began",
+            tributary.name
+        );
+        let mut next_print = Duration::ZERO;
+        let mut line = Vec::new();
+        let relayed_at_start = tributary.samples[0].2;
+        for &(at, bytes, relayed) in &tributary.samples {
+            if at - first >= next_print {
+                let central = tributary
+                    .central
+                    .iter()
+                    .find(|(t, _)| *t == at)
+                    .map_or("?".to_string(), |(_, c)| {
+                        (c / VALUE_BYTES as u64).to_string()
+                    });
+                line.push(format!(
+                    "{:.0}:{}/{central}/{}",
+                    (at - first).as_secs_f64(),
+                    bytes / VALUE_BYTES as u64,
+                    (relayed - relayed_at_start) / 1000
+                ));
+                next_print += Duration::from_secs(1);
+            }
+        }
+        for chunk in line.chunks(12) {
+            println!("{}", chunk.join(" "));
+        }
     }
     for flow in flows {
         let relay_stats = flow.relay.stats();

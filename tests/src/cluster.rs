@@ -154,6 +154,8 @@ pub struct Pair {
     pub edge: Proc,
     /// The edge's local API address.
     pub edge_api: SocketAddr,
+    /// The broker's admin API (and `/metrics`).
+    pub broker_admin: SocketAddr,
     /// The broker's data directory.
     pub broker_data: PathBuf,
     /// The edge's data directory.
@@ -182,6 +184,7 @@ impl Pair {
         let certs = dir.join("certs");
         broker_core::dev_certs::issue(&certs, &[1], &["plant1".into()]).expect("certs");
         let ingest = free_udp();
+        let broker_admin = free_tcp();
         let broker_data = dir.join("broker");
         let broker_config = dir.join("broker.toml");
         std::fs::write(
@@ -200,7 +203,7 @@ ca = "{certs}/ca.pem"
 "#,
                 data = broker_data.display(),
                 raft = free_udp(),
-                admin = free_tcp(),
+                admin = broker_admin,
                 certs = certs.display(),
             ),
         )
@@ -248,6 +251,7 @@ intent = "{intent}"
             broker: Proc::new("broker", broker_cmd),
             edge: Proc::new("edge-agent", edge_cmd),
             edge_api,
+            broker_admin,
             broker_data,
             edge_data,
         }
@@ -363,6 +367,28 @@ impl EdgeClient {
             value["next_offset"].as_u64().ok_or("no next_offset")?,
         ))
     }
+}
+
+/// The Prometheus exposition at `url`; `Err` while the listener is not up
+/// (connection refused: the process is still starting).
+///
+/// # Panics
+/// On a status other than 200.
+pub fn try_scrape(url: &str) -> Result<String, String> {
+    let mut response = agent().get(url).call().map_err(|e| e.to_string())?;
+    assert_eq!(response.status(), 200, "{url}");
+    response
+        .body_mut()
+        .read_to_string()
+        .map_err(|e| e.to_string())
+}
+
+/// The value of `series` (name with its labels, as exposed) in `text`.
+pub fn metric_value(text: &str, series: &str) -> Option<u64> {
+    text.lines().find_map(|line| {
+        let rest = line.strip_prefix(series)?.strip_prefix(' ')?;
+        rest.trim().parse::<f64>().ok().map(|v| v as u64)
+    })
 }
 
 fn agent() -> ureq::Agent {

@@ -2,35 +2,13 @@
 //! names an operator's dashboards rely on exist, and their values follow
 //! traffic, tiering and a broker restart. Every process exits 0 on SIGTERM.
 
-use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use tributary_tests::cluster::{Pair, bin_path, free_tcp};
-
-/// The exposition at `url`; `Err` while the listener is not up yet
-/// (connection refused: the process is still starting).
-fn try_scrape(url: &str) -> Result<String, String> {
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .timeout_global(Some(Duration::from_secs(30)))
-        .http_status_as_error(false)
-        .build()
-        .into();
-    let mut response = agent.get(url).call().map_err(|e| e.to_string())?;
-    assert_eq!(response.status(), 200, "{url}");
-    Ok(response.body_mut().read_to_string().expect("body"))
-}
+use tributary_tests::cluster::{Pair, bin_path, free_tcp, metric_value as value, try_scrape};
 
 fn scrape(url: &str) -> String {
     try_scrape(url).expect("scrape")
-}
-
-/// The value of `series` (name with its labels, as exposed).
-fn value(text: &str, series: &str) -> Option<u64> {
-    text.lines().find_map(|line| {
-        let rest = line.strip_prefix(series)?.strip_prefix(' ')?;
-        rest.trim().parse::<f64>().ok().map(|v| v as u64)
-    })
 }
 
 fn wait_for(what: &str, url: &str, series: &str, ok: impl Fn(u64) -> bool) -> String {
@@ -57,15 +35,6 @@ fn wait_for(what: &str, url: &str, series: &str, ok: impl Fn(u64) -> bool) -> St
     }
 }
 
-fn config_value(path: &Path, key: &str) -> String {
-    let text = std::fs::read_to_string(path).expect("config");
-    text.lines()
-        .find_map(|l| l.strip_prefix(&format!("{key} = ")))
-        .expect("key")
-        .trim_matches('"')
-        .to_string()
-}
-
 const TOPIC_LABEL: &str = "{topic=\"/plant1/readings\"}";
 
 #[test]
@@ -77,7 +46,7 @@ fn broker_edge_and_tier_metrics_follow_traffic_tiering_and_a_restart() {
     let mut text = std::fs::read_to_string(&broker_toml).expect("broker.toml");
     text.push_str("[wal]\nsegment_max_age_ms = 300\n");
     std::fs::write(&broker_toml, text).expect("broker.toml");
-    let admin = config_value(&broker_toml, "admin_listen");
+    let admin = pair.broker_admin;
     let broker_metrics = format!("http://{admin}/metrics");
     let edge_metrics = format!("http://{}/metrics", pair.edge_api);
     let tier_addr = free_tcp();
@@ -204,6 +173,19 @@ fn broker_edge_and_tier_metrics_follow_traffic_tiering_and_a_restart() {
         "{text}"
     );
     assert!(value(&text, "tributary_edge_replication_wire_bytes_total").unwrap_or(0) > 0);
+    // One batch, one acknowledgement that advanced the offset: counted
+    // under whichever copy (Ack frame or datagram) arrived first.
+    let acks = |path: &str| {
+        value(
+            &text,
+            &format!("tributary_edge_replication_acks_total{{path=\"{path}\"}}"),
+        )
+    };
+    assert_eq!(
+        acks("stream").zip(acks("datagram")).map(|(s, d)| s + d),
+        Some(1),
+        "{text}"
+    );
 
     // The tier service archives the sealed segment; the broker sees it.
     let text = wait_for(

@@ -6,7 +6,12 @@
 //! 3. while [`EdgeStream::next_to_send`] returns an offset, read the WAL
 //!    batch starting exactly there, send it, and report it with
 //!    [`EdgeStream::on_sent`];
-//! 4. after an [`EdgeEvent::Acked`], record the checkpoint.
+//! 4. after an [`EdgeEvent::Acked`], record the checkpoint;
+//! 5. feed acknowledgements that arrive in QUIC datagrams
+//!    ([`AckDatagram`](super::frame::AckDatagram)) to
+//!    [`EdgeStream::on_datagram_ack`]: whichever copy of an acknowledgement
+//!    comes first advances the stream, the other is
+//!    [`EdgeEvent::AlreadyAcked`].
 //!
 //! A new connection starts a new `EdgeStream`: the broker's `Welcome` is
 //! authoritative for where to resume.
@@ -49,6 +54,10 @@ pub enum EdgeEvent {
         /// Exclusive end of the acknowledged range.
         next_offset: u64,
     },
+    /// An acknowledgement already known from its other copy (the `Ack`
+    /// frame after the datagram, or the reverse) or superseded by a later
+    /// one: nothing to record.
+    AlreadyAcked,
 }
 
 /// Replication failures seen by the edge.
@@ -107,7 +116,10 @@ pub struct EdgeStream {
     window: Window,
     state: State,
     next_send: u64,
+    /// Highest acknowledgement from either path.
     acked: u64,
+    /// Highest `Ack` frame on the stream (which must rise strictly).
+    stream_acked: u64,
     in_flight: VecDeque<InFlight>,
     in_flight_bytes: usize,
 }
@@ -127,6 +139,7 @@ impl EdgeStream {
             state: State::AwaitWelcome,
             next_send: 0,
             acked: 0,
+            stream_acked: 0,
             in_flight: VecDeque::new(),
             in_flight_bytes: 0,
         }
@@ -169,27 +182,21 @@ impl EdgeStream {
                 self.state = State::Streaming;
                 self.next_send = high_water_mark;
                 self.acked = high_water_mark;
+                self.stream_acked = high_water_mark;
                 Ok(EdgeEvent::Resumed {
                     from: high_water_mark,
                 })
             }
             (State::Streaming, Frame::Ack { next_offset }) => {
-                let sent_end = self.in_flight.back().map_or(self.acked, |f| f.next_offset);
-                if next_offset <= self.acked || next_offset > sent_end {
+                if next_offset <= self.stream_acked || next_offset > self.sent_end() {
                     return Err(EdgeError::Protocol(format!(
-                        "ack {next_offset} outside ({}, {sent_end}]",
-                        self.acked
+                        "ack {next_offset} outside ({}, {}]",
+                        self.stream_acked,
+                        self.sent_end()
                     )));
                 }
-                while let Some(front) = self.in_flight.front() {
-                    if front.next_offset > next_offset {
-                        break;
-                    }
-                    self.in_flight_bytes -= front.bytes;
-                    self.in_flight.pop_front();
-                }
-                self.acked = next_offset;
-                Ok(EdgeEvent::Acked { next_offset })
+                self.stream_acked = next_offset;
+                Ok(self.advance(next_offset))
             }
             (_, Frame::Error { code, message }) => Err(EdgeError::Refused { code, message }),
             (state, frame) => Err(EdgeError::Protocol(format!(
@@ -197,6 +204,47 @@ impl EdgeStream {
                 frame_name(&frame)
             ))),
         }
+    }
+
+    /// Handles an acknowledgement that arrived in a QUIC datagram
+    /// ([`AckDatagram`](super::frame::AckDatagram)) for this stream.
+    /// Datagrams may come late, twice or out of order: one at or below what
+    /// is already acknowledged is [`EdgeEvent::AlreadyAcked`].
+    ///
+    /// # Errors
+    /// [`EdgeError::Protocol`] before the `Welcome` or for an offset beyond
+    /// what was sent; the stream must then be closed.
+    pub fn on_datagram_ack(&mut self, next_offset: u64) -> Result<EdgeEvent, EdgeError> {
+        if self.state != State::Streaming || next_offset > self.sent_end() {
+            return Err(EdgeError::Protocol(format!(
+                "ack datagram {next_offset} in state {:?} with offsets below {} sent",
+                self.state,
+                self.sent_end()
+            )));
+        }
+        Ok(self.advance(next_offset))
+    }
+
+    /// Exclusive end of what was sent.
+    fn sent_end(&self) -> u64 {
+        self.in_flight.back().map_or(self.acked, |f| f.next_offset)
+    }
+
+    /// Moves the acknowledged offset up to `next_offset` (validated by the
+    /// caller) and releases the window.
+    fn advance(&mut self, next_offset: u64) -> EdgeEvent {
+        if next_offset <= self.acked {
+            return EdgeEvent::AlreadyAcked;
+        }
+        while let Some(front) = self.in_flight.front() {
+            if front.next_offset > next_offset {
+                break;
+            }
+            self.in_flight_bytes -= front.bytes;
+            self.in_flight.pop_front();
+        }
+        self.acked = next_offset;
+        EdgeEvent::Acked { next_offset }
     }
 
     /// The offset whose batch should be sent next, if the window allows and

@@ -1,5 +1,5 @@
 //! Replication frames: what edge and broker say to each other on one QUIC
-//! stream per topic. Layout in `FORMAT.md` ("Replication stream").
+//! stream per topic. Layout in `broker-core/FORMAT.md` ("Replication stream").
 //!
 //! ```text
 //! frame = u32 length (of type + payload, little-endian) | u8 type | payload
@@ -10,6 +10,12 @@
 //! 4 Ack      u64 next_offset: everything below it is durable centrally
 //! 5 Error    u16 code | UTF-8 message; the sender then finishes the stream
 //! ```
+//!
+//! Besides the stream, the broker repeats each acknowledgement in a QUIC
+//! datagram (RFC 9221) on the same connection ([`AckDatagram`]): unreliable
+//! and unordered, so a lost one costs nothing and a later one is not held up
+//! behind a lost stream packet. The `Ack` frame on the stream stays the
+//! reliable path.
 //!
 //! Decoding is bounded: a frame longer than the decoder's limit is refused
 //! before anything is allocated, and a zstd batch may not inflate beyond
@@ -349,6 +355,61 @@ pub fn decode(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Frame>, Fram
     Ok(Some(frame))
 }
 
+/// Bytes of an encoded [`AckDatagram`].
+pub const ACK_DATAGRAM_BYTES: usize = 17;
+
+/// An acknowledgement repeated in a QUIC datagram: everything below
+/// `next_offset` on the topic whose replication stream has QUIC stream id
+/// `stream_id` (on this connection) is durable centrally.
+///
+/// ```text
+/// u8 type (4, as the Ack frame) | u64 stream_id (LE) | u64 next_offset (LE)
+/// ```
+///
+/// Datagrams may be lost, duplicated or reordered, and one may arrive before
+/// the `Ack` frame it repeats or after a later one: the receiver takes the
+/// highest offset it has seen
+/// ([`EdgeStream::on_datagram_ack`](super::edge::EdgeStream::on_datagram_ack)).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AckDatagram {
+    /// QUIC stream id of the topic's replication stream.
+    pub stream_id: u64,
+    /// Exclusive end of the acknowledged range.
+    pub next_offset: u64,
+}
+
+impl AckDatagram {
+    /// The datagram's [`ACK_DATAGRAM_BYTES`] bytes.
+    pub fn to_bytes(self) -> Bytes {
+        let mut out = BytesMut::with_capacity(ACK_DATAGRAM_BYTES);
+        out.put_u8(ACK);
+        out.put_u64_le(self.stream_id);
+        out.put_u64_le(self.next_offset);
+        out.freeze()
+    }
+
+    /// Parses a received datagram.
+    ///
+    /// # Errors
+    /// [`FrameError::Malformed`] if it is not [`ACK_DATAGRAM_BYTES`] long,
+    /// [`FrameError::UnknownType`] if its type byte is not 4.
+    pub fn decode(mut datagram: &[u8]) -> Result<AckDatagram, FrameError> {
+        if datagram.len() != ACK_DATAGRAM_BYTES {
+            return Err(FrameError::Malformed {
+                kind: "ack datagram",
+                reason: format!("{} bytes instead of {ACK_DATAGRAM_BYTES}", datagram.len()),
+            });
+        }
+        match datagram.get_u8() {
+            ACK => Ok(AckDatagram {
+                stream_id: datagram.get_u64_le(),
+                next_offset: datagram.get_u64_le(),
+            }),
+            other => Err(FrameError::UnknownType(other)),
+        }
+    }
+}
+
 /// Why a batch frame's payload is not an acceptable batch.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BatchFrameError {
@@ -504,6 +565,30 @@ mod tests {
             let err = decode(&mut buf, &limits).unwrap_err();
             assert!(err.to_string().contains(expected), "{err} / {expected}");
         }
+    }
+
+    #[test]
+    fn ack_datagrams_round_trip_and_bad_ones_are_typed_errors() {
+        let ack = AckDatagram {
+            stream_id: 8,
+            next_offset: 1 << 40,
+        };
+        let bytes = ack.to_bytes();
+        assert_eq!(bytes.len(), ACK_DATAGRAM_BYTES);
+        assert_eq!(AckDatagram::decode(&bytes), Ok(ack));
+        for bad in [&bytes[..16], &[bytes.as_ref(), &[0]].concat()[..], &[]] {
+            assert!(
+                matches!(AckDatagram::decode(bad), Err(FrameError::Malformed { .. })),
+                "{} bytes",
+                bad.len()
+            );
+        }
+        let mut other_type = bytes.to_vec();
+        other_type[0] = WELCOME;
+        assert_eq!(
+            AckDatagram::decode(&other_type),
+            Err(FrameError::UnknownType(WELCOME))
+        );
     }
 
     #[test]

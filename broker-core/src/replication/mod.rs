@@ -4,6 +4,7 @@
 //! simulation in this module's tests checks the state machines together
 //! over lossy, disconnecting links.
 
+pub mod ack_repeat;
 pub mod compress;
 pub mod edge;
 pub mod frame;

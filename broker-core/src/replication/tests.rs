@@ -2,7 +2,9 @@
 //! reorders nothing (QUIC streams are ordered) but drops whole connections at
 //! random moments. After every step the broker log must be a gap-free,
 //! duplicate-free prefix of the edge log, batch for batch and byte for byte;
-//! at the end both are equal. The seed is printed on failure.
+//! at the end both are equal. Every acknowledgement is also repeated as a
+//! datagram, which the simulated link loses, duplicates and reorders. The
+//! seed is printed on failure.
 
 use std::collections::VecDeque;
 
@@ -24,6 +26,8 @@ struct Sim {
     broker: IngestStream,
     to_broker: VecDeque<Frame>,
     to_edge: VecDeque<Frame>,
+    /// Acknowledgement datagrams in flight (delivered in any order).
+    ack_datagrams: Vec<u64>,
     checkpoint: u64,
     connections: u64,
     compress: bool,
@@ -43,6 +47,7 @@ impl Sim {
             broker: IngestStream::new("plant1".into(), Limits::default()),
             to_broker: VecDeque::new(),
             to_edge: VecDeque::new(),
+            ack_datagrams: Vec::new(),
             checkpoint: 0,
             connections: 0,
             compress: seed.is_multiple_of(2),
@@ -56,6 +61,7 @@ impl Sim {
         self.broker = IngestStream::new("plant1".into(), Limits::default());
         self.to_broker.clear();
         self.to_edge.clear();
+        self.ack_datagrams.clear();
         self.to_broker.push_back(self.edge.hello());
         self.connections += 1;
     }
@@ -111,6 +117,12 @@ impl Sim {
                     self.broker_log.push(batch.clone());
                 }
                 let ack = self.broker.on_stored(batch.next_offset());
+                // The datagram copy: lost 30 % of the time, sometimes twice.
+                for _ in 0..self.rng.random_range(0..3) {
+                    if self.rng.random_bool(0.7) {
+                        self.ack_datagrams.push(batch.next_offset());
+                    }
+                }
                 self.to_edge.push_back(ack);
             }
             IngestAction::Refuse(frame) => panic!("broker refused: {frame:?}"),
@@ -123,12 +135,28 @@ impl Sim {
         };
         let start = self.edge_log.first().map_or(0, EncodedBatch::base_offset);
         let hwm = next_offset(&self.edge_log);
-        match self.edge.on_frame(frame, start, hwm) {
+        let event = self.edge.on_frame(frame, start, hwm);
+        self.on_edge_event(event);
+    }
+
+    fn deliver_ack_datagram(&mut self) {
+        if self.ack_datagrams.is_empty() {
+            return;
+        }
+        let any = self.rng.random_range(0..self.ack_datagrams.len());
+        let next_offset = self.ack_datagrams.swap_remove(any);
+        let event = self.edge.on_datagram_ack(next_offset);
+        self.on_edge_event(event);
+    }
+
+    fn on_edge_event(&mut self, event: Result<EdgeEvent, EdgeError>) {
+        match event {
             Ok(EdgeEvent::Resumed { from }) => assert!(from >= self.checkpoint),
             Ok(EdgeEvent::Acked { next_offset }) => {
                 assert!(next_offset > self.checkpoint);
                 self.checkpoint = next_offset;
             }
+            Ok(EdgeEvent::AlreadyAcked) => {}
             Err(e) => panic!("edge error: {e}"),
         }
     }
@@ -159,7 +187,8 @@ fn run(seed: u64) {
         match sim.rng.random_range(0..100) {
             0..30 => sim.publish(),
             30..55 => sim.deliver_to_broker(),
-            55..80 => sim.deliver_to_edge(),
+            55..70 => sim.deliver_to_edge(),
+            70..80 => sim.deliver_ack_datagram(),
             80..97 => sim.edge_send(),
             _ => sim.connect(),
         }
@@ -170,6 +199,7 @@ fn run(seed: u64) {
         sim.edge_send();
         sim.deliver_to_broker();
         sim.deliver_to_edge();
+        sim.deliver_ack_datagram();
         if sim.to_broker.is_empty()
             && sim.to_edge.is_empty()
             && sim.checkpoint == next_offset(&sim.edge_log)
@@ -231,6 +261,61 @@ fn edge_rejects_acks_it_never_asked_for() {
         .unwrap();
     assert!(matches!(
         edge.on_frame(Frame::Ack { next_offset: 5 }, 0, 10),
+        Err(EdgeError::Protocol(_))
+    ));
+}
+
+#[test]
+fn either_copy_of_an_acknowledgement_advances_the_edge_once() {
+    let mut edge = new_edge();
+    let _ = edge
+        .on_frame(Frame::Welcome { high_water_mark: 0 }, 0, 10)
+        .unwrap();
+    for base in [0, 5] {
+        let batch = RecordBatch::new(base, vec![Record::default(); 5])
+            .encode(&Limits::default())
+            .unwrap();
+        edge.on_sent(batch.header(), batch.len());
+    }
+    assert_eq!(edge.in_flight(), 2);
+    // The datagram for the second batch overtakes both Ack frames.
+    assert_eq!(
+        edge.on_datagram_ack(10),
+        Ok(EdgeEvent::Acked { next_offset: 10 })
+    );
+    assert_eq!(edge.in_flight(), 0);
+    assert_eq!(
+        edge.on_frame(Frame::Ack { next_offset: 5 }, 0, 10),
+        Ok(EdgeEvent::AlreadyAcked)
+    );
+    assert_eq!(
+        edge.on_frame(Frame::Ack { next_offset: 10 }, 0, 10),
+        Ok(EdgeEvent::AlreadyAcked)
+    );
+    // Late and duplicated datagrams change nothing.
+    assert_eq!(edge.on_datagram_ack(5), Ok(EdgeEvent::AlreadyAcked));
+    assert_eq!(edge.on_datagram_ack(10), Ok(EdgeEvent::AlreadyAcked));
+    assert_eq!(edge.acked(), 10);
+    // The stream's own acknowledgements must still rise.
+    assert!(matches!(
+        edge.on_frame(Frame::Ack { next_offset: 10 }, 0, 10),
+        Err(EdgeError::Protocol(_))
+    ));
+}
+
+#[test]
+fn ack_datagrams_before_the_welcome_or_beyond_what_was_sent_are_refused() {
+    let mut edge = new_edge();
+    assert!(matches!(
+        edge.on_datagram_ack(0),
+        Err(EdgeError::Protocol(_))
+    ));
+    let _ = edge
+        .on_frame(Frame::Welcome { high_water_mark: 3 }, 0, 10)
+        .unwrap();
+    assert_eq!(edge.on_datagram_ack(3), Ok(EdgeEvent::AlreadyAcked));
+    assert!(matches!(
+        edge.on_datagram_ack(4),
         Err(EdgeError::Protocol(_))
     ));
 }
