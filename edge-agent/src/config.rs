@@ -32,6 +32,12 @@ pub enum CongestionController {
     /// or satellite links, where Cubic leaves much of the link idle
     /// (`docs/benchmarks.md`, "Thin link").
     Bbr,
+    /// A window of twice the bandwidth-delay product of
+    /// `bandwidth_cap_bytes_per_s` (required) and the minimum RTT, not
+    /// shrunk by loss ([`crate::declared_rate`]). For a dedicated lossy
+    /// link whose rate the operator knows: it uses the link like BBR
+    /// without overfilling its queue.
+    DeclaredRate,
 }
 
 /// Default local API address: loopback only.
@@ -337,6 +343,15 @@ impl AgentConfig {
                 "must be above 0 (leave it out for no cap)",
             ));
         }
+        let congestion_controller = file.congestion_controller.unwrap_or_default();
+        if congestion_controller == CongestionController::DeclaredRate
+            && bandwidth_cap_bytes_per_s.is_none()
+        {
+            return Err(ConfigError::invalid(
+                "congestion_controller",
+                "\"declared_rate\" needs bandwidth_cap_bytes_per_s, the link's rate",
+            ));
+        }
         let max_topics = file.max_topics.unwrap_or(DEFAULT_MAX_TOPICS);
         if !(1..=MAX_TOPICS_CEILING).contains(&max_topics) {
             return Err(ConfigError::invalid(
@@ -385,7 +400,7 @@ impl AgentConfig {
             disk_budget_bytes,
             realtime_ring_records,
             bandwidth_cap_bytes_per_s,
-            congestion_controller: file.congestion_controller.unwrap_or_default(),
+            congestion_controller,
             limits,
             max_topics,
             checkpoint_interval: Duration::from_millis(checkpoint_ms),

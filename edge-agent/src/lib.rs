@@ -37,6 +37,7 @@ pub mod api;
 pub mod budget;
 pub mod client;
 pub mod config;
+pub mod declared_rate;
 pub mod manager;
 pub mod metrics;
 pub mod ndjson;

@@ -43,6 +43,7 @@ use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tracing::{debug, info, warn};
 
 use crate::config::CongestionController;
+use crate::declared_rate::DeclaredRateFactory;
 use crate::manager::TopicManager;
 use crate::topic::Topic;
 
@@ -262,8 +263,22 @@ pub async fn run(
     mut shutdown: watch::Receiver<bool>,
 ) {
     let mut transport = broker_core::tls::transport_config();
-    if config.congestion_controller == CongestionController::Bbr {
-        transport.congestion_controller_factory(Arc::new(quinn::congestion::BbrConfig::default()));
+    match (
+        config.congestion_controller,
+        config.bandwidth_cap_bytes_per_s,
+    ) {
+        (CongestionController::Cubic, _) => {}
+        (CongestionController::Bbr, _) => {
+            transport
+                .congestion_controller_factory(Arc::new(quinn::congestion::BbrConfig::default()));
+        }
+        (CongestionController::DeclaredRate, Some(rate)) => {
+            transport.congestion_controller_factory(Arc::new(DeclaredRateFactory { rate }));
+        }
+        (CongestionController::DeclaredRate, None) => {
+            // The configuration refuses this; a library caller may not.
+            warn!("declared_rate without bandwidth_cap_bytes_per_s: using cubic");
+        }
     }
     let client = match tls.quic_client_with_transport(ALPN_REPLICATION, transport) {
         Ok(client) => client,

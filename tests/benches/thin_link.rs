@@ -15,12 +15,13 @@
 //! serialisation (a 1200-byte datagram takes 150 ms to serialise).
 //!
 //! # Flows
-//! Five flows run at the same time, each through its own relay with the
+//! Six flows run at the same time, each through its own relay with the
 //! same link model (CPU is not a factor at these rates):
-//! - **tributary, bbr / cubic**: the real `broker` and `edge-agent` binaries
-//!   (release), one `event_stream` topic, the edge's
-//!   `congestion_controller` set to `bbr` (the setting for lossy links) and
-//!   left at its default `cubic`. The edge holds a backlog of incompressible
+//! - **tributary, bbr / cubic / declared_rate**: the real `broker` and
+//!   `edge-agent` binaries (release), one `event_stream` topic, the edge's
+//!   `congestion_controller` set to `bbr`, left at its default `cubic`, and
+//!   set to `declared_rate` with `bandwidth_cap_bytes_per_s` = the link's
+//!   8000 B/s (the settings for a lossy link of known rate). The edge holds a backlog of incompressible
 //!   records ([`VALUE_BYTES`] random bytes, [`RECORDS_PER_BATCH`] per
 //!   batch), larger than the link can carry in the window, so replication is
 //!   never short of data. Delivered = acknowledged records × value bytes.
@@ -177,15 +178,21 @@ impl Flow {
 }
 
 /// The product through the relay; `congestion_controller` is the edge's
-/// setting of that name (`cubic`, the default, or `bbr`).
+/// setting of that name (`cubic`, the default, `bbr`, or `declared_rate`,
+/// which the bench pairs with `bandwidth_cap_bytes_per_s` = the link's
+/// rate).
 fn tributary_flow(congestion_controller: &str) -> Flow {
     let dir = scratch_dir("thin");
     let listen = free_udp();
+    let mut agent_extra = format!("congestion_controller = \"{congestion_controller}\"\n");
+    if congestion_controller == "declared_rate" {
+        agent_extra.push_str(&format!("bandwidth_cap_bytes_per_s = {LINK_BYTES_PER_S}\n"));
+    }
     let mut pair = Pair::new_with(
         dir.path(),
         "event_stream",
         Some(listen.to_string()),
-        &format!("congestion_controller = \"{congestion_controller}\""),
+        &agent_extra,
         "",
     );
     let broker_config = std::fs::read_to_string(dir.path().join("broker.toml")).expect("config");
@@ -248,6 +255,7 @@ fn main() {
     let mut flows = vec![
         tributary_flow("bbr"),
         tributary_flow("cubic"),
+        tributary_flow("declared_rate"),
         raw_flow(
             "raw quinn, cubic (Tributary transport)",
             tributary_transport(),

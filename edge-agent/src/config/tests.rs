@@ -171,7 +171,7 @@ fn mistyped_values_are_named() {
     assert_eq!(err.field(), Some("congestion_controller"));
     assert!(
         err.to_string()
-            .contains("unknown variant `reno`, expected `cubic` or `bbr`"),
+            .contains("unknown variant `reno`, expected one of `cubic`, `bbr`, `declared_rate`"),
         "{err}"
     );
     let err = parse("max_batch_bytes = -1").unwrap_err();
@@ -304,6 +304,10 @@ fn bad_scalar_values_name_their_field() {
         ("realtime_ring_records = 20000000", "realtime_ring_records"),
         ("bandwidth_cap_bytes_per_s = 0", "bandwidth_cap_bytes_per_s"),
         ("max_topics = 0", "max_topics"),
+        (
+            "congestion_controller = \"declared_rate\"",
+            "congestion_controller",
+        ),
         ("checkpoint_interval_ms = 0", "checkpoint_interval_ms"),
         ("max_batch_bytes = 100000000", "max_batch_bytes"),
         ("max_record_bytes = 9000000", "max_record_bytes"),
@@ -314,6 +318,26 @@ fn bad_scalar_values_name_their_field() {
     }
     let (_, reason) = invalid_field(&format!("{MINIMAL}disk_budget_bytes = 1000\n"));
     assert_eq!(reason, "1000 is below 2 × max_batch_bytes = 16777216");
+}
+
+#[test]
+fn declared_rate_takes_its_rate_from_the_bandwidth_cap() {
+    let (_, reason) = invalid_field(&format!(
+        "{MINIMAL}congestion_controller = \"declared_rate\"\n"
+    ));
+    assert_eq!(
+        reason,
+        "\"declared_rate\" needs bandwidth_cap_bytes_per_s, the link's rate"
+    );
+    let config = resolve(&format!(
+        "{MINIMAL}congestion_controller = \"declared_rate\"\nbandwidth_cap_bytes_per_s = 8000\n"
+    ))
+    .unwrap();
+    assert_eq!(
+        config.congestion_controller,
+        CongestionController::DeclaredRate
+    );
+    assert_eq!(config.bandwidth_cap_bytes_per_s, Some(8000));
 }
 
 #[test]
