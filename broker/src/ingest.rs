@@ -8,7 +8,8 @@
 //! with `append_at` and pipelined: the stream keeps reading and enqueuing
 //! while earlier batches are being made durable, and acknowledgements leave
 //! in order, each once its batch is durable per the topic's sync mode, on
-//! the stream and repeated in a QUIC datagram
+//! the stream and, for an edge whose Hello asks for it, repeated in a QUIC
+//! datagram
 //! ([`AckDatagram`](broker_core::replication::frame::AckDatagram)) that a
 //! lost stream packet cannot hold up; the newest datagram is sent again a
 //! few times unless a newer one replaces it
@@ -76,6 +77,9 @@ pub async fn serve(endpoint: quinn::Endpoint, topics: Arc<TopicStore>, limits: L
 
 /// What the stream's writer task sends, in order.
 enum Out {
+    /// The edge reads acknowledgement datagrams (its Hello said so): repeat
+    /// every acknowledgement from now on in one.
+    AckDatagrams,
     /// An answer frame.
     Frame(Frame),
     /// An acknowledgement once this append is durable.
@@ -105,6 +109,7 @@ async fn write_loop(
     mut out: mpsc::Receiver<Out>,
 ) {
     let stream_id = u64::from(send.id());
+    let mut datagrams = false;
     let mut repeats = AckRepeats::default();
     let mut bytes = BytesMut::new();
     loop {
@@ -115,25 +120,30 @@ async fn write_loop(
                 None => break,
             },
             () = sleep_until(repeat_due), if repeat_due.is_some() => {
-                if let Some(datagram) = repeats.due(std::time::Instant::now()) {
+                if let Some(datagram) = repeats.due(now()) {
                     let _ = conn.send_datagram(datagram.to_bytes());
                 }
                 continue;
             }
         };
         let frame = match item {
+            Out::AckDatagrams => {
+                datagrams = true;
+                continue;
+            }
             Out::Frame(frame) => frame,
             Out::Ack(pending) => match pending.durable().await {
                 Ok(AppendAtOutcome::Appended(a) | AppendAtOutcome::Duplicate(a)) => {
-                    // Best effort: an edge without datagram support, a full
-                    // datagram buffer or a lost datagram leaves the Ack
-                    // frame below to do the work.
-                    let datagram = AckDatagram {
-                        stream_id,
-                        next_offset: a.next_offset,
-                    };
-                    let _ = conn.send_datagram(datagram.to_bytes());
-                    repeats.on_sent(datagram, std::time::Instant::now(), conn.rtt());
+                    if datagrams {
+                        // Best effort: a full datagram buffer or a lost
+                        // datagram leaves the Ack frame below to do the work.
+                        let datagram = AckDatagram {
+                            stream_id,
+                            next_offset: a.next_offset,
+                        };
+                        let _ = conn.send_datagram(datagram.to_bytes());
+                        repeats.on_sent(datagram, now(), conn.rtt());
+                    }
                     Frame::Ack {
                         next_offset: a.next_offset,
                     }
@@ -156,10 +166,15 @@ async fn write_loop(
     let _ = send.stopped().await;
 }
 
-/// Sleeps until `at` (forever when `None`).
+/// The runtime's clock (paused in tests that pause it), for [`AckRepeats`].
+fn now() -> std::time::Instant {
+    tokio::time::Instant::now().into_std()
+}
+
+/// Sleeps until `at` on the runtime's clock (forever when `None`).
 async fn sleep_until(at: Option<std::time::Instant>) {
     match at {
-        Some(at) => tokio::time::sleep_until(at.into()).await,
+        Some(at) => tokio::time::sleep_until(tokio::time::Instant::from_std(at)).await,
         None => std::future::pending().await,
     }
 }
@@ -198,6 +213,9 @@ async fn handle_stream(
                             let welcome = ingest.welcome(opened.high_water_mark());
                             info!(edge = %identity, %topic, resume = opened.high_water_mark(), "edge stream opened");
                             wal = Some(opened);
+                            if hello.ack_datagrams && out.send(Out::AckDatagrams).await.is_err() {
+                                break 'stream None;
+                            }
                             if out.send(Out::Frame(welcome)).await.is_err() {
                                 break 'stream None;
                             }

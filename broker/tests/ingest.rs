@@ -13,7 +13,9 @@ use std::time::Duration;
 use broker_core::batch::{Record, RecordBatch};
 use broker_core::intent::StreamIntent;
 use broker_core::limits::Limits;
-use broker_core::replication::frame::{self, ErrorCode, Frame, Hello, PROTOCOL_VERSION};
+use broker_core::replication::frame::{
+    self, AckDatagram, ErrorCode, Frame, Hello, PROTOCOL_VERSION,
+};
 use broker_core::tls::{ALPN_REPLICATION, BROKER_SERVER_NAME, TlsIdentity};
 use bytes::{Bytes, BytesMut};
 use tributary_broker::config::BrokerConfig;
@@ -137,6 +139,7 @@ fn hello(topic: &str) -> Frame {
         protocol: PROTOCOL_VERSION,
         topic: topic.into(),
         settings: Some(StreamIntent::TaskQueue.expand()),
+        ack_datagrams: false,
     })
 }
 
@@ -360,5 +363,114 @@ async fn ingest_accepts_acks_dedups_and_refuses_bad_input() {
     // The broker still serves the good edge after all that.
     let resume = exchange(&conn, &encode(&[hello("/plant1/power")])).await;
     assert_eq!(resume, vec![Frame::Welcome { high_water_mark: 9 }]);
+    broker.stop().await;
+}
+
+/// Reads from `recv` until `n` frames arrived.
+async fn read_frames(recv: &mut quinn::RecvStream, n: usize) -> Vec<Frame> {
+    let mut buf = BytesMut::new();
+    let mut frames = Vec::new();
+    while frames.len() < n {
+        while let Some(frame) = frame::decode(&mut buf, &Limits::default()).expect("decodable") {
+            frames.push(frame);
+        }
+        if frames.len() == n {
+            break;
+        }
+        let chunk = tokio::time::timeout(Duration::from_secs(20), recv.read_chunk(1 << 16, true))
+            .await
+            .expect("answer in time")
+            .expect("readable")
+            .expect("stream open");
+        buf.extend_from_slice(&chunk.bytes);
+    }
+    frames
+}
+
+/// Every datagram received on `conn` until none came for `quiet`.
+async fn datagrams_until_quiet(conn: &quinn::Connection, quiet: Duration) -> Vec<AckDatagram> {
+    let mut datagrams = Vec::new();
+    while let Ok(Ok(datagram)) = tokio::time::timeout(quiet, conn.read_datagram()).await {
+        datagrams.push(AckDatagram::decode(&datagram).expect("an acknowledgement datagram"));
+    }
+    datagrams
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ack_datagrams_go_only_to_edges_that_ask_and_the_newest_is_repeated_three_times() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let certs = dir.path().join("certs");
+    broker_core::dev_certs::issue(&certs, &[1], &["plant1".into()]).expect("certs");
+    let broker = start_broker(&dir.path().join("broker"), &certs).await;
+    let plant1 =
+        TlsIdentity::load(&broker_core::dev_certs::edge_paths(&certs, "plant1")).expect("tls");
+    let endpoint = client(&plant1);
+    let conn = connect(&endpoint, broker.ingest)
+        .await
+        .expect("plant1 connects");
+
+    // An edge that predates acknowledgement datagrams: Ack frames only (an
+    // old edge never reads datagrams; quinn would hold them until the
+    // connection ends).
+    let (mut send, mut recv) = conn.open_bi().await.expect("stream");
+    send.write_all(&encode(&[
+        hello("/plant1/old"),
+        Frame::batch(&batch(0, 10, 8), false),
+    ]))
+    .await
+    .expect("write");
+    assert_eq!(
+        read_frames(&mut recv, 2).await,
+        [
+            Frame::Welcome { high_water_mark: 0 },
+            Frame::Ack { next_offset: 10 }
+        ]
+    );
+    assert_eq!(
+        datagrams_until_quiet(&conn, Duration::from_secs(1)).await,
+        []
+    );
+
+    // An edge that asks: every acknowledgement also as a datagram for its
+    // stream, and the newest sent again three times.
+    let (mut send, mut recv) = conn.open_bi().await.expect("stream");
+    let asking = Frame::Hello(Hello {
+        protocol: PROTOCOL_VERSION,
+        topic: "/plant1/new".into(),
+        settings: Some(StreamIntent::TaskQueue.expand()),
+        ack_datagrams: true,
+    });
+    send.write_all(&encode(&[
+        asking,
+        Frame::batch(&batch(0, 10, 8), false),
+        Frame::batch(&batch(10, 5, 8), false),
+    ]))
+    .await
+    .expect("write");
+    assert_eq!(
+        read_frames(&mut recv, 3).await,
+        [
+            Frame::Welcome { high_water_mark: 0 },
+            Frame::Ack { next_offset: 10 },
+            Frame::Ack { next_offset: 15 }
+        ]
+    );
+    let datagrams = datagrams_until_quiet(&conn, Duration::from_secs(1)).await;
+    let stream_id = u64::from(send.id());
+    assert!(
+        datagrams.iter().all(|d| d.stream_id == stream_id),
+        "{datagrams:?}"
+    );
+    let offsets: Vec<u64> = datagrams.iter().map(|d| d.next_offset).collect();
+    // The first acknowledgement is repeated only if the second came more
+    // than a repeat gap (25 ms here) later; the newest always four times.
+    assert!(offsets.is_sorted(), "{offsets:?}");
+    assert_eq!(
+        offsets.iter().filter(|&&o| o == 15).count(),
+        4,
+        "{offsets:?}"
+    );
+    assert!(offsets.iter().all(|&o| o == 10 || o == 15), "{offsets:?}");
+    assert!(offsets.contains(&10), "{offsets:?}");
     broker.stop().await;
 }

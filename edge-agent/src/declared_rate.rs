@@ -9,10 +9,17 @@
 //! link idle, BBR probes above the rate and overfills the bottleneck's
 //! queue. A window of 2 × rate × min RTT keeps the link busy while lost
 //! packets wait to be detected, and bounds the queue to one
-//! bandwidth-delay product (`docs/benchmarks.md`, "Thin link"). The
-//! replicator's token bucket still caps the rate of new data at the declared
-//! rate. On a shared link, or with a declared rate above the real one, this
-//! controller does not back off: that is the operator's declaration.
+//! bandwidth-delay product as long as the declared rate is not above the
+//! real one (`docs/benchmarks.md`, "Thin link"). The replicator's token
+//! bucket still caps new batch-frame bytes at the declared rate; QUIC's
+//! headers, acknowledgements and resends of lost packets come on top, and
+//! only the window bounds them. On a shared link, or with a declared rate
+//! above the real one, this controller does not back off: that is the
+//! operator's declaration.
+//!
+//! The minimum RTT is the controller's own (the shortest time from sending
+//! a packet to receiving its acknowledgement), not quinn's estimate; see
+//! [`DeclaredRate::on_rtt_sample`].
 
 use std::any::Any;
 use std::sync::Arc;
@@ -44,19 +51,49 @@ fn initial_window(mtu: u16) -> u64 {
 pub struct DeclaredRate {
     rate: u64,
     mtu: u16,
+    /// Shortest round trip of an acknowledged packet so far.
+    min_rtt: Option<Duration>,
     window: u64,
+}
+
+impl DeclaredRate {
+    /// A controller for `rate` bytes/s on a path of `mtu` bytes, starting
+    /// at RFC 9002's initial window.
+    pub fn new(rate: u64, mtu: u16) -> DeclaredRate {
+        DeclaredRate {
+            rate,
+            mtu,
+            min_rtt: None,
+            window: initial_window(mtu),
+        }
+    }
+
+    /// Takes the round trip of one acknowledged packet (sent → its ack
+    /// received, so including the peer's ack delay) and sizes the window
+    /// from the shortest seen.
+    ///
+    /// The controller measures this itself rather than reading
+    /// `RttEstimator::min`: quinn starts that minimum at its configured
+    /// initial RTT (333 ms) and only lowers it, so on a longer path it
+    /// never reports the real one, and it is updated only after the
+    /// controller has seen the acknowledgement.
+    pub fn on_rtt_sample(&mut self, sample: Duration) {
+        let min_rtt = self.min_rtt.map_or(sample, |m| m.min(sample));
+        self.min_rtt = Some(min_rtt);
+        self.window = window_for(self.rate, min_rtt, self.mtu);
+    }
 }
 
 impl Controller for DeclaredRate {
     fn on_ack(
         &mut self,
-        _now: std::time::Instant,
-        _sent: std::time::Instant,
+        now: std::time::Instant,
+        sent: std::time::Instant,
         _bytes: u64,
         _app_limited: bool,
-        rtt: &RttEstimator,
+        _rtt: &RttEstimator,
     ) {
-        self.window = window_for(self.rate, rtt.min(), self.mtu);
+        self.on_rtt_sample(now.saturating_duration_since(sent));
     }
 
     fn on_congestion_event(
@@ -71,7 +108,10 @@ impl Controller for DeclaredRate {
 
     fn on_mtu_update(&mut self, new_mtu: u16) {
         self.mtu = new_mtu;
-        self.window = self.window.max(MIN_WINDOW_DATAGRAMS * u64::from(new_mtu));
+        self.window = match self.min_rtt {
+            Some(min_rtt) => window_for(self.rate, min_rtt, new_mtu),
+            None => initial_window(new_mtu),
+        };
     }
 
     fn window(&self) -> u64 {
@@ -100,11 +140,7 @@ pub struct DeclaredRateFactory {
 
 impl ControllerFactory for DeclaredRateFactory {
     fn build(self: Arc<Self>, _now: std::time::Instant, current_mtu: u16) -> Box<dyn Controller> {
-        Box::new(DeclaredRate {
-            rate: self.rate,
-            mtu: current_mtu,
-            window: initial_window(current_mtu),
-        })
+        Box::new(DeclaredRate::new(self.rate, current_mtu))
     }
 }
 
@@ -124,6 +160,22 @@ mod tests {
         // Loopback: four datagrams.
         assert_eq!(window_for(8000, Duration::from_micros(50), 1200), 4800);
         assert_eq!(window_for(u64::MAX, Duration::MAX, 1200), u64::MAX);
+    }
+
+    #[test]
+    fn the_window_follows_the_shortest_measured_round_trip() {
+        let mut controller = DeclaredRate::new(8000, 1200);
+        assert_eq!(controller.window(), 12_000);
+        // A 600 ms path plus queueing: only the shortest sample counts,
+        // whatever quinn's initial RTT guess was.
+        controller.on_rtt_sample(Duration::from_millis(1500));
+        assert_eq!(controller.window(), 24_000);
+        controller.on_rtt_sample(Duration::from_millis(750));
+        assert_eq!(controller.window(), 12_000);
+        controller.on_rtt_sample(Duration::from_millis(2000));
+        assert_eq!(controller.window(), 12_000);
+        controller.on_mtu_update(1452);
+        assert_eq!(controller.window(), 12_000);
     }
 
     #[test]

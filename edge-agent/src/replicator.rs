@@ -39,7 +39,7 @@ use broker_core::replication::frame::{self, AckDatagram, ErrorCode};
 use broker_core::tls::{ALPN_REPLICATION, BROKER_SERVER_NAME, TlsIdentity};
 use broker_core::wal::{ReadBuffers, Wal};
 use bytes::{Bytes, BytesMut};
-use tokio::sync::{Mutex, OwnedSemaphorePermit, Semaphore, mpsc, watch};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tracing::{debug, info, warn};
 
 use crate::config::CongestionController;
@@ -225,32 +225,43 @@ enum StreamError {
 }
 
 /// A token bucket shared by all streams: `rate` bytes per second, bursts up
-/// to one second's worth.
+/// to one second's worth. A stream reserves the bytes of a frame and then
+/// waits the time the bucket names, while it goes on reading
+/// acknowledgements.
 struct Pacer {
     rate: u64,
-    state: Mutex<(f64, tokio::time::Instant)>,
+    /// Tokens (negative: owed by reservations still waiting) and when they
+    /// were counted.
+    state: std::sync::Mutex<(f64, tokio::time::Instant)>,
 }
 
 impl Pacer {
-    fn new(rate: u64) -> Pacer {
+    /// A full bucket at `now`.
+    fn new(rate: u64, now: tokio::time::Instant) -> Pacer {
         Pacer {
             rate,
-            state: Mutex::new((rate as f64, tokio::time::Instant::now())),
+            state: std::sync::Mutex::new((rate as f64, now)),
         }
     }
 
-    async fn take(&self, bytes: usize) {
-        let mut state = self.state.lock().await;
-        let now = tokio::time::Instant::now();
+    /// Takes `bytes` tokens at `now` and returns how long to wait before
+    /// sending them (zero when the bucket held them). Reservations queue:
+    /// each one waits for the tokens of those before it.
+    fn reserve(&self, bytes: usize, now: tokio::time::Instant) -> Duration {
+        let mut state = self
+            .state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         let (tokens, last) = *state;
-        let refill = now.duration_since(last).as_secs_f64() * self.rate as f64;
-        let mut tokens = (tokens + refill).min(self.rate as f64) - bytes as f64;
+        let rate = self.rate as f64;
+        let refill = now.saturating_duration_since(last).as_secs_f64() * rate;
+        let tokens = (tokens + refill).min(rate) - bytes as f64;
+        *state = (tokens, now.max(last));
         if tokens < 0.0 {
-            let wait = Duration::from_secs_f64(-tokens / self.rate as f64);
-            tokio::time::sleep(wait).await;
-            tokens = 0.0;
+            Duration::from_secs_f64(-tokens / rate)
+        } else {
+            Duration::ZERO
         }
-        *state = (tokens, tokio::time::Instant::now());
     }
 }
 
@@ -299,7 +310,7 @@ pub async fn run(
     };
     let pacer = config
         .bandwidth_cap_bytes_per_s
-        .map(|r| Arc::new(Pacer::new(r.max(1))));
+        .map(|r| Arc::new(Pacer::new(r.max(1), tokio::time::Instant::now())));
     let mut backoff = new_backoff(&config);
     let mut broker_index = 0usize;
     loop {
@@ -464,6 +475,13 @@ struct Prepared {
     _permit: OwnedSemaphorePermit,
 }
 
+impl Prepared {
+    /// Bytes the frame takes on the stream.
+    fn wire_len(&self) -> usize {
+        self.chunks.iter().map(Bytes::len).sum()
+    }
+}
+
 /// Replicates one topic on one connection until the connection ends or the
 /// broker refuses.
 ///
@@ -509,8 +527,12 @@ async fn replicate_topic(
     // Started once the broker's Welcome says where to resume; aborted when
     // this function returns.
     let mut read_ahead: Option<(mpsc::Receiver<Result<Prepared, StreamError>>, AbortOnDrop)> = None;
+    // A frame taken from the read-ahead that waits for the bandwidth cap's
+    // tokens, and when it may go; acknowledgements are read meanwhile.
+    let mut paced: Option<(Prepared, tokio::time::Instant)> = None;
     loop {
         let window_open = stream.next_to_send(u64::MAX).is_some();
+        let paced_until = paced.as_ref().map(|(_, at)| *at);
         tokio::select! {
             chunk = recv.read_chunk(64 * 1024, true) => {
                 match chunk.map_err(|e| conn_err(&e))? {
@@ -564,23 +586,60 @@ async fn replicate_topic(
                     Some((rx, _)) => rx.recv().await,
                     None => std::future::pending().await,
                 }
-            }, if window_open => {
+            }, if window_open && paced.is_none() => {
                 let Some(prepared) = prepared else {
                     return Err(StreamError::Wal("read-ahead ended".into()));
                 };
                 let prepared = prepared?;
-                let wire_len: usize = prepared.chunks.iter().map(Bytes::len).sum();
-                if let Some(pacer) = &pacer {
-                    pacer.take(wire_len).await;
+                let now = tokio::time::Instant::now();
+                let wait = pacer
+                    .as_ref()
+                    .map_or(Duration::ZERO, |p| p.reserve(prepared.wire_len(), now));
+                if wait.is_zero() {
+                    send_frame(&mut send, &mut stream, stats, prepared).await?;
+                } else {
+                    paced = Some((prepared, now + wait));
                 }
-                let Prepared { batch_header, raw_len, mut chunks, _permit } = prepared;
-                send.write_all_chunks(&mut chunks).await.map_err(|e| conn_err(&e))?;
-                stats.raw_bytes_sent.fetch_add(raw_len as u64, Ordering::Relaxed);
-                stats.wire_bytes_sent.fetch_add(wire_len as u64, Ordering::Relaxed);
-                stream.on_sent(&batch_header, raw_len);
+            }
+            () = async {
+                match paced_until {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            }, if paced_until.is_some() => {
+                if let Some((prepared, _)) = paced.take() {
+                    send_frame(&mut send, &mut stream, stats, prepared).await?;
+                }
             }
         }
     }
+}
+
+/// Hands a frame to quinn and records it as sent.
+async fn send_frame(
+    send: &mut quinn::SendStream,
+    stream: &mut EdgeStream,
+    stats: &ReplicationStats,
+    prepared: Prepared,
+) -> Result<(), StreamError> {
+    let wire_len = prepared.wire_len();
+    let Prepared {
+        batch_header,
+        raw_len,
+        mut chunks,
+        _permit,
+    } = prepared;
+    send.write_all_chunks(&mut chunks)
+        .await
+        .map_err(|e| StreamError::Connection(e.to_string()))?;
+    stats
+        .raw_bytes_sent
+        .fetch_add(raw_len as u64, Ordering::Relaxed);
+    stats
+        .wire_bytes_sent
+        .fetch_add(wire_len as u64, Ordering::Relaxed);
+    stream.on_sent(&batch_header, raw_len);
+    Ok(())
 }
 
 /// Aborts a task when dropped.
@@ -705,5 +764,35 @@ async fn record_acknowledgements(
         if closed {
             return;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_pacer_names_the_wait_and_queues_reservations_behind_each_other() {
+        let t0 = tokio::time::Instant::now();
+        let pacer = Pacer::new(1000, t0);
+        // A full bucket: one second's worth goes at once.
+        assert_eq!(pacer.reserve(400, t0), Duration::ZERO);
+        assert_eq!(pacer.reserve(600, t0), Duration::ZERO);
+        // Empty: 500 bytes wait half a second, the next 1000 wait for them.
+        assert_eq!(pacer.reserve(500, t0), Duration::from_millis(500));
+        assert_eq!(pacer.reserve(1000, t0), Duration::from_millis(1500));
+        // 2.5 s later the debt is paid and the bucket refilled by 1000.
+        let later = t0 + Duration::from_millis(2500);
+        assert_eq!(pacer.reserve(1000, later), Duration::ZERO);
+        assert_eq!(pacer.reserve(1, later), Duration::from_millis(1));
+    }
+
+    #[test]
+    fn an_idle_pacer_never_holds_more_than_one_second_of_tokens() {
+        let t0 = tokio::time::Instant::now();
+        let pacer = Pacer::new(1000, t0);
+        let later = t0 + Duration::from_secs(3600);
+        assert_eq!(pacer.reserve(1000, later), Duration::ZERO);
+        assert_eq!(pacer.reserve(100, later), Duration::from_millis(100));
     }
 }

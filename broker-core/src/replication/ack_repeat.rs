@@ -7,10 +7,13 @@
 //! make up for it either. So the newest datagram is sent again, in separate
 //! packets, a few times at growing gaps — [`REPEATS`] times, the first after
 //! a quarter of the round-trip time (at least [`MIN_GAP`]), each gap twice
-//! the one before — unless a newer acknowledgement replaces it. On a busy
-//! stream a newer acknowledgement always comes first and nothing is
-//! repeated; after the last batch of a burst it costs [`REPEATS`] datagrams
-//! of [`ACK_DATAGRAM_BYTES`](super::frame::ACK_DATAGRAM_BYTES) bytes.
+//! the one before — unless a newer acknowledgement replaces it. When
+//! acknowledgements follow each other closer than the first gap (a busy
+//! stream on a fast path) nothing is repeated; otherwise (a slow link, or
+//! the last batch of a burst) each acknowledgement costs up to [`REPEATS`]
+//! more datagrams of [`ACK_DATAGRAM_BYTES`](super::frame::ACK_DATAGRAM_BYTES)
+//! bytes. The driver sends due repeats when it is not busy writing or
+//! waiting for a batch to become durable.
 
 use std::time::{Duration, Instant};
 

@@ -145,12 +145,14 @@ impl EdgeStream {
         }
     }
 
-    /// The first frame to send.
+    /// The first frame to send. It asks for acknowledgement datagrams: the
+    /// driver must feed them to [`EdgeStream::on_datagram_ack`].
     pub fn hello(&self) -> Frame {
         Frame::Hello(Hello {
             protocol: PROTOCOL_VERSION,
             topic: self.topic.clone(),
             settings: self.settings.clone(),
+            ack_datagrams: true,
         })
     }
 

@@ -3,7 +3,8 @@
 //!
 //! ```text
 //! frame = u32 length (of type + payload, little-endian) | u8 type | payload
-//! 1 Hello    JSON {"protocol":1,"topic":"/ns/t","settings":{ExpandedStreamSettings}|null}
+//! 1 Hello    JSON {"protocol":1,"topic":"/ns/t","settings":{ExpandedStreamSettings}|null,
+//!            "ack_datagrams":true (optional)}
 //! 2 Welcome  u64 high_water_mark: the broker's next offset for the topic
 //! 3 Batch    u8 wire codec (0 none, 1 zstd) | the record batch, verbatim
 //!            (zstd-compressed as a whole when the codec is 1)
@@ -12,7 +13,8 @@
 //! ```
 //!
 //! Besides the stream, the broker repeats each acknowledgement in a QUIC
-//! datagram (RFC 9221) on the same connection ([`AckDatagram`]): unreliable
+//! datagram (RFC 9221) on the same connection ([`AckDatagram`]) when the
+//! edge's Hello says it reads them (`ack_datagrams`): unreliable
 //! and unordered, so a lost one costs nothing and a later one is not held up
 //! behind a lost stream packet. The `Ack` frame on the stream stays the
 //! reliable path.
@@ -53,6 +55,12 @@ pub struct Hello {
     /// edge created implicitly (the broker creates it implicitly too, with
     /// the same broker fallback settings).
     pub settings: Option<ExpandedStreamSettings>,
+    /// The edge reads acknowledgement datagrams ([`AckDatagram`]): the
+    /// broker sends them for this stream only then. Absent (false) from
+    /// edges that predate them, which never read datagrams; quinn would
+    /// buffer them for such an edge until the connection ends.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub ack_datagrams: bool,
 }
 
 /// Why a stream is refused or closed; carried in an `Error` frame.
@@ -466,6 +474,7 @@ mod tests {
                 protocol: PROTOCOL_VERSION,
                 topic: "/plant1/power".into(),
                 settings: Some(StreamIntent::EventStream.expand()),
+                ack_datagrams: true,
             }),
             Frame::Welcome {
                 high_water_mark: 77,
@@ -588,6 +597,26 @@ mod tests {
         assert_eq!(
             AckDatagram::decode(&other_type),
             Err(FrameError::UnknownType(WELCOME))
+        );
+    }
+
+    #[test]
+    fn a_hello_from_an_edge_that_predates_ack_datagrams_does_not_ask_for_them() {
+        let old = br#"{"protocol":1,"topic":"/plant1/power","settings":null}"#;
+        let hello: Hello = serde_json::from_slice(old).unwrap();
+        assert!(!hello.ack_datagrams);
+        // And an old broker's parser (no such field) reads a new Hello.
+        let new = serde_json::to_value(Hello {
+            ack_datagrams: true,
+            ..hello.clone()
+        })
+        .unwrap();
+        assert_eq!(new["ack_datagrams"], true);
+        assert!(
+            serde_json::to_value(&hello)
+                .unwrap()
+                .get("ack_datagrams")
+                .is_none()
         );
     }
 

@@ -325,6 +325,7 @@ fn open(broker: &mut IngestStream, topic: &str) -> IngestAction {
         protocol: super::frame::PROTOCOL_VERSION,
         topic: topic.into(),
         settings: Some(StreamIntent::AuditLog.expand()),
+        ack_datagrams: false,
     }))
 }
 
