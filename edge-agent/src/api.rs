@@ -24,7 +24,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::rejection::{PathRejection, QueryRejection};
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, Query, RawQuery, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -182,6 +182,31 @@ struct RecordQuery {
     timestamp_ms: Option<i64>,
 }
 
+/// Refuses a `key` query parameter whose percent-decoded bytes are not
+/// UTF-8. The query parser replaces such bytes with U+FFFD, which would
+/// silently store another key than the one sent.
+///
+/// # Errors
+/// 400 naming `key`.
+fn strict_utf8_key(raw_query: &str) -> Result<(), ApiError> {
+    for pair in raw_query.split('&') {
+        let Some(value) = pair.strip_prefix("key=") else {
+            continue;
+        };
+        let value = value.replace('+', " ");
+        if percent_encoding::percent_decode_str(&value)
+            .decode_utf8()
+            .is_err()
+        {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                "key: not valid UTF-8 once percent-decoded",
+            ));
+        }
+    }
+    Ok(())
+}
+
 /// Query of `POST .../batch`: none allowed.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -281,11 +306,15 @@ async fn publish_record(
     State(manager): ApiState,
     path: Result<Path<(String, String)>, PathRejection>,
     query: Result<Query<RecordQuery>, QueryRejection>,
+    RawQuery(raw_query): RawQuery,
     headers: HeaderMap,
     body: Body,
 ) -> Result<axum::Json<PublishResponse>, ApiError> {
     let name = path_topic(&manager, path)?;
     let Query(query) = query.map_err(query_error)?;
+    if query.key.as_deref().is_some_and(|k| k.contains('\u{FFFD}')) {
+        strict_utf8_key(raw_query.as_deref().unwrap_or(""))?;
+    }
     let timestamp_ms = match query.timestamp_ms {
         Some(ts) if ts < 0 => {
             return Err(ApiError::new(

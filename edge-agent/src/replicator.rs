@@ -312,6 +312,7 @@ pub async fn run(
         .bandwidth_cap_bytes_per_s
         .map(|r| Arc::new(Pacer::new(r.max(1), tokio::time::Instant::now())));
     let mut backoff = new_backoff(&config);
+    let mut last_failure: Option<String> = None;
     let mut broker_index = 0usize;
     loop {
         if *shutdown.borrow() {
@@ -319,18 +320,36 @@ pub async fn run(
         }
         let addr = config.brokers[broker_index % config.brokers.len().max(1)].clone();
         broker_index += 1;
-        let mut connected = false;
+        let mut connected_at = None;
         let outcome = tokio::select! {
-            result = connect_and_replicate(&endpoint, &addr, &config, &topics, &stats, pacer.clone(), &mut connected) => result,
+            result = connect_and_replicate(&endpoint, &addr, &config, &topics, &stats, pacer.clone(), &mut connected_at) => result,
             _ = shutdown.changed() => break,
         };
-        if connected {
-            // The backoff measures failures to connect, not connection
-            // lifetimes: after a working connection, start small again.
+        // The backoff measures failures to connect, not connection
+        // lifetimes: after a working connection, start small again. A
+        // connection closed right after its handshake did not work: a
+        // broker refusing this edge's certificate does so only after the
+        // handshake (TLS 1.3), and must not be retried in a tight loop.
+        let worked =
+            connected_at.is_some_and(|at: tokio::time::Instant| at.elapsed() >= WORKING_CONNECTION);
+        if worked {
             backoff = new_backoff(&config);
+            last_failure = None;
         }
-        if let Err(e) = outcome {
-            debug!(broker = %addr, error = %e, "replication connection ended");
+        match outcome {
+            Err(e) if !worked => {
+                // Once per distinct reason, so an operator sees why nothing
+                // replicates without a line per retry.
+                let reason = e.to_string();
+                if last_failure.as_deref() == Some(reason.as_str()) {
+                    debug!(broker = %addr, error = %reason, "replication connection failed");
+                } else {
+                    warn!(broker = %addr, error = %reason, "replication connection failed; retrying with backoff");
+                    last_failure = Some(reason);
+                }
+            }
+            Err(e) => debug!(broker = %addr, error = %e, "replication connection ended"),
+            Ok(()) => {}
         }
         let delay = backoff.next().unwrap_or(config.max_backoff);
         tokio::select! {
@@ -351,6 +370,10 @@ pub async fn run(
 /// is lost twice) room to finish.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(15);
 
+/// A connection that lasted this long worked: the reconnect backoff starts
+/// small again after it.
+const WORKING_CONNECTION: Duration = Duration::from_secs(10);
+
 fn new_backoff(config: &ReplicatorConfig) -> backon::ExponentialBackoff {
     ExponentialBuilder::default()
         .with_min_delay(Duration::from_millis(100))
@@ -367,7 +390,7 @@ async fn connect_and_replicate(
     topics: &Arc<TopicManager>,
     stats: &Arc<ReplicationStats>,
     pacer: Option<Arc<Pacer>>,
-    connected: &mut bool,
+    connected_at: &mut Option<tokio::time::Instant>,
 ) -> Result<(), StreamError> {
     let socket = tokio::net::lookup_host(addr)
         .await
@@ -381,7 +404,7 @@ async fn connect_and_replicate(
         .await
         .map_err(|_| StreamError::Connection(format!("no handshake within {CONNECT_TIMEOUT:?}")))?
         .map_err(|e| StreamError::Connection(e.to_string()))?;
-    *connected = true;
+    *connected_at = Some(tokio::time::Instant::now());
     stats
         .connects
         .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -391,7 +414,11 @@ async fn connect_and_replicate(
         conn.clone(),
         routes.clone(),
     )));
-    let mut running: HashMap<String, tokio::task::JoinHandle<()>> = HashMap::new();
+    let mut running: HashMap<String, tokio::task::JoinHandle<Result<(), StreamError>>> =
+        HashMap::new();
+    // The last error each topic's stream ended with, so a stream that keeps
+    // failing the same way is reported once per connection.
+    let mut stream_errors: HashMap<String, String> = HashMap::new();
     let mut topic_changes = topics.watch_topics();
     loop {
         for topic in topics.topics() {
@@ -399,22 +426,28 @@ async fn connect_and_replicate(
                 continue; // realtime: not replicated
             };
             let name = topic.name().as_str().to_string();
-            let finished = running.get(&name).is_none_or(|h| h.is_finished());
-            if finished {
-                let task = tokio::spawn(stream_task(
-                    BrokerConnection {
-                        conn: conn.clone(),
-                        ack_routes: routes.clone(),
-                    },
-                    topic.clone(),
-                    wal,
-                    topics.clone(),
-                    config.clone(),
-                    stats.clone(),
-                    pacer.clone(),
-                ));
-                running.insert(name, task);
+            if running.get(&name).is_some_and(|h| !h.is_finished()) {
+                continue;
             }
+            if let Some(ended) = running.remove(&name) {
+                match ended.await {
+                    Ok(Ok(())) | Err(_) => {}
+                    Ok(Err(e)) => report_stream_end(&name, &e, &mut stream_errors),
+                }
+            }
+            let task = tokio::spawn(replicate_topic_task(
+                BrokerConnection {
+                    conn: conn.clone(),
+                    ack_routes: routes.clone(),
+                },
+                topic.clone(),
+                wal,
+                topics.clone(),
+                config.clone(),
+                stats.clone(),
+                pacer.clone(),
+            ));
+            running.insert(name, task);
         }
         tokio::select! {
             reason = conn.closed() => {
@@ -437,7 +470,8 @@ async fn connect_and_replicate(
     }
 }
 
-async fn stream_task(
+/// [`replicate_topic`] as a task of its own.
+async fn replicate_topic_task(
     conn: BrokerConnection,
     topic: Arc<Topic>,
     wal: Arc<Wal>,
@@ -445,14 +479,27 @@ async fn stream_task(
     config: ReplicatorConfig,
     stats: Arc<ReplicationStats>,
     pacer: Option<Arc<Pacer>>,
-) {
-    let name = topic.name().clone();
-    match replicate_topic(&conn, &topic, &wal, &topics, &config, &stats, pacer).await {
-        Ok(()) => {}
-        Err(StreamError::Edge(EdgeError::Refused { code, message })) if !code.is_retryable() => {
-            warn!(topic = %name, ?code, message, "broker refused the topic; retrying in 5 s");
-        }
-        Err(e) => debug!(topic = %name, error = %e, "topic stream ended"),
+) -> Result<(), StreamError> {
+    replicate_topic(&conn, &topic, &wal, &topics, &config, &stats, pacer).await
+}
+
+/// Logs why a topic's stream ended. What needs an operator (a refusal, a
+/// broker ahead of the local log, local data missing, a protocol or WAL
+/// failure) is a warning, once per distinct error and connection; the
+/// stream is retried every 5 s meanwhile. A lost connection is reported by
+/// the connection, not by each stream.
+fn report_stream_end(topic: &str, error: &StreamError, last: &mut HashMap<String, String>) {
+    let needs_operator = match error {
+        StreamError::Connection(_) => false,
+        StreamError::Edge(EdgeError::Refused { code, .. }) => !code.is_retryable(),
+        StreamError::Edge(_) | StreamError::Wal(_) => true,
+    };
+    let text = error.to_string();
+    if needs_operator && last.get(topic) != Some(&text) {
+        warn!(topic, error = %text, "replication of the topic stopped; retrying every 5 s");
+        last.insert(topic.to_string(), text);
+    } else {
+        debug!(topic, error = %text, "topic stream ended");
     }
 }
 

@@ -444,6 +444,14 @@ async fn every_bad_input_gets_its_status_and_stores_nothing() {
             "topic: ",
         ),
         (
+            "key that is not UTF-8",
+            "/v1/topics/e1/t/records?key=%FF%FE",
+            vec![],
+            b"v".to_vec(),
+            400,
+            "key: not valid UTF-8 once percent-decoded",
+        ),
+        (
             "wrong namespace",
             "/v1/topics/other/t/records",
             vec![],
@@ -676,4 +684,28 @@ async fn publishing_after_shutdown_began_is_refused() {
         err.to_string(),
         "topic /e1/t is closed: the agent is shutting down"
     );
+}
+
+#[tokio::test]
+async fn percent_encoded_utf8_keys_are_stored_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = start(config(dir.path())).await;
+    let addr = agent.local_addr();
+    // é, then an encoded U+FFFD (valid UTF-8, sent on purpose), then a
+    // form-encoded space.
+    let r = post(
+        addr,
+        "/v1/topics/e1/t/records?key=caf%C3%A9%EF%BF%BD+x",
+        &[],
+        b"v",
+    )
+    .await;
+    assert_eq!(r.status, 200, "{}", r.text);
+    let stored = read_wal(&agent, "/e1/t", 0);
+    assert_eq!(stored.len(), 1);
+    assert_eq!(
+        stored[0].1.key.as_deref(),
+        Some("caf\u{e9}\u{FFFD} x".as_bytes())
+    );
+    agent.shutdown().await.unwrap();
 }

@@ -275,3 +275,41 @@ async fn acknowledgements_are_recorded_while_a_batch_waits_for_the_bandwidth_cap
     agent.shutdown().await.unwrap();
     broker.close();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_that_closes_every_connection_after_its_handshake_is_retried_with_backoff() {
+    // What a broker refusing the edge's certificate looks like to the edge
+    // under TLS 1.3: the handshake completes, then the connection closes.
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("certs");
+    dev_certs::issue(&certs, &[1], &["e1".into()]).unwrap();
+    let broker_tls = TlsIdentity::load(&broker_paths(&certs, 1)).unwrap();
+    let server = broker_tls.quic_server(ALPN_REPLICATION).unwrap();
+    let endpoint = quinn::Endpoint::server(server, "127.0.0.1:0".parse().unwrap()).unwrap();
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let refuser = {
+        let endpoint = endpoint.clone();
+        let accepted = accepted.clone();
+        tokio::spawn(async move {
+            while let Some(incoming) = endpoint.accept().await {
+                if let Ok(conn) = incoming.await {
+                    accepted.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    conn.close(1u32.into(), b"refused");
+                }
+            }
+        })
+    };
+    let mut agent_config = config(&dir.path().join("edge"));
+    agent_config.brokers = vec![endpoint.local_addr().unwrap().to_string()];
+    agent_config.tls = Some(edge_paths(&certs, "e1"));
+    agent_config.topics = vec![topic("/e1/t", StreamIntent::EventStream)];
+    let agent = start(agent_config).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let attempts = accepted.load(std::sync::atomic::Ordering::Relaxed);
+    // Backoff from 100 ms, doubling (with jitter): at most ~6 attempts in
+    // 3 s; a backoff reset after every handshake made 15-30.
+    assert!((2..=8).contains(&attempts), "{attempts} connections in 3 s");
+    agent.shutdown().await.unwrap();
+    refuser.abort();
+    endpoint.close(0u32.into(), b"done");
+}
