@@ -313,3 +313,20 @@ async fn a_broker_that_closes_every_connection_after_its_handshake_is_retried_wi
     refuser.abort();
     endpoint.close(0u32.into(), b"done");
 }
+
+#[tokio::test]
+async fn a_key_that_does_not_belong_to_the_certificate_stops_the_agent_from_starting() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("certs");
+    dev_certs::issue(&certs, &[], &["e1".into(), "e2".into()]).unwrap();
+    let mut tls = edge_paths(&certs, "e1");
+    tls.key = edge_paths(&certs, "e2").key;
+    let mut agent_config = config(&dir.path().join("edge"));
+    agent_config.brokers = vec!["127.0.0.1:9".into()];
+    agent_config.tls = Some(tls);
+    let err = match Agent::start(agent_config).await {
+        Ok(_) => panic!("the agent started with a mismatched key"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("KeyMismatch"), "{err}");
+}
