@@ -108,10 +108,20 @@ impl TlsIdentity {
     /// Loads certificate, key and CA from `paths`.
     ///
     /// # Errors
-    /// [`TlsError`] for unreadable files or an unusable CA.
+    /// [`TlsError`] for unreadable files, an unusable CA, or a key that is
+    /// not the certificate's ([`TlsError::Pem`] naming the key file): caught
+    /// here, at start-up, rather than when the first connection is set up.
     pub fn load(paths: &TlsPaths) -> Result<TlsIdentity, TlsError> {
         let certs = load_certs(&paths.cert)?;
         let key = load_key(&paths.key)?;
+        rustls::sign::CertifiedKey::from_der(certs.clone(), key.clone_key(), &provider()).map_err(
+            |e| {
+                pem_err(&paths.key)(format!(
+                    "not the key of the certificate {}: {e}",
+                    paths.cert.display()
+                ))
+            },
+        )?;
         let mut roots = rustls::RootCertStore::empty();
         for ca in load_certs(&paths.ca)? {
             roots
@@ -281,6 +291,25 @@ pub fn certificate_identity(cert: &CertificateDer<'_>) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(feature = "dev-certs")]
+    #[test]
+    fn a_key_that_is_not_the_certificates_is_refused_when_loading() {
+        let dir = tempfile::tempdir().unwrap();
+        crate::dev_certs::issue(dir.path(), &[], &["e1".into(), "e2".into()]).unwrap();
+        let mut paths = crate::dev_certs::edge_paths(dir.path(), "e1");
+        assert!(TlsIdentity::load(&paths).is_ok());
+        paths.key = crate::dev_certs::edge_paths(dir.path(), "e2").key;
+        let err = TlsIdentity::load(&paths)
+            .err()
+            .expect("refused")
+            .to_string();
+        assert!(
+            err.contains("edge-e2.key: not the key of the certificate"),
+            "{err}"
+        );
+        assert!(err.contains("KeyMismatch"), "{err}");
+    }
 
     /// The kernel's cap on a socket's receive buffer, bytes.
     fn rmem_max() -> usize {

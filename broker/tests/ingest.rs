@@ -135,11 +135,16 @@ async fn is_refused(endpoint: &quinn::Endpoint, broker: SocketAddr) -> bool {
 }
 
 fn hello(topic: &str) -> Frame {
+    hello_asking(topic, false)
+}
+
+/// A Hello that asks for acknowledgement datagrams or not.
+fn hello_asking(topic: &str, ack_datagrams: bool) -> Frame {
     Frame::Hello(Hello {
         protocol: PROTOCOL_VERSION,
         topic: topic.into(),
         settings: Some(StreamIntent::TaskQueue.expand()),
-        ack_datagrams: false,
+        ack_datagrams,
     })
 }
 
@@ -434,14 +439,8 @@ async fn ack_datagrams_go_only_to_edges_that_ask_and_the_newest_is_repeated_thre
     // An edge that asks: every acknowledgement also as a datagram for its
     // stream, and the newest sent again three times.
     let (mut send, mut recv) = conn.open_bi().await.expect("stream");
-    let asking = Frame::Hello(Hello {
-        protocol: PROTOCOL_VERSION,
-        topic: "/plant1/new".into(),
-        settings: Some(StreamIntent::TaskQueue.expand()),
-        ack_datagrams: true,
-    });
     send.write_all(&encode(&[
-        asking,
+        hello_asking("/plant1/new", true),
         Frame::batch(&batch(0, 10, 8), false),
         Frame::batch(&batch(10, 5, 8), false),
     ]))

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use crate::replicator::{self, ReplicationStats, ReplicatorConfig};
 use broker_core::metadata::redb::RedbStore;
 use broker_core::metadata::{Clock, MetadataError, SystemClock};
-use broker_core::tls::{ALPN_REPLICATION, TlsIdentity};
+use broker_core::tls::TlsIdentity;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{info, warn};
@@ -162,12 +162,9 @@ impl Agent {
         };
         let replicator = match (&config.tls, config.brokers.is_empty()) {
             (Some(paths), false) => {
+                // Refuses a key that is not the certificate's, so the agent
+                // does not take records it could never send.
                 let tls = TlsIdentity::load(paths).map_err(AgentError::Tls)?;
-                // A key that does not belong to the certificate (or roots
-                // rustls rejects) would otherwise only show when the
-                // replicator starts, with the agent taking records it can
-                // never send: refuse to start instead.
-                tls.quic_client(ALPN_REPLICATION).map_err(AgentError::Tls)?;
                 let mut replicator_config = ReplicatorConfig::new(config.brokers.clone());
                 replicator_config.bandwidth_cap_bytes_per_s = config.bandwidth_cap_bytes_per_s;
                 replicator_config.congestion_controller = config.congestion_controller;

@@ -190,9 +190,10 @@ struct RecordQuery {
 /// 400 naming `key`.
 fn strict_utf8_key(raw_query: &str) -> Result<(), ApiError> {
     for pair in raw_query.split('&') {
-        let Some(value) = pair.strip_prefix("key=") else {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        if percent_encoding::percent_decode_str(name).decode_utf8_lossy() != "key" {
             continue;
-        };
+        }
         let value = value.replace('+', " ");
         if percent_encoding::percent_decode_str(&value)
             .decode_utf8()

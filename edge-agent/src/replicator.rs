@@ -435,18 +435,15 @@ async fn connect_and_replicate(
                     Ok(Err(e)) => report_stream_end(&name, &e, &mut stream_errors),
                 }
             }
-            let task = tokio::spawn(replicate_topic_task(
-                BrokerConnection {
-                    conn: conn.clone(),
-                    ack_routes: routes.clone(),
-                },
-                topic.clone(),
-                wal,
-                topics.clone(),
-                config.clone(),
-                stats.clone(),
-                pacer.clone(),
-            ));
+            let connection = BrokerConnection {
+                conn: conn.clone(),
+                ack_routes: routes.clone(),
+            };
+            let (manager, config, stats, pacer) =
+                (topics.clone(), config.clone(), stats.clone(), pacer.clone());
+            let task = tokio::spawn(async move {
+                replicate_topic(&connection, &topic, &wal, &manager, &config, &stats, pacer).await
+            });
             running.insert(name, task);
         }
         tokio::select! {
@@ -468,19 +465,6 @@ async fn connect_and_replicate(
             () = tokio::time::sleep(Duration::from_secs(5)) => {}
         }
     }
-}
-
-/// [`replicate_topic`] as a task of its own.
-async fn replicate_topic_task(
-    conn: BrokerConnection,
-    topic: Arc<Topic>,
-    wal: Arc<Wal>,
-    topics: Arc<TopicManager>,
-    config: ReplicatorConfig,
-    stats: Arc<ReplicationStats>,
-    pacer: Option<Arc<Pacer>>,
-) -> Result<(), StreamError> {
-    replicate_topic(&conn, &topic, &wal, &topics, &config, &stats, pacer).await
 }
 
 /// Logs why a topic's stream ended. What needs an operator (a refusal, a

@@ -452,6 +452,14 @@ async fn every_bad_input_gets_its_status_and_stores_nothing() {
             "key: not valid UTF-8 once percent-decoded",
         ),
         (
+            "key that is not UTF-8, its name percent-encoded",
+            "/v1/topics/e1/t/records?%6Bey=%FF",
+            vec![],
+            b"v".to_vec(),
+            400,
+            "key: not valid UTF-8 once percent-decoded",
+        ),
+        (
             "wrong namespace",
             "/v1/topics/other/t/records",
             vec![],

@@ -185,7 +185,21 @@ async fn acknowledgements_arriving_only_as_datagrams_advance_the_edge_and_late_a
     let first = broker.next_batch().await;
     assert_eq!((first.base_offset(), first.next_offset()), (0, 10));
 
-    // Only the datagram: the edge's acknowledged offset moves with it.
+    // Datagrams the edge cannot read (a short one, another type) are
+    // skipped; only the datagram acknowledges, and the edge's acknowledged
+    // offset moves with it.
+    let mut wrong_type = AckDatagram {
+        stream_id,
+        next_offset: 10,
+    }
+    .to_bytes()
+    .to_vec();
+    wrong_type[0] = 5;
+    broker.conn.send_datagram(wrong_type.into()).unwrap();
+    broker
+        .conn
+        .send_datagram(bytes::Bytes::from_static(&[4; 16]))
+        .unwrap();
     broker.send_datagram(stream_id, 10);
     wait_acknowledged(addr, 10, WAIT).await;
 

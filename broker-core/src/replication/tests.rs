@@ -253,12 +253,22 @@ fn edge_refuses_a_broker_that_is_ahead_or_needs_deleted_data() {
     );
 }
 
+/// An edge welcomed at `high_water_mark` with a local log of offsets
+/// 0..10.
+fn streaming_edge(high_water_mark: u64) -> EdgeStream {
+    let mut edge = new_edge();
+    assert_eq!(
+        edge.on_frame(Frame::Welcome { high_water_mark }, 0, 10),
+        Ok(EdgeEvent::Resumed {
+            from: high_water_mark
+        })
+    );
+    edge
+}
+
 #[test]
 fn edge_rejects_acks_it_never_asked_for() {
-    let mut edge = new_edge();
-    let _ = edge
-        .on_frame(Frame::Welcome { high_water_mark: 0 }, 0, 10)
-        .unwrap();
+    let mut edge = streaming_edge(0);
     assert!(matches!(
         edge.on_frame(Frame::Ack { next_offset: 5 }, 0, 10),
         Err(EdgeError::Protocol(_))
@@ -267,10 +277,7 @@ fn edge_rejects_acks_it_never_asked_for() {
 
 #[test]
 fn either_copy_of_an_acknowledgement_advances_the_edge_once() {
-    let mut edge = new_edge();
-    let _ = edge
-        .on_frame(Frame::Welcome { high_water_mark: 0 }, 0, 10)
-        .unwrap();
+    let mut edge = streaming_edge(0);
     for base in [0, 5] {
         let batch = RecordBatch::new(base, vec![Record::default(); 5])
             .encode(&Limits::default())
@@ -310,9 +317,7 @@ fn ack_datagrams_before_the_welcome_or_beyond_what_was_sent_are_refused() {
         edge.on_datagram_ack(0),
         Err(EdgeError::Protocol(_))
     ));
-    let _ = edge
-        .on_frame(Frame::Welcome { high_water_mark: 3 }, 0, 10)
-        .unwrap();
+    let mut edge = streaming_edge(3);
     assert_eq!(edge.on_datagram_ack(3), Ok(EdgeEvent::AlreadyAcked));
     assert!(matches!(
         edge.on_datagram_ack(4),
