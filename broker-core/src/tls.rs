@@ -300,10 +300,10 @@ mod tests {
         let mut paths = crate::dev_certs::edge_paths(dir.path(), "e1");
         assert!(TlsIdentity::load(&paths).is_ok());
         paths.key = crate::dev_certs::edge_paths(dir.path(), "e2").key;
-        let err = TlsIdentity::load(&paths)
-            .err()
-            .expect("refused")
-            .to_string();
+        let Err(err) = TlsIdentity::load(&paths) else {
+            panic!("a mismatched key was loaded");
+        };
+        let err = err.to_string();
         assert!(
             err.contains("edge-e2.key: not the key of the certificate"),
             "{err}"
