@@ -83,9 +83,9 @@ use std::time::{Duration, Instant};
 use broker_core::wal::segment::LOG_SUFFIX;
 use broker_core::wal::storage::{AppendFile, FsStorage, ReadFile, Storage};
 use broker_core::wal::{SyncMode, Wal, WalConfig};
-use broker_core::{Codec, Record};
 use bytes::Bytes;
 use tokio::runtime::Runtime;
+use tributary_proto::{Codec, Record};
 
 /// WAL runs per case, each followed by its raw baseline.
 const ROUNDS_PER_CASE: u32 = 5;

@@ -4,7 +4,7 @@
 //!
 //! Behaviour follows `seeds/000_d502aacc865e81b1.txt` (stream intents,
 //! failure-policy inheritance, `describe` and `apply`) and the key layout of
-//! `seeds/001_4a7643a8a6858094.txt`; every key comes from [`crate::keys`].
+//! `seeds/001_4a7643a8a6858094.txt`; every key comes from [`tributary_proto::keys`].
 //!
 //! # What a topic is in metadata
 //!
@@ -69,16 +69,17 @@ use std::fmt;
 
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::{Value, json};
+use tributary_api::admin::{ManifestIssue, PolicySource};
 
-use crate::intent::{
+use crate::metadata::{MAX_TXN_OPS, MetadataError, MetadataStore, Txn, TxnOutcome};
+use crate::wal::SyncMode;
+use tributary_proto::intent::{
     BackoffStrategy, CLUSTER_DEFAULT_WAL_SYNC, Delivery, ExpandedStreamSettings, IntentError,
     PoisonPolicy, PolicyError, StreamIntent, SubscriptionFailurePolicy,
 };
-use crate::keys::{
+use tributary_proto::keys::{
     self, MetadataKey, NameError, NamespaceName, SubscriptionKey, SubscriptionName, TopicName,
 };
-use crate::metadata::{MAX_TXN_OPS, MetadataError, MetadataStore, Txn, TxnOutcome};
-use crate::wal::SyncMode;
 
 /// Most partitions of one topic. A create of this many partitions plus its
 /// namespace fits in one transaction ([`MAX_TXN_OPS`]) with room to spare.
@@ -142,76 +143,6 @@ fn join_differences(differences: &[Difference]) -> String {
         .map(ToString::to_string)
         .collect::<Vec<_>>()
         .join("; ")
-}
-
-/// One problem of a manifest: where (file, entry, field) and what.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ManifestIssue {
-    /// The manifest's file name as given by the caller.
-    pub file: String,
-    /// `namespaces` or `topics`; `None` for the document as a whole.
-    pub section: Option<String>,
-    /// Position of the entry in its section, from 0.
-    pub index: Option<usize>,
-    /// The entry's name as written, when it has one.
-    pub name: Option<String>,
-    /// The offending field of the entry (or top-level key).
-    pub field: Option<String>,
-    /// What is wrong.
-    pub message: String,
-}
-
-impl ManifestIssue {
-    /// An issue with the document as a whole (syntax, size).
-    pub fn document(file: &str, message: impl Into<String>) -> ManifestIssue {
-        ManifestIssue {
-            file: file.to_owned(),
-            section: None,
-            index: None,
-            name: None,
-            field: None,
-            message: message.into(),
-        }
-    }
-
-    fn entry(
-        file: &str,
-        section: &str,
-        index: usize,
-        name: Option<&str>,
-        field: Option<&str>,
-        message: impl Into<String>,
-    ) -> ManifestIssue {
-        ManifestIssue {
-            file: file.to_owned(),
-            section: Some(section.to_owned()),
-            index: Some(index),
-            name: name.map(str::to_owned),
-            field: field.map(str::to_owned),
-            message: message.into(),
-        }
-    }
-}
-
-impl fmt::Display for ManifestIssue {
-    /// `{file}: {section}[{index}] ({name}): {field}: {message}`, leaving out
-    /// the parts that are unknown.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let entry = match (&self.section, self.index, &self.name) {
-            (Some(section), Some(index), Some(name)) => {
-                Some(format!("{section}[{index}] ({name})"))
-            }
-            (Some(section), Some(index), None) => Some(format!("{section}[{index}]")),
-            (Some(section), None, _) => Some(section.clone()),
-            (None, ..) => None,
-        };
-        let parts: Vec<&str> = std::iter::once(self.file.as_str())
-            .chain(entry.as_deref())
-            .chain(self.field.as_deref())
-            .chain(std::iter::once(self.message.as_str()))
-            .collect();
-        f.write_str(&parts.join(": "))
-    }
 }
 
 /// Every problem found in a manifest; nothing of it was applied.
@@ -366,14 +297,10 @@ impl CatalogError {
     }
 
     fn policy(source: PolicyError) -> CatalogError {
-        let field = match &source {
-            PolicyError::MissingDeadLetterTopic | PolicyError::DeadLetterTopic(_) => {
-                "dead_letter_topic"
-            }
-            PolicyError::DelayRange { .. } => "base_redelivery_delay_ms",
-            PolicyError::ZeroAckTimeout => "ack_timeout_ms",
-        };
-        CatalogError::InvalidPolicy { field, source }
+        CatalogError::InvalidPolicy {
+            field: source.field(),
+            source,
+        }
     }
 
     fn inconsistent(key: &str, reason: impl Into<String>) -> CatalogError {
@@ -617,7 +544,7 @@ pub struct TopicLoadSettings {
     pub delivery: Delivery,
     /// The WAL sync mode: the intent's persisted `wal_sync_mode`, or
     /// [`CLUSTER_DEFAULT_WAL_SYNC`] for implicit topics.
-    #[serde(with = "crate::intent::sync_mode_serde")]
+    #[serde(with = "tributary_proto::intent::sync_mode_serde")]
     pub wal_sync_mode: SyncMode,
     /// The stored intent settings; `None` for implicit topics.
     pub intent: Option<ExpandedStreamSettings>,
@@ -647,7 +574,7 @@ pub struct TopicDescription {
     /// Dispatch strategy.
     pub delivery: Delivery,
     /// WAL sync mode the topic is loaded with.
-    #[serde(with = "crate::intent::sync_mode_serde")]
+    #[serde(with = "tributary_proto::intent::sync_mode_serde")]
     pub wal_sync_mode: SyncMode,
     /// Stored intent settings; `None` for implicit topics.
     pub intent: Option<ExpandedStreamSettings>,
@@ -680,19 +607,6 @@ pub struct DeleteOutcome {
     /// Keys removed (topic and partitions, all keys under them, registry
     /// entries).
     pub deleted_keys: usize,
-}
-
-/// Where a subscription's failure policy comes from.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum PolicySource {
-    /// Stored at `/topics/{ns}/{topic}/subscriptions/{sub}/failure_policy`
-    /// (inherited on an earlier attach, or set by an operator).
-    Stored,
-    /// Derived from the topic's `/intent`.
-    Intent,
-    /// The broker fallback of implicit topics.
-    BrokerFallback,
 }
 
 /// A subscription's failure policy and where it comes from.
@@ -2401,7 +2315,7 @@ mod tests {
             err.to_string(),
             format!(
                 "intent: unknown stream intent \"nope\"; valid intents: {}",
-                crate::intent::valid_intent_names()
+                tributary_proto::intent::valid_intent_names()
             )
         );
         for (partitions, shown) in [(-1, "-1"), (257, "257"), (i64::MAX, "9223372036854775807")] {
@@ -3162,7 +3076,7 @@ mod tests {
         });
         let errors = Manifest::from_value("topology.yaml", &doc).unwrap_err();
         let lines: Vec<String> = errors.issues.iter().map(ToString::to_string).collect();
-        let unknown = crate::intent::valid_intent_names();
+        let unknown = tributary_proto::intent::valid_intent_names();
         assert_eq!(
             lines,
             [

@@ -55,18 +55,18 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use broker_core::archive::SegmentDescriptor;
 use broker_core::catalog::{
     Action, Catalog, CatalogError, FailurePolicyPatch, Manifest, ManifestErrors, TopicSpec,
-};
-use broker_core::intent::{StreamIntent, SubscriptionFailurePolicy};
-use broker_core::keys::{
-    NameError, NamespaceName, StorageKey, StorageKeys, SubscriptionName, TopicName,
 };
 use broker_core::metadata::{BoxFuture, MetadataError, MetadataStore, Txn, TxnOutcome, now_ms};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
+use tributary_proto::archive::SegmentDescriptor;
+use tributary_proto::intent::{StreamIntent, SubscriptionFailurePolicy};
+use tributary_proto::keys::{
+    NameError, NamespaceName, StorageKey, StorageKeys, SubscriptionName, TopicName,
+};
 
 use crate::raft::node::{ClusterStatus, MetaNode};
 
@@ -1352,7 +1352,7 @@ mod tests {
             record_count: end - start + 1,
             size: batches_bytes + 16 + 112,
             object_id: keys.segment_object(topic, start, end),
-            format_version: broker_core::archive::FORMAT_VERSION,
+            format_version: tributary_proto::archive::FORMAT_VERSION,
             checksum_crc32c: 7,
             batches_crc32c: 8,
             batches_bytes,

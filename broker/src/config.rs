@@ -114,14 +114,14 @@ pub struct ArchiveConfig {
     #[serde(default = "default_archive_prefix")]
     pub prefix: String,
     /// The bucket (`[archive.store]`): the tier service's
-    /// [`tributary_tier::StoreConfig`] (`url` = a local directory,
+    /// [`tributary_archive::StoreConfig`] (`url` = a local directory,
     /// `file:///path` or `s3://bucket`, plus S3 settings; unset S3 settings
     /// come from the `AWS_*` environment variables).
-    pub store: tributary_tier::StoreConfig,
+    pub store: tributary_archive::StoreConfig,
 }
 
 fn default_archive_prefix() -> String {
-    broker_core::keys::DEFAULT_STORAGE_PREFIX.to_owned()
+    tributary_proto::keys::DEFAULT_STORAGE_PREFIX.to_owned()
 }
 
 /// Central topic WAL settings (`[wal]`).
@@ -256,7 +256,7 @@ impl BrokerConfig {
             });
         }
         if let Some(archive) = &self.archive {
-            if let Err(e) = broker_core::keys::StorageKeys::new(&archive.prefix) {
+            if let Err(e) = tributary_proto::keys::StorageKeys::new(&archive.prefix) {
                 return Err(ConfigError::Invalid {
                     field: "archive.prefix",
                     reason: e.to_string(),

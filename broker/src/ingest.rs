@@ -1,5 +1,5 @@
 //! The broker's replication endpoint: QUIC with mutual TLS, one stream per
-//! edge topic, driving `broker_core::replication::ingest::IngestStream`.
+//! edge topic, driving `tributary_proto::replication::ingest::IngestStream`.
 //!
 //! Every connection must present a certificate chaining to the cluster CA
 //! (rustls enforces it in the handshake); its identity must be an edge id
@@ -10,24 +10,24 @@
 //! in order, each once its batch is durable per the topic's sync mode, on
 //! the stream and, for an edge whose Hello asks for it, repeated in a QUIC
 //! datagram
-//! ([`AckDatagram`](broker_core::replication::frame::AckDatagram)) that a
+//! ([`AckDatagram`](tributary_proto::replication::frame::AckDatagram)) that a
 //! lost stream packet cannot hold up; the newest datagram is sent again a
 //! few times unless a newer one replaces it
-//! ([`AckRepeats`](broker_core::replication::ack_repeat::AckRepeats)). A
+//! ([`AckRepeats`](tributary_proto::replication::ack_repeat::AckRepeats)). A
 //! refused stream gets an `Error` frame and is finished; nothing from it is
 //! stored, and every other stream carries on.
 
 use std::sync::Arc;
 
-use broker_core::limits::Limits;
-use broker_core::replication::ack_repeat::AckRepeats;
-use broker_core::replication::frame::{self, AckDatagram, ErrorCode, Frame};
-use broker_core::replication::ingest::{IngestAction, IngestStream};
 use broker_core::tls::peer_identity;
 use broker_core::wal::{AppendAtOutcome, PendingAppend, Wal, WalError};
 use bytes::{Bytes, BytesMut};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
+use tributary_proto::limits::Limits;
+use tributary_proto::replication::ack_repeat::AckRepeats;
+use tributary_proto::replication::frame::{self, AckDatagram, ErrorCode, Frame};
+use tributary_proto::replication::ingest::{IngestAction, IngestStream};
 
 use crate::topics::{TopicError, TopicStore};
 

@@ -33,7 +33,6 @@ use axum::extract::State;
 use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use broker_core::keys::{DEFAULT_STORAGE_PREFIX, StorageKeys};
 use broker_core::metadata::MetadataStore;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::encoding::text::encode;
@@ -41,6 +40,7 @@ use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
+use tributary_proto::keys::{DEFAULT_STORAGE_PREFIX, StorageKeys};
 
 use crate::admin::{ClusterView, tiered_state};
 use crate::topics::TopicStore;

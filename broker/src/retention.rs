@@ -9,10 +9,10 @@
 //! instead (`POST /v1/storage/.../trim`, [`crate::admin`]); the two are not
 //! meant to run on the same topic.
 
-use broker_core::keys::{self, SubscriptionKey, TopicName};
 use broker_core::metadata::{MetadataError, MetadataStore};
 use broker_core::wal::{Wal, WalError};
 use tracing::info;
+use tributary_proto::keys::{self, SubscriptionKey, TopicName};
 
 /// Why local retention failed.
 #[derive(Debug, thiserror::Error)]

@@ -4,10 +4,10 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use broker_core::limits::Limits;
 use broker_core::metadata::SystemClock;
 use broker_core::tls::{ALPN_REPLICATION, TlsIdentity};
 use tracing::info;
+use tributary_proto::limits::Limits;
 
 use crate::admin::{AdminState, router, with_local_segments};
 use crate::config::BrokerConfig;

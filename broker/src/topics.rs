@@ -7,13 +7,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use broker_core::catalog::{Catalog, CatalogError, TopicSpec};
-use broker_core::intent::ExpandedStreamSettings;
-use broker_core::keys::TopicName;
-use broker_core::limits::Limits;
 use broker_core::metadata::MetadataStore;
 use broker_core::wal::{SyncMode, Wal, WalConfig, WalError};
 use tokio::sync::Mutex;
 use tracing::info;
+use tributary_proto::intent::ExpandedStreamSettings;
+use tributary_proto::keys::TopicName;
+use tributary_proto::limits::Limits;
 
 /// Why a topic could not be opened for an edge.
 #[derive(Debug, thiserror::Error)]
@@ -171,8 +171,8 @@ impl TopicStore {
             Writer::Edge => (EDGE_PRODUCER_ID, CENTRAL_PRODUCER_ID),
             Writer::Central => (CENTRAL_PRODUCER_ID, EDGE_PRODUCER_ID),
         };
-        let own_key = broker_core::keys::topics::producer(topic, own);
-        let other_key = broker_core::keys::topics::producer(topic, other);
+        let own_key = tributary_proto::keys::topics::producer(topic, own);
+        let other_key = tributary_proto::keys::topics::producer(topic, other);
         let conflict = |topic: &TopicName| TopicError::Conflict {
             topic: topic.clone(),
             central: match writer {
@@ -263,11 +263,11 @@ impl TopicStore {
     pub async fn append_central(
         &self,
         topic: &TopicName,
-        records: Vec<broker_core::Record>,
+        records: Vec<tributary_proto::Record>,
         create_implicit: bool,
     ) -> Result<broker_core::wal::AppendAck, TopicError> {
         let wal = self.open_existing(topic, create_implicit).await?;
-        let own_key = broker_core::keys::topics::producer(topic, CENTRAL_PRODUCER_ID);
+        let own_key = tributary_proto::keys::topics::producer(topic, CENTRAL_PRODUCER_ID);
         let marked = self
             .store
             .get(&own_key)
@@ -282,7 +282,7 @@ impl TopicStore {
             });
         }
         self.claim_writer(topic, Writer::Central).await?;
-        Ok(wal.append(records, broker_core::Codec::None).await?)
+        Ok(wal.append(records, tributary_proto::Codec::None).await?)
     }
 
     fn open_wal(&self, topic: &TopicName, sync_mode: SyncMode) -> Result<Wal, WalError> {

@@ -6,12 +6,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use broker_core::catalog::Catalog;
-use broker_core::keys::{SubscriptionName, TopicName};
 use broker_core::metadata::redb::RedbStore;
 use broker_core::metadata::{ManualClock, MetadataStore};
 use serde_json::{Value, json};
 use tributary_broker::admin::{AdminState, ClusterView, serve};
 use tributary_broker::raft::node::ClusterStatus;
+use tributary_proto::keys::{SubscriptionName, TopicName};
 
 const TOKEN: &str = "s3cret-admin-token";
 

@@ -1,7 +1,7 @@
 //! The consumer HTTP API over a real socket: the admin router merged with
 //! the consumer router, served on 127.0.0.1:0 over real topic WALs and a
 //! redb metadata store, driven by the Rust consumer client
-//! (`broker_core::consumer_client`) and raw HTTP for malformed input.
+//! (`tributary_api::consumer_client`) and raw HTTP for malformed input.
 //!
 //! Multi-process tests (a SIGKILLed consumer process, a broker restart) are
 //! in `tests/tests/consumers.rs`.
@@ -14,20 +14,21 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use broker_core::Limits;
-use broker_core::catalog::{Catalog, PolicySource, TopicSpec};
-use broker_core::consumer_api::{
-    AttachRequest, NackRequest, PublishRecord, SeekRequest, StartPosition, SubscriptionType,
-};
-use broker_core::consumer_client::{ClientError, ConsumerClient};
-use broker_core::intent::PoisonPolicy;
-use broker_core::keys::{SubscriptionName, TopicName};
+use broker_core::catalog::{Catalog, TopicSpec};
 use broker_core::metadata::redb::RedbStore;
 use broker_core::metadata::{MetadataStore, SystemClock};
 use serde_json::{Value, json};
+use tributary_api::admin::PolicySource;
+use tributary_api::consumer::{
+    AttachRequest, NackRequest, PublishRecord, SeekRequest, StartPosition, SubscriptionType,
+};
+use tributary_api::consumer_client::{ClientError, ConsumerClient};
 use tributary_broker::admin::{AdminState, router};
 use tributary_broker::consumer::{ConsumerConfig, ConsumerService};
 use tributary_broker::topics::TopicStore;
+use tributary_proto::Limits;
+use tributary_proto::intent::PoisonPolicy;
+use tributary_proto::keys::{SubscriptionName, TopicName};
 
 const TOKEN: &str = "consumer-test-token";
 const BROKER_ADDR: &str = "127.0.0.1:7400";
@@ -199,7 +200,7 @@ fn task_queue_subscription_inherits_5_and_1000_ms_and_an_override_survives_a_new
         .runtime
         .block_on(
             h.store
-                .get(&broker_core::keys::topics::subscription_failure_policy(
+                .get(&tributary_proto::keys::topics::subscription_failure_policy(
                     &topic, &name,
                 )),
         )
@@ -700,7 +701,7 @@ fn start_positions_pause_resume_unsubscribe_and_ephemeral_expiry() {
         .runtime
         .block_on(
             h.store
-                .list(&broker_core::keys::topics::subscriptions_prefix(&topic)),
+                .list(&tributary_proto::keys::topics::subscriptions_prefix(&topic)),
         )
         .unwrap();
     assert!(

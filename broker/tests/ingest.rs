@@ -10,15 +10,15 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use broker_core::batch::{Record, RecordBatch};
-use broker_core::intent::StreamIntent;
-use broker_core::limits::Limits;
-use broker_core::replication::frame::{
-    self, AckDatagram, ErrorCode, Frame, Hello, PROTOCOL_VERSION,
-};
 use broker_core::tls::{ALPN_REPLICATION, BROKER_SERVER_NAME, TlsIdentity};
 use bytes::{Bytes, BytesMut};
 use tributary_broker::config::BrokerConfig;
+use tributary_proto::batch::{Record, RecordBatch};
+use tributary_proto::intent::StreamIntent;
+use tributary_proto::limits::Limits;
+use tributary_proto::replication::frame::{
+    self, AckDatagram, ErrorCode, Frame, Hello, PROTOCOL_VERSION,
+};
 
 struct Broker {
     ingest: SocketAddr,
@@ -148,7 +148,7 @@ fn hello_asking(topic: &str, ack_datagrams: bool) -> Frame {
     })
 }
 
-fn batch(base: u64, n: usize, value_len: usize) -> broker_core::batch::EncodedBatch {
+fn batch(base: u64, n: usize, value_len: usize) -> tributary_proto::batch::EncodedBatch {
     let records = (0..n)
         .map(|i| Record {
             timestamp_ms: 1_700_000_000_000 + i as i64,

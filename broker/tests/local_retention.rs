@@ -6,14 +6,14 @@
 use std::sync::Arc;
 
 use broker_core::catalog::{Catalog, TopicSpec};
-use broker_core::keys::{self, SubscriptionName, TopicName};
 use broker_core::metadata::redb::RedbStore;
 use broker_core::metadata::{MetadataStore, SystemClock};
-use broker_core::{Limits, Record};
 use bytes::Bytes;
 use serde_json::json;
 use tributary_broker::retention::{self, Rule};
 use tributary_broker::topics::TopicStore;
+use tributary_proto::keys::{self, SubscriptionName, TopicName};
+use tributary_proto::{Limits, Record};
 
 const T0: i64 = 1_700_000_000_000;
 

@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 
 use common::{Node, TOKEN, agent, get_json, wait_for_leader};
 
-use broker_core::archive::SegmentDescriptor;
-use broker_core::keys::{StorageKeys, TopicName};
 use serde_json::{Value, json};
+use tributary_proto::archive::SegmentDescriptor;
+use tributary_proto::keys::{StorageKeys, TopicName};
 
 fn post(url: &str, body: &Value) -> (u16, Value) {
     let mut response = agent()
@@ -38,7 +38,7 @@ fn descriptor(topic: &TopicName, start: u64, end: u64) -> SegmentDescriptor {
         record_count: end - start + 1,
         size: batches_bytes + 16 + 112,
         object_id: StorageKeys::default().segment_object(topic, start, end),
-        format_version: broker_core::archive::FORMAT_VERSION,
+        format_version: tributary_proto::archive::FORMAT_VERSION,
         checksum_crc32c: 0x1000 + start as u32,
         batches_crc32c: 0x2000 + start as u32,
         batches_bytes,

@@ -17,22 +17,22 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use broker_core::Limits;
 use broker_core::catalog::{Catalog, TopicSpec};
-use broker_core::consumer_api::{
-    AttachRequest, Message, PublishRecord, SeekRequest, StartPosition, SubscriptionType,
-};
-use broker_core::consumer_client::{ClientError, ConsumerClient};
-use broker_core::keys::{StorageKeys, TopicName};
 use broker_core::metadata::redb::RedbStore;
 use broker_core::metadata::{MetadataStore, SystemClock};
+use tributary_api::consumer::{
+    AttachRequest, Message, PublishRecord, SeekRequest, StartPosition, SubscriptionType,
+};
+use tributary_api::consumer_client::{ClientError, ConsumerClient};
+use tributary_archive::{Archive, Bucket};
 use tributary_broker::admin::{AdminState, router, with_local_segments};
 use tributary_broker::consumer::{ConsumerConfig, ConsumerService};
 use tributary_broker::topics::TopicStore;
+use tributary_proto::Limits;
+use tributary_proto::keys::{StorageKeys, TopicName};
 use tributary_tier::broker_api::BrokerClient;
 use tributary_tier::faults::Faults;
 use tributary_tier::tiering::Tiering;
-use tributary_tier::{Archive, Bucket};
 
 const TOKEN: &str = "tiered-read-token";
 const TOPIC: &str = "/default/tiered";

@@ -22,14 +22,16 @@ use std::path::PathBuf;
 
 use anyhow::{Context as _, anyhow, bail};
 use base64::Engine as _;
-use broker_core::archive::{ArchiveError, Footer};
-use broker_core::batch::Record;
-use broker_core::keys::{StorageKeys, TopicName};
 use clap::{Args, Subcommand, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Map, Value, json};
-use tributary_tier::reader::{Archive, ArchivedRecord, SegmentObjectInfo, SegmentVerdict, Start};
-use tributary_tier::{Bucket, StoreConfig};
+use tributary_archive::reader::{
+    Archive, ArchivedRecord, SegmentObjectInfo, SegmentVerdict, Start,
+};
+use tributary_archive::{Bucket, StoreConfig};
+use tributary_proto::archive::{ArchiveError, Footer};
+use tributary_proto::batch::Record;
+use tributary_proto::keys::{StorageKeys, TopicName};
 
 use crate::client::AdminClient;
 use crate::commands::OutputFormat;
@@ -40,7 +42,7 @@ pub struct ArchiveArgs {
     #[command(flatten)]
     store: StoreConfig,
     /// Storage prefix the objects are under.
-    #[arg(long, default_value = broker_core::keys::DEFAULT_STORAGE_PREFIX)]
+    #[arg(long, default_value = tributary_proto::keys::DEFAULT_STORAGE_PREFIX)]
     prefix: String,
     #[command(subcommand)]
     command: ArchiveCommand,

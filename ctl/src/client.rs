@@ -6,8 +6,8 @@
 //! [`ClientError::Api`] with the server's `error` message and, for
 //! manifests, its per-entry issues.
 
-use broker_core::catalog::ManifestIssue;
 use serde_json::Value;
+use tributary_api::admin::ManifestIssue;
 
 /// Why an admin API call failed.
 #[derive(Debug, thiserror::Error)]

@@ -14,14 +14,15 @@ use std::path::PathBuf;
 
 use broker_core::catalog::{
     Action, ApplyReport, CreateOutcome, DeleteOutcome, FailurePolicyView, ItemKind, PlanItem,
-    PolicySource, TopicDescription, TopicListEntry,
+    TopicDescription, TopicListEntry,
 };
-use broker_core::consumer_api::{ReceiveResponse, ReplayResponse, SeekRequest};
-use broker_core::keys::{NameError, NamespaceName, SubscriptionName, TopicName};
 use clap::{Args, Subcommand, ValueEnum};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
+use tributary_api::admin::PolicySource;
+use tributary_api::consumer::{ReceiveResponse, ReplayResponse, SeekRequest};
+use tributary_proto::keys::{NameError, NamespaceName, SubscriptionName, TopicName};
 
 use crate::client::{AdminClient, BodyMethod, ClientError};
 

@@ -4,13 +4,13 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use broker_core::batch::{Codec, EncodedBatch, Record};
-use broker_core::keys::{StorageKeys, TopicName};
-use broker_core::limits::Limits;
 use broker_core::wal::{Wal, WalConfig};
 use bytes::Bytes;
 use serde_json::Value;
-use tributary_tier::Bucket;
+use tributary_archive::Bucket;
+use tributary_proto::batch::{Codec, EncodedBatch, Record};
+use tributary_proto::keys::{StorageKeys, TopicName};
+use tributary_proto::limits::Limits;
 use tributary_tier::faults::Faults;
 use tributary_tier::upload::{UploadTuning, upload_segment};
 
@@ -320,12 +320,12 @@ impl tributary_broker::admin::ClusterView for FixedCluster {
 
 #[test]
 fn ls_compares_the_bucket_with_the_raft_descriptors() {
-    use broker_core::archive::SegmentDescriptor;
     use broker_core::metadata::ManualClock;
     use broker_core::metadata::redb::RedbStore;
     use std::sync::Arc;
+    use tributary_archive::reader::Archive;
     use tributary_broker::admin::{AdminState, commit_descriptor, serve};
-    use tributary_tier::reader::Archive;
+    use tributary_proto::archive::SegmentDescriptor;
 
     const TOKEN: &str = "archive-ls-token";
     let dir = tempfile::tempdir().unwrap();

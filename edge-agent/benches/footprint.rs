@@ -28,8 +28,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
-use broker_core::keys::TopicName;
 use tributary_edge::client::{ClientError, LocalClient};
+use tributary_proto::keys::TopicName;
 
 const MIB: f64 = 1024.0 * 1024.0;
 /// Idle target, bytes.

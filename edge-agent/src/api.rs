@@ -28,12 +28,12 @@ use axum::extract::{Path, Query, RawQuery, State};
 use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use broker_core::Record;
-use broker_core::keys::TopicName;
 use bytes::BytesMut;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tracing::{debug, error};
+use tributary_proto::Record;
+use tributary_proto::keys::TopicName;
 
 use crate::budget::BudgetScope;
 use crate::manager::{AgentStats, TopicError, TopicManager};

@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use broker_core::keys::TopicName;
+use tributary_proto::keys::TopicName;
 
 use crate::api::{PublishResponse, RECORD_HEADER_PREFIX};
 

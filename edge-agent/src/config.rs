@@ -9,13 +9,13 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use broker_core::Limits;
 use broker_core::catalog::TopicSpec;
-use broker_core::intent::{Persistence, StreamIntent};
-use broker_core::keys::{NamespaceName, TopicName};
-use broker_core::limits::BATCH_BYTES_CEILING;
 use broker_core::tls::TlsPaths;
 use serde::Deserialize;
+use tributary_proto::Limits;
+use tributary_proto::intent::{Persistence, StreamIntent};
+use tributary_proto::keys::{NamespaceName, TopicName};
+use tributary_proto::limits::BATCH_BYTES_CEILING;
 
 use crate::budget::FullPolicy;
 
@@ -546,7 +546,7 @@ fn resolve_limits(record: Option<u32>, batch: Option<u32>) -> Result<Limits, Con
     };
     limits.validate().map_err(|e| {
         let field = match e.limit {
-            broker_core::limits::LimitName::MaxRecordBytes => "max_record_bytes",
+            tributary_proto::limits::LimitName::MaxRecordBytes => "max_record_bytes",
             _ => "max_batch_bytes",
         };
         ConfigError::invalid(

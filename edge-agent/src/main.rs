@@ -6,11 +6,11 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context as _;
-use broker_core::keys::TopicName;
 use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
 use tributary_edge::Agent;
 use tributary_edge::client::{self, LocalClient, OneRecord};
 use tributary_edge::config::{self, AgentConfig, Overrides};
+use tributary_proto::keys::TopicName;
 
 /// Tributary edge agent: local ingest API, per-topic WALs under a disk
 /// budget, checkpoints of what the central cluster acknowledged.

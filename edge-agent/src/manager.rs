@@ -9,13 +9,13 @@
 //! | key | value |
 //! |---|---|
 //! | `/topics/{ns}/{topic}` and `/namespaces/{ns}/topics/{ns}/{topic}` | marker, `0` |
-//! | `/topics/{ns}/{topic}/intent` | [`broker_core::intent::ExpandedStreamSettings`] (configured topics) |
+//! | `/topics/{ns}/{topic}/intent` | [`tributary_proto::intent::ExpandedStreamSettings`] (configured topics) |
 //! | `/topics/{ns}/{topic}/delivery` | `"Reliable"` / `"NonReliable"` |
 //! | `/edge/checkpoints/{ns}/{topic}` | next offset acknowledged by the broker (JSON number) |
 //!
 //! A configured topic is created with its intent on first start; an unknown
 //! topic is created on its first publish with the broker fallback (no
-//! `/intent`, sync mode [`broker_core::intent::CLUSTER_DEFAULT_WAL_SYNC`],
+//! `/intent`, sync mode [`tributary_proto::intent::CLUSTER_DEFAULT_WAL_SYNC`],
 //! `NonReliable`), kept in a WAL. On every start each topic is reopened with
 //! its *stored* settings ([`Catalog::load_settings`]), never with a flag; a
 //! configured intent that differs from the stored one stops the start
@@ -33,15 +33,15 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use broker_core::catalog::{Catalog, CatalogError, TopicLoadSettings, TopicSpec};
-use broker_core::intent::Persistence;
-use broker_core::keys::{self, NameError, TopicName};
 use broker_core::metadata::redb::RedbStore;
 use broker_core::metadata::{Clock, MetadataError, MetadataStore, MetadataStoreExt, Txn};
 use broker_core::wal::{Wal, WalConfig, WalError};
-use broker_core::{Limits, Record};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 use tracing::{info, warn};
+use tributary_proto::intent::Persistence;
+use tributary_proto::keys::{self, NameError, TopicName};
+use tributary_proto::{Limits, Record};
 
 use crate::budget::{self, BudgetScope, ByteBudget};
 use crate::config::AgentConfig;

@@ -260,7 +260,7 @@ fn sample(out: &mut String, name: &str, labels: &[(&str, &str)], value: u64) {
 
 #[cfg(test)]
 mod tests {
-    use broker_core::keys::TopicName;
+    use tributary_proto::keys::TopicName;
 
     use super::*;
 

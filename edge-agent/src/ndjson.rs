@@ -21,10 +21,10 @@ use std::fmt;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use broker_core::Record;
 use bytes::Bytes;
 use serde::de::{MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
+use tributary_proto::Record;
 
 /// One NDJSON line as written.
 #[derive(Debug, Deserialize)]

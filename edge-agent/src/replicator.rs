@@ -1,6 +1,6 @@
 //! The replicator: one QUIC connection (mutual TLS) to the broker, one
 //! long-lived stream per durable topic, driving
-//! `broker_core::replication::edge::EdgeStream`.
+//! `tributary_proto::replication::edge::EdgeStream`.
 //!
 //! - On every (re)connect the broker's `Welcome` says where to resume; the
 //!   local checkpoint is only a record of what was acknowledged.
@@ -32,15 +32,15 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use backon::{BackoffBuilder, ExponentialBuilder};
-use broker_core::batch::BatchHeader;
-use broker_core::replication::compress::BatchCompressor;
-use broker_core::replication::edge::{EdgeError, EdgeEvent, EdgeStream, Window};
-use broker_core::replication::frame::{self, AckDatagram, ErrorCode};
 use broker_core::tls::{ALPN_REPLICATION, BROKER_SERVER_NAME, TlsIdentity};
 use broker_core::wal::{ReadBuffers, Wal};
 use bytes::{Bytes, BytesMut};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tracing::{debug, info, warn};
+use tributary_proto::batch::BatchHeader;
+use tributary_proto::replication::compress::BatchCompressor;
+use tributary_proto::replication::edge::{EdgeError, EdgeEvent, EdgeStream, Window};
+use tributary_proto::replication::frame::{self, AckDatagram, ErrorCode};
 
 use crate::config::CongestionController;
 use crate::declared_rate::DeclaredRateFactory;

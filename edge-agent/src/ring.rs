@@ -11,8 +11,8 @@
 use std::collections::VecDeque;
 use std::sync::{Mutex, MutexGuard};
 
-use broker_core::Record;
 use tokio::sync::watch;
+use tributary_proto::Record;
 
 /// Offsets assigned by one [`RealtimeRing::push`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -24,16 +24,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use broker_core::batch::EncodeError;
 use broker_core::catalog::TopicLoadSettings;
-use broker_core::intent::{Persistence, StreamIntent};
-use broker_core::keys::TopicName;
-use broker_core::limits::LimitError;
 use broker_core::metadata::Clock;
 use broker_core::wal::{RetentionReport, Wal, WalError};
-use broker_core::{Codec, EncodedBatch, Limits, Record, RecordBatch};
 use serde::Serialize;
 use tracing::{debug, info, warn};
+use tributary_proto::batch::EncodeError;
+use tributary_proto::intent::{Persistence, StreamIntent};
+use tributary_proto::keys::TopicName;
+use tributary_proto::limits::LimitError;
+use tributary_proto::{Codec, EncodedBatch, Limits, Record, RecordBatch};
 
 use crate::budget::{self, BudgetExceeded, BudgetScope, ByteBudget, FullPolicy};
 use crate::ring::RealtimeRing;

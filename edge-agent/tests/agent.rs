@@ -3,9 +3,6 @@
 
 mod common;
 
-use broker_core::batch::Record;
-use broker_core::intent::StreamIntent;
-use broker_core::keys;
 use broker_core::metadata::MetadataStoreExt;
 use broker_core::wal::SyncMode;
 use bytes::Bytes;
@@ -14,6 +11,9 @@ use serde_json::json;
 use tributary_edge::Agent;
 use tributary_edge::agent::AgentError;
 use tributary_edge::manager::OpenError;
+use tributary_proto::batch::Record;
+use tributary_proto::intent::StreamIntent;
+use tributary_proto::keys;
 
 fn rec(ts: i64, key: Option<&[u8]>, headers: &[(&str, &[u8])], value: &[u8]) -> Record {
     Record {

@@ -6,8 +6,6 @@ mod common;
 
 use std::path::Path;
 
-use broker_core::Limits;
-use broker_core::intent::StreamIntent;
 use broker_core::wal::WalError;
 use bytes::Bytes;
 use common::*;
@@ -15,6 +13,8 @@ use serde_json::json;
 use tributary_edge::budget::BudgetScope;
 use tributary_edge::topic::{DroppedRange, TopicFull};
 use tributary_edge::{FullPolicy, PublishError, TopicError};
+use tributary_proto::Limits;
+use tributary_proto::intent::StreamIntent;
 
 /// A value of `len` bytes whose first bytes spell `i`.
 fn value(i: u64, len: usize) -> Vec<u8> {

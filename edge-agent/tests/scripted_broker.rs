@@ -11,14 +11,14 @@ mod common;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use broker_core::batch::EncodedBatch;
 use broker_core::dev_certs::{self, broker_paths, edge_paths};
-use broker_core::intent::StreamIntent;
-use broker_core::replication::frame::{self, AckDatagram, Frame};
 use broker_core::tls::{ALPN_REPLICATION, TlsIdentity};
 use bytes::BytesMut;
 use common::{config, get, post, start, topic};
 use tributary_edge::{Agent, AgentConfig};
+use tributary_proto::batch::EncodedBatch;
+use tributary_proto::intent::StreamIntent;
+use tributary_proto::replication::frame::{self, AckDatagram, Frame};
 
 /// Bound on every wait.
 const WAIT: Duration = Duration::from_secs(20);
@@ -86,7 +86,7 @@ impl ScriptedBroker {
 
     /// The next frame from the edge.
     async fn next_frame(&mut self) -> Frame {
-        let limits = broker_core::Limits::default();
+        let limits = tributary_proto::Limits::default();
         loop {
             if let Some(frame) =
                 frame::decode(&mut self.buf, &limits).expect("edge sends valid frames")
@@ -106,7 +106,8 @@ impl ScriptedBroker {
     async fn next_batch(&mut self) -> EncodedBatch {
         match self.next_frame().await {
             Frame::Batch { codec, payload } => {
-                frame::open_batch(codec, payload, &broker_core::Limits::default()).expect("batch")
+                frame::open_batch(codec, payload, &tributary_proto::Limits::default())
+                    .expect("batch")
             }
             other => panic!("expected a batch, got {other:?}"),
         }

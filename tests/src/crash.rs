@@ -1,10 +1,10 @@
 //! What the WAL crash test's child writes, so the parent can check every
 //! acknowledged record byte for byte.
 
-use broker_core::Limits;
-use broker_core::batch::Record;
 use broker_core::wal::{SyncMode, WalConfig};
 use bytes::Bytes;
+use tributary_proto::Limits;
+use tributary_proto::batch::Record;
 
 /// WAL settings for the crash test: small segments (64 KiB) so that rolls and
 /// seals happen while the child is being killed.

@@ -12,9 +12,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use broker_core::consumer_api::{AttachRequest, PublishRecord, StartPosition};
-use broker_core::consumer_client::ConsumerClient;
 use rand::{RngExt, SeedableRng};
+use tributary_api::consumer::{AttachRequest, PublishRecord, StartPosition};
+use tributary_api::consumer_client::ConsumerClient;
 use tributary_tests::cluster::{Proc, bin_path, free_tcp, free_udp};
 
 const TOKEN: &str = "consumer-e2e-token";

@@ -14,15 +14,15 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use broker_core::batch::{Codec, Record};
-use broker_core::keys::{StorageKeys, TopicName};
 use broker_core::wal::{SealedSegment, Wal, WalConfig};
 use bytes::Bytes;
 use object_store::{ObjectStoreExt, PutPayload, WriteMultipart, path::Path as ObjectPath};
+use tributary_archive::{Bucket, StoreConfig};
+use tributary_proto::batch::{Codec, Record};
+use tributary_proto::keys::{StorageKeys, TopicName};
 use tributary_tier::faults::Faults;
 use tributary_tier::service;
 use tributary_tier::upload::{UploadTuning, upload_segment};
-use tributary_tier::{Bucket, StoreConfig};
 
 const SEGMENT_BYTES: u64 = 32 * 1024 * 1024;
 const SEGMENTS: usize = 4;
@@ -209,7 +209,7 @@ fn main() {
             std::thread::sleep(Duration::from_millis(50));
         }
         let endpoint = format!("http://127.0.0.1:{port}");
-        tributary_tier::install_crypto_provider();
+        tributary_archive::install_crypto_provider();
         runtime.block_on(async {
             reqwest::Client::new()
                 .put(format!("{endpoint}/bench"))

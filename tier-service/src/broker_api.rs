@@ -4,13 +4,13 @@
 
 use std::time::Duration;
 
-use broker_core::archive::SegmentDescriptor;
-use broker_core::keys::{StorageKeys, TopicName};
 use serde::Deserialize;
 use serde_json::{Value, json};
+use tributary_proto::archive::SegmentDescriptor;
+use tributary_proto::keys::{StorageKeys, TopicName};
 
-use crate::bucket::install_crypto_provider;
 use crate::error::TierError;
+use tributary_archive::bucket::install_crypto_provider;
 
 /// How long one admin API request may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);

@@ -25,10 +25,10 @@
 
 use std::collections::BTreeMap;
 
-use broker_core::archive::SegmentDescriptor;
-use broker_core::keys::TopicName;
 use serde::Deserialize;
 use tracing::info;
+use tributary_proto::archive::SegmentDescriptor;
+use tributary_proto::keys::TopicName;
 
 use crate::error::TierError;
 use crate::tiering::Tiering;

@@ -43,11 +43,11 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::bucket::StoreConfig;
 use crate::cold::ColdRetention;
 use crate::error::TierError;
 use crate::tiering::RetryTuning;
 use crate::upload::UploadTuning;
+use tributary_archive::bucket::StoreConfig;
 
 /// Default admin API address of the broker.
 pub const DEFAULT_BROKER_URL: &str = "http://127.0.0.1:7400";
@@ -80,7 +80,7 @@ fn default_broker_url() -> String {
 }
 
 fn default_prefix() -> String {
-    broker_core::keys::DEFAULT_STORAGE_PREFIX.to_owned()
+    tributary_proto::keys::DEFAULT_STORAGE_PREFIX.to_owned()
 }
 
 fn default_poll_interval_ms() -> u64 {
@@ -172,7 +172,7 @@ impl TierConfig {
     /// # Errors
     /// [`TierError::Config`] naming the setting.
     pub fn validate(&self) -> Result<(), TierError> {
-        broker_core::keys::StorageKeys::new(&self.prefix)?;
+        tributary_proto::keys::StorageKeys::new(&self.prefix)?;
         let fail = |m: &str| Err(TierError::Config(m.to_owned()));
         if self.upload.part_size_bytes == 0 || self.upload.part_concurrency == 0 {
             return fail("upload.part_size_bytes and upload.part_concurrency must be above 0");

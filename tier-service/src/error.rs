@@ -2,9 +2,9 @@
 
 use std::path::PathBuf;
 
-use broker_core::archive::ArchiveError;
-use broker_core::keys::NameError;
 use broker_core::wal::WalError;
+use tributary_proto::archive::ArchiveError;
+use tributary_proto::keys::NameError;
 
 /// Why a tiering, reconciliation or archive-reading step failed.
 #[derive(Debug, thiserror::Error)]
@@ -72,6 +72,9 @@ pub enum TierError {
         /// What disagrees.
         reason: String,
     },
+    /// Opening the bucket, or an archive read through it, failed.
+    #[error(transparent)]
+    Bucket(#[from] tributary_archive::BucketError),
     /// Invalid configuration.
     #[error("invalid configuration: {0}")]
     Config(String),
@@ -103,6 +106,7 @@ impl TierError {
                     | object_store::Error::UnknownConfigurationKey { .. }
             ),
             TierError::Broker { status, .. } => status.is_none_or(|s| s >= 500 && s != 501),
+            TierError::Bucket(error) => error.is_retryable(),
             TierError::Verify { .. } => true,
             TierError::Io { .. } => true,
             _ => false,

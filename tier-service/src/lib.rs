@@ -2,7 +2,7 @@
 //! WAL segments of a broker into object storage and records each one in
 //! Raft through the broker, and reads the resulting archive.
 //!
-//! - [`archive format`](broker_core::archive): the object layout (pure,
+//! - [`archive format`](tributary_proto::archive): the object layout (pure,
 //!   in broker-core), documented in `docs/archive-format.md`;
 //! - [`bucket`]: a local directory or an S3-compatible bucket
 //!   (`object_store`), with request counters;
@@ -13,8 +13,6 @@
 //! - [`reconcile`]: the start-up pass that makes bucket and descriptors
 //!   agree;
 //! - [`broker_api`]: the broker admin API's storage endpoints;
-//! - [`reader`]: listing, reading and verifying a bucket with no broker
-//!   (used by `tribctl archive`);
 //! - [`service`]: the process (lock, reconciliation, passes, shutdown);
 //! - [`faults`]: crash injection for tests (`TRIB_TIER_FAULT`);
 //! - [`metrics`]: `GET /metrics` (Prometheus) on `metrics_listen`.
@@ -30,20 +28,16 @@
 #![forbid(unsafe_code)]
 
 pub mod broker_api;
-pub mod bucket;
 pub mod cold;
 pub mod config;
 pub mod error;
 pub mod faults;
 pub mod metrics;
-pub mod reader;
 pub mod reconcile;
 pub mod service;
 pub mod tiering;
 pub mod upload;
 
-pub use bucket::{Bucket, StoreConfig, install_crypto_provider};
 pub use config::TierConfig;
 pub use error::TierError;
-pub use reader::Archive;
 pub use tiering::Tiering;

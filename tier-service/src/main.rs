@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
-use tributary_tier::StoreConfig;
+use tributary_archive::StoreConfig;
 use tributary_tier::config::TierConfig;
 use tributary_tier::faults::Faults;
 use tributary_tier::service;

@@ -16,18 +16,18 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use broker_core::archive::{
-    ArchiveIndex, Footer, SegmentDescriptor, SegmentVerifier, TAIL_READ_BYTES, reader_limits,
-};
-use broker_core::keys::TopicName;
 use futures::StreamExt;
 use tracing::{error, info, warn};
+use tributary_proto::archive::{
+    ArchiveIndex, Footer, SegmentDescriptor, SegmentVerifier, TAIL_READ_BYTES, reader_limits,
+};
+use tributary_proto::keys::TopicName;
 
-use crate::bucket::Bucket;
 use crate::error::TierError;
-use crate::reader::Archive;
 use crate::tiering::{Tiering, now_ms, sealed_segments};
 use crate::upload::{upload_segment, verify_object};
+use tributary_archive::bucket::Bucket;
+use tributary_archive::reader::Archive;
 
 /// What reconciliation found and did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -151,7 +151,7 @@ async fn reconcile_topic(
                         .await?;
                         verify_object(bucket, &d.object_id, &tail, tiering.upload.full_verify)
                             .await?;
-                        Ok(tail)
+                        Ok::<_, TierError>(tail)
                     })
                     .await?;
                 if !d.matches_footer(&tail.footer) {

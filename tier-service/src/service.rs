@@ -8,17 +8,17 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use broker_core::keys::StorageKeys;
 use tokio::sync::watch;
 use tracing::{error, info};
+use tributary_proto::keys::StorageKeys;
 
 use crate::broker_api::BrokerClient;
-use crate::bucket::Bucket;
 use crate::config::TierConfig;
 use crate::error::TierError;
 use crate::faults::Faults;
 use crate::reconcile::{ReconcileReport, reconcile};
 use crate::tiering::{PassReport, Tiering};
+use tributary_archive::bucket::Bucket;
 
 /// Name of the lock file in the data directory.
 pub const LOCK_FILE: &str = "tier-service.lock";

@@ -15,7 +15,7 @@
 //! its first failing segment (the broker refuses a descriptor that does not
 //! continue the committed ones). Every step is idempotent, so a crash
 //! anywhere is repaired by running again: the redo starts at the first step
-//! whose result is missing (crash-point table in `broker-core/FORMAT.md`).
+//! whose result is missing (crash-point table in `FORMAT.md`).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -23,18 +23,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
 use backon::{ExponentialBuilder, Retryable};
-use broker_core::archive::{ArchiveTail, SegmentDescriptor};
-use broker_core::keys::{NamespaceName, StorageKeys, TopicName};
 use broker_core::wal::{SealedSegment, list_sealed_segments};
 use serde::Deserialize;
 use tokio::sync::watch;
 use tracing::{error, info, warn};
+use tributary_proto::archive::{ArchiveTail, SegmentDescriptor};
+use tributary_proto::keys::{NamespaceName, StorageKeys, TopicName};
 
 use crate::broker_api::BrokerClient;
-use crate::bucket::Bucket;
 use crate::error::TierError;
 use crate::faults::Faults;
 use crate::upload::{UploadTuning, expected_tail, upload_segment, verify_object};
+use tributary_archive::bucket::Bucket;
 
 /// Retry settings for each step (`[retry]` in the configuration).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -116,11 +116,16 @@ impl Tiering {
     ///
     /// # Errors
     /// The last error.
-    pub async fn retry<T, F, Fut>(&self, what: &'static str, op: F) -> Result<T, TierError>
+    pub async fn retry<T, E, F, Fut>(&self, what: &'static str, mut op: F) -> Result<T, TierError>
     where
         F: FnMut() -> Fut,
-        Fut: Future<Output = Result<T, TierError>>,
+        Fut: Future<Output = Result<T, E>>,
+        E: Into<TierError>,
     {
+        let op = || {
+            let attempt = op();
+            async move { attempt.await.map_err(Into::into) }
+        };
         let backoff = ExponentialBuilder::default()
             .with_jitter()
             .with_min_delay(Duration::from_millis(self.retry.min_delay_ms))

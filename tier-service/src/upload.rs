@@ -7,16 +7,16 @@
 //! `part_size_bytes * (part_concurrency + 1)` for multipart uploads and
 //! `multipart_threshold_bytes` for single PUTs, whatever the segment size.
 
-use broker_core::archive::{ArchiveBuilder, ArchiveTail, Footer, reader_limits};
 use broker_core::wal::SealedSegment;
 use bytes::Bytes;
 use futures::StreamExt;
 use object_store::PutPayload;
 use tokio::task::{JoinError, JoinSet};
+use tributary_proto::archive::{ArchiveBuilder, ArchiveTail, Footer, reader_limits};
 
-use crate::bucket::Bucket;
 use crate::error::TierError;
 use crate::faults::Faults;
+use tributary_archive::bucket::Bucket;
 
 /// Upload settings (`[upload]` in the configuration).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
@@ -104,7 +104,7 @@ impl SegmentFile {
 
 fn segment_error(
     segment: &SealedSegment,
-) -> impl FnOnce(broker_core::archive::ArchiveError) -> TierError + '_ {
+) -> impl FnOnce(tributary_proto::archive::ArchiveError) -> TierError + '_ {
     move |source| TierError::Archive {
         what: "segment",
         key: segment.log_path.display().to_string(),
@@ -139,7 +139,7 @@ fn check_against_seal(segment: &SealedSegment, footer: &Footer) -> Result<(), Ti
         return Err(TierError::Archive {
             what: "segment",
             key: segment.log_path.display().to_string(),
-            source: broker_core::archive::ArchiveError::Mismatch {
+            source: tributary_proto::archive::ArchiveError::Mismatch {
                 field: "next_offset (seal index vs batches)",
                 expected: segment.next_offset,
                 actual: footer.next_offset,

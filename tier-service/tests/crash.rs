@@ -16,10 +16,11 @@ use std::ops::ControlFlow;
 use std::os::unix::process::ExitStatusExt;
 use std::time::Duration;
 
-use broker_core::keys::StorageKeys;
 use common::{Harness, assert_contiguous, record_for};
-use tributary_tier::reader::{Archive, Start};
-use tributary_tier::{Bucket, faults::FAULT_POINTS};
+use tributary_archive::Bucket;
+use tributary_archive::reader::{Archive, Start};
+use tributary_proto::keys::StorageKeys;
+use tributary_tier::faults::FAULT_POINTS;
 
 /// Sealed ranges seen so far, per topic.
 fn sealed_ranges(h: &Harness) -> Vec<BTreeSet<(u64, u64)>> {

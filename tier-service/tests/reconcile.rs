@@ -5,13 +5,14 @@ mod common;
 
 use std::ops::ControlFlow;
 
-use broker_core::keys::StorageKeys;
 use common::{Harness, record_for};
+use tributary_archive::Bucket;
+use tributary_archive::reader::{Archive, Start};
+use tributary_proto::keys::StorageKeys;
+use tributary_tier::TierError;
 use tributary_tier::faults::Faults;
-use tributary_tier::reader::{Archive, Start};
 use tributary_tier::service::{self, DataDirLock, RunReport};
 use tributary_tier::upload::{UploadTuning, upload_segment};
-use tributary_tier::{Bucket, TierError};
 
 fn run_once(h: &Harness) -> RunReport {
     h.runtime

@@ -17,17 +17,17 @@ use std::ops::ControlFlow;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use broker_core::batch::{Codec, Record};
-use broker_core::keys::{StorageKeys, TopicName};
-use broker_core::limits::Limits;
 use broker_core::wal::{Wal, WalConfig};
 use bytes::Bytes;
 use common::{Harness, assert_contiguous, record_for};
+use tributary_archive::reader::{Archive, SegmentObjectInfo, Start};
+use tributary_archive::{Bucket, StoreConfig};
+use tributary_proto::batch::{Codec, Record};
+use tributary_proto::keys::{StorageKeys, TopicName};
+use tributary_proto::limits::Limits;
 use tributary_tier::faults::Faults;
-use tributary_tier::reader::{Archive, SegmentObjectInfo, Start};
 use tributary_tier::service;
 use tributary_tier::upload::{UploadTuning, upload_segment, verify_object};
-use tributary_tier::{Bucket, StoreConfig};
 
 const BUCKET: &str = "tributary-test";
 
@@ -84,7 +84,7 @@ fn tiering_and_reading_through_s3() {
     let (_moto, endpoint) = start_moto(&binary);
     let h = Harness::with_retention(&["/s3/line"], false);
     h.runtime.block_on(async {
-        tributary_tier::install_crypto_provider();
+        tributary_archive::install_crypto_provider();
         let status = reqwest::Client::new()
             .put(format!("{endpoint}/{BUCKET}"))
             .send()
@@ -186,7 +186,7 @@ fn multipart_upload_of_a_large_segment_through_s3() {
             wal.append(records, Codec::None).await.unwrap();
         }
         wal.roll().await.unwrap();
-        tributary_tier::install_crypto_provider();
+        tributary_archive::install_crypto_provider();
         let status = reqwest::Client::new()
             .put(format!("{endpoint}/{BUCKET}"))
             .send()
@@ -298,7 +298,7 @@ fn uploads_through_a_faulty_s3_finish_and_commit_only_stored_objects() {
         },
     );
     h.runtime.block_on(async {
-        tributary_tier::install_crypto_provider();
+        tributary_archive::install_crypto_provider();
         let status = reqwest::Client::new()
             .put(format!("{endpoint}/{BUCKET}"))
             .send()

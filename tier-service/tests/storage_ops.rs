@@ -6,17 +6,17 @@ mod common;
 
 use std::os::unix::process::ExitStatusExt;
 
-use broker_core::batch::Codec;
-use broker_core::keys::StorageKeys;
 use broker_core::metadata::MetadataStore;
 use common::{Harness, TOKEN, assert_contiguous, record_for};
 use serde_json::{Value, json};
+use tributary_proto::batch::Codec;
+use tributary_proto::keys::StorageKeys;
 use tributary_tier::faults::Faults;
 use tributary_tier::service;
 
 fn post(h: &Harness, path: &str, body: Option<Value>) -> (u16, Value) {
     h.runtime.block_on(async {
-        tributary_tier::install_crypto_provider();
+        tributary_archive::install_crypto_provider();
         let mut request = reqwest::Client::new()
             .post(format!("{}/v1{path}", h.base_url))
             .bearer_auth(TOKEN);

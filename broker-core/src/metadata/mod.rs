@@ -1,7 +1,7 @@
 //! The metadata store: key → JSON value, with compare-and-swap, atomic
 //! multi-key writes, prefix listing, prefix watches and keys with a TTL.
 //!
-//! Keys are built by [`crate::keys`] only. The central implementation is
+//! Keys are built by [`tributary_proto::keys`] only. The central implementation is
 //! the broker's openraft state machine; the edge agent and tests use the
 //! embedded [`redb::RedbStore`]. `suite` (tests and the `sim` feature) runs
 //! one behavioural suite over any implementation.

@@ -40,7 +40,6 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
-use std::str::FromStr;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -48,14 +47,14 @@ use std::time::{Duration, Instant};
 use tokio::sync::{Notify, watch};
 use tracing::info;
 
-use crate::batch::{BatchHeader, Codec, EncodedBatch, Record, RecordBatch};
-use crate::limits::{LimitError, LimitName, Limits};
 pub use recovery::RecoveryReport;
 pub use scan::ReadBuffers;
 use scan::{Step, Window, find_next_valid, read_batch};
 pub use segment::SealedSegment;
 use segment::{SegmentMeta, WalFile, log_file_name, parse_file_name};
 use storage::{FsStorage, Storage};
+use tributary_proto::batch::{BatchHeader, Codec, EncodedBatch, Record, RecordBatch};
+use tributary_proto::limits::{LimitError, LimitName, Limits};
 
 /// Smallest refill of a [`Wal::read`], bytes: small batches near the end of
 /// a budget still share one `pread`.
@@ -64,50 +63,7 @@ const MIN_READ_REFILL_BYTES: usize = 64 * 1024;
 /// the refill buffer, which stays allocated while any of them is alive.
 const MAX_READ_REFILL_BYTES: usize = 8 * 1024 * 1024;
 
-/// When an append counts as done (from the topic's stream intent).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum SyncMode {
-    /// Acknowledged when enqueued; written by the writer thread soon after.
-    /// Survives nothing.
-    Async,
-    /// Acknowledged when the group's `write` returned (kernel page cache).
-    /// Survives a process crash or SIGKILL, not a power cut.
-    OsCacheFlush,
-    /// Acknowledged when the group's `fdatasync` returned. Survives power loss.
-    FsyncBatch,
-}
-
-impl SyncMode {
-    /// The name used in configuration and metadata.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SyncMode::Async => "async",
-            SyncMode::OsCacheFlush => "os_cache_flush",
-            SyncMode::FsyncBatch => "fsync_batch",
-        }
-    }
-}
-
-impl fmt::Display for SyncMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-impl FromStr for SyncMode {
-    type Err = String;
-
-    fn from_str(s: &str) -> Result<Self, Self::Err> {
-        match s {
-            "async" => Ok(SyncMode::Async),
-            "os_cache_flush" => Ok(SyncMode::OsCacheFlush),
-            "fsync_batch" => Ok(SyncMode::FsyncBatch),
-            other => Err(format!(
-                "unknown sync mode {other:?}; valid: async, os_cache_flush, fsync_batch"
-            )),
-        }
-    }
-}
+pub use tributary_proto::SyncMode;
 
 /// Configuration of one topic's WAL.
 #[derive(Debug, Clone)]
@@ -222,7 +178,7 @@ pub enum WalError {
     Limit(#[from] LimitError),
     /// Records could not be encoded.
     #[error(transparent)]
-    Encode(#[from] crate::batch::EncodeError),
+    Encode(#[from] tributary_proto::batch::EncodeError),
     /// `append_at` found a batch starting after the next expected offset.
     #[error("gap: expected offset {expected}, batch starts at {got}")]
     Gap {
@@ -644,7 +600,7 @@ impl Wal {
                         let at = state.pending.len();
                         state.pending.extend_from_slice(batch.as_bytes());
                         if next != batch.base_offset() {
-                            crate::batch::set_base_offset(&mut state.pending[at..], next);
+                            tributary_proto::batch::set_base_offset(&mut state.pending[at..], next);
                         }
                         None
                     };

@@ -6,8 +6,8 @@ use std::io;
 use bytes::{Bytes, BytesMut};
 
 use super::storage::ReadFile;
-use crate::batch::{BatchHeader, DecodeError, EncodedBatch, HEADER_LEN, MAGIC};
-use crate::limits::Limits;
+use tributary_proto::batch::{BatchHeader, DecodeError, EncodedBatch, HEADER_LEN, MAGIC};
+use tributary_proto::limits::Limits;
 
 /// Bytes read from the file per refill when scanning (recovery), unless the
 /// caller sets another size with [`Window::set_refill`].

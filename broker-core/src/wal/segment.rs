@@ -113,7 +113,7 @@ impl SegmentMeta {
     /// index entry when `index_interval_bytes` have passed since the last one.
     pub fn note_batch(
         &mut self,
-        header: &crate::batch::BatchHeader,
+        header: &tributary_proto::batch::BatchHeader,
         position: u64,
         index_interval_bytes: u64,
     ) {

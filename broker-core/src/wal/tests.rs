@@ -13,7 +13,7 @@ use super::segment::{index_file_name, log_file_name};
 use super::sim::SimStorage;
 
 use super::*;
-use crate::batch::{Codec, Record};
+use tributary_proto::batch::{Codec, Record};
 
 fn record(id: &str) -> Record {
     Record {

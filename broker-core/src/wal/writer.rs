@@ -353,8 +353,8 @@ impl Writer {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::batch::{Record, RecordBatch};
-    use crate::limits::Limits;
+    use tributary_proto::batch::{Record, RecordBatch};
+    use tributary_proto::limits::Limits;
 
     /// A batch of `len` bytes of `fill`, shared or copied, with the header
     /// of some real batch (gather reads only its length).

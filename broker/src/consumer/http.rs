@@ -34,17 +34,17 @@ use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use broker_core::Record;
-use broker_core::consumer_api::{
-    AckRequest, AckUpToRequest, AttachRequest, MAX_MESSAGES_PER_CALL, MAX_OFFSETS_PER_CALL,
-    MAX_WAIT_MS, NackRequest, PublishRequest, PublishResponse, ReceiveRequest, SeekRequest,
-    SessionRequest, ValueEncoding,
-};
-use broker_core::keys::{NamespaceName, TopicName};
 use bytes::Bytes as RecordBytes;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::json;
+use tributary_api::consumer::{
+    AckRequest, AckUpToRequest, AttachRequest, MAX_MESSAGES_PER_CALL, MAX_OFFSETS_PER_CALL,
+    MAX_WAIT_MS, NackRequest, PublishRequest, PublishResponse, ReceiveRequest, SeekRequest,
+    SessionRequest, ValueEncoding,
+};
+use tributary_proto::Record;
+use tributary_proto::keys::{NamespaceName, TopicName};
 
 use super::{ConsumerError, ConsumerService, now_ms, records};
 use crate::admin::{ApiError, ApiResult, reject_unauthorized};

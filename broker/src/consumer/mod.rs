@@ -37,16 +37,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use broker_core::Record;
-use broker_core::catalog::{Catalog, CatalogError, PolicySource};
-use broker_core::consumer_api::{
-    AckResponse, AckUpToResponse, AttachRequest, AttachResponse, ConsumerState, Message,
-    NackRequest, NackResponse, ReceiveResponse, ReplayResponse, StartPosition, SubscriptionState,
-    SubscriptionType, ValueEncoding,
-};
-use broker_core::dispatch::{AckOutcome, Action, DispatchError, Dispatcher, PersistPolicy};
-use broker_core::intent::{PoisonPolicy, SubscriptionFailurePolicy};
-use broker_core::keys::{self, SubscriptionName, TopicName};
+use broker_core::catalog::{Catalog, CatalogError};
 use broker_core::metadata::{MetadataError, MetadataStore, Txn, TxnOutcome};
 use broker_core::wal::Wal;
 use bytes::Bytes;
@@ -54,6 +45,16 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio::sync::{Mutex, Notify};
 use tracing::{error, info, warn};
+use tributary_api::admin::PolicySource;
+use tributary_api::consumer::{
+    AckResponse, AckUpToResponse, AttachRequest, AttachResponse, ConsumerState, Message,
+    NackRequest, NackResponse, ReceiveResponse, ReplayResponse, StartPosition, SubscriptionState,
+    SubscriptionType, ValueEncoding,
+};
+use tributary_proto::Record;
+use tributary_proto::dispatch::{AckOutcome, Action, DispatchError, Dispatcher, PersistPolicy};
+use tributary_proto::intent::{PoisonPolicy, SubscriptionFailurePolicy};
+use tributary_proto::keys::{self, SubscriptionName, TopicName};
 
 use crate::topics::{TopicError, TopicStore};
 
@@ -266,7 +267,7 @@ pub struct ConsumerService {
     subs: Mutex<HashMap<SubKey, Arc<Sub>>>,
     next_consumer: AtomicU64,
     /// The archive for tiered reads ([`ConsumerService::set_archive`]).
-    archive: std::sync::OnceLock<tributary_tier::Archive>,
+    archive: std::sync::OnceLock<tributary_archive::Archive>,
 }
 
 /// Now, ms since the Unix epoch.
@@ -311,11 +312,11 @@ impl ConsumerService {
     /// Serves offsets below the local WAL from `archive` (tiered read,
     /// [`tiered`]). Without it such reads fail with
     /// [`ConsumerError::ArchiveNotConfigured`]. Only the first call counts.
-    pub fn set_archive(&self, archive: tributary_tier::Archive) {
+    pub fn set_archive(&self, archive: tributary_archive::Archive) {
         let _ = self.archive.set(archive);
     }
 
-    fn archive(&self) -> Option<&tributary_tier::Archive> {
+    fn archive(&self) -> Option<&tributary_archive::Archive> {
         self.archive.get()
     }
 
@@ -1069,7 +1070,7 @@ impl ConsumerService {
             attempt.to_string(),
             reason.to_string(),
         ];
-        for (name, value) in broker_core::consumer_api::DEAD_LETTER_HEADERS
+        for (name, value) in tributary_api::consumer::DEAD_LETTER_HEADERS
             .iter()
             .zip(values)
         {
@@ -1434,7 +1435,7 @@ impl ConsumerService {
             }
             let mut record = record;
             record.headers.retain(|(k, _)| {
-                !broker_core::consumer_api::DEAD_LETTER_HEADERS.contains(&k.as_str())
+                !tributary_api::consumer::DEAD_LETTER_HEADERS.contains(&k.as_str())
             });
             record.headers.push((
                 "x-replayed-from".into(),

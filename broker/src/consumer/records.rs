@@ -7,10 +7,10 @@ use std::sync::Arc;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
-use broker_core::Record;
-use broker_core::consumer_api::{Message, MessageHeader, ValueEncoding};
 use broker_core::wal::{Wal, WalError};
 use bytes::Bytes;
+use tributary_api::consumer::{Message, MessageHeader, ValueEncoding};
+use tributary_proto::Record;
 
 /// Bytes read from the WAL per step.
 const READ_STEP_BYTES: usize = 1 << 20;
@@ -61,8 +61,8 @@ pub enum ReadError {
 
 fn decode_into(
     wal: &Wal,
-    batch: &broker_core::EncodedBatch,
-) -> Result<broker_core::RecordBatch, ReadError> {
+    batch: &tributary_proto::EncodedBatch,
+) -> Result<tributary_proto::RecordBatch, ReadError> {
     batch
         .decode(&wal.config().limits)
         .map_err(|e| ReadError::Decode {

@@ -1,7 +1,7 @@
 //! Tiered read: consumer reads below the local WAL's log start are served
 //! from the archive the tier service wrote (issue 5 "Tiered read", issue 6
 //! "Consumer API"), through the tier service's reader
-//! ([`tributary_tier::reader::Archive`]), and continue in the local WAL
+//! ([`tributary_archive::reader::Archive`]), and continue in the local WAL
 //! where the archive part ends. Offsets, keys, headers and timestamps are
 //! the stored ones, so a consumer cannot tell where a record came from.
 //!
@@ -14,10 +14,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ops::ControlFlow;
 use std::sync::Arc;
 
-use broker_core::Record;
-use broker_core::keys::TopicName;
 use broker_core::wal::{Wal, WalError};
-use tributary_tier::reader::{Archive, Start};
+use tributary_archive::reader::{Archive, Start};
+use tributary_proto::Record;
+use tributary_proto::keys::TopicName;
 
 use super::records::{self, ReadError};
 
@@ -270,13 +270,13 @@ pub async fn offset_for_timestamp(
 pub fn open_archive(
     config: &crate::config::ArchiveConfig,
 ) -> Result<Archive, crate::config::ConfigError> {
-    let keys = broker_core::keys::StorageKeys::new(&config.prefix).map_err(|e| {
+    let keys = tributary_proto::keys::StorageKeys::new(&config.prefix).map_err(|e| {
         crate::config::ConfigError::Invalid {
             field: "archive.prefix",
             reason: e.to_string(),
         }
     })?;
-    let bucket = tributary_tier::Bucket::open(&config.store).map_err(|e| {
+    let bucket = tributary_archive::Bucket::open(&config.store).map_err(|e| {
         crate::config::ConfigError::Invalid {
             field: "archive.store",
             reason: e.to_string(),

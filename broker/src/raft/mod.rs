@@ -46,7 +46,7 @@ pub enum MetaOp {
     /// Set `key` to `value`; expires at `expires_at_ms` (ms since the Unix
     /// epoch) when set.
     Put {
-        /// Metadata key (built by `broker_core::keys`).
+        /// Metadata key (built by `tributary_proto::keys`).
         key: String,
         /// Value bytes (JSON by convention).
         value: Vec<u8>,

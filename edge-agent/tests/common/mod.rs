@@ -7,13 +7,13 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 
-use broker_core::batch::Record;
-use broker_core::intent::StreamIntent;
-use broker_core::keys::{NamespaceName, TopicName};
 use broker_core::metadata::ManualClock;
-use broker_core::{Limits, RecordBatch};
 use serde_json::Value;
 use tributary_edge::{Agent, AgentConfig, FullPolicy, TopicConfig};
+use tributary_proto::batch::Record;
+use tributary_proto::intent::StreamIntent;
+use tributary_proto::keys::{NamespaceName, TopicName};
+use tributary_proto::{Limits, RecordBatch};
 
 /// The clock of every test agent, ms since the Unix epoch.
 pub const NOW_MS: u64 = 1_767_225_600_000;

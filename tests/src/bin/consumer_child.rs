@@ -13,8 +13,8 @@
 use std::io::Write;
 use std::time::Duration;
 
-use broker_core::consumer_api::{AttachRequest, StartPosition, SubscriptionType};
-use broker_core::consumer_client::{ClientError, ConsumerClient};
+use tributary_api::consumer::{AttachRequest, StartPosition, SubscriptionType};
+use tributary_api::consumer_client::{ClientError, ConsumerClient};
 
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().collect();

@@ -26,15 +26,15 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, anyhow, ensure};
-use broker_core::keys::{StorageKeys, TopicName};
 use broker_core::wal::{Wal, WalConfig};
 use clap::Parser;
 use serde::Serialize;
 use serde_json::Value;
+use tributary_archive::reader::{Archive, Start};
+use tributary_archive::{Bucket, StoreConfig};
+use tributary_proto::keys::{StorageKeys, TopicName};
 use tributary_tests::cluster::{Proc, free_tcp, free_udp};
 use tributary_tests::demo::{self, DaySummary, Tally, TallyReport};
-use tributary_tier::reader::{Archive, Start};
-use tributary_tier::{Bucket, StoreConfig};
 
 /// Topic of the readings.
 const READINGS: &str = "/plant1/household-power";
@@ -791,8 +791,8 @@ fn read_archive(
         url: Some(dir.display().to_string()),
         ..StoreConfig::default()
     };
-    let keys =
-        StorageKeys::new(broker_core::keys::DEFAULT_STORAGE_PREFIX).map_err(|e| anyhow!("{e}"))?;
+    let keys = StorageKeys::new(tributary_proto::keys::DEFAULT_STORAGE_PREFIX)
+        .map_err(|e| anyhow!("{e}"))?;
     let archive = Archive::new(Bucket::open(&store)?, keys);
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

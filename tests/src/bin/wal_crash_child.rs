@@ -10,8 +10,8 @@ use std::io::Write;
 use std::sync::Arc;
 
 use anyhow::{Context, bail};
-use broker_core::Codec;
 use broker_core::wal::{SyncMode, Wal};
+use tributary_proto::Codec;
 use tributary_tests::crash::{crash_wal_config, records_for};
 
 fn main() -> anyhow::Result<()> {

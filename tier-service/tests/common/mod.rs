@@ -12,10 +12,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use axum::response::IntoResponse;
-use broker_core::archive::SegmentDescriptor;
-use broker_core::batch::{Codec, Record};
-use broker_core::keys::{StorageKeys, TopicName};
-use broker_core::limits::Limits;
 use broker_core::metadata::redb::RedbStore;
 use broker_core::metadata::{BoxFuture, ManualClock, MetadataStore};
 use broker_core::wal::{Wal, WalConfig};
@@ -25,6 +21,10 @@ use tributary_broker::admin::{
     with_local_segments,
 };
 use tributary_broker::raft::node::ClusterStatus;
+use tributary_proto::archive::SegmentDescriptor;
+use tributary_proto::batch::{Codec, Record};
+use tributary_proto::keys::{StorageKeys, TopicName};
+use tributary_proto::limits::Limits;
 
 pub const TOKEN: &str = "tier-test-token";
 
@@ -34,7 +34,7 @@ pub const TOKEN: &str = "tier-test-token";
 /// match the descriptor. Off until a bucket is set.
 #[derive(Default)]
 pub struct CommitChecker {
-    pub bucket: Mutex<Option<tributary_tier::Bucket>>,
+    pub bucket: Mutex<Option<tributary_archive::Bucket>>,
     pub checked: AtomicU64,
     pub violations: Mutex<Vec<String>>,
 }
@@ -64,8 +64,8 @@ impl CommitChecker {
             return;
         };
         self.checked.fetch_add(1, Ordering::Relaxed);
-        let archive = tributary_tier::reader::Archive::new(bucket, StorageKeys::default());
-        let object = tributary_tier::reader::SegmentObjectInfo {
+        let archive = tributary_archive::reader::Archive::new(bucket, StorageKeys::default());
+        let object = tributary_archive::reader::SegmentObjectInfo {
             key: descriptor.object_id.clone(),
             start_offset: descriptor.start_offset,
             end_offset: descriptor.end_offset,

@@ -8,16 +8,16 @@
 
 use std::ops::ControlFlow;
 
-use broker_core::archive::{
+use futures::StreamExt;
+use tributary_proto::archive::{
     ArchiveError, ArchiveIndex, BatchSplitter, Block, Damage, FOOTER_BYTES, Footer,
     SegmentVerifier, TAIL_READ_BYTES, reader_limits,
 };
-use broker_core::batch::{EncodedBatch, Record};
-use broker_core::keys::{NamespaceName, StorageKeys, TopicName};
-use futures::StreamExt;
+use tributary_proto::batch::{EncodedBatch, Record};
+use tributary_proto::keys::{NamespaceName, StorageKeys, TopicName};
 
 use crate::bucket::Bucket;
-use crate::error::TierError;
+use crate::error::BucketError;
 
 /// One segment object as listed (no read of the object yet).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,7 +86,7 @@ impl Archive {
     ///
     /// # Errors
     /// Store errors.
-    pub async fn topics(&self) -> Result<Vec<TopicName>, TierError> {
+    pub async fn topics(&self) -> Result<Vec<TopicName>, BucketError> {
         let root = self.keys.objects_root();
         let mut out = Vec::new();
         for ns in self.bucket.list_dirs(&root).await? {
@@ -111,7 +111,7 @@ impl Archive {
     pub async fn segments(
         &self,
         topic: &TopicName,
-    ) -> Result<(Vec<SegmentObjectInfo>, Vec<String>), TierError> {
+    ) -> Result<(Vec<SegmentObjectInfo>, Vec<String>), BucketError> {
         let mut objects = Vec::new();
         let mut foreign = Vec::new();
         for meta in self
@@ -134,8 +134,8 @@ impl Archive {
         Ok((objects, foreign))
     }
 
-    fn archive_error(object: &SegmentObjectInfo) -> impl FnOnce(ArchiveError) -> TierError + '_ {
-        move |source| TierError::Archive {
+    fn archive_error(object: &SegmentObjectInfo) -> impl FnOnce(ArchiveError) -> BucketError + '_ {
+        move |source| BucketError::Archive {
             what: "object",
             key: object.key.clone(),
             source,
@@ -146,7 +146,7 @@ impl Archive {
         object: &SegmentObjectInfo,
         footer: &Footer,
         size: u64,
-    ) -> Result<(), TierError> {
+    ) -> Result<(), BucketError> {
         let err = Archive::archive_error(object);
         if footer.object_bytes() != size {
             return Err(err(ArchiveError::ObjectSize {
@@ -167,8 +167,8 @@ impl Archive {
     /// The object's footer: one suffix read of 112 bytes.
     ///
     /// # Errors
-    /// Store errors, [`TierError::Archive`] for a damaged footer.
-    pub async fn footer(&self, object: &SegmentObjectInfo) -> Result<Footer, TierError> {
+    /// Store errors, [`BucketError::Archive`] for a damaged footer.
+    pub async fn footer(&self, object: &SegmentObjectInfo) -> Result<Footer, BucketError> {
         let (tail, size) = self
             .bucket
             .get_suffix(&object.key, FOOTER_BYTES as u64)
@@ -181,8 +181,8 @@ impl Archive {
     /// Footer and index: one suffix read of [`TAIL_READ_BYTES`].
     ///
     /// # Errors
-    /// Store errors, [`TierError::Archive`] for a damaged footer or index.
-    pub async fn open(&self, object: &SegmentObjectInfo) -> Result<ArchiveIndex, TierError> {
+    /// Store errors, [`BucketError::Archive`] for a damaged footer or index.
+    pub async fn open(&self, object: &SegmentObjectInfo) -> Result<ArchiveIndex, BucketError> {
         let (tail, size) = self.bucket.get_suffix(&object.key, TAIL_READ_BYTES).await?;
         let footer = Footer::decode_from_tail(&tail).map_err(Archive::archive_error(object))?;
         Archive::check_footer(object, &footer, size)?;
@@ -194,14 +194,14 @@ impl Archive {
     /// breaks.
     ///
     /// # Errors
-    /// Store errors; [`TierError::Archive`] for a damaged batch.
+    /// Store errors; [`BucketError::Archive`] for a damaged batch.
     pub async fn read_block_batches(
         &self,
         object: &SegmentObjectInfo,
         index: &ArchiveIndex,
         block: Block,
         each: &mut dyn FnMut(&EncodedBatch) -> Result<ControlFlow<()>, ArchiveError>,
-    ) -> Result<ControlFlow<()>, TierError> {
+    ) -> Result<ControlFlow<()>, BucketError> {
         let end = index.footer().batches_bytes;
         let mut stream = self
             .bucket
@@ -242,7 +242,7 @@ impl Archive {
         index: &ArchiveIndex,
         block: Block,
         each: &mut dyn FnMut(ArchivedRecord) -> ControlFlow<()>,
-    ) -> Result<ControlFlow<()>, TierError> {
+    ) -> Result<ControlFlow<()>, BucketError> {
         self.read_block_batches(object, index, block, &mut |batch| deliver(batch, each))
             .await
     }
@@ -256,14 +256,14 @@ impl Archive {
     /// costs one suffix read and one ranged read.
     ///
     /// # Errors
-    /// Store errors; [`TierError::Archive`] for damage;
-    /// [`TierError::Inconsistent`] for a gap between objects.
+    /// Store errors; [`BucketError::Archive`] for damage;
+    /// [`BucketError::Inconsistent`] for a gap between objects.
     pub async fn read_batches(
         &self,
         topic: &TopicName,
         start: Start,
         each: &mut dyn FnMut(&EncodedBatch) -> Result<ControlFlow<()>, ArchiveError>,
-    ) -> Result<(), TierError> {
+    ) -> Result<(), BucketError> {
         let (objects, _) = self.segments(topic).await?;
         let mut expected: Option<u64> = None;
         let mut started = false;
@@ -271,7 +271,7 @@ impl Archive {
             if let Some(next) = expected
                 && object.start_offset != next
             {
-                return Err(TierError::Inconsistent {
+                return Err(BucketError::Inconsistent {
                     topic: topic.to_string(),
                     reason: format!(
                         "the archive has no object for offsets {next}..{}",
@@ -327,7 +327,7 @@ impl Archive {
         topic: &TopicName,
         start: Start,
         each: &mut dyn FnMut(ArchivedRecord) -> ControlFlow<()>,
-    ) -> Result<(), TierError> {
+    ) -> Result<(), BucketError> {
         let mut started = false;
         let mut filter = |r: ArchivedRecord| {
             if !started {

@@ -1,6 +1,6 @@
 //! The JSON shapes of the broker's consumer HTTP API (`docs/consumer-api.md`),
 //! shared by the server (`broker/src/consumer/`) and the Rust client
-//! ([`crate::consumer_client`], feature `consumer-client`). No I/O here.
+//! ([`crate::consumer_client`], feature `client`). No I/O here.
 //!
 //! Semantics come from the seed pages: `seeds/002_3b2157864a3f5448.txt`
 //! (subscriptions, durable vs ephemeral, pause/resume/unsubscribe, cursor
@@ -14,8 +14,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::catalog::PolicySource;
-use crate::intent::SubscriptionFailurePolicy;
+use crate::admin::PolicySource;
+use tributary_proto::intent::SubscriptionFailurePolicy;
 
 /// Most messages one receive, read or peek returns.
 pub const MAX_MESSAGES_PER_CALL: u32 = 1000;

@@ -1,12 +1,12 @@
 //! A small blocking client of the broker's consumer HTTP API
-//! (`docs/consumer-api.md`), feature `consumer-client`. Plain `http://`
+//! (`docs/consumer-api.md`), feature `client`. Plain `http://`
 //! (ureq without TLS), bearer token on every request. Used by the tests and
 //! `tribctl`; a service can use it as is.
 //!
 //! ```no_run
-//! use broker_core::consumer_api::{AttachRequest, StartPosition};
-//! use broker_core::consumer_client::ConsumerClient;
-//! # fn main() -> Result<(), broker_core::consumer_client::ClientError> {
+//! use tributary_api::consumer::{AttachRequest, StartPosition};
+//! use tributary_api::consumer_client::ConsumerClient;
+//! # fn main() -> Result<(), tributary_api::client::ClientError> {
 //! let client = ConsumerClient::new("http://127.0.0.1:7400", "dev-token");
 //! let attach = AttachRequest { start: StartPosition::Earliest, ..AttachRequest::default() };
 //! let session = client.attach("/default/jobs", "workers", &attach)?;
@@ -16,67 +16,22 @@
 //! # Ok(()) }
 //! ```
 
-use std::time::Duration;
-
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::consumer_api::{
+pub use crate::client::ClientError;
+use crate::client::{DEFAULT_TIMEOUT, HttpClient};
+use crate::consumer::{
     AckRequest, AckResponse, AckUpToRequest, AckUpToResponse, AttachRequest, AttachResponse,
     NackRequest, NackResponse, PublishRecord, PublishRequest, PublishResponse, ReceiveRequest,
     ReceiveResponse, ReplayResponse, SeekRequest, SessionRequest, SubscriptionState, ValueEncoding,
 };
 
-/// Why a call failed.
-#[derive(Debug, thiserror::Error)]
-pub enum ClientError {
-    /// No response (connection refused, timeout).
-    #[error("cannot reach the broker at {url}: {source}")]
-    Transport {
-        /// The request URL.
-        url: String,
-        /// What ureq reported.
-        source: Box<ureq::Error>,
-    },
-    /// The broker refused the request.
-    #[error("{status} {kind}: {message}")]
-    Api {
-        /// HTTP status.
-        status: u16,
-        /// The error's `kind` (`invalid_input`, `not_found`, `conflict`, …).
-        kind: String,
-        /// The server's message.
-        message: String,
-    },
-    /// A body that is not the documented JSON.
-    #[error("broker at {url} answered {status} with an unexpected body: {detail}")]
-    BadResponse {
-        /// The request URL.
-        url: String,
-        /// HTTP status.
-        status: u16,
-        /// What is wrong.
-        detail: String,
-    },
-}
-
-impl ClientError {
-    /// The HTTP status of an [`ClientError::Api`] error.
-    pub fn status(&self) -> Option<u16> {
-        match self {
-            ClientError::Api { status, .. } => Some(*status),
-            _ => None,
-        }
-    }
-}
-
 /// A client of one broker's consumer API.
 #[derive(Debug, Clone)]
 pub struct ConsumerClient {
-    base_url: String,
-    authorization: String,
-    agent: ureq::Agent,
+    http: HttpClient,
 }
 
 fn topic_path(topic: &str) -> String {
@@ -87,18 +42,11 @@ fn topic_path(topic: &str) -> String {
 
 impl ConsumerClient {
     /// A client of `base_url` (e.g. `http://127.0.0.1:7400`) presenting
-    /// `token`. Requests time out after 60 s (longer than the longest
-    /// long-poll).
+    /// `token`. Requests time out after [`DEFAULT_TIMEOUT`] (longer than
+    /// the longest long-poll).
     pub fn new(base_url: &str, token: &str) -> ConsumerClient {
-        let agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(Duration::from_secs(60)))
-            .build()
-            .into();
         ConsumerClient {
-            base_url: base_url.trim_end_matches('/').to_owned(),
-            authorization: format!("Bearer {token}"),
-            agent,
+            http: HttpClient::new(base_url, Some(token), DEFAULT_TIMEOUT),
         }
     }
 
@@ -115,19 +63,7 @@ impl ConsumerClient {
         path: &str,
         body: &B,
     ) -> Result<R, ClientError> {
-        let url = format!("{}{path}", self.base_url);
-        let text = serde_json::to_string(body).map_err(|e| ClientError::BadResponse {
-            url: url.clone(),
-            status: 0,
-            detail: format!("request body: {e}"),
-        })?;
-        let response = self
-            .agent
-            .post(&url)
-            .header("Authorization", &self.authorization)
-            .content_type("application/json")
-            .send(text);
-        finish(&url, response)
+        self.http.post(path, body)
     }
 
     /// `GET path` with query pairs.
@@ -139,15 +75,8 @@ impl ConsumerClient {
         path: &str,
         query: &[(&str, String)],
     ) -> Result<R, ClientError> {
-        let url = format!("{}{path}", self.base_url);
-        let mut request = self
-            .agent
-            .get(&url)
-            .header("Authorization", &self.authorization);
-        for (k, v) in query {
-            request = request.query(*k, v);
-        }
-        finish(&url, request.call())
+        let query: Vec<(&str, &str)> = query.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        self.http.get(path, &query)
     }
 
     /// `DELETE path`.
@@ -155,13 +84,7 @@ impl ConsumerClient {
     /// # Errors
     /// [`ClientError`].
     pub fn delete<R: DeserializeOwned>(&self, path: &str) -> Result<R, ClientError> {
-        let url = format!("{}{path}", self.base_url);
-        let response = self
-            .agent
-            .delete(&url)
-            .header("Authorization", &self.authorization)
-            .call();
-        finish(&url, response)
+        self.http.delete(path)
     }
 
     /// Attaches a consumer (creating the subscription on first attach).
@@ -362,39 +285,4 @@ impl ConsumerClient {
             &serde_json::json!({}),
         )
     }
-}
-
-fn finish<R: DeserializeOwned>(
-    url: &str,
-    response: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
-) -> Result<R, ClientError> {
-    let response = response.map_err(|source| ClientError::Transport {
-        url: url.to_owned(),
-        source: Box::new(source),
-    })?;
-    let status = response.status().as_u16();
-    let bad = |detail: String| ClientError::BadResponse {
-        url: url.to_owned(),
-        status,
-        detail,
-    };
-    let text = response
-        .into_body()
-        .with_config()
-        .limit(256 << 20)
-        .read_to_string()
-        .map_err(|e| bad(e.to_string()))?;
-    if status >= 400 {
-        let body: Value = serde_json::from_str(&text).map_err(|e| bad(format!("{e}")))?;
-        let field = |name: &str| body.get(name).and_then(Value::as_str).map(str::to_owned);
-        return Err(ClientError::Api {
-            status,
-            kind: field("kind").unwrap_or_default(),
-            message: field("error").ok_or_else(|| bad(format!("no error message in {body}")))?,
-        });
-    }
-    serde_json::from_str(&text).map_err(|e| {
-        let shown: String = text.chars().take(200).collect();
-        bad(format!("{e}: {shown:?}"))
-    })
 }

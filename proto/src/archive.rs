@@ -3,7 +3,7 @@
 //!
 //! Pure code: no I/O, no clock, no object store. The tier service and
 //! `tribctl archive` feed it bytes and carry out the reads it asks for.
-//! Byte layouts: `broker-core/FORMAT.md` ("Archive object") and, for readers
+//! Byte layouts: `FORMAT.md` ("Archive object") and, for readers
 //! in other languages, `docs/archive-format.md`.
 //!
 //! # Layout

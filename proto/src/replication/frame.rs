@@ -1,5 +1,5 @@
 //! Replication frames: what edge and broker say to each other on one QUIC
-//! stream per topic. Layout in `broker-core/FORMAT.md` ("Replication stream").
+//! stream per topic. Layout in `FORMAT.md` ("Replication stream").
 //!
 //! ```text
 //! frame = u32 length (of type + payload, little-endian) | u8 type | payload

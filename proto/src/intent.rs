@@ -28,8 +28,8 @@ use std::str::FromStr;
 
 use serde::{Deserialize, Serialize};
 
+use crate::SyncMode;
 use crate::keys::{NameError, TopicName};
-use crate::wal::SyncMode;
 
 /// Suffix of the dead-letter topic of the DLQ intents: `<topic>-dlq`.
 pub const DEFAULT_DLQ_SUFFIX: &str = "-dlq";
@@ -383,7 +383,7 @@ pub mod sync_mode_serde {
 
     use serde::{Deserialize, Deserializer, Serializer};
 
-    use crate::wal::SyncMode;
+    use crate::SyncMode;
 
     /// Serializes `mode` as its name.
     ///
@@ -477,6 +477,19 @@ pub enum PolicyError {
     /// `ack_timeout_ms` of 0 would time out every delivery at once.
     #[error("ack_timeout_ms must be above 0")]
     ZeroAckTimeout,
+}
+
+impl PolicyError {
+    /// The policy field to change.
+    pub fn field(&self) -> &'static str {
+        match self {
+            PolicyError::MissingDeadLetterTopic | PolicyError::DeadLetterTopic(_) => {
+                "dead_letter_topic"
+            }
+            PolicyError::DelayRange { .. } => "base_redelivery_delay_ms",
+            PolicyError::ZeroAckTimeout => "ack_timeout_ms",
+        }
+    }
 }
 
 impl SubscriptionFailurePolicy {

@@ -21,7 +21,7 @@ use object_store::{
 };
 use serde::Deserialize;
 
-use crate::error::TierError;
+use crate::error::BucketError;
 
 /// Installs ring as rustls's process-wide crypto provider (the workspace
 /// builds rustls and reqwest without a default provider, see the root
@@ -154,17 +154,17 @@ impl Bucket {
     /// if missing.
     ///
     /// # Errors
-    /// [`TierError::Config`] for a missing or unsupported URL, store errors.
-    pub fn open(config: &StoreConfig) -> Result<Bucket, TierError> {
+    /// [`BucketError::Config`] for a missing or unsupported URL, store errors.
+    pub fn open(config: &StoreConfig) -> Result<Bucket, BucketError> {
         install_crypto_provider();
         let url = config
             .url
             .as_deref()
-            .ok_or_else(|| TierError::Config("no bucket given (store.url / --bucket)".into()))?;
+            .ok_or_else(|| BucketError::Config("no bucket given (store.url / --bucket)".into()))?;
         if let Some(rest) = url.strip_prefix("s3://") {
             let bucket = rest.trim_end_matches('/');
             if bucket.is_empty() || bucket.contains('/') {
-                return Err(TierError::Config(format!(
+                return Err(BucketError::Config(format!(
                     "{url:?}: expected s3://bucket (the storage prefix is configured separately)"
                 )));
             }
@@ -211,12 +211,12 @@ impl Bucket {
             }
             let store = builder
                 .build()
-                .map_err(|e| TierError::Config(format!("S3 bucket {bucket}: {e}")))?;
+                .map_err(|e| BucketError::Config(format!("S3 bucket {bucket}: {e}")))?;
             return Ok(Bucket::from_store(Arc::new(store), None, url.to_owned()));
         }
         let path = PathBuf::from(url.strip_prefix("file://").unwrap_or(url));
         if url.contains("://") && !url.starts_with("file://") {
-            return Err(TierError::Config(format!(
+            return Err(BucketError::Config(format!(
                 "{url:?}: unsupported bucket URL (use a directory path, file:// or s3://)"
             )));
         }
@@ -228,13 +228,13 @@ impl Bucket {
     ///
     /// # Errors
     /// I/O errors creating the directory.
-    pub fn local(root: PathBuf) -> Result<Bucket, TierError> {
-        std::fs::create_dir_all(&root).map_err(TierError::io("create", &root))?;
+    pub fn local(root: PathBuf) -> Result<Bucket, BucketError> {
+        std::fs::create_dir_all(&root).map_err(BucketError::io("create", &root))?;
         let root = root
             .canonicalize()
-            .map_err(TierError::io("canonicalize", &root))?;
+            .map_err(BucketError::io("canonicalize", &root))?;
         let store = LocalFileSystem::new_with_prefix(&root)
-            .map_err(|e| TierError::Config(format!("{}: {e}", root.display())))?
+            .map_err(|e| BucketError::Config(format!("{}: {e}", root.display())))?
             .with_fsync(true)
             .with_automatic_cleanup(true);
         let description = root.display().to_string();
@@ -282,20 +282,20 @@ impl Bucket {
         }
     }
 
-    pub(crate) fn path(key: &str) -> Result<ObjectPath, TierError> {
-        ObjectPath::parse(key).map_err(|e| TierError::Config(format!("object key {key:?}: {e}")))
+    pub(crate) fn path(key: &str) -> Result<ObjectPath, BucketError> {
+        ObjectPath::parse(key).map_err(|e| BucketError::Config(format!("object key {key:?}: {e}")))
     }
 
     /// Size of the object at `key`, `None` if absent.
     ///
     /// # Errors
     /// Store errors other than not-found.
-    pub async fn head(&self, key: &str) -> Result<Option<u64>, TierError> {
+    pub async fn head(&self, key: &str) -> Result<Option<u64>, BucketError> {
         self.requests.heads.fetch_add(1, Ordering::Relaxed);
         match self.store.head(&Bucket::path(key)?).await {
             Ok(meta) => Ok(Some(meta.size)),
             Err(object_store::Error::NotFound { .. }) => Ok(None),
-            Err(e) => Err(TierError::store("head", key)(e)),
+            Err(e) => Err(BucketError::store("head", key)(e)),
         }
     }
 
@@ -304,16 +304,19 @@ impl Bucket {
     ///
     /// # Errors
     /// Store errors (not-found included).
-    pub async fn get_suffix(&self, key: &str, len: u64) -> Result<(Bytes, u64), TierError> {
+    pub async fn get_suffix(&self, key: &str, len: u64) -> Result<(Bytes, u64), BucketError> {
         self.requests.gets.fetch_add(1, Ordering::Relaxed);
         let options = GetOptions::new().with_range(Some(GetRange::Suffix(len)));
         let result = self
             .store
             .get_opts(&Bucket::path(key)?, options)
             .await
-            .map_err(TierError::store("get", key))?;
+            .map_err(BucketError::store("get", key))?;
         let size = result.meta.size;
-        let bytes = result.bytes().await.map_err(TierError::store("get", key))?;
+        let bytes = result
+            .bytes()
+            .await
+            .map_err(BucketError::store("get", key))?;
         Ok((bytes, size))
     }
 
@@ -325,18 +328,18 @@ impl Bucket {
         &self,
         key: &str,
         range: Range<u64>,
-    ) -> Result<BoxStream<'static, Result<Bytes, TierError>>, TierError> {
+    ) -> Result<BoxStream<'static, Result<Bytes, BucketError>>, BucketError> {
         self.requests.gets.fetch_add(1, Ordering::Relaxed);
         let options = GetOptions::new().with_range(Some(GetRange::Bounded(range)));
         let result = self
             .store
             .get_opts(&Bucket::path(key)?, options)
             .await
-            .map_err(TierError::store("get", key))?;
+            .map_err(BucketError::store("get", key))?;
         let key = key.to_owned();
         Ok(result
             .into_stream()
-            .map_err(move |e| TierError::store("get", key.clone())(e))
+            .map_err(move |e| BucketError::store("get", key.clone())(e))
             .boxed())
     }
 
@@ -345,7 +348,12 @@ impl Bucket {
     ///
     /// # Errors
     /// Store errors; `AlreadyExists` with `create` when the key exists.
-    pub async fn put(&self, key: &str, payload: PutPayload, create: bool) -> Result<(), TierError> {
+    pub async fn put(
+        &self,
+        key: &str,
+        payload: PutPayload,
+        create: bool,
+    ) -> Result<(), BucketError> {
         self.requests.puts.fetch_add(1, Ordering::Relaxed);
         let mode = if create {
             PutMode::Create
@@ -359,7 +367,7 @@ impl Bucket {
         self.store
             .put_opts(&Bucket::path(key)?, payload, options)
             .await
-            .map_err(TierError::store("put", key))?;
+            .map_err(BucketError::store("put", key))?;
         Ok(())
     }
 
@@ -370,23 +378,23 @@ impl Bucket {
     pub async fn put_multipart(
         &self,
         key: &str,
-    ) -> Result<Box<dyn object_store::MultipartUpload>, TierError> {
+    ) -> Result<Box<dyn object_store::MultipartUpload>, BucketError> {
         self.requests.puts.fetch_add(1, Ordering::Relaxed);
         self.store
             .put_multipart(&Bucket::path(key)?)
             .await
-            .map_err(TierError::store("put multipart", key))
+            .map_err(BucketError::store("put multipart", key))
     }
 
     /// Deletes the object at `key` (absent is fine).
     ///
     /// # Errors
     /// Store errors.
-    pub async fn delete(&self, key: &str) -> Result<(), TierError> {
+    pub async fn delete(&self, key: &str) -> Result<(), BucketError> {
         self.requests.deletes.fetch_add(1, Ordering::Relaxed);
         match self.store.delete(&Bucket::path(key)?).await {
             Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
-            Err(e) => Err(TierError::store("delete", key)(e)),
+            Err(e) => Err(BucketError::store("delete", key)(e)),
         }
     }
 
@@ -394,7 +402,7 @@ impl Bucket {
     ///
     /// # Errors
     /// Store errors.
-    pub async fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>, TierError> {
+    pub async fn list(&self, prefix: &str) -> Result<Vec<ObjectMeta>, BucketError> {
         self.requests.lists.fetch_add(1, Ordering::Relaxed);
         let path = Bucket::path(prefix.trim_end_matches('/'))?;
         let mut out: Vec<ObjectMeta> = self
@@ -402,7 +410,7 @@ impl Bucket {
             .list(Some(&path))
             .try_collect()
             .await
-            .map_err(TierError::store("list", prefix))?;
+            .map_err(BucketError::store("list", prefix))?;
         out.sort_by(|a, b| a.location.as_ref().cmp(b.location.as_ref()));
         Ok(out)
     }
@@ -411,13 +419,13 @@ impl Bucket {
     ///
     /// # Errors
     /// Store errors.
-    pub async fn list_dirs(&self, prefix: &str) -> Result<Vec<String>, TierError> {
+    pub async fn list_dirs(&self, prefix: &str) -> Result<Vec<String>, BucketError> {
         self.requests.lists.fetch_add(1, Ordering::Relaxed);
         let path = Bucket::path(prefix.trim_end_matches('/'))?;
         let result = match self.store.list_with_delimiter(Some(&path)).await {
             Ok(r) => r,
             Err(object_store::Error::NotFound { .. }) => return Ok(Vec::new()),
-            Err(e) => return Err(TierError::store("list", prefix)(e)),
+            Err(e) => return Err(BucketError::store("list", prefix)(e)),
         };
         let mut out: Vec<String> = result
             .common_prefixes

@@ -1,0 +1,2 @@
+//! What Tributary's tests share (`tributary_test_support`). Never a
+//! dependency of a shipped binary.
