@@ -2065,7 +2065,9 @@ mod tests {
 
     use super::*;
     use crate::metadata::redb::RedbStore;
-    use crate::metadata::{BoxFuture, ManualClock, Watch};
+    use crate::metadata::{BoxFuture, Watch};
+
+    use crate::clock::ManualClock;
 
     struct Fixture {
         _dir: tempfile::TempDir,

@@ -7,6 +7,7 @@
 //!   implementation (the broker's Raft store implements the same trait);
 //! - [`catalog`]: creating, loading and describing intent-backed topics over
 //!   any metadata store;
+//! - [`clock`]: injected time (monotonic and wall clock) and a manual test clock;
 //! - [`tls`]: certificates, identities and the rustls/quinn configurations;
 //! - [`service`]: daemon helpers (systemd notify and watchdog);
 //! - [`dev_certs`] (feature `dev-certs`): a development CA.
@@ -18,6 +19,7 @@
 #![deny(unsafe_code)]
 
 pub mod catalog;
+pub mod clock;
 #[cfg(feature = "dev-certs")]
 pub mod dev_certs;
 pub mod metadata;

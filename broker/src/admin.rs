@@ -58,7 +58,9 @@ use axum::routing::{get, post};
 use broker_core::catalog::{
     Action, Catalog, CatalogError, FailurePolicyPatch, Manifest, ManifestErrors, TopicSpec,
 };
-use broker_core::metadata::{BoxFuture, MetadataError, MetadataStore, Txn, TxnOutcome, now_ms};
+use broker_core::metadata::{BoxFuture, MetadataError, MetadataStore, Txn, TxnOutcome};
+
+use broker_core::clock::now_ms;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -1373,7 +1375,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let store = broker_core::metadata::redb::RedbStore::open(
             dir.path().join("m.redb"),
-            Arc::new(broker_core::metadata::ManualClock::new(1)),
+            Arc::new(broker_core::clock::ManualClock::new(1)),
         )
         .unwrap();
         let keys = StorageKeys::default();

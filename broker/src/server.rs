@@ -4,7 +4,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use broker_core::metadata::SystemClock;
+use broker_core::clock::SystemClock;
 use broker_core::tls::{ALPN_REPLICATION, TlsIdentity};
 use tracing::info;
 use tributary_proto::limits::Limits;

@@ -10,9 +10,11 @@
 use std::sync::Arc;
 
 use broker_core::metadata::{
-    BoxFuture, Clock, EncodedOp, MetadataError, MetadataStore, Txn, TxnOutcome, Watch,
-    encode_value, validate_key, validate_prefix,
+    BoxFuture, EncodedOp, MetadataError, MetadataStore, Txn, TxnOutcome, Watch, encode_value,
+    validate_key, validate_prefix,
 };
+
+use broker_core::clock::Clock;
 use serde_json::Value;
 
 use crate::raft::node::{MetaNode, NodeError};

@@ -6,8 +6,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use broker_core::catalog::Catalog;
+use broker_core::metadata::MetadataStore;
 use broker_core::metadata::redb::RedbStore;
-use broker_core::metadata::{ManualClock, MetadataStore};
+
+use broker_core::clock::ManualClock;
 use serde_json::{Value, json};
 use tributary_broker::admin::{AdminState, ClusterView, serve};
 use tributary_broker::raft::node::ClusterStatus;

@@ -15,8 +15,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use broker_core::catalog::{Catalog, TopicSpec};
+use broker_core::metadata::MetadataStore;
 use broker_core::metadata::redb::RedbStore;
-use broker_core::metadata::{MetadataStore, SystemClock};
+
+use broker_core::clock::SystemClock;
 use serde_json::{Value, json};
 use tributary_api::admin::PolicySource;
 use tributary_api::consumer::{

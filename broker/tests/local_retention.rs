@@ -6,8 +6,10 @@
 use std::sync::Arc;
 
 use broker_core::catalog::{Catalog, TopicSpec};
+use broker_core::metadata::MetadataStore;
 use broker_core::metadata::redb::RedbStore;
-use broker_core::metadata::{MetadataStore, SystemClock};
+
+use broker_core::clock::SystemClock;
 use bytes::Bytes;
 use serde_json::json;
 use tributary_broker::retention::{self, Rule};

@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use broker_core::metadata::ManualClock;
+use broker_core::clock::ManualClock;
 use broker_core::metadata::suite::{Fixture, START_MS};
 use broker_core::tls::TlsIdentity;
 use tributary_broker::raft::node::{MetaNode, NodeConfig};

@@ -320,7 +320,7 @@ impl tributary_broker::admin::ClusterView for FixedCluster {
 
 #[test]
 fn ls_compares_the_bucket_with_the_raft_descriptors() {
-    use broker_core::metadata::ManualClock;
+    use broker_core::clock::ManualClock;
     use broker_core::metadata::redb::RedbStore;
     use std::sync::Arc;
     use tributary_archive::reader::Archive;

@@ -11,8 +11,10 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use crate::replicator::{self, ReplicationStats, ReplicatorConfig};
+use broker_core::metadata::MetadataError;
 use broker_core::metadata::redb::RedbStore;
-use broker_core::metadata::{Clock, MetadataError, SystemClock};
+
+use broker_core::clock::{Clock, SystemClock};
 use broker_core::tls::TlsIdentity;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;

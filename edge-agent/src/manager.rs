@@ -34,7 +34,9 @@ use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use broker_core::catalog::{Catalog, CatalogError, TopicLoadSettings, TopicSpec};
 use broker_core::metadata::redb::RedbStore;
-use broker_core::metadata::{Clock, MetadataError, MetadataStore, MetadataStoreExt, Txn};
+use broker_core::metadata::{MetadataError, MetadataStore, MetadataStoreExt, Txn};
+
+use broker_core::clock::Clock;
 use broker_core::wal::{Wal, WalConfig, WalError};
 use serde::{Deserialize, Serialize};
 use tokio::sync::watch;

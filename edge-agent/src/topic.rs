@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use broker_core::catalog::TopicLoadSettings;
-use broker_core::metadata::Clock;
+use broker_core::clock::Clock;
 use broker_core::wal::{RetentionReport, Wal, WalError};
 use serde::Serialize;
 use tracing::{debug, info, warn};

@@ -61,7 +61,7 @@ impl Default for RetryTuning {
 
 /// Milliseconds since the Unix epoch (the tier service's only clock read
 /// for descriptors).
-pub use broker_core::metadata::now_ms;
+pub use broker_core::clock::now_ms;
 
 /// What one pass did.
 #[derive(Debug, Clone, Default, PartialEq)]

@@ -51,8 +51,6 @@ pub mod suite;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -73,74 +71,6 @@ const _: () = assert!(WATCH_CHANNEL_CAPACITY >= 2 * MAX_TXN_OPS);
 
 /// A boxed, sendable future: what the dyn-compatible trait methods return.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
-// ---------------------------------------------------------------------------
-// Time
-// ---------------------------------------------------------------------------
-
-/// Wall-clock time for TTLs, injected so tests control it.
-pub trait Clock: Send + Sync {
-    /// Milliseconds since the Unix epoch.
-    fn now_ms(&self) -> u64;
-}
-
-/// Wall-clock now, milliseconds since the Unix epoch, as the `i64` that
-/// record timestamps and descriptors use: 0 before 1970, `i64::MAX` past
-/// its range. For stores, read time through a [`Clock`] instead.
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
-}
-
-/// The system clock; the only place the store reads real time.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct SystemClock;
-
-impl Clock for SystemClock {
-    fn now_ms(&self) -> u64 {
-        // A clock before 1970 reads as 0: keys with a TTL then live longer,
-        // never shorter.
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-    }
-}
-
-/// A clock that moves only when told to.
-#[derive(Debug, Default)]
-pub struct ManualClock {
-    now_ms: AtomicU64,
-}
-
-impl ManualClock {
-    /// A clock reading `now_ms`.
-    pub fn new(now_ms: u64) -> ManualClock {
-        ManualClock {
-            now_ms: AtomicU64::new(now_ms),
-        }
-    }
-
-    /// Sets the time, ms since the Unix epoch.
-    pub fn set(&self, now_ms: u64) {
-        self.now_ms.store(now_ms, Ordering::SeqCst);
-    }
-
-    /// Moves the time forward by `ms` (saturating).
-    pub fn advance(&self, ms: u64) {
-        let _ = self
-            .now_ms
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |now| {
-                Some(now.saturating_add(ms))
-            });
-    }
-}
-
-impl Clock for ManualClock {
-    fn now_ms(&self) -> u64 {
-        self.now_ms.load(Ordering::SeqCst)
-    }
-}
 
 // ---------------------------------------------------------------------------
 // Operations and outcomes

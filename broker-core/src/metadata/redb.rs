@@ -27,6 +27,7 @@
 //! events go out in commit order and a watch subscribed under the same
 //! mutex sees exactly the writes committed after it.
 
+use crate::clock::Clock;
 use std::path::Path;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -36,8 +37,8 @@ use ::redb::{
 use serde_json::Value;
 
 use super::{
-    BoxFuture, Clock, EncodedOp, MetadataError, MetadataStore, Txn, TxnOutcome, ValidatedTxn,
-    Watch, WatchEvent, WatchHub, validate_key, validate_prefix,
+    BoxFuture, EncodedOp, MetadataError, MetadataStore, Txn, TxnOutcome, ValidatedTxn, Watch,
+    WatchEvent, WatchHub, validate_key, validate_prefix,
 };
 
 /// On-disk format version written to and required in the `meta` table.
@@ -429,8 +430,8 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+    use crate::clock::{ManualClock, SystemClock};
     use crate::metadata::suite::{Fixture, START_MS};
-    use crate::metadata::{ManualClock, SystemClock};
 
     async fn fixture() -> Fixture {
         let dir = tempfile::tempdir().expect("temp dir");

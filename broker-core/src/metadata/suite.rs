@@ -22,9 +22,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use super::{
-    CasOutcome, Clock, MAX_KEY_BYTES, MAX_TXN_OPS, MAX_VALUE_BYTES, ManualClock, MetadataError,
-    MetadataStore, MetadataStoreExt, Txn, TxnOutcome, Watch, WatchError, WatchEvent,
+    CasOutcome, MAX_KEY_BYTES, MAX_TXN_OPS, MAX_VALUE_BYTES, MetadataError, MetadataStore,
+    MetadataStoreExt, Txn, TxnOutcome, Watch, WatchError, WatchEvent,
 };
+use crate::clock::{Clock, ManualClock};
 
 /// The clock reading every fixture starts at, ms since the Unix epoch.
 pub const START_MS: u64 = 1_700_000_000_000;

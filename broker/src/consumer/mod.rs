@@ -271,7 +271,7 @@ pub struct ConsumerService {
 }
 
 /// Now, ms since the Unix epoch.
-pub use broker_core::metadata::now_ms;
+pub use broker_core::clock::now_ms;
 
 fn invalid(field: &str, message: impl Into<String>) -> ConsumerError {
     ConsumerError::Invalid {

@@ -7,7 +7,7 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 
-use broker_core::metadata::ManualClock;
+use broker_core::clock::ManualClock;
 use serde_json::Value;
 use tributary_edge::{Agent, AgentConfig, FullPolicy, TopicConfig};
 use tributary_proto::batch::Record;

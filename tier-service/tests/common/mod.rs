@@ -13,7 +13,9 @@ use std::sync::{Arc, Mutex};
 
 use axum::response::IntoResponse;
 use broker_core::metadata::redb::RedbStore;
-use broker_core::metadata::{BoxFuture, ManualClock, MetadataStore};
+use broker_core::metadata::{BoxFuture, MetadataStore};
+
+use broker_core::clock::ManualClock;
 use broker_core::wal::{Wal, WalConfig};
 use bytes::Bytes;
 use tributary_broker::admin::{
