@@ -24,7 +24,7 @@
 //! # Key paths
 //! [`MetadataKey`] enumerates every path of the metadata layout
 //! (`seeds/001_4a7643a8a6858094.txt`, with `/edge/checkpoints/{ns}/{topic}`
-//! and the storage prefix from `DESIGN.md`); its `Display` builds a key and
+//! and the storage prefix from `docs/architecture.md`); its `Display` builds a key and
 //! [`MetadataKey::parse`] reads one back. The free functions in [`cluster`],
 //! [`namespaces`], [`topics`], [`schemas`], [`auth`] and [`edge`] are
 //! shorthands for building single keys and the prefixes that are listed or
