@@ -10,10 +10,6 @@ use super::{
     parse_canonical_u64, parse_padded_u64,
 };
 
-// ---------------------------------------------------------------------------
-// Key parse errors
-// ---------------------------------------------------------------------------
-
 /// A key string that is not a well-formed Tributary key.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]

@@ -13,10 +13,6 @@ use super::{MAX_NAME_BYTES, PARTITION_INFIX, parse_canonical_u64};
 /// named in error messages.
 const ALLOWED_DESCRIPTION: &str = "ASCII letters, digits, '-', '_', '.'";
 
-// ---------------------------------------------------------------------------
-// Name errors
-// ---------------------------------------------------------------------------
-
 /// Which kind of name (or which part of a topic name) an error is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum NamePart {

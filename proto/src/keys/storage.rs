@@ -12,10 +12,6 @@ use super::{
 /// Last part of the pointer to the latest published segment descriptor.
 const SEGMENTS_CUR: &str = "cur";
 
-// ---------------------------------------------------------------------------
-// Storage keys and object keys
-// ---------------------------------------------------------------------------
-
 /// A key under the storage prefix.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum StorageKey {
