@@ -13,7 +13,8 @@ use super::segment::{index_file_name, log_file_name};
 use super::sim::SimStorage;
 
 use super::*;
-use tributary_proto::batch::{Codec, Record};
+use tributary_proto::batch::{Codec, EncodedBatch, Record, RecordBatch};
+use tributary_proto::limits::Limits;
 
 fn record(id: &str) -> Record {
     Record {
