@@ -3,8 +3,6 @@
 //! `max_pending_bytes`, and waiting until a range is durable per the sync
 //! mode ([`PendingAppend`]).
 
-use std::time::Instant;
-
 use tokio::sync::watch;
 use tributary_proto::batch::{Codec, EncodedBatch, Record, RecordBatch};
 use tributary_proto::limits::{LimitError, LimitName};
@@ -178,7 +176,7 @@ impl Wal {
                     });
                     state.next_offset = header.next_offset();
                     if state.oldest_pending_at.is_none() {
-                        state.oldest_pending_at = Some(Instant::now());
+                        state.oldest_pending_at = Some(shared.config.clock.now());
                     }
                     if state.writer_idle {
                         shared.writer_wake.notify_one();

@@ -1,11 +1,13 @@
 //! [`WalConfig`]: the settings of one topic's WAL (durability, group
 //! commit, segment size and age, retention, limits, clock) and their checks.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use tributary_proto::limits::{LimitError, LimitName, Limits};
 
 use super::{SyncMode, WalError};
+use crate::clock::{Clock, SystemClock};
 
 /// Configuration of one topic's WAL.
 #[derive(Debug, Clone)]
@@ -40,6 +42,11 @@ pub struct WalConfig {
     pub limits: Limits,
     /// Offset of the first record of a brand-new (empty) WAL directory.
     pub initial_offset: u64,
+    /// The monotonic time the WAL reads ([`Clock::now`]): when an append
+    /// started waiting (the group-commit window) and when the active
+    /// segment was first written (its age). Default [`SystemClock`]; tests
+    /// move a [`crate::clock::ManualClock`] instead of sleeping.
+    pub clock: Arc<dyn Clock>,
 }
 
 impl Default for WalConfig {
@@ -56,6 +63,7 @@ impl Default for WalConfig {
             retention_max_age: None,
             limits: Limits::default(),
             initial_offset: 0,
+            clock: Arc::new(SystemClock),
         }
     }
 }
