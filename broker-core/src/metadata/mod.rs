@@ -3,8 +3,8 @@
 //!
 //! Keys are built by [`tributary_proto::keys`] only. The central implementation is
 //! the broker's openraft state machine; the edge agent and tests use the
-//! embedded [`redb::RedbStore`]. `suite` (tests and the `sim` feature) runs
-//! one behavioural suite over any implementation.
+//! embedded [`redb::RedbStore`]. One behavioural suite for any
+//! implementation lives in `tributary_test_support::metadata_suite`.
 //!
 //! # Contract of every implementation
 //! - **Values are [`serde_json::Value`]s.** JSON is the stored form (the
@@ -45,8 +45,6 @@
 //!   plain put removes a key's TTL. Expired keys are purged in key order.
 
 pub mod redb;
-#[cfg(any(test, feature = "sim"))]
-pub mod suite;
 
 use std::future::Future;
 use std::pin::Pin;

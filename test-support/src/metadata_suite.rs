@@ -1,17 +1,19 @@
-//! One behavioural suite for every [`MetadataStore`] implementation.
+//! One behavioural suite for every [`MetadataStore`] implementation (the
+//! embedded redb store in `broker-core/tests/metadata_suite.rs`, the
+//! broker's Raft store in `broker/tests/raft_store_suite.rs`).
 //!
 //! Each case is a `pub async fn(&Fixture)` that starts from an empty store
 //! and asserts exact results. [`crate::metadata_store_suite!`] turns every
-//! case into a `#[test]` for an implementation:
+//! case into a `#[test]` for an implementation, in an integration test (a
+//! unit test inside broker-core would see another copy of its types):
 //!
 //! ```ignore
-//! async fn fixture() -> broker_core::metadata::suite::Fixture { /* fresh store */ }
-//! broker_core::metadata_store_suite!(fixture);
+//! async fn fixture() -> tributary_test_support::metadata_suite::Fixture { /* fresh store */ }
+//! tributary_test_support::metadata_store_suite!(fixture);
 //! ```
 //!
 //! The suite needs the store to read time from the fixture's
-//! [`ManualClock`]. Available in this crate's tests and, with the `sim`
-//! feature, to other crates (the broker's Raft store).
+//! [`ManualClock`].
 
 use std::any::Any;
 use std::collections::BTreeMap;
@@ -21,11 +23,11 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-use super::{
+use broker_core::clock::{Clock, ManualClock};
+use broker_core::metadata::{
     CasOutcome, MAX_KEY_BYTES, MAX_TXN_OPS, MAX_VALUE_BYTES, MetadataError, MetadataStore,
-    MetadataStoreExt, Txn, TxnOutcome, Watch, WatchError, WatchEvent,
+    MetadataStoreExt, Txn, TxnOutcome, WATCH_CHANNEL_CAPACITY, Watch, WatchError, WatchEvent,
 };
-use crate::clock::{Clock, ManualClock};
 
 /// The clock reading every fixture starts at, ms since the Unix epoch.
 pub const START_MS: u64 = 1_700_000_000_000;
@@ -74,18 +76,22 @@ macro_rules! metadata_store_suite {
         $(
             #[test]
             fn $case() {
-                let runtime = ::tokio::runtime::Builder::new_multi_thread()
-                    .worker_threads(2)
-                    .enable_all()
-                    .build()
-                    .expect("tokio runtime");
-                runtime.block_on(async {
+                $crate::metadata_suite::runtime().block_on(async {
                     let fixture = $fixture().await;
-                    $crate::metadata::suite::$case(&fixture).await;
+                    $crate::metadata_suite::$case(&fixture).await;
                 });
             }
         )*
     };
+}
+
+/// The 2-worker tokio runtime each generated test runs its case on.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
 }
 
 fn store(fx: &Fixture) -> &dyn MetadataStore {
@@ -103,7 +109,7 @@ async fn next_event(watch: &mut Watch) -> Result<WatchEvent, WatchError> {
 fn drain(watch: &mut Watch) -> Vec<WatchEvent> {
     let mut events = Vec::new();
     // Bounded: a watch never holds more than the channel capacity.
-    for _ in 0..=super::WATCH_CHANNEL_CAPACITY {
+    for _ in 0..=WATCH_CHANNEL_CAPACITY {
         match watch.try_recv().expect("no lag or close") {
             Some(event) => events.push(event),
             None => return events,
@@ -476,15 +482,15 @@ pub async fn watch_reports_lag(fx: &Fixture) {
         written += MAX_TXN_OPS;
         assert!(s.txn(txn).await.unwrap().applied());
     }
-    assert!(written > super::WATCH_CHANNEL_CAPACITY);
+    assert!(written > WATCH_CHANNEL_CAPACITY);
     match watch.try_recv() {
         Err(WatchError::Lagged { missed }) => {
-            assert_eq!(missed as usize, written - super::WATCH_CHANNEL_CAPACITY);
+            assert_eq!(missed as usize, written - WATCH_CHANNEL_CAPACITY);
         }
         other => panic!("expected lag, got {other:?}"),
     }
     let retained = drain(&mut watch);
-    assert_eq!(retained.len(), super::WATCH_CHANNEL_CAPACITY);
+    assert_eq!(retained.len(), WATCH_CHANNEL_CAPACITY);
     assert_eq!(
         retained.last(),
         Some(&put_event(
