@@ -20,7 +20,7 @@ pub struct BatchSplitter {
 
 impl BatchSplitter {
     /// Batches starting at byte `position` with first offset `base_offset`
-    /// (a [`Block`]'s fields).
+    /// (a [`super::Block`]'s fields).
     pub fn new(position: u64, base_offset: u64, limits: Limits) -> BatchSplitter {
         BatchSplitter {
             limits,

@@ -58,7 +58,7 @@ pub struct SegmentObject {
 /// [`DEFAULT_STORAGE_PREFIX`]).
 ///
 /// The prefix is `/` followed by one or more valid names separated by `/`,
-/// no trailing `/`, at most [`MAX_NAME_BYTES`] bytes; e.g. `/tributary` or
+/// no trailing `/`, at most [`super::MAX_NAME_BYTES`] bytes; e.g. `/tributary` or
 /// `/prod/tributary`.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct StorageKeys {
