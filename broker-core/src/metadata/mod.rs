@@ -38,8 +38,8 @@
 //!   [`WatchError::Lagged`] and should re-list. To miss nothing, watch first,
 //!   then list.
 //! - **TTL.** `put_with_ttl` stores `expires_at_ms = now + ttl_ms` using the
-//!   store's [`Clock`]. From `expires_at_ms` on, the key is absent for get,
-//!   list, compare-and-swap and preconditions. It is physically removed,
+//!   store's [`crate::clock::Clock`]. From `expires_at_ms` on, the key is
+//!   absent for get, list, compare-and-swap and preconditions. It is physically removed,
 //!   with a [`WatchEvent::Delete`], by [`MetadataStore::purge_expired`]
 //!   (which the owner calls periodically) or by a later write to the key. A
 //!   plain put removes a key's TTL. Expired keys are purged in key order.
