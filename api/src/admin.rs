@@ -147,7 +147,11 @@ pub struct Difference {
 
 impl Difference {
     /// A difference of `field`, both values rendered with `Display`.
-    pub fn new(field: &str, existing: impl fmt::Display, requested: impl fmt::Display) -> Difference {
+    pub fn new(
+        field: &str,
+        existing: impl fmt::Display,
+        requested: impl fmt::Display,
+    ) -> Difference {
         Difference {
             field: field.to_owned(),
             existing: existing.to_string(),

@@ -104,7 +104,6 @@ impl Comparison {
     pub fn taken(&self) -> &[TopicName] {
         &self.taken
     }
-
 }
 
 impl Catalog<'_> {

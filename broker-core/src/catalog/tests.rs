@@ -601,7 +601,6 @@ async fn set_validates_and_names_the_field() {
     ));
 }
 
-
 // ---- describe, list, delete ---------------------------------------------
 
 #[tokio::test]

@@ -47,7 +47,6 @@ pub struct TopicLoadSettings {
     pub intent: Option<ExpandedStreamSettings>,
 }
 
-
 impl Catalog<'_> {
     /// Creates an intent-backed topic and its partitions in one transaction
     /// (`seeds/000_d502aacc865e81b1.txt`, "Zero-Drift Raft Expansion"),
