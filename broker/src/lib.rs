@@ -4,11 +4,12 @@
 pub mod admin;
 pub mod config;
 pub mod consumer;
+mod http;
 pub mod ingest;
 pub mod metrics;
 pub mod quic;
 pub mod raft;
-pub mod retention;
 pub mod server;
+pub mod storage;
 pub mod store;
 pub mod topics;

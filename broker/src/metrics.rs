@@ -42,7 +42,8 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tributary_proto::keys::{DEFAULT_STORAGE_PREFIX, StorageKeys};
 
-use crate::admin::{ClusterView, tiered_state};
+use crate::admin::ClusterView;
+use crate::storage::tiered_state;
 use crate::topics::TopicStore;
 
 /// The `Content-Type` of the exposition (OpenMetrics 1.0 text).

@@ -9,9 +9,10 @@ use broker_core::tls::{ALPN_REPLICATION, TlsIdentity};
 use tracing::info;
 use tributary_proto::limits::Limits;
 
-use crate::admin::{AdminState, router, with_local_segments};
+use crate::admin::{AdminState, router};
 use crate::config::BrokerConfig;
 use crate::raft::node::{MetaNode, NodeConfig};
+use crate::storage::with_local_segments;
 use crate::store::RaftMetadataStore;
 use crate::topics::TopicStore;
 
@@ -131,7 +132,7 @@ pub async fn run(
     }
     let ticker = consumers.spawn_ticker();
     let retention = config.retention.interval_ms.map(|ms| {
-        crate::retention::spawn(
+        crate::storage::retention::spawn(
             topics.clone(),
             state.store.clone(),
             ms,

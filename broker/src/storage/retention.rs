@@ -6,7 +6,7 @@
 //! logged with the rule that allowed it.
 //!
 //! With a tier service the safe offset is the committed tiered offset
-//! instead (`POST /v1/storage/.../trim`, [`crate::admin`]); the two are not
+//! instead (`POST /v1/storage/.../trim`, [`crate::storage`]); the two are not
 //! meant to run on the same topic.
 
 use broker_core::metadata::{MetadataError, MetadataStore};
