@@ -24,7 +24,9 @@ use tributary_api::admin::PolicySource;
 use tributary_api::consumer::{ReceiveResponse, ReplayResponse, SeekRequest};
 use tributary_proto::keys::{NameError, NamespaceName, SubscriptionName, TopicName};
 
-use crate::client::{AdminClient, BodyMethod, ClientError};
+use tributary_api::client::{ClientError, Method};
+
+use crate::client::{self, AdminClient};
 
 /// How read commands print.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -38,8 +40,8 @@ pub enum OutputFormat {
 /// Why a command failed.
 #[derive(Debug, thiserror::Error)]
 pub enum CommandError {
-    /// The admin API call failed.
-    #[error(transparent)]
+    /// The admin API call failed (worded by [`client::describe_failure`]).
+    #[error("{}", client::describe_failure(.0))]
     Client(#[from] ClientError),
     /// A name given on the command line is invalid.
     #[error(transparent)]
@@ -326,7 +328,7 @@ pub fn topics(ctx: &Context<'_>, command: &TopicsCommand) -> Result<String, Comm
             partitions,
         } => {
             let body = json!({"name": topic, "intent": intent, "partitions": partitions});
-            let value = client.send_json(BodyMethod::Post, "/v1/topics", &body)?;
+            let value = client.send_json(Method::Post, "/v1/topics", &body)?;
             ctx.render(value, |o: CreateOutcome| {
                 let verb = match o.action {
                     Action::Create => "created",
@@ -395,7 +397,7 @@ pub fn topics(ctx: &Context<'_>, command: &TopicsCommand) -> Result<String, Comm
                 return Err(CommandError::NothingToChange);
             }
             let value = client.send_json(
-                BodyMethod::Patch,
+                Method::Patch,
                 &policy_path(&args.topic, &args.subscription)?,
                 &Value::Object(patch),
             )?;
@@ -426,7 +428,7 @@ pub fn topics(ctx: &Context<'_>, command: &TopicsCommand) -> Result<String, Comm
                 timestamp_ms: *timestamp,
             };
             let value = client.send_json(
-                BodyMethod::Post,
+                Method::Post,
                 &format!("{}/subscriptions/{subscription}/seek", topic_path(topic)?),
                 &serde_json::to_value(body).map_err(|e| CommandError::Decode(e.to_string()))?,
             )?;
@@ -448,7 +450,7 @@ pub fn topics(ctx: &Context<'_>, command: &TopicsCommand) -> Result<String, Comm
         } => {
             let subscription = SubscriptionName::new(subscription)?;
             let value = client.send_json(
-                BodyMethod::Post,
+                Method::Post,
                 &format!(
                     "{}/subscriptions/{subscription}/replay-dlq",
                     topic_path(topic)?
@@ -494,7 +496,7 @@ fn unload(
         tiered_offset: Option<u64>,
     }
     loop {
-        let value = client.send_json(BodyMethod::Post, &path, &json!({}))?;
+        let value = client.send_json(Method::Post, &path, &json!({}))?;
         let progress: Progress = decode(value.clone())?;
         if progress.outcome == "unloaded" {
             return ctx.render(value, |u: Unloaded| {
@@ -676,11 +678,8 @@ pub fn namespaces(ctx: &Context<'_>, command: &NamespacesCommand) -> Result<Stri
     match command {
         NamespacesCommand::Create { namespace } => {
             let namespace = NamespaceName::new(namespace)?;
-            let value = client.send_json(
-                BodyMethod::Post,
-                "/v1/namespaces",
-                &json!({"name": namespace}),
-            )?;
+            let value =
+                client.send_json(Method::Post, "/v1/namespaces", &json!({"name": namespace}))?;
             #[derive(Deserialize)]
             struct Created {
                 namespace: NamespaceName,
@@ -761,8 +760,9 @@ pub fn cluster(ctx: &Context<'_>, command: &ClusterCommand) -> Result<String, Co
 /// validates everything and applies all of it or nothing.
 ///
 /// # Errors
-/// [`CommandError`]; manifest issues come back as
-/// [`ClientError::Api`] with `issues`.
+/// [`CommandError`]; manifest issues come back as [`ClientError::Api`]
+/// with the issues in the `errors` field of its body
+/// ([`client::manifest_issues`]).
 pub fn apply(ctx: &Context<'_>, args: &ApplyArgs) -> Result<String, CommandError> {
     let client = ctx.client()?;
     let text = std::fs::read_to_string(&args.file).map_err(|source| CommandError::ReadFile {
@@ -772,11 +772,11 @@ pub fn apply(ctx: &Context<'_>, args: &ApplyArgs) -> Result<String, CommandError
     let file = args.file.display().to_string();
     let dry_run = if args.dry_run { "true" } else { "false" };
     let value = client.send(
-        BodyMethod::Post,
+        Method::Post,
         "/v1/apply",
         &[("file", &file), ("dry_run", dry_run)],
         "application/yaml",
-        text,
+        text.as_bytes(),
     )?;
     ctx.render(value, |report: ApplyReport| plan_text(&report))
 }

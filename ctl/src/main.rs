@@ -16,7 +16,6 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::client::ClientError;
 use crate::commands::{
     ApplyArgs, ClusterCommand, CommandError, Context, NamespacesCommand, OutputFormat,
     TopicsCommand,
@@ -95,10 +94,12 @@ fn run(cli: &Cli) -> anyhow::Result<String> {
 /// Prints `err` to stderr: one line per manifest issue, else one line.
 fn report(err: &anyhow::Error) {
     let mut stderr = std::io::stderr().lock();
-    if let Some(CommandError::Client(ClientError::Api { issues, .. })) = err.downcast_ref()
-        && !issues.is_empty()
-    {
-        for issue in issues {
+    let issues = match err.downcast_ref() {
+        Some(CommandError::Client(error)) => client::manifest_issues(error),
+        _ => Vec::new(),
+    };
+    if !issues.is_empty() {
+        for issue in &issues {
             let _ = writeln!(stderr, "error: {issue}");
         }
         let _ = writeln!(stderr, "error: nothing applied");

@@ -180,7 +180,7 @@ fn publish(args: PublishArgs) -> anyhow::Result<()> {
     let topic = TopicName::new(&args.topic).context("--topic")?;
     let client = LocalClient::new(local_api(&args)?);
     let response = if let Some(path) = &args.ndjson {
-        client.publish_ndjson(&topic, &read(path)?)?
+        client.publish_ndjson(&topic, &read(path)?)
     } else {
         let value = match (&args.value, &args.file) {
             (Some(text), _) => text.clone().into_bytes(),
@@ -197,8 +197,9 @@ fn publish(args: PublishArgs) -> anyhow::Result<()> {
             headers,
             value,
         };
-        client.publish_record(&topic, &record)?
-    };
+        client.publish_record(&topic, &record)
+    }
+    .map_err(|e| anyhow::anyhow!(client::describe_failure(client.addr(), &e)))?;
     println!("{}", serde_json::to_string(&response)?);
     Ok(())
 }
