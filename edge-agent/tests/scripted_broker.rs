@@ -441,7 +441,13 @@ async fn shutdown_releases_the_metadata_store_before_it_returns() {
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        let manager = std::sync::Arc::downgrade(agent.topics());
         agent.shutdown().await.unwrap();
+        assert_eq!(
+            manager.strong_count(),
+            0,
+            "round {round}: a task still holds the topic manager after shutdown"
+        );
         // At once: no retry, no sleep.
         let store = broker_core::metadata::redb::RedbStore::open(
             &store_path,

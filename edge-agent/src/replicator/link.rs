@@ -247,27 +247,33 @@ mod tests {
 
     #[test]
     fn jitter_adds_up_to_as_much_again() {
-        let mut link = link(&["b1:7100"], 0.5);
         let now = Instant::now();
-        assert_eq!(link.attempt_ended(now, None, Some("x")).delay, ms(150));
-        assert_eq!(link.attempt_ended(now, None, Some("x")).delay, ms(300));
+        let jittered = |base: Duration, jitter: f32| base + base.mul_f32(jitter);
+        let mut link = link(&["b1:7100"], 0.5);
+        assert_eq!(
+            link.attempt_ended(now, None, Some("x")).delay,
+            jittered(ms(100), 0.5)
+        );
+        assert_eq!(
+            link.attempt_ended(now, None, Some("x")).delay,
+            jittered(ms(200), 0.5)
+        );
+        assert_eq!(jittered(ms(200), 0.5).as_millis(), 300);
+        // Capped at 250 ms: the cap applies before the jitter.
         let mut capped = Link::new(vec!["b".into()], ms(250), || 0.999);
+        let delays: Vec<Duration> = (0..4)
+            .map(|_| capped.attempt_ended(now, None, Some("x")).delay)
+            .collect();
         assert_eq!(
-            capped.attempt_ended(now, None, Some("x")).delay,
-            ms(100) + ms(100).mul_f32(0.999)
+            delays,
+            [
+                jittered(ms(100), 0.999),
+                jittered(ms(200), 0.999),
+                jittered(ms(250), 0.999),
+                jittered(ms(250), 0.999),
+            ]
         );
-        assert_eq!(
-            capped.attempt_ended(now, None, Some("x")).delay,
-            ms(200) + ms(200).mul_f32(0.999)
-        );
-        assert_eq!(
-            capped.attempt_ended(now, None, Some("x")).delay,
-            ms(250) + ms(250).mul_f32(0.999)
-        );
-        assert_eq!(
-            capped.attempt_ended(now, None, Some("x")).delay,
-            ms(250) + ms(250).mul_f32(0.999)
-        );
+        assert!(delays[3] < ms(500));
     }
 
     #[test]
