@@ -40,9 +40,11 @@ pub enum OutputFormat {
 /// Why a command failed.
 #[derive(Debug, thiserror::Error)]
 pub enum CommandError {
-    /// The admin API call failed (worded by [`client::describe_failure`]).
+    /// The admin API call failed, worded by [`client::describe_failure`]
+    /// (which already says everything: the error is not a source, so the
+    /// one-line report does not repeat it).
     #[error("{}", client::describe_failure(.0))]
-    Client(#[from] ClientError),
+    Client(ClientError),
     /// A name given on the command line is invalid.
     #[error(transparent)]
     Name(#[from] NameError),
@@ -84,6 +86,12 @@ pub enum CommandError {
         /// How long it waited, ms.
         waited_ms: u64,
     },
+}
+
+impl From<ClientError> for CommandError {
+    fn from(error: ClientError) -> CommandError {
+        CommandError::Client(error)
+    }
 }
 
 /// An admin command with what it needs to reach the API.
