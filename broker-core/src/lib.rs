@@ -9,7 +9,8 @@
 //!   any metadata store;
 //! - [`clock`]: injected time (monotonic and wall clock) and a manual test clock;
 //! - [`tls`]: certificates, identities and the rustls/quinn configurations;
-//! - [`service`]: daemon helpers (systemd notify and watchdog);
+//! - [`service`]: daemon helpers (logging, SIGTERM/SIGINT, systemd notify
+//!   and watchdog);
 //! - [`dev_certs`] (feature `dev-certs`): a development CA.
 //!
 //! The byte layouts are documented in `FORMAT.md` at the repository root;

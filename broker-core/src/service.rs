@@ -1,10 +1,99 @@
-//! systemd service integration (`Type=notify` with `WatchdogSec`): readiness,
-//! stopping and watchdog notifications. Every function is a no-op when the
-//! process does not run under systemd (no `NOTIFY_SOCKET`).
+//! What every daemon (broker, edge agent, tier service) does the same way:
+//! logging to stderr ([`init_logging`]), waiting for SIGTERM or SIGINT
+//! ([`shutdown_signal`]), and the systemd service integration
+//! (`Type=notify` with `WatchdogSec`): readiness, stopping and watchdog
+//! notifications. The notify functions are no-ops when the process does
+//! not run under systemd (no `NOTIFY_SOCKET`).
 
 use std::time::Duration;
 
 use sd_notify::NotifyState;
+
+/// How log events are written to stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LogFormat {
+    /// Human-readable lines (coloured only on a terminal).
+    #[default]
+    Text,
+    /// One JSON object per event, for log collectors.
+    Json,
+}
+
+/// Installs the process's tracing subscriber: events go to stderr in
+/// `format`, filtered by `RUST_LOG` or, when that is unset or invalid, by
+/// `default_filter` (an `EnvFilter` directive such as `"info"` or
+/// `"info,openraft=warn"`). Colour only on a terminal: journald and files
+/// get plain text. Call once, at start-up.
+pub fn init_logging(format: LogFormat, default_filter: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_filter));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+/// The signal that asked the process to stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StopSignal {
+    /// SIGTERM (`systemctl stop`, `kill`).
+    Terminate,
+    /// SIGINT (Ctrl-C).
+    Interrupt,
+}
+
+/// A signal handler could not be installed.
+#[derive(Debug, thiserror::Error)]
+#[error("installing the {signal} handler: {source}")]
+pub struct SignalError {
+    /// `SIGTERM` or `SIGINT`.
+    pub signal: &'static str,
+    /// The OS error.
+    pub source: std::io::Error,
+}
+
+/// Waits for SIGTERM or SIGINT, whichever comes first, and logs which one
+/// arrived (`SIGTERM received` / `SIGINT received`, level info).
+///
+/// # Errors
+/// [`SignalError`] when a handler could not be installed (then the caller
+/// cannot be stopped gracefully and should say so).
+pub async fn shutdown_signal() -> Result<StopSignal, SignalError> {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut term = signal(SignalKind::terminate()).map_err(|source| SignalError {
+            signal: "SIGTERM",
+            source,
+        })?;
+        tokio::select! {
+            _ = term.recv() => {
+                tracing::info!("SIGTERM received");
+                Ok(StopSignal::Terminate)
+            }
+            result = tokio::signal::ctrl_c() => {
+                result.map_err(|source| SignalError { signal: "SIGINT", source })?;
+                tracing::info!("SIGINT received");
+                Ok(StopSignal::Interrupt)
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        tokio::signal::ctrl_c()
+            .await
+            .map_err(|source| SignalError {
+                signal: "SIGINT",
+                source,
+            })?;
+        tracing::info!("SIGINT received");
+        Ok(StopSignal::Interrupt)
+    }
+}
 
 /// Tells systemd that start-up finished (`READY=1`).
 pub fn notify_ready() {

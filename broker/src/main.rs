@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use broker_core::service;
 use clap::{Parser, ValueEnum};
 use tributary_broker::config::{BrokerConfig, parse_member};
 use tributary_broker::raft::NodeId;
@@ -104,39 +105,26 @@ fn merge(cli: Cli) -> anyhow::Result<BrokerConfig> {
     Ok(config)
 }
 
-fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,openraft=warn"));
-    // Logs go to stderr, like the edge agent's and the tier service's.
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        // Colour only on a terminal: journald and files get plain text.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
+impl From<LogFormat> for service::LogFormat {
+    fn from(format: LogFormat) -> service::LogFormat {
+        match format {
+            LogFormat::Text => service::LogFormat::Text,
+            LogFormat::Json => service::LogFormat::Json,
+        }
     }
 }
 
+/// Resolves on SIGTERM or SIGINT (at once if no handler can be installed:
+/// a broker that cannot be stopped gracefully should not run).
 async fn shutdown_signal() {
-    let terminate = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut signal) => {
-                signal.recv().await;
-            }
-            Err(_) => std::future::pending::<()>().await,
-        }
-    };
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {},
-        () = terminate => {},
+    if let Err(e) = service::shutdown_signal().await {
+        tracing::error!(error = %e, "no shutdown signal; stopping");
     }
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.log_format);
+    service::init_logging(cli.log_format.into(), "info,openraft=warn");
     let result = merge(cli).and_then(|config| {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .enable_all()

@@ -359,10 +359,12 @@ fn compare_with_broker(
     broker: &BrokerAccess<'_>,
 ) -> anyhow::Result<Vec<String>> {
     let client = AdminClient::new(broker.admin_url, broker.token.unwrap_or_default());
-    let reply = client.get(
-        &format!("/v1/storage/topics{topic}/segments"),
-        &[("prefix", keys.prefix())],
-    )?;
+    let reply = client
+        .get(
+            &format!("/v1/storage/topics{topic}/segments"),
+            &[("prefix", keys.prefix())],
+        )
+        .map_err(crate::commands::CommandError::from)?;
     let mut committed: BTreeMap<String, u64> = BTreeMap::new();
     for d in reply["segments"].as_array().into_iter().flatten() {
         if let (Some(key), Some(size)) = (d["object_id"].as_str(), d["size"].as_u64()) {

@@ -1,83 +1,29 @@
-//! A blocking client of the broker's admin HTTP API (`docs/admin-api.md`).
+//! The admin API client of `tribctl` (`docs/admin-api.md`): the one HTTP
+//! client, [`tributary_api::client::HttpClient`], with the bearer token on
+//! every request and JSON answers, plus how tribctl words its failures
+//! ([`describe_failure`]) and reads a refused manifest's per-entry issues
+//! ([`manifest_issues`]).
 //!
 //! Plain `http://` only (ureq without TLS): the admin API listens on
-//! loopback or a management network. Every request carries the bearer
-//! token; a response with status 400 or above becomes
-//! [`ClientError::Api`] with the server's `error` message and, for
-//! manifests, its per-entry issues.
+//! loopback or a management network.
 
 use serde_json::Value;
 use tributary_api::admin::ManifestIssue;
-
-/// Why an admin API call failed.
-#[derive(Debug, thiserror::Error)]
-pub enum ClientError {
-    /// The request did not get a response (connection refused, timeout,
-    /// bad URL).
-    #[error("cannot reach the admin API at {url}: {source}")]
-    Transport {
-        /// The request URL.
-        url: String,
-        /// What ureq reported.
-        source: Box<ureq::Error>,
-    },
-    /// The server refused the request; `message` is its `error` field.
-    #[error("{message}")]
-    Api {
-        /// HTTP status.
-        status: u16,
-        /// The server's message.
-        message: String,
-        /// Manifest issues (`errors`), empty for other errors.
-        issues: Vec<ManifestIssue>,
-    },
-    /// A response that is not the JSON the API documents.
-    #[error("admin API at {url} answered {status} with an unexpected body: {detail}")]
-    BadResponse {
-        /// The request URL.
-        url: String,
-        /// HTTP status.
-        status: u16,
-        /// What is wrong with it.
-        detail: String,
-    },
-}
-
-/// Methods with a request body.
-#[derive(Debug, Clone, Copy)]
-pub enum BodyMethod {
-    /// `POST`.
-    Post,
-    /// `PATCH`.
-    Patch,
-}
+use tributary_api::client::{Body, ClientError, DEFAULT_TIMEOUT, HttpClient, Method};
 
 /// A client of one admin API.
 #[derive(Debug)]
 pub struct AdminClient {
-    base_url: String,
-    authorization: String,
-    agent: ureq::Agent,
+    http: HttpClient,
 }
 
 impl AdminClient {
     /// A client of the API at `base_url` (e.g. `http://127.0.0.1:7400`)
-    /// presenting `token`.
+    /// presenting `token`; requests time out after [`DEFAULT_TIMEOUT`].
     pub fn new(base_url: &str, token: &str) -> AdminClient {
-        let agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(std::time::Duration::from_secs(60)))
-            .build()
-            .into();
         AdminClient {
-            base_url: base_url.trim_end_matches('/').to_owned(),
-            authorization: format!("Bearer {token}"),
-            agent,
+            http: HttpClient::new(base_url, Some(token), DEFAULT_TIMEOUT),
         }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base_url)
     }
 
     /// `GET path` with `query` pairs.
@@ -85,16 +31,7 @@ impl AdminClient {
     /// # Errors
     /// [`ClientError`].
     pub fn get(&self, path: &str, query: &[(&str, &str)]) -> Result<Value, ClientError> {
-        let url = self.url(path);
-        let mut request = self
-            .agent
-            .get(&url)
-            .header("Authorization", &self.authorization);
-        for (key, value) in query {
-            request = request.query(*key, *value);
-        }
-        let response = request.call();
-        Self::finish(&url, response)
+        self.http.request(Method::Get, path, query, &[], None)
     }
 
     /// `DELETE path`.
@@ -102,13 +39,7 @@ impl AdminClient {
     /// # Errors
     /// [`ClientError`].
     pub fn delete(&self, path: &str) -> Result<Value, ClientError> {
-        let url = self.url(path);
-        let response = self
-            .agent
-            .delete(&url)
-            .header("Authorization", &self.authorization)
-            .call();
-        Self::finish(&url, response)
+        self.http.request(Method::Delete, path, &[], &[], None)
     }
 
     /// `method path` with `query` pairs and a body of `content_type`.
@@ -117,24 +48,17 @@ impl AdminClient {
     /// [`ClientError`].
     pub fn send(
         &self,
-        method: BodyMethod,
+        method: Method,
         path: &str,
         query: &[(&str, &str)],
         content_type: &str,
-        body: String,
+        body: &[u8],
     ) -> Result<Value, ClientError> {
-        let url = self.url(path);
-        let mut request = match method {
-            BodyMethod::Post => self.agent.post(&url),
-            BodyMethod::Patch => self.agent.patch(&url),
-        }
-        .header("Authorization", &self.authorization)
-        .content_type(content_type);
-        for (key, value) in query {
-            request = request.query(*key, *value);
-        }
-        let response = request.send(body);
-        Self::finish(&url, response)
+        let body = Body {
+            content_type,
+            bytes: body,
+        };
+        self.http.request(method, path, query, &[], Some(body))
     }
 
     /// `method path` with a JSON body.
@@ -143,53 +67,67 @@ impl AdminClient {
     /// [`ClientError`].
     pub fn send_json(
         &self,
-        method: BodyMethod,
+        method: Method,
         path: &str,
         body: &Value,
     ) -> Result<Value, ClientError> {
-        self.send(method, path, &[], "application/json", body.to_string())
+        self.http.send_json(method, path, body)
     }
+}
 
-    fn finish(
-        url: &str,
-        response: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
-    ) -> Result<Value, ClientError> {
-        let response = response.map_err(|source| ClientError::Transport {
-            url: url.to_owned(),
-            source: Box::new(source),
-        })?;
-        let status = response.status().as_u16();
-        let bad = |detail: String| ClientError::BadResponse {
-            url: url.to_owned(),
-            status,
-            detail,
-        };
-        let text = response
-            .into_body()
-            .read_to_string()
-            .map_err(|e| bad(e.to_string()))?;
-        let body: Value = serde_json::from_str(&text).map_err(|e| {
-            let shown: String = text.chars().take(200).collect();
-            bad(format!("{e}: {shown:?}"))
-        })?;
-        if status < 400 {
-            return Ok(body);
+/// tribctl's one-line wording of a failed admin API call: `cannot reach
+/// the admin API at {url}: …` without a response, the server's `error`
+/// message for a refusal, `admin API at {url} answered …` for a body that
+/// is not the documented JSON.
+pub fn describe_failure(error: &ClientError) -> String {
+    match error {
+        ClientError::Transport { url, source } => {
+            format!("cannot reach the admin API at {url}: {source}")
         }
-        let message = body
-            .get("error")
-            .and_then(Value::as_str)
-            .map(str::to_owned)
-            .ok_or_else(|| bad(format!("no error message in {body}")))?;
-        let issues = match body.get("errors") {
-            Some(errors) => {
-                serde_json::from_value(errors.clone()).map_err(|e| bad(format!("errors: {e}")))?
-            }
-            None => Vec::new(),
+        ClientError::Api { message, .. } => message.clone(),
+        other => format!("admin API at {other}"),
+    }
+}
+
+/// The per-entry issues of a refused manifest: the `errors` field of the
+/// error body (empty for other errors, or when `errors` is not a list of
+/// issues).
+pub fn manifest_issues(error: &ClientError) -> Vec<ManifestIssue> {
+    match error {
+        ClientError::Api { body, .. } => body
+            .get("errors")
+            .and_then(|errors| serde_json::from_value(errors.clone()).ok())
+            .unwrap_or_default(),
+        _ => Vec::new(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failures_read_as_before() {
+        let bad = ClientError::BadResponse {
+            url: "http://127.0.0.1:7400/v1/topics".to_owned(),
+            status: 502,
+            detail: "expected value".to_owned(),
         };
-        Err(ClientError::Api {
-            status,
-            message,
-            issues,
-        })
+        assert_eq!(
+            describe_failure(&bad),
+            "admin API at http://127.0.0.1:7400/v1/topics answered 502 with an unexpected \
+             body: expected value"
+        );
+        let refused = ClientError::Api {
+            status: 409,
+            kind: "conflict".to_owned(),
+            message: "topic /default/x already exists".to_owned(),
+            body: Value::Null,
+        };
+        assert_eq!(
+            describe_failure(&refused),
+            "topic /default/x already exists"
+        );
+        assert!(manifest_issues(&refused).is_empty());
     }
 }

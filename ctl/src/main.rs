@@ -16,11 +16,11 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use crate::client::ClientError;
-use crate::commands::{
-    ApplyArgs, ClusterCommand, CommandError, Context, NamespacesCommand, OutputFormat,
-    TopicsCommand,
-};
+use crate::commands::apply::ApplyArgs;
+use crate::commands::cluster::ClusterCommand;
+use crate::commands::namespaces::NamespacesCommand;
+use crate::commands::topics::TopicsCommand;
+use crate::commands::{CommandError, Context, OutputFormat};
 
 /// Tributary admin CLI: certificates, topics, failure policies, declarative
 /// apply, archive browsing.
@@ -77,10 +77,10 @@ fn run(cli: &Cli) -> anyhow::Result<String> {
             certs::run(args)?;
             String::new()
         }
-        Command::Topics(command) => commands::topics(&ctx, command)?,
-        Command::Namespaces(command) => commands::namespaces(&ctx, command)?,
-        Command::Apply(args) => commands::apply(&ctx, args)?,
-        Command::Cluster(command) => commands::cluster(&ctx, command)?,
+        Command::Topics(command) => commands::topics::run(&ctx, command)?,
+        Command::Namespaces(command) => commands::namespaces::run(&ctx, command)?,
+        Command::Apply(args) => commands::apply::run(&ctx, args)?,
+        Command::Cluster(command) => commands::cluster::run(&ctx, command)?,
         Command::Archive(args) => {
             let broker = archive::BrokerAccess {
                 admin_url: &cli.admin_url,
@@ -95,10 +95,12 @@ fn run(cli: &Cli) -> anyhow::Result<String> {
 /// Prints `err` to stderr: one line per manifest issue, else one line.
 fn report(err: &anyhow::Error) {
     let mut stderr = std::io::stderr().lock();
-    if let Some(CommandError::Client(ClientError::Api { issues, .. })) = err.downcast_ref()
-        && !issues.is_empty()
-    {
-        for issue in issues {
+    let issues = match err.downcast_ref() {
+        Some(CommandError::Client(error)) => client::manifest_issues(error),
+        _ => Vec::new(),
+    };
+    if !issues.is_empty() {
+        for issue in &issues {
             let _ = writeln!(stderr, "error: {issue}");
         }
         let _ = writeln!(stderr, "error: nothing applied");

@@ -28,7 +28,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, bail};
-use tributary_edge::client::{ClientError, LocalClient};
+use tributary_api::client::ClientError;
+use tributary_edge::client::LocalClient;
 use tributary_proto::keys::TopicName;
 
 const MIB: f64 = 1024.0 * 1024.0;
@@ -350,7 +351,7 @@ fn produce(
                 stats.records += ack.count;
                 stats.bytes += body.len() as u64;
             }
-            Err(ClientError::Refused { status: 507, .. }) => {
+            Err(ClientError::Api { status: 507, .. }) => {
                 stats.refused += BATCH_RECORDS as u64;
                 // The audit budget is full (refuse): keep the pressure on
                 // the other topics only.

@@ -3,8 +3,13 @@
 //!
 //! Shutdown order ([`Agent::shutdown`]): stop accepting connections and
 //! finish the requests in flight (axum graceful shutdown), stop the
-//! checkpoint task, then [`TopicManager::close`]: write pending checkpoints
-//! and the rings' next offsets, and close every WAL (flush and sync).
+//! checkpoint task and the replicator (which ends every stream task and
+//! the tasks they started), then [`TopicManager::close`]: write pending
+//! checkpoints and the rings' next offsets, and close every WAL (flush and
+//! sync). Every task that held the topic manager (and so the metadata
+//! store and the WALs) has ended when `shutdown` returns, and it drops the
+//! last handle: the same data directory can be opened again at once (a
+//! certificate reload or an in-process restart does that).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -122,6 +127,13 @@ impl Agent {
         };
         let config = Arc::new(config);
         let manager = Arc::new(TopicManager::open(config.clone(), store, clock).await?);
+        // Loaded before any task starts, so a refusal leaves nothing
+        // running. Refuses a key that is not the certificate's, so the
+        // agent does not take records it could never send.
+        let replication_tls = match (&config.tls, config.brokers.is_empty()) {
+            (Some(paths), false) => Some(TlsIdentity::load(paths).map_err(AgentError::Tls)?),
+            _ => None,
+        };
         let listener = tokio::net::TcpListener::bind(config.local_api)
             .await
             .map_err(|source| AgentError::Bind {
@@ -137,7 +149,7 @@ impl Agent {
         let server = {
             let mut stop = shutdown.subscribe();
             // `/metrics` reads the replication counters from this extension.
-            let app = api::router(manager.clone()).layer(axum::Extension(replication.clone()));
+            let app = api::router(&manager).layer(axum::Extension(replication.clone()));
             tokio::spawn(async move {
                 axum::serve(listener, app)
                     .with_graceful_shutdown(async move {
@@ -162,11 +174,8 @@ impl Agent {
                 }
             })
         };
-        let replicator = match (&config.tls, config.brokers.is_empty()) {
-            (Some(paths), false) => {
-                // Refuses a key that is not the certificate's, so the agent
-                // does not take records it could never send.
-                let tls = TlsIdentity::load(paths).map_err(AgentError::Tls)?;
+        let replicator = match replication_tls {
+            Some(tls) => {
                 let mut replicator_config = ReplicatorConfig::new(config.brokers.clone());
                 replicator_config.bandwidth_cap_bytes_per_s = config.bandwidth_cap_bytes_per_s;
                 replicator_config.congestion_controller = config.congestion_controller;
@@ -224,8 +233,11 @@ impl Agent {
         self.shutdown.subscribe()
     }
 
-    /// Stops serving (requests in flight complete), writes checkpoints and
-    /// closes every topic.
+    /// Stops serving (requests in flight complete), stops replicating,
+    /// writes checkpoints and closes every topic. Returns once every task
+    /// that held the metadata store or a WAL has ended, and closes the
+    /// store (the agent's handle on the topic manager is the last one
+    /// unless the caller cloned [`Agent::topics`]).
     ///
     /// # Errors
     /// [`AgentError::Server`] if the server had failed,
@@ -244,6 +256,15 @@ impl Agent {
             let _ = replicator.await;
         }
         let closed = self.manager.close().await.map_err(AgentError::from);
+        // Every task that held the manager has ended: this is the last
+        // handle (unless the caller kept one), and dropping it closes the
+        // metadata store.
+        if let Err(manager) = Arc::try_unwrap(self.manager) {
+            warn!(
+                holders = Arc::strong_count(&manager) - 1,
+                "the topic manager is still held after shutdown; the metadata store stays open"
+            );
+        }
         served?;
         closed?;
         info!("edge agent stopped");

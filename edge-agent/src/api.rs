@@ -19,12 +19,13 @@
 //! anything else.
 
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use axum::Router;
 use axum::body::{Body, Bytes, HttpBody};
 use axum::extract::rejection::{PathRejection, QueryRejection};
-use axum::extract::{Path, Query, RawQuery, State};
+use axum::extract::{FromRequestParts, Path, Query, RawQuery};
+use axum::http::request::Parts;
 use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
@@ -213,10 +214,32 @@ fn strict_utf8_key(raw_query: &str) -> Result<(), ApiError> {
 #[serde(deny_unknown_fields)]
 struct BatchQuery {}
 
-type ApiState = State<Arc<TopicManager>>;
+/// The topic manager as a handler sees it. The router holds the manager
+/// only weakly and each request takes a strong handle for its own
+/// duration: once the server has stopped (graceful shutdown waits for the
+/// requests in flight), no connection task still holds the manager, so the
+/// agent's handle is the last one and the metadata store closes when the
+/// agent drops it, not whenever a connection task finishes its final drop.
+struct ApiManager(Arc<TopicManager>);
 
-/// The router of the local API over `manager`.
-pub fn router(manager: Arc<TopicManager>) -> Router {
+impl FromRequestParts<Weak<TopicManager>> for ApiManager {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(
+        _parts: &mut Parts,
+        manager: &Weak<TopicManager>,
+    ) -> Result<ApiManager, ApiError> {
+        manager
+            .upgrade()
+            .map(ApiManager)
+            .ok_or_else(|| publish_error(TopicError::ShuttingDown, None))
+    }
+}
+
+/// The router of the local API over `manager`, which it holds weakly: the
+/// caller keeps `manager` alive while serving (requests answer 503 once it
+/// is gone).
+pub fn router(manager: &Arc<TopicManager>) -> Router {
     Router::new()
         .route("/health", get(health))
         .route("/metrics", get(metrics_text))
@@ -226,7 +249,7 @@ pub fn router(manager: Arc<TopicManager>) -> Router {
         .route("/v1/topics/{ns}/{topic}/batch", post(publish_batch))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .with_state(manager)
+        .with_state(Arc::downgrade(manager))
 }
 
 async fn not_found(method: Method, uri: Uri) -> ApiError {
@@ -243,7 +266,7 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
     )
 }
 
-async fn health(State(manager): ApiState) -> Response {
+async fn health(ApiManager(manager): ApiManager) -> Response {
     let (status, word) = if manager.is_closing() {
         (StatusCode::SERVICE_UNAVAILABLE, "shutting_down")
     } else {
@@ -258,7 +281,7 @@ async fn health(State(manager): ApiState) -> Response {
 }
 
 async fn metrics_text(
-    State(manager): ApiState,
+    ApiManager(manager): ApiManager,
     replication: Option<axum::Extension<Arc<ReplicationStats>>>,
 ) -> Response {
     let mut text = metrics::render(&manager.stats());
@@ -268,7 +291,7 @@ async fn metrics_text(
     ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response()
 }
 
-async fn list_topics(State(manager): ApiState) -> axum::Json<AgentStats> {
+async fn list_topics(ApiManager(manager): ApiManager) -> axum::Json<AgentStats> {
     axum::Json(manager.stats())
 }
 
@@ -284,7 +307,7 @@ fn path_topic(
 }
 
 async fn get_topic(
-    State(manager): ApiState,
+    ApiManager(manager): ApiManager,
     path: Result<Path<(String, String)>, PathRejection>,
 ) -> Result<axum::Json<crate::topic::TopicStats>, ApiError> {
     let name = path_topic(&manager, path)?;
@@ -304,7 +327,7 @@ fn query_error(e: QueryRejection) -> ApiError {
 }
 
 async fn publish_record(
-    State(manager): ApiState,
+    ApiManager(manager): ApiManager,
     path: Result<Path<(String, String)>, PathRejection>,
     query: Result<Query<RecordQuery>, QueryRejection>,
     RawQuery(raw_query): RawQuery,
@@ -368,7 +391,7 @@ async fn publish_record(
 }
 
 async fn publish_batch(
-    State(manager): ApiState,
+    ApiManager(manager): ApiManager,
     path: Result<Path<(String, String)>, PathRejection>,
     query: Result<Query<BatchQuery>, QueryRejection>,
     headers: HeaderMap,

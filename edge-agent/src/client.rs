@@ -1,43 +1,19 @@
-//! A blocking client of the local API (ureq), used by `edge-agent publish`.
+//! A blocking client of the local API, used by `edge-agent publish`: the
+//! two publish routes on [`tributary_api::client::HttpClient`], so a failed
+//! call is a [`ClientError`] like every other Tributary client's. Also the
+//! parsing of `--header name=value` arguments ([`parse_header`]).
 
 use std::net::SocketAddr;
-use std::time::Duration;
 
+use tributary_api::client::{Body, ClientError, DEFAULT_TIMEOUT, HttpClient, Method};
 use tributary_proto::keys::TopicName;
 
 use crate::api::{PublishResponse, RECORD_HEADER_PREFIX};
 
-/// How long one request may take end to end (an `fsync_batch` publish
-/// waits for the disk).
-pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
-
-/// Errors of [`LocalClient`].
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ClientError {
-    /// A `--header` argument is not `name=value`.
-    #[error("header {0:?}: expected name=value")]
-    BadHeader(String),
-    /// The agent could not be reached or the response not read.
-    #[error("agent at {addr}: {source}")]
-    Transport {
-        /// The local API address.
-        addr: SocketAddr,
-        /// The HTTP error.
-        source: Box<ureq::Error>,
-    },
-    /// The agent refused the request.
-    #[error("{status}: {message}")]
-    Refused {
-        /// HTTP status.
-        status: u16,
-        /// The `error` field of the response, or its body.
-        message: String,
-    },
-    /// The response is not the expected JSON.
-    #[error("unexpected response from the agent: {0}")]
-    BadResponse(String),
-}
+/// A `--header` argument that is not `name=value` (or has an empty name).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("header {0:?}: expected name=value")]
+pub struct HeaderArgError(pub String);
 
 /// One record for [`LocalClient::publish_record`].
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -53,84 +29,84 @@ pub struct OneRecord {
 /// Parses a `name=value` header argument.
 ///
 /// # Errors
-/// [`ClientError::BadHeader`] without `=` or with an empty name.
-pub fn parse_header(arg: &str) -> Result<(String, String), ClientError> {
+/// [`HeaderArgError`] without `=` or with an empty name.
+pub fn parse_header(arg: &str) -> Result<(String, String), HeaderArgError> {
     match arg.split_once('=') {
         Some((name, value)) if !name.is_empty() => Ok((name.to_owned(), value.to_owned())),
-        _ => Err(ClientError::BadHeader(arg.to_owned())),
+        _ => Err(HeaderArgError(arg.to_owned())),
     }
 }
 
-/// A client of the agent at one local API address.
+/// A client of the agent at one local API address. Requests time out after
+/// [`DEFAULT_TIMEOUT`] (an `fsync_batch` publish waits for the disk).
 #[derive(Debug)]
 pub struct LocalClient {
     addr: SocketAddr,
-    agent: ureq::Agent,
+    http: HttpClient,
 }
 
 impl LocalClient {
     /// A client of the agent listening on `addr`.
     pub fn new(addr: SocketAddr) -> LocalClient {
-        let config = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(REQUEST_TIMEOUT))
-            .build();
         LocalClient {
             addr,
-            agent: ureq::Agent::new_with_config(config),
+            http: HttpClient::new(&format!("http://{addr}"), None, DEFAULT_TIMEOUT),
         }
     }
 
-    fn url(&self, topic: &TopicName, route: &str) -> String {
+    /// The local API address.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    fn path(topic: &TopicName, route: &str) -> String {
         // Topic names hold only URL-safe characters.
-        format!("http://{}/v1/topics{}/{route}", self.addr, topic.as_str())
+        format!("/v1/topics{}/{route}", topic.as_str())
     }
 
-    fn transport(&self) -> impl FnOnce(ureq::Error) -> ClientError + '_ {
-        move |e| ClientError::Transport {
-            addr: self.addr,
-            source: Box::new(e),
-        }
-    }
-
-    fn finish(
+    fn publish(
         &self,
-        response: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
+        path: &str,
+        query: &[(&str, &str)],
+        headers: &[(&str, &str)],
+        body: Body<'_>,
     ) -> Result<PublishResponse, ClientError> {
-        let mut response = response.map_err(self.transport())?;
-        let status = response.status().as_u16();
-        let body = response
-            .body_mut()
-            .read_to_string()
-            .map_err(self.transport())?;
-        if status != 200 {
-            let message = serde_json::from_str::<serde_json::Value>(&body)
-                .ok()
-                .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_owned))
-                .unwrap_or(body);
-            return Err(ClientError::Refused { status, message });
-        }
-        serde_json::from_str(&body).map_err(|e| ClientError::BadResponse(format!("{e}: {body}")))
+        let value = self
+            .http
+            .request(Method::Post, path, query, headers, Some(body))?;
+        serde_json::from_value(value).map_err(|e| ClientError::BadResponse {
+            url: format!("{}{path}", self.http.base_url()),
+            status: 200,
+            detail: e.to_string(),
+        })
     }
 
     /// Publishes one record.
     ///
     /// # Errors
-    /// [`ClientError::Transport`], [`ClientError::Refused`] with the
-    /// agent's message, [`ClientError::BadResponse`].
+    /// [`ClientError::Transport`], [`ClientError::Api`] with the agent's
+    /// message, [`ClientError::BadResponse`].
     pub fn publish_record(
         &self,
         topic: &TopicName,
         record: &OneRecord,
     ) -> Result<PublishResponse, ClientError> {
-        let mut request = self.agent.post(self.url(topic, "records"));
-        if let Some(key) = &record.key {
-            request = request.query("key", key);
-        }
-        for (name, value) in &record.headers {
-            request = request.header(format!("{RECORD_HEADER_PREFIX}{name}"), value);
-        }
-        self.finish(request.send(&record.value[..]))
+        let query: Vec<(&str, &str)> = record.key.iter().map(|k| ("key", k.as_str())).collect();
+        let names: Vec<String> = record
+            .headers
+            .iter()
+            .map(|(name, _)| format!("{RECORD_HEADER_PREFIX}{name}"))
+            .collect();
+        let headers: Vec<(&str, &str)> = names
+            .iter()
+            .zip(&record.headers)
+            .map(|(name, (_, value))| (name.as_str(), value.as_str()))
+            .collect();
+        let body = Body {
+            content_type: "application/octet-stream",
+            bytes: &record.value,
+        };
+        self.publish(&Self::path(topic, "records"), &query, &headers, body)
     }
 
     /// Publishes an NDJSON batch body as is.
@@ -142,11 +118,24 @@ impl LocalClient {
         topic: &TopicName,
         body: &[u8],
     ) -> Result<PublishResponse, ClientError> {
-        let request = self
-            .agent
-            .post(self.url(topic, "batch"))
-            .header("content-type", "application/x-ndjson");
-        self.finish(request.send(body))
+        let body = Body {
+            content_type: "application/x-ndjson",
+            bytes: body,
+        };
+        self.publish(&Self::path(topic, "batch"), &[], &[], body)
+    }
+}
+
+/// How `edge-agent publish` words a failed call, in one line: `agent at
+/// {addr}: …` when the agent could not be reached, `{status}: {message}`
+/// when it refused, `unexpected response from the agent: …` otherwise.
+pub fn describe_failure(addr: SocketAddr, error: &ClientError) -> String {
+    match error {
+        ClientError::Transport { source, .. } => format!("agent at {addr}: {source}"),
+        ClientError::Api {
+            status, message, ..
+        } => format!("{status}: {message}"),
+        other => format!("unexpected response from the agent: {other}"),
     }
 }
 
@@ -169,6 +158,28 @@ mod tests {
             parse_header("novalue").unwrap_err().to_string(),
             "header \"novalue\": expected name=value"
         );
-        assert!(matches!(parse_header("=v"), Err(ClientError::BadHeader(_))));
+        assert_eq!(parse_header("=v"), Err(HeaderArgError("=v".to_owned())));
+    }
+
+    #[test]
+    fn failures_read_as_the_cli_prints_them() {
+        let addr: SocketAddr = "127.0.0.1:7300".parse().unwrap();
+        let refused = ClientError::Api {
+            status: 507,
+            kind: String::new(),
+            message: "disk budget full".to_owned(),
+            body: serde_json::Value::Null,
+        };
+        assert_eq!(describe_failure(addr, &refused), "507: disk budget full");
+        let bad = ClientError::BadResponse {
+            url: "http://127.0.0.1:7300/v1/topics/e1/t/records".to_owned(),
+            status: 200,
+            detail: "missing field `count`".to_owned(),
+        };
+        assert_eq!(
+            describe_failure(addr, &bad),
+            "unexpected response from the agent: http://127.0.0.1:7300/v1/topics/e1/t/records \
+             answered 200 with an unexpected body: missing field `count`"
+        );
     }
 }

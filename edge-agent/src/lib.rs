@@ -50,4 +50,4 @@ pub use budget::FullPolicy;
 pub use config::{AgentConfig, ConfigError, Overrides, TopicConfig};
 pub use manager::{AgentStats, TopicError, TopicManager};
 pub use ring::RealtimeRing;
-pub use topic::{AckOutcome, PublishAck, PublishError, Topic, TopicStats};
+pub use topic::{AckRelease, PublishAck, PublishError, Topic, TopicStats};

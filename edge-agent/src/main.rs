@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::Context as _;
+use broker_core::service;
 use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
 use tributary_edge::Agent;
 use tributary_edge::client::{self, LocalClient, OneRecord};
@@ -118,22 +119,17 @@ fn main() -> ExitCode {
     }
 }
 
-fn init_logging(format: LogFormat) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        // Colour only on a terminal: journald and files get plain text.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
+impl From<LogFormat> for service::LogFormat {
+    fn from(format: LogFormat) -> service::LogFormat {
+        match format {
+            LogFormat::Text => service::LogFormat::Text,
+            LogFormat::Json => service::LogFormat::Json,
+        }
     }
 }
 
 fn run(args: RunArgs) -> anyhow::Result<()> {
-    init_logging(args.log_format);
+    service::init_logging(args.log_format.into(), "info");
     let overrides = Overrides {
         data_dir: args.data_dir,
         edge_id: args.edge_id,
@@ -152,27 +148,14 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         .context("starting the async runtime")?;
     runtime.block_on(async {
         let agent = Agent::start(config).await?;
-        broker_core::service::notify_ready();
-        let watchdog = tokio::spawn(broker_core::service::watchdog_loop());
-        wait_for_signal().await?;
-        broker_core::service::notify_stopping();
+        service::notify_ready();
+        let watchdog = tokio::spawn(service::watchdog_loop());
+        service::shutdown_signal().await?;
+        service::notify_stopping();
         watchdog.abort();
         agent.shutdown().await?;
         Ok(())
     })
-}
-
-async fn wait_for_signal() -> anyhow::Result<()> {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).context("installing the SIGTERM handler")?;
-    tokio::select! {
-        _ = term.recv() => tracing::info!("SIGTERM received"),
-        result = tokio::signal::ctrl_c() => {
-            result.context("installing the SIGINT handler")?;
-            tracing::info!("SIGINT received");
-        }
-    }
-    Ok(())
 }
 
 fn local_api(args: &PublishArgs) -> anyhow::Result<SocketAddr> {
@@ -197,7 +180,7 @@ fn publish(args: PublishArgs) -> anyhow::Result<()> {
     let topic = TopicName::new(&args.topic).context("--topic")?;
     let client = LocalClient::new(local_api(&args)?);
     let response = if let Some(path) = &args.ndjson {
-        client.publish_ndjson(&topic, &read(path)?)?
+        client.publish_ndjson(&topic, &read(path)?)
     } else {
         let value = match (&args.value, &args.file) {
             (Some(text), _) => text.clone().into_bytes(),
@@ -214,8 +197,9 @@ fn publish(args: PublishArgs) -> anyhow::Result<()> {
             headers,
             value,
         };
-        client.publish_record(&topic, &record)?
-    };
+        client.publish_record(&topic, &record)
+    }
+    .map_err(|e| anyhow::anyhow!(client::describe_failure(client.addr(), &e)))?;
     println!("{}", serde_json::to_string(&response)?);
     Ok(())
 }

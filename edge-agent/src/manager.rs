@@ -48,7 +48,7 @@ use tributary_proto::{Limits, Record};
 use crate::budget::{self, BudgetScope, ByteBudget};
 use crate::config::AgentConfig;
 use crate::topic::{
-    AckError, AckOutcome, PublishAck, PublishError, Topic, TopicParts, TopicPolicy, TopicStats,
+    AckError, AckRelease, PublishAck, PublishError, Topic, TopicParts, TopicPolicy, TopicStats,
 };
 
 /// Subdirectory of the data directory holding `{ns}/{topic}/` per topic.
@@ -473,7 +473,7 @@ impl TopicManager {
         &self,
         name: &TopicName,
         next_offset: u64,
-    ) -> Result<AckOutcome, TopicError> {
+    ) -> Result<AckRelease, TopicError> {
         let topic = self.topic(name).ok_or_else(|| TopicError::NotFound {
             topic: name.clone(),
         })?;

@@ -147,9 +147,11 @@ pub enum AckError {
     },
 }
 
-/// What [`Topic::acknowledge`] did.
+/// What an acknowledgement released ([`Topic::acknowledge`]): the
+/// acknowledged offset afterwards and the WAL segments or ring records it
+/// freed.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct AckOutcome {
+pub struct AckRelease {
     /// The topic's acknowledged offset afterwards (never decreases).
     pub acknowledged_offset: u64,
     /// Segments deleted, `(base_offset, next_offset, bytes)`.
@@ -244,8 +246,10 @@ struct Counters {
     dropped_segments: AtomicU64,
 }
 
+/// Where a topic's records live: a durable WAL or a realtime in-memory
+/// ring.
 #[derive(Debug)]
-enum Storage {
+enum TopicLog {
     /// `None` once closed.
     Wal(Mutex<Option<Arc<Wal>>>),
     Ring(RealtimeRing),
@@ -257,7 +261,7 @@ pub struct Topic {
     settings: TopicLoadSettings,
     implicit: bool,
     policy: TopicPolicy,
-    storage: Storage,
+    log: TopicLog,
     budget: ByteBudget,
     agent_budget: Arc<ByteBudget>,
     limits: Limits,
@@ -312,22 +316,22 @@ impl Topic {
     pub(crate) fn open_wal(parts: TopicParts, wal: Wal) -> Topic {
         let used = wal.size_bytes();
         parts.agent_budget.add(used);
-        Topic::new(parts, Storage::Wal(Mutex::new(Some(Arc::new(wal)))), used)
+        Topic::new(parts, TopicLog::Wal(Mutex::new(Some(Arc::new(wal)))), used)
     }
 
     /// A realtime topic whose ring starts at `next_offset`.
     pub(crate) fn open_ring(parts: TopicParts, next_offset: u64) -> Topic {
         let ring = RealtimeRing::new(parts.policy.ring_records, next_offset);
-        Topic::new(parts, Storage::Ring(ring), 0)
+        Topic::new(parts, TopicLog::Ring(ring), 0)
     }
 
-    fn new(parts: TopicParts, storage: Storage, used: u64) -> Topic {
+    fn new(parts: TopicParts, log: TopicLog, used: u64) -> Topic {
         Topic {
             name: parts.name,
             settings: parts.settings,
             implicit: parts.implicit,
             policy: parts.policy,
-            storage,
+            log,
             budget: ByteBudget::new(BudgetScope::Topic, parts.policy.disk_budget_bytes, used),
             agent_budget: parts.agent_budget,
             limits: parts.limits,
@@ -358,7 +362,7 @@ impl Topic {
 
     /// Whether the topic lives in memory (realtime intent).
     pub fn is_realtime(&self) -> bool {
-        matches!(self.storage, Storage::Ring(_))
+        matches!(self.log, TopicLog::Ring(_))
     }
 
     /// Its configured policy.
@@ -383,26 +387,26 @@ impl Topic {
     /// through it (use [`Topic::publish`] and [`Topic::acknowledge`], which
     /// keep the budget accounts).
     pub fn wal(&self) -> Option<Arc<Wal>> {
-        match &self.storage {
-            Storage::Wal(wal) => lock(wal).clone(),
-            Storage::Ring(_) => None,
+        match &self.log {
+            TopicLog::Wal(wal) => lock(wal).clone(),
+            TopicLog::Ring(_) => None,
         }
     }
 
     /// The ring of a realtime topic.
     pub fn ring(&self) -> Option<&RealtimeRing> {
-        match &self.storage {
-            Storage::Ring(ring) => Some(ring),
-            Storage::Wal(_) => None,
+        match &self.log {
+            TopicLog::Ring(ring) => Some(ring),
+            TopicLog::Wal(_) => None,
         }
     }
 
     /// Offset just past the last durable record (the ring's next offset for
     /// realtime; 0 for a closed WAL).
     pub fn high_water_mark(&self) -> u64 {
-        match &self.storage {
-            Storage::Ring(ring) => ring.next_offset(),
-            Storage::Wal(_) => self.wal().map_or(0, |w| w.high_water_mark()),
+        match &self.log {
+            TopicLog::Ring(ring) => ring.next_offset(),
+            TopicLog::Wal(_) => self.wal().map_or(0, |w| w.high_water_mark()),
         }
     }
 
@@ -441,8 +445,8 @@ impl Topic {
             },
         })?;
         let bytes = encoded.len() as u64;
-        let ack = match &self.storage {
-            Storage::Ring(ring) => {
+        let ack = match &self.log {
+            TopicLog::Ring(ring) => {
                 let push = ring.push(batch.records);
                 if let Some((from, to)) = push.dropped {
                     debug!(topic = %self.name, from, to, "realtime ring full: dropped the oldest records");
@@ -453,7 +457,7 @@ impl Topic {
                     count,
                 }
             }
-            Storage::Wal(_) => self.append(encoded, count).await?,
+            TopicLog::Wal(_) => self.append(encoded, count).await?,
         };
         self.counters.records_in.fetch_add(count, Ordering::Relaxed);
         self.counters.bytes_in.fetch_add(bytes, Ordering::Relaxed);
@@ -610,7 +614,7 @@ impl Topic {
     /// # Errors
     /// [`AckError::BeyondEnd`] past the high-water mark (nothing changes);
     /// [`AckError::Wal`] if retention failed (the checkpoint is raised).
-    pub async fn acknowledge(&self, next_offset: u64) -> Result<AckOutcome, AckError> {
+    pub async fn acknowledge(&self, next_offset: u64) -> Result<AckRelease, AckError> {
         let high_water_mark = self.high_water_mark();
         if next_offset > high_water_mark {
             return Err(AckError::BeyondEnd {
@@ -624,15 +628,15 @@ impl Topic {
             self.checkpoint_dirty.store(true, Ordering::SeqCst);
         }
         let acknowledged_offset = previous.max(next_offset);
-        let mut outcome = AckOutcome {
+        let mut released = AckRelease {
             acknowledged_offset,
-            ..AckOutcome::default()
+            ..AckRelease::default()
         };
-        match &self.storage {
-            Storage::Ring(ring) => {
-                outcome.released_records = ring.release_below(acknowledged_offset)
+        match &self.log {
+            TopicLog::Ring(ring) => {
+                released.released_records = ring.release_below(acknowledged_offset)
             }
-            Storage::Wal(_) => {
+            TopicLog::Wal(_) => {
                 if let Some(wal) = self.wal() {
                     let report = self
                         .delete_sealed_below(&wal, acknowledged_offset)
@@ -644,11 +648,11 @@ impl Topic {
                     for &(start, end, bytes) in &report.deleted {
                         debug!(topic = %self.name, start, end, bytes, "deleted an acknowledged segment");
                     }
-                    outcome.deleted_segments = report.deleted;
+                    released.deleted_segments = report.deleted;
                 }
             }
         }
-        Ok(outcome)
+        Ok(released)
     }
 
     /// The acknowledged offset if it changed since the last call (for the
@@ -693,8 +697,8 @@ impl Topic {
             dropped_segments: self.counters.dropped_segments.load(Ordering::Relaxed),
             recent_dropped_ranges: lock(&self.dropped_ranges).iter().copied().collect(),
         };
-        match &self.storage {
-            Storage::Ring(ring) => {
+        match &self.log {
+            TopicLog::Ring(ring) => {
                 let r = ring.stats();
                 stats.high_water_mark = r.next_offset;
                 stats.log_start_offset = r.first_offset;
@@ -704,7 +708,7 @@ impl Topic {
                 stats.dropped_records += r.dropped_records;
                 stats.disk_used_bytes = 0;
             }
-            Storage::Wal(_) => {
+            TopicLog::Wal(_) => {
                 stats.disk_budget_bytes = self.policy.disk_budget_bytes;
                 stats.full_policy = Some(self.policy.full_policy);
                 if let Some(wal) = self.wal() {
@@ -739,7 +743,7 @@ impl Topic {
     /// # Errors
     /// [`WalError`] from the final flush.
     pub async fn close(&self) -> Result<(), WalError> {
-        let Storage::Wal(slot) = &self.storage else {
+        let TopicLog::Wal(slot) = &self.log else {
             return Ok(());
         };
         let Some(mut wal) = lock(slot).take() else {

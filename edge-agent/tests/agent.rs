@@ -717,3 +717,67 @@ async fn percent_encoded_utf8_keys_are_stored_exactly() {
     );
     agent.shutdown().await.unwrap();
 }
+
+/// `Agent::shutdown` returns only once every task that held the topic
+/// manager (and so the metadata store and the WALs) has ended, with API
+/// connections open (idle keep-alive ones, left to the server to close):
+/// nothing holds the manager afterwards and the store opens again at once,
+/// round after round. (Under load a restart once failed with
+/// `DatabaseAlreadyOpen`: an API connection task still held the manager.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_leaves_no_handle_on_the_store_with_api_connections_open() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.topics = vec![topic("/e1/jobs", StreamIntent::TaskQueue)];
+    let store_path = dir.path().join(tributary_edge::agent::METADATA_FILE);
+    for round in 0..20u64 {
+        let agent = start(cfg.clone()).await;
+        let url = format!("http://{}/v1/topics/e1/jobs/records", agent.local_addr());
+        // One client, pooling its connections: they stay open after the
+        // requests.
+        let client = ureq::Agent::new_with_config(
+            ureq::Agent::config_builder()
+                .http_status_as_error(false)
+                .build(),
+        );
+        let requests: Vec<_> = (0..4)
+            .map(|_| {
+                let (client, url) = (client.clone(), url.clone());
+                tokio::task::spawn_blocking(move || {
+                    client
+                        .post(&url)
+                        .send(&b"job"[..])
+                        .map(|r| r.status().as_u16())
+                })
+            })
+            .collect();
+        for request in requests {
+            assert_eq!(request.await.unwrap().unwrap(), 200);
+        }
+        // What the server's connection tasks hold, a copy of the router
+        // each, holds no strong handle on the manager: whenever those
+        // tasks finish dropping it, the store is not theirs to close.
+        let holders = std::sync::Arc::strong_count(agent.topics());
+        let routers: Vec<_> = (0..3)
+            .map(|_| tributary_edge::api::router(agent.topics()))
+            .collect();
+        assert_eq!(std::sync::Arc::strong_count(agent.topics()), holders);
+        let manager = std::sync::Arc::downgrade(agent.topics());
+        agent.shutdown().await.unwrap();
+        assert_eq!(
+            manager.strong_count(),
+            0,
+            "round {round}: the topic manager is still held after shutdown"
+        );
+        let store = broker_core::metadata::redb::RedbStore::open(
+            &store_path,
+            std::sync::Arc::new(broker_core::clock::SystemClock),
+        );
+        assert!(
+            store.is_ok(),
+            "round {round}: the metadata store is still open: {:?}",
+            store.err()
+        );
+        drop((client, routers));
+    }
+}

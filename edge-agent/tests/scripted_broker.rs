@@ -345,3 +345,120 @@ async fn a_key_that_does_not_belong_to_the_certificate_stops_the_agent_from_star
     };
     assert!(err.contains("KeyMismatch"), "{err}");
 }
+
+/// What [`acknowledging_broker`] acknowledged: the next offset per topic.
+type Acked = std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, u64>>>;
+
+/// A broker that answers every stream of every connection: `Welcome` at
+/// the offset it has acknowledged so far for the stream's topic, then an
+/// `Ack` for every batch.
+fn acknowledging_broker(endpoint: quinn::Endpoint, acked: Acked) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        while let Some(incoming) = endpoint.accept().await {
+            let acked = acked.clone();
+            tokio::spawn(async move {
+                let Ok(conn) = incoming.await else { return };
+                while let Ok((mut send, mut recv)) = conn.accept_bi().await {
+                    let acked = acked.clone();
+                    tokio::spawn(async move {
+                        let limits = tributary_proto::Limits::default();
+                        let mut buf = BytesMut::new();
+                        let mut topic = String::new();
+                        while let Ok(Some(chunk)) = recv.read_chunk(64 * 1024, true).await {
+                            buf.extend_from_slice(&chunk.bytes);
+                            while let Ok(Some(frame)) = frame::decode(&mut buf, &limits) {
+                                let answer = match frame {
+                                    Frame::Hello(hello) => {
+                                        topic = hello.topic;
+                                        let acked = acked.lock().unwrap();
+                                        Frame::Welcome {
+                                            high_water_mark: acked
+                                                .get(&topic)
+                                                .copied()
+                                                .unwrap_or(0),
+                                        }
+                                    }
+                                    Frame::Batch { codec, payload } => {
+                                        let batch = frame::open_batch(codec, payload, &limits)
+                                            .expect("batch");
+                                        acked
+                                            .lock()
+                                            .unwrap()
+                                            .insert(topic.clone(), batch.next_offset());
+                                        Frame::Ack {
+                                            next_offset: batch.next_offset(),
+                                        }
+                                    }
+                                    _ => continue,
+                                };
+                                if send.write_all(&answer.to_bytes()).await.is_err() {
+                                    return;
+                                }
+                            }
+                        }
+                    });
+                }
+            });
+        }
+    })
+}
+
+/// `Agent::shutdown` returns only once every task that held the metadata
+/// store or a WAL has ended: the store opens again at once, every time,
+/// right after a shutdown with replication streams (read-ahead waiting for
+/// records, checkpoint task) and API connections active.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_releases_the_metadata_store_before_it_returns() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("certs");
+    dev_certs::issue(&certs, &[1], &["e1".into()]).unwrap();
+    let broker_tls = TlsIdentity::load(&broker_paths(&certs, 1)).unwrap();
+    let server = broker_tls.quic_server(ALPN_REPLICATION).unwrap();
+    let endpoint = quinn::Endpoint::server(server, "127.0.0.1:0".parse().unwrap()).unwrap();
+    let acked = Acked::default();
+    let broker = acknowledging_broker(endpoint.clone(), acked.clone());
+    let edge_dir = dir.path().join("edge");
+    let mut agent_config = config(&edge_dir);
+    agent_config.brokers = vec![endpoint.local_addr().unwrap().to_string()];
+    agent_config.tls = Some(edge_paths(&certs, "e1"));
+    agent_config.topics = vec![
+        topic("/e1/t", StreamIntent::EventStream),
+        topic("/e1/jobs", StreamIntent::TaskQueue),
+    ];
+    let store_path = edge_dir.join(tributary_edge::agent::METADATA_FILE);
+    for round in 0..8u64 {
+        let agent = start(agent_config.clone()).await;
+        let addr = agent.local_addr();
+        publish(addr, &records("r", 3)).await;
+        let r = post(addr, "/v1/topics/e1/jobs/records", &[], b"job").await;
+        assert_eq!(r.status, 200, "{}", r.text);
+        wait_acknowledged(addr, 3 * (round + 1), WAIT).await;
+        let deadline = tokio::time::Instant::now() + WAIT;
+        while acked.lock().unwrap().get("/e1/jobs") != Some(&(round + 1)) {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "/e1/jobs not replicated"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let manager = std::sync::Arc::downgrade(agent.topics());
+        agent.shutdown().await.unwrap();
+        assert_eq!(
+            manager.strong_count(),
+            0,
+            "round {round}: a task still holds the topic manager after shutdown"
+        );
+        // At once: no retry, no sleep.
+        let store = broker_core::metadata::redb::RedbStore::open(
+            &store_path,
+            std::sync::Arc::new(broker_core::clock::SystemClock),
+        );
+        assert!(
+            store.is_ok(),
+            "round {round}: the metadata store is still open after shutdown: {:?}",
+            store.err()
+        );
+    }
+    broker.abort();
+    endpoint.close(0u32.into(), b"done");
+}

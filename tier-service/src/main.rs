@@ -96,48 +96,21 @@ fn load(cli: Cli) -> Result<TierConfig, String> {
     Ok(config)
 }
 
-fn init_logging(format: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        // Colour only on a terminal: journald and files get plain text.
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr);
-    if format == "json" {
-        builder.json().init();
-    } else {
-        builder.init();
-    }
-}
-
+/// Resolves on SIGTERM or SIGINT (at once if no handler can be installed).
 async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
-    #[cfg(unix)]
-    {
-        let mut term =
-            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-                Ok(s) => s,
-                Err(_) => {
-                    let _ = ctrl_c.await;
-                    return;
-                }
-            };
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
-        }
-    }
-    #[cfg(not(unix))]
-    {
-        let _ = ctrl_c.await;
+    if let Err(e) = broker_core::service::shutdown_signal().await {
+        tracing::error!(error = %e, "no shutdown signal; stopping");
     }
     tracing::info!("shutdown requested; finishing the current segment");
 }
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(&cli.log_format);
+    let log_format = match cli.log_format.as_str() {
+        "json" => broker_core::service::LogFormat::Json,
+        _ => broker_core::service::LogFormat::Text,
+    };
+    broker_core::service::init_logging(log_format, "info");
     let once = cli.once;
     let config = match load(cli) {
         Ok(c) => c,

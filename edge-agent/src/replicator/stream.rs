@@ -1,0 +1,454 @@
+//! One topic's replication stream on an established connection (the tokio
+//! glue around `tributary_proto::replication::edge::EdgeStream`): the
+//! read-ahead task that reads and compresses WAL batches, the sending loop
+//! (window, pacing, acknowledgements from `Ack` frames and datagrams), and
+//! the checkpoint task. [`replicate_topic`] returns only after every task
+//! it started has ended, so no WAL or topic-manager handle outlives it.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use broker_core::wal::{ReadBuffers, Wal};
+use bytes::{Bytes, BytesMut};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
+use tracing::{debug, info, warn};
+use tributary_proto::batch::BatchHeader;
+use tributary_proto::replication::compress::BatchCompressor;
+use tributary_proto::replication::edge::{EdgeError, EdgeEvent, EdgeStream};
+use tributary_proto::replication::frame::{self, AckDatagram, ErrorCode};
+
+use super::pacing::Pacer;
+use super::{ReplicationStats, ReplicatorConfig, StreamError};
+use crate::manager::TopicManager;
+use crate::topic::Topic;
+
+/// The acknowledgement datagrams of one connection, routed to the stream
+/// tasks by QUIC stream id. Each route keeps only the highest offset seen,
+/// so a stream task that is busy sending misses nothing it needs.
+#[derive(Default)]
+pub(super) struct AckRoutes(std::sync::Mutex<HashMap<u64, watch::Sender<u64>>>);
+
+impl AckRoutes {
+    fn routes(&self) -> std::sync::MutexGuard<'_, HashMap<u64, watch::Sender<u64>>> {
+        self.0
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Routes datagrams for `stream_id` to the returned receiver until the
+    /// guard is dropped.
+    fn register(self: &Arc<Self>, stream_id: u64) -> (watch::Receiver<u64>, AckRoute) {
+        let (tx, rx) = watch::channel(0);
+        self.routes().insert(stream_id, tx);
+        let route = AckRoute {
+            routes: self.clone(),
+            stream_id,
+        };
+        (rx, route)
+    }
+
+    fn deliver(&self, ack: AckDatagram) {
+        if let Some(tx) = self.routes().get(&ack.stream_id) {
+            tx.send_if_modified(|highest| {
+                let higher = ack.next_offset > *highest;
+                if higher {
+                    *highest = ack.next_offset;
+                }
+                higher
+            });
+        }
+    }
+}
+
+/// An established connection and its acknowledgement-datagram routes, as
+/// the stream tasks share it.
+#[derive(Clone)]
+pub(super) struct BrokerConnection {
+    pub(super) conn: quinn::Connection,
+    pub(super) ack_routes: Arc<AckRoutes>,
+}
+
+/// Removes a stream's route when dropped.
+struct AckRoute {
+    routes: Arc<AckRoutes>,
+    stream_id: u64,
+}
+
+impl Drop for AckRoute {
+    fn drop(&mut self) {
+        self.routes.routes().remove(&self.stream_id);
+    }
+}
+
+/// Reads the connection's datagrams and routes acknowledgements until the
+/// connection ends. A datagram that does not parse (a newer broker's kind)
+/// is skipped: the `Ack` frames on the streams stay authoritative.
+pub(super) async fn route_ack_datagrams(conn: quinn::Connection, routes: Arc<AckRoutes>) {
+    while let Ok(datagram) = conn.read_datagram().await {
+        match AckDatagram::decode(&datagram) {
+            Ok(ack) => routes.deliver(ack),
+            Err(e) => debug!(error = %e, "skipping a datagram from the broker"),
+        }
+    }
+}
+
+/// Bytes of WAL one read-ahead step reads at most (at least one batch).
+const READ_STEP_BYTES: usize = 2 * 1024 * 1024;
+/// Bytes of prepared frames the read-ahead may hold before the stream takes
+/// them (a single larger frame is still admitted alone).
+const READ_AHEAD_BYTES: usize = 4 * 1024 * 1024;
+/// Frames the read-ahead may hold.
+const READ_AHEAD_FRAMES: usize = 256;
+
+/// A batch frame ready to send: its header and payload as separate chunks,
+/// so the WAL bytes reach quinn without another copy.
+struct Prepared {
+    batch_header: BatchHeader,
+    /// Stored bytes of the batch (before wire compression).
+    raw_len: usize,
+    chunks: [Bytes; 2],
+    /// Read-ahead budget held until the frame is handed to quinn.
+    _permit: OwnedSemaphorePermit,
+}
+
+impl Prepared {
+    /// Bytes the frame takes on the stream.
+    fn wire_len(&self) -> usize {
+        self.chunks.iter().map(Bytes::len).sum()
+    }
+}
+
+/// Replicates one topic on one connection until the connection ends or the
+/// broker refuses, then ends the tasks it started (the read-ahead is told
+/// to stop, the checkpoint task records the last acknowledgement) and
+/// returns once they have: no WAL or topic-manager handle outlives it.
+///
+/// Three stages run concurrently, so reading, sending and bookkeeping
+/// overlap: the read-ahead task reads WAL batches and compresses them on a
+/// blocking thread (bounded by [`READ_AHEAD_BYTES`]); this task writes
+/// frames while the window admits them and reads acknowledgements; a
+/// checkpoint task records acknowledged offsets (coalesced, so a slow
+/// retention pass never holds up sending).
+pub(super) async fn replicate_topic(
+    connection: &BrokerConnection,
+    topic: &Arc<Topic>,
+    wal: &Arc<Wal>,
+    topics: &Arc<TopicManager>,
+    config: &ReplicatorConfig,
+    stats: &Arc<ReplicationStats>,
+    pacer: Option<Arc<Pacer>>,
+) -> Result<(), StreamError> {
+    // Acknowledged offsets go to the checkpoint task; it ends once the
+    // sender is dropped, after recording the last one.
+    let (acked_tx, acked_rx) = watch::channel(None::<u64>);
+    let recorder = tokio::spawn(record_acknowledgements(
+        topics.clone(),
+        topic.clone(),
+        acked_rx,
+    ));
+    // Started once the broker's Welcome says where to resume.
+    let mut read_ahead = None;
+    let result = drive_stream(
+        connection,
+        topic,
+        wal,
+        config,
+        stats,
+        pacer,
+        &acked_tx,
+        &mut read_ahead,
+    )
+    .await;
+    drop(acked_tx);
+    if let Some(read_ahead) = read_ahead {
+        read_ahead.stop().await;
+    }
+    // A panic in the checkpoint task is the runtime's to report.
+    let _ = recorder.await;
+    result
+}
+
+/// The read-ahead task of a stream and the receiving end of its frames.
+struct ReadAhead {
+    frames: mpsc::Receiver<Result<Prepared, StreamError>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl ReadAhead {
+    /// Tells the task to stop (its receiver goes away, releasing the frames
+    /// it held and their budget) and waits until it has, with its WAL
+    /// handle.
+    async fn stop(self) {
+        drop(self.frames);
+        let _ = self.task.await;
+    }
+}
+
+/// The sending loop of [`replicate_topic`].
+#[allow(clippy::too_many_arguments)]
+async fn drive_stream(
+    connection: &BrokerConnection,
+    topic: &Arc<Topic>,
+    wal: &Arc<Wal>,
+    config: &ReplicatorConfig,
+    stats: &Arc<ReplicationStats>,
+    pacer: Option<Arc<Pacer>>,
+    acked_tx: &watch::Sender<Option<u64>>,
+    read_ahead: &mut Option<ReadAhead>,
+) -> Result<(), StreamError> {
+    let conn_err = |e: &dyn std::fmt::Display| StreamError::Connection(e.to_string());
+    let (mut send, mut recv) = connection.conn.open_bi().await.map_err(|e| conn_err(&e))?;
+    // Lower drain rank = more valuable = higher QUIC priority.
+    let _ = send.set_priority(3 - i32::from(topic.drain_rank().min(3)));
+    let (mut datagram_acks, _route) = connection.ack_routes.register(u64::from(send.id()));
+    let mut stream = EdgeStream::new(
+        topic.name().as_str().to_string(),
+        topic.settings().intent.clone(),
+        config.window,
+    );
+    send.write_all(&stream.hello().to_bytes())
+        .await
+        .map_err(|e| conn_err(&e))?;
+    let limits = wal.config().limits;
+    let mut inbox = BytesMut::new();
+    // A frame taken from the read-ahead that waits for the bandwidth cap's
+    // tokens, and when it may go; acknowledgements are read meanwhile.
+    let mut paced: Option<(Prepared, tokio::time::Instant)> = None;
+    loop {
+        let window_open = stream.next_to_send(u64::MAX).is_some();
+        let paced_until = paced.as_ref().map(|(_, at)| *at);
+        tokio::select! {
+            chunk = recv.read_chunk(64 * 1024, true) => {
+                match chunk.map_err(|e| conn_err(&e))? {
+                    Some(chunk) => inbox.extend_from_slice(&chunk.bytes),
+                    None => return Err(StreamError::Connection("broker finished the stream".into())),
+                }
+                while let Some(frame) = frame::decode(&mut inbox, &limits).map_err(|e| {
+                    StreamError::Edge(EdgeError::Refused {
+                        code: ErrorCode::Malformed,
+                        message: e.to_string(),
+                    })
+                })? {
+                    let start = wal.log_start_offset();
+                    let hwm = wal.high_water_mark();
+                    match stream.on_frame(frame, start, hwm)? {
+                        EdgeEvent::Resumed { from } => {
+                            info!(topic = %topic.name(), from, local_hwm = hwm, "replication resumed");
+                            let (tx, frames) = mpsc::channel(READ_AHEAD_FRAMES);
+                            let task = tokio::spawn(read_ahead_loop(
+                                wal.clone(),
+                                from,
+                                config.compress,
+                                tx,
+                            ));
+                            // `Resumed` comes once per stream (a second
+                            // Welcome is a protocol error).
+                            *read_ahead = Some(ReadAhead { frames, task });
+                            // The broker holds everything below `from`
+                            // durably: that is an acknowledgement too. Without
+                            // it, records acknowledged just before a crash of
+                            // the edge (before its checkpoint was written)
+                            // would stay "unacknowledged" until the next
+                            // record is sent, and forever if none comes.
+                            acked_tx.send_replace(Some(from));
+                        }
+                        EdgeEvent::Acked { next_offset } => {
+                            stats.stream_acks.fetch_add(1, Ordering::Relaxed);
+                            acked_tx.send_replace(Some(next_offset));
+                        }
+                        EdgeEvent::AlreadyAcked => {}
+                    }
+                }
+            }
+            Ok(()) = datagram_acks.changed() => {
+                let next_offset = *datagram_acks.borrow_and_update();
+                if let EdgeEvent::Acked { next_offset } = stream.on_datagram_ack(next_offset)? {
+                    stats.datagram_acks.fetch_add(1, Ordering::Relaxed);
+                    acked_tx.send_replace(Some(next_offset));
+                }
+            }
+            prepared = async {
+                match read_ahead.as_mut() {
+                    Some(read_ahead) => read_ahead.frames.recv().await,
+                    None => std::future::pending().await,
+                }
+            }, if window_open && paced.is_none() => {
+                let Some(prepared) = prepared else {
+                    return Err(StreamError::Wal("read-ahead ended".into()));
+                };
+                let prepared = prepared?;
+                let now = tokio::time::Instant::now();
+                let wait = pacer
+                    .as_ref()
+                    .map_or(Duration::ZERO, |p| p.reserve(prepared.wire_len(), now));
+                if wait.is_zero() {
+                    send_frame(&mut send, &mut stream, stats, prepared).await?;
+                } else {
+                    paced = Some((prepared, now + wait));
+                }
+            }
+            () = async {
+                match paced_until {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            }, if paced_until.is_some() => {
+                if let Some((prepared, _)) = paced.take() {
+                    send_frame(&mut send, &mut stream, stats, prepared).await?;
+                }
+            }
+        }
+    }
+}
+
+/// Hands a frame to quinn and records it as sent.
+async fn send_frame(
+    send: &mut quinn::SendStream,
+    stream: &mut EdgeStream,
+    stats: &ReplicationStats,
+    prepared: Prepared,
+) -> Result<(), StreamError> {
+    let wire_len = prepared.wire_len();
+    let Prepared {
+        batch_header,
+        raw_len,
+        mut chunks,
+        _permit,
+    } = prepared;
+    send.write_all_chunks(&mut chunks)
+        .await
+        .map_err(|e| StreamError::Connection(e.to_string()))?;
+    stats
+        .raw_bytes_sent
+        .fetch_add(raw_len as u64, Ordering::Relaxed);
+    stats
+        .wire_bytes_sent
+        .fetch_add(wire_len as u64, Ordering::Relaxed);
+    stream.on_sent(&batch_header, raw_len);
+    Ok(())
+}
+
+/// Reads the WAL from `from` onwards, batch after batch, and prepares their
+/// frames, until the receiver goes away or the WAL fails. Waits for new
+/// records at the end of the log (and stops waiting when the receiver goes
+/// away). A read step on the blocking thread is always awaited, so the task
+/// ends with every handle on the WAL.
+async fn read_ahead_loop(
+    wal: Arc<Wal>,
+    from: u64,
+    compress: bool,
+    tx: mpsc::Sender<Result<Prepared, StreamError>>,
+) {
+    let budget = Arc::new(Semaphore::new(READ_AHEAD_BYTES));
+    // The compressor and the read buffers move to the blocking thread for
+    // each step and come back with its result.
+    let mut tools = Some((BatchCompressor::new(compress), ReadBuffers::new()));
+    let mut next = from;
+    loop {
+        if wal.high_water_mark() <= next {
+            if let Some((_, buffers)) = tools.as_mut() {
+                // Caught up: an idle agent keeps no read memory.
+                buffers.clear();
+            }
+            let waited = tokio::select! {
+                waited = wal.wait_for_offset(next) => waited,
+                // The stream ended: stop now rather than at the next record.
+                () = tx.closed() => return,
+            };
+            if let Err(e) = waited {
+                let _ = tx.send(Err(StreamError::Wal(e.to_string()))).await;
+                return;
+            }
+        }
+        let Some((mut taken, mut buffers)) = tools.take() else {
+            return;
+        };
+        let reader = wal.clone();
+        let step = tokio::task::spawn_blocking(move || {
+            let frames = reader
+                .read_with(next, READ_STEP_BYTES, &mut buffers)
+                .map_err(|e| e.to_string())
+                .map(|batches| {
+                    batches
+                        .into_iter()
+                        .map(|batch| {
+                            let (codec, payload) = taken.encode(&batch);
+                            let head = frame::batch_frame_header(codec, payload.len());
+                            (
+                                *batch.header(),
+                                batch.len(),
+                                [Bytes::copy_from_slice(&head), payload],
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                });
+            (frames, (taken, buffers))
+        })
+        .await;
+        let frames = match step {
+            Ok((frames, taken)) => {
+                tools = Some(taken);
+                frames
+            }
+            Err(e) => Err(format!("read-ahead task failed: {e}")),
+        };
+        let frames = match frames {
+            Ok(frames) => frames,
+            Err(e) => {
+                let _ = tx.send(Err(StreamError::Wal(e))).await;
+                return;
+            }
+        };
+        for (batch_header, raw_len, chunks) in frames {
+            if batch_header.base_offset != next {
+                // Verbatim replication only ever resumes at a batch
+                // boundary; anything else means the logs disagree.
+                let _ = tx
+                    .send(Err(StreamError::Edge(EdgeError::Protocol(format!(
+                        "no local batch starts at offset {next}"
+                    )))))
+                    .await;
+                return;
+            }
+            next = batch_header.next_offset();
+            let wire_len: usize = chunks.iter().map(Bytes::len).sum();
+            let permits = u32::try_from(wire_len.min(READ_AHEAD_BYTES)).unwrap_or(u32::MAX);
+            let Ok(permit) = budget.clone().acquire_many_owned(permits).await else {
+                return;
+            };
+            let prepared = Prepared {
+                batch_header,
+                raw_len,
+                chunks,
+                _permit: permit,
+            };
+            if tx.send(Ok(prepared)).await.is_err() {
+                return;
+            }
+        }
+    }
+}
+
+/// Records each acknowledged offset (the newest one when several arrive
+/// while a previous one is being recorded): checkpoint, then local WAL
+/// retention.
+async fn record_acknowledgements(
+    topics: Arc<TopicManager>,
+    topic: Arc<Topic>,
+    mut acked: watch::Receiver<Option<u64>>,
+) {
+    loop {
+        let closed = acked.changed().await.is_err();
+        let next_offset = *acked.borrow_and_update();
+        if let Some(next_offset) = next_offset
+            && let Err(e) = topics.on_acknowledged(topic.name(), next_offset).await
+        {
+            warn!(topic = %topic.name(), error = %e, "recording the acknowledgement");
+        }
+        if closed {
+            return;
+        }
+    }
+}
