@@ -10,7 +10,7 @@
 //!   robin.
 //! - Backoff: 100 ms after the first failure, doubling up to `max_backoff`
 //!   (30 s by default), each delay plus a random jitter of up to as much
-//!   again. It measures failures to connect, not connection lifetimes: a
+//!   again (backon's exponential backoff, driven here one delay at a time).
 //!   connection that lasted [`WORKING_CONNECTION`] worked, and the backoff
 //!   starts small again after it. A connection closed right after its
 //!   handshake did not work: a broker refusing this edge's certificate
@@ -26,6 +26,8 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
+
 /// A connection that lasted this long worked: the reconnect backoff starts
 /// small again after it.
 pub const WORKING_CONNECTION: Duration = Duration::from_secs(10);
@@ -37,29 +39,31 @@ pub const STREAM_RESTART: Duration = Duration::from_secs(5);
 /// First reconnect delay (before jitter).
 pub const MIN_BACKOFF: Duration = Duration::from_millis(100);
 
-/// Exponential backoff: [`MIN_BACKOFF`], then doubling up to a cap, plus a
-/// jitter of `jitter × delay` (`jitter` in `[0, 1)`).
-#[derive(Debug, Clone)]
-struct Backoff {
-    max: Duration,
-    /// The last delay before jitter; `None` before the first.
-    current: Option<Duration>,
+/// How reconnect delays are jittered (backon's jitter: each delay plus a
+/// random part of up to as much again, drawn after the cap).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Jitter {
+    /// No jitter: delays are exactly [`MIN_BACKOFF`] doubling to the cap.
+    Off,
+    /// A random jitter from the process's generator (production).
+    Random,
+    /// A jitter from a generator seeded with this value (repeatable tests).
+    Seeded(u64),
 }
 
-impl Backoff {
-    fn new(max: Duration) -> Backoff {
-        Backoff { max, current: None }
+/// backon's exponential backoff: [`MIN_BACKOFF`], doubling up to `max`,
+/// never giving up, jittered per `jitter`.
+fn new_backoff(max: Duration, jitter: Jitter) -> ExponentialBackoff {
+    let builder = ExponentialBuilder::default()
+        .with_min_delay(MIN_BACKOFF)
+        .with_max_delay(max)
+        .without_max_times();
+    match jitter {
+        Jitter::Off => builder,
+        Jitter::Random => builder.with_jitter(),
+        Jitter::Seeded(seed) => builder.with_jitter().with_jitter_seed(seed),
     }
-
-    fn next(&mut self, jitter: f32) -> Duration {
-        let base = match self.current {
-            None => MIN_BACKOFF,
-            Some(current) if current < self.max => current.saturating_mul(2).min(self.max),
-            Some(current) => current.min(self.max),
-        };
-        self.current = Some(base);
-        base.saturating_add(base.mul_f32(jitter.clamp(0.0, 1.0)))
-    }
+    .build()
 }
 
 /// What the shell logs about an attempt that ended.
@@ -92,9 +96,9 @@ pub struct Link {
     brokers: Vec<String>,
     /// Attempts started so far (the next broker is `attempts % len`).
     attempts: usize,
-    backoff: Backoff,
-    /// Draws the jitter of each delay, in `[0, 1)`.
-    jitter: Box<dyn FnMut() -> f32 + Send>,
+    max_backoff: Duration,
+    jitter: Jitter,
+    backoff: ExponentialBackoff,
     /// The reason of the last failure warned about.
     last_failure: Option<String>,
 }
@@ -104,7 +108,8 @@ impl std::fmt::Debug for Link {
         f.debug_struct("Link")
             .field("brokers", &self.brokers)
             .field("attempts", &self.attempts)
-            .field("backoff", &self.backoff)
+            .field("max_backoff", &self.max_backoff)
+            .field("jitter", &self.jitter)
             .field("last_failure", &self.last_failure)
             .finish_non_exhaustive()
     }
@@ -112,17 +117,14 @@ impl std::fmt::Debug for Link {
 
 impl Link {
     /// A link over `brokers` (tried in order) whose backoff is capped at
-    /// `max_backoff`; `jitter` draws each delay's random part in `[0, 1)`.
-    pub fn new(
-        brokers: Vec<String>,
-        max_backoff: Duration,
-        jitter: impl FnMut() -> f32 + Send + 'static,
-    ) -> Link {
+    /// `max_backoff`, jittered per `jitter`.
+    pub fn new(brokers: Vec<String>, max_backoff: Duration, jitter: Jitter) -> Link {
         Link {
             brokers,
             attempts: 0,
-            backoff: Backoff::new(max_backoff),
-            jitter: Box::new(jitter),
+            max_backoff,
+            jitter,
+            backoff: new_backoff(max_backoff, jitter),
             last_failure: None,
         }
     }
@@ -151,7 +153,7 @@ impl Link {
         let worked =
             connected_at.is_some_and(|at| now.saturating_duration_since(at) >= WORKING_CONNECTION);
         if worked {
-            self.backoff = Backoff::new(self.backoff.max);
+            self.backoff = new_backoff(self.max_backoff, self.jitter);
             self.last_failure = None;
         }
         let report = match failure {
@@ -165,7 +167,8 @@ impl Link {
                 AttemptReport::NewFailure
             }
         };
-        let delay = self.backoff.next((self.jitter)());
+        // Built without a limit on attempts, the backoff never ends.
+        let delay = self.backoff.next().unwrap_or(self.max_backoff);
         Retry {
             report,
             delay,
@@ -206,79 +209,58 @@ mod tests {
         Duration::from_millis(n)
     }
 
-    fn link(brokers: &[&str], jitter: f32) -> Link {
+    fn link(brokers: &[&str]) -> Link {
         Link::new(
             brokers.iter().map(|b| (*b).to_owned()).collect(),
             Duration::from_secs(30),
-            move || jitter,
+            Jitter::Off,
         )
     }
 
     #[test]
     fn failures_back_off_from_100_ms_doubling_to_the_cap() {
-        let mut link = link(&["b1:7100"], 0.0);
+        let mut link = link(&["b1:7100"]);
         let mut now = Instant::now();
         let mut delays = Vec::new();
         for _ in 0..12 {
             link.next_broker();
             let retry = link.attempt_ended(now, None, Some("refused"));
             assert_eq!(retry.at, now + retry.delay);
-            delays.push(retry.delay);
+            // backon multiplies in f32: compare whole milliseconds.
+            delays.push(retry.delay.as_millis());
             now = retry.at;
         }
         assert_eq!(
             delays,
             [
-                ms(100),
-                ms(200),
-                ms(400),
-                ms(800),
-                ms(1600),
-                ms(3200),
-                ms(6400),
-                ms(12_800),
-                ms(25_600),
-                ms(30_000),
-                ms(30_000),
-                ms(30_000),
+                100, 200, 400, 800, 1600, 3200, 6400, 12_800, 25_600, 30_000, 30_000, 30_000,
             ]
         );
     }
 
     #[test]
-    fn jitter_adds_up_to_as_much_again() {
+    fn jitter_adds_up_to_as_much_again_after_the_cap_and_repeats_with_its_seed() {
         let now = Instant::now();
-        let jittered = |base: Duration, jitter: f32| base + base.mul_f32(jitter);
-        let mut link = link(&["b1:7100"], 0.5);
-        assert_eq!(
-            link.attempt_ended(now, None, Some("x")).delay,
-            jittered(ms(100), 0.5)
-        );
-        assert_eq!(
-            link.attempt_ended(now, None, Some("x")).delay,
-            jittered(ms(200), 0.5)
-        );
-        assert_eq!(jittered(ms(200), 0.5).as_millis(), 300);
-        // Capped at 250 ms: the cap applies before the jitter.
-        let mut capped = Link::new(vec!["b".into()], ms(250), || 0.999);
-        let delays: Vec<Duration> = (0..4)
-            .map(|_| capped.attempt_ended(now, None, Some("x")).delay)
-            .collect();
-        assert_eq!(
-            delays,
-            [
-                jittered(ms(100), 0.999),
-                jittered(ms(200), 0.999),
-                jittered(ms(250), 0.999),
-                jittered(ms(250), 0.999),
-            ]
-        );
-        assert!(delays[3] < ms(500));
+        let delays = |seed: u64| -> Vec<Duration> {
+            let mut capped = Link::new(vec!["b".into()], ms(250), Jitter::Seeded(seed));
+            (0..6)
+                .map(|_| capped.attempt_ended(now, None, Some("x")).delay)
+                .collect()
+        };
+        let first = delays(7);
+        for (delay, base) in first.iter().zip([100, 200, 250, 250, 250, 250]) {
+            assert!(
+                *delay >= ms(base) && *delay < ms(2 * base),
+                "{delay:?} for a base of {base} ms"
+            );
+        }
+        assert_eq!(first, delays(7), "the same seed gives the same delays");
+        assert_ne!(first, delays(8), "another seed gives other delays");
     }
 
     #[test]
     fn brokers_rotate_in_order_one_attempt_each() {
-        let mut link = link(&["b1:7100", "b2:7100", "b3:7100"], 0.0);
+        let mut link = link(&["b1:7100", "b2:7100", "b3:7100"]);
         let now = Instant::now();
         let mut dialled = Vec::new();
         for _ in 0..7 {
@@ -292,37 +274,39 @@ mod tests {
             ]
         );
         assert_eq!(
-            Link::new(Vec::new(), ms(30_000), || 0.0).next_broker(),
+            Link::new(Vec::new(), ms(30_000), Jitter::Off).next_broker(),
             None
         );
     }
 
     #[test]
     fn a_working_connection_resets_the_backoff_and_a_short_one_does_not() {
-        let mut link = link(&["b1:7100"], 0.0);
+        let mut link = link(&["b1:7100"]);
         let t0 = Instant::now();
         for expected in [100, 200, 400] {
             assert_eq!(
-                link.attempt_ended(t0, None, Some("refused")).delay,
-                ms(expected)
+                link.attempt_ended(t0, None, Some("refused"))
+                    .delay
+                    .as_millis(),
+                expected
             );
         }
         // Closed 9.999 s after its handshake: did not work, backoff grows.
         let at = t0 + Duration::from_secs(1);
         let retry = link.attempt_ended(at + ms(9_999), Some(at), Some("closed"));
-        assert_eq!(retry.delay, ms(800));
+        assert_eq!(retry.delay.as_millis(), 800);
         assert_eq!(retry.report, AttemptReport::NewFailure);
         // 10 s: it worked; the next wait is the first one again.
         let retry = link.attempt_ended(at + WORKING_CONNECTION, Some(at), Some("closed"));
-        assert_eq!(retry.delay, ms(100));
+        assert_eq!(retry.delay.as_millis(), 100);
         assert_eq!(retry.report, AttemptReport::Ended);
         let retry = link.attempt_ended(at + WORKING_CONNECTION, None, Some("refused"));
-        assert_eq!(retry.delay, ms(200));
+        assert_eq!(retry.delay.as_millis(), 200);
     }
 
     #[test]
     fn a_failure_warns_once_per_distinct_reason_until_a_connection_works() {
-        let mut link = link(&["b1:7100"], 0.0);
+        let mut link = link(&["b1:7100"]);
         let now = Instant::now();
         let reports: Vec<AttemptReport> =
             ["refused", "refused", "timed out", "timed out", "refused"]

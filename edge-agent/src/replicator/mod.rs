@@ -48,7 +48,7 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 use tributary_proto::replication::edge::{EdgeError, Window};
 
-use self::link::{AttemptReport, Link, STREAM_RESTART, StreamReports};
+use self::link::{AttemptReport, Jitter, Link, STREAM_RESTART, StreamReports};
 use self::pacing::Pacer;
 use self::stream::{AckRoutes, BrokerConnection, replicate_topic, route_ack_datagrams};
 use crate::config::CongestionController;
@@ -208,7 +208,7 @@ pub async fn run(
     let pacer = config
         .bandwidth_cap_bytes_per_s
         .map(|r| Arc::new(Pacer::new(r.max(1), tokio::time::Instant::now())));
-    let mut link = Link::new(config.brokers.clone(), config.max_backoff, fastrand::f32);
+    let mut link = Link::new(config.brokers.clone(), config.max_backoff, Jitter::Random);
     loop {
         if *shutdown.borrow() {
             break;
