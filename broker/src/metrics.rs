@@ -43,7 +43,7 @@ use prometheus_client::registry::Registry;
 use tributary_proto::keys::{DEFAULT_STORAGE_PREFIX, StorageKeys};
 
 use crate::admin::{ClusterView, tiered_state};
-use crate::topics::TopicStore;
+use crate::replication::topics::TopicStore;
 
 /// The `Content-Type` of the exposition (OpenMetrics 1.0 text).
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";

@@ -27,7 +27,7 @@ use tributary_api::consumer::{
 use tributary_api::consumer_client::{ClientError, ConsumerClient};
 use tributary_broker::admin::{AdminState, router};
 use tributary_broker::consumer::{ConsumerConfig, ConsumerService};
-use tributary_broker::topics::TopicStore;
+use tributary_broker::replication::topics::TopicStore;
 use tributary_proto::Limits;
 use tributary_proto::intent::PoisonPolicy;
 use tributary_proto::keys::{SubscriptionName, TopicName};

@@ -29,7 +29,7 @@ use tributary_api::consumer_client::{ClientError, ConsumerClient};
 use tributary_archive::{Archive, Bucket};
 use tributary_broker::admin::{AdminState, router, with_local_segments};
 use tributary_broker::consumer::{ConsumerConfig, ConsumerService};
-use tributary_broker::topics::TopicStore;
+use tributary_broker::replication::topics::TopicStore;
 use tributary_proto::Limits;
 use tributary_proto::keys::{StorageKeys, TopicName};
 use tributary_tier::broker_api::BrokerClient;

@@ -56,7 +56,7 @@ use tributary_proto::dispatch::{AckOutcome, Action, DispatchError, Dispatcher, P
 use tributary_proto::intent::{PoisonPolicy, SubscriptionFailurePolicy};
 use tributary_proto::keys::{self, SubscriptionName, TopicName};
 
-use crate::topics::{TopicError, TopicStore};
+use crate::replication::topics::{TopicError, TopicStore};
 
 use self::records::ReadError;
 
@@ -668,7 +668,7 @@ impl ConsumerService {
             .store
             .get(&keys::topics::producer(
                 topic,
-                crate::topics::EDGE_PRODUCER_ID,
+                crate::replication::topics::EDGE_PRODUCER_ID,
             ))
             .await?
             .is_some();

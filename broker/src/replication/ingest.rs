@@ -29,7 +29,7 @@ use tributary_proto::replication::ack_repeat::AckRepeats;
 use tributary_proto::replication::frame::{self, AckDatagram, ErrorCode, Frame};
 use tributary_proto::replication::ingest::{IngestAction, IngestStream};
 
-use crate::topics::{TopicError, TopicStore};
+use super::topics::{TopicError, TopicStore};
 
 /// Initial capacity of a stream's frame buffer, bytes.
 const READ_BUFFER_BYTES: usize = 256 * 1024;
