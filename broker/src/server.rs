@@ -128,6 +128,7 @@ pub async fn run(
         config.consumers.clone(),
         config.admin_listen.to_string(),
         config.node_id,
+        Arc::new(SystemClock),
     );
     if let Some(archive) = &config.archive {
         consumers.set_archive(crate::consumer::tiered::open_archive(archive)?);

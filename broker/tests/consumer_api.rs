@@ -75,8 +75,14 @@ impl Harness {
         let base = format!("http://{}", listener.local_addr().unwrap());
         let store_dyn: Arc<dyn MetadataStore> = store.clone();
         runtime.block_on(async {
-            let service =
-                ConsumerService::new(topics, store_dyn, config, BROKER_ADDR.to_owned(), 1);
+            let service = ConsumerService::new(
+                topics,
+                store_dyn,
+                config,
+                BROKER_ADDR.to_owned(),
+                1,
+                Arc::new(SystemClock),
+            );
             service.spawn_ticker();
             let app = router(state).merge(tributary_broker::consumer::http::router(
                 service,
@@ -615,7 +621,7 @@ fn start_positions_pause_resume_unsubscribe_and_ephemeral_expiry() {
         ..fast()
     });
     h.create_topic(JOBS, "event_stream");
-    let now = tributary_broker::consumer::now_ms();
+    let now = broker_core::clock::now_ms();
     let records = (0..4)
         .map(|i| PublishRecord {
             value: Some(format!("v{i}")),

@@ -102,8 +102,14 @@ impl Harness {
                 tick_ms: 50,
                 ..ConsumerConfig::default()
             };
-            let service =
-                ConsumerService::new(topics.clone(), store, config, "127.0.0.1:7400".into(), 1);
+            let service = ConsumerService::new(
+                topics.clone(),
+                store,
+                config,
+                "127.0.0.1:7400".into(),
+                1,
+                Arc::new(SystemClock),
+            );
             if let Some(archive) = archive {
                 service.set_archive(archive);
             }
