@@ -1,14 +1,14 @@
 //! Central consumers: subscriptions on the broker's topic WALs, served over
 //! HTTP ([`http`], `docs/consumer-api.md`).
 //!
-//! Each loaded subscription is a [`session::Subscription`]: an I/O-free
-//! state machine of its consumer sessions around a [`Dispatcher`]
-//! (tributary-proto). This module and its siblings are the shell that
-//! feeds it the injected [`Clock`], the WAL's high-water mark and Raft, and
-//! carries out its decisions: [`attach`] (sessions, start positions),
-//! [`delivery`] (receive, read, ack, nack and their long polls),
-//! [`dead_letter`] (copies to the dead-letter topic, made with the
-//! subscription lock released; replay), [`manage`] (seek, pause,
+//! Each loaded subscription is a `session::Subscription`: an I/O-free
+//! state machine of its consumer sessions around a
+//! [`Dispatcher`](tributary_proto::dispatch::Dispatcher). This module and
+//! its children are the shell that feeds it the injected [`Clock`], the
+//! WAL's high-water mark and Raft, and carries out its decisions: `attach`
+//! (sessions, start positions), `delivery` (receive, read, ack, nack and
+//! their long polls), `dead_letter` (copies to the dead-letter topic, made
+//! with the subscription lock released; replay), `manage` (seek, pause,
 //! unsubscribe, state, publish, peek).
 //!
 //! Semantics (seed pages `002_3b2157864a3f5448.txt` for subscriptions,
@@ -56,8 +56,6 @@ use serde_json::json;
 use tokio::sync::{Mutex, MutexGuard, Notify};
 use tracing::{error, info, warn};
 use tributary_api::consumer::SubscriptionType;
-#[cfg(doc)]
-use tributary_proto::dispatch::Dispatcher;
 use tributary_proto::dispatch::{Action, PersistPolicy};
 use tributary_proto::keys::{self, SubscriptionName, TopicName};
 
