@@ -1,10 +1,23 @@
 //! JSON shapes of the broker's admin HTTP API (`docs/admin-api.md`) that
-//! more than one crate reads: the broker writes them, `tribctl` and the
-//! tests parse them.
+//! more than one crate reads: the broker writes them (the catalog in
+//! `broker_core::catalog`, the manifest `apply` in the broker), `tribctl`
+//! and the tests parse them.
+//!
+//! - topics: [`CreateOutcome`], [`TopicDescription`] with its
+//!   [`SubscriptionSummary`] list, [`TopicListEntry`], [`DeleteOutcome`],
+//!   and [`Difference`] (the fields of a conflict);
+//! - failure policies: [`FailurePolicyView`] and its [`PolicySource`];
+//! - `apply`: [`ApplyReport`] with its [`Plan`] of [`PlanItem`]s, each a
+//!   [`PlanAction`] on an [`ItemKind`], and [`ManifestIssue`].
 
 use std::fmt;
 
 use serde::{Deserialize, Serialize};
+use tributary_proto::SyncMode;
+use tributary_proto::intent::{
+    Delivery, ExpandedStreamSettings, StreamIntent, SubscriptionFailurePolicy,
+};
+use tributary_proto::keys::{SubscriptionName, TopicName};
 
 /// Where a subscription's failure policy comes from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -88,4 +101,226 @@ impl fmt::Display for ManifestIssue {
             .collect();
         f.write_str(&parts.join(": "))
     }
+}
+
+/// What an operation did, or what one plan item would do (JSON `create`,
+/// `update`, `unchanged`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PlanAction {
+    /// Does not exist yet: created.
+    Create,
+    /// Exists with other settings: rewritten (`apply` only).
+    Update,
+    /// Exists exactly as requested: nothing written.
+    Unchanged,
+}
+
+impl PlanAction {
+    /// `create`, `update` or `unchanged`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PlanAction::Create => "create",
+            PlanAction::Update => "update",
+            PlanAction::Unchanged => "unchanged",
+        }
+    }
+}
+
+impl fmt::Display for PlanAction {
+    /// The name; honours width and alignment (`{:<9}`).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.pad(self.as_str())
+    }
+}
+
+/// One field whose existing value differs from the requested one.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Difference {
+    /// The field, e.g. `partitions`, `intent`, `max_retries`.
+    pub field: String,
+    /// The stored value, rendered (`none` when absent).
+    pub existing: String,
+    /// The requested value, rendered.
+    pub requested: String,
+}
+
+impl Difference {
+    /// A difference of `field`, both values rendered with `Display`.
+    pub fn new(
+        field: &str,
+        existing: impl fmt::Display,
+        requested: impl fmt::Display,
+    ) -> Difference {
+        Difference {
+            field: field.to_owned(),
+            existing: existing.to_string(),
+            requested: requested.to_string(),
+        }
+    }
+}
+
+impl fmt::Display for Difference {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "{}: existing {}, requested {}",
+            self.field, self.existing, self.requested
+        )
+    }
+}
+
+/// The result of the catalog's `create_topic`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CreateOutcome {
+    /// The topic.
+    pub topic: TopicName,
+    /// [`PlanAction::Create`] or [`PlanAction::Unchanged`].
+    pub action: PlanAction,
+    /// Canonical intent.
+    pub intent: StreamIntent,
+    /// Partition count.
+    pub partitions: u32,
+    /// Whether the namespace was created by this call.
+    pub namespace_created: bool,
+}
+
+/// One subscription in a [`TopicDescription`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SubscriptionSummary {
+    /// Subscription name.
+    pub name: SubscriptionName,
+    /// Its persisted failure policy, if one is stored.
+    pub failure_policy: Option<SubscriptionFailurePolicy>,
+}
+
+/// The result of the catalog's `describe`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicDescription {
+    /// The topic.
+    pub topic: TopicName,
+    /// The broker a topic is assigned to
+    /// (`/cluster/brokers/{id}/{ns}/{topic}`), `None` when unassigned.
+    pub broker_id: Option<u64>,
+    /// Partition count, 0 = non-partitioned.
+    pub partitions: u32,
+    /// The partition topics.
+    pub partition_topics: Vec<TopicName>,
+    /// Dispatch strategy.
+    pub delivery: Delivery,
+    /// WAL sync mode the topic is loaded with.
+    #[serde(with = "tributary_proto::intent::sync_mode_serde")]
+    pub wal_sync_mode: SyncMode,
+    /// Stored intent settings; `None` for implicit topics.
+    pub intent: Option<ExpandedStreamSettings>,
+    /// The seed's one-line summary, e.g. `task_queue (delivery=reliable,
+    /// wal_sync=fsync_batch, max_retries=5, backoff_ms=1000,
+    /// poison_policy=dead_letter, dlq=/default/agent-jobs-dlq)`; for
+    /// implicit topics `none (implicit topic: wal_sync=os_cache_flush,
+    /// broker fallback failure policy)`.
+    pub intent_summary: String,
+    /// Subscriptions with a key under the topic, by name.
+    pub subscriptions: Vec<SubscriptionSummary>,
+}
+
+/// One topic of the catalog's `list_topics`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TopicListEntry {
+    /// The topic.
+    pub name: TopicName,
+    /// Partition count, 0 = non-partitioned.
+    pub partitions: u32,
+}
+
+/// The result of the catalog's `delete_topic`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeleteOutcome {
+    /// The topic.
+    pub topic: TopicName,
+    /// Its partition count.
+    pub partitions: u32,
+    /// Keys removed (topic and partitions, all keys under them, registry
+    /// entries).
+    pub deleted_keys: usize,
+}
+
+/// A subscription's failure policy and where it comes from.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct FailurePolicyView {
+    /// The topic.
+    pub topic: TopicName,
+    /// The subscription.
+    pub subscription: SubscriptionName,
+    /// Whether the policy is stored. A policy that is not stored yet is the
+    /// one the first attach will persist.
+    pub persisted: bool,
+    /// Where the policy came from (for a stored one: [`PolicySource::Stored`],
+    /// unless this very call derived and stored it).
+    pub source: PolicySource,
+    /// The policy.
+    pub policy: SubscriptionFailurePolicy,
+}
+
+/// What a plan item is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ItemKind {
+    /// A namespace.
+    Namespace,
+    /// A topic (with its partitions).
+    Topic,
+}
+
+impl ItemKind {
+    /// `namespace` or `topic`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ItemKind::Namespace => "namespace",
+            ItemKind::Topic => "topic",
+        }
+    }
+}
+
+/// One line of an `apply` plan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlanItem {
+    /// Namespace or topic.
+    pub kind: ItemKind,
+    /// The namespace (`agents`) or topic (`/agents/events`).
+    pub name: String,
+    /// What applying does to it.
+    pub action: PlanAction,
+    /// The topic's canonical intent (topics only).
+    pub intent: Option<StreamIntent>,
+    /// The topic's partition count (topics only).
+    pub partitions: Option<u32>,
+    /// For [`PlanAction::Update`]: each changed field, existing → requested.
+    pub changes: Vec<Difference>,
+}
+
+/// An `apply` plan: namespaces first (declared, then implied by topics, in
+/// document order), then topics in document order.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Plan {
+    /// The items.
+    pub items: Vec<PlanItem>,
+}
+
+impl Plan {
+    /// How many items have `action`.
+    pub fn count(&self, action: PlanAction) -> usize {
+        self.items.iter().filter(|i| i.action == action).count()
+    }
+}
+
+/// The result of the broker's manifest `apply`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ApplyReport {
+    /// Whether this was a dry run (nothing written).
+    pub dry_run: bool,
+    /// Whether a transaction was committed (false for dry runs and for
+    /// plans with nothing to create or update).
+    pub committed: bool,
+    /// The plan.
+    pub plan: Plan,
 }

@@ -84,7 +84,7 @@ pub struct BrokerConfig {
     #[serde(default)]
     pub archive: Option<ArchiveConfig>,
     /// Local retention for deployments without a tier service
-    /// (`[retention]`); see [`crate::retention`].
+    /// (`[retention]`); see [`crate::storage::retention`].
     #[serde(default)]
     pub retention: LocalRetention,
 }

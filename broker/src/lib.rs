@@ -4,14 +4,10 @@
 pub mod admin;
 pub mod config;
 pub mod consumer;
+mod http;
 pub mod metrics;
 pub mod raft;
 pub mod replication;
-pub mod retention;
 pub mod server;
+pub mod storage;
 pub mod store;
-
-// `admin.rs` and `retention.rs` still name `crate::topics`; they are being
-// re-cut on another branch. Drop this alias once they name
-// `crate::replication::topics`.
-pub(crate) use replication::topics;

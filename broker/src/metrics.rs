@@ -42,8 +42,9 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tributary_proto::keys::{DEFAULT_STORAGE_PREFIX, StorageKeys};
 
-use crate::admin::{ClusterView, tiered_state};
+use crate::admin::ClusterView;
 use crate::replication::topics::TopicStore;
+use crate::storage::tiered_state;
 
 /// The `Content-Type` of the exposition (OpenMetrics 1.0 text).
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";

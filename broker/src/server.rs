@@ -9,10 +9,11 @@ use broker_core::tls::{ALPN_REPLICATION, TlsIdentity};
 use tracing::info;
 use tributary_proto::limits::Limits;
 
-use crate::admin::{AdminState, router, with_local_segments};
+use crate::admin::{AdminState, router};
 use crate::config::BrokerConfig;
 use crate::raft::node::{MetaNode, NodeConfig};
 use crate::replication::topics::TopicStore;
+use crate::storage::with_local_segments;
 use crate::store::RaftMetadataStore;
 
 /// Why the broker could not run.
@@ -135,7 +136,7 @@ pub async fn run(
     }
     let ticker = consumers.spawn_ticker();
     let retention = config.retention.interval_ms.map(|ms| {
-        crate::retention::spawn(
+        crate::storage::retention::spawn(
             topics.clone(),
             state.store.clone(),
             ms,

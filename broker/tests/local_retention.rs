@@ -13,7 +13,7 @@ use broker_core::clock::SystemClock;
 use bytes::Bytes;
 use serde_json::json;
 use tributary_broker::replication::topics::TopicStore;
-use tributary_broker::retention::{self, Rule};
+use tributary_broker::storage::retention::{self, Rule};
 use tributary_proto::keys::{self, SubscriptionName, TopicName};
 use tributary_proto::{Limits, Record};
 

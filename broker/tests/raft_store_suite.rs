@@ -1,13 +1,13 @@
-//! The metadata store suite of `broker_core::metadata::suite`, run against the
+//! The metadata store suite of `tributary_test_support::metadata_suite`, run against the
 //! Raft store on a real single-node cluster (QUIC on 127.0.0.1, redb files).
 
 use std::sync::Arc;
 
 use broker_core::clock::ManualClock;
-use broker_core::metadata::suite::{Fixture, START_MS};
 use broker_core::tls::TlsIdentity;
 use tributary_broker::raft::node::{MetaNode, NodeConfig};
 use tributary_broker::store::RaftMetadataStore;
+use tributary_test_support::metadata_suite::{Fixture, START_MS};
 
 async fn fixture() -> Fixture {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -30,4 +30,4 @@ async fn fixture() -> Fixture {
     }
 }
 
-broker_core::metadata_store_suite!(fixture);
+tributary_test_support::metadata_store_suite!(fixture);

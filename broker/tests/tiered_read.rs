@@ -27,9 +27,10 @@ use tributary_api::consumer::{
 };
 use tributary_api::consumer_client::{ClientError, ConsumerClient};
 use tributary_archive::{Archive, Bucket};
-use tributary_broker::admin::{AdminState, router, with_local_segments};
+use tributary_broker::admin::{AdminState, router};
 use tributary_broker::consumer::{ConsumerConfig, ConsumerService};
 use tributary_broker::replication::topics::TopicStore;
+use tributary_broker::storage::with_local_segments;
 use tributary_proto::Limits;
 use tributary_proto::keys::{StorageKeys, TopicName};
 use tributary_tier::broker_api::BrokerClient;

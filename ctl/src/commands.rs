@@ -12,15 +12,14 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
-use broker_core::catalog::{
-    Action, ApplyReport, CreateOutcome, DeleteOutcome, FailurePolicyView, ItemKind, PlanItem,
-    TopicDescription, TopicListEntry,
-};
 use clap::{Args, Subcommand, ValueEnum};
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
-use tributary_api::admin::PolicySource;
+use tributary_api::admin::{
+    ApplyReport, CreateOutcome, DeleteOutcome, FailurePolicyView, ItemKind, PlanAction, PlanItem,
+    PolicySource, TopicDescription, TopicListEntry,
+};
 use tributary_api::consumer::{ReceiveResponse, ReplayResponse, SeekRequest};
 use tributary_proto::keys::{NameError, NamespaceName, SubscriptionName, TopicName};
 
@@ -329,9 +328,9 @@ pub fn topics(ctx: &Context<'_>, command: &TopicsCommand) -> Result<String, Comm
             let value = client.send_json(BodyMethod::Post, "/v1/topics", &body)?;
             ctx.render(value, |o: CreateOutcome| {
                 let verb = match o.action {
-                    Action::Create => "created",
-                    Action::Update => "updated",
-                    Action::Unchanged => "unchanged",
+                    PlanAction::Create => "created",
+                    PlanAction::Update => "updated",
+                    PlanAction::Unchanged => "unchanged",
                 };
                 let namespace = if o.namespace_created {
                     format!("created namespace {}\n", o.topic.namespace())
@@ -684,13 +683,13 @@ pub fn namespaces(ctx: &Context<'_>, command: &NamespacesCommand) -> Result<Stri
             #[derive(Deserialize)]
             struct Created {
                 namespace: NamespaceName,
-                action: Action,
+                action: PlanAction,
             }
             ctx.render(value, |c: Created| {
                 let verb = match c.action {
-                    Action::Create => "created",
-                    Action::Update => "updated",
-                    Action::Unchanged => "unchanged",
+                    PlanAction::Create => "created",
+                    PlanAction::Update => "updated",
+                    PlanAction::Unchanged => "unchanged",
                 };
                 format!("{verb} namespace {}\n", c.namespace)
             })
@@ -808,9 +807,9 @@ fn plan_item_text(item: &PlanItem) -> String {
 fn plan_text(report: &ApplyReport) -> String {
     let mut text: String = report.plan.items.iter().map(plan_item_text).collect();
     let (create, update, unchanged) = (
-        report.plan.count(Action::Create),
-        report.plan.count(Action::Update),
-        report.plan.count(Action::Unchanged),
+        report.plan.count(PlanAction::Create),
+        report.plan.count(PlanAction::Update),
+        report.plan.count(PlanAction::Unchanged),
     );
     if report.dry_run {
         text.push_str(&format!(

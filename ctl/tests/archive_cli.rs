@@ -324,7 +324,8 @@ fn ls_compares_the_bucket_with_the_raft_descriptors() {
     use broker_core::metadata::redb::RedbStore;
     use std::sync::Arc;
     use tributary_archive::reader::Archive;
-    use tributary_broker::admin::{AdminState, commit_descriptor, serve};
+    use tributary_broker::admin::{AdminState, serve};
+    use tributary_broker::storage::commit_descriptor;
     use tributary_proto::archive::SegmentDescriptor;
 
     const TOKEN: &str = "archive-ls-token";

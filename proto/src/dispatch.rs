@@ -37,9 +37,10 @@ use crate::intent::{PoisonPolicy, SubscriptionFailurePolicy};
 /// Who holds a lease (the driver's consumer session id).
 pub type ConsumerId = u64;
 
-/// One delivery handed to a consumer.
+/// One message leased to a consumer: which offset, which attempt, and
+/// until when (not a topic's [`crate::intent::Delivery`] guarantee).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Delivery {
+pub struct Lease {
     /// The message's offset.
     pub offset: u64,
     /// 1 for the first delivery, 2 for the first redelivery, ...
@@ -207,7 +208,7 @@ impl Dispatcher {
         consumer: ConsumerId,
         max: usize,
         high_water_mark: u64,
-    ) -> (Vec<Delivery>, Vec<Action>) {
+    ) -> (Vec<Lease>, Vec<Action>) {
         let actions = self.on_timeout(now_ms);
         let deadline_ms = now_ms.saturating_add(self.policy.ack_timeout_ms as i64);
         let mut out = Vec::new();
@@ -226,7 +227,7 @@ impl Dispatcher {
                     consumer,
                     deadline_ms,
                 };
-                out.push(Delivery {
+                out.push(Lease {
                     offset,
                     attempt: slot.attempts,
                     deadline_ms,
@@ -246,7 +247,7 @@ impl Dispatcher {
                     },
                 },
             );
-            out.push(Delivery {
+            out.push(Lease {
                 offset,
                 attempt: 1,
                 deadline_ms,
@@ -528,7 +529,7 @@ mod tests {
         }
     }
 
-    fn offsets(deliveries: &[Delivery]) -> Vec<u64> {
+    fn offsets(deliveries: &[Lease]) -> Vec<u64> {
         deliveries.iter().map(|d| d.offset).collect()
     }
 

@@ -10,7 +10,7 @@
 //! - [`intent`], [`SyncMode`]: stream intents and their expanded settings
 //!   (`seeds/000_d502aacc865e81b1.txt`).
 //! - [`replication`]: the edge → broker wire frames and the two per-stream
-//!   state machines ([`replication::EdgeStream`], [`replication::IngestStream`]).
+//!   state machines ([`replication::edge::EdgeStream`], [`replication::ingest::IngestStream`]).
 //! - [`dispatch`]: which consumer of a subscription gets which message.
 //!
 //! Everything here takes time as an argument (`now: Instant`, `now_ms: u64`)
@@ -18,6 +18,7 @@
 //! clock or touching files, so a test can drive every rule deterministically.
 //! The byte layouts are documented in `FORMAT.md` at the repository root.
 #![forbid(unsafe_code)]
+#![warn(missing_docs)]
 
 pub mod archive;
 pub mod batch;

@@ -1,4 +1,4 @@
-//! The commit order of `DESIGN.md`, for every sealed segment of every topic
+//! The commit order of `docs/architecture.md`, for every sealed segment of every topic
 //! under the broker's data directory:
 //!
 //! 1. pick up a sealed segment (its `.index` exists: immutable);

@@ -3,8 +3,8 @@
 //!
 //! Keys are built by [`tributary_proto::keys`] only. The central implementation is
 //! the broker's openraft state machine; the edge agent and tests use the
-//! embedded [`redb::RedbStore`]. `suite` (tests and the `sim` feature) runs
-//! one behavioural suite over any implementation.
+//! embedded [`redb::RedbStore`]. One behavioural suite for any
+//! implementation lives in `tributary_test_support::metadata_suite`.
 //!
 //! # Contract of every implementation
 //! - **Values are [`serde_json::Value`]s.** JSON is the stored form (the
@@ -38,24 +38,25 @@
 //!   [`WatchError::Lagged`] and should re-list. To miss nothing, watch first,
 //!   then list.
 //! - **TTL.** `put_with_ttl` stores `expires_at_ms = now + ttl_ms` using the
-//!   store's [`Clock`]. From `expires_at_ms` on, the key is absent for get,
-//!   list, compare-and-swap and preconditions. It is physically removed,
+//!   store's [`crate::clock::Clock`]. From `expires_at_ms` on, the key is
+//!   absent for get, list, compare-and-swap and preconditions. It is physically removed,
 //!   with a [`WatchEvent::Delete`], by [`MetadataStore::purge_expired`]
 //!   (which the owner calls periodically) or by a later write to the key. A
 //!   plain put removes a key's TTL. Expired keys are purged in key order.
 
 pub mod redb;
-#[cfg(any(test, feature = "sim"))]
-pub mod suite;
+mod txn;
+mod watch;
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::Arc;
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
-use tokio::sync::broadcast;
+
+pub use txn::{CasOutcome, EncodedOp, Precondition, Txn, TxnOutcome, ValidatedTxn, WriteOp};
+pub use watch::{Watch, WatchError, WatchEvent, WatchHub};
 
 /// Longest key, bytes.
 pub const MAX_KEY_BYTES: usize = 1024;
@@ -71,244 +72,6 @@ const _: () = assert!(WATCH_CHANNEL_CAPACITY >= 2 * MAX_TXN_OPS);
 
 /// A boxed, sendable future: what the dyn-compatible trait methods return.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
-// ---------------------------------------------------------------------------
-// Operations and outcomes
-// ---------------------------------------------------------------------------
-
-/// A condition of a transaction on one key's current live value.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Precondition {
-    /// The key.
-    pub key: String,
-    /// `Some(v)`: the key must hold exactly `v`; `None`: it must be absent.
-    pub expected: Option<Value>,
-}
-
-/// One write of a transaction.
-#[derive(Debug, Clone, PartialEq)]
-pub enum WriteOp {
-    /// Store `value` at `key`; with `ttl_ms`, the key expires `ttl_ms` after
-    /// the transaction applies; without, any earlier TTL is removed.
-    Put {
-        /// The key.
-        key: String,
-        /// The value.
-        value: Value,
-        /// Time to live, ms, above 0.
-        ttl_ms: Option<u64>,
-    },
-    /// Remove `key` (no effect if absent).
-    Delete {
-        /// The key.
-        key: String,
-    },
-}
-
-impl WriteOp {
-    /// The key written.
-    pub fn key(&self) -> &str {
-        match self {
-            WriteOp::Put { key, .. } | WriteOp::Delete { key } => key,
-        }
-    }
-}
-
-/// An atomic multi-key write: preconditions, then ops.
-#[derive(Debug, Clone, PartialEq, Default)]
-pub struct Txn {
-    /// All must hold for any op to apply.
-    pub preconditions: Vec<Precondition>,
-    /// Applied in order when the preconditions hold.
-    pub ops: Vec<WriteOp>,
-}
-
-impl Txn {
-    /// An empty transaction.
-    pub fn new() -> Txn {
-        Txn::default()
-    }
-
-    /// Requires `key` to hold `value`.
-    pub fn when_equals(mut self, key: impl Into<String>, value: Value) -> Txn {
-        self.preconditions.push(Precondition {
-            key: key.into(),
-            expected: Some(value),
-        });
-        self
-    }
-
-    /// Requires `key` to be absent.
-    pub fn when_absent(mut self, key: impl Into<String>) -> Txn {
-        self.preconditions.push(Precondition {
-            key: key.into(),
-            expected: None,
-        });
-        self
-    }
-
-    /// Adds a put.
-    pub fn put(mut self, key: impl Into<String>, value: Value) -> Txn {
-        self.ops.push(WriteOp::Put {
-            key: key.into(),
-            value,
-            ttl_ms: None,
-        });
-        self
-    }
-
-    /// Adds a put with a TTL, ms.
-    pub fn put_with_ttl(mut self, key: impl Into<String>, value: Value, ttl_ms: u64) -> Txn {
-        self.ops.push(WriteOp::Put {
-            key: key.into(),
-            value,
-            ttl_ms: Some(ttl_ms),
-        });
-        self
-    }
-
-    /// Adds a delete.
-    pub fn delete(mut self, key: impl Into<String>) -> Txn {
-        self.ops.push(WriteOp::Delete { key: key.into() });
-        self
-    }
-
-    /// Checks sizes, keys, values and TTLs, and encodes every put's value as
-    /// compact JSON: what an implementation applies.
-    ///
-    /// # Errors
-    /// [`MetadataError::TooManyOps`], [`MetadataError::InvalidKey`],
-    /// [`MetadataError::ValueTooLarge`] or [`MetadataError::ZeroTtl`].
-    pub fn validate(self) -> Result<ValidatedTxn, MetadataError> {
-        let count = self.preconditions.len() + self.ops.len();
-        if count > MAX_TXN_OPS {
-            return Err(MetadataError::TooManyOps {
-                count,
-                max: MAX_TXN_OPS,
-            });
-        }
-        for precondition in &self.preconditions {
-            validate_key(&precondition.key)?;
-        }
-        let ops = self
-            .ops
-            .into_iter()
-            .map(|op| {
-                validate_key(op.key())?;
-                Ok(match op {
-                    WriteOp::Put { key, value, ttl_ms } => {
-                        if ttl_ms == Some(0) {
-                            return Err(MetadataError::ZeroTtl { key });
-                        }
-                        let json = encode_value(&key, &value)?;
-                        EncodedOp::Put {
-                            key,
-                            value,
-                            json,
-                            ttl_ms,
-                        }
-                    }
-                    WriteOp::Delete { key } => EncodedOp::Delete { key },
-                })
-            })
-            .collect::<Result<_, MetadataError>>()?;
-        Ok(ValidatedTxn {
-            preconditions: self.preconditions,
-            ops,
-        })
-    }
-}
-
-/// A [`Txn`] that passed [`Txn::validate`].
-#[derive(Debug, Clone, PartialEq)]
-pub struct ValidatedTxn {
-    /// As in the transaction.
-    pub preconditions: Vec<Precondition>,
-    /// The ops, puts with their encoded value.
-    pub ops: Vec<EncodedOp>,
-}
-
-/// A validated [`WriteOp`].
-#[derive(Debug, Clone, PartialEq)]
-pub enum EncodedOp {
-    /// A put.
-    Put {
-        /// The key.
-        key: String,
-        /// The value (for watch events).
-        value: Value,
-        /// `value` as compact JSON, at most [`MAX_VALUE_BYTES`].
-        json: Vec<u8>,
-        /// Time to live, ms, above 0.
-        ttl_ms: Option<u64>,
-    },
-    /// A delete.
-    Delete {
-        /// The key.
-        key: String,
-    },
-}
-
-/// The result of a transaction.
-#[derive(Debug, Clone, PartialEq)]
-#[must_use]
-pub enum TxnOutcome {
-    /// Every op applied.
-    Applied,
-    /// Nothing applied: the first precondition that did not hold.
-    ConditionFailed {
-        /// Its position in [`Txn::preconditions`].
-        index: usize,
-        /// Its key.
-        key: String,
-        /// The key's live value at the time.
-        current: Option<Value>,
-    },
-}
-
-impl TxnOutcome {
-    /// Whether the transaction applied.
-    pub fn applied(&self) -> bool {
-        matches!(self, TxnOutcome::Applied)
-    }
-}
-
-/// The result of a compare-and-swap.
-#[derive(Debug, Clone, PartialEq)]
-#[must_use]
-pub struct CasOutcome {
-    /// Whether the new value was stored.
-    pub applied: bool,
-    /// The key's value afterwards: the new value when applied, else the
-    /// value that did not match (`None`: absent).
-    pub current: Option<Value>,
-}
-
-/// A change under a watched prefix.
-#[derive(Debug, Clone, PartialEq)]
-pub enum WatchEvent {
-    /// `key` now holds `value`.
-    Put {
-        /// The key.
-        key: String,
-        /// Its new value.
-        value: Value,
-    },
-    /// `key` was removed (deleted or purged after expiry).
-    Delete {
-        /// The key.
-        key: String,
-    },
-}
-
-impl WatchEvent {
-    /// The key changed.
-    pub fn key(&self) -> &str {
-        match self {
-            WatchEvent::Put { key, .. } | WatchEvent::Delete { key } => key,
-        }
-    }
-}
 
 // ---------------------------------------------------------------------------
 // Errors
@@ -404,21 +167,6 @@ pub enum MetadataError {
     },
 }
 
-/// Why a watch returned no event.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum WatchError {
-    /// The watcher fell behind and `missed` events (under any prefix) were
-    /// dropped for it; re-list the prefix, then continue receiving.
-    #[error("watch lagged: {missed} events missed; re-list")]
-    Lagged {
-        /// Events dropped.
-        missed: u64,
-    },
-    /// The store was dropped.
-    #[error("metadata store closed")]
-    Closed,
-}
-
 /// Checks a key: starts with `/`, at most [`MAX_KEY_BYTES`], no control
 /// characters.
 ///
@@ -472,102 +220,6 @@ pub fn encode_value(key: &str, value: &Value) -> Result<Vec<u8>, MetadataError> 
         });
     }
     Ok(bytes)
-}
-
-// ---------------------------------------------------------------------------
-// Watches
-// ---------------------------------------------------------------------------
-
-/// A stream of changes under one prefix. See the module contract.
-#[derive(Debug)]
-pub struct Watch {
-    prefix: String,
-    receiver: broadcast::Receiver<Arc<WatchEvent>>,
-}
-
-impl Watch {
-    /// A watch filtering `receiver` by `prefix` (for implementations; see
-    /// [`WatchHub`]).
-    pub fn new(prefix: String, receiver: broadcast::Receiver<Arc<WatchEvent>>) -> Watch {
-        Watch { prefix, receiver }
-    }
-
-    /// The watched prefix.
-    pub fn prefix(&self) -> &str {
-        &self.prefix
-    }
-
-    /// The next change under the prefix, waiting for one.
-    ///
-    /// # Errors
-    /// [`WatchError::Lagged`] (then call again to continue) or
-    /// [`WatchError::Closed`].
-    pub async fn recv(&mut self) -> Result<WatchEvent, WatchError> {
-        loop {
-            match self.receiver.recv().await {
-                Ok(event) if event.key().starts_with(&self.prefix) => return Ok((*event).clone()),
-                Ok(_) => {}
-                Err(broadcast::error::RecvError::Lagged(missed)) => {
-                    return Err(WatchError::Lagged { missed });
-                }
-                Err(broadcast::error::RecvError::Closed) => return Err(WatchError::Closed),
-            }
-        }
-    }
-
-    /// The next change under the prefix if one is queued, without waiting.
-    ///
-    /// # Errors
-    /// As [`Watch::recv`].
-    pub fn try_recv(&mut self) -> Result<Option<WatchEvent>, WatchError> {
-        loop {
-            match self.receiver.try_recv() {
-                Ok(event) if event.key().starts_with(&self.prefix) => {
-                    return Ok(Some((*event).clone()));
-                }
-                Ok(_) => {}
-                Err(broadcast::error::TryRecvError::Empty) => return Ok(None),
-                Err(broadcast::error::TryRecvError::Lagged(missed)) => {
-                    return Err(WatchError::Lagged { missed });
-                }
-                Err(broadcast::error::TryRecvError::Closed) => return Err(WatchError::Closed),
-            }
-        }
-    }
-}
-
-/// The fan-out of committed changes to watches, for implementations:
-/// publish a write's events in commit order, before its future resolves.
-#[derive(Debug)]
-pub struct WatchHub {
-    sender: broadcast::Sender<Arc<WatchEvent>>,
-}
-
-impl Default for WatchHub {
-    fn default() -> Self {
-        WatchHub::new()
-    }
-}
-
-impl WatchHub {
-    /// A hub with [`WATCH_CHANNEL_CAPACITY`].
-    pub fn new() -> WatchHub {
-        let (sender, _) = broadcast::channel(WATCH_CHANNEL_CAPACITY);
-        WatchHub { sender }
-    }
-
-    /// A watch receiving every event published from now on.
-    pub fn subscribe(&self, prefix: &str) -> Watch {
-        Watch::new(prefix.to_owned(), self.sender.subscribe())
-    }
-
-    /// Queues `events` to every watch.
-    pub fn publish(&self, events: impl IntoIterator<Item = WatchEvent>) {
-        for event in events {
-            // An error only means there is no watch at the moment.
-            let _ = self.sender.send(Arc::new(event));
-        }
-    }
 }
 
 // ---------------------------------------------------------------------------

@@ -431,22 +431,9 @@ mod tests {
 
     use super::*;
     use crate::clock::{ManualClock, SystemClock};
-    use crate::metadata::suite::{Fixture, START_MS};
 
-    async fn fixture() -> Fixture {
-        let dir = tempfile::tempdir().expect("temp dir");
-        let clock = Arc::new(ManualClock::new(START_MS));
-        let store = RedbStore::open(dir.path().join("meta.redb"), clock.clone()).expect("open");
-        Fixture {
-            store: Arc::new(store),
-            clock,
-            guard: Box::new(dir),
-        }
-    }
-
-    mod suite {
-        crate::metadata_store_suite!(super::fixture);
-    }
+    /// The clock reading the tests start at, ms since the Unix epoch.
+    const START_MS: u64 = 1_700_000_000_000;
 
     fn rt() -> tokio::runtime::Runtime {
         tokio::runtime::Builder::new_multi_thread()

@@ -29,7 +29,7 @@ use std::path::Path;
 
 use tracing::{info, warn};
 
-use super::scan::{Step, Window, find_next_valid, read_batch, rest_is_zero};
+use super::scan::{ReadAhead, Step, find_next_valid, read_batch, rest_is_zero};
 use super::segment::{SegmentMeta, WalFile, index_file_name, log_file_name, parse_file_name};
 use super::storage::{AppendFile, Storage, read_file, write_file_atomic};
 use super::{WalConfig, WalError, io_err};
@@ -81,7 +81,7 @@ fn scan_segment(
 ) -> Result<(SegmentMeta, ScanEnd), WalError> {
     let file = storage.open_read(path).map_err(io_err("open", path))?;
     let len = file.size_bytes().map_err(io_err("stat", path))?;
-    let mut window = Window::new(file.as_ref(), len);
+    let mut window = ReadAhead::new(file.as_ref(), len);
     let mut meta = SegmentMeta::empty(base_offset);
     let limits = &config.limits;
     loop {

@@ -10,8 +10,8 @@ use tributary_proto::batch::{BatchHeader, DecodeError, EncodedBatch, HEADER_LEN,
 use tributary_proto::limits::Limits;
 
 /// Bytes read from the file per refill when scanning (recovery), unless the
-/// caller sets another size with [`Window::set_refill`].
-const WINDOW_BYTES: usize = 1024 * 1024;
+/// caller sets another size with [`ReadAhead::set_refill`].
+const READ_AHEAD_BYTES: usize = 1024 * 1024;
 
 /// Most buffers a [`ReadBuffers`] keeps.
 const MAX_SPARE_BUFFERS: usize = 12;
@@ -76,7 +76,7 @@ impl ReadBuffers {
 
 /// A read-ahead window over a file, so a scan costs one `pread` per MiB
 /// rather than two per batch.
-pub(crate) struct Window<'a> {
+pub(crate) struct ReadAhead<'a> {
     file: &'a dyn ReadFile,
     /// Bytes of the file that may be read (the scan never looks past it).
     end: u64,
@@ -91,27 +91,27 @@ pub(crate) struct Window<'a> {
     buffers: ReadBuffers,
 }
 
-impl<'a> Window<'a> {
-    pub(crate) fn new(file: &'a dyn ReadFile, end: u64) -> Window<'a> {
-        Window {
+impl<'a> ReadAhead<'a> {
+    pub(crate) fn new(file: &'a dyn ReadFile, end: u64) -> ReadAhead<'a> {
+        ReadAhead {
             file,
             end,
             start: 0,
-            refill: WINDOW_BYTES,
+            refill: READ_AHEAD_BYTES,
             buf: Bytes::new(),
             buffers: ReadBuffers::new(),
         }
     }
 
-    /// Like [`Window::new`], refilling from `buffers` when one is free.
+    /// Like [`ReadAhead::new`], refilling from `buffers` when one is free.
     pub(crate) fn with_buffers(
         file: &'a dyn ReadFile,
         end: u64,
         buffers: ReadBuffers,
-    ) -> Window<'a> {
-        Window {
+    ) -> ReadAhead<'a> {
+        ReadAhead {
             buffers,
-            ..Window::new(file, end)
+            ..ReadAhead::new(file, end)
         }
     }
 
@@ -139,7 +139,7 @@ impl<'a> Window<'a> {
         Ok(self.load(pos, len)?.map(|at| &self.buf[at..at + len]))
     }
 
-    /// Like [`Window::get`], as a zero-copy slice of the window's buffer.
+    /// Like [`ReadAhead::get`], as a zero-copy slice of the window's buffer.
     pub(crate) fn get_bytes(&mut self, pos: u64, len: usize) -> io::Result<Option<Bytes>> {
         Ok(self.load(pos, len)?.map(|at| self.buf.slice(at..at + len)))
     }
@@ -185,7 +185,11 @@ pub(crate) enum Step {
 }
 
 /// Reads and verifies the batch at `pos`.
-pub(crate) fn read_batch(window: &mut Window<'_>, pos: u64, limits: &Limits) -> io::Result<Step> {
+pub(crate) fn read_batch(
+    window: &mut ReadAhead<'_>,
+    pos: u64,
+    limits: &Limits,
+) -> io::Result<Step> {
     if pos == window.end() {
         return Ok(Step::End);
     }
@@ -214,7 +218,7 @@ pub(crate) fn read_batch(window: &mut Window<'_>, pos: u64, limits: &Limits) -> 
 /// is at least `min_base`: evidence that the damage at `pos` is followed by
 /// real data. Returns its position and base offset.
 pub(crate) fn find_next_valid(
-    window: &mut Window<'_>,
+    window: &mut ReadAhead<'_>,
     pos: u64,
     min_base: u64,
     limits: &Limits,
@@ -235,10 +239,10 @@ pub(crate) fn find_next_valid(
 
 /// True if every byte from `pos` to the end of the window is zero (a file
 /// extended by the file system whose data never reached the disk).
-pub(crate) fn rest_is_zero(window: &mut Window<'_>, pos: u64) -> io::Result<bool> {
+pub(crate) fn rest_is_zero(window: &mut ReadAhead<'_>, pos: u64) -> io::Result<bool> {
     let mut at = pos;
     while at < window.end() {
-        let len = ((window.end() - at) as usize).min(WINDOW_BYTES);
+        let len = ((window.end() - at) as usize).min(READ_AHEAD_BYTES);
         match window.get(at, len)? {
             Some(chunk) if chunk.iter().all(|&b| b == 0) => at += len as u64,
             _ => return Ok(false),

@@ -8,6 +8,11 @@
 //!   power returns: every durable entry with its durable content, followed by
 //!   a seeded random prefix of its unsynced appends, whose last bytes may be
 //!   garbage (a torn sector).
+//! - [`SimStorage::fail_next_write`] and [`SimStorage::fail_next_sync`] make
+//!   the next `append` or `sync_data` fail with a given error, as a full or
+//!   failing device would. A failed `sync_data` loses the file's unsynced
+//!   bytes (live falls back to durable), as Linux may drop dirty pages after
+//!   a failed `fdatasync`: nothing of them can be relied on.
 
 use std::collections::{BTreeMap, HashMap};
 use std::io;
@@ -33,6 +38,11 @@ struct Disk {
     dirs: Vec<PathBuf>,
     syncs: u64,
     writebacks: Vec<(u64, u64)>,
+    /// Returned by the next `append` of any file, which then writes nothing.
+    fail_next_append: Option<io::Error>,
+    /// Returned by the next `sync_data` of any file, which then drops the
+    /// file's unsynced bytes.
+    fail_next_sync: Option<io::Error>,
 }
 
 /// An in-memory disk with power cuts. Cheap to clone (shared state).
@@ -69,6 +79,19 @@ impl SimStorage {
     /// `sync_data` makes bytes durable.
     pub fn writeback_ranges(&self) -> Vec<(u64, u64)> {
         self.lock().writebacks.clone()
+    }
+
+    /// Makes the next `append` (of any file) fail with `error`, writing
+    /// nothing.
+    pub fn fail_next_write(&self, error: io::Error) {
+        self.lock().fail_next_append = Some(error);
+    }
+
+    /// Makes the next `sync_data` (of any file) fail with `error`; that
+    /// file's unsynced bytes are lost (its live content falls back to its
+    /// durable content) and nothing becomes durable.
+    pub fn fail_next_sync(&self, error: io::Error) {
+        self.lock().fail_next_sync = Some(error);
     }
 
     /// The disk after a power cut, as described in the module doc. `seed`
@@ -142,11 +165,15 @@ struct SimFile {
 }
 
 impl SimFile {
-    fn with<R>(&self, f: impl FnOnce(&mut FileData) -> R) -> io::Result<R> {
-        let mut disk = match self.disk.lock() {
+    fn disk(&self) -> MutexGuard<'_, Disk> {
+        match self.disk.lock() {
             Ok(guard) => guard,
             Err(poisoned) => poisoned.into_inner(),
-        };
+        }
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&mut FileData) -> R) -> io::Result<R> {
+        let mut disk = self.disk();
         let data = disk
             .inodes
             .get_mut(&self.inode)
@@ -157,10 +184,18 @@ impl SimFile {
 
 impl AppendFile for SimFile {
     fn append(&mut self, buf: &[u8]) -> io::Result<()> {
+        if let Some(error) = self.disk().fail_next_append.take() {
+            return Err(error);
+        }
         self.with(|d| d.live.extend_from_slice(buf))
     }
 
     fn sync_data(&mut self) -> io::Result<()> {
+        let injected = self.disk().fail_next_sync.take();
+        if let Some(error) = injected {
+            self.with(|d| d.live = d.durable.clone())?;
+            return Err(error);
+        }
         self.with(|d| {
             if d.live.starts_with(&d.durable) {
                 let from = d.durable.len();
@@ -169,10 +204,7 @@ impl AppendFile for SimFile {
                 d.durable = d.live.clone();
             }
         })?;
-        let mut disk = match self.disk.lock() {
-            Ok(guard) => guard,
-            Err(poisoned) => poisoned.into_inner(),
-        };
+        let mut disk = self.disk();
         disk.syncs += 1;
         Ok(())
     }
@@ -182,10 +214,7 @@ impl AppendFile for SimFile {
     }
 
     fn start_writeback(&mut self, offset: u64, len: u64) -> io::Result<()> {
-        let mut disk = match self.disk.lock() {
-            Ok(guard) => guard,
-            Err(poisoned) => poisoned.into_inner(),
-        };
+        let mut disk = self.disk();
         disk.writebacks.push((offset, len));
         Ok(())
     }

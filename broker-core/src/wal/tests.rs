@@ -11,9 +11,11 @@ use rand::{RngExt, SeedableRng, rngs::StdRng};
 
 use super::segment::{index_file_name, log_file_name};
 use super::sim::SimStorage;
+use crate::clock::{Clock, ManualClock};
 
 use super::*;
-use tributary_proto::batch::{Codec, Record};
+use tributary_proto::batch::{Codec, EncodedBatch, Record, RecordBatch};
+use tributary_proto::limits::Limits;
 
 fn record(id: &str) -> Record {
     Record {
@@ -937,4 +939,182 @@ fn fsync_batch_survives_200_power_cuts() {
         storage = after;
     }
     assert!(acked_total.len() >= 200);
+}
+
+// ---- injected clock ----------------------------------------------------
+
+/// Polls `done` until it holds (panics after 10 s of real time): for state a
+/// writer thread reaches on its own, never for a timer.
+fn wait_until(what: &str, done: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting: {what}"
+        );
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// Wakes the writer as an append would and returns once it has looked at
+/// the state again (reading the clock as it is now) and gone idle.
+fn nudge_writer(wal: &Wal) {
+    {
+        let mut state = wal.shared.state();
+        state.writer_idle = false;
+        wal.shared.writer_wake.notify_one();
+    }
+    wait_until("the writer to go idle", || wal.shared.state().writer_idle);
+}
+
+#[test]
+fn group_commit_window_is_timed_by_the_injected_clock() {
+    let storage = SimStorage::new();
+    let clock = Arc::new(ManualClock::new(0));
+    let config = WalConfig {
+        // An hour: only the manual clock can close this window in a test.
+        flush_interval: Duration::from_secs(3600),
+        clock: clock.clone(),
+        ..small_config(SyncMode::FsyncBatch)
+    };
+    let limits = config.limits;
+    let batch_at = |base: u64, id: &str| {
+        RecordBatch::new(base, vec![record(id)])
+            .encode(&limits)
+            .unwrap()
+    };
+    rt().block_on(async {
+        let wal = Wal::open_with(Arc::new(storage.clone()), "/wal", config).unwrap();
+        let opened_at = clock.now();
+        let a = wal.enqueue_at(batch_at(0, "a")).await.unwrap();
+        let b = wal.enqueue_at(batch_at(1, "b")).await.unwrap();
+        // The window opened at the injected clock's reading.
+        assert_eq!(wal.shared.state().oldest_pending_at, Some(opened_at));
+        let syncs = storage.sync_count();
+        nudge_writer(&wal);
+        assert_eq!(wal.high_water_mark(), 0, "the window is open");
+        clock.advance(3_600_000 - 1);
+        nudge_writer(&wal);
+        assert_eq!(wal.high_water_mark(), 0, "1 ms before the window closes");
+        assert_eq!(storage.sync_count(), syncs);
+        clock.advance(1);
+        nudge_writer(&wal);
+        assert_eq!(wal.high_water_mark(), 2, "the window closed: one group");
+        assert_eq!(storage.sync_count(), syncs + 1, "one fdatasync for both");
+        let durable = tokio::time::timeout(Duration::from_secs(10), async {
+            (a.durable().await, b.durable().await)
+        })
+        .await
+        .expect("acknowledged once the high-water mark passed them");
+        assert!(matches!(durable, (Ok(_), Ok(_))), "{durable:?}");
+    });
+}
+
+#[test]
+fn segment_age_is_timed_by_the_injected_clock() {
+    let clock = Arc::new(ManualClock::new(0));
+    let config = WalConfig {
+        segment_max_age: Some(Duration::from_secs(3600)),
+        clock: clock.clone(),
+        ..small_config(SyncMode::FsyncBatch)
+    };
+    rt().block_on(async {
+        let wal = Wal::open_with(Arc::new(SimStorage::new()), "/wal", config).unwrap();
+        wal.append(vec![record("a")], Codec::None).await.unwrap();
+        nudge_writer(&wal);
+        clock.advance(3_600_000 - 1);
+        nudge_writer(&wal);
+        assert!(
+            wal.sealed_segments().is_empty(),
+            "1 ms before the age limit"
+        );
+        clock.advance(1);
+        nudge_writer(&wal);
+        let sealed = wal.sealed_segments();
+        assert_eq!(sealed.len(), 1, "rolled at the age limit");
+        assert_eq!((sealed[0].base_offset, sealed[0].next_offset), (0, 1));
+        // An empty active segment never rolls by age.
+        clock.advance(2 * 3_600_000);
+        nudge_writer(&wal);
+        assert_eq!(wal.sealed_segments().len(), 1);
+    });
+}
+
+// ---- injected I/O failures (fail-stop) ---------------------------------
+
+/// Every call that needs the writer after a failed write or fdatasync
+/// returns [`WalError::PreviousIo`]; reads below the high-water mark still
+/// work (those bytes were durable).
+async fn assert_stopped(wal: &Wal, durable: &[(u64, Bytes)]) {
+    let is_previous_io = |r: Result<(), WalError>| matches!(r, Err(WalError::PreviousIo(_)));
+    let limits = wal.config().limits;
+    let next = RecordBatch::new(wal.high_water_mark(), vec![record("later")])
+        .encode(&limits)
+        .unwrap();
+    assert!(is_previous_io(
+        wal.append(vec![record("later")], Codec::None)
+            .await
+            .map(drop)
+    ));
+    assert!(is_previous_io(wal.append_at(next.clone()).await.map(drop)));
+    assert!(is_previous_io(wal.enqueue_at(next).await.map(drop)));
+    assert!(is_previous_io(wal.roll().await));
+    assert!(is_previous_io(
+        wal.wait_for_offset(wal.high_water_mark()).await.map(drop)
+    ));
+    assert_eq!(wal.high_water_mark(), durable.len() as u64);
+    assert_eq!(read_all(wal), durable);
+}
+
+/// Appends "a", injects a fault with `inject`, appends "b" (which fails
+/// with the injected error's message), checks the WAL is stopped, then
+/// reopens the same disk and finds exactly "a".
+fn fail_stop_then_reopen(mode: SyncMode, inject: impl FnOnce(&SimStorage), op: &str) {
+    let storage = SimStorage::new();
+    let config = small_config(mode);
+    rt().block_on(async {
+        let wal = Wal::open_with(Arc::new(storage.clone()), "/wal", config.clone()).unwrap();
+        wal.append(vec![record("a")], Codec::None).await.unwrap();
+        let durable = read_all(&wal);
+        inject(&storage);
+        let err = wal
+            .append(vec![record("b")], Codec::None)
+            .await
+            .expect_err("the append that hit the fault fails");
+        match &err {
+            WalError::PreviousIo(message) => {
+                assert!(message.starts_with(op), "{message}");
+                assert!(message.ends_with("injected fault"), "{message}");
+            }
+            other => panic!("expected PreviousIo, got {other:?}"),
+        }
+        assert_stopped(&wal, &durable).await;
+        assert!(matches!(wal.close().await, Err(WalError::PreviousIo(_))));
+
+        let wal = Wal::open_with(Arc::new(storage.clone()), "/wal", config).unwrap();
+        assert_eq!(wal.next_offset(), 1, "only the durable batch is recovered");
+        assert_eq!(read_all(&wal), durable);
+        let ack = wal.append(vec![record("c")], Codec::None).await.unwrap();
+        assert_eq!(ack.base_offset, 1);
+        let values: Vec<Bytes> = read_all(&wal).into_iter().map(|(_, v)| v).collect();
+        assert_eq!(values, vec![Bytes::from("value-a"), Bytes::from("value-c")]);
+    });
+}
+
+#[test]
+fn a_failed_fdatasync_stops_the_wal_until_reopened() {
+    fail_stop_then_reopen(
+        SyncMode::FsyncBatch,
+        |disk| disk.fail_next_sync(std::io::Error::other("injected fault")),
+        "fdatasync /wal/",
+    );
+}
+
+#[test]
+fn a_failed_write_stops_the_wal_until_reopened() {
+    fail_stop_then_reopen(
+        SyncMode::OsCacheFlush,
+        |disk| disk.fail_next_write(std::io::Error::other("injected fault")),
+        "write /wal/",
+    );
 }

@@ -90,6 +90,7 @@ pub(crate) fn spawn(
         flush_max_batch_bytes: shared.config.flush_max_batch_bytes,
     };
     let dir = shared.dir.clone();
+    let active_first_write_at = (active_bytes > 0).then(|| shared.config.clock.now());
     let writer = Writer {
         shared,
         policy,
@@ -97,7 +98,7 @@ pub(crate) fn spawn(
         active_base,
         active_bytes,
         written_back: active_bytes,
-        active_first_write_at: (active_bytes > 0).then(Instant::now),
+        active_first_write_at,
         rolls_done: 0,
         spare_bytes: Vec::new(),
         spare_batches: Vec::new(),
@@ -152,7 +153,7 @@ impl Writer {
         let shared = self.shared.clone();
         let mut state = shared.state();
         loop {
-            let now = Instant::now();
+            let now = self.shared.config.clock.now();
             let rolls_wanted = state.roll_requests > self.rolls_done;
             let decision = self
                 .policy
@@ -250,7 +251,7 @@ impl Writer {
             if config.sync_mode == SyncMode::FsyncBatch {
                 self.file.sync_data().map_err(io_err("fdatasync", &path))?;
             }
-            let now = Instant::now();
+            let now = self.shared.config.clock.now();
             {
                 let mut segments = self.shared.segments_mut();
                 let meta = segments

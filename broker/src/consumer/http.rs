@@ -36,7 +36,6 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use bytes::Bytes as RecordBytes;
 use serde::Deserialize;
-use serde::de::DeserializeOwned;
 use serde_json::json;
 use tributary_api::consumer::{
     AckRequest, AckUpToRequest, AttachRequest, MAX_MESSAGES_PER_CALL, MAX_OFFSETS_PER_CALL,
@@ -47,7 +46,7 @@ use tributary_proto::Record;
 use tributary_proto::keys::{NamespaceName, TopicName};
 
 use super::{ConsumerError, ConsumerService, records};
-use crate::admin::{ApiError, ApiResult, reject_unauthorized};
+use crate::http::{ApiError, ApiResult, parse_json, reject_unauthorized};
 
 #[derive(Clone)]
 struct Api {
@@ -117,29 +116,6 @@ impl From<ConsumerError> for ApiError {
 
 fn ok(body: impl serde::Serialize) -> ApiResult {
     Ok((StatusCode::OK, axum::Json(body)).into_response())
-}
-
-fn parse_json<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
-    let mut deserializer = serde_json::Deserializer::from_slice(body);
-    serde_path_to_error::deserialize(&mut deserializer).map_err(|err| {
-        let path = err.path().to_string();
-        let inner = err.into_inner();
-        if inner.is_syntax() || inner.is_eof() {
-            ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "invalid_input",
-                format!("request body: not valid JSON: {inner}"),
-            )
-        } else if path == "." {
-            ApiError::new(
-                StatusCode::BAD_REQUEST,
-                "invalid_input",
-                format!("request body: {inner}"),
-            )
-        } else {
-            ApiError::invalid(&path, format!("{path}: {inner}"))
-        }
-    })
 }
 
 fn topic_from_path(namespace: &str, topic: &str) -> Result<TopicName, ApiError> {

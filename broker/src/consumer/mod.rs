@@ -232,10 +232,6 @@ pub struct ConsumerService {
     clock: Arc<dyn Clock>,
 }
 
-// `retention.rs` still reads `crate::consumer::now_ms`; it is being re-cut
-// on another branch. Drop this once it names `broker_core::clock::now_ms`.
-pub(crate) use broker_core::clock::now_ms;
-
 fn invalid(field: &str, message: impl Into<String>) -> ConsumerError {
     ConsumerError::Invalid {
         field: field.into(),

@@ -20,7 +20,7 @@
 use std::collections::BTreeMap;
 
 use tributary_api::consumer::{ConsumerState, SubscriptionType};
-use tributary_proto::dispatch::{AckOutcome, Action, Delivery, DispatchError, Dispatcher};
+use tributary_proto::dispatch::{AckOutcome, Action, DispatchError, Dispatcher, Lease};
 use tributary_proto::intent::{PoisonPolicy, SubscriptionFailurePolicy};
 
 use super::SubscriptionMeta;
@@ -290,7 +290,7 @@ impl Subscription {
         consumer: u64,
         max: usize,
         high_water_mark: u64,
-    ) -> (Vec<Delivery>, Vec<Action>) {
+    ) -> (Vec<Lease>, Vec<Action>) {
         if !self.is_active(consumer) || self.meta.paused {
             return (Vec::new(), Vec::new());
         }
@@ -460,8 +460,8 @@ mod tests {
         Subscription::new(dispatcher, meta, durable, TIMINGS, 0)
     }
 
-    fn delivery(offset: u64, attempt: u32, deadline_ms: i64) -> Delivery {
-        Delivery {
+    fn lease(offset: u64, attempt: u32, deadline_ms: i64) -> Lease {
+        Lease {
             offset,
             attempt,
             deadline_ms,
@@ -475,10 +475,7 @@ mod tests {
             sub.attach(0, SubscriptionType::Shared, None, || 7),
             Ok((7, true))
         );
-        assert_eq!(
-            sub.lease(0, 7, 10, 1),
-            (vec![delivery(0, 1, 1_000)], vec![])
-        );
+        assert_eq!(sub.lease(0, 7, 10, 1), (vec![lease(0, 1, 1_000)], vec![]));
         // The deadline passes at 1000: a failed delivery, redelivery after
         // the base delay (500 ms), not before.
         let tick = sub.tick(1_000).expect("not removed");
@@ -487,7 +484,7 @@ mod tests {
         assert_eq!(sub.lease(1_499, 7, 10, 1), (vec![], vec![]));
         assert_eq!(
             sub.lease(1_500, 7, 10, 1),
-            (vec![delivery(0, 2, 2_500)], vec![])
+            (vec![lease(0, 2, 2_500)], vec![])
         );
         // The second timeout exceeds max_redelivery_count 1: dead letter.
         let tick = sub.tick(2_500).expect("not removed");
@@ -552,7 +549,7 @@ mod tests {
         );
         assert_eq!(sub.lease(5, 2, 10, 3), (vec![], vec![]), "standby");
         let leased = sub.lease(5, 1, 2, 3).0;
-        assert_eq!(leased, vec![delivery(0, 1, 1_005), delivery(1, 1, 1_005)]);
+        assert_eq!(leased, vec![lease(0, 1, 1_005), lease(1, 1, 1_005)]);
         assert_eq!(sub.touch(20_000, 2), Ok(()));
         // Consumer 1 is silent for over 30 s: its two leases come back
         // at once (no backoff) and consumer 2 takes over.
@@ -564,9 +561,9 @@ mod tests {
         assert_eq!(
             sub.lease(30_001, 2, 10, 3).0,
             vec![
-                delivery(0, 2, 31_001),
-                delivery(1, 2, 31_001),
-                delivery(2, 1, 31_001)
+                lease(0, 2, 31_001),
+                lease(1, 2, 31_001),
+                lease(2, 1, 31_001)
             ]
         );
         let consumers = sub.consumers();
@@ -615,7 +612,7 @@ mod tests {
         sub.set_paused(true);
         assert_eq!(sub.lease(0, 1, 10, 5), (vec![], vec![]));
         sub.set_paused(false);
-        assert_eq!(sub.lease(0, 1, 1, 5).0, vec![delivery(0, 1, 1_000)]);
+        assert_eq!(sub.lease(0, 1, 1, 5).0, vec![lease(0, 1, 1_000)]);
         assert!(!sub.set_policy(policy(3)));
         assert!(sub.set_policy(policy(0)));
         assert_eq!(sub.dispatcher().policy(), &policy(0));

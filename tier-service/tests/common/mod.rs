@@ -18,11 +18,12 @@ use broker_core::metadata::{BoxFuture, MetadataStore};
 use broker_core::clock::ManualClock;
 use broker_core::wal::{Wal, WalConfig};
 use bytes::Bytes;
-use tributary_broker::admin::{
-    AdminState, ClusterView, LocalSegments, SealReport, TrimReport, list_descriptors, router,
+use tributary_broker::admin::{AdminState, ClusterView, router};
+use tributary_broker::raft::node::ClusterStatus;
+use tributary_broker::storage::{
+    LocalSegments, SealReport, TrimReport, list_descriptors, seal_wal, trim_wal,
     with_local_segments,
 };
-use tributary_broker::raft::node::ClusterStatus;
 use tributary_proto::archive::SegmentDescriptor;
 use tributary_proto::batch::{Codec, Record};
 use tributary_proto::keys::{StorageKeys, TopicName};
@@ -175,16 +176,8 @@ impl LocalSegments for TestWals {
                 }
             }
             self.trims.fetch_add(1, Ordering::Relaxed);
-            let report =
-                tokio::task::spawn_blocking(move || wal.apply_retention(safe_offset, now_ms))
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .map_err(|e| e.to_string())?;
-            Ok(TrimReport {
-                wal_open: true,
-                deleted: report.deleted,
-                log_start: Some(report.log_start),
-            })
+            // The broker's own trim of an open WAL.
+            trim_wal(wal, safe_offset, now_ms).await
         })
     }
 
@@ -193,10 +186,7 @@ impl LocalSegments for TestWals {
             let Some(wal) = self.wals.lock().unwrap().get(topic).cloned() else {
                 return Ok(SealReport::default());
             };
-            wal.roll().await.map_err(|e| e.to_string())?;
-            Ok(SealReport {
-                next_offset: Some(wal.next_offset()),
-            })
+            seal_wal(&wal).await
         })
     }
 }

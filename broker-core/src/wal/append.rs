@@ -1,0 +1,252 @@
+//! The append path: encoding or re-addressing a batch into the pending
+//! group under the state lock (offsets assigned there), backpressure on
+//! `max_pending_bytes`, and waiting until a range is durable per the sync
+//! mode ([`PendingAppend`]).
+
+use tokio::sync::watch;
+use tributary_proto::batch::{Codec, EncodedBatch, Record, RecordBatch};
+use tributary_proto::limits::{LimitError, LimitName};
+
+use super::{PendingBatch, Progress, SyncMode, Wal, WalError};
+
+/// Offsets assigned to an appended batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AppendAck {
+    /// Offset of the first record.
+    pub base_offset: u64,
+    /// Offset just past the last record.
+    pub next_offset: u64,
+}
+
+/// Outcome of [`Wal::append_at`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AppendAtOutcome {
+    /// Stored; durable per the sync mode.
+    Appended(AppendAck),
+    /// The whole range was already stored (and is durable); nothing written.
+    Duplicate(AppendAck),
+}
+
+/// Batches of at least this many bytes wait for the writer as the caller's
+/// own bytes (shared, not copied; `append` re-addresses them in place when
+/// it holds the only reference) and reach the file through `writev`; a
+/// shared batch keeps its whole allocation alive until written (at the
+/// broker, the receive buffer it was cut from). Smaller ones are copied
+/// into the group's buffer by the appending task: that costs less than one
+/// more iovec and one more cross-thread free in the writer thread.
+const SHARE_BATCHES_FROM_BYTES: usize = 16 * 1024;
+
+impl Wal {
+    /// Encodes `records` (offsets assigned by the WAL) and appends them.
+    ///
+    /// # Errors
+    /// Encoding/limit errors (nothing is written), [`WalError::Closed`],
+    /// [`WalError::PreviousIo`].
+    pub async fn append(&self, records: Vec<Record>, codec: Codec) -> Result<AppendAck, WalError> {
+        let batch = RecordBatch {
+            base_offset: 0,
+            codec,
+            records,
+        };
+        let encoded = batch.encode(&self.shared.config.limits)?;
+        self.append_encoded(encoded).await
+    }
+
+    /// Appends an encoded batch at the next offsets (its base offset field and
+    /// CRC are rewritten) and returns once it is durable per the sync mode.
+    ///
+    /// # Errors
+    /// [`WalError::Limit`] if the batch exceeds this WAL's limits,
+    /// [`WalError::Closed`], [`WalError::PreviousIo`].
+    pub async fn append_encoded(&self, batch: EncodedBatch) -> Result<AppendAck, WalError> {
+        let ack = self.enqueue(batch, None).await?;
+        match ack {
+            AppendAtOutcome::Appended(ack) | AppendAtOutcome::Duplicate(ack) => {
+                self.wait_durable(ack.next_offset).await?;
+                Ok(ack)
+            }
+        }
+    }
+
+    /// Appends a batch that already carries its offsets (the replication
+    /// path): stored only if its base offset equals the next expected offset.
+    /// A batch whose whole range is already stored is reported as
+    /// [`AppendAtOutcome::Duplicate`] without writing (after that range is
+    /// durable).
+    ///
+    /// # Errors
+    /// [`WalError::Gap`] if it starts past the next offset,
+    /// [`WalError::Overlap`] if it straddles it, limit and state errors as
+    /// [`Wal::append_encoded`].
+    pub async fn append_at(&self, batch: EncodedBatch) -> Result<AppendAtOutcome, WalError> {
+        self.enqueue_at(batch).await?.durable().await
+    }
+
+    /// The first half of [`Wal::append_at`]: checks and enqueues the batch
+    /// (waiting only for memory under `max_pending_bytes`) and returns a
+    /// handle that resolves once it is durable. Calls take effect in call
+    /// order, so a caller can enqueue batch after batch and await their
+    /// durability concurrently (pipelining) — the replication ingest does.
+    ///
+    /// # Errors
+    /// As [`Wal::append_at`], for the enqueue step.
+    pub async fn enqueue_at(&self, batch: EncodedBatch) -> Result<PendingAppend, WalError> {
+        let base = batch.base_offset();
+        let outcome = self.enqueue(batch, Some(base)).await?;
+        Ok(PendingAppend {
+            outcome,
+            progress: self.shared.progress.subscribe(),
+            sync_mode: self.shared.config.sync_mode,
+        })
+    }
+
+    async fn enqueue(
+        &self,
+        batch: EncodedBatch,
+        expected_base: Option<u64>,
+    ) -> Result<AppendAtOutcome, WalError> {
+        let shared = &self.shared;
+        let len = batch.len();
+        let limits = &shared.config.limits;
+        if len > limits.max_batch_bytes as usize {
+            return Err(WalError::Limit(LimitError {
+                limit: LimitName::MaxBatchBytes,
+                actual: len as u64,
+                max: u64::from(limits.max_batch_bytes),
+            }));
+        }
+        loop {
+            let space_freed = shared.space.notified();
+            {
+                let mut state = shared.state();
+                if let Some(failure) = &state.failure {
+                    return Err(WalError::PreviousIo(failure.clone()));
+                }
+                if state.closing {
+                    return Err(WalError::Closed);
+                }
+                let next = state.next_offset;
+                if let Some(base) = expected_base {
+                    let ack = AppendAck {
+                        base_offset: base,
+                        next_offset: batch.next_offset(),
+                    };
+                    if batch.next_offset() <= next {
+                        return Ok(AppendAtOutcome::Duplicate(ack));
+                    }
+                    if base > next {
+                        return Err(WalError::Gap {
+                            expected: next,
+                            got: base,
+                        });
+                    }
+                    if base < next {
+                        return Err(WalError::Overlap {
+                            expected: next,
+                            base,
+                            next: batch.next_offset(),
+                        });
+                    }
+                }
+                let fits = state.pending_bytes + len <= shared.config.max_pending_bytes;
+                if fits || state.batches.is_empty() {
+                    let mut header = *batch.header();
+                    header.base_offset = next;
+                    let shared_bytes = if len >= SHARE_BATCHES_FROM_BYTES {
+                        // Re-addressing rewrites the batch in place when the
+                        // caller holds no other reference to it.
+                        let batch = if next == batch.base_offset() {
+                            batch
+                        } else {
+                            batch.with_base_offset(next)
+                        };
+                        Some(batch.into_bytes())
+                    } else {
+                        let at = state.pending.len();
+                        state.pending.extend_from_slice(batch.as_bytes());
+                        if next != batch.base_offset() {
+                            tributary_proto::batch::set_base_offset(&mut state.pending[at..], next);
+                        }
+                        None
+                    };
+                    state.pending_bytes += len;
+                    state.batches.push(PendingBatch {
+                        header,
+                        shared: shared_bytes,
+                    });
+                    state.next_offset = header.next_offset();
+                    if state.oldest_pending_at.is_none() {
+                        state.oldest_pending_at = Some(shared.config.clock.now());
+                    }
+                    if state.writer_idle {
+                        shared.writer_wake.notify_one();
+                    }
+                    return Ok(AppendAtOutcome::Appended(AppendAck {
+                        base_offset: next,
+                        next_offset: header.next_offset(),
+                    }));
+                }
+            }
+            space_freed.await;
+        }
+    }
+
+    async fn wait_durable(&self, next_offset: u64) -> Result<(), WalError> {
+        wait_durable(
+            self.shared.config.sync_mode,
+            self.shared.progress.subscribe(),
+            next_offset,
+        )
+        .await
+    }
+}
+
+/// An enqueued [`Wal::enqueue_at`] batch on its way to durability.
+#[derive(Debug)]
+#[must_use = "the batch is not acknowledged until `durable` resolves"]
+pub struct PendingAppend {
+    outcome: AppendAtOutcome,
+    progress: watch::Receiver<Progress>,
+    sync_mode: SyncMode,
+}
+
+impl PendingAppend {
+    /// What the enqueue decided (appended or duplicate, with offsets).
+    pub fn outcome(&self) -> AppendAtOutcome {
+        self.outcome
+    }
+
+    /// Resolves once the batch's range is durable per the sync mode.
+    ///
+    /// # Errors
+    /// [`WalError::PreviousIo`] or [`WalError::Closed`] if the WAL stops
+    /// first.
+    pub async fn durable(self) -> Result<AppendAtOutcome, WalError> {
+        let next = match self.outcome {
+            AppendAtOutcome::Appended(a) | AppendAtOutcome::Duplicate(a) => a.next_offset,
+        };
+        wait_durable(self.sync_mode, self.progress, next).await?;
+        Ok(self.outcome)
+    }
+}
+
+async fn wait_durable(
+    sync_mode: SyncMode,
+    mut rx: watch::Receiver<Progress>,
+    next_offset: u64,
+) -> Result<(), WalError> {
+    if sync_mode == SyncMode::Async {
+        return Ok(());
+    }
+    let progress = rx
+        .wait_for(|p| p.high_water_mark >= next_offset || p.failure.is_some() || p.closed)
+        .await
+        .map_err(|_| WalError::Closed)?;
+    if progress.high_water_mark >= next_offset {
+        return Ok(());
+    }
+    match &progress.failure {
+        Some(failure) => Err(WalError::PreviousIo(failure.clone())),
+        None => Err(WalError::Closed),
+    }
+}

@@ -1,0 +1,78 @@
+//! Local retention: [`Wal::apply_retention`] deletes the oldest sealed
+//! segments below a safe offset while a size or age limit asks for it.
+
+use tracing::info;
+
+use super::segment::{self, log_file_name};
+use super::{Wal, WalError, io_err};
+
+/// What [`Wal::apply_retention`] deleted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RetentionReport {
+    /// `(base_offset, next_offset, bytes)` of each deleted segment.
+    pub deleted: Vec<(u64, u64, u64)>,
+    /// First offset still stored afterwards.
+    pub log_start: u64,
+}
+
+impl Wal {
+    /// Deletes the oldest sealed segments that are entirely below
+    /// `safe_offset` (acknowledged centrally or tiered: the caller decides)
+    /// while a retention limit asks for it: total size over
+    /// `retention_max_bytes`, or newest record older than
+    /// `retention_max_age` at `now_ms` (ms since the Unix epoch). Never
+    /// deletes the active segment. Deletion happens only here.
+    ///
+    /// # Errors
+    /// I/O errors; segments deleted before the error stay deleted.
+    pub fn apply_retention(
+        &self,
+        safe_offset: u64,
+        now_ms: i64,
+    ) -> Result<RetentionReport, WalError> {
+        let config = &self.shared.config;
+        let mut report = RetentionReport::default();
+        let mut segments = self.shared.segments_mut();
+        let mut total: u64 = segments.values().map(|s| s.bytes).sum();
+        let candidates: Vec<u64> = segments
+            .values()
+            .filter(|s| s.sealed)
+            .map(|s| s.base_offset)
+            .collect();
+        for base in candidates {
+            let Some(meta) = segments.get(&base) else {
+                break;
+            };
+            if meta.next_offset > safe_offset {
+                break;
+            }
+            let over_size = config.retention_max_bytes.is_some_and(|max| total > max);
+            let over_age = config.retention_max_age.is_some_and(|age| {
+                let newest = meta.max_timestamp_ms.unwrap_or(i64::MIN);
+                now_ms.saturating_sub(newest) > age.as_millis() as i64
+            });
+            if !over_size && !over_age {
+                break;
+            }
+            let (next, bytes) = (meta.next_offset, meta.bytes);
+            segments.remove(&base);
+            let dir = &self.shared.dir;
+            for name in [log_file_name(base), segment::index_file_name(base)] {
+                let path = dir.join(name);
+                self.shared
+                    .storage
+                    .remove(&path)
+                    .map_err(io_err("remove", &path))?;
+            }
+            self.shared
+                .storage
+                .sync_dir(dir)
+                .map_err(io_err("fsync dir", dir))?;
+            total -= bytes;
+            info!(dir = %dir.display(), base, next, bytes, over_size, over_age, "retention deleted a sealed segment");
+            report.deleted.push((base, next, bytes));
+        }
+        report.log_start = segments.values().next().map_or(0, |s| s.base_offset);
+        Ok(report)
+    }
+}

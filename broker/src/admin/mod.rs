@@ -1,0 +1,224 @@
+//! The broker's admin HTTP API (axum): namespaces, intent-backed topics,
+//! subscription failure policies, declarative `apply` and cluster status.
+//! Documented for operators, with curl examples, in `docs/admin-api.md`.
+//!
+//! Every route under `/v1` requires `Authorization: Bearer <token>`; the
+//! token is compared in constant time (for a given presented length), and a
+//! missing or wrong token is `401` with a JSON body and a
+//! `WWW-Authenticate: Bearer` header. An empty configured token refuses
+//! every request. `GET /health` needs no token.
+//!
+//! | method and path | what |
+//! |---|---|
+//! | `GET /health` | liveness, unauthenticated |
+//! | `GET /v1/namespaces` | list namespaces |
+//! | `POST /v1/namespaces` | create a namespace, body `{"name": "agents"}` |
+//! | `GET /v1/topics[?namespace=ns]` | list topics |
+//! | `POST /v1/topics` | create, body `{"name", "intent", "partitions"}` |
+//! | `GET /v1/topics/{ns}/{topic}` | describe |
+//! | `DELETE /v1/topics/{ns}/{topic}` | delete with partitions and all keys under them |
+//! | `GET /v1/topics/{ns}/{topic}/subscriptions/{sub}/failure-policy` | the stored or inherited policy |
+//! | `PUT …/failure-policy` | replace the policy (full body) |
+//! | `PATCH …/failure-policy` | change some fields, keep the rest |
+//! | `POST /v1/apply[?dry_run=true][&file=name]` | apply a YAML manifest (request body) |
+//! | `GET /v1/cluster/status` | leader, members, term, last applied index |
+//! | `GET /v1/storage/topics[?prefix=/tributary]` | topics with tiered segments: count, `cur`, tiered offset |
+//! | `GET /v1/storage/topics/{ns}/{topic}/segments[?prefix=]` | a topic's segment descriptors, `cur`, tiered offset |
+//! | `POST /v1/storage/descriptors[?prefix=]` | commit `{"topic", "descriptor"}`: descriptor + `segments/cur` in one Raft txn |
+//! | `POST /v1/storage/topics/{ns}/{topic}/trim[?prefix=]` | apply local WAL retention with the committed tiered offset as the safe offset |
+//! | `POST /v1/storage/topics/{ns}/{topic}/unload[?prefix=]` | seal the active segment; once everything is tiered, write the topic's `state` marker (`202` until then) |
+//! | `DELETE /v1/storage/topics/{ns}/{topic}/segments/{start}[?prefix=]` | cold retention: remove the oldest descriptor (never `cur`) |
+//!
+//! The storage endpoints serve the tier service (`tier-service/`), which
+//! runs beside the broker and commits what it uploaded through them; they
+//! live in [`crate::storage`] (see [`crate::storage::commit_descriptor`] for
+//! the rules a commit must pass). `trim` needs the broker's WALs:
+//! [`crate::storage::with_local_segments`] wires them in (without it, `501
+//! not_supported`).
+//!
+//! Files: this one (state, router, the catalog's errors as responses),
+//! `topics.rs` (namespaces and topics), `policy.rs` (failure policies and
+//! their partial updates), `manifest.rs` (parsing and validating
+//! manifests), `apply.rs` (plan and apply), `cluster.rs` (cluster status).
+//! Request parsing and the token check are shared with the consumer API in
+//! [`crate::http`].
+//!
+//! Errors are JSON: `{"error": "<message>", "kind": "<kind>", "field":
+//! "<field>"?, …}` with `400 invalid_input` / `400 invalid_manifest` (bad
+//! input naming the field, or every manifest issue in `errors`), `401
+//! unauthorized`, `404 not_found`, `409 conflict` / `409 manifest_conflict`
+//! (with `differences` or `errors`), `500 internal`, `501 not_supported`.
+//!
+//! The catalog semantics (what create and the failure policies do) live in
+//! [`broker_core::catalog`]; `apply` and partial policy updates are here.
+
+mod apply;
+mod cluster;
+mod manifest;
+mod policy;
+mod topics;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::StatusCode;
+use axum::middleware::{self, Next};
+use axum::response::Response;
+use axum::routing::{get, post};
+use broker_core::catalog::CatalogError;
+use broker_core::metadata::MetadataStore;
+use serde_json::{Value, json};
+use tributary_api::admin::PlanAction;
+use tributary_proto::intent::StreamIntent;
+use tributary_proto::keys::{NamespaceName, TopicName};
+
+use crate::http::{ApiError, reject_unauthorized};
+
+pub use self::apply::{ApplyError, DEFAULT_MANIFEST_NAME, apply, plan};
+pub use self::cluster::ClusterView;
+pub use self::manifest::{Manifest, ManifestErrors, parse_manifest};
+pub use self::policy::{FailurePolicyPatch, patch_failure_policy};
+
+/// Default listen address of the admin API.
+pub const DEFAULT_ADMIN_ADDR: &str = "127.0.0.1:7400";
+
+/// Environment variable conventionally holding the admin bearer token (read
+/// by `tribctl`; the broker's configuration decides where its token comes
+/// from).
+pub const TOKEN_ENV: &str = "TRIB_ADMIN_TOKEN";
+
+/// What the handlers share.
+#[derive(Clone)]
+pub struct AdminState {
+    /// The metadata store (the Raft node in the broker, redb in tests).
+    pub store: Arc<dyn MetadataStore>,
+    /// Cluster status source.
+    pub cluster: Arc<dyn ClusterView>,
+    /// The bearer token every `/v1` request must present. Empty refuses
+    /// every request.
+    pub token: Arc<str>,
+}
+
+impl std::fmt::Debug for AdminState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Never print the token.
+        f.debug_struct("AdminState").finish_non_exhaustive()
+    }
+}
+
+/// The admin API's routes (see the module doc), with the storage endpoints
+/// of [`crate::storage`].
+pub fn router(state: AdminState) -> Router {
+    let v1 = Router::new()
+        .route(
+            "/namespaces",
+            get(topics::list_namespaces).post(topics::create_namespace),
+        )
+        .route(
+            "/topics",
+            get(topics::list_topics).post(topics::create_topic),
+        )
+        .route(
+            "/topics/{namespace}/{topic}",
+            get(topics::describe_topic).delete(topics::delete_topic),
+        )
+        .route(
+            "/topics/{namespace}/{topic}/subscriptions/{subscription}/failure-policy",
+            get(policy::get_failure_policy)
+                .put(policy::put_failure_policy)
+                .patch(policy::patch_failure_policy_handler),
+        )
+        .route("/apply", post(apply::apply_manifest))
+        .route("/cluster/status", get(cluster::cluster_status))
+        .merge(crate::storage::routes())
+        .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
+    Router::new()
+        .route("/health", get(health))
+        .nest("/v1", v1)
+        .fallback(not_found)
+        .with_state(state)
+}
+
+/// the requests in flight.
+///
+/// # Errors
+/// I/O errors of the listener.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    state: AdminState,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    axum::serve(listener, router(state))
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+/// The catalog's errors as responses: `400 invalid_input` naming the field
+/// (with `valid_intents` for an unknown intent), `404 not_found`, `409
+/// conflict` (with `differences`), `500 internal`.
+impl From<CatalogError> for ApiError {
+    fn from(err: CatalogError) -> ApiError {
+        let message = err.to_string();
+        let field = err.field().map(str::to_owned);
+        let error = match &err {
+            CatalogError::InvalidIntent(_) => {
+                let names: Vec<&str> = StreamIntent::ALL
+                    .iter()
+                    .flat_map(|i| std::iter::once(i.as_str()).chain(i.aliases().iter().copied()))
+                    .collect();
+                ApiError::new(StatusCode::BAD_REQUEST, "invalid_input", message)
+                    .with("valid_intents", json!(names))
+            }
+            CatalogError::TopicNotFound { .. } | CatalogError::NamespaceNotFound { .. } => {
+                ApiError::new(StatusCode::NOT_FOUND, "not_found", message)
+            }
+            CatalogError::TopicConflict { differences, .. } => {
+                ApiError::new(StatusCode::CONFLICT, "conflict", message)
+                    .with("differences", json!(differences))
+            }
+            CatalogError::IsPartition { .. } | CatalogError::ConcurrentChange { .. } => {
+                ApiError::new(StatusCode::CONFLICT, "conflict", message)
+            }
+            CatalogError::Inconsistent { .. } | CatalogError::Metadata(_) => {
+                tracing::error!(error = %err, "admin API: metadata failure");
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
+            }
+            _ => ApiError::new(StatusCode::BAD_REQUEST, "invalid_input", message),
+        };
+        match field {
+            Some(field) => error.with("field", json!(field)),
+            None => error,
+        }
+    }
+}
+
+/// The topic of a `/{namespace}/{topic}` path.
+pub(crate) fn topic_from_path(namespace: &str, topic: &str) -> Result<TopicName, ApiError> {
+    let namespace = NamespaceName::new(namespace).map_err(|e| ApiError::name("namespace", e))?;
+    TopicName::from_parts(&namespace, topic).map_err(|e| ApiError::name("topic", e))
+}
+
+async fn require_token(State(state): State<AdminState>, request: Request, next: Next) -> Response {
+    match reject_unauthorized(&request, &state.token) {
+        None => next.run(request).await,
+        Some(response) => response,
+    }
+}
+
+async fn health() -> axum::Json<Value> {
+    axum::Json(json!({"status": "ok"}))
+}
+
+async fn not_found() -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "not_found", "no such endpoint")
+}
+
+/// `201` for a create, `200` otherwise.
+fn status_of(action: PlanAction) -> StatusCode {
+    match action {
+        PlanAction::Create => StatusCode::CREATED,
+        PlanAction::Update | PlanAction::Unchanged => StatusCode::OK,
+    }
+}

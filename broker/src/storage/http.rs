@@ -1,0 +1,291 @@
+//! The `/v1/storage` endpoints the tier service calls (listed in
+//! [`crate::admin`]): topics and segment descriptors, descriptor commits,
+//! `trim`, `unload` and cold retention. Merged into the admin router by
+//! [`routes`], under the same bearer token.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Extension, Path, Query, State};
+use axum::http::StatusCode;
+use axum::routing::{delete, get, post};
+use broker_core::clock::now_ms;
+use serde::Deserialize;
+use serde_json::json;
+use tributary_proto::archive::SegmentDescriptor;
+use tributary_proto::keys::{StorageKey, StorageKeys, TopicName};
+
+use super::{
+    CommitOutcome, LocalSegments, StorageError, TrimReport, UnloadOutcome, commit_descriptor,
+    list_descriptors, retire_descriptor, retired_below, tiered_state, unload_step,
+};
+use crate::admin::{AdminState, topic_from_path};
+use crate::http::{ApiError, ApiResult, ok, parse_json, query};
+
+/// The storage routes, relative to `/v1`.
+pub(crate) fn routes() -> Router<AdminState> {
+    Router::new()
+        .route("/storage/topics", get(list_storage_topics))
+        .route(
+            "/storage/topics/{namespace}/{topic}/segments",
+            get(list_segments),
+        )
+        .route("/storage/descriptors", post(post_descriptor))
+        .route("/storage/topics/{namespace}/{topic}/trim", post(trim_topic))
+        .route(
+            "/storage/topics/{namespace}/{topic}/unload",
+            post(unload_topic),
+        )
+        .route(
+            "/storage/topics/{namespace}/{topic}/segments/{start}",
+            delete(retire_segment),
+        )
+}
+
+/// Storage errors as responses: `400 invalid_input` (field `descriptor`),
+/// `404 not_found`, `409 conflict` (with `committed`) / `not_contiguous` /
+/// `contended` / the refusal's kind, `500 internal`.
+impl From<StorageError> for ApiError {
+    fn from(err: StorageError) -> ApiError {
+        let message = err.to_string();
+        match err {
+            StorageError::Invalid(_) => {
+                ApiError::new(StatusCode::BAD_REQUEST, "invalid_input", message)
+                    .with("field", json!("descriptor"))
+            }
+            StorageError::Conflict { committed, .. } => {
+                ApiError::new(StatusCode::CONFLICT, "conflict", message)
+                    .with("committed", json!(committed))
+            }
+            StorageError::NotContiguous { .. } => {
+                ApiError::new(StatusCode::CONFLICT, "not_contiguous", message)
+            }
+            StorageError::Contended => ApiError::new(StatusCode::CONFLICT, "contended", message),
+            StorageError::NotFound { .. } => {
+                ApiError::new(StatusCode::NOT_FOUND, "not_found", message)
+            }
+            StorageError::Refused { kind, .. } => {
+                ApiError::new(StatusCode::CONFLICT, kind, message)
+            }
+            StorageError::Inconsistent(_) | StorageError::Metadata(_) => {
+                tracing::error!(error = %err, "admin API: storage metadata failure");
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
+            }
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PrefixQuery {
+    prefix: Option<String>,
+}
+
+fn storage_keys(
+    params: Result<Query<PrefixQuery>, QueryRejection>,
+) -> Result<StorageKeys, ApiError> {
+    match query(params)?.prefix {
+        None => Ok(StorageKeys::default()),
+        Some(prefix) => StorageKeys::new(&prefix).map_err(|e| ApiError::name("prefix", e)),
+    }
+}
+
+async fn list_storage_topics(
+    State(state): State<AdminState>,
+    params: Result<Query<PrefixQuery>, QueryRejection>,
+) -> ApiResult {
+    let keys = storage_keys(params)?;
+    let root = format!("{}/storage/topics/", keys.prefix());
+    let mut counts: std::collections::BTreeMap<TopicName, u64> = std::collections::BTreeMap::new();
+    for (key, _) in state.store.list(&root).await.map_err(StorageError::from)? {
+        if let Ok(StorageKey::SegmentDescriptor { topic, .. }) = keys.parse(&key) {
+            *counts.entry(topic).or_default() += 1;
+        }
+    }
+    let mut topics = Vec::new();
+    for (topic, segments) in counts {
+        let tiered = tiered_state(&*state.store, &keys, &topic).await?;
+        topics.push(json!({
+            "topic": topic,
+            "segments": segments,
+            "cur": tiered.cur,
+            "tiered_offset": tiered.tiered_offset,
+        }));
+    }
+    ok(StatusCode::OK, json!({ "topics": topics }))
+}
+
+async fn list_segments(
+    State(state): State<AdminState>,
+    Path((namespace, topic)): Path<(String, String)>,
+    params: Result<Query<PrefixQuery>, QueryRejection>,
+) -> ApiResult {
+    let topic = topic_from_path(&namespace, &topic)?;
+    let keys = storage_keys(params)?;
+    let segments = list_descriptors(&*state.store, &keys, &topic).await?;
+    let tiered = tiered_state(&*state.store, &keys, &topic).await?;
+    let mut body = json!({
+        "topic": topic,
+        "segments": segments,
+        "cur": tiered.cur,
+        "tiered_offset": tiered.tiered_offset,
+    });
+    if let Some(below) = retired_below(&*state.store, &keys, &topic).await? {
+        body["retired_below"] = json!(below);
+    }
+    ok(StatusCode::OK, body)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CommitRequest {
+    topic: String,
+    descriptor: SegmentDescriptor,
+}
+
+async fn post_descriptor(
+    State(state): State<AdminState>,
+    params: Result<Query<PrefixQuery>, QueryRejection>,
+    body: Bytes,
+) -> ApiResult {
+    let keys = storage_keys(params)?;
+    let request: CommitRequest = parse_json(&body)?;
+    let topic = TopicName::new(&request.topic).map_err(|e| ApiError::name("topic", e))?;
+    let (outcome, tiered) =
+        commit_descriptor(&*state.store, &keys, &topic, &request.descriptor).await?;
+    let status = match outcome {
+        CommitOutcome::Committed => StatusCode::CREATED,
+        CommitOutcome::Unchanged => StatusCode::OK,
+    };
+    ok(
+        status,
+        json!({
+            "outcome": outcome,
+            "key": keys.segment_descriptor(&topic, request.descriptor.start_offset),
+            "cur": tiered.cur,
+            "tiered_offset": tiered.tiered_offset,
+        }),
+    )
+}
+
+/// The broker's local WALs, or 501 `not_supported` when this admin API runs
+/// without them (a metadata-only broker).
+fn local_segments(
+    segments: Option<Extension<Arc<dyn LocalSegments>>>,
+) -> Result<Arc<dyn LocalSegments>, ApiError> {
+    segments.map(|Extension(segments)| segments).ok_or_else(|| {
+        ApiError::new(
+            StatusCode::NOT_IMPLEMENTED,
+            "not_supported",
+            "this broker does not expose its local WALs to the admin API",
+        )
+    })
+}
+
+async fn trim_topic(
+    State(state): State<AdminState>,
+    segments: Option<Extension<Arc<dyn LocalSegments>>>,
+    Path((namespace, topic)): Path<(String, String)>,
+    params: Result<Query<PrefixQuery>, QueryRejection>,
+) -> ApiResult {
+    let topic = topic_from_path(&namespace, &topic)?;
+    let keys = storage_keys(params)?;
+    let segments = local_segments(segments)?;
+    // The safe offset comes from Raft, never from the caller: a segment is
+    // deleted only once its descriptor is committed.
+    let tiered = tiered_state(&*state.store, &keys, &topic).await?;
+    let report = match tiered.tiered_offset {
+        Some(safe) => segments
+            .trim(&topic, safe, now_ms())
+            .await
+            .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e))?,
+        None => TrimReport::default(),
+    };
+    ok(
+        StatusCode::OK,
+        json!({
+            "topic": topic,
+            "tiered_offset": tiered.tiered_offset,
+            "wal_open": report.wal_open,
+            "deleted": report.deleted,
+            "log_start": report.log_start,
+        }),
+    )
+}
+
+async fn unload_topic(
+    State(state): State<AdminState>,
+    segments: Option<Extension<Arc<dyn LocalSegments>>>,
+    Path((namespace, topic)): Path<(String, String)>,
+    params: Result<Query<PrefixQuery>, QueryRejection>,
+) -> ApiResult {
+    let topic = topic_from_path(&namespace, &topic)?;
+    let keys = storage_keys(params)?;
+    let segments = local_segments(segments)?;
+    let sealed = segments
+        .seal(&topic)
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e))?;
+    let broker_id = state.cluster.status().node_id;
+    match unload_step(
+        &*state.store,
+        &keys,
+        &topic,
+        sealed.next_offset,
+        broker_id,
+        now_ms(),
+    )
+    .await?
+    {
+        UnloadOutcome::Unloaded(marker) => ok(
+            StatusCode::OK,
+            json!({
+                "topic": topic,
+                "outcome": "unloaded",
+                "key": keys.topic_state(&topic),
+                "state": marker,
+            }),
+        ),
+        UnloadOutcome::Waiting {
+            sealed_offset,
+            tiered_offset,
+        } => ok(
+            StatusCode::ACCEPTED,
+            json!({
+                "topic": topic,
+                "outcome": "sealed",
+                "sealed_offset": sealed_offset,
+                "tiered_offset": tiered_offset,
+            }),
+        ),
+    }
+}
+
+async fn retire_segment(
+    State(state): State<AdminState>,
+    Path((namespace, topic, start)): Path<(String, String, String)>,
+    params: Result<Query<PrefixQuery>, QueryRejection>,
+) -> ApiResult {
+    let topic = topic_from_path(&namespace, &topic)?;
+    let keys = storage_keys(params)?;
+    let start: u64 = start.parse().map_err(|_| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_input",
+            format!("start offset {start:?} is not a number"),
+        )
+        .with("field", json!("start"))
+    })?;
+    let first = retire_descriptor(&*state.store, &keys, &topic, start).await?;
+    ok(
+        StatusCode::OK,
+        json!({
+            "topic": topic,
+            "outcome": "deleted",
+            "key": keys.segment_descriptor(&topic, start),
+            "first_offset": first,
+        }),
+    )
+}

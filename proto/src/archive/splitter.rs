@@ -1,0 +1,97 @@
+//! Reading records: [`BatchSplitter`] cuts a ranged read of the batches
+//! region into checked record batches.
+
+use bytes::{Bytes, BytesMut};
+
+use super::ArchiveError;
+use crate::batch::{BatchHeader, EncodedBatch, HEADER_LEN};
+use crate::limits::Limits;
+
+/// Splits a stream of batch bytes, starting at a batch boundary, into
+/// CRC-verified [`EncodedBatch`]es with contiguous offsets. Buffers at most
+/// one batch (bounded by the limits).
+#[derive(Debug)]
+pub struct BatchSplitter {
+    limits: Limits,
+    position: u64,
+    next_offset: u64,
+    buf: BytesMut,
+}
+
+impl BatchSplitter {
+    /// Batches starting at byte `position` with first offset `base_offset`
+    /// (a [`super::Block`]'s fields).
+    pub fn new(position: u64, base_offset: u64, limits: Limits) -> BatchSplitter {
+        BatchSplitter {
+            limits,
+            position,
+            next_offset: base_offset,
+            buf: BytesMut::new(),
+        }
+    }
+
+    /// Offset the next batch must start at.
+    pub fn next_offset(&self) -> u64 {
+        self.next_offset
+    }
+
+    /// Feeds bytes; returns the batches completed by them.
+    ///
+    /// # Errors
+    /// [`ArchiveError::Batch`] or [`ArchiveError::Discontinuity`] with the
+    /// byte position and offset.
+    pub fn push(&mut self, chunk: &[u8]) -> Result<Vec<EncodedBatch>, ArchiveError> {
+        self.buf.extend_from_slice(chunk);
+        let mut out = Vec::new();
+        while self.buf.len() >= HEADER_LEN {
+            let header =
+                BatchHeader::parse(&self.buf[..HEADER_LEN], &self.limits).map_err(|source| {
+                    ArchiveError::Batch {
+                        position: self.position,
+                        offset: self.next_offset,
+                        source,
+                    }
+                })?;
+            let len = header.batch_length as usize;
+            if self.buf.len() < len {
+                self.buf.reserve(len - self.buf.len());
+                break;
+            }
+            let bytes: Bytes = self.buf.split_to(len).freeze();
+            let batch = EncodedBatch::from_bytes(bytes, &self.limits).map_err(|source| {
+                ArchiveError::Batch {
+                    position: self.position,
+                    offset: self.next_offset,
+                    source,
+                }
+            })?;
+            if batch.base_offset() != self.next_offset {
+                return Err(ArchiveError::Discontinuity {
+                    position: self.position,
+                    expected: self.next_offset,
+                    found: batch.base_offset(),
+                });
+            }
+            self.position += len as u64;
+            self.next_offset = batch.next_offset();
+            out.push(batch);
+        }
+        Ok(out)
+    }
+
+    /// Ends the stream.
+    ///
+    /// # Errors
+    /// [`ArchiveError::BatchesTruncated`] if bytes of an incomplete batch
+    /// remain.
+    pub fn finish(self) -> Result<(), ArchiveError> {
+        if self.buf.is_empty() {
+            Ok(())
+        } else {
+            Err(ArchiveError::BatchesTruncated {
+                position: self.position,
+                offset: self.next_offset,
+            })
+        }
+    }
+}
