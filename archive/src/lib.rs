@@ -6,7 +6,7 @@
 //! - [`bucket`]: a local directory or an S3-compatible bucket
 //!   (`object_store`), with request counters;
 //! - [`reader`]: listing, reading and verifying a bucket's segment objects;
-//! - [`error`]: [`BucketError`].
+//! - [`error`]: why a request failed ([`BucketError`]).
 //!
 //! The object layout itself is pure and lives in
 //! [`tributary_proto::archive`]; it is documented in

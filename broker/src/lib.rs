@@ -1,5 +1,11 @@
 //! The Tributary broker as a library (the `broker` binary is a thin shell
 //! over it, and the tests drive it directly).
+//!
+//! HTTP: [`admin`] (namespaces, topics, failure policies, manifests and
+//! `apply`, cluster status), [`storage`] (the endpoints the tier service
+//! calls, and local retention), [`consumer`] (the consumer API); request
+//! parsing, the bearer-token check and the JSON error response are shared
+//! in `http/`.
 
 pub mod admin;
 pub mod config;

@@ -1,5 +1,5 @@
 //! The tier service's client of the broker admin API's storage endpoints
-//! (`broker/src/admin.rs`): descriptors are committed through the broker,
+//! (`broker/src/storage/`): descriptors are committed through the broker,
 //! which writes them into Raft; the tier service never touches Raft itself.
 
 use std::time::Duration;

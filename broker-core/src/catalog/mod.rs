@@ -37,9 +37,9 @@
 //! # Decisions where the seeds are silent
 //!
 //! - **Namespaces are created implicitly.** Creating a topic (explicitly,
-//!   implicitly or through the broker's `apply`) whose namespace does not exist creates
-//!   the namespace with the default [`NamespacePolicy`] in the same
-//!   transaction; outcomes and plans say so. Creating an existing namespace
+//!   implicitly or through the broker's `apply`) whose namespace does not
+//!   exist creates the namespace with the default [`NamespacePolicy`] in the
+//!   same transaction; outcomes and plans say so. Creating an existing namespace
 //!   is `unchanged` and never touches its policy.
 //! - **`create` is create-only.** An existing topic with identical stored
 //!   settings is `unchanged`; any difference (partitions, intent, a stored
@@ -47,7 +47,7 @@
 //!   no intent) is [`CatalogError::TopicConflict`] naming every differing
 //!   field. Only the broker's `apply` updates.
 //! - **`apply`** (the broker's manifests) updates what `create` refuses; its
-//!   rules are documented in `tributary_broker::admin::apply`.
+//!   rules are documented in the broker's `admin/apply.rs`.
 //! - **Dead-letter topics are not created up front.** `<topic>-dlq` is only
 //!   checked to be a valid name; it comes into existence like any topic on
 //!   its first publish (implicit creation).

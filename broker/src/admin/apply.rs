@@ -5,17 +5,17 @@
 //! [`Catalog::compare`] and [`Catalog::add_namespace`]; and `POST
 //! /v1/apply`.
 //!
-//! - **What `apply` may update.** Changing the intent of an existing topic
-//!   (including giving an implicit topic an intent) rewrites `/intent` and
-//!   `/delivery` of the topic and its partitions; the topic's WAL uses the
-//!   new sync mode the next time it is loaded, and subscriptions keep their
-//!   persisted failure policies (the seed never overwrites those). Growing
-//!   the partition count of a partitioned topic creates the new partitions.
-//!   Shrinking it, or turning a non-partitioned topic into a partitioned one
-//!   or back, would strand stored records and is refused
-//!   ([`CatalogError::ManifestConflict`], field `partitions`), as is a new
-//!   partition whose name an existing topic already has. `apply` never
-//!   deletes topics or namespaces that the manifest does not mention.
+//! **What `apply` may update.** Changing the intent of an existing topic
+//! (including giving an implicit topic an intent) rewrites `/intent` and
+//! `/delivery` of the topic and its partitions; the topic's WAL uses the
+//! new sync mode the next time it is loaded, and subscriptions keep their
+//! persisted failure policies (the seed never overwrites those). Growing
+//! the partition count of a partitioned topic creates the new partitions.
+//! Shrinking it, or turning a non-partitioned topic into a partitioned one
+//! or back, would strand stored records and is refused
+//! ([`ApplyError::ManifestConflict`], field `partitions`), as is a new
+//! partition whose name an existing topic already has. `apply` never
+//! deletes topics or namespaces that the manifest does not mention.
 
 use axum::body::Bytes;
 use axum::extract::rejection::QueryRejection;

@@ -41,7 +41,7 @@
 //! their partial updates), `manifest.rs` (parsing and validating
 //! manifests), `apply.rs` (plan and apply), `cluster.rs` (cluster status).
 //! Request parsing and the token check are shared with the consumer API in
-//! [`crate::http`].
+//! `crate::http`.
 //!
 //! Errors are JSON: `{"error": "<message>", "kind": "<kind>", "field":
 //! "<field>"?, …}` with `400 invalid_input` / `400 invalid_manifest` (bad
