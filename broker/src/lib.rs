@@ -6,6 +6,9 @@
 //! calls, and local retention), [`consumer`] (the consumer API); request
 //! parsing, the bearer-token check and the JSON error response are shared
 //! in `http/`.
+//!
+//! Edges: [`replication`] (the QUIC ingest endpoint and the central topic
+//! WALs it appends to).
 
 pub mod admin;
 pub mod config;
