@@ -6,16 +6,17 @@
 //! calls, and local retention), [`consumer`] (the consumer API); request
 //! parsing, the bearer-token check and the JSON error response are shared
 //! in `http/`.
+//!
+//! Edges: [`replication`] (the QUIC ingest endpoint and the central topic
+//! WALs it appends to).
 
 pub mod admin;
 pub mod config;
 pub mod consumer;
 mod http;
-pub mod ingest;
 pub mod metrics;
-pub mod quic;
 pub mod raft;
+pub mod replication;
 pub mod server;
 pub mod storage;
 pub mod store;
-pub mod topics;

@@ -43,8 +43,8 @@ use prometheus_client::registry::Registry;
 use tributary_proto::keys::{DEFAULT_STORAGE_PREFIX, StorageKeys};
 
 use crate::admin::ClusterView;
+use crate::replication::topics::TopicStore;
 use crate::storage::tiered_state;
-use crate::topics::TopicStore;
 
 /// The `Content-Type` of the exposition (OpenMetrics 1.0 text).
 pub const CONTENT_TYPE: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";

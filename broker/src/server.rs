@@ -12,9 +12,9 @@ use tributary_proto::limits::Limits;
 use crate::admin::{AdminState, router};
 use crate::config::BrokerConfig;
 use crate::raft::node::{MetaNode, NodeConfig};
+use crate::replication::topics::TopicStore;
 use crate::storage::with_local_segments;
 use crate::store::RaftMetadataStore;
-use crate::topics::TopicStore;
 
 /// Why the broker could not run.
 #[derive(Debug, thiserror::Error)]
@@ -31,7 +31,7 @@ pub enum ServerError {
     Node(#[from] crate::raft::node::NodeError),
     /// The ingest endpoint could not be set up.
     #[error("ingest: {0}")]
-    Ingest(#[from] crate::quic::QuicEndpointError),
+    Ingest(#[from] crate::replication::quic::QuicEndpointError),
     /// A listener could not be bound or failed.
     #[error("{what} listener on {addr}: {source}")]
     Listen {
@@ -97,9 +97,12 @@ pub async fn run(
         ),
     );
     let ingest_server = tls.quic_server(ALPN_REPLICATION)?;
-    let ingest =
-        crate::quic::server_endpoint(ingest_server, config.ingest_listen, &config.data_dir)?;
-    tokio::spawn(crate::ingest::serve(
+    let ingest = crate::replication::quic::server_endpoint(
+        ingest_server,
+        config.ingest_listen,
+        &config.data_dir,
+    )?;
+    tokio::spawn(crate::replication::ingest::serve(
         ingest.clone(),
         topics.clone(),
         Limits::default(),
@@ -126,6 +129,7 @@ pub async fn run(
         config.consumers.clone(),
         config.admin_listen.to_string(),
         config.node_id,
+        Arc::new(SystemClock),
     );
     if let Some(archive) = &config.archive {
         consumers.set_archive(crate::consumer::tiered::open_archive(archive)?);

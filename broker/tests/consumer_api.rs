@@ -18,7 +18,7 @@ use broker_core::catalog::{Catalog, TopicSpec};
 use broker_core::metadata::MetadataStore;
 use broker_core::metadata::redb::RedbStore;
 
-use broker_core::clock::SystemClock;
+use broker_core::clock::{Clock, ManualClock, SystemClock};
 use serde_json::{Value, json};
 use tributary_api::admin::PolicySource;
 use tributary_api::consumer::{
@@ -27,7 +27,7 @@ use tributary_api::consumer::{
 use tributary_api::consumer_client::{ClientError, ConsumerClient};
 use tributary_broker::admin::{AdminState, router};
 use tributary_broker::consumer::{ConsumerConfig, ConsumerService};
-use tributary_broker::topics::TopicStore;
+use tributary_broker::replication::topics::TopicStore;
 use tributary_proto::Limits;
 use tributary_proto::intent::PoisonPolicy;
 use tributary_proto::keys::{SubscriptionName, TopicName};
@@ -51,6 +51,11 @@ struct Reply {
 
 impl Harness {
     fn start(config: ConsumerConfig) -> Harness {
+        Harness::start_with_clock(config, Arc::new(SystemClock))
+    }
+
+    /// As [`Harness::start`], the consumer service timed by `clock`.
+    fn start_with_clock(config: ConsumerConfig, clock: Arc<dyn Clock>) -> Harness {
         let dir = tempfile::tempdir().unwrap();
         let store =
             Arc::new(RedbStore::open(dir.path().join("meta.redb"), Arc::new(SystemClock)).unwrap());
@@ -76,7 +81,7 @@ impl Harness {
         let store_dyn: Arc<dyn MetadataStore> = store.clone();
         runtime.block_on(async {
             let service =
-                ConsumerService::new(topics, store_dyn, config, BROKER_ADDR.to_owned(), 1);
+                ConsumerService::new(topics, store_dyn, config, BROKER_ADDR.to_owned(), 1, clock);
             service.spawn_ticker();
             let app = router(state).merge(tributary_broker::consumer::http::router(
                 service,
@@ -615,7 +620,7 @@ fn start_positions_pause_resume_unsubscribe_and_ephemeral_expiry() {
         ..fast()
     });
     h.create_topic(JOBS, "event_stream");
-    let now = tributary_broker::consumer::now_ms();
+    let now = broker_core::clock::now_ms();
     let records = (0..4)
         .map(|i| PublishRecord {
             value: Some(format!("v{i}")),
@@ -1035,4 +1040,66 @@ fn bad_inputs_get_clear_4xx_errors() {
         None,
     );
     assert_eq!(r.status, 401);
+}
+
+#[test]
+fn leases_redelivery_and_ephemeral_expiry_follow_the_injected_clock() {
+    // The consumer service reads this clock only: nothing times out while
+    // it stands still, however slow the machine, and everything does when
+    // it moves.
+    let clock = Arc::new(ManualClock::new(1_000_000));
+    let h = Harness::start_with_clock(fast(), clock.clone());
+    h.create_topic(JOBS, "task_queue");
+    h.publish(JOBS, &["a"]);
+    let attached = h
+        .client
+        .attach(
+            JOBS,
+            "tail",
+            &AttachRequest {
+                start: StartPosition::Earliest,
+                durable: false,
+                ..AttachRequest::default()
+            },
+        )
+        .unwrap();
+    let policy = attached.failure_policy.clone();
+    let c = attached.consumer_id;
+    let first = h.client.receive(JOBS, "tail", c, 10, 0).unwrap();
+    assert_eq!(first.messages.len(), 1);
+    let ack_timeout = i64::try_from(policy.ack_timeout_ms).unwrap();
+    assert_eq!(
+        (
+            first.messages[0].attempt,
+            first.messages[0].lease_deadline_ms
+        ),
+        (1, Some(1_000_000 + ack_timeout))
+    );
+    // Several ticks of real time: the lease and the session stand.
+    std::thread::sleep(Duration::from_millis(300));
+    let state = h.client.state(JOBS, "tail").unwrap();
+    assert_eq!((state.in_flight, state.consumers.len()), (1, 1));
+    assert_eq!(state.consumers[0].last_seen_ms, 1_000_000);
+    // The lease times out: redelivered after the first backoff, not before.
+    clock.advance(policy.ack_timeout_ms);
+    let early = h.client.receive(JOBS, "tail", c, 10, 0).unwrap();
+    assert!(early.messages.is_empty(), "{early:?}");
+    clock.advance(policy.redelivery_delay_ms(1));
+    let again = h.client.receive(JOBS, "tail", c, 10, 0).unwrap();
+    assert_eq!(
+        (again.messages[0].offset, again.messages[0].attempt),
+        (0, 2)
+    );
+    // The session's silence passes the timeout: the ephemeral subscription
+    // ends on the next tick.
+    clock.advance(fast().session_timeout_ms + 1);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while h.client.state(JOBS, "tail").is_ok() {
+        assert!(
+            Instant::now() < deadline,
+            "ephemeral subscription not removed"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert_eq!(api_status(h.client.receive(JOBS, "tail", c, 1, 0)).0, 404);
 }

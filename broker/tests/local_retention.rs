@@ -12,8 +12,8 @@ use broker_core::metadata::redb::RedbStore;
 use broker_core::clock::SystemClock;
 use bytes::Bytes;
 use serde_json::json;
+use tributary_broker::replication::topics::TopicStore;
 use tributary_broker::storage::retention::{self, Rule};
-use tributary_broker::topics::TopicStore;
 use tributary_proto::keys::{self, SubscriptionName, TopicName};
 use tributary_proto::{Limits, Record};
 

@@ -29,8 +29,8 @@ use tributary_api::consumer_client::{ClientError, ConsumerClient};
 use tributary_archive::{Archive, Bucket};
 use tributary_broker::admin::{AdminState, router};
 use tributary_broker::consumer::{ConsumerConfig, ConsumerService};
+use tributary_broker::replication::topics::TopicStore;
 use tributary_broker::storage::with_local_segments;
-use tributary_broker::topics::TopicStore;
 use tributary_proto::Limits;
 use tributary_proto::keys::{StorageKeys, TopicName};
 use tributary_tier::broker_api::BrokerClient;
@@ -103,8 +103,14 @@ impl Harness {
                 tick_ms: 50,
                 ..ConsumerConfig::default()
             };
-            let service =
-                ConsumerService::new(topics.clone(), store, config, "127.0.0.1:7400".into(), 1);
+            let service = ConsumerService::new(
+                topics.clone(),
+                store,
+                config,
+                "127.0.0.1:7400".into(),
+                1,
+                Arc::new(SystemClock),
+            );
             if let Some(archive) = archive {
                 service.set_archive(archive);
             }

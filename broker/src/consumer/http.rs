@@ -45,7 +45,7 @@ use tributary_api::consumer::{
 use tributary_proto::Record;
 use tributary_proto::keys::{NamespaceName, TopicName};
 
-use super::{ConsumerError, ConsumerService, now_ms, records};
+use super::{ConsumerError, ConsumerService, records};
 use crate::http::{ApiError, ApiResult, parse_json, reject_unauthorized};
 
 #[derive(Clone)]
@@ -318,7 +318,7 @@ async fn publish(
             ),
         ));
     }
-    let now = now_ms();
+    let now = api.service.now_ms();
     let mut out = Vec::with_capacity(r.records.len());
     for (i, rec) in r.records.into_iter().enumerate() {
         let field = |name: &str| format!("records[{i}].{name}");

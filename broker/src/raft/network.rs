@@ -368,7 +368,7 @@ async fn dispatch(raft: &Raft, request: PeerRequest) -> PeerResponse {
 
 /// Binds a QUIC endpoint for Raft on `addr`: serves peers with this broker's
 /// certificate and connects to peers with it. Its stateless reset key is
-/// kept in `state_dir` (see [`crate::quic`]), so peers of a restarted node
+/// kept in `state_dir` (see [`crate::replication::quic`]), so peers of a restarted node
 /// drop their stale connections at once.
 ///
 /// # Errors
@@ -382,7 +382,7 @@ pub fn endpoint(
     let server = tls.quic_server(ALPN_RAFT).map_err(|e| err(&e))?;
     let client = tls.quic_client(ALPN_RAFT).map_err(|e| err(&e))?;
     let mut endpoint =
-        crate::quic::server_endpoint(server, addr, state_dir).map_err(|e| err(&e))?;
+        crate::replication::quic::server_endpoint(server, addr, state_dir).map_err(|e| err(&e))?;
     endpoint.set_default_client_config(client);
     Ok(endpoint)
 }

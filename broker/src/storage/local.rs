@@ -1,7 +1,7 @@
 //! The broker's local topic WALs as the storage endpoints see them:
 //! [`LocalSegments`] (`trim` with the committed tiered offset as the safe
 //! offset, `seal` for an unload), implemented by the broker's
-//! [`crate::topics::TopicStore`] and by test doubles, all through
+//! [`crate::replication::topics::TopicStore`] and by test doubles, all through
 //! [`trim_wal`] and [`seal_wal`].
 
 use std::sync::Arc;
@@ -59,17 +59,19 @@ pub struct TrimReport {
 /// broker started (a trim or an unload must not wait for one); `None` for a
 /// topic the catalog does not know.
 async fn open_local(
-    topics: &crate::topics::TopicStore,
+    topics: &crate::replication::topics::TopicStore,
     topic: &TopicName,
 ) -> Result<Option<Arc<broker_core::wal::Wal>>, String> {
     match topics.open_existing(topic, false).await {
         Ok(wal) => Ok(Some(wal)),
-        Err(crate::topics::TopicError::Catalog(CatalogError::TopicNotFound { .. })) => Ok(None),
+        Err(crate::replication::topics::TopicError::Catalog(CatalogError::TopicNotFound {
+            ..
+        })) => Ok(None),
         Err(e) => Err(e.to_string()),
     }
 }
 
-impl LocalSegments for crate::topics::TopicStore {
+impl LocalSegments for crate::replication::topics::TopicStore {
     fn trim<'a>(
         &'a self,
         topic: &'a TopicName,

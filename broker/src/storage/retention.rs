@@ -97,7 +97,7 @@ pub async fn min_cursor(
 /// the minimum persisted cursor, or whose newest record is older than
 /// `max_age_ms`, oldest first (a segment is kept, with everything after
 /// it, as soon as neither rule allows it). The WAL must be opened with
-/// `retention_max_bytes = Some(0)` (as [`crate::topics::TopicStore`]
+/// `retention_max_bytes = Some(0)` (as [`crate::replication::topics::TopicStore`]
 /// does), so the safe offset computed here decides alone.
 ///
 /// # Errors
@@ -147,7 +147,7 @@ pub async fn apply(
 /// Runs [`apply`] on every open topic of `topics` every `interval_ms`
 /// until the task is aborted; errors are logged and retried next time.
 pub fn spawn(
-    topics: std::sync::Arc<crate::topics::TopicStore>,
+    topics: std::sync::Arc<crate::replication::topics::TopicStore>,
     store: std::sync::Arc<dyn MetadataStore>,
     interval_ms: u64,
     max_age_ms: Option<u64>,
@@ -162,7 +162,7 @@ pub fn spawn(
         loop {
             interval.tick().await;
             for (topic, wal) in topics.open_topics().await {
-                let now = crate::consumer::now_ms();
+                let now = broker_core::clock::now_ms();
                 if let Err(e) = apply(store.as_ref(), &topic, wal, max_age_ms, now).await {
                     tracing::warn!(%topic, error = %e, "local retention failed; retried next time");
                 }

@@ -56,6 +56,8 @@ impl AckRepeats {
     }
 }
 
+// An origin instant for the `now` arguments (proto/clippy.toml).
+#[allow(clippy::disallowed_methods)]
 #[cfg(test)]
 mod tests {
     use super::*;

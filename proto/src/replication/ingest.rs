@@ -7,12 +7,15 @@
 //!    edge's settings, then send [`IngestStream::welcome`] with the topic's
 //!    high-water mark;
 //! 3. for [`IngestAction::Append`]: `Wal::append_at` the batch (verbatim),
-//!    then send [`IngestStream::on_stored`]'s frame once it is durable;
+//!    then, once it is durable, send what [`Acknowledger::on_stored`] returns
+//!    (the `Ack` frame, and the datagram copy if the edge asked for it); the
+//!    [`Acknowledger`] comes from [`IngestStream::acknowledger`] and may live
+//!    in another task than the stream (the one that waits for durability);
 //! 4. for [`IngestAction::Refuse`]: send the error frame, finish the stream,
 //!    store nothing.
 
 use super::frame::{
-    BatchFrameError, ErrorCode, Frame, Hello, PROTOCOL_VERSION, WireCodec, open_batch,
+    AckDatagram, BatchFrameError, ErrorCode, Frame, Hello, PROTOCOL_VERSION, WireCodec, open_batch,
 };
 use crate::batch::DecodeError;
 use crate::batch::EncodedBatch;
@@ -46,6 +49,42 @@ pub struct IngestStream {
     identity: String,
     limits: Limits,
     state: State,
+    /// The accepted Hello asked for acknowledgement datagrams.
+    ack_datagrams: bool,
+}
+
+/// How one stream's durable batches are acknowledged: always with an `Ack`
+/// frame on the stream, and with an [`AckDatagram`] too when the edge's
+/// Hello asked for them. `Copy`, so the task that waits for durability
+/// holds its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Acknowledger {
+    stream_id: u64,
+    datagrams: bool,
+}
+
+/// What to send once a batch is durable.
+#[derive(Debug, Clone, PartialEq)]
+#[must_use]
+pub struct Acknowledgement {
+    /// The `Ack` frame, on the stream.
+    pub frame: Frame,
+    /// Its copy as a QUIC datagram (best effort), if the edge reads them.
+    pub datagram: Option<AckDatagram>,
+}
+
+impl Acknowledger {
+    /// The answer once a batch ending at `next_offset` is durable (appended
+    /// or found to be a duplicate).
+    pub fn on_stored(&self, next_offset: u64) -> Acknowledgement {
+        Acknowledgement {
+            frame: Frame::Ack { next_offset },
+            datagram: self.datagrams.then_some(AckDatagram {
+                stream_id: self.stream_id,
+                next_offset,
+            }),
+        }
+    }
 }
 
 fn refuse(code: ErrorCode, message: impl Into<String>) -> IngestAction {
@@ -63,6 +102,7 @@ impl IngestStream {
             identity,
             limits,
             state: State::AwaitHello,
+            ack_datagrams: false,
         }
     }
 
@@ -103,6 +143,7 @@ impl IngestStream {
                     );
                 }
                 self.state = State::AwaitOpen;
+                self.ack_datagrams = hello.ack_datagrams;
                 IngestAction::Open(hello, topic)
             }
             (State::Streaming { .. }, Frame::Batch { codec, payload }) => {
@@ -168,9 +209,13 @@ impl IngestStream {
         Frame::Welcome { high_water_mark }
     }
 
-    /// The answer once a batch ending at `next_offset` is durable (appended
-    /// or found to be a duplicate).
-    pub fn on_stored(&self, next_offset: u64) -> Frame {
-        Frame::Ack { next_offset }
+    /// How batches of this stream (QUIC stream id `stream_id`, which the
+    /// datagrams name) are acknowledged: with datagrams too once an accepted
+    /// Hello asked for them, with frames only before that.
+    pub fn acknowledger(&self, stream_id: u64) -> Acknowledger {
+        Acknowledger {
+            stream_id,
+            datagrams: self.ack_datagrams,
+        }
     }
 }

@@ -12,8 +12,9 @@ use bytes::Bytes;
 use rand::{RngExt, SeedableRng, rngs::StdRng};
 
 use super::edge::{EdgeError, EdgeEvent, EdgeStream, Window};
+use super::frame::AckDatagram;
 use super::frame::{ErrorCode, Frame};
-use super::ingest::{IngestAction, IngestStream};
+use super::ingest::{Acknowledgement, IngestAction, IngestStream};
 use crate::batch::{EncodedBatch, Record, RecordBatch};
 use crate::intent::StreamIntent;
 use crate::limits::Limits;
@@ -116,7 +117,11 @@ impl Sim {
                     assert_eq!(batch.base_offset(), next, "overlap reached the log");
                     self.broker_log.push(batch.clone());
                 }
-                let ack = self.broker.on_stored(batch.next_offset());
+                let ack = self
+                    .broker
+                    .acknowledger(0)
+                    .on_stored(batch.next_offset())
+                    .frame;
                 // The datagram copy: lost 30 % of the time, sometimes twice.
                 for _ in 0..self.rng.random_range(0..3) {
                     if self.rng.random_bool(0.7) {
@@ -326,12 +331,50 @@ fn ack_datagrams_before_the_welcome_or_beyond_what_was_sent_are_refused() {
 }
 
 fn open(broker: &mut IngestStream, topic: &str) -> IngestAction {
+    open_asking(broker, topic, false)
+}
+
+fn open_asking(broker: &mut IngestStream, topic: &str, ack_datagrams: bool) -> IngestAction {
     broker.on_frame(Frame::Hello(super::frame::Hello {
         protocol: super::frame::PROTOCOL_VERSION,
         topic: topic.into(),
         settings: Some(StreamIntent::AuditLog.expand()),
-        ack_datagrams: false,
+        ack_datagrams,
     }))
+}
+
+#[test]
+fn the_broker_acknowledges_with_a_frame_and_a_datagram_only_for_edges_that_ask() {
+    let limits = Limits::default();
+    let mut broker = IngestStream::new("plant1".into(), limits);
+    // Before a Hello: frames only.
+    assert_eq!(
+        broker.acknowledger(4).on_stored(7),
+        Acknowledgement {
+            frame: Frame::Ack { next_offset: 7 },
+            datagram: None,
+        }
+    );
+    let _ = open_asking(&mut broker, "/plant1/power", true);
+    let _ = broker.welcome(0);
+    assert_eq!(
+        broker.acknowledger(4).on_stored(12),
+        Acknowledgement {
+            frame: Frame::Ack { next_offset: 12 },
+            datagram: Some(AckDatagram {
+                stream_id: 4,
+                next_offset: 12,
+            }),
+        }
+    );
+    let mut broker = IngestStream::new("plant1".into(), limits);
+    let _ = open_asking(&mut broker, "/plant1/power", false);
+    let _ = broker.welcome(0);
+    assert_eq!(broker.acknowledger(4).on_stored(12).datagram, None);
+    // A refused Hello does not turn datagrams on.
+    let mut broker = IngestStream::new("plant1".into(), limits);
+    let _ = open_asking(&mut broker, "/plant2/power", true);
+    assert_eq!(broker.acknowledger(4).on_stored(1).datagram, None);
 }
 
 fn refusal_code(action: IngestAction) -> ErrorCode {

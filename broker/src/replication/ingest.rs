@@ -26,10 +26,10 @@ use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
 use tributary_proto::limits::Limits;
 use tributary_proto::replication::ack_repeat::AckRepeats;
-use tributary_proto::replication::frame::{self, AckDatagram, ErrorCode, Frame};
-use tributary_proto::replication::ingest::{IngestAction, IngestStream};
+use tributary_proto::replication::frame::{self, ErrorCode, Frame};
+use tributary_proto::replication::ingest::{Acknowledger, IngestAction, IngestStream};
 
-use crate::topics::{TopicError, TopicStore};
+use super::topics::{TopicError, TopicStore};
 
 /// Initial capacity of a stream's frame buffer, bytes.
 const READ_BUFFER_BYTES: usize = 256 * 1024;
@@ -77,9 +77,9 @@ pub async fn serve(endpoint: quinn::Endpoint, topics: Arc<TopicStore>, limits: L
 
 /// What the stream's writer task sends, in order.
 enum Out {
-    /// The edge reads acknowledgement datagrams (its Hello said so): repeat
-    /// every acknowledgement from now on in one.
-    AckDatagrams,
+    /// Acknowledge from now on as this says (the accepted Hello decided
+    /// whether datagrams repeat the `Ack` frames).
+    Acknowledger(Acknowledger),
     /// An answer frame.
     Frame(Frame),
     /// An acknowledgement once this append is durable.
@@ -107,9 +107,8 @@ async fn write_loop(
     conn: quinn::Connection,
     mut send: quinn::SendStream,
     mut out: mpsc::Receiver<Out>,
+    mut acks: Acknowledger,
 ) {
-    let stream_id = u64::from(send.id());
-    let mut datagrams = false;
     let mut repeats = AckRepeats::default();
     let mut bytes = BytesMut::new();
     loop {
@@ -127,26 +126,21 @@ async fn write_loop(
             }
         };
         let frame = match item {
-            Out::AckDatagrams => {
-                datagrams = true;
+            Out::Acknowledger(new) => {
+                acks = new;
                 continue;
             }
             Out::Frame(frame) => frame,
             Out::Ack(pending) => match pending.durable().await {
                 Ok(AppendAtOutcome::Appended(a) | AppendAtOutcome::Duplicate(a)) => {
-                    if datagrams {
+                    let ack = acks.on_stored(a.next_offset);
+                    if let Some(datagram) = ack.datagram {
                         // Best effort: a full datagram buffer or a lost
                         // datagram leaves the Ack frame below to do the work.
-                        let datagram = AckDatagram {
-                            stream_id,
-                            next_offset: a.next_offset,
-                        };
                         let _ = conn.send_datagram(datagram.to_bytes());
                         repeats.on_sent(datagram, now(), conn.rtt());
                     }
-                    Frame::Ack {
-                        next_offset: a.next_offset,
-                    }
+                    ack.frame
                 }
                 Err(e) => wal_refusal(&e),
             },
@@ -188,8 +182,14 @@ async fn handle_stream(
     limits: Limits,
 ) {
     let (out, out_rx) = mpsc::channel::<Out>(PIPELINE_DEPTH);
-    let writer = tokio::spawn(write_loop(conn, send, out_rx));
     let mut ingest = IngestStream::new(identity.clone(), limits);
+    let stream_id = u64::from(send.id());
+    let writer = tokio::spawn(write_loop(
+        conn,
+        send,
+        out_rx,
+        ingest.acknowledger(stream_id),
+    ));
     let mut wal: Option<Arc<Wal>> = None;
     let mut buf = BytesMut::with_capacity(READ_BUFFER_BYTES);
     let mut chunks: [Bytes; READ_CHUNKS] = std::array::from_fn(|_| Bytes::new());
@@ -213,7 +213,8 @@ async fn handle_stream(
                             let welcome = ingest.welcome(opened.high_water_mark());
                             info!(edge = %identity, %topic, resume = opened.high_water_mark(), "edge stream opened");
                             wal = Some(opened);
-                            if hello.ack_datagrams && out.send(Out::AckDatagrams).await.is_err() {
+                            let acks = Out::Acknowledger(ingest.acknowledger(stream_id));
+                            if out.send(acks).await.is_err() {
                                 break 'stream None;
                             }
                             if out.send(Out::Frame(welcome)).await.is_err() {

@@ -1,0 +1,263 @@
+//! Attaching and detaching consumer sessions, and loading or creating a
+//! subscription on first attach (stored metadata, cursor, failure policy,
+//! start position).
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use broker_core::catalog::Catalog;
+use broker_core::metadata::{Txn, TxnOutcome};
+use broker_core::wal::Wal;
+use serde_json::json;
+use tokio::sync::{Mutex, Notify};
+use tracing::info;
+use tributary_api::admin::PolicySource;
+use tributary_api::consumer::{AttachRequest, AttachResponse, StartPosition};
+use tributary_proto::dispatch::Dispatcher;
+use tributary_proto::keys::{self, SubscriptionName, TopicName};
+
+use super::session::{AttachRefusal, Subscription};
+use super::{
+    ConsumerError, ConsumerService, Sub, SubscriptionMeta, invalid, subscription_name, tiered,
+};
+
+impl ConsumerService {
+    /// The cursor for `start`. `earliest` and the lower bound of an offset
+    /// are the first archived offset when an archive is configured (tiered
+    /// read), else the WAL's log start.
+    pub(super) async fn start_cursor(
+        &self,
+        topic: &TopicName,
+        wal: &Arc<Wal>,
+        start: StartPosition,
+    ) -> Result<u64, ConsumerError> {
+        let hwm = wal.high_water_mark();
+        Ok(match start {
+            StartPosition::Earliest => tiered::log_start(wal, self.archive(), topic).await?,
+            StartPosition::Latest => hwm,
+            StartPosition::Offset(offset) => {
+                let log_start = if offset < wal.log_start_offset() {
+                    tiered::log_start(wal, self.archive(), topic).await?
+                } else {
+                    wal.log_start_offset()
+                };
+                if offset < log_start || offset > hwm {
+                    return Err(ConsumerError::OffsetOutOfRange {
+                        offset,
+                        log_start,
+                        high_water_mark: hwm,
+                    });
+                }
+                offset
+            }
+            StartPosition::Timestamp(ts) => {
+                tiered::offset_for_timestamp(wal, self.archive(), topic, ts).await?
+            }
+        })
+    }
+
+    /// Attaches a consumer to `subscription` of `topic`, creating the
+    /// subscription on first attach.
+    ///
+    /// # Errors
+    /// [`ConsumerError::NotFound`] (topic), [`ConsumerError::Conflict`]
+    /// (`subscription_busy`, `type_mismatch`),
+    /// [`ConsumerError::OffsetOutOfRange`], [`ConsumerError::Invalid`].
+    pub async fn attach(
+        &self,
+        topic: &TopicName,
+        subscription: &str,
+        request: &AttachRequest,
+    ) -> Result<AttachResponse, ConsumerError> {
+        let name = subscription_name(subscription)?;
+        if let Some(label) = &request.consumer_name
+            && (label.len() > 255 || label.chars().any(char::is_control))
+        {
+            return Err(invalid(
+                "consumer_name",
+                "consumer_name: at most 255 bytes without control characters",
+            ));
+        }
+        let mut subs = self.subs.lock().await;
+        let key = (topic.clone(), name.clone());
+        let mut created = false;
+        let catalog = Catalog::new(self.store.as_ref());
+        let (sub, source) = match subs.get(&key) {
+            Some(sub) => (sub.clone(), None),
+            None => {
+                let (sub, was_created, source) = self.load_or_create(topic, &name, request).await?;
+                created = was_created;
+                subs.insert(key, sub.clone());
+                (sub, Some(source))
+            }
+        };
+        drop(subs);
+        // A stored policy (an operator's override) wins; a consumer joining
+        // never replaces it (seed 000, "Existing subscription policies are
+        // preserved").
+        let view = if sub.durable {
+            catalog.attach_subscription(topic, &name).await?
+        } else {
+            catalog.failure_policy(topic, &name).await?
+        };
+        let mut st = sub.state.lock().await;
+        let _ = st.set_policy(view.policy.clone());
+        let attached = st.attach(
+            self.now_ms(),
+            request.subscription_type,
+            request.consumer_name.clone(),
+            || self.next_consumer.fetch_add(1, Ordering::Relaxed),
+        );
+        let (consumer_id, active) = attached.map_err(|refusal| match refusal {
+            AttachRefusal::TypeMismatch { existing } => ConsumerError::Conflict {
+                kind: "type_mismatch",
+                message: format!(
+                    "subscription {name} of {topic} is {}, not {}",
+                    existing.as_str(),
+                    request.subscription_type.as_str()
+                ),
+            },
+            AttachRefusal::Busy { holder } => ConsumerError::Conflict {
+                kind: "subscription_busy",
+                message: format!(
+                    "subscription {name} of {topic} is exclusive and consumer {holder} is attached"
+                ),
+            },
+        })?;
+        info!(%topic, subscription = %name, consumer = consumer_id, created, "consumer attached");
+        let policy = st.dispatcher().policy().clone();
+        let source = source.unwrap_or(view.source);
+        Ok(AttachResponse {
+            topic: topic.to_string(),
+            subscription: name.to_string(),
+            consumer_id,
+            subscription_type: st.meta().subscription_type,
+            durable: sub.durable,
+            created,
+            cursor: st.dispatcher().cursor(),
+            high_water_mark: sub.wal.high_water_mark(),
+            active,
+            session_timeout_ms: self.config.session_timeout_ms,
+            failure_policy: policy,
+            policy_source: source,
+        })
+    }
+
+    async fn load_or_create(
+        &self,
+        topic: &TopicName,
+        name: &SubscriptionName,
+        request: &AttachRequest,
+    ) -> Result<(Arc<Sub>, bool, PolicySource), ConsumerError> {
+        let wal = self.topics.open_existing(topic, false).await?;
+        let catalog = Catalog::new(self.store.as_ref());
+        let meta_key = keys::topics::subscription(topic, name);
+        let cursor_key = keys::topics::subscription_cursor(topic, name);
+        let now = self.now_ms();
+        let stored: Option<SubscriptionMeta> = match self.store.get(&meta_key).await? {
+            Some(value) => Some(serde_json::from_value(value).map_err(|e| {
+                ConsumerError::Internal(format!("stored subscription at {meta_key}: {e}"))
+            })?),
+            None => None,
+        };
+        let (meta, cursor, (policy, source), durable, created) = match stored {
+            Some(meta) => {
+                let cursor = match self.store.get(&cursor_key).await? {
+                    Some(value) => value.as_u64().ok_or_else(|| {
+                        ConsumerError::Internal(format!("stored cursor at {cursor_key} is {value}"))
+                    })?,
+                    None => self.start_cursor(topic, &wal, request.start).await?,
+                };
+                let view = catalog.attach_subscription(topic, name).await?;
+                (meta, cursor, (view.policy, view.source), true, false)
+            }
+            None if request.durable => {
+                let cursor = self.start_cursor(topic, &wal, request.start).await?;
+                let view = catalog.attach_subscription(topic, name).await?;
+                let meta = SubscriptionMeta {
+                    subscription_type: request.subscription_type,
+                    durable: true,
+                    paused: false,
+                    created_ms: now,
+                };
+                let meta_json = serde_json::to_value(&meta)
+                    .map_err(|e| ConsumerError::Internal(e.to_string()))?;
+                let txn = Txn::new()
+                    .when_absent(meta_key.clone())
+                    .put(meta_key.clone(), meta_json)
+                    .put(cursor_key.clone(), json!(cursor));
+                match self.store.txn(txn).await? {
+                    TxnOutcome::Applied => {}
+                    TxnOutcome::ConditionFailed { .. } => {
+                        return Err(ConsumerError::Conflict {
+                            kind: "concurrent_attach",
+                            message: format!("subscription {name} was created concurrently; retry"),
+                        });
+                    }
+                }
+                info!(%topic, subscription = %name, cursor, kind = request.subscription_type.as_str(), "durable subscription created");
+                (meta, cursor, (view.policy, view.source), true, true)
+            }
+            None => {
+                let view = catalog.failure_policy(topic, name).await?;
+                let cursor = self.start_cursor(topic, &wal, request.start).await?;
+                let meta = SubscriptionMeta {
+                    subscription_type: request.subscription_type,
+                    durable: false,
+                    paused: false,
+                    created_ms: now,
+                };
+                info!(%topic, subscription = %name, cursor, "ephemeral subscription created");
+                (meta, cursor, (view.policy, view.source), false, true)
+            }
+        };
+        let edge_fed = self
+            .store
+            .get(&keys::topics::producer(
+                topic,
+                crate::replication::topics::EDGE_PRODUCER_ID,
+            ))
+            .await?
+            .is_some();
+        let producer_id = if edge_fed {
+            format!("edge:{}", topic.namespace())
+        } else {
+            format!("broker:{}", self.node_id)
+        };
+        let sub = Sub {
+            topic: topic.clone(),
+            name: name.clone(),
+            wal,
+            durable,
+            producer_id,
+            state: Mutex::new(Subscription::new(
+                Dispatcher::new(cursor, policy, self.persist_policy(), now),
+                meta,
+                durable,
+                self.session_timings(),
+                now,
+            )),
+            changed: Notify::new(),
+        };
+        Ok((Arc::new(sub), created, source))
+    }
+
+    /// Ends a session; its leases are redelivered at once.
+    ///
+    /// # Errors
+    /// [`ConsumerError::NotFound`].
+    pub async fn detach(
+        &self,
+        topic: &TopicName,
+        subscription: &str,
+        consumer: u64,
+    ) -> Result<(), ConsumerError> {
+        let name = subscription_name(subscription)?;
+        let sub = self.sub(topic, &name).await?;
+        let mut st = self.session(&sub, consumer).await?;
+        let released = st.detach(self.now_ms(), consumer);
+        info!(%topic, subscription = %name, consumer, released, "consumer detached");
+        sub.changed.notify_waiters();
+        Ok(())
+    }
+}

@@ -1,0 +1,213 @@
+//! Poison messages and the dead-letter topic: copying a message there
+//! with the origin headers (`DEAD_LETTER_HEADERS`), made with the
+//! subscription lock released, and replaying dead-lettered messages back
+//! to their topic.
+
+use broker_core::catalog::{Catalog, CatalogError};
+use bytes::Bytes;
+use serde_json::json;
+use tokio::sync::MutexGuard;
+use tracing::{error, info};
+use tributary_api::consumer::ReplayResponse;
+use tributary_proto::intent::PoisonPolicy;
+use tributary_proto::keys::{self, SubscriptionName, TopicName};
+
+use super::session::{DeadLetterCopy, Subscription};
+use super::{ConsumerError, ConsumerService, Sub, invalid, records, subscription_name, tiered};
+use crate::replication::topics::TopicError;
+
+impl ConsumerService {
+    /// Makes every pending dead-letter copy of `sub`: takes them out under
+    /// the lock `st`, releases it for the appends, then takes it again to
+    /// record each outcome (a confirmed copy finishes its message; a failed
+    /// one stays pending, retried on the next tick) and returns it. Without
+    /// pending copies the lock is kept throughout.
+    pub(super) async fn flush_dead_letters<'a>(
+        &self,
+        sub: &'a Sub,
+        mut st: MutexGuard<'a, Subscription>,
+    ) -> MutexGuard<'a, Subscription> {
+        let copies = st.take_dead_letters();
+        if copies.is_empty() {
+            return st;
+        }
+        drop(st);
+        let mut outcomes = Vec::with_capacity(copies.len());
+        for copy in copies {
+            let outcome = self.copy_to_dead_letter(sub, &copy).await;
+            outcomes.push((copy, outcome));
+        }
+        let mut st = sub.state.lock().await;
+        for (copy, outcome) in outcomes {
+            let (offset, attempt) = (copy.offset, copy.attempt);
+            match outcome {
+                Ok(dlq_offset) => {
+                    st.dead_letter_copied(&copy);
+                    info!(topic = %sub.topic, subscription = %sub.name, offset, attempt, dlq_offset, "poison message copied to the dead-letter topic");
+                }
+                Err(e) => {
+                    error!(topic = %sub.topic, subscription = %sub.name, offset, error = %e, "copy to the dead-letter topic failed; retrying");
+                    st.dead_letter_failed(copy);
+                }
+            }
+        }
+        st
+    }
+
+    fn dead_letter_topic(
+        &self,
+        sub: &Sub,
+        dead_letter_topic: Option<&str>,
+    ) -> Result<TopicName, ConsumerError> {
+        match dead_letter_topic {
+            Some(name) => TopicName::new(name)
+                .map_err(|e| ConsumerError::Internal(format!("dead_letter_topic {name}: {e}"))),
+            None => sub.topic.with_suffix("-dlq").map_err(|e| {
+                ConsumerError::Internal(format!("dead-letter topic of {}: {e}", sub.topic))
+            }),
+        }
+    }
+
+    /// Appends `copy`'s message to the dead-letter topic with the origin
+    /// headers; returns its offset there.
+    async fn copy_to_dead_letter(
+        &self,
+        sub: &Sub,
+        copy: &DeadLetterCopy,
+    ) -> Result<u64, ConsumerError> {
+        let offset = copy.offset;
+        let dlq = self.dead_letter_topic(sub, copy.dead_letter_topic.as_deref())?;
+        let found = tiered::read_offsets(&sub.wal, self.archive(), &sub.topic, &[offset]).await?;
+        let Some(original) = found.get(&offset) else {
+            return Err(ConsumerError::Internal(format!(
+                "offset {offset} not readable"
+            )));
+        };
+        let mut record = original.clone();
+        let policy = match copy.poison_policy {
+            PoisonPolicy::DeadLetter => "dead_letter",
+            PoisonPolicy::Block => "block",
+            PoisonPolicy::None => "none",
+        };
+        let values = [
+            sub.topic.to_string(),
+            sub.name.to_string(),
+            offset.to_string(),
+            sub.producer_id.clone(),
+            self.broker_addr.clone(),
+            policy.to_string(),
+            copy.attempt.to_string(),
+            copy.reason.clone(),
+        ];
+        for (name, value) in tributary_api::consumer::DEAD_LETTER_HEADERS
+            .iter()
+            .zip(values)
+        {
+            record
+                .headers
+                .push(((*name).to_string(), Bytes::from(value)));
+        }
+        let ack = self.topics.append_central(&dlq, vec![record], true).await?;
+        Ok(ack.base_offset)
+    }
+
+    /// Moves the messages `subscription` dead-lettered from the dead-letter
+    /// topic back to `topic` (appended as new records without the
+    /// `x-original-*`/poison headers, with `x-replayed-from` =
+    /// `{dlq}@{offset}`). Progress through the dead-letter topic is a
+    /// durable cursor at `/topics/{dlq}/subscriptions/replay.{sub}/cursor`,
+    /// so a message is replayed once (at least once across a crash).
+    ///
+    /// # Errors
+    /// [`ConsumerError::NotFound`], [`ConsumerError::Conflict`]
+    /// (`writer_conflict` for a topic an edge writes).
+    pub async fn replay_dlq(
+        &self,
+        topic: &TopicName,
+        subscription: &str,
+    ) -> Result<ReplayResponse, ConsumerError> {
+        let name = subscription_name(subscription)?;
+        let policy = Catalog::new(self.store.as_ref())
+            .failure_policy(topic, &name)
+            .await?
+            .policy;
+        let dlq = match &policy.dead_letter_topic {
+            Some(t) => TopicName::new(t)
+                .map_err(|e| ConsumerError::Internal(format!("dead_letter_topic {t}: {e}")))?,
+            None => topic
+                .with_suffix("-dlq")
+                .map_err(|e| invalid("topic", e.to_string()))?,
+        };
+        let replay_name = SubscriptionName::new(&format!("replay.{name}")).map_err(|e| {
+            invalid(
+                "subscription",
+                format!("subscription: too long to replay: {e}"),
+            )
+        })?;
+        let dlq_wal = match self.topics.open_existing(&dlq, false).await {
+            Ok(wal) => wal,
+            Err(TopicError::Catalog(CatalogError::TopicNotFound { .. })) => {
+                return Ok(ReplayResponse {
+                    dead_letter_topic: dlq.to_string(),
+                    replayed: 0,
+                    offsets: Vec::new(),
+                    dead_letter_cursor: 0,
+                });
+            }
+            Err(e) => return Err(e.into()),
+        };
+        let cursor_key = keys::topics::subscription_cursor(&dlq, &replay_name);
+        let from = self
+            .store
+            .get(&cursor_key)
+            .await?
+            .and_then(|v| v.as_u64())
+            .unwrap_or(0)
+            .max(dlq_wal.log_start_offset());
+        let found = records::blocking(&dlq_wal, move |w| {
+            records::read_range_blocking(w, from, 10_000)
+        })
+        .await?;
+        let end = found.last().map_or(from, |(o, _)| o + 1);
+        let topic_text = topic.to_string();
+        let sub_text = name.to_string();
+        let mut replay = Vec::new();
+        for (offset, record) in found {
+            let header = |n: &str| {
+                record
+                    .headers
+                    .iter()
+                    .find(|(k, _)| k == n)
+                    .map(|(_, v)| v.clone())
+            };
+            if header("x-original-topic").as_deref() != Some(topic_text.as_bytes())
+                || header("x-original-subscription").as_deref() != Some(sub_text.as_bytes())
+            {
+                continue;
+            }
+            let mut record = record;
+            record.headers.retain(|(k, _)| {
+                !tributary_api::consumer::DEAD_LETTER_HEADERS.contains(&k.as_str())
+            });
+            record.headers.push((
+                "x-replayed-from".into(),
+                Bytes::from(format!("{dlq}@{offset}")),
+            ));
+            replay.push(record);
+        }
+        let mut offsets = Vec::new();
+        if !replay.is_empty() {
+            let count = replay.len() as u64;
+            let ack = self.topics.append_central(topic, replay, false).await?;
+            offsets = (ack.base_offset..ack.base_offset + count).collect();
+        }
+        self.store.put(&cursor_key, json!(end)).await?;
+        info!(%topic, subscription = %name, dlq = %dlq, replayed = offsets.len(), "replayed dead-lettered messages");
+        Ok(ReplayResponse {
+            dead_letter_topic: dlq.to_string(),
+            replayed: offsets.len() as u64,
+            offsets,
+            dead_letter_cursor: end,
+        })
+    }
+}

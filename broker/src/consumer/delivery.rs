@@ -1,0 +1,315 @@
+//! Delivery to consumer sessions: leased receive, cursor read (both long
+//! polls), per-message and cumulative acknowledgements, and negative
+//! acknowledgements (redelivery or the poison policy).
+
+use std::time::Duration;
+
+use tributary_api::consumer::{
+    AckResponse, AckUpToResponse, NackRequest, NackResponse, ReceiveResponse, ValueEncoding,
+};
+use tributary_proto::dispatch::{AckOutcome, Action, DispatchError};
+use tributary_proto::keys::TopicName;
+
+use super::{
+    ConsumerError, ConsumerService, Sub, invalid, log_actions, records, subscription_name, tiered,
+};
+
+/// The end of a long poll of `max_wait_ms` from `now_ms` (Unix ms).
+fn deadline_after(now_ms: i64, max_wait_ms: u64) -> i64 {
+    now_ms.saturating_add(i64::try_from(max_wait_ms).unwrap_or(i64::MAX))
+}
+
+/// One wait of a long poll: until the subscription changes, the WAL's
+/// high-water mark passes `offset`, or `wake_at` (Unix ms) — at most 250 ms
+/// after `now`, so lease expiries and deadlines are seen on time.
+async fn wait_for_change(sub: &Sub, offset: u64, now: i64, wake_at: i64) {
+    let wait_ms = wake_at.min(now + 250).saturating_sub(now);
+    let sleep = Duration::from_millis(u64::try_from(wait_ms).unwrap_or(0).max(1));
+    tokio::select! {
+        _ = sub.changed.notified() => {}
+        _ = sub.wal.wait_for_offset(offset) => {}
+        _ = tokio::time::sleep(sleep) => {}
+    }
+}
+
+impl ConsumerService {
+    /// Leases up to `max` messages to `consumer`, waiting up to `max_wait_ms`
+    /// for the first one.
+    ///
+    /// # Errors
+    /// [`ConsumerError::NotFound`] for an unknown subscription or session.
+    pub async fn receive(
+        &self,
+        topic: &TopicName,
+        subscription: &str,
+        consumer: u64,
+        max: u32,
+        max_wait_ms: u64,
+        encoding: ValueEncoding,
+    ) -> Result<ReceiveResponse, ConsumerError> {
+        let name = subscription_name(subscription)?;
+        let sub = self.sub(topic, &name).await?;
+        let deadline = deadline_after(self.now_ms(), max_wait_ms);
+        loop {
+            let now = self.now_ms();
+            let (deliveries, active, paused, blocked_at, cursor, next_due, hwm) = {
+                let mut st = self.session(&sub, consumer).await?;
+                let hwm = sub.wal.high_water_mark();
+                let active = st.is_active(consumer);
+                let paused = st.meta().paused;
+                let mut deliveries = Vec::new();
+                if active && !paused {
+                    let (leased, actions) = st.lease(now, consumer, max as usize, hwm);
+                    deliveries = leased;
+                    log_actions(&sub, &actions);
+                    st = self.flush_dead_letters(&sub, st).await;
+                }
+                let dispatcher = st.dispatcher();
+                (
+                    deliveries,
+                    active,
+                    paused,
+                    dispatcher.blocked_at(),
+                    dispatcher.cursor(),
+                    dispatcher.poll_timeout(),
+                    hwm,
+                )
+            };
+            if !deliveries.is_empty() || now >= deadline {
+                let offsets: Vec<u64> = deliveries.iter().map(|d| d.offset).collect();
+                let found =
+                    tiered::read_offsets(&sub.wal, self.archive(), &sub.topic, &offsets).await?;
+                let messages = deliveries
+                    .iter()
+                    .filter_map(|d| {
+                        found.get(&d.offset).map(|record| {
+                            let mut m = records::to_message(d.offset, record, encoding);
+                            m.attempt = d.attempt;
+                            m.lease_deadline_ms = Some(d.deadline_ms);
+                            m
+                        })
+                    })
+                    .collect();
+                return Ok(ReceiveResponse {
+                    messages,
+                    cursor,
+                    high_water_mark: hwm,
+                    active,
+                    paused,
+                    blocked_at,
+                });
+            }
+            let wake = next_due.unwrap_or(deadline).min(deadline);
+            wait_for_change(&sub, hwm, now, wake).await;
+        }
+    }
+
+    /// Cursor read: up to `max` records from the cursor, without leases; the
+    /// same records come back until acknowledged with
+    /// [`ConsumerService::ack_up_to`].
+    ///
+    /// # Errors
+    /// As [`ConsumerService::receive`].
+    pub async fn read(
+        &self,
+        topic: &TopicName,
+        subscription: &str,
+        consumer: u64,
+        max: u32,
+        max_wait_ms: u64,
+        encoding: ValueEncoding,
+    ) -> Result<ReceiveResponse, ConsumerError> {
+        let name = subscription_name(subscription)?;
+        let sub = self.sub(topic, &name).await?;
+        let deadline = deadline_after(self.now_ms(), max_wait_ms);
+        loop {
+            let (cursor, active, paused, blocked_at) = {
+                let st = self.session(&sub, consumer).await?;
+                (
+                    st.dispatcher().cursor(),
+                    st.is_active(consumer),
+                    st.meta().paused,
+                    st.dispatcher().blocked_at(),
+                )
+            };
+            let hwm = sub.wal.high_water_mark();
+            let now = self.now_ms();
+            if (active && !paused && cursor < hwm) || now >= deadline {
+                let records = if active && !paused {
+                    let limit = max as usize;
+                    tiered::read_range(&sub.wal, self.archive(), &sub.topic, cursor, limit).await?
+                } else {
+                    Vec::new()
+                };
+                return Ok(ReceiveResponse {
+                    messages: records
+                        .iter()
+                        .map(|(offset, record)| records::to_message(*offset, record, encoding))
+                        .collect(),
+                    cursor,
+                    high_water_mark: hwm,
+                    active,
+                    paused,
+                    blocked_at,
+                });
+            }
+            wait_for_change(&sub, cursor.max(hwm), now, deadline).await;
+        }
+    }
+
+    /// Acknowledges leased messages one by one.
+    ///
+    /// # Errors
+    /// [`ConsumerError::Invalid`] for an offset at or beyond the high-water
+    /// mark (nothing acknowledged); [`ConsumerError::Conflict`]
+    /// (`not_leased`) at the first offset leased to another consumer (the
+    /// offsets before it stay acknowledged).
+    pub async fn ack(
+        &self,
+        topic: &TopicName,
+        subscription: &str,
+        consumer: u64,
+        offsets: &[u64],
+    ) -> Result<AckResponse, ConsumerError> {
+        let name = subscription_name(subscription)?;
+        let sub = self.sub(topic, &name).await?;
+        let mut st = self.session(&sub, consumer).await?;
+        let hwm = sub.wal.high_water_mark();
+        if let Some(bad) = offsets.iter().find(|&&o| o >= hwm) {
+            return Err(invalid(
+                "offsets",
+                format!(
+                    "offsets: {bad} is at or beyond the high-water mark {hwm}; nothing was acknowledged"
+                ),
+            ));
+        }
+        let mut acked = Vec::new();
+        let mut no_op = Vec::new();
+        for &offset in offsets {
+            match st.ack(consumer, offset) {
+                Ok(AckOutcome::Acked { .. }) => acked.push(offset),
+                Ok(AckOutcome::NoOp) => no_op.push(offset),
+                Err(e) => {
+                    self.persist(&sub, &mut st, false).await;
+                    sub.changed.notify_waiters();
+                    return Err(ConsumerError::Conflict {
+                        kind: "not_leased",
+                        message: format!(
+                            "{e}: another consumer holds its lease; acknowledged before it: {acked:?}"
+                        ),
+                    });
+                }
+            }
+        }
+        self.persist(&sub, &mut st, false).await;
+        sub.changed.notify_waiters();
+        Ok(AckResponse {
+            acked,
+            no_op,
+            cursor: st.dispatcher().cursor(),
+        })
+    }
+
+    /// Cursor-read acknowledgement of everything up to and including
+    /// `offset`; an older offset is a no-op.
+    ///
+    /// # Errors
+    /// [`ConsumerError::Invalid`] for an offset at or beyond the high-water
+    /// mark.
+    pub async fn ack_up_to(
+        &self,
+        topic: &TopicName,
+        subscription: &str,
+        consumer: u64,
+        offset: u64,
+    ) -> Result<AckUpToResponse, ConsumerError> {
+        let name = subscription_name(subscription)?;
+        let sub = self.sub(topic, &name).await?;
+        let mut st = self.session(&sub, consumer).await?;
+        let hwm = sub.wal.high_water_mark();
+        let end = offset.saturating_add(1);
+        let outcome = st.ack_up_to(end, hwm).map_err(|e| match e {
+            DispatchError::BeyondEnd { .. } => invalid(
+                "offset",
+                format!("offset: {offset} is at or beyond the high-water mark {hwm}"),
+            ),
+            other => ConsumerError::Internal(other.to_string()),
+        })?;
+        self.persist(&sub, &mut st, false).await;
+        sub.changed.notify_waiters();
+        Ok(AckUpToResponse {
+            acked: matches!(outcome, AckOutcome::Acked { .. }),
+            cursor: st.dispatcher().cursor(),
+        })
+    }
+
+    /// Negative acknowledgement: redelivery after the backoff (or
+    /// `delay_ms`), or the poison policy once attempts exceed the limit.
+    ///
+    /// # Errors
+    /// [`ConsumerError::Conflict`] (`not_leased`) at the first offset the
+    /// consumer does not hold (those before it are nacked).
+    pub async fn nack(
+        &self,
+        topic: &TopicName,
+        subscription: &str,
+        request: &NackRequest,
+    ) -> Result<NackResponse, ConsumerError> {
+        let name = subscription_name(subscription)?;
+        let sub = self.sub(topic, &name).await?;
+        let mut st = self.session(&sub, request.consumer_id).await?;
+        let reason = request.reason.clone().unwrap_or_else(|| "nack".into());
+        if reason.len() > 1024 {
+            return Err(invalid("reason", "reason: at most 1024 bytes"));
+        }
+        let mut response = NackResponse {
+            redelivery: Vec::new(),
+            dead_lettered: Vec::new(),
+            dropped: Vec::new(),
+            blocked_at: None,
+            cursor: 0,
+        };
+        let now = self.now_ms();
+        // Dead-letter copies are made after the loop (with the lock
+        // released), also when it stops at an offset not leased.
+        let mut poisoned = false;
+        let mut refused = None;
+        for &offset in &request.offsets {
+            match st.nack(now, request.consumer_id, offset, request.delay_ms, &reason) {
+                Ok(None) => response.redelivery.push(offset),
+                Ok(Some(action)) => {
+                    match &action {
+                        Action::DeadLetter { offset, .. } => response.dead_lettered.push(*offset),
+                        Action::Dropped { offset } => response.dropped.push(*offset),
+                        Action::Blocked { .. } => {}
+                    }
+                    log_actions(&sub, std::slice::from_ref(&action));
+                    poisoned = true;
+                }
+                Err(e) => {
+                    refused = Some(e);
+                    break;
+                }
+            }
+        }
+        if poisoned {
+            st = self.flush_dead_letters(&sub, st).await;
+        }
+        if let Some(e) = refused {
+            sub.changed.notify_waiters();
+            return Err(ConsumerError::Conflict {
+                kind: "not_leased",
+                message: format!("{e}; nacked before it: {:?}", response.redelivery),
+            });
+        }
+        // Copies that failed stay pending (retried on the tick).
+        response
+            .dead_lettered
+            .retain(|&o| !st.dead_letter_pending(o));
+        response.blocked_at = st.dispatcher().blocked_at();
+        response.cursor = st.dispatcher().cursor();
+        self.persist(&sub, &mut st, false).await;
+        sub.changed.notify_waiters();
+        Ok(response)
+    }
+}

@@ -1,0 +1,283 @@
+//! Operations on a subscription as a whole (seek, pause and resume,
+//! unsubscribe, state) and on a topic without one (central publish, peek).
+
+use broker_core::catalog::Catalog;
+use broker_core::metadata::Txn;
+use serde_json::json;
+use tracing::info;
+use tributary_api::consumer::{
+    Message, ReceiveResponse, StartPosition, SubscriptionState, ValueEncoding,
+};
+use tributary_proto::Record;
+use tributary_proto::keys::{self, SubscriptionName, TopicName};
+
+use super::{
+    ConsumerError, ConsumerService, SubscriptionMeta, invalid, records, subscription_name, tiered,
+};
+
+impl ConsumerService {
+    /// Moves the cursor of `subscription` to `offset` or the first message
+    /// at `timestamp_ms`; forgets leases and redeliveries and lifts a block.
+    /// The cursor is written to Raft at once.
+    ///
+    /// # Errors
+    /// [`ConsumerError::Invalid`] unless exactly one is given;
+    /// [`ConsumerError::OffsetOutOfRange`]; [`ConsumerError::NotFound`].
+    pub async fn seek(
+        &self,
+        topic: &TopicName,
+        subscription: &str,
+        offset: Option<u64>,
+        timestamp_ms: Option<i64>,
+    ) -> Result<u64, ConsumerError> {
+        let name = subscription_name(subscription)?;
+        let start = match (offset, timestamp_ms) {
+            (Some(o), None) => StartPosition::Offset(o),
+            (None, Some(t)) => StartPosition::Timestamp(t),
+            _ => {
+                return Err(invalid(
+                    "offset",
+                    "give exactly one of offset and timestamp_ms",
+                ));
+            }
+        };
+        let loaded = self
+            .subs
+            .lock()
+            .await
+            .get(&(topic.clone(), name.clone()))
+            .cloned();
+        match loaded {
+            Some(sub) => {
+                let cursor = self.start_cursor(&sub.topic, &sub.wal, start).await?;
+                let mut st = sub.state.lock().await;
+                st.seek(cursor);
+                self.persist(&sub, &mut st, true).await;
+                sub.changed.notify_waiters();
+                info!(%topic, subscription = %name, cursor, "seek");
+                Ok(cursor)
+            }
+            None => {
+                self.stored_meta(topic, &name).await?;
+                let wal = self.topics.open_existing(topic, false).await?;
+                let cursor = self.start_cursor(topic, &wal, start).await?;
+                self.store
+                    .put(
+                        &keys::topics::subscription_cursor(topic, &name),
+                        json!(cursor),
+                    )
+                    .await?;
+                info!(%topic, subscription = %name, cursor, "seek (subscription not loaded)");
+                Ok(cursor)
+            }
+        }
+    }
+
+    async fn stored_meta(
+        &self,
+        topic: &TopicName,
+        name: &SubscriptionName,
+    ) -> Result<SubscriptionMeta, ConsumerError> {
+        let key = keys::topics::subscription(topic, name);
+        match self.store.get(&key).await? {
+            Some(v) => serde_json::from_value(v)
+                .map_err(|e| ConsumerError::Internal(format!("stored subscription at {key}: {e}"))),
+            None => Err(ConsumerError::NotFound(format!(
+                "subscription {name} of {topic} does not exist"
+            ))),
+        }
+    }
+
+    /// Pauses (`true`) or resumes a subscription; stored for durable ones.
+    ///
+    /// # Errors
+    /// [`ConsumerError::NotFound`].
+    pub async fn set_paused(
+        &self,
+        topic: &TopicName,
+        subscription: &str,
+        paused: bool,
+    ) -> Result<(), ConsumerError> {
+        let name = subscription_name(subscription)?;
+        let loaded = self
+            .subs
+            .lock()
+            .await
+            .get(&(topic.clone(), name.clone()))
+            .cloned();
+        let durable = match &loaded {
+            Some(sub) => sub.durable,
+            None => {
+                self.stored_meta(topic, &name).await?;
+                true
+            }
+        };
+        if durable {
+            let key = keys::topics::subscription(topic, &name);
+            let mut meta = self.stored_meta(topic, &name).await?;
+            meta.paused = paused;
+            let value =
+                serde_json::to_value(&meta).map_err(|e| ConsumerError::Internal(e.to_string()))?;
+            self.store.put(&key, value).await?;
+        }
+        if let Some(sub) = loaded {
+            sub.state.lock().await.set_paused(paused);
+            sub.changed.notify_waiters();
+        }
+        info!(%topic, subscription = %name, paused, "subscription paused/resumed");
+        Ok(())
+    }
+
+    /// Removes a subscription: its keys in Raft and its consumers' sessions.
+    ///
+    /// # Errors
+    /// [`ConsumerError::NotFound`].
+    pub async fn unsubscribe(
+        &self,
+        topic: &TopicName,
+        subscription: &str,
+    ) -> Result<(), ConsumerError> {
+        let name = subscription_name(subscription)?;
+        let loaded = self
+            .subs
+            .lock()
+            .await
+            .remove(&(topic.clone(), name.clone()));
+        let meta_key = keys::topics::subscription(topic, &name);
+        let stored = self.store.get(&meta_key).await?.is_some();
+        if loaded.is_none() && !stored {
+            return Err(ConsumerError::NotFound(format!(
+                "subscription {name} of {topic} does not exist"
+            )));
+        }
+        if let Some(sub) = loaded {
+            sub.state.lock().await.remove();
+            sub.changed.notify_waiters();
+        }
+        if stored {
+            let txn = Txn::new()
+                .delete(meta_key)
+                .delete(keys::topics::subscription_cursor(topic, &name))
+                .delete(keys::topics::subscription_failure_policy(topic, &name))
+                .delete(keys::topics::subscription_dispatch_config(topic, &name));
+            let _ = self.store.txn(txn).await?;
+        }
+        info!(%topic, subscription = %name, "unsubscribed");
+        Ok(())
+    }
+
+    /// The state of a subscription (loaded, or as stored).
+    ///
+    /// # Errors
+    /// [`ConsumerError::NotFound`].
+    pub async fn state(
+        &self,
+        topic: &TopicName,
+        subscription: &str,
+    ) -> Result<SubscriptionState, ConsumerError> {
+        let name = subscription_name(subscription)?;
+        let loaded = self
+            .subs
+            .lock()
+            .await
+            .get(&(topic.clone(), name.clone()))
+            .cloned();
+        if let Some(sub) = loaded {
+            let st = sub.state.lock().await;
+            let dispatcher = st.dispatcher();
+            return Ok(SubscriptionState {
+                topic: topic.to_string(),
+                subscription: name.to_string(),
+                subscription_type: st.meta().subscription_type,
+                durable: sub.durable,
+                paused: st.meta().paused,
+                cursor: dispatcher.cursor(),
+                persisted_cursor: dispatcher.persisted_cursor(),
+                high_water_mark: sub.wal.high_water_mark(),
+                in_flight: dispatcher.in_flight() as u64,
+                blocked_at: dispatcher.blocked_at(),
+                consumers: st.consumers(),
+                failure_policy: dispatcher.policy().clone(),
+            });
+        }
+        let meta = self.stored_meta(topic, &name).await?;
+        let cursor = self
+            .store
+            .get(&keys::topics::subscription_cursor(topic, &name))
+            .await?
+            .and_then(|v| v.as_u64())
+            .unwrap_or(0);
+        let wal = self.topics.open_existing(topic, false).await?;
+        let policy = Catalog::new(self.store.as_ref())
+            .failure_policy(topic, &name)
+            .await?
+            .policy;
+        Ok(SubscriptionState {
+            topic: topic.to_string(),
+            subscription: name.to_string(),
+            subscription_type: meta.subscription_type,
+            durable: true,
+            paused: meta.paused,
+            cursor,
+            persisted_cursor: cursor,
+            high_water_mark: wal.high_water_mark(),
+            in_flight: 0,
+            blocked_at: None,
+            consumers: Vec::new(),
+            failure_policy: policy,
+        })
+    }
+
+    /// Publishes `records` to `topic` centrally.
+    ///
+    /// # Errors
+    /// [`ConsumerError::NotFound`], [`ConsumerError::Conflict`]
+    /// (`writer_conflict`: an edge replicates into the topic).
+    pub async fn publish(
+        &self,
+        topic: &TopicName,
+        records: Vec<Record>,
+    ) -> Result<(u64, u64), ConsumerError> {
+        let ack = self.topics.append_central(topic, records, false).await?;
+        Ok((ack.base_offset, ack.next_offset))
+    }
+
+    /// Up to `max` records of `topic` from `offset` (default: the log start).
+    ///
+    /// # Errors
+    /// [`ConsumerError::NotFound`], [`ConsumerError::OffsetOutOfRange`].
+    pub async fn peek(
+        &self,
+        topic: &TopicName,
+        offset: Option<u64>,
+        max: u32,
+        encoding: ValueEncoding,
+    ) -> Result<ReceiveResponse, ConsumerError> {
+        let wal = self.topics.open_existing(topic, false).await?;
+        let hwm = wal.high_water_mark();
+        let log_start = tiered::log_start(&wal, self.archive(), topic).await?;
+        let from = offset.unwrap_or(log_start);
+        if from < log_start || from > hwm {
+            return Err(ConsumerError::OffsetOutOfRange {
+                offset: from,
+                log_start,
+                high_water_mark: hwm,
+            });
+        }
+        let limit = max as usize;
+        let found = tiered::read_range(&wal, self.archive(), topic, from, limit).await?;
+        let messages: Vec<Message> = found
+            .iter()
+            .map(|(o, r)| records::to_message(*o, r, encoding))
+            .collect();
+        let next = messages.last().map_or(from, |m| m.offset + 1);
+        Ok(ReceiveResponse {
+            messages,
+            cursor: next,
+            high_water_mark: hwm,
+            active: true,
+            paused: false,
+            blocked_at: None,
+        })
+    }
+}

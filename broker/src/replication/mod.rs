@@ -1,0 +1,9 @@
+//! Edge-to-broker replication, broker side: the QUIC endpoint
+//! ([`quic`], stateless reset key kept across restarts), the ingest driver
+//! that runs one `IngestStream` per edge topic stream ([`ingest`]), and the
+//! central topic WALs those streams (and central publishes) append to
+//! ([`topics`]).
+
+pub mod ingest;
+pub mod quic;
+pub mod topics;
