@@ -12,7 +12,8 @@ use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use common::{Node, TOKEN, agent, free_tcp, free_udp, get_json, wait_for_leader, write_config};
+use common::{Node, TOKEN, agent, get_json, wait_for_leader, write_config};
+use tributary_test_support::ports::{free_tcp, free_udp};
 
 fn create_namespace(node: &Node, name: &str) {
     let mut response = agent()
@@ -86,7 +87,7 @@ fn three_brokers_survive_leader_kill_and_catch_up_by_snapshot() {
     }
     let new_leader = wait_for_leader(&nodes);
     assert_ne!(new_leader, leader);
-    for node in nodes.iter().filter(|n| n.child.is_some()) {
+    for node in nodes.iter().filter(|n| n.is_running()) {
         assert_eq!(namespaces(node), expected, "node {}", node.id);
     }
 
@@ -107,7 +108,7 @@ fn three_brokers_survive_leader_kill_and_catch_up_by_snapshot() {
     nodes[lagging].kill();
     let writer = nodes
         .iter()
-        .position(|n| n.child.is_some())
+        .position(|n| n.is_running())
         .expect("a running node");
     for i in 0..100 {
         let name = format!("while-down-{i:03}");
@@ -145,18 +146,16 @@ fn a_broker_from_another_ca_cannot_join() {
     broker_core::dev_certs::issue(&rogue_certs, &[2], &[]).expect("rogue certs");
     let raft: Vec<SocketAddr> = (0..2).map(|_| free_udp()).collect();
     let admins = [free_tcp(), free_tcp()];
-    let mut good = Node {
-        id: 1,
-        config: write_config(dir.path(), &certs, 1, &raft, admins[0], 40),
-        admin: admins[0],
-        child: None,
-    };
-    let mut rogue = Node {
-        id: 2,
-        config: write_config(dir.path(), &rogue_certs, 2, &raft, admins[1], 40),
-        admin: admins[1],
-        child: None,
-    };
+    let mut good = Node::new(
+        1,
+        write_config(dir.path(), &certs, 1, &raft, admins[0], 40),
+        admins[0],
+    );
+    let mut rogue = Node::new(
+        2,
+        write_config(dir.path(), &rogue_certs, 2, &raft, admins[1], 40),
+        admins[1],
+    );
     good.start();
     rogue.start();
     // With two members, a leader needs both votes: the rogue's are refused

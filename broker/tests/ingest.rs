@@ -19,23 +19,12 @@ use tributary_proto::limits::Limits;
 use tributary_proto::replication::frame::{
     self, AckDatagram, ErrorCode, Frame, Hello, PROTOCOL_VERSION,
 };
+use tributary_test_support::ports::{free_tcp, free_udp};
 
 struct Broker {
     ingest: SocketAddr,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     task: tokio::task::JoinHandle<()>,
-}
-
-fn free_udp() -> SocketAddr {
-    std::net::UdpSocket::bind("127.0.0.1:0")
-        .and_then(|s| s.local_addr())
-        .expect("free port")
-}
-
-fn free_tcp() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|s| s.local_addr())
-        .expect("free port")
 }
 
 async fn start_broker(dir: &Path, certs: &Path) -> Broker {

@@ -3,25 +3,20 @@
 //! the log behind each snapshot, so without a persisted snapshot the purged
 //! writes are gone after a restart.
 
-use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::Arc;
 
 use broker_core::tls::TlsIdentity;
 use tributary_broker::raft::node::{MetaNode, NodeConfig};
 use tributary_broker::raft::{MetaCommand, MetaCondition, MetaOp};
+use tributary_test_support::ports::free_udp;
 
 const WRITES: usize = 20_000;
 const IN_FLIGHT: usize = 64;
 
-fn free_udp_addr() -> SocketAddr {
-    let socket = std::net::UdpSocket::bind("127.0.0.1:0").expect("bind");
-    socket.local_addr().expect("addr")
-}
-
 fn dev_tls(dir: &Path) -> TlsIdentity {
-    broker_core::dev_certs::issue(dir, &[1], &[]).expect("dev certs");
-    TlsIdentity::load(&broker_core::dev_certs::broker_paths(dir, 1)).expect("load tls")
+    tributary_test_support::certs::issue(dir, &[1], &[]);
+    tributary_test_support::certs::broker_identity(dir, 1)
 }
 
 fn put(i: usize) -> MetaCommand {
@@ -41,7 +36,7 @@ async fn single_node_restarts_after_20000_writes_with_all_data() {
     let dir = tempfile::tempdir().expect("tempdir");
     let tls = dev_tls(&dir.path().join("certs"));
     let data = dir.path().join("node1");
-    let addr = free_udp_addr();
+    let addr = free_udp();
     let config = NodeConfig::single(1, data.clone(), addr);
     let node = MetaNode::start(config.clone(), &tls).await.expect("start");
 

@@ -113,7 +113,7 @@ fn descriptors_survive_a_leader_kill_and_a_full_restart() {
     nodes[old].kill();
     let new_leader = wait_for_leader(&nodes);
     assert_ne!(new_leader, leader);
-    let survivor = nodes.iter().position(|n| n.child.is_some()).unwrap();
+    let survivor = nodes.iter().position(|n| n.is_running()).unwrap();
     assert_listed(&nodes[survivor], &topic, &committed);
     // A gap is refused, the same descriptor again is unchanged, a
     // different one at a committed start is a conflict.

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use common::*;
 use serde_json::{Value, json};
+use tributary_test_support::ports::free_tcp;
 
 const BIN: &str = env!("CARGO_BIN_EXE_edge-agent");
 
@@ -209,14 +210,6 @@ async fn publish_prints_the_offsets() {
     );
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn write_config(path: &Path, data_dir: &Path, addr: SocketAddr) {
     let mut file = std::fs::File::create(path).unwrap();
     write!(
@@ -265,7 +258,7 @@ async fn run_serves_until_sigterm_and_restarts_where_it_stopped() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let cfg = dir.path().join("edge.toml");
-    let addr: SocketAddr = format!("127.0.0.1:{}", free_port()).parse().unwrap();
+    let addr = free_tcp();
     write_config(&cfg, &data, addr);
     let api = addr.to_string();
 

@@ -1,4 +1,22 @@
 //! What Tributary's tests share (`tributary_test_support`). Never a
 //! dependency of a shipped binary.
+//!
+//! - [`ports`]: free loopback ports;
+//! - [`process`]: child processes of the real binaries (logs, readiness,
+//!   SIGTERM, SIGKILL, bounded waits);
+//! - [`certs`]: development certificates and identities;
+//! - [`relay`]: the seeded lossy UDP relay (loss, delay, link cuts);
+//! - [`fault_proxy`]: an HTTP proxy in front of the S3 server that injects
+//!   object-store faults;
+//! - [`moto`]: the moto S3 server (`TRIB_TEST_MOTO_SERVER`), failing loudly
+//!   when it is missing;
+//! - [`metadata_suite`]: the behaviour suite every `MetadataStore` passes.
+#![warn(missing_docs)]
 
+pub mod certs;
+pub mod fault_proxy;
 pub mod metadata_suite;
+pub mod moto;
+pub mod ports;
+pub mod process;
+pub mod relay;

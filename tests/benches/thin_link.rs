@@ -1,5 +1,5 @@
 //! Replication over a thin, lossy, long link: 64 kbit/s, 20 % loss and
-//! 600 ms round-trip time, made by the test relay (`tributary_tests::relay`).
+//! 600 ms round-trip time, made by the test relay (`tributary_test_support::relay`).
 //!
 //! ```text
 //! cargo bench -p tributary-tests --bench thin_link
@@ -56,8 +56,9 @@ use common::{
     FixedWindowFactory, RawBulk, build_release_binaries, quic_configs, random_bodies, scratch_dir,
     tributary_transport,
 };
-use tributary_tests::cluster::{Pair, TOPIC, free_udp, metric_value, try_scrape};
-use tributary_tests::relay::{LinkConfig, Relay, RelayConfig};
+use tributary_test_support::ports::free_udp;
+use tributary_test_support::relay::{LinkConfig, Relay, RelayConfig};
+use tributary_tests::cluster::{Pair, TOPIC, metric_value, try_scrape};
 
 /// The link's rate, bytes per second (64 kbit/s).
 const LINK_BYTES_PER_S: u64 = 8000;

@@ -82,7 +82,8 @@ use bytes::Bytes;
 use common::{build_release_binaries, megabytes, scratch_dir};
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
-use tributary_tests::cluster::{Pair, free_tcp};
+use tributary_test_support::ports::free_tcp;
+use tributary_tests::cluster::Pair;
 
 /// Interval between polls of the replicated position (both systems).
 const POLL: Duration = Duration::from_millis(20);

@@ -1,150 +1,18 @@
-//! Running the real `broker` and `edge-agent` binaries on 127.0.0.1 for
-//! end-to-end tests: configuration files, ports, start/stop/SIGKILL, the
-//! edge's local API, and reading both ends' WALs after they stopped.
+//! A real `broker` and `edge-agent` pair on 127.0.0.1 for end-to-end tests
+//! (processes, ports and certificates from `tributary_test_support`): their
+//! configuration files, the edge's local API, `/metrics` scrapes, and reading
+//! both ends' WALs after they stopped.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use broker_core::wal::{Wal, WalConfig};
 use bytes::Bytes;
 use serde_json::Value;
-
-/// Path of a workspace binary next to the running test executable
-/// (`target/{profile}/{name}`). `cargo test --workspace` / `cargo nextest run
-/// --workspace` build them, since their packages have integration tests.
-///
-/// # Panics
-/// If the binary is missing, naming the command that builds it.
-pub fn bin_path(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().expect("current exe");
-    let profile_dir = exe
-        .parent()
-        .and_then(|deps| deps.parent())
-        .expect("target/{profile}/deps");
-    let path = profile_dir.join(name);
-    assert!(
-        path.exists(),
-        "{} is missing: run the tests with `cargo nextest run --workspace` (or `cargo build --workspace` first)",
-        path.display()
-    );
-    path
-}
-
-/// A free UDP port on 127.0.0.1.
-pub fn free_udp() -> SocketAddr {
-    std::net::UdpSocket::bind("127.0.0.1:0")
-        .and_then(|s| s.local_addr())
-        .expect("free udp port")
-}
-
-/// A free TCP port on 127.0.0.1.
-pub fn free_tcp() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|s| s.local_addr())
-        .expect("free tcp port")
-}
-
-/// A child process that is SIGKILLed when dropped.
-pub struct Proc {
-    name: &'static str,
-    command: Command,
-    child: Option<Child>,
-}
-
-impl Proc {
-    /// A process that runs `command` once started (stdout discarded, stderr
-    /// inherited).
-    pub fn new(name: &'static str, mut command: Command) -> Proc {
-        command.stdout(Stdio::null()).stderr(Stdio::inherit());
-        Proc {
-            name,
-            command,
-            child: None,
-        }
-    }
-
-    /// A process started with `command` as it is (its stdio included), for
-    /// the demo's long runs that log to files.
-    pub fn with_stdio(name: &'static str, command: Command) -> Proc {
-        Proc {
-            name,
-            command,
-            child: None,
-        }
-    }
-
-    /// Sets an environment variable for the next starts.
-    pub fn env(&mut self, key: &str, value: &str) {
-        self.command.env(key, value);
-    }
-
-    /// Starts the process (again).
-    pub fn start(&mut self) {
-        assert!(self.child.is_none(), "{} already running", self.name);
-        self.child = Some(self.command.spawn().expect("spawn"));
-    }
-
-    /// SIGKILL and reap.
-    pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-
-    /// SIGTERM, then wait (bounded) for a clean exit; returns the exit code.
-    pub fn terminate(&mut self) -> Option<i32> {
-        let mut child = self.child.take()?;
-        let pid = child.id().to_string();
-        let _ = Command::new("kill").args(["-TERM", &pid]).status();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(Some(status)) = child.try_wait() {
-                return status.code();
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("{} did not exit within 30 s of SIGTERM", self.name);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    /// Waits (bounded by `limit`) for the process to exit on its own and
-    /// returns its exit code (`None` if a signal ended it).
-    ///
-    /// # Panics
-    /// If it is still running after `limit` (it is SIGKILLed first).
-    pub fn wait_exit(&mut self, limit: Duration) -> Option<i32> {
-        let mut child = self.child.take()?;
-        let deadline = Instant::now() + limit;
-        loop {
-            if let Ok(Some(status)) = child.try_wait() {
-                return status.code();
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                let _ = child.wait();
-                panic!("{} did not exit within {limit:?}", self.name);
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    /// Whether it is running (as far as this handle knows).
-    pub fn is_running(&self) -> bool {
-        self.child.is_some()
-    }
-}
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        self.kill();
-    }
-}
+use tributary_test_support::ports::{free_tcp, free_udp};
+use tributary_test_support::process::{Proc, bin_path};
 
 /// A single-node broker and one edge (`plant1`) wired to it, in `dir`.
 pub struct Pair {
@@ -182,7 +50,7 @@ impl Pair {
         topic_extra: &str,
     ) -> Pair {
         let certs = dir.join("certs");
-        broker_core::dev_certs::issue(&certs, &[1], &["plant1".into()]).expect("certs");
+        tributary_test_support::certs::issue(&certs, &[1], &["plant1"]);
         let ingest = free_udp();
         let broker_admin = free_tcp();
         let broker_data = dir.join("broker");

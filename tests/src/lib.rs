@@ -3,4 +3,3 @@
 pub mod cluster;
 pub mod crash;
 pub mod demo;
-pub mod relay;

@@ -1,5 +1,5 @@
 //! Edge → broker replication through a bad link (the relay of
-//! `tributary_tests::relay` between the real `edge-agent` and `broker`
+//! `tributary_test_support::relay` between the real `edge-agent` and `broker`
 //! binaries): every record published at the edge reaches the central topic
 //! exactly once, with the same offsets and bytes.
 //!
@@ -18,8 +18,9 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use tributary_tests::cluster::{Pair, free_udp, read_batches, read_wal};
-use tributary_tests::relay::{LinkConfig, Relay, RelayConfig};
+use tributary_test_support::ports::free_udp;
+use tributary_test_support::relay::{LinkConfig, Relay, RelayConfig};
+use tributary_tests::cluster::{Pair, read_batches, read_wal};
 
 /// Seed of the relay's loss and jitter.
 const SEED: u64 = 0x7419_b1e5;

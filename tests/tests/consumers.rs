@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 use rand::{RngExt, SeedableRng};
 use tributary_api::consumer::{AttachRequest, PublishRecord, StartPosition};
 use tributary_api::consumer_client::ConsumerClient;
-use tributary_tests::cluster::{Proc, bin_path, free_tcp, free_udp};
+use tributary_test_support::ports::{free_tcp, free_udp};
+use tributary_test_support::process::{Proc, bin_path};
 
 const TOKEN: &str = "consumer-e2e-token";
 const TOPIC: &str = "/default/jobs";

@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use serde_json::Value;
-use tributary_tests::cluster::bin_path;
+use tributary_test_support::process::bin_path;
 
 const ROWS: u64 = 5_000;
 /// Days touched by the first 5,000 minutes from 2006-12-16 17:24.

@@ -5,7 +5,9 @@
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use tributary_tests::cluster::{Pair, bin_path, free_tcp, metric_value as value, try_scrape};
+use tributary_test_support::ports::free_tcp;
+use tributary_test_support::process::{Proc, bin_path};
+use tributary_tests::cluster::{Pair, metric_value as value, try_scrape};
 
 fn scrape(url: &str) -> String {
     try_scrape(url).expect("scrape")
@@ -65,7 +67,7 @@ fn broker_edge_and_tier_metrics_follow_traffic_tiering_and_a_restart() {
         .arg("--metrics-listen")
         .arg(tier_addr.to_string())
         .env("RUST_LOG", "warn");
-    let mut tier = tributary_tests::cluster::Proc::with_stdio("tier-service", tier);
+    let mut tier = Proc::with_stdio("tier-service", tier);
     tier.start();
 
     // Before traffic: a leader, nothing ingested, nothing tiered.

@@ -6,7 +6,8 @@
 use std::os::unix::net::UnixDatagram;
 use std::time::{Duration, Instant};
 
-use tributary_tests::cluster::{Pair, Proc};
+use tributary_test_support::process::Proc;
+use tributary_tests::cluster::Pair;
 
 fn messages_until(socket: &UnixDatagram, want: &str, limit: Duration) -> Vec<String> {
     let deadline = Instant::now() + limit;

@@ -1,20 +1,19 @@
-//! The tier service against a real S3 server (moto), behind an environment
-//! variable so CI does not depend on it:
+//! The tier service against a real S3 server (moto, started by
+//! `tributary_test_support::moto` from the `moto_server` that
+//! `TRIB_TEST_MOTO_SERVER` names). The tests need it and fail, naming the
+//! tool, without it; `./scripts/test` and `.ci/run` install it:
 //!
 //! ```sh
-//! python3 -m venv /tmp/moto-venv && /tmp/moto-venv/bin/pip install 'moto[server]'   # ~45 s
-//! TRIB_TEST_MOTO_SERVER=/tmp/moto-venv/bin/moto_server cargo test -p tier-service --test s3
+//! python3 -m venv /tmp/tributary-moto && /tmp/tributary-moto/bin/pip install 'moto[server]==5.2.5'   # ~45 s
+//! TRIB_TEST_MOTO_SERVER=/tmp/tributary-moto/bin/moto_server cargo test -p tier-service --test s3
 //! ```
 //!
-//! Without the variable the test passes at once, saying it was skipped.
 //! The same code path serves s3s-fs (`cargo install s3s-fs@0.14.1 --locked
 //! --features binary`): point a `TierConfig` at it with `path_style`.
 
 mod common;
 
-use std::net::TcpStream;
 use std::ops::ControlFlow;
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use broker_core::wal::{Wal, WalConfig};
@@ -25,41 +24,12 @@ use tributary_archive::{Bucket, StoreConfig};
 use tributary_proto::batch::{Codec, Record};
 use tributary_proto::keys::{StorageKeys, TopicName};
 use tributary_proto::limits::Limits;
+use tributary_test_support::moto::Moto;
 use tributary_tier::faults::Faults;
 use tributary_tier::service;
 use tributary_tier::upload::{UploadTuning, upload_segment, verify_object};
 
 const BUCKET: &str = "tributary-test";
-
-struct Moto(Child);
-
-impl Drop for Moto {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start_moto(binary: &str) -> (Moto, String) {
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let child = Command::new(binary)
-        .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap_or_else(|e| panic!("cannot start {binary}: {e}"));
-    let moto = Moto(child);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while TcpStream::connect(("127.0.0.1", port)).is_err() {
-        assert!(Instant::now() < deadline, "moto_server did not start");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    (moto, format!("http://127.0.0.1:{port}"))
-}
 
 fn store_config(endpoint: &str) -> StoreConfig {
     StoreConfig {
@@ -77,11 +47,8 @@ fn store_config(endpoint: &str) -> StoreConfig {
 
 #[test]
 fn tiering_and_reading_through_s3() {
-    let Ok(binary) = std::env::var("TRIB_TEST_MOTO_SERVER") else {
-        eprintln!("skipped: set TRIB_TEST_MOTO_SERVER to a moto_server binary to run");
-        return;
-    };
-    let (_moto, endpoint) = start_moto(&binary);
+    let moto = Moto::start();
+    let endpoint = moto.endpoint();
     let h = Harness::with_retention(&["/s3/line"], false);
     h.runtime.block_on(async {
         tributary_archive::install_crypto_provider();
@@ -147,11 +114,8 @@ fn tiering_and_reading_through_s3() {
 
 #[test]
 fn multipart_upload_of_a_large_segment_through_s3() {
-    let Ok(binary) = std::env::var("TRIB_TEST_MOTO_SERVER") else {
-        eprintln!("skipped: set TRIB_TEST_MOTO_SERVER to a moto_server binary to run");
-        return;
-    };
-    let (_moto, endpoint) = start_moto(&binary);
+    let moto = Moto::start();
+    let endpoint = moto.endpoint();
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let dir = tempfile::tempdir().unwrap();
     let wal = Wal::open(
@@ -277,17 +241,14 @@ fn write_large(runtime: &tokio::runtime::Runtime, wal: &Wal, count: u64, seed: u
 /// descriptor matches its object and no orphan object remains.
 #[test]
 fn uploads_through_a_faulty_s3_finish_and_commit_only_stored_objects() {
-    use common::fault_proxy::{FAULT_KINDS, Fault, FaultProxy};
-    let Ok(binary) = std::env::var("TRIB_TEST_MOTO_SERVER") else {
-        eprintln!("skipped: set TRIB_TEST_MOTO_SERVER to a moto_server binary to run");
-        return;
-    };
+    use tributary_test_support::fault_proxy::{FAULT_KINDS, Fault, FaultProxy};
     let seed: u64 = std::env::var("TRIB_TEST_FAULT_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
         .unwrap_or(0x00c0_ffee);
-    let (_moto, endpoint) = start_moto(&binary);
-    let upstream: std::net::SocketAddr = endpoint.trim_start_matches("http://").parse().unwrap();
+    let moto = Moto::start();
+    let endpoint = moto.endpoint();
+    let upstream = moto.addr();
     let mut h = Harness::new(&["/s3/faulty"]);
     let big = h.add_topic(
         "/s3/big",

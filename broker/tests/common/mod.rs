@@ -1,5 +1,6 @@
 //! Shared by the broker's integration tests: real `broker` processes on
-//! 127.0.0.1 with generated certificates, their configs and admin API
+//! 127.0.0.1 (ports, processes and certificates from
+//! `tributary_test_support`), their configs and admin API
 //! helpers (`cluster.rs`, `storage_raft.rs`), and the single-leader cluster
 //! view of the in-process API tests (`consumer_api.rs`, `tiered_read.rs`).
 #![allow(dead_code)] // each test binary uses a subset
@@ -7,51 +8,50 @@
 use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
+use tributary_test_support::ports::{free_tcp, free_udp};
+use tributary_test_support::process::Proc;
 
 /// Admin token of every test broker.
 pub const TOKEN: &str = "cluster-test-token";
 
-pub fn free_udp() -> SocketAddr {
-    std::net::UdpSocket::bind("127.0.0.1:0")
-        .and_then(|s| s.local_addr())
-        .expect("free udp port")
-}
-
-pub fn free_tcp() -> SocketAddr {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .and_then(|s| s.local_addr())
-        .expect("free tcp port")
-}
-
+/// One broker process of a test cluster: its id, config file and admin
+/// address; SIGKILLed when dropped.
 pub struct Node {
     pub id: u64,
     pub config: PathBuf,
     pub admin: SocketAddr,
-    pub child: Option<Child>,
+    process: Proc,
 }
 
 impl Node {
-    pub fn start(&mut self) {
-        let child = Command::new(env!("CARGO_BIN_EXE_broker"))
-            .arg("--config")
-            .arg(&self.config)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("spawn broker");
-        self.child = Some(child);
+    /// Node `id` that runs `broker --config {config}` once started (logs
+    /// at `warn` on stderr).
+    pub fn new(id: u64, config: PathBuf, admin: SocketAddr) -> Node {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_broker"));
+        command.arg("--config").arg(&config).env("RUST_LOG", "warn");
+        Node {
+            id,
+            config,
+            admin,
+            process: Proc::new("broker", command),
+        }
     }
 
+    pub fn start(&mut self) {
+        self.process.start();
+    }
+
+    /// SIGKILL and reap.
     pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            child.kill().expect("SIGKILL broker"); // SIGKILL on Unix
-            child.wait().expect("reap broker");
-        }
+        self.process.kill();
+    }
+
+    pub fn is_running(&self) -> bool {
+        self.process.is_running()
     }
 
     pub fn url(&self, path: &str) -> String {
@@ -60,12 +60,6 @@ impl Node {
 
     pub fn status(&self) -> Option<Value> {
         get_json(&self.url("/cluster/status")).ok()
-    }
-}
-
-impl Drop for Node {
-    fn drop(&mut self) {
-        self.kill();
     }
 }
 
@@ -97,12 +91,12 @@ pub fn wait_for_leader(nodes: &[Node]) -> u64 {
     loop {
         let leaders: BTreeSet<Option<u64>> = nodes
             .iter()
-            .filter(|n| n.child.is_some())
+            .filter(|n| n.is_running())
             .map(|n| n.status().and_then(|s| s["leader"].as_u64()))
             .collect();
         if leaders.len() == 1
             && let Some(Some(leader)) = leaders.into_iter().next()
-            && nodes.iter().any(|n| n.id == leader && n.child.is_some())
+            && nodes.iter().any(|n| n.id == leader && n.is_running())
         {
             return leader;
         }
@@ -160,17 +154,13 @@ logs_kept_after_snapshot = 5
 /// free ports, a snapshot every `snapshot_every` Raft entries; all started.
 pub fn start_three(dir: &Path, snapshot_every: u64) -> Vec<Node> {
     let certs = dir.join("certs");
-    broker_core::dev_certs::issue(&certs, &[1, 2, 3], &[]).expect("certs");
+    tributary_test_support::certs::issue(&certs, &[1, 2, 3], &[]);
     let raft: Vec<SocketAddr> = (0..3).map(|_| free_udp()).collect();
     let mut nodes: Vec<Node> = (1..=3u64)
         .map(|id| {
             let admin = free_tcp();
-            Node {
-                id,
-                config: write_config(dir, &certs, id, &raft, admin, snapshot_every),
-                admin,
-                child: None,
-            }
+            let config = write_config(dir, &certs, id, &raft, admin, snapshot_every);
+            Node::new(id, config, admin)
         })
         .collect();
     for node in &mut nodes {

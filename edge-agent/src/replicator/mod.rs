@@ -33,7 +33,7 @@
 //! bandwidth cap's token bucket), `stream` (one topic's stream: read-ahead,
 //! sending, checkpoints).
 
-mod link;
+pub mod link;
 mod pacing;
 mod stream;
 

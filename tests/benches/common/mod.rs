@@ -13,8 +13,7 @@ use std::time::Instant;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
-use broker_core::dev_certs::{broker_paths, edge_paths};
-use broker_core::tls::{ALPN_REPLICATION, BROKER_SERVER_NAME, TlsIdentity};
+use broker_core::tls::{ALPN_REPLICATION, BROKER_SERVER_NAME};
 use bytes::Bytes;
 use rand::rngs::StdRng;
 use rand::{RngExt, SeedableRng};
@@ -31,7 +30,7 @@ use tokio::sync::watch;
 pub fn build_release_binaries() {
     if std::env::var_os("TRIBUTARY_BENCH_NO_BUILD").is_some() {
         for name in ["broker", "edge-agent"] {
-            tributary_tests::cluster::bin_path(name);
+            tributary_test_support::process::bin_path(name);
         }
         return;
     }
@@ -66,9 +65,9 @@ pub fn quic_configs(
     certs: &Path,
     transport: Option<quinn::TransportConfig>,
 ) -> (quinn::ServerConfig, quinn::ClientConfig) {
-    broker_core::dev_certs::issue(certs, &[1], &["plant1".into()]).expect("certs");
-    let broker = TlsIdentity::load(&broker_paths(certs, 1)).expect("broker tls");
-    let edge = TlsIdentity::load(&edge_paths(certs, "plant1")).expect("edge tls");
+    tributary_test_support::certs::issue(certs, &[1], &["plant1"]);
+    let broker = tributary_test_support::certs::broker_identity(certs, 1);
+    let edge = tributary_test_support::certs::edge_identity(certs, "plant1");
     let mut server = broker.quic_server(ALPN_REPLICATION).expect("server config");
     let mut client = edge.quic_client(ALPN_REPLICATION).expect("client config");
     if let Some(transport) = transport {

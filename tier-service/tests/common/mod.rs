@@ -4,8 +4,6 @@
 //! to inspect descriptors and the bucket.
 #![allow(dead_code)]
 
-pub mod fault_proxy;
-
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -1,0 +1,218 @@
+//! The demo's processes and their APIs: the work directory and its
+//! configuration files (certificates from `tribctl certs`, free ports), the
+//! logged broker, tier service and edge agent, HTTP reads of their APIs and
+//! `/metrics`, and graceful stops.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, ensure};
+use serde_json::Value;
+use tributary_test_support::ports::{free_tcp, free_udp};
+use tributary_test_support::process::Proc;
+
+use crate::options::Args;
+use crate::summary::Summary;
+use crate::{DAILY, READINGS, TOKEN};
+
+/// Marker file of a work directory this program made (and may empty).
+const MARKER: &str = ".tributary-demo";
+
+/// Ports and paths of one run.
+pub struct Layout {
+    pub work: PathBuf,
+    pub bins: PathBuf,
+    pub admin: SocketAddr,
+    pub edge_api: SocketAddr,
+}
+
+impl Layout {
+    pub fn bin(&self, name: &str) -> PathBuf {
+        self.bins.join(name)
+    }
+
+    pub fn admin_url(&self) -> String {
+        format!("http://{}", self.admin)
+    }
+
+    /// `command` as process `name`, both streams appended to
+    /// `logs/{name}.log` under the work directory.
+    pub fn logged(&self, name: &'static str, command: Command) -> anyhow::Result<Proc> {
+        let path = self.work.join("logs").join(format!("{name}.log"));
+        Proc::logged(name, command, &path).with_context(|| format!("opening {}", path.display()))
+    }
+}
+
+pub fn prepare_work_dir(dir: &Path) -> anyhow::Result<()> {
+    if dir.exists() {
+        let empty = std::fs::read_dir(dir)?.next().is_none();
+        if !empty {
+            ensure!(
+                dir.join(MARKER).exists(),
+                "{} is not empty and not a previous demo's work directory; give another --work-dir",
+                dir.display()
+            );
+            std::fs::remove_dir_all(dir).with_context(|| format!("emptying {}", dir.display()))?;
+        }
+    }
+    std::fs::create_dir_all(dir.join("logs"))?;
+    std::fs::write(dir.join(MARKER), "work directory of tributary's demo\n")?;
+    Ok(())
+}
+
+pub fn write_configs(layout: &Layout, args: &Args) -> anyhow::Result<(SocketAddr, SocketAddr)> {
+    let work = &layout.work;
+    let certs = work.join("certs");
+    let status = Command::new(layout.bin("tribctl"))
+        .args(["certs", "--broker", "1", "--edge", "plant1", "--out"])
+        .arg(&certs)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .context("running tribctl certs")?;
+    ensure!(status.success(), "tribctl certs failed: {status}");
+    let (raft, ingest) = (free_udp(), free_udp());
+    let c = certs.display();
+    std::fs::write(
+        work.join("broker.toml"),
+        format!(
+            r#"node_id = 1
+data_dir = "{data}"
+raft_listen = "{raft}"
+admin_listen = "{admin}"
+ingest_listen = "{ingest}"
+admin_token = "{TOKEN}"
+[tls]
+cert = "{c}/broker-1.pem"
+key = "{c}/broker-1.key"
+ca = "{c}/ca.pem"
+[wal]
+segment_max_age_ms = {age}
+"#,
+            data = work.join("broker").display(),
+            admin = layout.admin,
+            age = args.segment_age_ms,
+        ),
+    )?;
+    std::fs::write(
+        work.join("edge.toml"),
+        format!(
+            r#"data_dir = "{data}"
+edge_id = "plant1"
+brokers = ["{ingest}"]
+local_api = "{api}"
+checkpoint_interval_ms = 200
+[tls]
+cert = "{c}/edge-plant1.pem"
+key = "{c}/edge-plant1.key"
+ca = "{c}/ca.pem"
+[[topics]]
+name = "{READINGS}"
+intent = "event_stream"
+[[topics]]
+name = "{DAILY}"
+intent = "audit_log"
+"#,
+            data = work.join("edge").display(),
+            api = layout.edge_api,
+        ),
+    )?;
+    std::fs::write(
+        work.join("tier.toml"),
+        format!(
+            r#"data_dir = "{data}"
+poll_interval_ms = 1000
+metrics_listen = "{metrics}"
+[broker]
+url = "{url}"
+token = "{TOKEN}"
+[store]
+url = "{archive}"
+"#,
+            data = work.join("broker").display(),
+            url = layout.admin_url(),
+            archive = work.join("archive").display(),
+            metrics = free_tcp(),
+        ),
+    )?;
+    Ok((raft, ingest))
+}
+
+pub fn http() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(120)))
+        .http_status_as_error(false)
+        .build()
+        .into()
+}
+
+pub fn get_json(agent: &ureq::Agent, url: &str, token: Option<&str>) -> Option<Value> {
+    let mut request = agent.get(url);
+    if let Some(token) = token {
+        request = request.header("authorization", format!("Bearer {token}"));
+    }
+    let mut response = request.call().ok()?;
+    if response.status() != 200 {
+        return None;
+    }
+    response.body_mut().read_json().ok()
+}
+
+pub fn get_text(agent: &ureq::Agent, url: &str) -> Option<String> {
+    let mut response = agent.get(url).call().ok()?;
+    if response.status() != 200 {
+        return None;
+    }
+    response.body_mut().read_to_string().ok()
+}
+
+pub fn wait_until(
+    what: &str,
+    limit: Duration,
+    mut ready: impl FnMut() -> bool,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + limit;
+    while !ready() {
+        ensure!(Instant::now() < deadline, "{what}: not within {limit:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    Ok(())
+}
+
+/// (high-water mark, acknowledged offset, bytes in) of an edge topic.
+pub fn edge_topic(agent: &ureq::Agent, layout: &Layout, topic: &str) -> Option<(u64, u64, u64)> {
+    let url = format!("http://{}/v1/topics{topic}", layout.edge_api);
+    let state = get_json(agent, &url, None)?;
+    Some((
+        state["high_water_mark"].as_u64()?,
+        state["acknowledged_offset"].as_u64()?,
+        state["bytes_in"].as_u64()?,
+    ))
+}
+
+/// A sample without labels from a Prometheus text exposition.
+pub fn metric(text: &str, name: &str) -> Option<u64> {
+    text.lines().find_map(|line| {
+        let (n, v) = line.split_once(' ')?;
+        (n == name).then(|| v.trim().parse().ok())?
+    })
+}
+
+/// The committed tiered offset of `topic` (admin API).
+pub fn tiered_offset(agent: &ureq::Agent, layout: &Layout, topic: &str) -> Option<u64> {
+    let url = format!("{}/v1/storage/topics", layout.admin_url());
+    let doc = get_json(agent, &url, Some(TOKEN))?;
+    doc["topics"]
+        .as_array()?
+        .iter()
+        .find(|t| t["topic"] == topic)?["tiered_offset"]
+        .as_u64()
+}
+
+pub fn stop(summary: &mut Summary, name: &str, proc: &mut Proc) {
+    if proc.is_running() {
+        let code = proc.terminate();
+        summary.exit_codes.push((name.to_string(), code));
+    }
+}
