@@ -204,10 +204,13 @@ fn broker_edge_and_tier_metrics_follow_traffic_tiering_and_a_restart() {
         Some(0),
         "{text}"
     );
-    let text = scrape(&tier_metrics);
-    assert!(
-        value(&text, "tributary_tier_segments_committed_total").unwrap_or(0) >= 1,
-        "{text}"
+    // The broker sees the descriptor as soon as Raft applies it, a moment
+    // before the tier service's commit call returns and counts it.
+    let text = wait_for(
+        "segment committed",
+        &tier_metrics,
+        "tributary_tier_segments_committed_total",
+        |v| v >= 1,
     );
     assert!(
         value(&text, "tributary_tier_uploaded_bytes_total").unwrap_or(0) > 0,

@@ -28,12 +28,27 @@ const LAST_PURGED: &str = "last_purged";
 #[derive(Clone)]
 pub struct LogStore {
     db: Arc<Database>,
+    /// Held by every copy openraft's tasks own, so the node can tell when
+    /// they are all gone ([`super::node::MetaNode::shutdown`]).
+    _held_by_raft: Option<Arc<()>>,
 }
 
 impl LogStore {
     /// A log store on `db` (created by [`super::open_database`]).
     pub fn new(db: Arc<Database>) -> LogStore {
-        LogStore { db }
+        LogStore {
+            db,
+            _held_by_raft: None,
+        }
+    }
+
+    /// This store, marked as handed to openraft: every clone made from it
+    /// holds `token`, so its weak count tells whether a task still has one.
+    pub fn held_by_raft(self, token: Arc<()>) -> LogStore {
+        LogStore {
+            _held_by_raft: Some(token),
+            ..self
+        }
     }
 
     fn get_meta<T: DeserializeOwned>(&self, key: &str) -> Result<Option<T>, StorageError<NodeId>> {

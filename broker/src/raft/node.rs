@@ -114,7 +114,14 @@ pub struct MetaNode {
     state_machine: StateMachine,
     endpoint: quinn::Endpoint,
     peers: Arc<tokio::sync::Mutex<BTreeMap<String, PeerClient>>>,
+    /// Upgradable while any task of openraft still holds the log store or
+    /// the state machine (and so the redb database).
+    raft_storage: std::sync::Weak<()>,
 }
+
+/// How long [`MetaNode::shutdown`] waits for openraft's tasks to let go of
+/// the database after the core task ended.
+const STORAGE_RELEASE_TIMEOUT: Duration = Duration::from_secs(10);
 
 fn retry_policy() -> ExponentialBuilder {
     ExponentialBuilder::default()
@@ -152,12 +159,14 @@ impl MetaNode {
         }
         .validate()
         .map_err(|e| NodeError::Raft(e.to_string()))?;
+        let raft_storage = Arc::new(());
+        let raft_storage_weak = Arc::downgrade(&raft_storage);
         let raft = Raft::new(
             config.node_id,
             Arc::new(raft_config),
             Network::new(endpoint.clone()),
-            log_store,
-            state_machine.clone(),
+            log_store.held_by_raft(raft_storage.clone()),
+            state_machine.held_by_raft(raft_storage),
         )
         .await
         .map_err(|e| NodeError::Raft(e.to_string()))?;
@@ -199,6 +208,7 @@ impl MetaNode {
             state_machine,
             endpoint,
             peers: Arc::default(),
+            raft_storage: raft_storage_weak,
         })
     }
 
@@ -368,10 +378,28 @@ impl MetaNode {
     }
 
     /// Stops openraft and closes the endpoint.
+    ///
+    /// Returns once openraft's tasks have all dropped their handles on the
+    /// storage: `Raft::shutdown` joins only the core task, and its state
+    /// machine worker ends a moment later, so without this wait an
+    /// in-process restart could find the redb file still locked
+    /// (`DatabaseAlreadyOpen`). Handles held by clones of this node remain
+    /// theirs to drop.
     pub async fn shutdown(&self) {
         if let Err(e) = self.raft.shutdown().await {
             warn!(error = %e, "raft shutdown");
         }
         self.endpoint.close(0u32.into(), b"shutdown");
+        let deadline = tokio::time::Instant::now() + STORAGE_RELEASE_TIMEOUT;
+        while self.raft_storage.strong_count() > 0 {
+            if tokio::time::Instant::now() >= deadline {
+                warn!(
+                    holders = self.raft_storage.strong_count(),
+                    "openraft tasks still hold the metadata storage after shutdown"
+                );
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
 }

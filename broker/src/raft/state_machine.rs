@@ -92,6 +92,10 @@ pub struct StateMachine {
     db: Arc<Database>,
     snapshot_dir: PathBuf,
     hub: Arc<WatchHub>,
+    /// Held by every copy openraft's tasks own (see [`LogStore`]'s).
+    ///
+    /// [`LogStore`]: super::log_store::LogStore
+    _held_by_raft: Option<Arc<()>>,
 }
 
 fn sm_read<E: std::error::Error + 'static>(e: E) -> StorageError<NodeId> {
@@ -128,7 +132,17 @@ impl StateMachine {
             db,
             snapshot_dir: snapshot_dir.to_path_buf(),
             hub: Arc::new(WatchHub::new()),
+            _held_by_raft: None,
         })
+    }
+
+    /// A clone of this state machine marked as handed to openraft: every
+    /// clone made from it holds `token`.
+    pub fn held_by_raft(&self, token: Arc<()>) -> StateMachine {
+        StateMachine {
+            _held_by_raft: Some(token),
+            ..self.clone()
+        }
     }
 
     /// Watches changes applied to this replica under `prefix`, in apply
