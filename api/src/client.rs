@@ -148,37 +148,17 @@ impl HttpClient {
         body: Option<Body<'_>>,
     ) -> Result<Value, ClientError> {
         let url = format!("{}{path}", self.base_url);
-        let response = match (method, body) {
-            (Method::Get | Method::Delete, _) => {
-                let mut request = match method {
-                    Method::Get => self.agent.get(&url),
-                    _ => self.agent.delete(&url),
-                };
-                if let Some(authorization) = &self.authorization {
-                    request = request.header("Authorization", authorization);
-                }
-                for (name, value) in headers {
-                    request = request.header(*name, *value);
-                }
-                for (key, value) in query {
-                    request = request.query(*key, *value);
-                }
-                request.call()
-            }
-            (Method::Post | Method::Patch, body) => {
-                let mut request = match method {
+        let response = match method {
+            Method::Get => self.decorate(self.agent.get(&url), query, headers).call(),
+            Method::Delete => self
+                .decorate(self.agent.delete(&url), query, headers)
+                .call(),
+            Method::Post | Method::Patch => {
+                let request = match method {
                     Method::Post => self.agent.post(&url),
                     _ => self.agent.patch(&url),
                 };
-                if let Some(authorization) = &self.authorization {
-                    request = request.header("Authorization", authorization);
-                }
-                for (name, value) in headers {
-                    request = request.header(*name, *value);
-                }
-                for (key, value) in query {
-                    request = request.query(*key, *value);
-                }
+                let request = self.decorate(request, query, headers);
                 match body {
                     Some(body) => request.content_type(body.content_type).send(body.bytes),
                     None => request.send_empty(),
@@ -186,6 +166,25 @@ impl HttpClient {
             }
         };
         finish(&url, response)
+    }
+
+    /// `request` with the bearer token, `headers` and `query` pairs.
+    fn decorate<B>(
+        &self,
+        mut request: ureq::RequestBuilder<B>,
+        query: &[(&str, &str)],
+        headers: &[(&str, &str)],
+    ) -> ureq::RequestBuilder<B> {
+        if let Some(authorization) = &self.authorization {
+            request = request.header("Authorization", authorization);
+        }
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        for (key, value) in query {
+            request = request.query(*key, *value);
+        }
+        request
     }
 
     /// `GET path` with `query` pairs, decoded as `R`.

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 
 use broker_core::wal::WalError;
+use tributary_archive::BucketError;
 use tributary_proto::archive::ArchiveError;
 use tributary_proto::keys::NameError;
 
@@ -10,40 +11,9 @@ use tributary_proto::keys::NameError;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TierError {
-    /// A local file-system operation failed.
-    #[error("{op} {}: {source}", path.display())]
-    Io {
-        /// What was attempted.
-        op: &'static str,
-        /// On which path.
-        path: PathBuf,
-        /// The OS error.
-        source: std::io::Error,
-    },
     /// Listing or reading a WAL directory failed.
     #[error(transparent)]
     Wal(#[from] WalError),
-    /// An object-store request failed (after the store's own retries).
-    #[error("object store {op} {key}: {source}")]
-    Store {
-        /// What was attempted.
-        op: &'static str,
-        /// The object key or prefix.
-        key: String,
-        /// The store's error.
-        source: object_store::Error,
-    },
-    /// A segment or object is not a valid archive (local segment damaged,
-    /// or stored object damaged).
-    #[error("{what} {key}: {source}")]
-    Archive {
-        /// `segment` (local file) or `object`.
-        what: &'static str,
-        /// Path or object key.
-        key: String,
-        /// The check that failed.
-        source: ArchiveError,
-    },
     /// The stored object is not what was uploaded.
     #[error("verification of {key} failed: {reason}")]
     Verify {
@@ -74,7 +44,7 @@ pub enum TierError {
     },
     /// Opening the bucket, or an archive read through it, failed.
     #[error(transparent)]
-    Bucket(#[from] tributary_archive::BucketError),
+    Bucket(#[from] BucketError),
     /// Invalid configuration.
     #[error("invalid configuration: {0}")]
     Config(String),
@@ -95,20 +65,9 @@ impl TierError {
     /// damaged data) are not retried.
     pub fn is_retryable(&self) -> bool {
         match self {
-            TierError::Store { source, .. } => !matches!(
-                source,
-                object_store::Error::NotFound { .. }
-                    | object_store::Error::AlreadyExists { .. }
-                    | object_store::Error::Precondition { .. }
-                    | object_store::Error::NotSupported { .. }
-                    | object_store::Error::NotImplemented { .. }
-                    | object_store::Error::InvalidPath { .. }
-                    | object_store::Error::UnknownConfigurationKey { .. }
-            ),
             TierError::Broker { status, .. } => status.is_none_or(|s| s >= 500 && s != 501),
             TierError::Bucket(error) => error.is_retryable(),
             TierError::Verify { .. } => true,
-            TierError::Io { .. } => true,
             _ => false,
         }
     }
@@ -118,7 +77,13 @@ impl TierError {
         key: impl Into<String>,
     ) -> impl FnOnce(object_store::Error) -> TierError {
         let key = key.into();
-        move |source| TierError::Store { op, key, source }
+        move |source| TierError::Bucket(BucketError::Store { op, key, source })
+    }
+
+    /// A damaged local segment (`what` = `segment`) or stored object
+    /// (`object`) at `key`.
+    pub(crate) fn archive(what: &'static str, key: String, source: ArchiveError) -> TierError {
+        TierError::Bucket(BucketError::Archive { what, key, source })
     }
 
     pub(crate) fn io(
@@ -126,6 +91,6 @@ impl TierError {
         path: impl Into<PathBuf>,
     ) -> impl FnOnce(std::io::Error) -> TierError {
         let path = path.into();
-        move |source| TierError::Io { op, path, source }
+        move |source| TierError::Bucket(BucketError::Io { op, path, source })
     }
 }

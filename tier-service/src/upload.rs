@@ -105,18 +105,14 @@ impl SegmentFile {
 fn segment_error(
     segment: &SealedSegment,
 ) -> impl FnOnce(tributary_proto::archive::ArchiveError) -> TierError + '_ {
-    move |source| TierError::Archive {
-        what: "segment",
-        key: segment.log_path.display().to_string(),
-        source,
-    }
+    move |source| TierError::archive("segment", segment.log_path.display().to_string(), source)
 }
 
 /// The index and footer the segment's object must end with, computed from
 /// the local file without uploading (to judge an object already stored).
 ///
 /// # Errors
-/// I/O errors; [`TierError::Archive`] if the segment is damaged.
+/// I/O errors; [`BucketError::Archive`](tributary_archive::BucketError::Archive) if the segment is damaged.
 pub async fn expected_tail(segment: &SealedSegment) -> Result<ArchiveTail, TierError> {
     let mut file = SegmentFile::open(segment).await?;
     let mut builder = ArchiveBuilder::new(segment.base_offset, segment.bytes, reader_limits())
@@ -136,15 +132,15 @@ pub async fn expected_tail(segment: &SealedSegment) -> Result<ArchiveTail, TierE
 /// The built footer must agree with the seal index.
 fn check_against_seal(segment: &SealedSegment, footer: &Footer) -> Result<(), TierError> {
     if footer.next_offset != segment.next_offset {
-        return Err(TierError::Archive {
-            what: "segment",
-            key: segment.log_path.display().to_string(),
-            source: tributary_proto::archive::ArchiveError::Mismatch {
+        return Err(TierError::archive(
+            "segment",
+            segment.log_path.display().to_string(),
+            tributary_proto::archive::ArchiveError::Mismatch {
                 field: "next_offset (seal index vs batches)",
                 expected: segment.next_offset,
                 actual: footer.next_offset,
             },
-        });
+        ));
     }
     Ok(())
 }
@@ -153,7 +149,7 @@ fn check_against_seal(segment: &SealedSegment, footer: &Footer) -> Result<(), Ti
 /// there) and returns the index and footer it ends with.
 ///
 /// # Errors
-/// I/O and store errors (retryable); [`TierError::Archive`] if the local
+/// I/O and store errors (retryable); [`BucketError::Archive`](tributary_archive::BucketError::Archive) if the local
 /// segment is damaged (nothing is completed then: a multipart upload is
 /// aborted, a single PUT never starts).
 pub async fn upload_segment(
@@ -261,13 +257,11 @@ pub async fn upload_segment(
 }
 
 fn joined(done: Result<object_store::Result<()>, JoinError>, key: &str) -> Result<(), TierError> {
-    done.map_err(|e| TierError::Store {
-        op: "upload part",
-        key: key.to_owned(),
-        source: object_store::Error::Generic {
+    done.map_err(|e| {
+        TierError::store("upload part", key)(object_store::Error::Generic {
             store: "tier-service",
             source: Box::new(e),
-        },
+        })
     })?
     .map_err(TierError::store("upload part", key))
 }
