@@ -1,3 +1,6 @@
+//! Tests of the edge configuration: every documented example parses, every
+//! bad value is refused with the field named.
+
 use std::path::Path;
 
 use super::*;

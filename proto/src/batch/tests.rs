@@ -1,3 +1,6 @@
+//! Tests of the record batch format: encode/decode round trips (property
+//! tests), limits, and every kind of damaged byte reported as a decode error.
+
 use super::*;
 use proptest::prelude::*;
 
