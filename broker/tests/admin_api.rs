@@ -11,19 +11,11 @@ use broker_core::metadata::redb::RedbStore;
 
 use broker_core::clock::ManualClock;
 use serde_json::{Value, json};
-use tributary_broker::admin::{AdminState, ClusterView, serve};
+use tributary_broker::admin::{AdminState, StaticClusterView, serve};
 use tributary_broker::raft::node::ClusterStatus;
 use tributary_proto::keys::{SubscriptionName, TopicName};
 
 const TOKEN: &str = "s3cret-admin-token";
-
-struct FixedCluster(ClusterStatus);
-
-impl ClusterView for FixedCluster {
-    fn status(&self) -> ClusterStatus {
-        self.0.clone()
-    }
-}
 
 fn cluster_status() -> ClusterStatus {
     ClusterStatus {
@@ -68,7 +60,7 @@ impl Server {
             .unwrap();
         let state = AdminState {
             store: store.clone(),
-            cluster: Arc::new(FixedCluster(cluster_status())),
+            cluster: Arc::new(StaticClusterView(cluster_status())),
             token: Arc::from(TOKEN),
         };
         let listener = runtime

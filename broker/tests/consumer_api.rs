@@ -8,8 +8,6 @@
 
 mod common;
 
-use common::FixedCluster;
-
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -25,7 +23,7 @@ use tributary_api::consumer::{
     AttachRequest, NackRequest, PublishRecord, SeekRequest, StartPosition, SubscriptionType,
 };
 use tributary_api::consumer_client::{ClientError, ConsumerClient};
-use tributary_broker::admin::{AdminState, router};
+use tributary_broker::admin::{AdminState, StaticClusterView, router};
 use tributary_broker::consumer::{ConsumerConfig, ConsumerService};
 use tributary_broker::replication::topics::TopicStore;
 use tributary_proto::Limits;
@@ -71,7 +69,7 @@ impl Harness {
         ));
         let state = AdminState {
             store: store.clone(),
-            cluster: Arc::new(FixedCluster),
+            cluster: Arc::new(StaticClusterView::single_leader("127.0.0.1:7401", 1)),
             token: Arc::from(TOKEN),
         };
         let listener = runtime

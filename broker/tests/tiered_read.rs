@@ -11,8 +11,6 @@
 
 mod common;
 
-use common::FixedCluster;
-
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -27,7 +25,7 @@ use tributary_api::consumer::{
 };
 use tributary_api::consumer_client::{ClientError, ConsumerClient};
 use tributary_archive::{Archive, Bucket};
-use tributary_broker::admin::{AdminState, router};
+use tributary_broker::admin::{AdminState, StaticClusterView, router};
 use tributary_broker::consumer::{ConsumerConfig, ConsumerService};
 use tributary_broker::replication::topics::TopicStore;
 use tributary_broker::storage::with_local_segments;
@@ -88,7 +86,7 @@ impl Harness {
     fn serve(&self, archive: Option<Archive>) -> String {
         let state = AdminState {
             store: self.store.clone(),
-            cluster: Arc::new(FixedCluster),
+            cluster: Arc::new(StaticClusterView::single_leader("127.0.0.1:7401", 1)),
             token: Arc::from(TOKEN),
         };
         let listener = self

@@ -1,7 +1,6 @@
 //! The real `tribctl` binary against the broker's admin router served
 //! in-process on 127.0.0.1:0 with a redb metadata store.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::{Command, Output};
 use std::sync::Arc;
@@ -12,28 +11,11 @@ use broker_core::metadata::redb::RedbStore;
 
 use broker_core::clock::ManualClock;
 use serde_json::{Value, json};
-use tributary_broker::admin::{AdminState, ClusterView, serve};
+use tributary_broker::admin::{AdminState, StaticClusterView, serve};
 use tributary_broker::raft::node::ClusterStatus;
 use tributary_proto::keys::{SubscriptionName, TopicName};
 
 const TOKEN: &str = "ctl-test-token";
-
-struct FixedCluster;
-
-impl ClusterView for FixedCluster {
-    fn status(&self) -> ClusterStatus {
-        ClusterStatus {
-            node_id: 1,
-            leader: Some(1),
-            term: 2,
-            members: BTreeMap::from([(1, "127.0.0.1:7500".to_owned())]),
-            last_applied_index: Some(17),
-            snapshot_index: None,
-            purged_index: None,
-            state: "Leader".to_owned(),
-        }
-    }
-}
 
 struct Server {
     runtime: tokio::runtime::Runtime,
@@ -71,7 +53,10 @@ impl Server {
             .unwrap();
         let state = AdminState {
             store: store.clone(),
-            cluster: Arc::new(FixedCluster),
+            cluster: Arc::new(StaticClusterView(ClusterStatus {
+                last_applied_index: Some(17),
+                ..StaticClusterView::single_leader("127.0.0.1:7500", 2).0
+            })),
             token: Arc::from(TOKEN),
         };
         let listener = runtime

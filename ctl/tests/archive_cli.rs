@@ -301,30 +301,13 @@ fn verify_counts_a_clean_bucket_and_names_damage() {
     );
 }
 
-struct FixedCluster;
-
-impl tributary_broker::admin::ClusterView for FixedCluster {
-    fn status(&self) -> tributary_broker::raft::node::ClusterStatus {
-        tributary_broker::raft::node::ClusterStatus {
-            node_id: 1,
-            leader: Some(1),
-            term: 1,
-            members: std::collections::BTreeMap::from([(1, "127.0.0.1:1".to_owned())]),
-            last_applied_index: None,
-            snapshot_index: None,
-            purged_index: None,
-            state: "Leader".to_owned(),
-        }
-    }
-}
-
 #[test]
 fn ls_compares_the_bucket_with_the_raft_descriptors() {
     use broker_core::clock::ManualClock;
     use broker_core::metadata::redb::RedbStore;
     use std::sync::Arc;
     use tributary_archive::reader::Archive;
-    use tributary_broker::admin::{AdminState, serve};
+    use tributary_broker::admin::{AdminState, StaticClusterView, serve};
     use tributary_broker::storage::commit_descriptor;
     use tributary_proto::archive::SegmentDescriptor;
 
@@ -354,7 +337,7 @@ fn ls_compares_the_bucket_with_the_raft_descriptors() {
     }
     let state = AdminState {
         store: store.clone(),
-        cluster: Arc::new(FixedCluster),
+        cluster: Arc::new(StaticClusterView::single_leader("127.0.0.1:1", 1)),
         token: Arc::from(TOKEN),
     };
     let listener = runtime

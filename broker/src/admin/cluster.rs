@@ -15,6 +15,34 @@ pub trait ClusterView: Send + Sync {
     fn status(&self) -> ClusterStatus;
 }
 
+/// A cluster view that always reports the same status: for serving the
+/// admin API without a Raft node (tests, tools replaying a fixed state).
+#[derive(Debug, Clone)]
+pub struct StaticClusterView(pub ClusterStatus);
+
+impl StaticClusterView {
+    /// A one-node cluster whose node 1, at Raft address `addr`, has led
+    /// since `term`; nothing applied yet.
+    pub fn single_leader(addr: &str, term: u64) -> StaticClusterView {
+        StaticClusterView(ClusterStatus {
+            node_id: 1,
+            leader: Some(1),
+            term,
+            members: std::collections::BTreeMap::from([(1, addr.to_owned())]),
+            last_applied_index: None,
+            snapshot_index: None,
+            purged_index: None,
+            state: "Leader".to_owned(),
+        })
+    }
+}
+
+impl ClusterView for StaticClusterView {
+    fn status(&self) -> ClusterStatus {
+        self.0.clone()
+    }
+}
+
 impl ClusterView for MetaNode {
     fn status(&self) -> ClusterStatus {
         MetaNode::status(self)

@@ -77,7 +77,7 @@ use tributary_proto::keys::{NamespaceName, TopicName};
 use crate::http::{ApiError, reject_unauthorized};
 
 pub use self::apply::{ApplyError, DEFAULT_MANIFEST_NAME, apply, plan};
-pub use self::cluster::ClusterView;
+pub use self::cluster::{ClusterView, StaticClusterView};
 pub use self::manifest::{Manifest, ManifestErrors, parse_manifest};
 pub use self::policy::{FailurePolicyPatch, patch_failure_policy};
 

@@ -168,21 +168,3 @@ pub fn start_three(dir: &Path, snapshot_every: u64) -> Vec<Node> {
     }
     nodes
 }
-
-/// The cluster view of an in-process admin API: node 1, leader of term 1.
-pub struct FixedCluster;
-
-impl tributary_broker::admin::ClusterView for FixedCluster {
-    fn status(&self) -> tributary_broker::raft::node::ClusterStatus {
-        tributary_broker::raft::node::ClusterStatus {
-            node_id: 1,
-            leader: Some(1),
-            term: 1,
-            members: std::collections::BTreeMap::from([(1, "127.0.0.1:7401".to_owned())]),
-            last_applied_index: None,
-            snapshot_index: None,
-            purged_index: None,
-            state: "Leader".to_owned(),
-        }
-    }
-}

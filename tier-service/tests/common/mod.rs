@@ -16,8 +16,7 @@ use broker_core::metadata::{BoxFuture, MetadataStore};
 use broker_core::clock::ManualClock;
 use broker_core::wal::{Wal, WalConfig};
 use bytes::Bytes;
-use tributary_broker::admin::{AdminState, ClusterView, router};
-use tributary_broker::raft::node::ClusterStatus;
+use tributary_broker::admin::{AdminState, StaticClusterView, router};
 use tributary_broker::storage::{
     LocalSegments, SealReport, TrimReport, list_descriptors, seal_wal, trim_wal,
     with_local_segments,
@@ -117,23 +116,6 @@ async fn check_commits(
         axum::body::Body::from(bytes),
     ))
     .await
-}
-
-struct FixedCluster;
-
-impl ClusterView for FixedCluster {
-    fn status(&self) -> ClusterStatus {
-        ClusterStatus {
-            node_id: 1,
-            leader: Some(1),
-            term: 1,
-            members: BTreeMap::from([(1, "127.0.0.1:1".to_owned())]),
-            last_applied_index: None,
-            snapshot_index: None,
-            purged_index: None,
-            state: "Leader".to_owned(),
-        }
-    }
 }
 
 /// The broker's topic WALs as the admin API's `trim` sees them. Checks, at
@@ -267,7 +249,7 @@ impl Harness {
         });
         let state = AdminState {
             store: store.clone(),
-            cluster: Arc::new(FixedCluster),
+            cluster: Arc::new(StaticClusterView::single_leader("127.0.0.1:1", 1)),
             token: Arc::from(TOKEN),
         };
         let commits = Arc::new(CommitChecker::default());
