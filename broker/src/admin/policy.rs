@@ -148,53 +148,12 @@ pub(super) async fn patch_failure_policy_handler(
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-    use std::sync::Arc;
 
-    use broker_core::catalog::TopicSpec;
-    use broker_core::clock::ManualClock;
-    use broker_core::metadata::MetadataStore;
-    use broker_core::metadata::redb::RedbStore;
     use serde_json::{Value, json};
 
     use super::*;
 
-    struct Fixture {
-        _dir: tempfile::TempDir,
-        store: RedbStore,
-    }
-
-    fn fixture() -> Fixture {
-        let dir = tempfile::tempdir().unwrap();
-        let store = RedbStore::open(
-            dir.path().join("meta.redb"),
-            Arc::new(ManualClock::new(1_000)),
-        )
-        .unwrap();
-        Fixture { _dir: dir, store }
-    }
-
-    impl Fixture {
-        fn catalog(&self) -> Catalog<'_> {
-            Catalog::new(&self.store)
-        }
-
-        async fn dump(&self) -> BTreeMap<String, Value> {
-            self.store.list("/").await.unwrap().into_iter().collect()
-        }
-    }
-
-    fn topic(name: &str) -> TopicName {
-        TopicName::new(name).unwrap()
-    }
-
-    fn sub(name: &str) -> SubscriptionName {
-        SubscriptionName::new(name).unwrap()
-    }
-
-    fn spec(name: &str, intent: &str, partitions: i64) -> TopicSpec {
-        TopicSpec::parse(name, intent, partitions).unwrap()
-    }
+    use tributary_test_support::catalog_fixture::{fixture, spec, sub, topic};
 
     fn policy_json(max: u32, base: u64, poison: &str, dlq: Option<&str>) -> Value {
         json!({
