@@ -66,7 +66,7 @@ pub enum KeyParseError {
     },
 }
 
-pub(super) fn canonical(key: &str, field: &'static str, value: &str) -> Result<u64, KeyParseError> {
+fn canonical(key: &str, field: &'static str, value: &str) -> Result<u64, KeyParseError> {
     parse_canonical_u64(value).ok_or_else(|| KeyParseError::Number {
         key: key.to_owned(),
         field,
