@@ -10,12 +10,9 @@
 //!   object-store faults;
 //! - [`moto`]: the moto S3 server (`TRIB_TEST_MOTO_SERVER`), failing loudly
 //!   when it is missing;
-//! - [`catalog_fixture`]: a topic catalog on a fresh redb store, and the
-//!   expected keys of a create;
 //! - [`metadata_suite`]: the behaviour suite every `MetadataStore` passes.
 #![warn(missing_docs)]
 
-pub mod catalog_fixture;
 pub mod certs;
 pub mod fault_proxy;
 pub mod metadata_suite;

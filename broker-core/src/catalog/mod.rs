@@ -67,6 +67,8 @@
 
 mod compare;
 mod error;
+#[cfg(any(test, feature = "catalog-fixture"))]
+pub mod fixture;
 mod namespaces;
 mod policy;
 mod spec;

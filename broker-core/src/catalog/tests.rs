@@ -1,8 +1,6 @@
 //! Tests of the catalog: creates, implicit topics and load settings,
 //! failure policies, describe, listing and delete, against a redb store.
 
-use std::sync::Arc;
-
 use std::collections::BTreeMap;
 
 use serde_json::json;
@@ -13,100 +11,11 @@ use tributary_api::admin::{
 use tributary_proto::intent::{
     BackoffStrategy, Delivery, PoisonPolicy, StreamIntent, SubscriptionFailurePolicy,
 };
-use tributary_proto::keys::{NamespaceName, SubscriptionName, TopicName};
 
 use super::*;
-use crate::metadata::redb::RedbStore;
 use crate::wal::SyncMode;
 
-use crate::clock::ManualClock;
-
-struct Fixture {
-    _dir: tempfile::TempDir,
-    store: RedbStore,
-}
-
-fn fixture() -> Fixture {
-    let dir = tempfile::tempdir().unwrap();
-    let store = RedbStore::open(
-        dir.path().join("meta.redb"),
-        Arc::new(ManualClock::new(1_000)),
-    )
-    .unwrap();
-    Fixture { _dir: dir, store }
-}
-
-impl Fixture {
-    fn catalog(&self) -> Catalog<'_> {
-        Catalog::new(&self.store)
-    }
-
-    async fn dump(&self) -> BTreeMap<String, Value> {
-        self.store.list("/").await.unwrap().into_iter().collect()
-    }
-}
-
-fn topic(name: &str) -> TopicName {
-    TopicName::new(name).unwrap()
-}
-
-fn sub(name: &str) -> SubscriptionName {
-    SubscriptionName::new(name).unwrap()
-}
-
-fn ns(name: &str) -> NamespaceName {
-    NamespaceName::new(name).unwrap()
-}
-
-fn spec(name: &str, intent: &str, partitions: i64) -> TopicSpec {
-    TopicSpec::parse(name, intent, partitions).unwrap()
-}
-
-/// The seed table's rows as stored JSON.
-fn intent_json(intent: &str) -> Value {
-    match intent {
-        "realtime" => json!({
-            "intent": "realtime", "delivery": "NonReliable", "wal_sync_mode": "async",
-            "max_retries": 0, "backoff_ms": 0, "poison_policy": "none",
-            "dlq_suffix": null, "persistence": "in_memory"
-        }),
-        "event_stream" => json!({
-            "intent": "event_stream", "delivery": "Reliable",
-            "wal_sync_mode": "os_cache_flush", "max_retries": 3, "backoff_ms": 500,
-            "poison_policy": "dead_letter", "dlq_suffix": "-dlq", "persistence": "wal"
-        }),
-        "task_queue" => json!({
-            "intent": "task_queue", "delivery": "Reliable", "wal_sync_mode": "fsync_batch",
-            "max_retries": 5, "backoff_ms": 1000, "poison_policy": "dead_letter",
-            "dlq_suffix": "-dlq", "persistence": "wal"
-        }),
-        "audit_log" => json!({
-            "intent": "audit_log", "delivery": "Reliable", "wal_sync_mode": "fsync_batch",
-            "max_retries": 10, "backoff_ms": 500, "poison_policy": "block",
-            "dlq_suffix": null, "persistence": "wal"
-        }),
-        other => panic!("{other}"),
-    }
-}
-
-fn default_ns_policy() -> Value {
-    json!({"max_producers_per_topic": 0, "max_consumers_per_topic": 0, "max_message_size": 0})
-}
-
-/// Every key an explicit create of `/{ns}/{name}` writes.
-fn topic_keys(ns: &str, name: &str, intent: &str, partitions: u32) -> BTreeMap<String, Value> {
-    let mut keys = BTreeMap::new();
-    let names = std::iter::once((name.to_owned(), partitions))
-        .chain((0..partitions).map(|i| (format!("{name}-part-{i}"), 0)));
-    for (t, count) in names {
-        let delivery = intent_json(intent)["delivery"].clone();
-        keys.insert(format!("/topics/{ns}/{t}"), json!(count));
-        keys.insert(format!("/topics/{ns}/{t}/intent"), intent_json(intent));
-        keys.insert(format!("/topics/{ns}/{t}/delivery"), delivery);
-        keys.insert(format!("/namespaces/{ns}/topics/{ns}/{t}"), json!(count));
-    }
-    keys
-}
+use super::fixture::{default_ns_policy, fixture, intent_json, ns, spec, sub, topic, topic_keys};
 
 // ---- create -------------------------------------------------------------
 

@@ -257,7 +257,7 @@ mod tests {
 
     use super::*;
 
-    use tributary_test_support::catalog_fixture::{
+    use broker_core::catalog::fixture::{
         CatalogFixture as Fixture, default_ns_policy, fixture, topic, topic_keys,
     };
 

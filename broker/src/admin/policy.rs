@@ -153,7 +153,7 @@ mod tests {
 
     use super::*;
 
-    use tributary_test_support::catalog_fixture::{fixture, spec, sub, topic};
+    use broker_core::catalog::fixture::{fixture, spec, sub, topic};
 
     fn policy_json(max: u32, base: u64, poison: &str, dlq: Option<&str>) -> Value {
         json!({

@@ -41,12 +41,7 @@ impl ConsumerService {
                 ));
             }
         };
-        let loaded = self
-            .subs
-            .lock()
-            .await
-            .get(&(topic.clone(), name.clone()))
-            .cloned();
+        let loaded = self.loaded(topic, &name).await;
         match loaded {
             Some(sub) => {
                 let cursor = self.start_cursor(&sub.topic, &sub.wal, start).await?;
@@ -99,12 +94,7 @@ impl ConsumerService {
         paused: bool,
     ) -> Result<(), ConsumerError> {
         let name = subscription_name(subscription)?;
-        let loaded = self
-            .subs
-            .lock()
-            .await
-            .get(&(topic.clone(), name.clone()))
-            .cloned();
+        let loaded = self.loaded(topic, &name).await;
         let durable = match &loaded {
             Some(sub) => sub.durable,
             None => {
@@ -176,12 +166,7 @@ impl ConsumerService {
         subscription: &str,
     ) -> Result<SubscriptionState, ConsumerError> {
         let name = subscription_name(subscription)?;
-        let loaded = self
-            .subs
-            .lock()
-            .await
-            .get(&(topic.clone(), name.clone()))
-            .cloned();
+        let loaded = self.loaded(topic, &name).await;
         if let Some(sub) = loaded {
             let st = sub.state.lock().await;
             let dispatcher = st.dispatcher();

@@ -385,17 +385,21 @@ impl ConsumerService {
         }
     }
 
-    async fn sub(
-        &self,
-        topic: &TopicName,
-        name: &SubscriptionName,
-    ) -> Result<Arc<Sub>, ConsumerError> {
+    /// The subscription if it is loaded on this broker (a consumer attached).
+    async fn loaded(&self, topic: &TopicName, name: &SubscriptionName) -> Option<Arc<Sub>> {
         self.subs
             .lock()
             .await
             .get(&(topic.clone(), name.clone()))
             .cloned()
-            .ok_or_else(|| {
+    }
+
+    async fn sub(
+        &self,
+        topic: &TopicName,
+        name: &SubscriptionName,
+    ) -> Result<Arc<Sub>, ConsumerError> {
+        self.loaded(topic, name).await.ok_or_else(|| {
                 ConsumerError::NotFound(format!(
                     "subscription {name} of {topic} has no consumer attached on this broker: attach first"
                 ))

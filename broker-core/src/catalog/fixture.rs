@@ -1,15 +1,17 @@
 //! A topic catalog on a fresh redb metadata store, with the helpers catalog
 //! tests share: parsed names and specs, the seed's intent rows as stored
 //! JSON, and every key an explicit topic create writes. Used by the
-//! broker's manifest, apply and failure-policy tests.
+//! catalog's own tests and, through feature `catalog-fixture`, by the
+//! broker's manifest, apply and failure-policy tests. Never in a shipped
+//! binary.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
-use broker_core::catalog::{Catalog, TopicSpec};
-use broker_core::clock::ManualClock;
-use broker_core::metadata::MetadataStore;
-use broker_core::metadata::redb::RedbStore;
+use crate::catalog::{Catalog, TopicSpec};
+use crate::clock::ManualClock;
+use crate::metadata::MetadataStore;
+use crate::metadata::redb::RedbStore;
 use serde_json::{Value, json};
 use tributary_proto::keys::{NamespaceName, SubscriptionName, TopicName};
 
