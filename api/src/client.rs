@@ -56,7 +56,8 @@ pub enum ClientError {
     BadResponse {
         /// The request URL.
         url: String,
-        /// HTTP status (0 when the request body could not be encoded).
+        /// HTTP status: 0 when the request body could not be encoded, 200
+        /// for any success status whose JSON is not the expected shape.
         status: u16,
         /// What is wrong with it.
         detail: String,
