@@ -81,7 +81,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use broker_core::wal::segment::LOG_SUFFIX;
-use broker_core::wal::storage::{AppendFile, FsStorage, ReadFile, Storage};
+use broker_core::wal::storage::{AppendFile, FsStorage, OverwriteFile, ReadFile, Storage};
 use broker_core::wal::{SyncMode, Wal, WalConfig};
 use bytes::Bytes;
 use tokio::runtime::Runtime;
@@ -266,6 +266,10 @@ impl Storage for CountingStorage {
             inner: file,
             counts: self.counts.clone(),
         }))
+    }
+
+    fn open_overwrite(&self, path: &Path) -> io::Result<Box<dyn OverwriteFile>> {
+        self.inner.open_overwrite(path)
     }
 
     fn open_read(&self, path: &Path) -> io::Result<Box<dyn ReadFile>> {

@@ -80,6 +80,12 @@ pub enum WalError {
         /// Where it does start.
         found_base: u64,
     },
+    /// A read reached offsets it cannot return: damaged bytes or a declared
+    /// hole (see [`UnreadableRange`]). The reader continues at
+    /// `range.end_offset`; the WAL also lists the range in
+    /// [`super::Wal::damaged_ranges`].
+    #[error("{0}")]
+    Unreadable(UnreadableRange),
     /// The requested offset was deleted by retention.
     #[error("offset {requested} is below the log start {log_start}")]
     OffsetBelowLogStart {
@@ -88,6 +94,85 @@ pub enum WalError {
         /// First offset still stored.
         log_start: u64,
     },
+}
+
+/// Offsets `first_offset..end_offset` that a WAL holds no readable record
+/// for. Nothing is skipped silently: readers get this range as
+/// [`WalError::Unreadable`] and decide (the edge declares it to the broker as
+/// a hole, a consumer gets a gap notice).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnreadableRange {
+    /// First offset of the range.
+    pub first_offset: u64,
+    /// First offset after it (exclusive end).
+    pub end_offset: u64,
+    /// Why the offsets cannot be read.
+    pub kind: UnreadableKind,
+}
+
+/// Why an [`UnreadableRange`] cannot be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UnreadableKind {
+    /// Bytes are stored for these offsets but fail verification (CRC, header
+    /// or offset checks). The WAL keeps them as they are.
+    Damaged {
+        /// Base offset of the segment holding the bytes.
+        segment_base: u64,
+        /// Byte position of the first damaged byte in the segment file.
+        position: u64,
+        /// Length of the damaged byte range, bytes (up to the next valid
+        /// batch or the end of the segment).
+        bytes: u64,
+        /// What the first failed check said.
+        reason: String,
+    },
+    /// No bytes are stored for these offsets and none will be: they were
+    /// declared a hole ([`super::Wal::skip_to`]), or recovery found them
+    /// acknowledged (by the persisted sync mark) but missing from the file,
+    /// and never hands them out again.
+    Hole,
+}
+
+impl UnreadableRange {
+    /// Number of offsets in the range.
+    pub fn len(&self) -> u64 {
+        self.end_offset - self.first_offset
+    }
+
+    /// Whether the range holds no offset.
+    pub fn is_empty(&self) -> bool {
+        self.end_offset <= self.first_offset
+    }
+
+    /// `"damaged"` or `"hole"`, for logs, metrics and APIs.
+    pub fn kind_name(&self) -> &'static str {
+        match self.kind {
+            UnreadableKind::Damaged { .. } => "damaged",
+            UnreadableKind::Hole => "hole",
+        }
+    }
+}
+
+impl std::fmt::Display for UnreadableRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match &self.kind {
+            UnreadableKind::Damaged {
+                segment_base,
+                position,
+                bytes,
+                reason,
+            } => write!(
+                f,
+                "offsets {}..{} unreadable: {bytes} damaged bytes at byte {position} of segment {segment_base}: {reason}",
+                self.first_offset, self.end_offset
+            ),
+            UnreadableKind::Hole => write!(
+                f,
+                "offsets {}..{} are a declared hole (no record is stored for them)",
+                self.first_offset, self.end_offset
+            ),
+        }
+    }
 }
 
 pub(crate) fn io_err<'a>(

@@ -38,6 +38,7 @@ mod append;
 pub mod commit;
 mod config;
 mod error;
+pub mod mark;
 mod read;
 pub mod recovery;
 mod retention;
@@ -60,8 +61,8 @@ use tokio::sync::{Notify, watch};
 
 pub use append::{AppendAck, AppendAtOutcome, PendingAppend};
 pub use config::WalConfig;
-pub use error::WalError;
 pub(crate) use error::io_err;
+pub use error::{UnreadableKind, UnreadableRange, WalError};
 pub use recovery::RecoveryReport;
 pub use retention::RetentionReport;
 pub use scan::ReadBuffers;
@@ -95,6 +96,9 @@ pub(crate) struct AppendState {
     /// Roll requests made so far (monotonic); the writer publishes how many
     /// it has served in [`Progress::rolls`].
     roll_requests: u64,
+    /// A hole declared by [`Wal::skip_to`] that the writer has not made
+    /// durable yet: the offset after it.
+    skip_to: Option<u64>,
     closing: bool,
     failure: Option<Arc<str>>,
     writer_idle: bool,
@@ -120,6 +124,11 @@ pub(crate) struct Shared {
     space: Notify,
     progress: watch::Sender<Progress>,
     segments: RwLock<BTreeMap<u64, SegmentMeta>>,
+    /// Unreadable ranges found by recovery and reads, and declared holes,
+    /// by first offset.
+    unreadable: Mutex<BTreeMap<u64, UnreadableRange>>,
+    /// Sequence number of the sync mark recovery read.
+    mark_seq: u64,
 }
 
 impl Shared {
@@ -135,6 +144,10 @@ impl Shared {
 
     fn segments_mut(&self) -> RwLockWriteGuard<'_, BTreeMap<u64, SegmentMeta>> {
         self.segments.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn unreadable(&self) -> MutexGuard<'_, BTreeMap<u64, UnreadableRange>> {
+        self.unreadable.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -206,6 +219,7 @@ impl Wal {
                 batches: Vec::new(),
                 oldest_pending_at: None,
                 roll_requests: 0,
+                skip_to: None,
                 closing: false,
                 failure: None,
                 writer_idle: false,
@@ -214,6 +228,15 @@ impl Wal {
             space: Notify::new(),
             progress,
             segments: RwLock::new(segments),
+            unreadable: Mutex::new(
+                recovered
+                    .report
+                    .unreadable
+                    .iter()
+                    .map(|r| (r.first_offset, r.clone()))
+                    .collect(),
+            ),
+            mark_seq: recovered.mark_seq,
         });
         let writer = writer::spawn(shared.clone(), active_base, file)?;
         Ok(Wal {
@@ -272,6 +295,67 @@ impl Wal {
             .filter(|m| m.sealed)
             .map(|m| SealedSegment::from_meta(&self.shared.dir, m))
             .collect()
+    }
+
+    /// Unreadable offset ranges known to this WAL, oldest first: damaged
+    /// bytes found by recovery or by reads, and declared holes, except those
+    /// retention has deleted since. A metric, `/health` and the topics API
+    /// show them.
+    pub fn damaged_ranges(&self) -> Vec<UnreadableRange> {
+        let log_start = self.log_start_offset();
+        let mut map = self.shared.unreadable();
+        map.retain(|_, r| r.end_offset > log_start);
+        map.values().cloned().collect()
+    }
+
+    /// Records `range` (found by a read) unless a range starting at the
+    /// same offset is known; returns the known one.
+    pub(crate) fn note_unreadable(&self, range: UnreadableRange) -> UnreadableRange {
+        let mut map = self.shared.unreadable();
+        map.entry(range.first_offset)
+            .or_insert_with(|| {
+                tracing::warn!(dir = %self.shared.dir.display(), %range, "WAL read found an unreadable range");
+                range
+            })
+            .clone()
+    }
+
+    /// Declares the offsets from the next offset up to `end_offset` a hole:
+    /// no record will ever be stored for them, the next append must start at
+    /// `end_offset`, and readers get [`WalError::Unreadable`] for them.
+    /// Returns once the hole is durable (the sync mark is `fdatasync`ed) and
+    /// the high-water mark has passed it. A no-op if `end_offset` is not
+    /// past the next offset. The broker calls it when an edge declares a
+    /// hole (FORMAT.md, "Hole frame").
+    ///
+    /// # Errors
+    /// [`WalError::Closed`], [`WalError::PreviousIo`].
+    pub async fn skip_to(&self, end_offset: u64) -> Result<(), WalError> {
+        {
+            let mut state = self.shared.state();
+            if let Some(failure) = &state.failure {
+                return Err(WalError::PreviousIo(failure.clone()));
+            }
+            if state.closing {
+                return Err(WalError::Closed);
+            }
+            if end_offset <= state.next_offset {
+                return Ok(());
+            }
+            let first = state.next_offset;
+            state.next_offset = end_offset;
+            state.skip_to = Some(end_offset);
+            self.shared.unreadable().insert(
+                first,
+                UnreadableRange {
+                    first_offset: first,
+                    end_offset,
+                    kind: UnreadableKind::Hole,
+                },
+            );
+            self.shared.writer_wake.notify_one();
+        }
+        self.wait_for_offset(end_offset - 1).await.map(|_| ())
     }
 
     /// Seals the active segment now (if it holds any record) and starts a new
@@ -372,5 +456,7 @@ pub fn list_sealed_segments(dir: &Path) -> Result<Vec<SealedSegment>, WalError> 
     Ok(out)
 }
 
+#[cfg(test)]
+mod damage_tests;
 #[cfg(test)]
 mod tests;

@@ -8,7 +8,7 @@ use tributary_proto::batch::EncodedBatch;
 
 use super::scan::{ReadAhead, Step, find_next_valid, read_batch};
 use super::segment::log_file_name;
-use super::{ReadBuffers, Wal, WalError, io_err};
+use super::{ReadBuffers, UnreadableKind, UnreadableRange, Wal, WalError, io_err};
 
 /// Smallest refill of a [`Wal::read`], bytes: small batches near the end of
 /// a budget still share one `pread`.
@@ -44,12 +44,15 @@ impl Wal {
     /// up to about `max_bytes` (at least one batch if any is readable), never
     /// past the high-water mark. Every batch is CRC-verified. The first batch
     /// may start before `from_offset`; records below it are the caller's to
-    /// skip.
+    /// skip. A read stops before an unreadable range (damaged bytes or a
+    /// declared hole) and returns the good batches before it; a read that
+    /// starts in one returns [`WalError::Unreadable`] naming it, and the
+    /// caller continues at its `end_offset`.
     ///
     /// # Errors
     /// [`WalError::OffsetBelowLogStart`] if retention deleted `from_offset`,
-    /// [`WalError::Corrupt`] naming the unreadable range if a batch on the way
-    /// is damaged, I/O errors.
+    /// [`WalError::Unreadable`] if `from_offset` is in an unreadable range,
+    /// I/O errors.
     pub fn read(&self, from_offset: u64, max_bytes: usize) -> Result<Vec<EncodedBatch>, WalError> {
         self.read_with(from_offset, max_bytes, &mut ReadBuffers::new())
     }
@@ -72,7 +75,7 @@ impl Wal {
         if from_offset >= hwm {
             return Ok(out);
         }
-        let plan: Vec<(u64, u64, u64)> = {
+        let plan: Vec<SegmentPlan> = {
             let segments = self.shared.segments();
             let log_start = segments.values().next().map_or(0, |s| s.base_offset);
             if from_offset < log_start {
@@ -81,18 +84,43 @@ impl Wal {
                     log_start,
                 });
             }
-            segments
-                .range(..=from_offset)
-                .next_back()
+            let first = segments.range(..=from_offset).next_back();
+            first
+                .map(|(&base, meta)| (base, meta, meta.scan_start_at(from_offset)))
                 .into_iter()
-                .chain(segments.range(from_offset + 1..))
-                .map(|(&base, meta)| (base, meta.scan_start(from_offset), meta.bytes))
+                .chain(
+                    segments
+                        .range(from_offset + 1..)
+                        .map(|(&base, meta)| (base, meta, (0, base))),
+                )
+                .map(|(base, meta, (start, start_offset))| SegmentPlan {
+                    base,
+                    start,
+                    start_offset,
+                    visible: meta.bytes,
+                    next_offset: meta.next_offset,
+                })
                 .collect()
         };
         let mut budget = max_bytes;
         let mut wanted = from_offset;
-        for (i, (base, start, visible)) in plan.into_iter().enumerate() {
-            let start = if i == 0 { start } else { 0 };
+        // Either the batches read so far, or the unreadable range where
+        // `wanted` is.
+        let stop = |out: Vec<EncodedBatch>, range: UnreadableRange| {
+            if out.is_empty() {
+                Err(WalError::Unreadable(range))
+            } else {
+                Ok(out)
+            }
+        };
+        for segment in plan {
+            let SegmentPlan {
+                base,
+                start,
+                start_offset,
+                visible,
+                next_offset: segment_next,
+            } = segment;
             let path = self.shared.dir.join(log_file_name(base));
             let file = match self.shared.storage.open_read(&path) {
                 Ok(f) => f,
@@ -107,60 +135,115 @@ impl Wal {
             let mut window =
                 ReadAhead::with_buffers(file.as_ref(), visible, std::mem::take(buffers));
             let mut pos = start;
-            // `true` once the budget or the high-water mark ends the read.
+            // The offset the batch at `pos` should start with.
+            let mut expected = start_offset;
+            let limits = &self.shared.config.limits;
+            // `Some` once the read ends (budget, high-water mark or an
+            // unreadable range) with this result.
             let done = loop {
                 // Read ahead no further than the budget can use (at least a
                 // batch header, and enough for small batches to share a pread).
                 window.set_refill(budget.clamp(MIN_READ_REFILL_BYTES, MAX_READ_REFILL_BYTES));
-                match read_batch(&mut window, pos, &self.shared.config.limits)
-                    .map_err(io_err("read", &path))?
-                {
-                    Step::End => break false,
-                    Step::Batch(batch) => {
+                match read_batch(&mut window, pos, limits).map_err(io_err("read", &path))? {
+                    Step::End => {
+                        // Offsets the segment covers with no batch: a hole.
+                        let end = segment_next.min(hwm);
+                        if wanted < end && expected < end {
+                            let range = self.note_unreadable(hole(expected.max(wanted), end));
+                            break Some(stop(std::mem::take(&mut out), range));
+                        }
+                        break None;
+                    }
+                    Step::Batch(batch) if batch.base_offset() >= expected => {
                         if batch.base_offset() >= hwm {
-                            break true;
+                            break Some(Ok(std::mem::take(&mut out)));
+                        }
+                        if batch.base_offset() > expected && batch.base_offset() > wanted {
+                            let range = self
+                                .note_unreadable(hole(expected.max(wanted), batch.base_offset()));
+                            break Some(stop(std::mem::take(&mut out), range));
                         }
                         pos += batch.len() as u64;
+                        expected = batch.next_offset();
                         if batch.next_offset() <= wanted {
                             continue;
                         }
                         if !out.is_empty() && batch.len() > budget {
-                            break true;
+                            break Some(Ok(std::mem::take(&mut out)));
                         }
                         budget = budget.saturating_sub(batch.len());
                         wanted = batch.next_offset();
                         out.push(batch);
                         if budget == 0 {
-                            break true;
+                            break Some(Ok(std::mem::take(&mut out)));
                         }
                     }
-                    Step::Bad(reason) => {
-                        let resumes =
-                            find_next_valid(&mut window, pos, wanted, &self.shared.config.limits)
-                                .map_err(io_err("read", &path))?;
-                        let end_offset = match resumes {
-                            Some((_, base)) => base,
-                            None => self
-                                .shared
-                                .segments()
-                                .get(&base)
-                                .map_or(wanted, |m| m.next_offset),
+                    step => {
+                        let reason = match step {
+                            Step::Bad(e) => e.to_string(),
+                            Step::Batch(b) => format!(
+                                "batch at byte {pos} has base offset {}, expected {expected}",
+                                b.base_offset()
+                            ),
+                            Step::End => String::new(),
                         };
-                        return Err(WalError::Corrupt {
-                            segment_base: base,
-                            first_offset: wanted,
+                        let resumes = find_next_valid(&mut window, pos, expected, limits)
+                            .map_err(io_err("read", &path))?;
+                        let (end_offset, resume_at) = match resumes {
+                            Some((at, base_offset)) => (base_offset, at),
+                            None => (segment_next.max(expected), visible),
+                        };
+                        let range = self.note_unreadable(UnreadableRange {
+                            first_offset: expected,
                             end_offset,
-                            position: pos,
-                            reason: reason.to_string(),
+                            kind: UnreadableKind::Damaged {
+                                segment_base: base,
+                                position: pos,
+                                bytes: resume_at - pos,
+                                reason,
+                            },
                         });
+                        if end_offset <= wanted {
+                            // Damage wholly before what is wanted: step over it.
+                            pos = resume_at;
+                            expected = end_offset;
+                            continue;
+                        }
+                        let range = UnreadableRange {
+                            first_offset: range.first_offset.max(wanted),
+                            ..range
+                        };
+                        break Some(stop(std::mem::take(&mut out), range));
                     }
                 }
             };
             *buffers = window.into_buffers();
-            if done {
-                return Ok(out);
+            if let Some(result) = done {
+                return result;
             }
         }
         Ok(out)
+    }
+}
+
+/// One segment a read visits: where to start and what it held when the
+/// read began.
+struct SegmentPlan {
+    base: u64,
+    /// Byte position to start scanning at.
+    start: u64,
+    /// Base offset of the batch at `start`.
+    start_offset: u64,
+    /// Bytes readers may see.
+    visible: u64,
+    /// The segment's next offset (past any declared hole at its end).
+    next_offset: u64,
+}
+
+fn hole(first_offset: u64, end_offset: u64) -> UnreadableRange {
+    UnreadableRange {
+        first_offset,
+        end_offset,
+        kind: UnreadableKind::Hole,
     }
 }

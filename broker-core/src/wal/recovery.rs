@@ -1,23 +1,34 @@
 //! Opening a WAL directory after a clean stop or a crash.
 //!
-//! Decision table (one named test per row in `wal/tests.rs`):
+//! Decision table (one named test per row, in `wal/tests.rs` and, for
+//! damage, `wal/damage_tests.rs`). "The mark" is the sync mark (`mark.rs`):
+//! where the active segment stood when its last group was acknowledged.
+//! Bytes before the mark's position were acknowledged, so they are never a
+//! torn write; without a usable mark (a WAL from before marks), the last
+//! group-commit window of the file plays that role.
 //!
 //! | what is found | decision |
 //! |---|---|
-//! | empty directory | create segment `initial_offset` |
+//! | empty directory | create segment `initial_offset` (or the mark's next offset) |
 //! | `*.tmp` file | interrupted atomic write: delete |
 //! | `.index` without its `.log` | retention was interrupted after deleting the data: delete the index |
-//! | sealed segment (valid `.index`, file length matches) | trust it; its batches are verified when read |
+//! | sealed segment (valid `.index`, file length matches) | trust it; its batches are verified when read, and a read reports damage as an unreadable range |
 //! | sealed segment whose file length differs from its index | error `Corrupt`: sealed data changed |
-//! | non-last segment without a valid `.index` | scan it; clean → seal it now; damaged → error `Corrupt` |
+//! | non-last segment without a valid `.index` | scan it; damaged ranges (also a damaged end, up to the next segment's base) are kept and reported; seal it now |
 //! | gap or overlap between consecutive segments | error `MissingRange` |
+//! | a batch whose base offset is past the expected one | a declared hole: report it, continue |
 //! | last segment sealed | crash between seal and creating the next segment: create it at the sealed end |
 //! | last segment, clean end | continue at its next offset |
-//! | last segment, partial header or batch at the end | torn write: truncate there |
-//! | last segment, bad batch, only zeros after it | file extended, data never written: truncate |
-//! | last segment, bad batch, nothing valid after it | torn write: truncate |
-//! | last segment, bad batch, valid data after it within one group-commit write | torn out-of-order write of an unacknowledged group: truncate |
-//! | last segment, bad batch, valid data after it beyond one group-commit write | error `Corrupt`: acknowledged data is damaged; never silently dropped |
+//! | last segment, bad bytes past the mark, nothing valid after them (partial batch, zeros, garbage) | torn write: truncate |
+//! | last segment, bad bytes past the mark, valid data after them | torn out-of-order write of an unacknowledged group: truncate |
+//! | last segment, bad bytes before the mark, valid data after them | damage: keep the bytes, report the range, continue after it |
+//! | last segment, bad bytes before the mark, nothing valid after them | damaged end: keep the bytes; the log continues after them at the mark's next offset |
+//! | last segment shorter than the mark's position | its end was lost: truncate to the last valid batch; the lost offsets are a hole |
+//! | the mark's next offset past the last batch | those offsets were handed out (or declared a hole): never again; report a hole |
+//!
+//! Damage is never repaired and never silently skipped: each range is in
+//! [`RecoveryReport::unreadable`] and [`super::Wal::damaged_ranges`], and a
+//! read that reaches it returns [`WalError::Unreadable`].
 //!
 //! Offsets never restart: the first offset of every segment is its file name
 //! (made durable by a directory fsync when the segment is created), and the
@@ -29,10 +40,11 @@ use std::path::Path;
 
 use tracing::{info, warn};
 
+use super::mark::{self, SyncMark};
 use super::scan::{ReadAhead, Step, find_next_valid, read_batch, rest_is_zero};
 use super::segment::{SegmentMeta, WalFile, index_file_name, log_file_name, parse_file_name};
 use super::storage::{AppendFile, Storage, read_file, write_file_atomic};
-use super::{WalConfig, WalError, io_err};
+use super::{UnreadableKind, UnreadableRange, WalConfig, WalError, io_err};
 
 /// What recovery found and did, for logs and tests.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -46,6 +58,10 @@ pub struct RecoveryReport {
     pub removed_leftovers: Vec<String>,
     /// Set when recovery created a new active segment.
     pub created_segment: Option<u64>,
+    /// Offset ranges recovery found unreadable: damaged bytes it kept, and
+    /// acknowledged offsets missing from the file, which it will never hand
+    /// out again. Oldest first.
+    pub unreadable: Vec<UnreadableRange>,
 }
 
 /// A torn tail cut by recovery.
@@ -64,68 +80,141 @@ pub struct TornTail {
 pub(crate) struct Recovered {
     pub segments: BTreeMap<u64, SegmentMeta>,
     pub report: RecoveryReport,
+    /// Sequence number of the sync mark read (0 without one).
+    pub mark_seq: u64,
 }
 
+/// How a scanned segment file ends.
 enum ScanEnd {
+    /// Every byte is part of a valid batch (or a damaged range before one).
     Clean,
+    /// From `position` on, no valid batch follows, and the bytes may be a
+    /// torn write (they start at or past `torn_from`): cut them.
     Torn { position: u64, reason: String },
-    Corrupt(WalError),
+    /// From `position` on, no valid batch follows, and the bytes were
+    /// written and acknowledged: damage to keep, up to the end of the file.
+    DamagedTail { position: u64, reason: String },
 }
 
-/// Scans a whole segment file from byte 0.
+struct Scan {
+    meta: SegmentMeta,
+    /// Damaged ranges before valid data, and holes between batches.
+    unreadable: Vec<UnreadableRange>,
+    end: ScanEnd,
+    /// File length, bytes.
+    len: u64,
+}
+
+fn damaged(
+    first: u64,
+    end: u64,
+    base: u64,
+    position: u64,
+    bytes: u64,
+    reason: String,
+) -> UnreadableRange {
+    UnreadableRange {
+        first_offset: first,
+        end_offset: end,
+        kind: UnreadableKind::Damaged {
+            segment_base: base,
+            position,
+            bytes,
+            reason,
+        },
+    }
+}
+
+fn hole(first: u64, end: u64) -> UnreadableRange {
+    UnreadableRange {
+        first_offset: first,
+        end_offset: end,
+        kind: UnreadableKind::Hole,
+    }
+}
+
+/// Scans a whole segment file from byte 0. Bad bytes followed by a valid
+/// batch are a damaged range (kept, the scan continues after it) unless
+/// they start at or past `torn_from`, the first byte that may belong to an
+/// unacknowledged write; bad bytes with nothing valid after them end the
+/// scan as [`ScanEnd::Torn`] or [`ScanEnd::DamagedTail`] by the same rule.
 fn scan_segment(
     storage: &dyn Storage,
     path: &Path,
     base_offset: u64,
+    torn_from: impl FnOnce(u64) -> u64,
     config: &WalConfig,
-) -> Result<(SegmentMeta, ScanEnd), WalError> {
+) -> Result<Scan, WalError> {
     let file = storage.open_read(path).map_err(io_err("open", path))?;
     let len = file.size_bytes().map_err(io_err("stat", path))?;
+    let torn_from = torn_from(len);
     let mut window = ReadAhead::new(file.as_ref(), len);
     let mut meta = SegmentMeta::empty(base_offset);
+    let mut unreadable = Vec::new();
     let limits = &config.limits;
+    let mut pos = 0;
+    let read = io_err("read", path);
     loop {
-        let pos = meta.bytes;
-        let bad = match read_batch(&mut window, pos, limits).map_err(io_err("read", path))? {
-            Step::End => return Ok((meta, ScanEnd::Clean)),
-            Step::Batch(batch) if batch.base_offset() == meta.next_offset => {
+        let bad = match read_batch(&mut window, pos, limits) {
+            Err(e) => return Err(read(e)),
+            Ok(Step::End) => {
+                return Ok(Scan {
+                    meta,
+                    unreadable,
+                    end: ScanEnd::Clean,
+                    len,
+                });
+            }
+            Ok(Step::Batch(batch)) if batch.base_offset() >= meta.next_offset => {
+                if batch.base_offset() > meta.next_offset {
+                    unreadable.push(hole(meta.next_offset, batch.base_offset()));
+                }
                 meta.note_batch(batch.header(), pos, config.index_interval_bytes);
+                pos += batch.len() as u64;
                 continue;
             }
-            Step::Batch(batch) => format!(
+            Ok(Step::Batch(batch)) => format!(
                 "batch at byte {pos} has base offset {}, expected {}",
                 batch.base_offset(),
                 meta.next_offset
             ),
-            Step::Bad(e) => e.to_string(),
+            Ok(Step::Bad(e)) => e.to_string(),
         };
-        if rest_is_zero(&mut window, pos).map_err(io_err("read", path))? {
-            return Ok((
-                meta,
-                ScanEnd::Torn {
-                    position: pos,
-                    reason: format!("zero-filled tail ({bad})"),
-                },
-            ));
-        }
-        let next = find_next_valid(&mut window, pos, meta.next_offset, limits)
-            .map_err(io_err("read", path))?;
+        let next = if rest_is_zero(&mut window, pos).map_err(io_err("read", path))? {
+            None
+        } else {
+            find_next_valid(&mut window, pos, meta.next_offset, limits)
+                .map_err(io_err("read", path))?
+        };
         let end = match next {
-            Some((valid_at, valid_base)) if len - pos > config.torn_write_window_bytes() => {
-                ScanEnd::Corrupt(WalError::Corrupt {
-                    segment_base: base_offset,
-                    first_offset: meta.next_offset,
-                    end_offset: valid_base,
-                    position: pos,
-                    reason: format!("{bad}; valid data resumes at byte {valid_at}"),
-                })
+            Some(_) | None if pos >= torn_from => ScanEnd::Torn {
+                position: pos,
+                reason: bad,
+            },
+            Some((valid_at, valid_base)) => {
+                unreadable.push(damaged(
+                    meta.next_offset,
+                    valid_base,
+                    base_offset,
+                    pos,
+                    valid_at - pos,
+                    bad,
+                ));
+                meta.next_offset = valid_base;
+                pos = valid_at;
+                continue;
             }
-            _ => ScanEnd::Torn {
+            None => ScanEnd::DamagedTail {
                 position: pos,
                 reason: bad,
             },
         };
-        return Ok((meta, end));
+        return Ok(Scan {
+            meta,
+            unreadable,
+            end,
+            len,
+        });
     }
 }
 
@@ -198,6 +287,7 @@ pub(crate) fn recover(
             Some(WalFile::Log(base)) => logs.push(base),
             Some(WalFile::Index(base)) => indexes.push(base),
             Some(WalFile::Temporary) => report.removed_leftovers.push(name),
+            Some(WalFile::Mark) => {}
             None => warn!(dir = %dir.display(), name, "ignoring a file the WAL does not own"),
         }
     }
@@ -215,18 +305,30 @@ pub(crate) fn recover(
         storage.sync_dir(dir).map_err(io_err("fsync dir", dir))?;
     }
 
-    let mut segments = BTreeMap::new();
-    let Some((&last, earlier)) = logs.split_last() else {
-        create_segment(storage, dir, config.initial_offset)?;
-        report.created_segment = Some(config.initial_offset);
-        segments.insert(
-            config.initial_offset,
-            SegmentMeta::empty(config.initial_offset),
-        );
-        return Ok(Recovered { segments, report });
+    let (mark_seq, mark) = match mark::read(storage, dir) {
+        Ok(Some((seq, mark))) => (seq, Some(mark)),
+        Ok(None) => (0, None),
+        Err(e) => {
+            let path = dir.join(mark::MARK_FILE_NAME);
+            warn!(path = %path.display(), error = %e, "cannot read the sync mark; recovering without it");
+            (0, None)
+        }
     };
 
-    for &base in earlier {
+    let mut segments = BTreeMap::new();
+    let Some((&last, earlier)) = logs.split_last() else {
+        let base = config.initial_offset.max(mark.map_or(0, |m| m.next_offset));
+        create_segment(storage, dir, base)?;
+        report.created_segment = Some(base);
+        segments.insert(base, SegmentMeta::empty(base));
+        return Ok(Recovered {
+            segments,
+            report,
+            mark_seq,
+        });
+    };
+
+    for (i, &base) in earlier.iter().enumerate() {
         let path = dir.join(log_file_name(base));
         let meta = match load_sealed(storage, dir, base)? {
             Some(meta) => {
@@ -246,28 +348,36 @@ pub(crate) fn recover(
                 meta
             }
             None => {
-                let (mut meta, end) = scan_segment(storage, &path, base, config)?;
-                match end {
-                    ScanEnd::Clean if meta.bytes > 0 => {}
-                    ScanEnd::Clean => {
-                        return Err(WalError::Corrupt {
-                            segment_base: base,
-                            first_offset: base,
-                            end_offset: base,
-                            position: 0,
-                            reason: "empty segment before the last one".into(),
-                        });
-                    }
-                    ScanEnd::Corrupt(e) => return Err(e),
-                    ScanEnd::Torn { position, reason } => {
-                        return Err(WalError::Corrupt {
-                            segment_base: base,
-                            first_offset: meta.next_offset,
-                            end_offset: meta.next_offset,
-                            position,
-                            reason: format!("damaged end of a non-last segment: {reason}"),
-                        });
-                    }
+                // Crash while sealing: everything in it was written before
+                // the next segment existed, so none of it is a torn write.
+                let next_base = logs[i + 1];
+                let scan = scan_segment(storage, &path, base, |_| u64::MAX, config)?;
+                let mut meta = scan.meta;
+                report.unreadable.extend(scan.unreadable);
+                if let ScanEnd::DamagedTail { position, reason }
+                | ScanEnd::Torn { position, reason } = scan.end
+                {
+                    report.unreadable.push(damaged(
+                        meta.next_offset,
+                        next_base.max(meta.next_offset),
+                        base,
+                        position,
+                        scan.len - position,
+                        format!("damaged end of a non-last segment: {reason}"),
+                    ));
+                    meta.bytes = scan.len;
+                }
+                if meta.bytes == 0 {
+                    return Err(WalError::Corrupt {
+                        segment_base: base,
+                        first_offset: base,
+                        end_offset: base,
+                        position: 0,
+                        reason: "empty segment before the last one".into(),
+                    });
+                }
+                if next_base > meta.next_offset {
+                    meta.next_offset = next_base;
                 }
                 write_seal(storage, dir, &meta)?;
                 meta.sealed = true;
@@ -300,33 +410,7 @@ pub(crate) fn recover(
         None => Some(last),
     };
     if let Some(base) = next_base {
-        let (meta, end) = scan_segment(storage, &last_path, base, config)?;
-        match end {
-            ScanEnd::Clean => {}
-            ScanEnd::Corrupt(e) => return Err(e),
-            ScanEnd::Torn { position, reason } => {
-                let len = log_len(storage, &last_path)?;
-                warn!(
-                    segment = %last_path.display(),
-                    position,
-                    bytes_removed = len - position,
-                    reason,
-                    "truncating a torn write at the end of the active segment"
-                );
-                let mut file = storage
-                    .open_append(&last_path)
-                    .map_err(io_err("open", &last_path))?;
-                file.truncate(position)
-                    .and_then(|()| file.sync_data())
-                    .map_err(io_err("truncate", &last_path))?;
-                report.truncated = Some(TornTail {
-                    segment_base: base,
-                    position,
-                    bytes_removed: len - position,
-                    reason,
-                });
-            }
-        }
+        let meta = recover_active(storage, &last_path, base, mark, config, &mut report)?;
         // A stale index for an unsealed segment would claim it is sealed.
         let stale = dir.join(index_file_name(base));
         if storage.open_read(&stale).is_ok() {
@@ -334,6 +418,22 @@ pub(crate) fn recover(
             storage.sync_dir(dir).map_err(io_err("fsync dir", dir))?;
         }
         segments.insert(base, meta);
+    }
+    // Offsets the mark says were handed out are never handed out again,
+    // even if their bytes are gone.
+    if let Some(mark) = mark
+        && let Some(active) = segments.values_mut().next_back()
+        && !active.sealed
+        && mark.next_offset > active.next_offset
+        && mark.segment_base <= active.base_offset
+    {
+        report
+            .unreadable
+            .push(hole(active.next_offset, mark.next_offset));
+        active.next_offset = mark.next_offset;
+    }
+    for range in &report.unreadable {
+        warn!(dir = %dir.display(), %range, "WAL range unreadable; kept, reported, and never reused");
     }
 
     let mut expected: Option<u64> = None;
@@ -351,5 +451,85 @@ pub(crate) fn recover(
     if report != RecoveryReport::default() {
         info!(dir = %dir.display(), ?report, "WAL recovered");
     }
-    Ok(Recovered { segments, report })
+    Ok(Recovered {
+        segments,
+        report,
+        mark_seq,
+    })
+}
+
+/// Recovers the active (last, unsealed) segment at `path`: keeps damage,
+/// cuts a torn write, and reports both.
+fn recover_active(
+    storage: &dyn Storage,
+    path: &Path,
+    base: u64,
+    mark: Option<SyncMark>,
+    config: &WalConfig,
+    report: &mut RecoveryReport,
+) -> Result<SegmentMeta, WalError> {
+    // The first byte that may belong to an unacknowledged write: the mark's
+    // position when it describes this segment; 0 when the mark is from an
+    // earlier segment (nothing here was acknowledged by a mark yet); without
+    // a usable mark (a WAL written before marks existed), one group-commit
+    // window before the end of the file.
+    let torn_from = |len: u64| match mark {
+        Some(m) if m.segment_base == base => m.position,
+        Some(m) if m.segment_base < base => 0,
+        _ => len.saturating_sub(config.torn_write_window_bytes()),
+    };
+    let scan = scan_segment(storage, path, base, torn_from, config)?;
+    let mut meta = scan.meta;
+    report.unreadable.extend(scan.unreadable);
+    // A file shorter than its mark lost its end (truncated): the bytes are
+    // gone, so there is nothing to keep. Cut to the last valid batch; the
+    // offsets it held become a hole (below).
+    let lost_end = mark.is_some_and(|m| m.segment_base == base && scan.len < m.position);
+    let end = match scan.end {
+        ScanEnd::DamagedTail { position, reason } if lost_end => ScanEnd::Torn {
+            position,
+            reason: format!("file shorter than its sync mark: {reason}"),
+        },
+        end => end,
+    };
+    match end {
+        ScanEnd::Clean => {}
+        ScanEnd::DamagedTail { position, reason } => {
+            // Acknowledged bytes no longer read back: keep them; the log
+            // continues after them, at the offset the mark says comes next.
+            let end = mark
+                .filter(|m| m.segment_base == base)
+                .map_or(meta.next_offset, |m| m.next_offset.max(meta.next_offset));
+            report.unreadable.push(damaged(
+                meta.next_offset,
+                end,
+                base,
+                position,
+                scan.len - position,
+                reason,
+            ));
+            meta.next_offset = end;
+            meta.bytes = scan.len;
+        }
+        ScanEnd::Torn { position, reason } => {
+            warn!(
+                segment = %path.display(),
+                position,
+                bytes_removed = scan.len - position,
+                reason,
+                "truncating a torn write at the end of the active segment"
+            );
+            let mut file = storage.open_append(path).map_err(io_err("open", path))?;
+            file.truncate(position)
+                .and_then(|()| file.sync_data())
+                .map_err(io_err("truncate", path))?;
+            report.truncated = Some(TornTail {
+                segment_base: base,
+                position,
+                bytes_removed: scan.len - position,
+                reason,
+            });
+        }
+    }
+    Ok(meta)
 }

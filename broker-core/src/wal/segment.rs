@@ -42,12 +42,17 @@ pub enum WalFile {
     Index(u64),
     /// A leftover `*.tmp` from an interrupted atomic write.
     Temporary,
+    /// `wal.mark`, the sync mark (see `mark.rs`).
+    Mark,
 }
 
 /// Parses a WAL directory entry name; `None` for names the WAL does not own.
 pub fn parse_file_name(name: &str) -> Option<WalFile> {
     if name.ends_with(".tmp") {
         return Some(WalFile::Temporary);
+    }
+    if name == super::mark::MARK_FILE_NAME {
+        return Some(WalFile::Mark);
     }
     let (stem, kind): (&str, fn(u64) -> WalFile) = if let Some(s) = name.strip_suffix(LOG_SUFFIX) {
         (s, WalFile::Log)
@@ -111,19 +116,22 @@ impl SegmentMeta {
 
     /// Records that a batch was written at the end of the segment, adding an
     /// index entry when `index_interval_bytes` have passed since the last one.
+    /// The batch may start past `next_offset` (the offsets between are a
+    /// declared hole) and past `bytes` (the bytes between are a damaged
+    /// range recovery keeps).
     pub fn note_batch(
         &mut self,
         header: &tributary_proto::batch::BatchHeader,
         position: u64,
         index_interval_bytes: u64,
     ) {
-        assert_eq!(
-            header.base_offset, self.next_offset,
-            "WAL invariant: batches in a segment are contiguous"
+        assert!(
+            header.base_offset >= self.next_offset,
+            "WAL invariant: offsets in a segment grow"
         );
-        assert_eq!(
-            position, self.bytes,
-            "WAL invariant: batches are back to back"
+        assert!(
+            position >= self.bytes,
+            "WAL invariant: batches do not overlap"
         );
         let due = match self.index.last() {
             None => true,
@@ -152,13 +160,25 @@ impl SegmentMeta {
     /// Byte position from which to scan for `offset`: the last index entry at
     /// or below it.
     pub fn scan_start(&self, offset: u64) -> u64 {
+        self.scan_start_at(offset).0
+    }
+
+    /// Like [`SegmentMeta::scan_start`], with the base offset of the batch
+    /// that starts there.
+    pub fn scan_start_at(&self, offset: u64) -> (u64, u64) {
         let relative = offset.saturating_sub(self.base_offset);
         let at = self
             .index
             .partition_point(|e| u64::from(e.relative_offset) <= relative);
         match at {
-            0 => 0,
-            n => u64::from(self.index[n - 1].position),
+            0 => (0, self.base_offset),
+            n => {
+                let entry = self.index[n - 1];
+                (
+                    u64::from(entry.position),
+                    self.base_offset + u64::from(entry.relative_offset),
+                )
+            }
         }
     }
 

@@ -19,7 +19,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::storage::{AppendFile, ReadFile, Storage};
+use super::storage::{AppendFile, OverwriteFile, ReadFile, Storage};
 
 type Inode = u64;
 
@@ -37,6 +37,7 @@ struct Disk {
     durable_names: BTreeMap<PathBuf, Inode>,
     dirs: Vec<PathBuf>,
     syncs: u64,
+    overwrite_syncs: u64,
     writebacks: Vec<(u64, u64)>,
     /// Returned by the next `append` of any file, which then writes nothing.
     fail_next_append: Option<io::Error>,
@@ -69,7 +70,8 @@ impl SimStorage {
         }
     }
 
-    /// Number of `sync_data` calls so far.
+    /// Number of `sync_data` calls on appended files (segments, atomically
+    /// written files) so far; syncs of the WAL's sync mark are not counted.
     pub fn sync_count(&self) -> u64 {
         self.lock().syncs
     }
@@ -220,6 +222,31 @@ impl AppendFile for SimFile {
     }
 }
 
+impl OverwriteFile for SimFile {
+    fn write_at(&mut self, buf: &[u8], pos: u64) -> io::Result<()> {
+        if let Some(error) = self.disk().fail_next_append.take() {
+            return Err(error);
+        }
+        self.with(|d| {
+            let start = pos as usize;
+            let end = start + buf.len();
+            if d.live.len() < end {
+                d.live.resize(end, 0);
+            }
+            d.live[start..end].copy_from_slice(buf);
+        })
+    }
+
+    fn sync_data(&mut self) -> io::Result<()> {
+        AppendFile::sync_data(self)?;
+        // Counted apart: `sync_count` is about data files.
+        let mut disk = self.disk();
+        disk.syncs -= 1;
+        disk.overwrite_syncs += 1;
+        Ok(())
+    }
+}
+
 impl ReadFile for SimFile {
     fn read_exact_at(&self, buf: &mut [u8], pos: u64) -> io::Result<()> {
         self.with(|d| {
@@ -238,6 +265,27 @@ impl ReadFile for SimFile {
 
     fn size_bytes(&self) -> io::Result<u64> {
         self.with(|d| d.live.len() as u64)
+    }
+}
+
+impl SimStorage {
+    /// The file at `path`, created (live only) if missing.
+    fn open_or_create(&self, path: &Path) -> SimFile {
+        let mut disk = self.lock();
+        let inode = match disk.live_names.get(path) {
+            Some(inode) => *inode,
+            None => {
+                let inode = disk.next_inode;
+                disk.next_inode += 1;
+                disk.inodes.insert(inode, FileData::default());
+                disk.live_names.insert(path.to_path_buf(), inode);
+                inode
+            }
+        };
+        SimFile {
+            disk: self.disk.clone(),
+            inode,
+        }
     }
 }
 
@@ -261,21 +309,11 @@ impl Storage for SimStorage {
     }
 
     fn open_append(&self, path: &Path) -> io::Result<Box<dyn AppendFile>> {
-        let mut disk = self.lock();
-        let inode = match disk.live_names.get(path) {
-            Some(inode) => *inode,
-            None => {
-                let inode = disk.next_inode;
-                disk.next_inode += 1;
-                disk.inodes.insert(inode, FileData::default());
-                disk.live_names.insert(path.to_path_buf(), inode);
-                inode
-            }
-        };
-        Ok(Box::new(SimFile {
-            disk: self.disk.clone(),
-            inode,
-        }))
+        Ok(Box::new(self.open_or_create(path)))
+    }
+
+    fn open_overwrite(&self, path: &Path) -> io::Result<Box<dyn OverwriteFile>> {
+        Ok(Box::new(self.open_or_create(path)))
     }
 
     fn open_read(&self, path: &Path) -> io::Result<Box<dyn ReadFile>> {

@@ -39,6 +39,15 @@ pub trait AppendFile: Send {
     }
 }
 
+/// A small file rewritten in place (the WAL's sync mark): positioned
+/// writes over bytes that are already allocated, so they need no free space.
+pub trait OverwriteFile: Send {
+    /// Writes all of `buf` at byte `pos`, extending the file if needed.
+    fn write_at(&mut self, buf: &[u8], pos: u64) -> io::Result<()>;
+    /// `fdatasync`: everything written so far becomes durable.
+    fn sync_data(&mut self) -> io::Result<()>;
+}
+
 /// A file opened for positioned reads.
 pub trait ReadFile: Send + Sync {
     /// Reads exactly `buf.len()` bytes at `pos`.
@@ -55,6 +64,9 @@ pub trait Storage: Send + Sync + 'static {
     fn list(&self, dir: &Path) -> io::Result<Vec<String>>;
     /// Opens `path` for appending, creating it if missing.
     fn open_append(&self, path: &Path) -> io::Result<Box<dyn AppendFile>>;
+    /// Opens `path` for positioned writes, creating it if missing (the
+    /// name becomes durable with the next `sync_dir`).
+    fn open_overwrite(&self, path: &Path) -> io::Result<Box<dyn OverwriteFile>>;
     /// Opens `path` for reading.
     fn open_read(&self, path: &Path) -> io::Result<Box<dyn ReadFile>>;
     /// Removes the file at `path`.
@@ -175,6 +187,18 @@ impl AppendFile for FsAppend {
     }
 }
 
+struct FsOverwrite(File);
+
+impl OverwriteFile for FsOverwrite {
+    fn write_at(&mut self, buf: &[u8], pos: u64) -> io::Result<()> {
+        FileExt::write_all_at(&self.0, buf, pos)
+    }
+
+    fn sync_data(&mut self) -> io::Result<()> {
+        self.0.sync_data()
+    }
+}
+
 struct FsRead(File);
 
 impl ReadFile for FsRead {
@@ -203,6 +227,16 @@ impl Storage for FsStorage {
     fn open_append(&self, path: &Path) -> io::Result<Box<dyn AppendFile>> {
         let file = OpenOptions::new().create(true).append(true).open(path)?;
         Ok(Box::new(FsAppend(file)))
+    }
+
+    fn open_overwrite(&self, path: &Path) -> io::Result<Box<dyn OverwriteFile>> {
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(path)?;
+        Ok(Box::new(FsOverwrite(file)))
     }
 
     fn open_read(&self, path: &Path) -> io::Result<Box<dyn ReadFile>> {

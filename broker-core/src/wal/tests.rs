@@ -9,6 +9,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use rand::{RngExt, SeedableRng, rngs::StdRng};
 
+use super::mark::MARK_FILE_NAME;
 use super::segment::{index_file_name, log_file_name};
 use super::sim::SimStorage;
 use crate::clock::{Clock, ManualClock};
@@ -17,7 +18,7 @@ use super::*;
 use tributary_proto::batch::{Codec, EncodedBatch, Record, RecordBatch};
 use tributary_proto::limits::Limits;
 
-fn record(id: &str) -> Record {
+pub(super) fn record(id: &str) -> Record {
     Record {
         timestamp_ms: 1_700_000_000_000,
         key: Some(Bytes::from(format!("k-{id}"))),
@@ -26,7 +27,7 @@ fn record(id: &str) -> Record {
     }
 }
 
-fn small_config(mode: SyncMode) -> WalConfig {
+pub(super) fn small_config(mode: SyncMode) -> WalConfig {
     WalConfig {
         sync_mode: mode,
         segment_max_bytes: 1024,
@@ -40,7 +41,7 @@ fn small_config(mode: SyncMode) -> WalConfig {
     }
 }
 
-fn rt() -> tokio::runtime::Runtime {
+pub(super) fn rt() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
@@ -562,12 +563,12 @@ fn read_buffers_are_reused_only_once_nothing_refers_to_them() {
 
 // ---- recovery table rows -------------------------------------------------
 
-fn segment_path(dir: &Path, base: u64) -> PathBuf {
+pub(super) fn segment_path(dir: &Path, base: u64) -> PathBuf {
     dir.join(log_file_name(base))
 }
 
 /// Appends `n` one-record batches, returning the WAL closed.
-fn fill(dir: &Path, config: &WalConfig, n: usize) {
+pub(super) fn fill(dir: &Path, config: &WalConfig, n: usize) {
     rt().block_on(async {
         let wal = Wal::open(dir, config.clone()).unwrap();
         for i in 0..n {
@@ -622,8 +623,10 @@ fn recovery_creates_the_next_segment_after_a_crash_between_seal_and_create() {
         wal.append(batch_of_size(100), Codec::None).await.unwrap();
         wal.close().await.unwrap();
     });
-    // Undo "create the next segment": only the sealed segment remains.
+    // Undo "create the next segment": only the sealed segment remains, and
+    // the sync mark still describes it (no group reached segment 1 yet).
     std::fs::remove_file(segment_path(dir.path(), 1)).unwrap();
+    std::fs::remove_file(dir.path().join(MARK_FILE_NAME)).unwrap();
     let wal = Wal::open(dir.path(), config).unwrap();
     assert_eq!(wal.recovery_report().created_segment, Some(1));
     assert_eq!(wal.high_water_mark(), 1);
@@ -716,92 +719,6 @@ fn recovery_truncates_a_zero_filled_tail() {
     assert_eq!((torn.position, torn.bytes_removed), (len, 300));
     assert_eq!(std::fs::metadata(&path).unwrap().len(), len);
     assert_eq!(wal.high_water_mark(), 2);
-}
-
-#[test]
-fn recovery_refuses_damage_in_the_active_segment_followed_by_much_valid_data() {
-    let dir = tempfile::tempdir().unwrap();
-    // A large active segment, and a torn-write window smaller than the data
-    // after the damage.
-    let config = WalConfig {
-        segment_max_bytes: 1 << 20,
-        flush_max_batch_bytes: 256,
-        limits: Limits {
-            max_record_bytes: 200,
-            max_batch_bytes: 256,
-        },
-        ..small_config(SyncMode::FsyncBatch)
-    };
-    fill(dir.path(), &config, 40);
-    let path = segment_path(dir.path(), 0);
-    let mut bytes = std::fs::read(&path).unwrap();
-    let one = bytes.len() / 40;
-    bytes[one * 2 + 30] ^= 0x01; // inside the third batch
-    std::fs::write(&path, &bytes).unwrap();
-    let err = Wal::open(dir.path(), config).unwrap_err();
-    match err {
-        WalError::Corrupt {
-            segment_base,
-            first_offset,
-            end_offset,
-            position,
-            ..
-        } => {
-            assert_eq!((segment_base, first_offset, end_offset), (0, 2, 3));
-            assert_eq!(position, one as u64 * 2);
-        }
-        other => panic!("expected Corrupt, got {other}"),
-    }
-    // Nothing was truncated.
-    assert_eq!(std::fs::read(&path).unwrap().len(), bytes.len());
-}
-
-#[test]
-fn damaged_sealed_segment_is_reported_with_its_range_and_never_skipped() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = small_config(SyncMode::FsyncBatch);
-    rt().block_on(async {
-        let wal = Wal::open(dir.path(), config.clone()).unwrap();
-        for i in 0..30 {
-            wal.append(vec![record(&format!("{i:03}"))], Codec::None)
-                .await
-                .unwrap();
-        }
-        wal.close().await.unwrap();
-    });
-    let sealed = list_sealed_segments(dir.path()).unwrap();
-    let first = &sealed[0];
-    assert!(first.next_offset - first.base_offset >= 3);
-    let mut bytes = std::fs::read(&first.log_path).unwrap();
-    let one = bytes.len() as u64 / (first.next_offset - first.base_offset);
-    bytes[(one + 60) as usize] ^= 0x40; // the second batch
-    std::fs::write(&first.log_path, &bytes).unwrap();
-    let wal = Wal::open(dir.path(), config).unwrap();
-    // Reading from the start returns the good batch first...
-    let batches = wal.read(0, 1).unwrap();
-    assert_eq!(batches[0].base_offset(), 0);
-    // ...then the damage, named by range, instead of skipping to offset 2.
-    match wal.read(1, 1 << 20).unwrap_err() {
-        WalError::Corrupt {
-            segment_base,
-            first_offset,
-            end_offset,
-            position,
-            ..
-        } => {
-            assert_eq!(
-                (segment_base, first_offset, end_offset, position),
-                (0, 1, 2, one)
-            );
-        }
-        other => panic!("expected Corrupt, got {other}"),
-    }
-    assert!(matches!(
-        wal.read(0, 1 << 20),
-        Err(WalError::Corrupt { .. })
-    ));
-    // Reading after the damaged range works.
-    assert_eq!(wal.read(2, 1).unwrap()[0].base_offset(), 2);
 }
 
 // ---- torn tails ------------------------------------------------------------

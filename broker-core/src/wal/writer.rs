@@ -8,6 +8,7 @@ use std::time::Instant;
 use tracing::{debug, error};
 
 use super::commit::{FlushDecision, GroupCommit, age_roll_due};
+use super::mark::{MARK_FILE_NAME, MarkWriter, SyncMark};
 use super::recovery::{create_segment, write_seal};
 use super::segment::{SegmentMeta, log_file_name};
 use super::storage::AppendFile;
@@ -55,6 +56,8 @@ enum Work {
         bytes: Vec<u8>,
         batches: Vec<PendingBatch>,
         roll_to: Option<u64>,
+        /// A hole declared with the group (see [`AppendState::skip_to`]).
+        skip_to: Option<u64>,
     },
     /// Serve roll requests up to this count.
     Roll(u64),
@@ -77,6 +80,7 @@ struct Writer {
     rolls_done: u64,
     spare_bytes: Vec<u8>,
     spare_batches: Vec<PendingBatch>,
+    mark: MarkWriter,
 }
 
 pub(crate) fn spawn(
@@ -90,6 +94,8 @@ pub(crate) fn spawn(
         flush_max_batch_bytes: shared.config.flush_max_batch_bytes,
     };
     let dir = shared.dir.clone();
+    let mark = MarkWriter::open(shared.storage.as_ref(), &dir, shared.mark_seq)
+        .map_err(io_err("open", &dir.join(MARK_FILE_NAME)))?;
     let active_first_write_at = (active_bytes > 0).then(|| shared.config.clock.now());
     let writer = Writer {
         shared,
@@ -102,6 +108,7 @@ pub(crate) fn spawn(
         rolls_done: 0,
         spare_bytes: Vec::new(),
         spare_batches: Vec::new(),
+        mark,
     };
     thread::Builder::new()
         .name("wal-writer".into())
@@ -118,8 +125,9 @@ impl Writer {
                     bytes,
                     batches,
                     roll_to,
+                    skip_to,
                 } => self
-                    .write_group(bytes, batches)
+                    .write_group(bytes, batches, skip_to)
                     .and_then(|()| match roll_to {
                         Some(target) => self.serve_rolls(target),
                         None => Ok(()),
@@ -130,7 +138,8 @@ impl Writer {
                     let result = self
                         .file
                         .sync_data()
-                        .map_err(io_err("fdatasync", &self.active_path()));
+                        .map_err(io_err("fdatasync", &self.active_path()))
+                        .and_then(|()| self.write_mark(true));
                     match result {
                         Ok(()) => self.shared.progress.send_modify(|p| p.closed = true),
                         Err(e) => self.fail(e),
@@ -155,13 +164,14 @@ impl Writer {
         loop {
             let now = self.shared.config.clock.now();
             let rolls_wanted = state.roll_requests > self.rolls_done;
+            let skip_wanted = state.skip_to.is_some();
             let decision = self
                 .policy
                 .decide(state.pending_bytes, state.oldest_pending_at, now);
             let flush = match decision {
                 FlushDecision::FlushNow => true,
-                FlushDecision::WaitUntil(_) => state.closing || rolls_wanted,
-                FlushDecision::Idle => false,
+                FlushDecision::WaitUntil(_) => state.closing || rolls_wanted || skip_wanted,
+                FlushDecision::Idle => skip_wanted,
             };
             if flush {
                 std::mem::swap(&mut state.pending, &mut self.spare_bytes);
@@ -169,12 +179,14 @@ impl Writer {
                 state.pending_bytes = 0;
                 state.oldest_pending_at = None;
                 let roll_to = rolls_wanted.then_some(state.roll_requests);
+                let skip_to = state.skip_to.take();
                 drop(state);
                 self.shared.space.notify_waiters();
                 return Work::Group {
                     bytes: std::mem::take(&mut self.spare_bytes),
                     batches: std::mem::take(&mut self.spare_batches),
                     roll_to,
+                    skip_to,
                 };
             }
             if decision == FlushDecision::Idle {
@@ -222,6 +234,7 @@ impl Writer {
         &mut self,
         mut bytes: Vec<u8>,
         mut batches: Vec<PendingBatch>,
+        skip_to: Option<u64>,
     ) -> Result<(), WalError> {
         let shared = self.shared.clone();
         let config = &shared.config;
@@ -266,11 +279,23 @@ impl Writer {
             self.active_first_write_at.get_or_insert(now);
             self.active_bytes += run;
             self.write_behind(config.sync_mode);
+            self.write_mark(false)?;
             let hwm = batches[j - 1].header.next_offset();
-            self.shared
-                .progress
-                .send_modify(|p| p.high_water_mark = hwm);
+            self.publish(hwm);
             i = j;
+        }
+        if let Some(end) = skip_to {
+            let hwm = {
+                let mut segments = self.shared.segments_mut();
+                let meta = segments
+                    .get_mut(&self.active_base)
+                    .expect("WAL invariant: the active segment is in the map");
+                meta.next_offset = meta.next_offset.max(end);
+                meta.next_offset
+            };
+            // A hole is durable only once the mark that declares it is.
+            self.write_mark(true)?;
+            self.publish(hwm);
         }
         debug_assert_eq!(at, bytes.len());
         bytes.clear();
@@ -278,6 +303,43 @@ impl Writer {
         self.spare_bytes = bytes;
         self.spare_batches = batches;
         Ok(())
+    }
+
+    /// Raises the high-water mark to `hwm` (never lowers it: a declared
+    /// hole may have raised it past the group just written).
+    fn publish(&self, hwm: u64) {
+        self.shared
+            .progress
+            .send_modify(|p| p.high_water_mark = p.high_water_mark.max(hwm));
+    }
+
+    /// Writes the sync mark for the active segment as it now is (see
+    /// `mark.rs`), and syncs it when `sync` is set or, in `fsync_batch`,
+    /// when its last sync is old.
+    fn write_mark(&mut self, sync: bool) -> Result<(), WalError> {
+        let durable = self.shared.config.sync_mode == SyncMode::FsyncBatch;
+        let next_offset = self
+            .shared
+            .segments()
+            .get(&self.active_base)
+            .map_or(self.active_base, |m| m.next_offset);
+        let mark = SyncMark {
+            segment_base: self.active_base,
+            position: self.active_bytes,
+            next_offset,
+            durable,
+        };
+        let path = self.shared.dir.join(MARK_FILE_NAME);
+        let now = self.shared.config.clock.now();
+        self.mark.write(mark).map_err(io_err("write", &path))?;
+        let synced = if sync {
+            self.mark.sync(now)
+        } else if durable {
+            self.mark.sync_if_due(now)
+        } else {
+            Ok(())
+        };
+        synced.map_err(io_err("fdatasync", &path))
     }
 
     /// Starts writeback of the unsynced part of the active segment once it
