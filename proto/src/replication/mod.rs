@@ -12,3 +12,5 @@ pub mod ingest;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod hole_tests;
