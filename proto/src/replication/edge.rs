@@ -305,7 +305,10 @@ impl EdgeStream {
             first_offset, self.next_send,
             "replication invariant: a hole starts where the last batch ended"
         );
-        assert!(end_offset > first_offset, "a hole holds at least one offset");
+        assert!(
+            end_offset > first_offset,
+            "a hole holds at least one offset"
+        );
         self.next_send = end_offset;
         self.in_flight.push_back(InFlight {
             next_offset: end_offset,

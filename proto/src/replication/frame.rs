@@ -724,7 +724,10 @@ mod tests {
             (vec![3, 0, 0, 0, WELCOME, 1, 2], "welcome"),
             (vec![2, 0, 0, 0, BATCH, 7], "unknown wire codec 7"),
             (vec![3, 0, 0, 0, HELLO, b'{', b'}'], "hello"),
-            (vec![9, 0, 0, 0, HOLE, 1, 0, 0, 0, 0, 0, 0, 0], "shorter than 17"),
+            (
+                vec![9, 0, 0, 0, HOLE, 1, 0, 0, 0, 0, 0, 0, 0],
+                "shorter than 17",
+            ),
             (hole_bytes(5, 5, 0, b""), "empty range 5..5"),
             (hole_bytes(9, 5, 0, b""), "empty range 9..5"),
             (hole_bytes(5, 9, 2, b""), "unknown cause 2"),
