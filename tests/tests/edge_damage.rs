@@ -84,7 +84,10 @@ fn batches_in(log: &Path) -> Vec<BatchAt> {
         let u32_at = |at: usize| u32::from_le_bytes(bytes[at..at + 4].try_into().expect("4"));
         let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8"));
         let length = u32_at(pos + 4) as usize;
-        assert!(length >= 48 && pos + length <= bytes.len(), "batch at {pos}");
+        assert!(
+            length >= 48 && pos + length <= bytes.len(),
+            "batch at {pos}"
+        );
         out.push(BatchAt {
             position: pos as u64,
             length: length as u64,
@@ -100,7 +103,12 @@ fn batches_in(log: &Path) -> Vec<BatchAt> {
 /// fsyncs); returns that batch's offset range.
 fn damage_middle_batch(log: &Path) -> (u64, u64) {
     let batches = batches_in(log);
-    assert!(batches.len() >= 3, "{} has {} batches", log.display(), batches.len());
+    assert!(
+        batches.len() >= 3,
+        "{} has {} batches",
+        log.display(),
+        batches.len()
+    );
     let victim = batches[batches.len() / 2];
     let at = victim.position + victim.length / 2;
     let mut file = std::fs::OpenOptions::new()
@@ -143,7 +151,10 @@ fn read_wal_with_holes(dir: &Path) -> (BTreeMap<u64, String>, Vec<UnreadableRang
             for (i, record) in decoded.records.into_iter().enumerate() {
                 let text = String::from_utf8(record.value.to_vec()).expect("utf-8 value");
                 let offset = decoded.base_offset + i as u64;
-                assert!(records.insert(offset, text).is_none(), "offset {offset} twice");
+                assert!(
+                    records.insert(offset, text).is_none(),
+                    "offset {offset} twice"
+                );
             }
             from = batch.next_offset();
         }
@@ -163,7 +174,11 @@ fn consumer(pair: &Pair) -> ConsumerClient {
 /// Reads the central topic from the earliest offset with a cursor-read
 /// subscription until `end`, acknowledging as it goes; returns the records
 /// and the gap notices (bounded in time and rounds).
-fn consume_all(client: &ConsumerClient, subscription: &str, end: u64) -> (BTreeMap<u64, String>, Vec<Gap>) {
+fn consume_all(
+    client: &ConsumerClient,
+    subscription: &str,
+    end: u64,
+) -> (BTreeMap<u64, String>, Vec<Gap>) {
     let attach = AttachRequest {
         subscription_type: SubscriptionType::Exclusive,
         start: StartPosition::Earliest,
@@ -175,7 +190,10 @@ fn consume_all(client: &ConsumerClient, subscription: &str, end: u64) -> (BTreeM
     let mut cursor = session.cursor;
     let deadline = Instant::now() + Duration::from_secs(60);
     while cursor < end {
-        assert!(Instant::now() < deadline, "consumer stuck at {cursor} (end {end})");
+        assert!(
+            Instant::now() < deadline,
+            "consumer stuck at {cursor} (end {end})"
+        );
         let got = client
             .read(TOPIC, subscription, session.consumer_id, 500, 500)
             .expect("read");
@@ -242,16 +260,28 @@ fn damage_at_the_edge_is_declared_as_holes_and_everything_intact_is_replicated_o
     let in_hole = |o: u64| {
         (sealed_hole.0..sealed_hole.1).contains(&o) || (active_hole.0..active_hole.1).contains(&o)
     };
-    let expected: BTreeMap<u64, String> =
-        (0..next).filter(|&o| !in_hole(o)).map(|o| (o, value(o))).collect();
+    let expected: BTreeMap<u64, String> = (0..next)
+        .filter(|&o| !in_hole(o))
+        .map(|o| (o, value(o)))
+        .collect();
     assert_eq!(consumed.len(), expected.len());
-    assert!(consumed == expected, "consumed records differ from the intact ones");
-    let ranges: Vec<(u64, u64)> = gaps.iter().map(|g| (g.first_offset, g.end_offset)).collect();
+    assert!(
+        consumed == expected,
+        "consumed records differ from the intact ones"
+    );
+    let ranges: Vec<(u64, u64)> = gaps
+        .iter()
+        .map(|g| (g.first_offset, g.end_offset))
+        .collect();
     assert_eq!(ranges, vec![sealed_hole, active_hole]);
     for gap in &gaps {
         assert_eq!(gap.kind, GapKind::Hole);
         // The reason comes from the Raft record of the edge's declaration.
-        assert!(gap.reason.contains("declared by the edge (damaged)"), "{}", gap.reason);
+        assert!(
+            gap.reason.contains("declared by the edge (damaged)"),
+            "{}",
+            gap.reason
+        );
     }
     assert!(before_new > active_hole.1);
 
@@ -259,14 +289,20 @@ fn damage_at_the_edge_is_declared_as_holes_and_everything_intact_is_replicated_o
     assert_eq!(pair.edge.terminate(), Some(0), "edge exit status");
     // The central WAL: the same records, and exactly the two holes.
     let (central, holes) = read_wal_with_holes(&pair.broker_data.join("topics/plant1/readings"));
-    assert!(central == expected, "central WAL differs from the intact records");
+    assert!(
+        central == expected,
+        "central WAL differs from the intact records"
+    );
     let holes: Vec<(u64, u64, &str)> = holes
         .iter()
         .map(|r| (r.first_offset, r.end_offset, r.kind_name()))
         .collect();
     assert_eq!(
         holes,
-        vec![(sealed_hole.0, sealed_hole.1, "hole"), (active_hole.0, active_hole.1, "hole")]
+        vec![
+            (sealed_hole.0, sealed_hole.1, "hole"),
+            (active_hole.0, active_hole.1, "hole")
+        ]
     );
 }
 
@@ -288,7 +324,10 @@ fn damage_at_the_edge_that_the_broker_already_holds_is_skipped_without_a_hole() 
         if next >= 8 * PER_BATCH && active_batches >= 3 {
             break;
         }
-        assert!(next < 60 * PER_BATCH, "the active segment never held 3 batches");
+        assert!(
+            next < 60 * PER_BATCH,
+            "the active segment never held 3 batches"
+        );
     }
     pair.edge.kill();
     let mut damaged = Vec::new();

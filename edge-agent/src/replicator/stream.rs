@@ -466,10 +466,10 @@ async fn read_ahead_loop(
                 // at or past it, so the broker needs the range: declare it
                 // a hole and carry on after it. (A range the broker already
                 // holds lies below `from` and is never read.)
-                if range.end_offset > from {
-                    if tx.send(Ok(hole_for(next.max(from), &range))).await.is_err() {
-                        return;
-                    }
+                if range.end_offset > from
+                    && tx.send(Ok(hole_for(next.max(from), &range))).await.is_err()
+                {
+                    return;
                 }
                 next = range.end_offset;
                 continue;
