@@ -218,6 +218,59 @@ fn consume_all(
     (records, gaps)
 }
 
+/// Like [`consume_all`] with leases (`receive` and per-message `ack`) on a
+/// shared subscription: returns the records and gap notices once every
+/// offset below `end` was delivered or named in a gap.
+fn receive_all(
+    client: &ConsumerClient,
+    subscription: &str,
+    end: u64,
+) -> (BTreeMap<u64, String>, Vec<Gap>) {
+    let attach = AttachRequest {
+        start: StartPosition::Earliest,
+        ..AttachRequest::default()
+    };
+    let session = client.attach(TOPIC, subscription, &attach).expect("attach");
+    let mut records = BTreeMap::new();
+    let mut gaps: Vec<Gap> = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let covered = |records: &BTreeMap<u64, String>, gaps: &[Gap]| {
+        (0..end).all(|o| {
+            records.contains_key(&o)
+                || gaps
+                    .iter()
+                    .any(|g| (g.first_offset..g.end_offset).contains(&o))
+        })
+    };
+    while !covered(&records, &gaps) {
+        assert!(Instant::now() < deadline, "leased consumer stuck");
+        let got = client
+            .receive(TOPIC, subscription, session.consumer_id, 500, 500)
+            .expect("receive");
+        for gap in got.gaps {
+            if !gaps.contains(&gap) {
+                gaps.push(gap);
+            }
+        }
+        let offsets: Vec<u64> = got.messages.iter().map(|m| m.offset).collect();
+        for m in got.messages {
+            assert!(
+                records
+                    .insert(m.offset, m.value.expect("text value"))
+                    .is_none(),
+                "offset {} delivered twice",
+                m.offset
+            );
+        }
+        if !offsets.is_empty() {
+            client
+                .ack(TOPIC, subscription, session.consumer_id, &offsets)
+                .expect("ack");
+        }
+    }
+    (records, gaps)
+}
+
 #[test]
 fn damage_at_the_edge_is_declared_as_holes_and_everything_intact_is_replicated_once() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -388,6 +441,14 @@ fn damage_in_the_brokers_wal_gives_consumers_a_gap_notice_and_later_records_flow
     assert_eq!(gaps.len(), 1, "{gaps:?}");
     assert_eq!((gaps[0].first_offset, gaps[0].end_offset), damaged);
     assert_eq!(gaps[0].kind, GapKind::Damaged);
+    // Leased delivery: the same records and the same gap notice.
+    let (received, leased_gaps) = receive_all(&consumer(&pair), "workers", next);
+    assert!(received == expected, "leased records differ");
+    assert!(!leased_gaps.is_empty());
+    for gap in &leased_gaps {
+        assert_eq!((gap.first_offset, gap.end_offset), damaged);
+        assert_eq!(gap.kind, GapKind::Damaged);
+    }
     assert_eq!(pair.broker.terminate(), Some(0));
     assert_eq!(pair.edge.terminate(), Some(0));
     let (_, ranges) = read_wal_with_holes(&central_wal);

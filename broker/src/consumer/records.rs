@@ -154,7 +154,8 @@ pub fn read_offsets_blocking(
         let batches = match wal.read(offset, 1) {
             Ok(batches) => batches,
             Err(WalError::Unreadable(range)) if range.end_offset > offset => {
-                gaps.push(gap_for(offset, &range));
+                // The whole range, not just the leased part of it.
+                gaps.push(gap_for(range.first_offset, &range));
                 while i < wanted.len() && wanted[i] < range.end_offset {
                     i += 1;
                 }
