@@ -252,6 +252,40 @@ pub struct ReceiveResponse {
     /// The offset delivery is halted at (poison policy `block`).
     #[serde(default)]
     pub blocked_at: Option<u64>,
+    /// Offset ranges reached by this read that hold no record (declared
+    /// holes, damaged central bytes), by first offset. They count as
+    /// delivered: the cursor moves past them, and no message ever comes
+    /// for their offsets. Nothing is skipped silently; a range may be named
+    /// again by a later read (like a redelivery). Absent when empty, and
+    /// older clients ignore it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub gaps: Vec<Gap>,
+}
+
+/// Offsets `first_offset..end_offset` that hold no record: a gap notice in a
+/// [`ReceiveResponse`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Gap {
+    /// First offset of the range.
+    pub first_offset: u64,
+    /// Exclusive end of the range: the next offset that may hold a record.
+    pub end_offset: u64,
+    /// Why the range holds no record.
+    pub kind: GapKind,
+    /// Detail (what the edge or the broker's WAL reported).
+    pub reason: String,
+}
+
+/// Why a [`Gap`] holds no record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum GapKind {
+    /// A declared hole: the edge could not send these offsets (damaged or
+    /// lost at the edge) and declared them; no record will ever exist.
+    Hole,
+    /// The broker's own WAL holds bytes for these offsets that fail
+    /// verification (damaged central storage).
+    Damaged,
 }
 
 /// `POST …/ack`: per-message acknowledgement of leased messages.

@@ -3,6 +3,12 @@
 //! (ureq without TLS), bearer token on every request. Used by the tests and
 //! `tribctl`; a service can use it as is.
 //!
+//! Answers of receive, read and peek may carry gap notices
+//! ([`ReceiveResponse::gaps`](crate::consumer::ReceiveResponse::gaps)):
+//! offset ranges that hold no record (declared holes, damaged central
+//! bytes). The broker moves the cursor past them; a caller that tracks
+//! offsets should treat each as delivered.
+//!
 //! ```no_run
 //! use tributary_api::consumer::{AttachRequest, StartPosition};
 //! use tributary_api::consumer_client::ConsumerClient;

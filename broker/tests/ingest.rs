@@ -462,3 +462,81 @@ async fn ack_datagrams_go_only_to_edges_that_ask_and_the_newest_is_repeated_thre
     assert!(offsets.contains(&10), "{offsets:?}");
     broker.stop().await;
 }
+
+fn hole(first_offset: u64, end_offset: u64) -> Frame {
+    Frame::Hole {
+        first_offset,
+        end_offset,
+        cause: frame::HoleCause::Damaged,
+        reason: "crc mismatch at the edge".into(),
+    }
+}
+
+/// A `Hole` frame (edge → broker): accepted at the next expected offset,
+/// acknowledged at its end, the next batch starts there; the resume point
+/// after a reconnect is past it; a hole anywhere else is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_declared_hole_is_acknowledged_at_its_end_and_replication_continues_after_it() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let certs = dir.path().join("certs");
+    broker_core::dev_certs::issue(&certs, &[1], &["plant1".into()]).expect("certs");
+    let broker = start_broker(&dir.path().join("broker"), &certs).await;
+    let plant1 =
+        TlsIdentity::load(&broker_core::dev_certs::edge_paths(&certs, "plant1")).expect("tls");
+    let endpoint = client(&plant1);
+    let conn = connect(&endpoint, broker.ingest)
+        .await
+        .expect("plant1 connects");
+    let answer = exchange(
+        &conn,
+        &encode(&[
+            hello("/plant1/power"),
+            Frame::batch(&batch(0, 3, 10), false),
+            hole(3, 10),
+            Frame::batch(&batch(10, 2, 10), false),
+        ]),
+    )
+    .await;
+    assert_eq!(
+        answer,
+        vec![
+            Frame::Welcome { high_water_mark: 0 },
+            Frame::Ack { next_offset: 3 },
+            Frame::Ack { next_offset: 10 },
+            Frame::Ack { next_offset: 12 },
+        ]
+    );
+    let resume = exchange(&conn, &encode(&[hello("/plant1/power")])).await;
+    assert_eq!(
+        resume,
+        vec![Frame::Welcome {
+            high_water_mark: 12
+        }]
+    );
+    for (bad, code) in [
+        (hole(13, 20), ErrorCode::Gap),
+        (hole(11, 20), ErrorCode::Overlap),
+    ] {
+        let answer = exchange(&conn, &encode(&[hello("/plant1/power"), bad])).await;
+        assert_eq!(error_code(&answer), Some(code), "{answer:?}");
+    }
+    // Nothing moved: the next batch still belongs at 12.
+    let answer = exchange(
+        &conn,
+        &encode(&[
+            hello("/plant1/power"),
+            Frame::batch(&batch(12, 1, 10), false),
+        ]),
+    )
+    .await;
+    assert_eq!(
+        answer,
+        vec![
+            Frame::Welcome {
+                high_water_mark: 12
+            },
+            Frame::Ack { next_offset: 13 }
+        ]
+    );
+    broker.stop().await;
+}

@@ -77,7 +77,14 @@ impl ConsumerService {
     ) -> Result<u64, ConsumerError> {
         let offset = copy.offset;
         let dlq = self.dead_letter_topic(sub, copy.dead_letter_topic.as_deref())?;
-        let found = tiered::read_offsets(&sub.wal, self.archive(), &sub.topic, &[offset]).await?;
+        let found = tiered::read_offsets(
+            &sub.wal,
+            self.archive(),
+            &sub.topic,
+            &[offset],
+            &mut Vec::new(),
+        )
+        .await?;
         let Some(original) = found.get(&offset) else {
             return Err(ConsumerError::Internal(format!(
                 "offset {offset} not readable"
@@ -164,8 +171,11 @@ impl ConsumerService {
             .and_then(|v| v.as_u64())
             .unwrap_or(0)
             .max(dlq_wal.log_start_offset());
+        // A dead-letter topic is written centrally; an unreadable range in
+        // it (damaged central bytes) holds nothing to replay, and the WAL
+        // reports it.
         let found = records::blocking(&dlq_wal, move |w| {
-            records::read_range_blocking(w, from, 10_000)
+            records::read_range_blocking(w, from, 10_000, &mut Vec::new())
         })
         .await?;
         let end = found.last().map_or(from, |(o, _)| o + 1);

@@ -77,8 +77,16 @@ impl ConsumerService {
             };
             if !deliveries.is_empty() || now >= deadline {
                 let offsets: Vec<u64> = deliveries.iter().map(|d| d.offset).collect();
+                let mut gaps = Vec::new();
                 let found =
-                    tiered::read_offsets(&sub.wal, self.archive(), &sub.topic, &offsets).await?;
+                    tiered::read_offsets(&sub.wal, self.archive(), &sub.topic, &offsets, &mut gaps)
+                        .await?;
+                let cursor = if gaps.is_empty() {
+                    cursor
+                } else {
+                    self.settle_gaps(&sub, consumer, &mut gaps, &offsets)
+                        .await?
+                };
                 let messages = deliveries
                     .iter()
                     .filter_map(|d| {
@@ -97,6 +105,7 @@ impl ConsumerService {
                     active,
                     paused,
                     blocked_at,
+                    gaps,
                 });
             }
             let wake = next_due.unwrap_or(deadline).min(deadline);
@@ -135,11 +144,25 @@ impl ConsumerService {
             let hwm = sub.wal.high_water_mark();
             let now = self.now_ms();
             if (active && !paused && cursor < hwm) || now >= deadline {
+                let mut gaps = Vec::new();
                 let records = if active && !paused {
                     let limit = max as usize;
-                    tiered::read_range(&sub.wal, self.archive(), &sub.topic, cursor, limit).await?
+                    tiered::read_range(
+                        &sub.wal,
+                        self.archive(),
+                        &sub.topic,
+                        cursor,
+                        limit,
+                        &mut gaps,
+                    )
+                    .await?
                 } else {
                     Vec::new()
+                };
+                let cursor = if gaps.is_empty() {
+                    cursor
+                } else {
+                    self.settle_gaps(&sub, consumer, &mut gaps, &[]).await?
                 };
                 return Ok(ReceiveResponse {
                     messages: records
@@ -151,10 +174,56 @@ impl ConsumerService {
                     active,
                     paused,
                     blocked_at,
+                    gaps,
                 });
             }
             wait_for_change(&sub, cursor.max(hwm), now, deadline).await;
         }
+    }
+
+    /// Settles the offsets of `gaps` (ranges a read found holding no record)
+    /// for `consumer`: its leased offsets inside them are acknowledged, and a
+    /// gap that starts at or below the cursor moves the cursor to its end.
+    /// Names the edge's declaration (Raft `/topics/{ns}/{topic}/holes/…`)
+    /// in the reason of a declared hole. Returns the cursor after that.
+    ///
+    /// # Errors
+    /// [`ConsumerError::NotFound`] if the session ended meanwhile.
+    async fn settle_gaps(
+        &self,
+        sub: &Sub,
+        consumer: u64,
+        gaps: &mut [tributary_api::consumer::Gap],
+        leased: &[u64],
+    ) -> Result<u64, ConsumerError> {
+        if let Ok(declared) = self.topics.holes(&sub.topic).await {
+            for gap in gaps.iter_mut() {
+                if let Some(hole) = declared
+                    .iter()
+                    .find(|h| h.first_offset <= gap.first_offset && gap.first_offset < h.end_offset)
+                {
+                    gap.reason = format!(
+                        "hole {}..{} declared by the edge ({}): {}",
+                        hole.first_offset, hole.end_offset, hole.cause, hole.reason
+                    );
+                }
+            }
+        }
+        let mut st = self.session(sub, consumer).await?;
+        let hwm = sub.wal.high_water_mark();
+        let inside = |o: u64| gaps.iter().any(|g| g.first_offset <= o && o < g.end_offset);
+        for &offset in leased.iter().filter(|&&o| inside(o)) {
+            // Leased to this consumer a moment ago: cannot be refused.
+            let _ = st.ack(consumer, offset);
+        }
+        for gap in gaps.iter() {
+            if st.dispatcher().cursor() >= gap.first_offset {
+                let _ = st.ack_up_to(gap.end_offset.min(hwm), hwm);
+            }
+        }
+        self.persist(sub, &mut st, false).await;
+        sub.changed.notify_waiters();
+        Ok(st.dispatcher().cursor())
     }
 
     /// Acknowledges leased messages one by one.

@@ -250,12 +250,16 @@ impl ConsumerService {
             });
         }
         let limit = max as usize;
-        let found = tiered::read_range(&wal, self.archive(), topic, from, limit).await?;
+        let mut gaps = Vec::new();
+        let found = tiered::read_range(&wal, self.archive(), topic, from, limit, &mut gaps).await?;
         let messages: Vec<Message> = found
             .iter()
             .map(|(o, r)| records::to_message(*o, r, encoding))
             .collect();
-        let next = messages.last().map_or(from, |m| m.offset + 1);
+        let next = messages
+            .last()
+            .map_or(from, |m| m.offset + 1)
+            .max(gaps.last().map_or(from, |g| g.end_offset));
         Ok(ReceiveResponse {
             messages,
             cursor: next,
@@ -263,6 +267,7 @@ impl ConsumerService {
             active: true,
             paused: false,
             blocked_at: None,
+            gaps,
         })
     }
 }

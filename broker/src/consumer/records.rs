@@ -7,13 +7,28 @@ use std::sync::Arc;
 
 use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD as B64;
-use broker_core::wal::{Wal, WalError};
+use broker_core::wal::{UnreadableKind, UnreadableRange, Wal, WalError};
 use bytes::Bytes;
-use tributary_api::consumer::{Message, MessageHeader, ValueEncoding};
+use tributary_api::consumer::{Gap, GapKind, Message, MessageHeader, ValueEncoding};
 use tributary_proto::Record;
 
 /// Bytes read from the WAL per step.
 const READ_STEP_BYTES: usize = 1 << 20;
+/// Gaps one range read steps over at most before it returns.
+const MAX_GAPS_PER_READ: usize = 64;
+
+/// The gap notice for `range`, from `from` (a read inside it) on.
+pub fn gap_for(from: u64, range: &UnreadableRange) -> Gap {
+    Gap {
+        first_offset: from.max(range.first_offset),
+        end_offset: range.end_offset,
+        kind: match range.kind {
+            UnreadableKind::Damaged { .. } => GapKind::Damaged,
+            UnreadableKind::Hole => GapKind::Hole,
+        },
+        reason: range.to_string(),
+    }
+}
 
 /// Why records could not be read.
 #[derive(Debug, thiserror::Error)]
@@ -72,7 +87,9 @@ fn decode_into(
 }
 
 /// Up to `max_count` records from `from` (below the high-water mark), by
-/// offset.
+/// offset. Unreadable ranges (declared holes, damaged bytes) are stepped
+/// over and each is added to `gaps` (at most [`MAX_GAPS_PER_READ`] per
+/// call): never skipped silently.
 ///
 /// # Errors
 /// [`ReadError`].
@@ -80,11 +97,25 @@ pub fn read_range_blocking(
     wal: &Wal,
     from: u64,
     max_count: usize,
+    gaps: &mut Vec<Gap>,
 ) -> Result<Vec<(u64, Record)>, ReadError> {
     let mut out = Vec::new();
     let mut next = from;
+    let mut stepped = 0;
     while out.len() < max_count {
-        let batches = wal.read(next, READ_STEP_BYTES)?;
+        let batches = match wal.read(next, READ_STEP_BYTES) {
+            Ok(batches) => batches,
+            Err(WalError::Unreadable(range)) if range.end_offset > next => {
+                gaps.push(gap_for(next, &range));
+                next = range.end_offset;
+                stepped += 1;
+                if stepped >= MAX_GAPS_PER_READ {
+                    break;
+                }
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
         if batches.is_empty() {
             break;
         }
@@ -103,12 +134,15 @@ pub fn read_range_blocking(
 }
 
 /// The records at `offsets` (each below the high-water mark), by offset.
+/// An offset in an unreadable range (declared hole, damaged bytes) has no
+/// record; the range is added to `gaps`.
 ///
 /// # Errors
 /// [`ReadError`].
 pub fn read_offsets_blocking(
     wal: &Wal,
     offsets: &[u64],
+    gaps: &mut Vec<Gap>,
 ) -> Result<BTreeMap<u64, Record>, ReadError> {
     let mut wanted: Vec<u64> = offsets.to_vec();
     wanted.sort_unstable();
@@ -117,7 +151,18 @@ pub fn read_offsets_blocking(
     let mut i = 0;
     while i < wanted.len() {
         let offset = wanted[i];
-        let batches = wal.read(offset, 1)?;
+        let batches = match wal.read(offset, 1) {
+            Ok(batches) => batches,
+            Err(WalError::Unreadable(range)) if range.end_offset > offset => {
+                // The whole range, not just the leased part of it.
+                gaps.push(gap_for(range.first_offset, &range));
+                while i < wanted.len() && wanted[i] < range.end_offset {
+                    i += 1;
+                }
+                continue;
+            }
+            Err(e) => return Err(e.into()),
+        };
         let Some(batch) = batches.first() else {
             return Err(ReadError::Decode {
                 offset,

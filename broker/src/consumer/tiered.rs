@@ -15,6 +15,7 @@ use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use broker_core::wal::{Wal, WalError};
+use tributary_api::consumer::Gap;
 use tributary_archive::reader::{Archive, Start};
 use tributary_proto::Record;
 use tributary_proto::keys::TopicName;
@@ -119,6 +120,7 @@ pub async fn read_range(
     topic: &TopicName,
     from: u64,
     max_count: usize,
+    gaps: &mut Vec<Gap>,
 ) -> Result<Vec<(u64, Record)>, ReadError> {
     let mut out: Vec<(u64, Record)> = Vec::new();
     let mut next = from;
@@ -151,9 +153,14 @@ pub async fn read_range(
             }
         }
         let want = max_count - out.len();
-        match records::blocking(wal, move |w| records::read_range_blocking(w, next, want)).await {
-            Ok(got) => {
+        let read = records::blocking(wal, move |w| {
+            let mut found = Vec::new();
+            records::read_range_blocking(w, next, want, &mut found).map(|got| (got, found))
+        });
+        match read.await {
+            Ok((got, found)) => {
                 out.extend(got);
+                gaps.extend(found);
                 return Ok(out);
             }
             // Trimmed under the read: the archive has it now.
@@ -176,6 +183,7 @@ pub async fn read_offsets(
     archive: Option<&Archive>,
     topic: &TopicName,
     offsets: &[u64],
+    gaps: &mut Vec<Gap>,
 ) -> Result<BTreeMap<u64, Record>, ReadError> {
     let mut out = BTreeMap::new();
     let mut wanted: BTreeSet<u64> = offsets.iter().copied().collect();
@@ -205,9 +213,14 @@ pub async fn read_offsets(
         if rest.is_empty() {
             return Ok(out);
         }
-        match records::blocking(wal, move |w| records::read_offsets_blocking(w, &rest)).await {
-            Ok(found) => {
-                out.extend(found);
+        let read = records::blocking(wal, move |w| {
+            let mut found = Vec::new();
+            records::read_offsets_blocking(w, &rest, &mut found).map(|got| (got, found))
+        });
+        match read.await {
+            Ok((got, found)) => {
+                out.extend(got);
+                gaps.extend(found);
                 return Ok(out);
             }
             Err(ReadError::Wal(WalError::OffsetBelowLogStart { .. })) => {}

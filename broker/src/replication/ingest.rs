@@ -84,6 +84,9 @@ enum Out {
     Frame(Frame),
     /// An acknowledgement once this append is durable.
     Ack(PendingAppend),
+    /// An acknowledgement of everything below this offset, already durable
+    /// (a declared hole).
+    Stored(u64),
 }
 
 fn refusal(code: ErrorCode, message: impl Into<String>) -> Frame {
@@ -144,6 +147,14 @@ async fn write_loop(
                 }
                 Err(e) => wal_refusal(&e),
             },
+            Out::Stored(next_offset) => {
+                let ack = acks.on_stored(next_offset);
+                if let Some(datagram) = ack.datagram {
+                    let _ = conn.send_datagram(datagram.to_bytes());
+                    repeats.on_sent(datagram, now(), conn.rtt());
+                }
+                ack.frame
+            }
         };
         let last = matches!(frame, Frame::Error { .. });
         bytes.clear();
@@ -191,6 +202,7 @@ async fn handle_stream(
         ingest.acknowledger(stream_id),
     ));
     let mut wal: Option<Arc<Wal>> = None;
+    let mut opened_topic = None;
     let mut buf = BytesMut::with_capacity(READ_BUFFER_BYTES);
     let mut chunks: [Bytes; READ_CHUNKS] = std::array::from_fn(|_| Bytes::new());
     let refused = 'stream: loop {
@@ -213,6 +225,7 @@ async fn handle_stream(
                             let welcome = ingest.welcome(opened.high_water_mark());
                             info!(edge = %identity, %topic, resume = opened.high_water_mark(), "edge stream opened");
                             wal = Some(opened);
+                            opened_topic = Some(topic);
                             let acks = Out::Acknowledger(ingest.acknowledger(stream_id));
                             if out.send(acks).await.is_err() {
                                 break 'stream None;
@@ -244,6 +257,19 @@ async fn handle_stream(
                     }
                 }
                 IngestAction::Refuse(frame) => break 'stream Some(frame),
+                IngestAction::DeclareHole(hole) => {
+                    let (Some(wal), Some(topic)) = (&wal, &opened_topic) else {
+                        break 'stream Some(refusal(ErrorCode::Malformed, "hole before open"));
+                    };
+                    match super::holes::declare(&topics, topic, wal, hole).await {
+                        Ok(end) => {
+                            if out.send(Out::Stored(end)).await.is_err() {
+                                break 'stream None;
+                            }
+                        }
+                        Err(frame) => break 'stream Some(frame),
+                    }
+                }
             }
         }
         // Many chunks per call: each chunk is about one packet's payload,

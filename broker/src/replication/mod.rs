@@ -2,8 +2,9 @@
 //! ([`quic`], stateless reset key kept across restarts), the ingest driver
 //! that runs one `IngestStream` per edge topic stream ([`ingest`]), and the
 //! central topic WALs those streams (and central publishes) append to
-//! ([`topics`]).
+//! ([`topics`]), and the holes edges declare (`holes`).
 
+mod holes;
 pub mod ingest;
 pub mod quic;
 pub mod topics;

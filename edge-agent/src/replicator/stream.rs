@@ -10,14 +10,14 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use broker_core::wal::{ReadBuffers, Wal};
+use broker_core::wal::{ReadBuffers, UnreadableKind, UnreadableRange, Wal, WalError};
 use bytes::{Bytes, BytesMut};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tracing::{debug, info, warn};
 use tributary_proto::batch::BatchHeader;
 use tributary_proto::replication::compress::BatchCompressor;
 use tributary_proto::replication::edge::{EdgeError, EdgeEvent, EdgeStream};
-use tributary_proto::replication::frame::{self, AckDatagram, ErrorCode};
+use tributary_proto::replication::frame::{self, AckDatagram, ErrorCode, HoleCause};
 
 use super::pacing::Pacer;
 use super::{ReplicationStats, ReplicatorConfig, StreamError};
@@ -120,6 +120,45 @@ impl Prepared {
     }
 }
 
+/// What the read-ahead hands to the sending loop, in offset order.
+enum Outgoing {
+    /// A batch frame.
+    Batch(Prepared),
+    /// Offsets `first_offset..end_offset` the local WAL cannot read (and the
+    /// broker does not hold): declared to the broker with a `Hole` frame.
+    Hole {
+        first_offset: u64,
+        end_offset: u64,
+        cause: HoleCause,
+        reason: String,
+    },
+}
+
+impl Outgoing {
+    /// Bytes the frame takes on the stream (for the bandwidth cap).
+    fn wire_len(&self) -> usize {
+        match self {
+            Outgoing::Batch(prepared) => prepared.wire_len(),
+            Outgoing::Hole { reason, .. } => frame::FRAME_HEADER_BYTES + 17 + reason.len(),
+        }
+    }
+}
+
+/// The `Hole` the edge declares for `range` when a read at `next` (inside
+/// it) fails: from `next`, since the broker holds everything below it.
+fn hole_for(next: u64, range: &UnreadableRange) -> Outgoing {
+    let cause = match range.kind {
+        UnreadableKind::Damaged { .. } => HoleCause::Damaged,
+        UnreadableKind::Hole => HoleCause::Lost,
+    };
+    Outgoing::Hole {
+        first_offset: next,
+        end_offset: range.end_offset,
+        cause,
+        reason: range.to_string(),
+    }
+}
+
 /// Replicates one topic on one connection until the connection ends or the
 /// broker refuses, then ends the tasks it started (the read-ahead is told
 /// to stop, the checkpoint task records the last acknowledgement) and
@@ -172,7 +211,7 @@ pub(super) async fn replicate_topic(
 
 /// The read-ahead task of a stream and the receiving end of its frames.
 struct ReadAhead {
-    frames: mpsc::Receiver<Result<Prepared, StreamError>>,
+    frames: mpsc::Receiver<Result<Outgoing, StreamError>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -215,7 +254,7 @@ async fn drive_stream(
     let mut inbox = BytesMut::new();
     // A frame taken from the read-ahead that waits for the bandwidth cap's
     // tokens, and when it may go; acknowledgements are read meanwhile.
-    let mut paced: Option<(Prepared, tokio::time::Instant)> = None;
+    let mut paced: Option<(Outgoing, tokio::time::Instant)> = None;
     loop {
         let window_open = stream.next_to_send(u64::MAX).is_some();
         let paced_until = paced.as_ref().map(|(_, at)| *at);
@@ -308,8 +347,30 @@ async fn send_frame(
     send: &mut quinn::SendStream,
     stream: &mut EdgeStream,
     stats: &ReplicationStats,
-    prepared: Prepared,
+    outgoing: Outgoing,
 ) -> Result<(), StreamError> {
+    let prepared = match outgoing {
+        Outgoing::Batch(prepared) => prepared,
+        Outgoing::Hole {
+            first_offset,
+            end_offset,
+            cause,
+            reason,
+        } => {
+            warn!(
+                first_offset,
+                end_offset,
+                cause = cause.as_str(),
+                %reason,
+                "declaring offsets the local WAL cannot read to the broker as a hole"
+            );
+            let frame = stream.hole(first_offset, end_offset, cause, reason);
+            return send
+                .write_all(&frame.to_bytes())
+                .await
+                .map_err(|e| StreamError::Connection(e.to_string()));
+        }
+    };
     let wire_len = prepared.wire_len();
     let Prepared {
         batch_header,
@@ -339,7 +400,7 @@ async fn read_ahead_loop(
     wal: Arc<Wal>,
     from: u64,
     compress: bool,
-    tx: mpsc::Sender<Result<Prepared, StreamError>>,
+    tx: mpsc::Sender<Result<Outgoing, StreamError>>,
 ) {
     let budget = Arc::new(Semaphore::new(READ_AHEAD_BYTES));
     // The compressor and the read buffers move to the blocking thread for
@@ -369,7 +430,6 @@ async fn read_ahead_loop(
         let step = tokio::task::spawn_blocking(move || {
             let frames = reader
                 .read_with(next, READ_STEP_BYTES, &mut buffers)
-                .map_err(|e| e.to_string())
                 .map(|batches| {
                     batches
                         .into_iter()
@@ -392,12 +452,30 @@ async fn read_ahead_loop(
                 tools = Some(taken);
                 frames
             }
-            Err(e) => Err(format!("read-ahead task failed: {e}")),
+            Err(e) => {
+                let message = format!("read-ahead task failed: {e}");
+                let _ = tx.send(Err(StreamError::Wal(message))).await;
+                return;
+            }
         };
         let frames = match frames {
             Ok(frames) => frames,
+            Err(WalError::Unreadable(range)) if range.end_offset > next => {
+                // Damaged bytes or lost offsets where `next` is. The broker
+                // holds everything below `from` (its Welcome) and `next` is
+                // at or past it, so the broker needs the range: declare it
+                // a hole and carry on after it. (A range the broker already
+                // holds lies below `from` and is never read.)
+                if range.end_offset > from
+                    && tx.send(Ok(hole_for(next.max(from), &range))).await.is_err()
+                {
+                    return;
+                }
+                next = range.end_offset;
+                continue;
+            }
             Err(e) => {
-                let _ = tx.send(Err(StreamError::Wal(e))).await;
+                let _ = tx.send(Err(StreamError::Wal(e.to_string()))).await;
                 return;
             }
         };
@@ -424,7 +502,7 @@ async fn read_ahead_loop(
                 chunks,
                 _permit: permit,
             };
-            if tx.send(Ok(prepared)).await.is_err() {
+            if tx.send(Ok(Outgoing::Batch(prepared))).await.is_err() {
                 return;
             }
         }

@@ -126,6 +126,13 @@ pub enum TopicKey {
         /// Producer id.
         producer_id: u64,
     },
+    /// `/topics/{ns}/{topic}/holes/{first_offset:020}`: a declared hole
+    /// (offsets no record is stored for), padded so holes list in offset
+    /// order.
+    Hole {
+        /// First offset of the hole.
+        first_offset: u64,
+    },
     /// `/topics/{ns}/{topic}/subscriptions/{sub}` and its sub-keys.
     Subscription {
         /// Subscription name.
@@ -285,6 +292,7 @@ impl fmt::Display for MetadataKey {
                     TopicKey::Policy => f.write_str("/policy"),
                     TopicKey::Intent => f.write_str("/intent"),
                     TopicKey::Producer { producer_id } => write!(f, "/producers/{producer_id}"),
+                    TopicKey::Hole { first_offset } => write!(f, "/holes/{first_offset:020}"),
                     TopicKey::Subscription { name, key } => {
                         write!(f, "/subscriptions/{name}{}", key.suffix())
                     }
@@ -368,6 +376,9 @@ impl MetadataKey {
                     ["intent"] => TopicKey::Intent,
                     ["producers", id] => TopicKey::Producer {
                         producer_id: canonical(key, "producer_id", id)?,
+                    },
+                    ["holes", first] => TopicKey::Hole {
+                        first_offset: padded(key, "first_offset", first)?,
                     },
                     ["subscriptions", sub, sub_tail @ ..] => TopicKey::Subscription {
                         name: name_in(key, sub, SubscriptionName::new)?,

@@ -372,6 +372,11 @@ fn topic_keys() {
         "/topics/default/jobs/producers/"
     );
     assert_eq!(
+        topics::hole(&t, 1250),
+        "/topics/default/jobs/holes/00000000000000001250"
+    );
+    assert!(topics::hole(&t, 7).starts_with(&topics::holes_prefix(&t)));
+    assert_eq!(
         topics::subscription(&t, &s),
         "/topics/default/jobs/subscriptions/worker-pool"
     );
@@ -719,6 +724,7 @@ fn arb_topic_key() -> impl Strategy<Value = TopicKey> {
         Just(TopicKey::Policy),
         Just(TopicKey::Intent),
         any::<u64>().prop_map(|producer_id| TopicKey::Producer { producer_id }),
+        any::<u64>().prop_map(|first_offset| TopicKey::Hole { first_offset }),
         (arb_sub(), sub_key).prop_map(|(name, key)| TopicKey::Subscription { name, key }),
     ]
 }

@@ -50,6 +50,18 @@ pub fn producers_prefix(topic: &TopicName) -> String {
     format!("/topics{topic}/producers/")
 }
 
+/// `/topics/{ns}/{topic}/holes/{first_offset:020}`: a hole declared by the
+/// edge (JSON `{first_offset, end_offset, cause, reason, declared_at_ms}`,
+/// written by the broker's ingest).
+pub fn hole(topic: &TopicName, first_offset: u64) -> String {
+    key(topic, TopicKey::Hole { first_offset })
+}
+
+/// `/topics/{ns}/{topic}/holes/`: lists the declared holes in offset order.
+pub fn holes_prefix(topic: &TopicName) -> String {
+    format!("/topics{topic}/holes/")
+}
+
 /// `/topics/{ns}/{topic}/subscriptions/{sub}`.
 pub fn subscription(topic: &TopicName, name: &SubscriptionName) -> String {
     subscription_key(topic, name, SubscriptionKey::Metadata)

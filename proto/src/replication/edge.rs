@@ -6,7 +6,12 @@
 //! 3. while [`EdgeStream::next_to_send`] returns an offset, read the WAL
 //!    batch starting exactly there, send it, and report it with
 //!    [`EdgeStream::on_sent`];
-//! 4. after an [`EdgeEvent::Acked`], record the checkpoint;
+//!    When the local WAL cannot read the range at that offset (damaged
+//!    bytes or offsets lost at the edge), send
+//!    [`EdgeStream::hole`] for it instead: it is tracked like a sent batch
+//!    and acknowledged like one, and sending continues after it;
+//! 4. after an [`EdgeEvent::Acked`], record the checkpoint (an acknowledged
+//!    hole counts as replicated);
 //! 5. feed acknowledgements that arrive in QUIC datagrams
 //!    ([`AckDatagram`](super::frame::AckDatagram)) to
 //!    [`EdgeStream::on_datagram_ack`]: whichever copy of an acknowledgement
@@ -18,9 +23,12 @@
 
 use std::collections::VecDeque;
 
-use super::frame::{ErrorCode, Frame, Hello, PROTOCOL_VERSION};
+use super::frame::{ErrorCode, Frame, Hello, HoleCause, PROTOCOL_VERSION};
 use crate::batch::BatchHeader;
 use crate::intent::ExpandedStreamSettings;
+
+/// What an unacknowledged `Hole` frame counts for in the window, bytes.
+const HOLE_WINDOW_BYTES: usize = 64;
 
 /// Limits on what is in flight: batches sent but not yet acknowledged.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -277,6 +285,44 @@ impl EdgeStream {
         self.in_flight_bytes += bytes;
     }
 
+    /// The `Hole` frame declaring `next_to_send..end_offset` (offsets the
+    /// local WAL cannot read) to the broker, recorded as sent: the broker
+    /// acknowledges it like a batch, and the next batch sent starts at
+    /// `end_offset`.
+    ///
+    /// # Panics
+    /// If `first_offset` is not the offset [`EdgeStream::next_to_send`]
+    /// named or the range is empty: the broker accepts a hole only at its
+    /// next expected offset.
+    pub fn hole(
+        &mut self,
+        first_offset: u64,
+        end_offset: u64,
+        cause: HoleCause,
+        reason: String,
+    ) -> Frame {
+        assert_eq!(
+            first_offset, self.next_send,
+            "replication invariant: a hole starts where the last batch ended"
+        );
+        assert!(
+            end_offset > first_offset,
+            "a hole holds at least one offset"
+        );
+        self.next_send = end_offset;
+        self.in_flight.push_back(InFlight {
+            next_offset: end_offset,
+            bytes: HOLE_WINDOW_BYTES,
+        });
+        self.in_flight_bytes += HOLE_WINDOW_BYTES;
+        Frame::Hole {
+            first_offset,
+            end_offset,
+            cause,
+            reason,
+        }
+    }
+
     /// Everything below this is durable centrally (as far as this stream
     /// knows).
     pub fn acked(&self) -> u64 {
@@ -305,5 +351,6 @@ fn frame_name(frame: &Frame) -> &'static str {
         Frame::Batch { .. } => "batch",
         Frame::Ack { .. } => "ack",
         Frame::Error { .. } => "error",
+        Frame::Hole { .. } => "hole",
     }
 }

@@ -10,7 +10,17 @@
 //!            (zstd-compressed as a whole when the codec is 1)
 //! 4 Ack      u64 next_offset: everything below it is durable centrally
 //! 5 Error    u16 code | UTF-8 message; the sender then finishes the stream
+//! 6 Hole     u64 first_offset | u64 end_offset | u8 cause (0 damaged, 1 lost)
+//!            | UTF-8 reason: the edge holds no record for
+//!            [first_offset, end_offset) and never will
 //! ```
+//!
+//! A `Hole` (edge → broker) takes the place of the batches of an offset range
+//! the edge's WAL cannot read (damaged bytes, or acknowledged offsets
+//! recovery found missing): it must start exactly at the broker's next
+//! expected offset, the broker records it (WAL and Raft) and acknowledges
+//! `end_offset` like a batch, and replication carries on after it. Offsets
+//! are never reused: the range stays a declared hole from device to archive.
 //!
 //! Besides the stream, the broker repeats each acknowledgement in a QUIC
 //! datagram (RFC 9221) on the same connection ([`AckDatagram`]) when the
@@ -42,6 +52,45 @@ const WELCOME: u8 = 2;
 const BATCH: u8 = 3;
 const ACK: u8 = 4;
 const ERROR: u8 = 5;
+const HOLE: u8 = 6;
+/// Bytes of a `Hole` payload before its reason.
+const HOLE_FIXED_BYTES: usize = 17;
+
+/// Why the edge declares a hole (the `cause` byte of a `Hole` frame).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HoleCause {
+    /// 0: the edge stores bytes for the range but they fail verification
+    /// (CRC, header or offset checks).
+    Damaged,
+    /// 1: the edge stores nothing for the range: it was acknowledged locally
+    /// and then lost (recovery found it missing) or declared a hole earlier.
+    Lost,
+}
+
+impl HoleCause {
+    fn to_u8(self) -> u8 {
+        match self {
+            HoleCause::Damaged => 0,
+            HoleCause::Lost => 1,
+        }
+    }
+
+    fn from_u8(byte: u8) -> Option<HoleCause> {
+        match byte {
+            0 => Some(HoleCause::Damaged),
+            1 => Some(HoleCause::Lost),
+            _ => None,
+        }
+    }
+
+    /// `"damaged"` or `"lost"`, as recorded in metadata and shown by APIs.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            HoleCause::Damaged => "damaged",
+            HoleCause::Lost => "lost",
+        }
+    }
+}
 
 /// The opening request of an edge for one topic.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -166,6 +215,19 @@ pub enum Frame {
         /// Human-readable detail.
         message: String,
     },
+    /// Edge → broker: no record exists, or ever will, for offsets
+    /// `first_offset..end_offset`; the next batch starts at `end_offset`.
+    Hole {
+        /// First offset of the hole (the broker's next expected offset).
+        first_offset: u64,
+        /// Exclusive end; greater than `first_offset`.
+        end_offset: u64,
+        /// Why the edge cannot send these offsets.
+        cause: HoleCause,
+        /// Human-readable detail (what the edge's WAL reported), at most
+        /// about 64 KiB.
+        reason: String,
+    },
 }
 
 /// Why bytes are not a valid frame.
@@ -236,6 +298,19 @@ impl Frame {
                 let max = CONTROL_FRAME_BYTES as usize - 3;
                 out.put_slice(&text[..text.len().min(max)]);
             }
+            Frame::Hole {
+                first_offset,
+                end_offset,
+                cause,
+                reason,
+            } => {
+                out.put_u8(HOLE);
+                out.put_u64_le(*first_offset);
+                out.put_u64_le(*end_offset);
+                out.put_u8(cause.to_u8());
+                let max = CONTROL_FRAME_BYTES as usize - 1 - HOLE_FIXED_BYTES;
+                out.put_slice(truncate_utf8(reason, max).as_bytes());
+            }
         }
         let length = (out.len() - start - 4) as u32;
         out[start..start + 4].copy_from_slice(&length.to_le_bytes());
@@ -247,6 +322,16 @@ impl Frame {
         self.encode(&mut out);
         out.freeze()
     }
+}
+
+/// The longest prefix of `text` of at most `max` bytes that ends on a
+/// character boundary.
+fn truncate_utf8(text: &str, max: usize) -> &str {
+    let mut end = text.len().min(max);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
 }
 
 /// Bytes of a batch frame before its payload: length, type and wire codec.
@@ -356,6 +441,31 @@ pub fn decode(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Frame>, Fram
             Frame::Error {
                 code,
                 message: String::from_utf8_lossy(&body).into_owned(),
+            }
+        }
+        HOLE => {
+            if body.len() < HOLE_FIXED_BYTES {
+                return Err(malformed("hole", "payload shorter than 17 bytes"));
+            }
+            let first_offset = body.get_u64_le();
+            let end_offset = body.get_u64_le();
+            if end_offset <= first_offset {
+                return Err(malformed(
+                    "hole",
+                    &format!("empty range {first_offset}..{end_offset}"),
+                ));
+            }
+            let cause_byte = body.get_u8();
+            let cause = HoleCause::from_u8(cause_byte)
+                .ok_or_else(|| malformed("hole", &format!("unknown cause {cause_byte}")))?;
+            let reason = std::str::from_utf8(&body)
+                .map_err(|_| malformed("hole", "reason is not UTF-8"))?
+                .to_owned();
+            Frame::Hole {
+                first_offset,
+                end_offset,
+                cause,
+                reason,
             }
         }
         other => return Err(FrameError::UnknownType(other)),
@@ -486,6 +596,18 @@ mod tests {
                 code: ErrorCode::NotOwner,
                 message: "edge plant2 does not own namespace plant1".into(),
             },
+            Frame::Hole {
+                first_offset: 1_000,
+                end_offset: 1_250,
+                cause: HoleCause::Damaged,
+                reason: "crc mismatch at byte 4096 of segment 0 (ü)".into(),
+            },
+            Frame::Hole {
+                first_offset: 7,
+                end_offset: 8,
+                cause: HoleCause::Lost,
+                reason: String::new(),
+            },
         ]
     }
 
@@ -559,6 +681,40 @@ mod tests {
         ));
     }
 
+    fn hole_bytes(first: u64, end: u64, cause: u8, reason: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        out.extend_from_slice(&(18 + reason.len() as u32).to_le_bytes());
+        out.push(HOLE);
+        out.extend_from_slice(&first.to_le_bytes());
+        out.extend_from_slice(&end.to_le_bytes());
+        out.push(cause);
+        out.extend_from_slice(reason);
+        out
+    }
+
+    #[test]
+    fn a_hole_frame_has_the_documented_layout_and_a_long_reason_is_cut_on_a_char_boundary() {
+        let frame = Frame::Hole {
+            first_offset: 3,
+            end_offset: 9,
+            cause: HoleCause::Lost,
+            reason: "gone".into(),
+        };
+        assert_eq!(frame.to_bytes().as_ref(), &hole_bytes(3, 9, 1, b"gone")[..]);
+        let long = Frame::Hole {
+            first_offset: 0,
+            end_offset: 1,
+            cause: HoleCause::Damaged,
+            reason: "é".repeat(CONTROL_FRAME_BYTES as usize),
+        };
+        let mut buf = BytesMut::from(long.to_bytes().as_ref());
+        assert!(buf.len() <= FRAME_HEADER_BYTES - 1 + CONTROL_FRAME_BYTES as usize);
+        let Some(Frame::Hole { reason, .. }) = decode(&mut buf, &Limits::default()).unwrap() else {
+            panic!("not a hole frame");
+        };
+        assert!(reason.chars().all(|c| c == 'é') && !reason.is_empty());
+    }
+
     #[test]
     fn bad_frames_are_typed_errors() {
         let limits = Limits::default();
@@ -568,6 +724,14 @@ mod tests {
             (vec![3, 0, 0, 0, WELCOME, 1, 2], "welcome"),
             (vec![2, 0, 0, 0, BATCH, 7], "unknown wire codec 7"),
             (vec![3, 0, 0, 0, HELLO, b'{', b'}'], "hello"),
+            (
+                vec![9, 0, 0, 0, HOLE, 1, 0, 0, 0, 0, 0, 0, 0],
+                "shorter than 17",
+            ),
+            (hole_bytes(5, 5, 0, b""), "empty range 5..5"),
+            (hole_bytes(9, 5, 0, b""), "empty range 9..5"),
+            (hole_bytes(5, 9, 2, b""), "unknown cause 2"),
+            (hole_bytes(5, 9, 1, &[0xff, 0xfe]), "not UTF-8"),
         ];
         for (bytes, expected) in cases {
             let mut buf = BytesMut::from(&bytes[..]);

@@ -12,10 +12,16 @@
 //!    [`Acknowledger`] comes from [`IngestStream::acknowledger`] and may live
 //!    in another task than the stream (the one that waits for durability);
 //! 4. for [`IngestAction::Refuse`]: send the error frame, finish the stream,
-//!    store nothing.
+//!    store nothing;
+//! 5. for [`IngestAction::DeclareHole`]: record the hole (in metadata, so it
+//!    can be listed, then `Wal::skip_to(end_offset)`), then, once durable,
+//!    send what [`Acknowledger::on_stored`]`(end_offset)` returns. A hole is
+//!    accepted only at exactly the next expected offset; the next batch must
+//!    start at its end.
 
 use super::frame::{
-    AckDatagram, BatchFrameError, ErrorCode, Frame, Hello, PROTOCOL_VERSION, WireCodec, open_batch,
+    AckDatagram, BatchFrameError, ErrorCode, Frame, Hello, HoleCause, PROTOCOL_VERSION, WireCodec,
+    open_batch,
 };
 use crate::batch::DecodeError;
 use crate::batch::EncodedBatch;
@@ -33,6 +39,23 @@ pub enum IngestAction {
     Append(EncodedBatch),
     /// Send this error frame and close; nothing was stored.
     Refuse(Frame),
+    /// The edge declares offsets it holds no record for: record the hole
+    /// and skip the central WAL to its end, then acknowledge `end_offset`.
+    DeclareHole(DeclaredHole),
+}
+
+/// A hole the edge declared with a `Hole` frame, accepted at the stream's
+/// next expected offset.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeclaredHole {
+    /// First offset (the next expected offset when it was accepted).
+    pub first_offset: u64,
+    /// Exclusive end: the next batch starts here.
+    pub end_offset: u64,
+    /// Why the edge cannot send the range.
+    pub cause: HoleCause,
+    /// The edge's detail.
+    pub reason: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -148,6 +171,39 @@ impl IngestStream {
             }
             (State::Streaming { .. }, Frame::Batch { codec, payload }) => {
                 self.verify_batch(codec, payload)
+            }
+            (
+                &State::Streaming { expected },
+                Frame::Hole {
+                    first_offset,
+                    end_offset,
+                    cause,
+                    reason,
+                },
+            ) => {
+                if first_offset > expected {
+                    return refuse(
+                        ErrorCode::Gap,
+                        format!("gap: expected offset {expected}, hole starts at {first_offset}"),
+                    );
+                }
+                if first_offset < expected {
+                    return refuse(
+                        ErrorCode::Overlap,
+                        format!(
+                            "hole {first_offset}..{end_offset} starts below the next expected offset {expected}"
+                        ),
+                    );
+                }
+                self.state = State::Streaming {
+                    expected: end_offset,
+                };
+                IngestAction::DeclareHole(DeclaredHole {
+                    first_offset,
+                    end_offset,
+                    cause,
+                    reason,
+                })
             }
             (_, Frame::Error { code, message }) => {
                 refuse(code, format!("edge closed the stream: {message}"))

@@ -8,7 +8,10 @@ pub mod ack_repeat;
 pub mod compress;
 pub mod edge;
 pub mod frame;
+pub mod hole;
 pub mod ingest;
 
+#[cfg(test)]
+mod hole_tests;
 #[cfg(test)]
 mod tests;

@@ -131,6 +131,7 @@ impl Sim {
                 self.to_edge.push_back(ack);
             }
             IngestAction::Refuse(frame) => panic!("broker refused: {frame:?}"),
+            IngestAction::DeclareHole(hole) => panic!("no hole in this simulation: {hole:?}"),
         }
     }
 
