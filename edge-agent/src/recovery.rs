@@ -216,7 +216,7 @@ mod tests {
         assert_eq!(report.error, "write: No space left");
         assert_eq!(report.path, DIR);
         let first = r.next_attempt().unwrap() - t0;
-        assert_eq!(first, MIN_REOPEN_DELAY);
+        assert_eq!(first.as_millis(), MIN_REOPEN_DELAY.as_millis());
         assert!(!r.due(t0 + first - Duration::from_millis(1)));
         assert!(r.due(t0 + first));
         let mut now = t0 + first;
@@ -227,10 +227,11 @@ mod tests {
             delays.push(delay);
             now += delay;
         }
-        assert_eq!(delays[0], MIN_REOPEN_DELAY * 2);
-        assert_eq!(delays[1], MIN_REOPEN_DELAY * 4);
-        assert!(delays.windows(2).all(|w| w[0] <= w[1]));
-        assert_eq!(*delays.last().unwrap(), MAX_REOPEN_DELAY);
+        // backon multiplies in f32: compare whole milliseconds.
+        let ms: Vec<u128> = delays.iter().map(Duration::as_millis).collect();
+        assert_eq!(ms[..3], [400, 800, 1600]);
+        assert!(ms.windows(2).all(|w| w[0] <= w[1]));
+        assert_eq!(*ms.last().unwrap(), MAX_REOPEN_DELAY.as_millis());
         assert_eq!(r.report().unwrap().failed_reopens, 10);
         assert_eq!(r.report().unwrap().error, "open: No space left");
     }
@@ -248,12 +249,12 @@ mod tests {
         // Full again at once: the backoff goes on where it was.
         let t1 = t0 + Duration::from_secs(2);
         assert!(r.failed(t1, FaultKind::DiskFull, DIR, "full"));
-        assert_eq!(r.next_attempt().unwrap() - t1, MIN_REOPEN_DELAY * 4);
+        assert_eq!((r.next_attempt().unwrap() - t1).as_millis(), 800);
         r.reopened(t1);
         // Full again after a healthy period: small again.
         let t2 = t1 + HEALTHY_AFTER;
         assert!(r.failed(t2, FaultKind::Io, DIR, "EIO"));
-        assert_eq!(r.next_attempt().unwrap() - t2, MIN_REOPEN_DELAY);
+        assert_eq!((r.next_attempt().unwrap() - t2).as_millis(), 200);
         assert_eq!(r.fault_kind(), Some(FaultKind::Io));
     }
 
