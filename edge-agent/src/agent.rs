@@ -83,6 +83,7 @@ pub struct Agent {
     shutdown: watch::Sender<bool>,
     server: JoinHandle<std::io::Result<()>>,
     checkpoints: JoinHandle<()>,
+    recovery: JoinHandle<()>,
     replicator: Option<JoinHandle<()>>,
     replication: Arc<ReplicationStats>,
 }
@@ -174,6 +175,21 @@ impl Agent {
                 }
             })
         };
+        // Reopens WALs latched by an I/O failure (a full disk), with each
+        // topic's backoff.
+        let recovery = {
+            let mut stop = shutdown.subscribe();
+            let manager = manager.clone();
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        _ = tokio::time::sleep(crate::manager::RECOVERY_TICK) => {}
+                        _ = stop.wait_for(|&s| s) => return,
+                    }
+                    manager.recover_faulted().await;
+                }
+            })
+        };
         let replicator = match replication_tls {
             Some(tls) => {
                 let mut replicator_config = ReplicatorConfig::new(config.brokers.clone());
@@ -201,6 +217,7 @@ impl Agent {
             shutdown,
             server,
             checkpoints,
+            recovery,
             replicator,
             replication,
         })
@@ -251,6 +268,7 @@ impl Agent {
             Err(e) => Err(AgentError::Server(std::io::Error::other(e))),
         };
         let _ = self.checkpoints.await;
+        let _ = self.recovery.await;
         if let Some(replicator) = self.replicator {
             // It stops on the shutdown signal and drops its WAL handles.
             let _ = replicator.await;

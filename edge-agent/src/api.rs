@@ -7,7 +7,7 @@
 //! | `POST /v1/topics/{ns}/{topic}/batch` | publish an NDJSON batch ([`crate::ndjson`]), all or nothing |
 //! | `GET /v1/topics` | every topic with its counters ([`AgentStats`]) |
 //! | `GET /v1/topics/{ns}/{topic}` | one topic ([`crate::topic::TopicStats`]) |
-//! | `GET /health` | `{"status":"ok",...}` (503 while shutting down) |
+//! | `GET /health` | `{"status":"ok",...}`; `"degraded"` with `faults` naming each topic whose WAL is latched (a full disk) and its path; 503 while shutting down |
 //! | `GET /metrics` | Prometheus text ([`crate::metrics`]) |
 //!
 //! Publish responses are sent once the batch is durable per the topic's
@@ -15,8 +15,9 @@
 //! useful: 400 bad input (naming the field or NDJSON line), 403 a topic
 //! outside the edge's namespace or over `max_topics`, 404 unknown topic or
 //! route, 413 over `max_record_bytes` / `max_batch_bytes`, 503 shutting
-//! down, 507 disk budget full (with `topic` and `limit_bytes`), 500
-//! anything else.
+//! down, 507 disk budget full (kind `disk_budget_full`, with `topic` and
+//! `limit_bytes`) or file system full (kind `disk_full`, with `topic` and
+//! `path`), 500 anything else.
 
 use std::pin::Pin;
 use std::sync::{Arc, Weak};
@@ -57,7 +58,7 @@ const DRAIN_MAX_BYTES: usize = 256 * 1024 * 1024;
 /// An error response: status and JSON body with at least `error` (a
 /// message) and `kind` (`invalid_input`, `forbidden`, `not_found`,
 /// `method_not_allowed`, `too_large`, `shutting_down`, `disk_budget_full`,
-/// `internal`), as in the broker's admin API.
+/// `disk_full`, `internal`), as in the broker's admin API.
 #[derive(Debug)]
 pub struct ApiError {
     status: StatusCode,
@@ -80,6 +81,11 @@ impl ApiError {
             status,
             body: json!({ "error": message.into(), "kind": kind }),
         }
+    }
+
+    fn with_kind(mut self, kind: &str) -> ApiError {
+        self.body["kind"] = json!(kind);
+        self
     }
 
     fn with(mut self, key: &str, value: Value) -> ApiError {
@@ -143,6 +149,12 @@ fn publish_error(e: TopicError, lines: Option<&[usize]>) -> ApiError {
                 .with("limit_bytes", json!(full.limit_bytes))
                 .with("used_bytes", json!(full.used_bytes))
                 .with("batch_bytes", json!(full.batch_bytes))
+        }
+        TopicError::Publish(PublishError::DiskFull { topic, path, .. }) => {
+            ApiError::new(StatusCode::INSUFFICIENT_STORAGE, message)
+                .with_kind("disk_full")
+                .with("topic", json!(topic.as_str()))
+                .with("path", json!(path.display().to_string()))
         }
         other => {
             error!(error = %other, "publish failed");
@@ -267,15 +279,33 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
 }
 
 async fn health(ApiManager(manager): ApiManager) -> Response {
+    let faults = manager.faults();
     let (status, word) = if manager.is_closing() {
         (StatusCode::SERVICE_UNAVAILABLE, "shutting_down")
+    } else if !faults.is_empty() {
+        // Degraded, not down: replication and reads go on, and the agent
+        // recovers by itself; a load balancer should not restart it.
+        (StatusCode::OK, "degraded")
     } else {
         (StatusCode::OK, "ok")
     };
+    let faults: Vec<Value> = faults
+        .into_iter()
+        .map(|(topic, f)| {
+            json!({
+                "topic": topic.as_str(),
+                "state": f.state,
+                "path": f.path,
+                "error": f.error,
+                "failed_reopens": f.failed_reopens,
+            })
+        })
+        .collect();
     let body = json!({
         "status": word,
         "edge_id": manager.config().edge_id.as_str(),
         "topics": manager.topics().len(),
+        "faults": faults,
     });
     (status, axum::Json(body)).into_response()
 }

@@ -41,6 +41,7 @@ pub mod declared_rate;
 pub mod manager;
 pub mod metrics;
 pub mod ndjson;
+pub mod recovery;
 pub mod replicator;
 pub mod ring;
 pub mod topic;

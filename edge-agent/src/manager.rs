@@ -47,6 +47,7 @@ use tributary_proto::{Limits, Record};
 
 use crate::budget::{self, BudgetScope, ByteBudget};
 use crate::config::AgentConfig;
+use crate::recovery::FaultReport;
 use crate::topic::{
     AckError, AckRelease, PublishAck, PublishError, Topic, TopicParts, TopicPolicy, TopicStats,
 };
@@ -56,6 +57,10 @@ pub const TOPICS_DIR: &str = "topics";
 /// File in a realtime topic's directory holding the ring's next offset at
 /// the last clean shutdown.
 pub const RING_STATE_FILE: &str = "ring.json";
+/// How often the agent looks for faulted topics whose WAL reopen is due
+/// ([`TopicManager::recover_faulted`]); the delays themselves come from
+/// each topic's backoff.
+pub const RECOVERY_TICK: std::time::Duration = std::time::Duration::from_millis(100);
 /// Checkpoint writes per metadata transaction.
 const CHECKPOINTS_PER_TXN: usize = 1000;
 
@@ -518,6 +523,31 @@ impl TopicManager {
             disk_used_bytes: self.agent_budget.used_bytes(),
             topics: self.topics().iter().map(|t| t.stats()).collect(),
         }
+    }
+
+    /// Reopens the WAL of every faulted topic whose next attempt is due
+    /// ([`Topic::recover_if_due`]); returns how many were reopened. The
+    /// agent calls it every [`RECOVERY_TICK`].
+    pub async fn recover_faulted(&self) -> usize {
+        if self.is_closing() {
+            return 0;
+        }
+        let mut reopened = 0;
+        for topic in self.topics() {
+            if topic.recover_if_due().await {
+                reopened += 1;
+            }
+        }
+        reopened
+    }
+
+    /// Topics whose WAL is latched after an I/O failure (a full disk or
+    /// another), by name, with what `/health` shows of it.
+    pub fn faults(&self) -> Vec<(TopicName, FaultReport)> {
+        self.topics()
+            .iter()
+            .filter_map(|t| t.fault().map(|f| (t.name().clone(), f)))
+            .collect()
     }
 
     /// Whether [`TopicManager::close`] has begun.

@@ -15,6 +15,10 @@
 //! | `tributary_edge_wal_bytes` | gauge | `topic` |
 //! | `tributary_edge_disk_used_bytes` | gauge | `topic`, and one without labels for the agent |
 //! | `tributary_edge_disk_budget_bytes` | gauge | `topic` where set, and one without labels where the agent budget is set |
+//! | `tributary_edge_disk_full_total` | counter | `topic`: records refused with 507 `disk_full` (the file system holding the WAL was full) |
+//! | `tributary_edge_wal_reopens_total` | counter | `topic`: times the WAL was reopened after a latched I/O failure |
+//! | `tributary_edge_wal_fault` | gauge | `topic`, `state` (`disk_full`, `io_error`): 1 while the topic's WAL is latched in that state and the agent reopens it, else 0 (WAL topics) |
+//! | `tributary_edge_disk_full_topics` | gauge | none: topics whose WAL is latched on a full disk now |
 //! | `tributary_edge_replication_lag_records` | gauge | `topic` (WAL topics: high-water mark minus acknowledged offset) |
 //! | `tributary_edge_replication_connects_total` | counter | none: QUIC connections to a broker made |
 //! | `tributary_edge_replication_reconnects_total` | counter | none: connections after the first |
@@ -30,6 +34,7 @@ use std::fmt::Write as _;
 use std::sync::atomic::Ordering;
 
 use crate::manager::AgentStats;
+use crate::recovery::FaultKind;
 use crate::replicator::{LossReason, ReplicationStats};
 use crate::topic::TopicStats;
 
@@ -105,6 +110,18 @@ const FAMILIES: &[Family] = &[
         kind: "gauge",
         help: "Bytes of the topic's WAL segment files.",
         value: |t| Some(t.wal_bytes),
+    },
+    Family {
+        name: "tributary_edge_disk_full_total",
+        kind: "counter",
+        help: "Records refused with 507 disk_full: the file system holding the topic's WAL was full.",
+        value: |t| (t.ring_capacity_records.is_none()).then_some(t.disk_full_records),
+    },
+    Family {
+        name: "tributary_edge_wal_reopens_total",
+        kind: "counter",
+        help: "Times the topic's WAL was reopened after a latched I/O failure.",
+        value: |t| (t.ring_capacity_records.is_none()).then_some(t.wal_reopens),
     },
     Family {
         name: "tributary_edge_replication_lag_records",
@@ -207,6 +224,41 @@ pub fn render(stats: &AgentStats) -> String {
             topic.dropped_records,
         );
     }
+    let fault = "tributary_edge_wal_fault";
+    header(
+        &mut out,
+        fault,
+        "gauge",
+        "1 while the topic's WAL is latched after an I/O failure (state disk_full or io_error) and the agent reopens it.",
+    );
+    for topic in stats.topics.iter().filter(|t| t.ring_capacity_records.is_none()) {
+        for state in [FaultKind::DiskFull, FaultKind::Io] {
+            let value = u64::from(topic.wal_fault.as_ref().is_some_and(|f| f.state == state));
+            sample(
+                &mut out,
+                fault,
+                &[("topic", topic.name.as_str()), ("state", state.as_str())],
+                value,
+            );
+        }
+    }
+    let full_topics = "tributary_edge_disk_full_topics";
+    header(
+        &mut out,
+        full_topics,
+        "gauge",
+        "Topics whose WAL is latched on a full file system now.",
+    );
+    let full = stats
+        .topics
+        .iter()
+        .filter(|t| {
+            t.wal_fault
+                .as_ref()
+                .is_some_and(|f| f.state == FaultKind::DiskFull)
+        })
+        .count();
+    sample(&mut out, full_topics, &[], full as u64);
     let used = "tributary_edge_disk_used_bytes";
     header(
         &mut out,
@@ -262,6 +314,8 @@ fn sample(out: &mut String, name: &str, labels: &[(&str, &str)], value: u64) {
 mod tests {
     use tributary_proto::keys::TopicName;
 
+    use crate::recovery::FaultReport;
+
     use super::*;
 
     fn topic(name: &str, ring: bool) -> TopicStats {
@@ -288,6 +342,9 @@ mod tests {
             dropped_records: 3,
             dropped_segments: 0,
             recent_dropped_ranges: vec![],
+            disk_full_records: 0,
+            wal_reopens: 0,
+            wal_fault: None,
         }
     }
 
@@ -297,7 +354,18 @@ mod tests {
             edge_id: "e1".into(),
             disk_budget_bytes: Some(9000),
             disk_used_bytes: 1000,
-            topics: vec![topic("/e1/a", false), topic("/e1/r", true)],
+            topics: vec![topic("/e1/a", false), topic("/e1/r", true), {
+                let mut full = topic("/e1/f", false);
+                full.disk_full_records = 7;
+                full.wal_reopens = 2;
+                full.wal_fault = Some(FaultReport {
+                    state: FaultKind::DiskFull,
+                    path: "/data/topics/e1/f".into(),
+                    error: "No space left on device (os error 28)".into(),
+                    failed_reopens: 1,
+                });
+                full
+            }],
         };
         let text = render(&stats);
         for line in [
@@ -311,6 +379,13 @@ mod tests {
             "tributary_edge_disk_used_bytes{topic=\"/e1/a\"} 1000",
             "tributary_edge_disk_budget_bytes 9000",
             "tributary_edge_disk_budget_bytes{topic=\"/e1/a\"} 5000",
+            "tributary_edge_disk_full_total{topic=\"/e1/a\"} 0",
+            "tributary_edge_disk_full_total{topic=\"/e1/f\"} 7",
+            "tributary_edge_wal_reopens_total{topic=\"/e1/f\"} 2",
+            "tributary_edge_wal_fault{topic=\"/e1/a\",state=\"disk_full\"} 0",
+            "tributary_edge_wal_fault{topic=\"/e1/f\",state=\"disk_full\"} 1",
+            "tributary_edge_wal_fault{topic=\"/e1/f\",state=\"io_error\"} 0",
+            "tributary_edge_disk_full_topics 1",
         ] {
             assert!(
                 text.lines().any(|l| l == line),
@@ -319,6 +394,8 @@ mod tests {
         }
         assert!(!text.contains("tributary_edge_disk_used_bytes{topic=\"/e1/r\"}"));
         assert!(!text.contains("tributary_edge_disk_budget_bytes{topic=\"/e1/r\"}"));
+        assert!(!text.contains("tributary_edge_wal_fault{topic=\"/e1/r\""));
+        assert!(!text.contains("tributary_edge_disk_full_total{topic=\"/e1/r\""));
         // Every sample line is `name{labels} value` or `name value`.
         for line in text.lines().filter(|l| !l.starts_with('#')) {
             let value = line.rsplit_once(' ').map(|(_, v)| v).unwrap();

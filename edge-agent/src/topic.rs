@@ -32,11 +32,16 @@ use tracing::{debug, info, warn};
 use tributary_proto::batch::EncodeError;
 use tributary_proto::intent::{Persistence, StreamIntent};
 use tributary_proto::keys::TopicName;
-use tributary_proto::limits::LimitError;
 use tributary_proto::{Codec, EncodedBatch, Limits, Record, RecordBatch};
 
 use crate::budget::{self, BudgetExceeded, BudgetScope, ByteBudget, FullPolicy};
+use crate::recovery::{FaultReport, Reopener};
 use crate::ring::RealtimeRing;
+
+mod errors;
+mod reopen;
+
+pub use errors::{AckError, PublishError, TopicFull};
 
 /// Dropped ranges kept per topic for [`TopicStats::recent_dropped_ranges`].
 pub const RECENT_DROPPED_RANGES: usize = 16;
@@ -54,97 +59,6 @@ pub struct PublishAck {
     pub next_offset: u64,
     /// Records published.
     pub count: u64,
-}
-
-/// A batch refused because a disk budget is full (HTTP 507).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "topic {topic} is full: {} = {limit_bytes} bytes, {used_bytes} used, a batch of {batch_bytes} bytes does not fit; nothing was stored (full_policy = {policy}{})",
-    limit_name(*scope),
-    if *policy == FullPolicy::DropOldest { ", nothing left to drop" } else { "" }
-)]
-pub struct TopicFull {
-    /// The topic.
-    pub topic: TopicName,
-    /// Which budget is full.
-    pub scope: BudgetScope,
-    /// Its limit, bytes.
-    pub limit_bytes: u64,
-    /// Bytes used when the batch was refused.
-    pub used_bytes: u64,
-    /// The encoded batch, bytes.
-    pub batch_bytes: u64,
-    /// The topic's policy.
-    pub policy: FullPolicy,
-}
-
-fn limit_name(scope: BudgetScope) -> &'static str {
-    match scope {
-        BudgetScope::Topic => "the topic's disk_budget_bytes",
-        BudgetScope::Agent => "the agent's disk_budget_bytes",
-    }
-}
-
-/// Why a publish failed. Nothing of the batch is stored in any case but
-/// [`PublishError::Wal`] after the WAL stopped (fail-stop).
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum PublishError {
-    /// A record or the batch is over a size limit (HTTP 413).
-    #[error("{limit}{}", record_index.map(|i| format!(" (record {i})")).unwrap_or_default())]
-    TooLarge {
-        /// The record at fault (0-based) for `max_record_bytes`.
-        record_index: Option<usize>,
-        /// Which limit, the size found and the maximum.
-        limit: LimitError,
-    },
-    /// The batch holds no record (HTTP 400).
-    #[error("no records to publish")]
-    Empty,
-    /// A disk budget is full (HTTP 507).
-    #[error(transparent)]
-    Full(#[from] TopicFull),
-    /// The agent is shutting down (HTTP 503).
-    #[error("topic {topic} is closed: the agent is shutting down")]
-    Closed {
-        /// The topic.
-        topic: TopicName,
-    },
-    /// The WAL failed (HTTP 500).
-    #[error("topic {topic}: {source}")]
-    Wal {
-        /// The topic.
-        topic: TopicName,
-        /// The WAL error.
-        source: WalError,
-    },
-}
-
-/// Why an acknowledgement was refused.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum AckError {
-    /// The acknowledged offset is past what the topic holds: the broker
-    /// claims records this agent never wrote.
-    #[error(
-        "topic {topic}: acknowledged offset {next_offset} is past the high-water mark {high_water_mark}"
-    )]
-    BeyondEnd {
-        /// The topic.
-        topic: TopicName,
-        /// The acknowledged next offset.
-        next_offset: u64,
-        /// The topic's high-water mark.
-        high_water_mark: u64,
-    },
-    /// Retention failed (the checkpoint is recorded anyway).
-    #[error("topic {topic}: retention after acknowledgement failed: {source}")]
-    Wal {
-        /// The topic.
-        topic: TopicName,
-        /// The WAL error.
-        source: WalError,
-    },
 }
 
 /// What an acknowledgement released ([`Topic::acknowledge`]): the
@@ -223,6 +137,12 @@ pub struct TopicStats {
     pub dropped_segments: u64,
     /// The last [`RECENT_DROPPED_RANGES`] ranges deleted by `drop_oldest`.
     pub recent_dropped_ranges: Vec<DroppedRange>,
+    /// Records refused because the file system holding the WAL was full.
+    pub disk_full_records: u64,
+    /// Times the WAL was reopened after a latched I/O failure.
+    pub wal_reopens: u64,
+    /// The latched WAL failure the topic is recovering from, if any.
+    pub wal_fault: Option<FaultReport>,
 }
 
 /// Per-topic settings that come from the agent configuration (not from
@@ -244,6 +164,8 @@ struct Counters {
     refused_records: AtomicU64,
     dropped_records: AtomicU64,
     dropped_segments: AtomicU64,
+    disk_full_records: AtomicU64,
+    wal_reopens: AtomicU64,
 }
 
 /// Where a topic's records live: a durable WAL or a realtime in-memory
@@ -275,6 +197,12 @@ pub struct Topic {
     /// Serializes `drop_oldest` so concurrent publishers drop one segment
     /// at a time.
     room: tokio::sync::Mutex<()>,
+    /// The WAL's reopen state after a latched I/O failure
+    /// ([`crate::recovery`]).
+    reopener: Mutex<Reopener>,
+    /// Held while retention deletes segments and while the WAL is
+    /// reopened, so a reopen never sees a segment half deleted.
+    maintenance: tokio::sync::Mutex<()>,
 }
 
 /// Everything [`Topic::open_wal`] and [`Topic::open_ring`] need.
@@ -341,6 +269,8 @@ impl Topic {
             counters: Counters::default(),
             dropped_ranges: Mutex::new(VecDeque::new()),
             room: tokio::sync::Mutex::new(()),
+            reopener: Mutex::new(Reopener::default()),
+            maintenance: tokio::sync::Mutex::new(()),
         }
     }
 
@@ -469,6 +399,10 @@ impl Topic {
             topic: self.name.clone(),
         };
         let wal = self.wal().ok_or_else(closed)?;
+        if let Some(refusal) = self.fault_refusal(&wal) {
+            self.count_refusal(&refusal, count);
+            return Err(refusal);
+        }
         let bytes = encoded.len() as u64;
         if let Err(exceeded) = self.reserve(&wal, bytes).await {
             self.counters
@@ -484,13 +418,12 @@ impl Topic {
             }),
             Err(source) => {
                 budget::release(&self.budget, &self.agent_budget, bytes);
-                Err(match source {
+                let refusal = match source {
                     WalError::Closed => closed(),
-                    source => PublishError::Wal {
-                        topic: self.name.clone(),
-                        source,
-                    },
-                })
+                    source => self.note_failure(&wal, source),
+                };
+                self.count_refusal(&refusal, count);
+                Err(refusal)
             }
         }
     }
@@ -563,6 +496,7 @@ impl Topic {
         wal: &Arc<Wal>,
         safe_offset: u64,
     ) -> Result<RetentionReport, WalError> {
+        let _maintenance = self.maintenance.lock().await;
         let wal = Arc::clone(wal);
         let now = now_ms(self.clock.as_ref());
         let report = tokio::task::spawn_blocking(move || wal.apply_retention(safe_offset, now))
@@ -696,6 +630,9 @@ impl Topic {
             dropped_records: self.counters.dropped_records.load(Ordering::Relaxed),
             dropped_segments: self.counters.dropped_segments.load(Ordering::Relaxed),
             recent_dropped_ranges: lock(&self.dropped_ranges).iter().copied().collect(),
+            disk_full_records: self.counters.disk_full_records.load(Ordering::Relaxed),
+            wal_reopens: self.counters.wal_reopens.load(Ordering::Relaxed),
+            wal_fault: self.fault(),
         };
         match &self.log {
             TopicLog::Ring(ring) => {
@@ -753,9 +690,20 @@ impl Topic {
         loop {
             match Arc::try_unwrap(wal) {
                 Ok(wal) => {
-                    wal.close().await?;
-                    info!(topic = %self.name, "WAL closed");
-                    return Ok(());
+                    return match wal.close().await {
+                        Ok(()) => {
+                            info!(topic = %self.name, "WAL closed");
+                            Ok(())
+                        }
+                        Err(e) if self.fault().is_some() || e.is_disk_full() => {
+                            // Everything acknowledged was durable before
+                            // the failure; the next start's recovery
+                            // truncates what the failed write left.
+                            warn!(topic = %self.name, error = %e, "WAL closed after a latched I/O failure; recovery at the next start decides what is on disk");
+                            Ok(())
+                        }
+                        Err(e) => Err(e),
+                    };
                 }
                 Err(shared) if tokio::time::Instant::now() < deadline => {
                     wal = shared;

@@ -185,3 +185,89 @@ pub(crate) fn io_err<'a>(
         source,
     }
 }
+
+impl WalError {
+    /// Whether this failure is a full file system or an exhausted disk
+    /// quota (`ENOSPC`, `EDQUOT`): for [`WalError::Io`] from the OS error
+    /// itself, for [`WalError::PreviousIo`] from the latched message, which
+    /// ends with the OS error as `io::Error` prints it (`… (os error 28)`).
+    /// The caller then reports a full disk (a state that ends when space is
+    /// freed) rather than a broken one.
+    pub fn is_disk_full(&self) -> bool {
+        match self {
+            WalError::Io { source, .. } => io_is_disk_full(source),
+            WalError::PreviousIo(message) => message_is_disk_full(message),
+            _ => false,
+        }
+    }
+
+    /// The file or directory a [`WalError::Io`] names (for
+    /// [`WalError::PreviousIo`], the path in its message is not parsed:
+    /// `None`).
+    pub fn io_path(&self) -> Option<&Path> {
+        match self {
+            WalError::Io { path, .. } => Some(path),
+            _ => None,
+        }
+    }
+}
+
+/// `ENOSPC` or `EDQUOT`.
+pub(crate) fn io_is_disk_full(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
+    )
+}
+
+/// Whether a latched failure message ends with an OS error that is
+/// `ENOSPC` or `EDQUOT` (`"... (os error N)"`, the form `io::Error`
+/// displays an OS error in).
+fn message_is_disk_full(message: &str) -> bool {
+    let Some(rest) = message.trim_end().strip_suffix(')') else {
+        return false;
+    };
+    let Some((_, code)) = rest.rsplit_once("(os error ") else {
+        return false;
+    };
+    code.parse::<i32>()
+        .is_ok_and(|code| io_is_disk_full(&io::Error::from_raw_os_error(code)))
+}
+
+#[cfg(test)]
+mod disk_full_tests {
+    use super::*;
+
+    fn io(code: i32) -> WalError {
+        WalError::Io {
+            op: "write",
+            path: PathBuf::from("/data/topics/e1/t/00000000000000000000.log"),
+            source: io::Error::from_raw_os_error(code),
+        }
+    }
+
+    #[test]
+    fn enospc_and_edquot_are_disk_full_other_errors_are_not() {
+        // Linux: ENOSPC 28, EDQUOT 122, EIO 5, EROFS 30.
+        assert!(io(28).is_disk_full());
+        assert!(io(122).is_disk_full());
+        assert!(!io(5).is_disk_full());
+        assert!(!io(30).is_disk_full());
+        assert_eq!(
+            io(28).io_path(),
+            Some(Path::new("/data/topics/e1/t/00000000000000000000.log"))
+        );
+        assert!(!WalError::Closed.is_disk_full());
+        assert!(!WalError::Config("(os error 28)".into()).is_disk_full());
+    }
+
+    #[test]
+    fn a_latched_failure_keeps_its_classification() {
+        let latched = |e: WalError| WalError::PreviousIo(Arc::from(e.to_string()));
+        assert!(latched(io(28)).is_disk_full());
+        assert!(latched(io(122)).is_disk_full());
+        assert!(!latched(io(5)).is_disk_full());
+        assert!(!WalError::PreviousIo(Arc::from("no space (os error x)")).is_disk_full());
+        assert!(!WalError::PreviousIo(Arc::from("os error 28")).is_disk_full());
+    }
+}
