@@ -7,7 +7,7 @@
 //! | `POST /v1/topics/{ns}/{topic}/batch` | publish an NDJSON batch ([`crate::ndjson`]), all or nothing |
 //! | `GET /v1/topics` | every topic with its counters ([`AgentStats`]) |
 //! | `GET /v1/topics/{ns}/{topic}` | one topic ([`crate::topic::TopicStats`]) |
-//! | `GET /health` | `{"status":"ok",...}`; `"degraded"` with `faults` naming each topic whose WAL is latched (a full disk) and its path; 503 while shutting down |
+//! | `GET /health` | `{"status":"ok",...}`; `"degraded"` with `faults` naming each topic whose WAL is latched (a full disk) and its path, and `damaged` naming each unreadable offset range of a WAL (topic, `first_offset`, `end_offset`, `kind`, `reason`); 503 while shutting down |
 //! | `GET /metrics` | Prometheus text ([`crate::metrics`]) |
 //!
 //! Publish responses are sent once the batch is durable per the topic's
@@ -280,9 +280,25 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
 
 async fn health(ApiManager(manager): ApiManager) -> Response {
     let faults = manager.faults();
+    let damaged: Vec<Value> = manager
+        .stats()
+        .topics
+        .iter()
+        .flat_map(|t| {
+            t.damaged_ranges.iter().map(|r| {
+                json!({
+                    "topic": t.name.as_str(),
+                    "first_offset": r.first_offset,
+                    "end_offset": r.end_offset,
+                    "kind": r.kind,
+                    "reason": r.reason,
+                })
+            })
+        })
+        .collect();
     let (status, word) = if manager.is_closing() {
         (StatusCode::SERVICE_UNAVAILABLE, "shutting_down")
-    } else if !faults.is_empty() {
+    } else if !faults.is_empty() || !damaged.is_empty() {
         // Degraded, not down: replication and reads go on, and the agent
         // recovers by itself; a load balancer should not restart it.
         (StatusCode::OK, "degraded")
@@ -306,6 +322,7 @@ async fn health(ApiManager(manager): ApiManager) -> Response {
         "edge_id": manager.config().edge_id.as_str(),
         "topics": manager.topics().len(),
         "faults": faults,
+        "damaged": damaged,
     });
     (status, axum::Json(body)).into_response()
 }

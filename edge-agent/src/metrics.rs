@@ -19,6 +19,8 @@
 //! | `tributary_edge_wal_reopens_total` | counter | `topic`: times the WAL was reopened after a latched I/O failure |
 //! | `tributary_edge_wal_fault` | gauge | `topic`, `state` (`disk_full`, `io_error`): 1 while the topic's WAL is latched in that state and the agent reopens it, else 0 (WAL topics) |
 //! | `tributary_edge_disk_full_topics` | gauge | none: topics whose WAL is latched on a full disk now |
+//! | `tributary_edge_unreadable_ranges` | gauge | `topic`: offset ranges the WAL cannot read (damaged bytes kept, or holes), WAL topics |
+//! | `tributary_edge_unreadable_offsets` | gauge | `topic`: offsets inside them |
 //! | `tributary_edge_replication_lag_records` | gauge | `topic` (WAL topics: high-water mark minus acknowledged offset) |
 //! | `tributary_edge_replication_connects_total` | counter | none: QUIC connections to a broker made |
 //! | `tributary_edge_replication_reconnects_total` | counter | none: connections after the first |
@@ -122,6 +124,21 @@ const FAMILIES: &[Family] = &[
         kind: "counter",
         help: "Times the topic's WAL was reopened after a latched I/O failure.",
         value: |t| (t.ring_capacity_records.is_none()).then_some(t.wal_reopens),
+    },
+    Family {
+        name: "tributary_edge_unreadable_ranges",
+        kind: "gauge",
+        help: "Offset ranges the topic's WAL cannot read (damaged bytes it keeps, or holes); listed in /health and the topics API.",
+        value: |t| (t.ring_capacity_records.is_none()).then_some(t.damaged_ranges.len() as u64),
+    },
+    Family {
+        name: "tributary_edge_unreadable_offsets",
+        kind: "gauge",
+        help: "Offsets inside those ranges.",
+        value: |t| {
+            (t.ring_capacity_records.is_none())
+                .then(|| t.damaged_ranges.iter().map(|r| r.len()).sum())
+        },
     },
     Family {
         name: "tributary_edge_replication_lag_records",
@@ -231,7 +248,11 @@ pub fn render(stats: &AgentStats) -> String {
         "gauge",
         "1 while the topic's WAL is latched after an I/O failure (state disk_full or io_error) and the agent reopens it.",
     );
-    for topic in stats.topics.iter().filter(|t| t.ring_capacity_records.is_none()) {
+    for topic in stats
+        .topics
+        .iter()
+        .filter(|t| t.ring_capacity_records.is_none())
+    {
         for state in [FaultKind::DiskFull, FaultKind::Io] {
             let value = u64::from(topic.wal_fault.as_ref().is_some_and(|f| f.state == state));
             sample(
@@ -345,6 +366,7 @@ mod tests {
             disk_full_records: 0,
             wal_reopens: 0,
             wal_fault: None,
+            damaged_ranges: Vec::new(),
         }
     }
 

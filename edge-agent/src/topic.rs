@@ -38,9 +38,11 @@ use crate::budget::{self, BudgetExceeded, BudgetScope, ByteBudget, FullPolicy};
 use crate::recovery::{FaultReport, Reopener};
 use crate::ring::RealtimeRing;
 
+mod damage;
 mod errors;
 mod reopen;
 
+pub use damage::DamagedRange;
 pub use errors::{AckError, PublishError, TopicFull};
 
 /// Dropped ranges kept per topic for [`TopicStats::recent_dropped_ranges`].
@@ -143,6 +145,9 @@ pub struct TopicStats {
     pub wal_reopens: u64,
     /// The latched WAL failure the topic is recovering from, if any.
     pub wal_fault: Option<FaultReport>,
+    /// Offset ranges the WAL cannot read (damaged bytes it keeps, holes),
+    /// oldest first; empty when all is well.
+    pub damaged_ranges: Vec<DamagedRange>,
 }
 
 /// Per-topic settings that come from the agent configuration (not from
@@ -633,6 +638,7 @@ impl Topic {
             disk_full_records: self.counters.disk_full_records.load(Ordering::Relaxed),
             wal_reopens: self.counters.wal_reopens.load(Ordering::Relaxed),
             wal_fault: self.fault(),
+            damaged_ranges: Vec::new(),
         };
         match &self.log {
             TopicLog::Ring(ring) => {
@@ -666,6 +672,11 @@ impl Topic {
                     stats.backlog_bytes =
                         unacked_sealed + if hwm > acknowledged { active_bytes } else { 0 };
                     stats.wal_bytes = size;
+                    stats.damaged_ranges = wal
+                        .damaged_ranges()
+                        .iter()
+                        .map(DamagedRange::from)
+                        .collect();
                 }
             }
         }

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use broker_core::wal::{UnreadableKind, UnreadableRange, Wal, WalConfig, WalError};
 use tributary_api::consumer::{AttachRequest, Gap, GapKind, StartPosition, SubscriptionType};
 use tributary_api::consumer_client::ConsumerClient;
-use tributary_tests::cluster::{Pair, TOPIC};
+use tributary_tests::cluster::{Pair, TOPIC, metric_value, try_scrape};
 
 /// Records per published batch (one publish is one batch).
 const PER_BATCH: u64 = 40;
@@ -163,6 +163,13 @@ fn read_wal_with_holes(dir: &Path) -> (BTreeMap<u64, String>, Vec<UnreadableRang
 
 /// Waits (bounded) until the edge has published `target` and the broker
 /// acknowledged all of it.
+/// The edge's `/health` document.
+fn edge_health(pair: &Pair) -> serde_json::Value {
+    let url = format!("http://{}/health", pair.edge_api);
+    let mut response = ureq::get(&url).call().expect("GET /health");
+    response.body_mut().read_json().expect("health JSON")
+}
+
 fn wait_replicated(pair: &Pair, target: u64) {
     pair.wait_acknowledged(target, Duration::from_secs(60));
 }
@@ -300,6 +307,56 @@ fn damage_at_the_edge_is_declared_as_holes_and_everything_intact_is_replicated_o
     pair.edge.start();
     pair.wait_for_edge();
     wait_replicated(&pair, next);
+    // The edge names the damaged range it still holds: topics API, /health,
+    // metrics. The sealed segment with the other one is deleted once the
+    // broker acknowledged past it (a range goes with its segment): wait
+    // for that, so what is listed is exactly the active segment's range.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let state = loop {
+        let state = pair.topic_state().expect("topic state");
+        if state["log_start_offset"].as_u64().unwrap_or(0) >= sealed_hole.1 {
+            break state;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "acknowledged segments never deleted: {state}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let named: Vec<(u64, u64, String)> = state["damaged_ranges"]
+        .as_array()
+        .expect("damaged_ranges")
+        .iter()
+        .map(|r| {
+            (
+                r["first_offset"].as_u64().unwrap_or(0),
+                r["end_offset"].as_u64().unwrap_or(0),
+                r["kind"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        named,
+        vec![(active_hole.0, active_hole.1, "damaged".to_string())]
+    );
+    let health = edge_health(&pair);
+    assert_eq!(health["status"], "degraded", "{health}");
+    assert_eq!(
+        health["damaged"][0]["first_offset"], active_hole.0,
+        "{health}"
+    );
+    assert_eq!(
+        health["damaged"].as_array().map(Vec::len),
+        Some(1),
+        "{health}"
+    );
+    let metrics = try_scrape(&format!("http://{}/metrics", pair.edge_api)).expect("metrics");
+    let series = |name: &str| metric_value(&metrics, &format!("{name}{{topic=\"{TOPIC}\"}}"));
+    assert_eq!(series("tributary_edge_unreadable_ranges"), Some(1));
+    assert_eq!(
+        series("tributary_edge_unreadable_offsets"),
+        Some(active_hole.1 - active_hole.0)
+    );
     // New publishes continue after the damage, never in it.
     let before_new = next;
     for _ in 0..3 {
