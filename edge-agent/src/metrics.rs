@@ -231,7 +231,11 @@ pub fn render(stats: &AgentStats) -> String {
         "gauge",
         "1 while the topic's WAL is latched after an I/O failure (state disk_full or io_error) and the agent reopens it.",
     );
-    for topic in stats.topics.iter().filter(|t| t.ring_capacity_records.is_none()) {
+    for topic in stats
+        .topics
+        .iter()
+        .filter(|t| t.ring_capacity_records.is_none())
+    {
         for state in [FaultKind::DiskFull, FaultKind::Io] {
             let value = u64::from(topic.wal_fault.as_ref().is_some_and(|f| f.state == state));
             sample(

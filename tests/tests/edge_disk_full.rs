@@ -127,8 +127,11 @@ fn a_full_disk_answers_507_disk_full_and_recovers_by_itself_with_every_record_on
     wait_degraded(&pair);
     let metrics = try_scrape(&format!("http://{}/metrics", pair.edge_api)).expect("metrics");
     assert!(
-        metric_value(&metrics, "tributary_edge_disk_full_total{topic=\"/plant1/readings\"}")
-            .is_some_and(|n| n >= 100),
+        metric_value(
+            &metrics,
+            "tributary_edge_disk_full_total{topic=\"/plant1/readings\"}"
+        )
+        .is_some_and(|n| n >= 100),
         "{metrics}"
     );
 
@@ -182,7 +185,10 @@ fn a_full_disk_answers_507_disk_full_and_recovers_by_itself_with_every_record_on
     // Every acknowledged record once, at its offset; offsets contiguous.
     let central = read_wal(&pair.broker_data.join("topics/plant1/readings"));
     for (i, (offset, _)) in central.iter().enumerate() {
-        assert_eq!(*offset, i as u64, "offsets at the broker are not contiguous");
+        assert_eq!(
+            *offset, i as u64,
+            "offsets at the broker are not contiguous"
+        );
     }
     let held: HashMap<u64, &[u8]> = central.iter().map(|(o, v)| (*o, v.as_ref())).collect();
     for (offset, value) in &acked {

@@ -128,4 +128,3 @@ pub enum AckError {
         source: WalError,
     },
 }
-
