@@ -137,6 +137,9 @@ async fn publish_one_and_batch_with_exact_offsets_and_bytes() {
         "dropped_records": 0,
         "dropped_segments": 0,
         "recent_dropped_ranges": [],
+        "disk_full_records": 0,
+        "wal_reopens": 0,
+        "wal_fault": null,
     });
     assert_eq!(
         listed.body,
@@ -154,7 +157,7 @@ async fn publish_one_and_batch_with_exact_offsets_and_bytes() {
     assert_eq!(health.status, 200);
     assert_eq!(
         health.body,
-        json!({"status": "ok", "edge_id": "e1", "topics": 1})
+        json!({"status": "ok", "edge_id": "e1", "topics": 1, "faults": []})
     );
 
     let metrics = get(addr, "/metrics").await;

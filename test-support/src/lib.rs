@@ -6,6 +6,7 @@
 //!   SIGTERM, SIGKILL, bounded waits);
 //! - [`certs`]: development certificates and identities;
 //! - [`relay`]: the seeded lossy UDP relay (loss, delay, link cuts);
+//! - [`loop_fs`]: a small ext4 file system on a loop device (a full disk);
 //! - [`fault_proxy`]: an HTTP proxy in front of the S3 server that injects
 //!   object-store faults;
 //! - [`moto`]: the moto S3 server (`TRIB_TEST_MOTO_SERVER`), failing loudly
@@ -15,6 +16,7 @@
 
 pub mod certs;
 pub mod fault_proxy;
+pub mod loop_fs;
 pub mod metadata_suite;
 pub mod moto;
 pub mod ports;

@@ -96,6 +96,11 @@ fn refusal(code: ErrorCode, message: impl Into<String>) -> Frame {
     }
 }
 
+/// The `Error` frame for a failed append. A full file system under the
+/// topic's WAL (`ENOSPC`, `EDQUOT`) is `Unavailable` (the edge keeps its
+/// records and retries with its backoff) with a message starting
+/// `disk_full:`, so the edge's log and operators can tell it from other
+/// storage failures.
 fn wal_refusal(e: &WalError) -> Frame {
     let code = match e {
         WalError::Gap { .. } => ErrorCode::Gap,
@@ -103,6 +108,9 @@ fn wal_refusal(e: &WalError) -> Frame {
         WalError::Limit(_) => ErrorCode::TooLarge,
         _ => ErrorCode::Unavailable,
     };
+    if e.is_disk_full() {
+        return refusal(code, format!("disk_full: {e}"));
+    }
     refusal(code, e.to_string())
 }
 
