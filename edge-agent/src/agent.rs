@@ -208,13 +208,25 @@ impl Agent {
             let manager = manager.clone();
             let interval = config.checkpoint_interval;
             tokio::spawn(async move {
+                // Failed flushes in a row: one warning per episode, not one
+                // per interval (a full disk can last hours).
+                let mut failing = 0u64;
                 loop {
                     tokio::select! {
                         _ = tokio::time::sleep(interval) => {}
                         _ = stop.wait_for(|&s| s) => return,
                     }
-                    if let Err(e) = manager.flush_checkpoints().await {
-                        warn!(error = %e, "writing checkpoints failed; retrying");
+                    match manager.flush_checkpoints().await {
+                        Err(e) if failing == 0 => {
+                            failing = 1;
+                            warn!(error = %e, "writing checkpoints failed; retrying every checkpoint interval (logged again once it works)");
+                        }
+                        Err(_) => failing += 1,
+                        Ok(_) if failing > 0 => {
+                            info!(failed_attempts = failing, "writing checkpoints works again");
+                            failing = 0;
+                        }
+                        Ok(_) => {}
                     }
                 }
             })

@@ -39,10 +39,7 @@ fn publish(client: &EdgeClient, tag: &str, count: usize) -> BTreeMap<u64, String
             .unwrap_or_else(|e| panic!("publish {tag} batch {batch}: {e}"));
         assert_eq!(next - base, BATCH as u64);
         for (i, v) in values.into_iter().enumerate() {
-            assert!(
-                acked.insert(base + i as u64, v).is_none(),
-                "offset reused"
-            );
+            assert!(acked.insert(base + i as u64, v).is_none(), "offset reused");
         }
     }
     acked
@@ -116,7 +113,11 @@ fn damaged_store_round(name: &str, damage: impl FnOnce(&Path), expect_in_log: &s
     pair.edge.kill();
 
     let store = pair.edge_data.join("metadata.redb");
-    assert!(store.exists(), "{name}: no metadata store at {}", store.display());
+    assert!(
+        store.exists(),
+        "{name}: no metadata store at {}",
+        store.display()
+    );
     damage(&store);
 
     pair.edge.start();
@@ -145,11 +146,18 @@ fn damaged_store_round(name: &str, damage: impl FnOnce(&Path), expect_in_log: &s
         hwm,
         "{name}: the broker holds a different number of records than the edge assigned"
     );
-    assert_eq!(acked.len() as u64, hwm, "{name}: every publish was acknowledged");
+    assert_eq!(
+        acked.len() as u64,
+        hwm,
+        "{name}: every publish was acknowledged"
+    );
     let mut seen = HashSet::new();
     for (i, (offset, value)) in central.iter().enumerate() {
         assert_eq!(*offset, i as u64, "{name}: central offsets have a gap");
-        assert!(seen.insert(value.clone()), "{name}: {value:?} appears twice");
+        assert!(
+            seen.insert(value.clone()),
+            "{name}: {value:?} appears twice"
+        );
     }
     for (offset, value) in &acked {
         let (_, stored) = &central[*offset as usize];

@@ -154,7 +154,7 @@ fn recover_after(name: &str, damage: impl FnOnce(&Path)) -> StoreOpenReport {
     );
     // The damaged bytes are kept as they were.
     let kept = std::fs::read(&aside).unwrap();
-    assert_eq!(kept.len() <= original.len(), true, "{name}");
+    assert!(kept.len() <= original.len(), "{name}");
     assert!(report.damage.is_some(), "{name}");
     rt().block_on(async {
         assert!(store.list("/").await.unwrap().is_empty(), "{name}");
