@@ -17,17 +17,17 @@ use std::sync::Arc;
 
 use crate::replicator::{self, ReplicationStats, ReplicatorConfig};
 use broker_core::metadata::MetadataError;
-use broker_core::metadata::redb::RedbStore;
+use broker_core::metadata::redb::{RedbStore, StoreOpenReport};
 
 use broker_core::clock::{Clock, SystemClock};
 use broker_core::tls::TlsIdentity;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 use crate::api;
 use crate::config::AgentConfig;
-use crate::manager::{OpenError, TopicError, TopicManager};
+use crate::manager::{MetadataRebuild, OpenError, TopicError, TopicManager};
 
 /// File name of the local metadata store in the data directory.
 pub const METADATA_FILE: &str = "metadata.redb";
@@ -45,7 +45,9 @@ pub enum AgentError {
         source: std::io::Error,
     },
     /// The local metadata store could not be opened (held by another agent,
-    /// damaged).
+    /// another format version, an I/O failure). A damaged store is not an
+    /// error: it is moved aside and replaced (see
+    /// [`RedbStore::open_or_recover`]).
     #[error("local metadata store {}: {source}", path.display())]
     Metadata {
         /// The store file.
@@ -73,6 +75,48 @@ pub enum AgentError {
     /// Closing the topics failed.
     #[error("shutdown: {0}")]
     Close(#[from] TopicError),
+}
+
+/// Logs what opening the metadata store and the topics found missing and
+/// rebuilt: one `error!` line when a damaged store was replaced (what is
+/// lost, how it is rebuilt, where the damaged file is), a `warn!` when an
+/// existing data directory came with no store or no checkpoints.
+fn log_metadata_recovery(report: &StoreOpenReport, rebuild: &MetadataRebuild) {
+    let rebuilt_topics: Vec<&str> = rebuild.topics.iter().map(|t| t.as_str()).collect();
+    let checkpoints_missing: Vec<&str> = rebuild
+        .checkpoints_missing
+        .iter()
+        .map(|t| t.as_str())
+        .collect();
+    if let Some(aside) = &report.moved_aside {
+        error!(
+            path = %report.path.display(),
+            moved_to = %aside.display(),
+            damage = report.damage.as_deref().unwrap_or(""),
+            rebuilt_topics = ?rebuilt_topics,
+            checkpoints_missing = ?checkpoints_missing,
+            "local metadata store was DAMAGED: moved aside and replaced by a fresh store. Lost: every \
+             stored topic setting and replication checkpoint. Rebuilt: configured topics from the \
+             configuration, topics found as WAL directories with the implicit-topic defaults \
+             (rebuilt_topics); checkpoints are re-learned from the broker's high-water mark on the \
+             next connection. No WAL record is lost. The moved_to file can be deleted after inspection"
+        );
+    } else if !rebuild.topics.is_empty() || (report.created && !checkpoints_missing.is_empty()) {
+        warn!(
+            path = %report.path.display(),
+            store_created = report.created,
+            rebuilt_topics = ?rebuilt_topics,
+            checkpoints_missing = ?checkpoints_missing,
+            "local metadata store is missing what the WAL directories hold (deleted or lost): topics \
+             recreated with the implicit-topic defaults (rebuilt_topics); checkpoints are re-learned \
+             from the broker's high-water mark on the next connection"
+        );
+    } else if !checkpoints_missing.is_empty() {
+        info!(
+            checkpoints_missing = ?checkpoints_missing,
+            "topics with records and no checkpoint yet: the broker's high-water mark says where replication resumes"
+        );
+    }
 }
 
 /// A running agent.
@@ -115,9 +159,9 @@ impl Agent {
             source,
         })?;
         let path = data_dir.join(METADATA_FILE);
-        let store = {
+        let (store, store_report) = {
             let (file, clock) = (path.clone(), clock.clone());
-            tokio::task::spawn_blocking(move || RedbStore::open(file, clock))
+            tokio::task::spawn_blocking(move || RedbStore::open_or_recover(file, clock))
                 .await
                 .map_err(|e| MetadataError::Task {
                     op: "open",
@@ -128,6 +172,7 @@ impl Agent {
         };
         let config = Arc::new(config);
         let manager = Arc::new(TopicManager::open(config.clone(), store, clock).await?);
+        log_metadata_recovery(&store_report, manager.metadata_rebuild());
         // Loaded before any task starts, so a refusal leaves nothing
         // running. Refuses a key that is not the certificate's, so the
         // agent does not take records it could never send.
@@ -164,13 +209,25 @@ impl Agent {
             let manager = manager.clone();
             let interval = config.checkpoint_interval;
             tokio::spawn(async move {
+                // Failed flushes in a row: one warning per episode, not one
+                // per interval (a full disk can last hours).
+                let mut failing = 0u64;
                 loop {
                     tokio::select! {
                         _ = tokio::time::sleep(interval) => {}
                         _ = stop.wait_for(|&s| s) => return,
                     }
-                    if let Err(e) = manager.flush_checkpoints().await {
-                        warn!(error = %e, "writing checkpoints failed; retrying");
+                    match manager.flush_checkpoints().await {
+                        Err(e) if failing == 0 => {
+                            failing = 1;
+                            warn!(error = %e, "writing checkpoints failed; retrying every checkpoint interval (logged again once it works)");
+                        }
+                        Err(_) => failing += 1,
+                        Ok(_) if failing > 0 => {
+                            info!(failed_attempts = failing, "writing checkpoints works again");
+                            failing = 0;
+                        }
+                        Ok(_) => {}
                     }
                 }
             })

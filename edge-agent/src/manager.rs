@@ -182,6 +182,22 @@ pub struct TopicManager {
     closing: AtomicBool,
     /// Bumped whenever a topic is added.
     generation: watch::Sender<u64>,
+    /// What the start found missing from the metadata store and rebuilt.
+    rebuild: MetadataRebuild,
+}
+
+/// What [`TopicManager::open`] found missing from the local metadata store
+/// and rebuilt from what remains true (the WAL directories).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct MetadataRebuild {
+    /// Topics found as WAL directories under `{data_dir}/topics/{ns}/` with
+    /// no stored settings: recreated with the implicit-topic defaults (sync
+    /// mode `CLUSTER_DEFAULT_WAL_SYNC`, `NonReliable`, no intent).
+    pub topics: Vec<TopicName>,
+    /// Durable topics whose WAL holds records but that have no stored
+    /// checkpoint: the broker's high-water mark on the next connection says
+    /// where replication resumes.
+    pub checkpoints_missing: Vec<TopicName>,
 }
 
 impl std::fmt::Debug for TopicManager {
@@ -206,7 +222,7 @@ impl TopicManager {
         clock: Arc<dyn Clock>,
     ) -> Result<TopicManager, OpenError> {
         let (generation, _) = watch::channel(0);
-        let manager = TopicManager {
+        let mut manager = TopicManager {
             agent_budget: Arc::new(ByteBudget::new(
                 BudgetScope::Agent,
                 config.disk_budget_bytes,
@@ -219,7 +235,9 @@ impl TopicManager {
             create: tokio::sync::Mutex::new(()),
             closing: AtomicBool::new(false),
             generation,
+            rebuild: MetadataRebuild::default(),
         };
+        let mut rebuild = MetadataRebuild::default();
         let catalog = Catalog::new(&manager.store);
         for (index, topic) in manager.config.topics.iter().enumerate() {
             let spec = TopicSpec::new(topic.name.clone(), topic.intent, 0)?;
@@ -233,6 +251,7 @@ impl TopicManager {
                 Err(e) => return Err(e.into()),
             }
         }
+        rebuild.topics = recreate_wal_topics(&manager.config, &catalog).await?;
         let namespace = &manager.config.edge_id;
         for entry in catalog.list_topics(None).await? {
             if entry.name.namespace() != namespace.as_str() {
@@ -242,14 +261,40 @@ impl TopicManager {
             let settings = catalog.load_settings(&entry.name).await?;
             let implicit = settings.intent.is_none();
             let topic = manager.open_topic(&entry.name, settings, implicit).await?;
+            if let Some(wal) = topic.wal()
+                && wal.high_water_mark() > 0
+                && manager
+                    .store
+                    .get(&keys::edge::checkpoint(&entry.name))
+                    .await
+                    .map_err(CatalogError::from)?
+                    .is_none()
+            {
+                if wal.log_start_offset() > 0 {
+                    warn!(
+                        topic = %entry.name,
+                        log_start_offset = wal.log_start_offset(),
+                        high_water_mark = wal.high_water_mark(),
+                        "no checkpoint stored although WAL segments were deleted after acknowledgement: \
+                         the metadata store lost it; replication resumes where the broker's high-water mark says"
+                    );
+                }
+                rebuild.checkpoints_missing.push(entry.name.clone());
+            }
             manager.write().insert(entry.name.clone(), Arc::new(topic));
         }
+        manager.rebuild = rebuild;
         info!(
             topics = manager.read().len(),
             used_bytes = manager.agent_budget.used_bytes(),
             "topics opened"
         );
         Ok(manager)
+    }
+
+    /// What the start found missing from the metadata store and rebuilt.
+    pub fn metadata_rebuild(&self) -> &MetadataRebuild {
+        &self.rebuild
     }
 
     fn read(&self) -> RwLockReadGuard<'_, BTreeMap<TopicName, Arc<Topic>>> {
@@ -595,6 +640,65 @@ pub fn topic_dir(data_dir: &Path, topic: &TopicName) -> PathBuf {
         .join(TOPICS_DIR)
         .join(topic.namespace())
         .join(topic.topic())
+}
+
+/// Recreates, with the implicit-topic defaults, every topic of this edge's
+/// namespace that has a WAL directory (`{data_dir}/topics/{ns}/{topic}/`
+/// holding segment files) but no stored settings: the metadata store lost
+/// them (damaged and replaced, or deleted). Configured topics were created
+/// from the configuration just before. Returns the topics recreated.
+async fn recreate_wal_topics(
+    config: &AgentConfig,
+    catalog: &Catalog<'_>,
+) -> Result<Vec<TopicName>, OpenError> {
+    let namespace_dir = config
+        .data_dir
+        .join(TOPICS_DIR)
+        .join(config.edge_id.as_str());
+    let entries = match std::fs::read_dir(&namespace_dir) {
+        Ok(entries) => entries,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => {
+            warn!(dir = %namespace_dir.display(), error = %e, "cannot list the topic directories; topics without stored settings are not recreated");
+            return Ok(Vec::new());
+        }
+    };
+    let mut recreated = Vec::new();
+    for entry in entries.flatten() {
+        let dir = entry.path();
+        if !dir.is_dir() {
+            continue;
+        }
+        let Some(topic) = entry.file_name().to_str().map(str::to_owned) else {
+            continue;
+        };
+        let Ok(name) = TopicName::new(&format!("/{}/{topic}", config.edge_id.as_str())) else {
+            warn!(dir = %dir.display(), "directory under topics/ is not a topic name; ignored");
+            continue;
+        };
+        let has_segments = std::fs::read_dir(&dir).is_ok_and(|files| {
+            files.flatten().any(|f| {
+                f.file_name()
+                    .to_str()
+                    .is_some_and(|n| n.ends_with(broker_core::wal::segment::LOG_SUFFIX))
+            })
+        });
+        if !has_segments {
+            continue;
+        }
+        let outcome = catalog.create_implicit(&name, false).await?;
+        if outcome.created {
+            warn!(
+                topic = %name,
+                dir = %dir.display(),
+                "topic found on disk without stored settings (the metadata store lost them): \
+                 recreated with the implicit-topic defaults; its records are kept"
+            );
+            recreated.push(name);
+        }
+    }
+    recreated.sort();
+    Ok(recreated)
 }
 
 /// The WAL configuration of a durable topic: the stored sync mode, the

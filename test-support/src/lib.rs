@@ -11,7 +11,9 @@
 //!   object-store faults;
 //! - [`moto`]: the moto S3 server (`TRIB_TEST_MOTO_SERVER`), failing loudly
 //!   when it is missing;
-//! - [`metadata_suite`]: the behaviour suite every `MetadataStore` passes.
+//! - [`metadata_suite`]: the behaviour suite every `MetadataStore` passes;
+//! - [`loop_fs`]: a small loop-mounted ext4 filesystem to fill until
+//!   `ENOSPC` and free again (needs root, mkfs.ext4, mount, losetup).
 #![warn(missing_docs)]
 
 pub mod certs;

@@ -99,8 +99,7 @@ fn a_full_disk_answers_507_disk_full_and_recovers_by_itself_with_every_record_on
         "max_record_bytes = 16384\nmax_batch_bytes = 65536",
         "",
     );
-    let fs = LoopFs::new_at(64, &pair.edge_data.join("topics"))
-        .expect("a loop-mounted ext4 file system (needs root, mkfs.ext4, mount)");
+    let fs = LoopFs::create_at(dir.path(), 64 << 20, &pair.edge_data.join("topics"));
     pair.broker.start();
     pair.edge.start();
     pair.wait_for_edge();
@@ -121,7 +120,8 @@ fn a_full_disk_answers_507_disk_full_and_recovers_by_itself_with_every_record_on
     assert_eq!(pair.broker.terminate(), Some(0));
 
     // Something else takes the disk; the WAL fills the rest.
-    let _filler = fs.fill_leaving(HEADROOM).expect("fill");
+    fs.fill();
+    fs.free_bytes(HEADROOM);
     let refusal = publish_until_refused(&pair, &mut next, &mut acked);
     assert_disk_full(&refusal);
     wait_degraded(&pair);

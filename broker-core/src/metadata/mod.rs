@@ -145,14 +145,47 @@ pub enum MetadataError {
         /// Version this build reads and writes.
         expected: u64,
     },
-    /// The storage backend failed (I/O, corruption, consensus). After an
-    /// I/O failure the redb store fails every later write until reopened.
+    /// The storage backend failed (corruption found while reading,
+    /// consensus, a lock held by another process). I/O failures of the redb
+    /// store are [`MetadataError::Storage`].
     #[error("metadata backend failed to {op}: {source}")]
     Backend {
         /// What was attempted.
         op: &'static str,
         /// The backend's error.
         source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The store's file could not be written (or read): its filesystem is
+    /// full (`disk_full`) or an I/O operation failed. The embedded redb
+    /// store reopens its file by itself at the next write after such a
+    /// failure, so writes resume once the cause is gone (space freed); reads
+    /// keep working meanwhile wherever the file can still be read.
+    #[error(
+        "metadata store {}: {} while trying to {op}: {source}",
+        path.display(),
+        if *disk_full { "no space left on the filesystem" } else { "I/O failure" }
+    )]
+    Storage {
+        /// The store's file.
+        path: std::path::PathBuf,
+        /// What was attempted.
+        op: &'static str,
+        /// Whether the cause is a full filesystem (`ENOSPC`, or a quota).
+        disk_full: bool,
+        /// The backend's error.
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
+    /// The store's file is damaged: it cannot be opened (bad header,
+    /// truncated, checksums that do not match), or it opens but its tables
+    /// cannot be read. Opening with
+    /// [`redb::RedbStore::open_or_recover`] moves such a file aside and
+    /// starts a fresh one.
+    #[error("metadata store {} is damaged: {reason}", path.display())]
+    Damaged {
+        /// The store's file.
+        path: std::path::PathBuf,
+        /// What was found.
+        reason: String,
     },
     /// An operation polled outside a tokio runtime.
     #[error("metadata operations must run inside a tokio runtime")]
@@ -165,6 +198,20 @@ pub enum MetadataError {
         /// Why.
         reason: String,
     },
+}
+
+impl MetadataError {
+    /// Whether the error says the store's filesystem is full (HTTP 507
+    /// material rather than 500).
+    pub fn is_disk_full(&self) -> bool {
+        matches!(
+            self,
+            MetadataError::Storage {
+                disk_full: true,
+                ..
+            }
+        )
+    }
 }
 
 /// Checks a key: starts with `/`, at most [`MAX_KEY_BYTES`], no control
