@@ -297,6 +297,14 @@ impl Wal {
             .collect()
     }
 
+    /// The latched I/O failure that stopped this WAL, if any: every later
+    /// write returns [`WalError::PreviousIo`] with it. The owner may drop
+    /// this handle and [`Wal::open`] the directory again (recovery decides
+    /// what is on disk); the stopped writer writes nothing more.
+    pub fn failure(&self) -> Option<Arc<str>> {
+        self.shared.state().failure.clone()
+    }
+
     /// Unreadable offset ranges known to this WAL, oldest first: damaged
     /// bytes found by recovery or by reads, and declared holes, except those
     /// retention has deleted since. A metric, `/health` and the topics API

@@ -170,8 +170,8 @@ impl TopicStore {
             });
         }
         self.claim_writer(topic, Writer::Edge).await?;
-        if let Some(wal) = open.get(topic) {
-            return Ok(wal.clone());
+        if let Some(wal) = healthy(&mut open, topic) {
+            return Ok(wal);
         }
         let wal = Arc::new(self.open_wal(topic, loaded.wal_sync_mode)?);
         open.insert(topic.clone(), wal.clone());
@@ -253,8 +253,8 @@ impl TopicStore {
         topic: &TopicName,
         create_implicit: bool,
     ) -> Result<Arc<Wal>, TopicError> {
-        if let Some(wal) = self.open.lock().await.get(topic) {
-            return Ok(wal.clone());
+        if let Some(wal) = healthy(&mut *self.open.lock().await, topic) {
+            return Ok(wal);
         }
         let catalog = Catalog::new(self.store.as_ref());
         let loaded = match catalog.load_settings(topic).await {
@@ -266,8 +266,8 @@ impl TopicStore {
             other => other?,
         };
         let mut open = self.open.lock().await;
-        if let Some(wal) = open.get(topic) {
-            return Ok(wal.clone());
+        if let Some(wal) = healthy(&mut open, topic) {
+            return Ok(wal);
         }
         let wal = Arc::new(self.open_wal(topic, loaded.wal_sync_mode)?);
         open.insert(topic.clone(), wal.clone());
@@ -396,6 +396,25 @@ impl TopicStore {
             {
                 tracing::error!(%topic, error = %e, "closing topic WAL");
             }
+        }
+    }
+}
+
+/// The open WAL of `topic`, unless it stopped after an I/O failure (a full
+/// disk): then it is dropped from `open`, so the caller opens the directory
+/// again and recovery decides what is on disk. That is the controlled
+/// reopen of a latched WAL: it happens when the next edge stream or central
+/// write for the topic arrives (an edge retries every few seconds), and the
+/// stopped writer of the old handle writes nothing more; readers that still
+/// hold the old handle read what it had.
+fn healthy(open: &mut HashMap<TopicName, Arc<Wal>>, topic: &TopicName) -> Option<Arc<Wal>> {
+    let wal = open.get(topic)?;
+    match wal.failure() {
+        None => Some(wal.clone()),
+        Some(failure) => {
+            tracing::warn!(%topic, %failure, "reopening the topic's WAL after a latched I/O failure");
+            open.remove(topic);
+            None
         }
     }
 }
