@@ -110,7 +110,7 @@ fn footer_layout_matches_format_md() {
         (40, 48, 56, 60)
     );
     assert_eq!(
-        (INDEX_INTERVAL_AT, RESERVED_A_AT, FIRST_TS_AT, MAX_TS_AT),
+        (INDEX_INTERVAL_AT, HOLE_COUNT_AT, FIRST_TS_AT, MAX_TS_AT),
         (64, 68, 72, 80)
     );
     assert_eq!(
@@ -118,7 +118,7 @@ fn footer_layout_matches_format_md() {
             BATCHES_CRC_AT,
             INDEX_CRC_AT,
             OBJECT_BYTES_AT,
-            RESERVED_B_AT,
+            HOLES_CRC_AT,
             FOOTER_CRC_AT
         ),
         (88, 92, 96, 104, 108)
