@@ -3,7 +3,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{FOOTER_BYTES, FORMAT_VERSION, FORMAT_VERSION_NO_HOLES, Footer, INDEX_ENTRY_BYTES};
+use super::{
+    FOOTER_BYTES, FORMAT_VERSION, FORMAT_VERSION_NO_HOLES, Footer, HOLE_ENTRY_BYTES,
+    INDEX_ENTRY_BYTES,
+};
 
 /// The durable segment descriptor stored in Raft at
 /// `{prefix}/storage/topics/{ns}/{topic}/segments/{start:020}` (JSON).
@@ -107,10 +110,17 @@ impl SegmentDescriptor {
             FORMAT_VERSION_NO_HOLES | FORMAT_VERSION => {}
             _ => return Err("unsupported format_version"),
         }
-        if self.index_position != self.batches_bytes
-            || self.size != self.batches_bytes + self.index_bytes + FOOTER_BYTES as u64
-        {
-            return Err("size, batches_bytes and index_bytes disagree");
+        // Version 2: the holes region (16 bytes a hole) lies between the
+        // index and the footer.
+        let fixed = self.batches_bytes + self.index_bytes + FOOTER_BYTES as u64;
+        let holes_bytes = self.size.checked_sub(fixed);
+        let holes_ok = match (self.format_version, holes_bytes) {
+            (FORMAT_VERSION_NO_HOLES, Some(0)) => true,
+            (FORMAT_VERSION, Some(n)) => n.is_multiple_of(HOLE_ENTRY_BYTES as u64),
+            _ => false,
+        };
+        if self.index_position != self.batches_bytes || !holes_ok {
+            return Err("size, batches_bytes, index_bytes and the holes region disagree");
         }
         if self.index_bytes == 0 || !self.index_bytes.is_multiple_of(INDEX_ENTRY_BYTES as u64) {
             return Err("index_bytes is not a positive multiple of 16");

@@ -86,6 +86,16 @@ impl ArchiveIndex {
                 computed,
             });
         }
+        let holes = holes::decode(footer, hole_bytes)?;
+        // The first batch starts at base_offset, or after the declared
+        // holes the object starts with.
+        let mut first_batch = footer.base_offset;
+        for h in &holes {
+            if h.first_offset == first_batch {
+                first_batch = h.end_offset;
+            }
+        }
+        let first_relative = first_batch - footer.base_offset;
         let mut entries: Vec<IndexEntry> = Vec::with_capacity(footer.index_entry_count as usize);
         for (i, raw) in bytes.chunks_exact(INDEX_ENTRY_BYTES).enumerate() {
             let entry = IndexEntry {
@@ -98,8 +108,12 @@ impl ArchiveIndex {
                 reason,
             };
             match entries.last() {
-                None if entry.relative_offset != 0 || entry.position != 0 => {
-                    return Err(invalid("the first entry is not (0, 0)"));
+                None if u64::from(entry.relative_offset) != first_relative
+                    || entry.position != 0 =>
+                {
+                    return Err(invalid(
+                        "the first entry is not (0, 0) (or, after leading holes, (their length, 0))",
+                    ));
                 }
                 Some(prev)
                     if entry.relative_offset <= prev.relative_offset
@@ -119,7 +133,6 @@ impl ArchiveIndex {
             }
             entries.push(entry);
         }
-        let holes = holes::decode(footer, hole_bytes)?;
         Ok(ArchiveIndex {
             footer: *footer,
             entries,

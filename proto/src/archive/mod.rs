@@ -60,6 +60,8 @@ mod walker;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_holes;
 
 pub use builder::{ArchiveBuilder, ArchiveTail};
 pub use descriptor::SegmentDescriptor;
