@@ -143,6 +143,9 @@ fn verify_lists_declared_holes_and_exits_0_an_undeclared_gap_is_damage() {
     assert_eq!(out.status.code(), Some(1), "{stdout}");
     assert!(stdout.contains("DAMAGED"), "{stdout}");
     assert!(stdout.contains("offsets 10.."), "{stdout}");
-    assert!(stdout.contains("no declared hole covers the gap"), "{stdout}");
+    assert!(
+        stdout.contains("no declared hole covers the gap"),
+        "{stdout}"
+    );
     assert!(!stdout.contains("declared hole 10..15"), "{stdout}");
 }
