@@ -140,7 +140,9 @@ async fn list_segments(
     let holes = crate::replication::topics::list_holes(&*state.store, &topic)
         .await
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;
-    body["holes"] = json!(holes);
+    if !holes.is_empty() {
+        body["holes"] = json!(holes);
+    }
     ok(StatusCode::OK, body)
 }
 
