@@ -10,7 +10,7 @@ use std::ops::ControlFlow;
 
 use futures::StreamExt;
 use tributary_proto::archive::{
-    ArchiveError, ArchiveIndex, BatchSplitter, Block, Damage, FOOTER_BYTES, Footer,
+    ArchiveError, ArchiveIndex, BatchSplitter, Block, Damage, FOOTER_BYTES, Footer, HoleRange,
     SegmentVerifier, TAIL_READ_BYTES, reader_limits,
 };
 use tributary_proto::batch::{EncodedBatch, Record};
@@ -60,6 +60,9 @@ pub struct SegmentVerdict {
     pub footer: Option<Footer>,
     /// Damaged offset ranges; empty when intact.
     pub damage: Vec<Damage>,
+    /// Declared holes the object carries (offsets with no record on
+    /// purpose, not damage), if its tail was readable.
+    pub holes: Vec<HoleRange>,
     /// Records in verified batches.
     pub records_ok: u64,
 }
@@ -202,17 +205,46 @@ impl Archive {
         block: Block,
         each: &mut dyn FnMut(&EncodedBatch) -> Result<ControlFlow<()>, ArchiveError>,
     ) -> Result<ControlFlow<()>, BucketError> {
+        self.read_block_batches_with_holes(object, index, block, each, &mut |_| {})
+            .await
+    }
+
+    /// As [`Archive::read_block_batches`], also calling `on_hole` with
+    /// every declared hole the read steps over, in offset order between
+    /// the batches around it.
+    ///
+    /// # Errors
+    /// As [`Archive::read_block_batches`].
+    pub async fn read_block_batches_with_holes(
+        &self,
+        object: &SegmentObjectInfo,
+        index: &ArchiveIndex,
+        block: Block,
+        each: &mut dyn FnMut(&EncodedBatch) -> Result<ControlFlow<()>, ArchiveError>,
+        on_hole: &mut dyn FnMut(HoleRange),
+    ) -> Result<ControlFlow<()>, BucketError> {
         let end = index.footer().batches_bytes;
         let mut stream = self
             .bucket
             .get_range_stream(&object.key, block.position..end)
             .await?;
-        let mut splitter = BatchSplitter::new(block.position, block.base_offset, reader_limits());
+        let mut splitter = BatchSplitter::new(block.position, block.base_offset, reader_limits())
+            .with_holes(index.holes());
+        // Holes crossed but not yet reported (they precede a later batch).
+        let mut crossed: std::collections::VecDeque<HoleRange> = Default::default();
         while let Some(chunk) = stream.next().await {
             let batches = splitter
                 .push(&chunk?)
                 .map_err(Archive::archive_error(object))?;
+            crossed.extend(splitter.take_crossed());
             for batch in &batches {
+                while let Some(h) = crossed
+                    .front()
+                    .filter(|h| h.end_offset <= batch.base_offset())
+                {
+                    on_hole(*h);
+                    crossed.pop_front();
+                }
                 if each(batch)
                     .map_err(Archive::archive_error(object))?
                     .is_break()
@@ -221,7 +253,10 @@ impl Archive {
                 }
             }
         }
-        if splitter.next_offset() != index.footer().next_offset {
+        let reached = splitter.skip_holes_to(index.footer().next_offset);
+        crossed.extend(splitter.take_crossed());
+        crossed.into_iter().for_each(&mut *on_hole);
+        if !reached {
             return Err(Archive::archive_error(object)(ArchiveError::Mismatch {
                 field: "next offset (batches vs footer)",
                 expected: index.footer().next_offset,
@@ -264,9 +299,31 @@ impl Archive {
         start: Start,
         each: &mut dyn FnMut(&EncodedBatch) -> Result<ControlFlow<()>, ArchiveError>,
     ) -> Result<(), BucketError> {
+        self.read_batches_with_holes(topic, start, each, &mut |_| {})
+            .await
+    }
+
+    /// As [`Archive::read_batches`], also calling `on_hole` with every
+    /// declared hole stepped over once reading has reached `start` (for an
+    /// offset: every hole that ends past it), in offset order.
+    ///
+    /// # Errors
+    /// As [`Archive::read_batches`].
+    pub async fn read_batches_with_holes(
+        &self,
+        topic: &TopicName,
+        start: Start,
+        each: &mut dyn FnMut(&EncodedBatch) -> Result<ControlFlow<()>, ArchiveError>,
+        on_hole: &mut dyn FnMut(HoleRange),
+    ) -> Result<(), BucketError> {
         let (objects, _) = self.segments(topic).await?;
         let mut expected: Option<u64> = None;
-        let mut started = false;
+        let started = std::cell::Cell::new(false);
+        let mut report_hole = |h: HoleRange| {
+            if started.get() || matches!(start, Start::Offset(o) if h.end_offset > o) {
+                on_hole(h);
+            }
+        };
         for object in &objects {
             if let Some(next) = expected
                 && object.start_offset != next
@@ -280,12 +337,12 @@ impl Archive {
                 });
             }
             expected = Some(object.end_offset + 1);
-            if !started && matches!(start, Start::Offset(o) if o > object.end_offset) {
+            if !started.get() && matches!(start, Start::Offset(o) if o > object.end_offset) {
                 continue;
             }
             let index = self.open(object).await?;
             let block = match start {
-                _ if started => index.block_for_offset(object.start_offset),
+                _ if started.get() => index.block_for_offset(object.start_offset),
                 Start::Offset(o) => index.block_for_offset(o.max(object.start_offset)),
                 Start::Timestamp(t) => index.block_for_timestamp(t),
             };
@@ -293,7 +350,7 @@ impl Archive {
                 continue;
             };
             let mut filter = |batch: &EncodedBatch| {
-                if !started {
+                if !started.get() {
                     let reached = match start {
                         Start::Offset(o) => batch.next_offset() > o,
                         Start::Timestamp(t) => batch.header().max_timestamp_ms >= t,
@@ -301,12 +358,12 @@ impl Archive {
                     if !reached {
                         return Ok(ControlFlow::Continue(()));
                     }
-                    started = true;
+                    started.set(true);
                 }
                 each(batch)
             };
             if self
-                .read_block_batches(object, &index, block, &mut filter)
+                .read_block_batches_with_holes(object, &index, block, &mut filter, &mut report_hole)
                 .await?
                 .is_break()
             {
@@ -328,6 +385,21 @@ impl Archive {
         start: Start,
         each: &mut dyn FnMut(ArchivedRecord) -> ControlFlow<()>,
     ) -> Result<(), BucketError> {
+        self.read_with_holes(topic, start, each, &mut |_| {}).await
+    }
+
+    /// As [`Archive::read`], also calling `on_hole` with every declared
+    /// hole stepped over (see [`Archive::read_batches_with_holes`]).
+    ///
+    /// # Errors
+    /// As [`Archive::read_batches`].
+    pub async fn read_with_holes(
+        &self,
+        topic: &TopicName,
+        start: Start,
+        each: &mut dyn FnMut(ArchivedRecord) -> ControlFlow<()>,
+        on_hole: &mut dyn FnMut(HoleRange),
+    ) -> Result<(), BucketError> {
         let mut started = false;
         let mut filter = |r: ArchivedRecord| {
             if !started {
@@ -342,8 +414,13 @@ impl Archive {
             }
             each(r)
         };
-        self.read_batches(topic, start, &mut |batch| deliver(batch, &mut filter))
-            .await
+        self.read_batches_with_holes(
+            topic,
+            start,
+            &mut |batch| deliver(batch, &mut filter),
+            on_hole,
+        )
+        .await
     }
 
     /// Verifies one object completely: footer, index, every batch, the
@@ -365,6 +442,7 @@ impl Archive {
             object: object.clone(),
             footer: None,
             damage: Vec::new(),
+            holes: Vec::new(),
             records_ok: 0,
         };
         let index = match self.open(object).await {
@@ -375,6 +453,7 @@ impl Archive {
             }
         };
         verdict.footer = Some(*index.footer());
+        verdict.holes = index.holes().to_vec();
         let mut verifier = SegmentVerifier::new(&index, reader_limits());
         let stream = self
             .bucket

@@ -7,6 +7,9 @@
 //! - `cat TOPIC`: records as JSON lines, from an offset or a timestamp.
 //! - `verify [TOPIC...]`: every checksum of every object, offset continuity
 //!   across objects, record counts; exit status 1 if anything is damaged.
+//!   Declared holes an object carries are listed (`declared hole a..b`),
+//!   not counted as damage; `cat` and `export` say on stderr when they
+//!   step over one.
 //! - `export TOPIC --out FILE`: a range as JSON lines or raw record batches.
 //!
 //! Record lines: `{"topic", "offset", "timestamp_ms", "key", "headers":
@@ -29,7 +32,7 @@ use tributary_archive::reader::{
     Archive, ArchivedRecord, SegmentObjectInfo, SegmentVerdict, Start,
 };
 use tributary_archive::{Bucket, StoreConfig};
-use tributary_proto::archive::{ArchiveError, Footer};
+use tributary_proto::archive::{ArchiveError, Footer, HoleRange};
 use tributary_proto::batch::Record;
 use tributary_proto::keys::{StorageKeys, TopicName};
 
@@ -171,7 +174,7 @@ pub fn run(
                 let topic = range.topic()?;
                 let mut sink = RecordSink::new(&topic, range, &mut out);
                 archive
-                    .read(&topic, range.start(), &mut |r| sink.take(r))
+                    .read_with_holes(&topic, range.start(), &mut |r| sink.take(r), &mut say_hole)
                     .await?;
                 sink.finish()
             }
@@ -187,6 +190,12 @@ pub fn run(
         Err(e) if is_broken_pipe(&e) => Ok(()),
         other => other,
     }
+}
+
+/// Tells the operator (on stderr, so record lines stay records) that a
+/// read stepped over a declared hole.
+fn say_hole(hole: HoleRange) {
+    eprintln!("declared hole {hole}: no records for these offsets (skipped)");
 }
 
 fn is_broken_pipe(e: &anyhow::Error) -> bool {
@@ -503,10 +512,15 @@ async fn export(
         ExportFormat::Jsonl => {
             let mut sink = RecordSink::new(&topic, range, &mut writer);
             archive
-                .read(&topic, range.start(), &mut |r| {
-                    bar.inc(1);
-                    sink.take(r)
-                })
+                .read_with_holes(
+                    &topic,
+                    range.start(),
+                    &mut |r| {
+                        bar.inc(1);
+                        sink.take(r)
+                    },
+                    &mut say_hole,
+                )
                 .await?;
             let written = sink.written;
             sink.finish()?;
@@ -516,20 +530,25 @@ async fn export(
             let mut written = 0u64;
             let mut error = None;
             archive
-                .read_batches(&topic, range.start(), &mut |batch| {
-                    if range.to_offset.is_some_and(|to| batch.base_offset() > to)
-                        || range.max_records.is_some_and(|m| written >= m)
-                    {
-                        return Ok(ControlFlow::Break(()));
-                    }
-                    if let Err(e) = writer.write_all(batch.as_bytes()) {
-                        error = Some(e);
-                        return Ok::<_, ArchiveError>(ControlFlow::Break(()));
-                    }
-                    bar.inc(u64::from(batch.record_count()));
-                    written += u64::from(batch.record_count());
-                    Ok(ControlFlow::Continue(()))
-                })
+                .read_batches_with_holes(
+                    &topic,
+                    range.start(),
+                    &mut |batch| {
+                        if range.to_offset.is_some_and(|to| batch.base_offset() > to)
+                            || range.max_records.is_some_and(|m| written >= m)
+                        {
+                            return Ok(ControlFlow::Break(()));
+                        }
+                        if let Err(e) = writer.write_all(batch.as_bytes()) {
+                            error = Some(e);
+                            return Ok::<_, ArchiveError>(ControlFlow::Break(()));
+                        }
+                        bar.inc(u64::from(batch.record_count()));
+                        written += u64::from(batch.record_count());
+                        Ok(ControlFlow::Continue(()))
+                    },
+                    &mut say_hole,
+                )
                 .await?;
             if let Some(e) = error {
                 return Err(e.into());
@@ -557,6 +576,8 @@ struct TopicSummary {
     bytes: u64,
     damaged_segments: u64,
     problems: Vec<Value>,
+    /// Declared holes (offsets with no record on purpose): not problems.
+    holes: Vec<Value>,
 }
 
 async fn verify(
@@ -612,6 +633,11 @@ async fn verify(
             if !verdict.damage.is_empty() {
                 summary.damaged_segments += 1;
             }
+            for h in &verdict.holes {
+                summary.holes.push(json!({
+                    "segment": object.key, "first_offset": h.first_offset, "end_offset": h.end_offset,
+                }));
+            }
             for d in &verdict.damage {
                 summary.problems.push(json!({
                     "kind": "damage",
@@ -646,7 +672,7 @@ async fn verify(
                 json!({
                     "topic": t, "segments": s.segments, "records": s.records, "bytes": s.bytes,
                     "damaged_segments": s.damaged_segments, "ok": s.problems.iter().all(|p| p["kind"] == "foreign"),
-                    "problems": s.problems,
+                    "problems": s.problems, "holes": s.holes,
                 })
             })
             .collect();
@@ -667,6 +693,15 @@ async fn verify(
                 "{topic}: {} segments, {} records verified, {} bytes: {verdict}",
                 s.segments, s.records, s.bytes
             )?;
+            for h in &s.holes {
+                writeln!(
+                    out,
+                    "  declared hole {}..{} in segment {} (no records on purpose, not damage)",
+                    h["first_offset"],
+                    h["end_offset"],
+                    h["segment"].as_str().unwrap_or("")
+                )?;
+            }
             for p in &s.problems {
                 match p["kind"].as_str() {
                     Some("damage") => writeln!(

@@ -8,6 +8,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 use tributary_proto::archive::SegmentDescriptor;
 use tributary_proto::keys::{StorageKeys, TopicName};
+use tributary_proto::replication::hole::HoleRecord;
 
 use crate::error::TierError;
 use tributary_archive::bucket::install_crypto_provider;
@@ -27,6 +28,10 @@ pub struct CommittedSegments {
     /// Cold-retention low mark: offsets below it were removed on purpose.
     #[serde(default)]
     pub retired_below: Option<u64>,
+    /// The topic's declared holes (Raft `/topics/{ns}/{topic}/holes/`),
+    /// by first offset; an older broker sends none.
+    #[serde(default)]
+    pub holes: Vec<HoleRecord>,
 }
 
 /// What a commit did.
@@ -127,7 +132,7 @@ impl BrokerClient {
         })
     }
 
-    /// The committed descriptors of `topic`.
+    /// The committed descriptors of `topic`, and its declared holes.
     ///
     /// # Errors
     /// [`TierError::Broker`].

@@ -25,7 +25,7 @@ use tributary_proto::keys::TopicName;
 
 use crate::error::TierError;
 use crate::tiering::{Tiering, now_ms, sealed_segments};
-use crate::upload::{upload_segment, verify_object};
+use crate::upload::{holes_in_segment, upload_segment_with_holes, verify_object};
 use tributary_archive::bucket::Bucket;
 use tributary_archive::reader::Archive;
 
@@ -141,10 +141,12 @@ async fn reconcile_topic(
                 warn!(%topic, object = d.object_id, "committed object missing or wrong size; uploading it again from the local segment");
                 let tail = tiering
                     .retry("re-upload", || async {
-                        let tail = upload_segment(
+                        let holes = holes_in_segment(&committed.holes, segment);
+                        let tail = upload_segment_with_holes(
                             bucket,
                             &d.object_id,
                             segment,
+                            &holes,
                             &tiering.upload,
                             &tiering.faults,
                         )

@@ -33,8 +33,12 @@ use tributary_proto::keys::{NamespaceName, StorageKeys, TopicName};
 use crate::broker_api::BrokerClient;
 use crate::error::TierError;
 use crate::faults::Faults;
-use crate::upload::{UploadTuning, expected_tail, upload_segment, verify_object};
+use crate::upload::{
+    UploadTuning, expected_tail_with_holes, holes_in_segment, upload_segment_with_holes,
+    verify_object,
+};
 use tributary_archive::bucket::Bucket;
+use tributary_proto::archive::HoleRange;
 
 /// Retry settings for each step (`[retry]` in the configuration).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -259,7 +263,10 @@ impl Tiering {
                     ),
                 ));
             }
-            let descriptor = self.tier_segment(topic, segment, report).await?;
+            let holes = holes_in_segment(&committed.holes, segment);
+            let descriptor = self
+                .tier_segment_with_holes(topic, segment, &holes, report)
+                .await?;
             tiered = Some(descriptor.next_offset());
         }
         let trimmable = tiered.is_some_and(|t| sealed.iter().any(|s| s.next_offset <= t));
@@ -308,13 +315,30 @@ impl Tiering {
         segment: &SealedSegment,
         report: &mut PassReport,
     ) -> Result<SegmentDescriptor, TierError> {
+        self.tier_segment_with_holes(topic, segment, &[], report)
+            .await
+    }
+
+    /// As [`Tiering::tier_segment`], for a segment whose gaps may be the
+    /// declared `holes` (those of the topic inside the segment's offsets):
+    /// the object carries them.
+    ///
+    /// # Errors
+    /// As [`Tiering::tier_segment`].
+    pub async fn tier_segment_with_holes(
+        &self,
+        topic: &TopicName,
+        segment: &SealedSegment,
+        holes: &[HoleRange],
+        report: &mut PassReport,
+    ) -> Result<SegmentDescriptor, TierError> {
         let key = self
             .keys
             .segment_object(topic, segment.base_offset, segment.next_offset - 1);
         self.faults.hit("before_upload");
         let started = Instant::now();
         let (tail, uploaded) = self
-            .retry("upload", || self.store_object(&key, segment))
+            .retry("upload", || self.store_object(&key, segment, holes))
             .await?;
         if uploaded {
             report.uploaded_bytes += tail.footer.object_bytes();
@@ -332,6 +356,7 @@ impl Tiering {
             %topic,
             key,
             records = tail.footer.record_count(),
+            holes = tail.holes.len(),
             bytes = tail.footer.object_bytes(),
             outcome = reply.outcome,
             tiered_offset = ?reply.tiered_offset,
@@ -348,9 +373,10 @@ impl Tiering {
         &self,
         key: &str,
         segment: &SealedSegment,
+        holes: &[HoleRange],
     ) -> Result<(ArchiveTail, bool), TierError> {
         if self.bucket.head(key).await?.is_some() {
-            let expected = expected_tail(segment).await?;
+            let expected = expected_tail_with_holes(segment, holes).await?;
             match verify_object(&self.bucket, key, &expected, self.upload.full_verify).await {
                 Ok(()) => {
                     info!(
@@ -369,7 +395,15 @@ impl Tiering {
                 Err(e) => return Err(e),
             }
         }
-        let tail = upload_segment(&self.bucket, key, segment, &self.upload, &self.faults).await?;
+        let tail = upload_segment_with_holes(
+            &self.bucket,
+            key,
+            segment,
+            holes,
+            &self.upload,
+            &self.faults,
+        )
+        .await?;
         self.faults.hit("after_upload");
         verify_object(&self.bucket, key, &tail, self.upload.full_verify).await?;
         self.faults.hit("after_verify");

@@ -12,7 +12,8 @@ use bytes::Bytes;
 use futures::StreamExt;
 use object_store::PutPayload;
 use tokio::task::{JoinError, JoinSet};
-use tributary_proto::archive::{ArchiveBuilder, ArchiveTail, Footer, reader_limits};
+use tributary_proto::archive::{ArchiveBuilder, ArchiveTail, Footer, HoleRange, reader_limits};
+use tributary_proto::replication::hole::HoleRecord;
 
 use crate::error::TierError;
 use crate::faults::Faults;
@@ -108,15 +109,50 @@ fn segment_error(
     move |source| TierError::archive("segment", segment.log_path.display().to_string(), source)
 }
 
+/// The declared holes of a topic (as the broker lists them from Raft)
+/// that share an offset with `segment`, ascending: the ones its archive
+/// object must carry. A hole that only partly lies in the segment is
+/// included, and the builder refuses it (it is not a gap of this segment).
+pub fn holes_in_segment(holes: &[HoleRecord], segment: &SealedSegment) -> Vec<HoleRange> {
+    let mut out: Vec<HoleRange> = holes
+        .iter()
+        .map(|h| HoleRange {
+            first_offset: h.first_offset,
+            end_offset: h.end_offset,
+        })
+        .filter(|h| h.overlaps(segment.base_offset, segment.next_offset))
+        .collect();
+    out.sort();
+    out
+}
+
+fn builder_for(segment: &SealedSegment, holes: &[HoleRange]) -> Result<ArchiveBuilder, TierError> {
+    ArchiveBuilder::new(segment.base_offset, segment.bytes, reader_limits())
+        .and_then(|b| b.with_holes(holes))
+        .map_err(segment_error(segment))
+}
+
 /// The index and footer the segment's object must end with, computed from
 /// the local file without uploading (to judge an object already stored).
 ///
 /// # Errors
 /// I/O errors; [`BucketError::Archive`](tributary_archive::BucketError::Archive) if the segment is damaged.
 pub async fn expected_tail(segment: &SealedSegment) -> Result<ArchiveTail, TierError> {
+    expected_tail_with_holes(segment, &[]).await
+}
+
+/// As [`expected_tail`], for a segment whose gaps may be the declared
+/// `holes` ([`holes_in_segment`]).
+///
+/// # Errors
+/// As [`expected_tail`]; a gap that is not exactly declared holes is
+/// damage.
+pub async fn expected_tail_with_holes(
+    segment: &SealedSegment,
+    holes: &[HoleRange],
+) -> Result<ArchiveTail, TierError> {
     let mut file = SegmentFile::open(segment).await?;
-    let mut builder = ArchiveBuilder::new(segment.base_offset, segment.bytes, reader_limits())
-        .map_err(segment_error(segment))?;
+    let mut builder = builder_for(segment, holes)?;
     loop {
         let chunk = file.next(READ_CHUNK_BYTES).await?;
         if chunk.is_empty() {
@@ -159,9 +195,25 @@ pub async fn upload_segment(
     tuning: &UploadTuning,
     faults: &Faults,
 ) -> Result<ArchiveTail, TierError> {
+    upload_segment_with_holes(bucket, key, segment, &[], tuning, faults).await
+}
+
+/// As [`upload_segment`], for a segment whose gaps may be the declared
+/// `holes` ([`holes_in_segment`]): the object carries them.
+///
+/// # Errors
+/// As [`upload_segment`]; a gap that is not exactly declared holes is
+/// damage.
+pub async fn upload_segment_with_holes(
+    bucket: &Bucket,
+    key: &str,
+    segment: &SealedSegment,
+    holes: &[HoleRange],
+    tuning: &UploadTuning,
+    faults: &Faults,
+) -> Result<ArchiveTail, TierError> {
     let mut file = SegmentFile::open(segment).await?;
-    let mut builder = ArchiveBuilder::new(segment.base_offset, segment.bytes, reader_limits())
-        .map_err(segment_error(segment))?;
+    let mut builder = builder_for(segment, holes)?;
     if segment.bytes < tuning.multipart_threshold_bytes {
         let mut parts = Vec::new();
         loop {

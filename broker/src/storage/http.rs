@@ -135,6 +135,14 @@ async fn list_segments(
     if let Some(below) = retired_below(&*state.store, &keys, &topic).await? {
         body["retired_below"] = json!(below);
     }
+    // Declared holes (Raft `/topics/{ns}/{topic}/holes/`): the tier service
+    // puts those inside a segment's offsets into its archive object.
+    let holes = crate::replication::topics::list_holes(&*state.store, &topic)
+        .await
+        .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;
+    if !holes.is_empty() {
+        body["holes"] = json!(holes);
+    }
     ok(StatusCode::OK, body)
 }
 

@@ -4,20 +4,22 @@
 use super::walker::{BatchWalker, Walked};
 use super::{
     ArchiveError, ArchiveIndex, ENTRY_MAX_TS_AT, ENTRY_POSITION_AT, ENTRY_RELATIVE_OFFSET_AT,
-    FOOTER_BYTES, Footer, INDEX_ENTRY_BYTES, IndexEntry, MAX_BATCHES_BYTES, MAX_INDEX_ENTRIES,
-    MIN_INDEX_INTERVAL_BYTES, index_interval_for, put_u32, put_u64,
+    FOOTER_BYTES, Footer, HoleRange, INDEX_ENTRY_BYTES, IndexEntry, MAX_BATCHES_BYTES, MAX_HOLES,
+    MAX_INDEX_ENTRIES, MIN_INDEX_INTERVAL_BYTES, holes, index_interval_for, put_u32, put_u64,
 };
 use crate::limits::Limits;
 
-/// The bytes that follow the batches region (index then footer), and the
-/// footer they end with.
+/// The bytes that follow the batches region (index, holes, footer), and
+/// the footer they end with.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ArchiveTail {
     /// The footer.
     pub footer: Footer,
     /// The index entries.
     pub entries: Vec<IndexEntry>,
-    /// Index region followed by the footer: append to the batches region.
+    /// The declared holes the object carries (the batches step over them).
+    pub holes: Vec<HoleRange>,
+    /// Index region, holes region, footer: append to the batches region.
     pub bytes: Vec<u8>,
 }
 
@@ -28,7 +30,10 @@ pub struct ArchiveTail {
 ///
 /// Every batch is checked (header, CRC, offset continuity from the expected
 /// base offset) as it passes, so a damaged segment is refused before its
-/// object is completed. Memory: a 48-byte header, running CRCs and at most
+/// object is completed. A gap between batches (or after the last one) is
+/// accepted only when it is exactly declared holes given to
+/// [`ArchiveBuilder::with_holes`]; the object then carries them (format
+/// version 2). Memory: a 48-byte header, running CRCs and at most
 /// [`MAX_INDEX_ENTRIES`] index entries.
 #[derive(Debug, Clone)]
 pub struct ArchiveBuilder {
@@ -41,6 +46,8 @@ pub struct ArchiveBuilder {
     first_timestamp_ms: i64,
     max_timestamp_ms: i64,
     entries: Vec<IndexEntry>,
+    /// Declared holes given, ascending and disjoint.
+    declared: Vec<HoleRange>,
     /// Invariant: after an error every later call returns it again.
     failed: Option<ArchiveError>,
 }
@@ -90,8 +97,27 @@ impl ArchiveBuilder {
             first_timestamp_ms: i64::MAX,
             max_timestamp_ms: i64::MIN,
             entries: Vec::new(),
+            declared: Vec::new(),
             failed: None,
         })
+    }
+
+    /// The same builder, told the declared holes of the topic that lie in
+    /// the segment's offsets (those recorded in Raft under
+    /// `/topics/{ns}/{topic}/holes/`): a gap between batches, or after the
+    /// last batch, that is exactly a run of them is stepped over and
+    /// recorded in the object. Give only holes inside the segment's
+    /// offsets: [`ArchiveBuilder::finish`] refuses a given hole that the
+    /// batches do not skip.
+    ///
+    /// # Errors
+    /// [`ArchiveError::HolesInvalid`] if `holes` are empty ranges, not
+    /// ascending, or overlap.
+    pub fn with_holes(mut self, holes: &[HoleRange]) -> Result<ArchiveBuilder, ArchiveError> {
+        holes::check_sorted(holes)?;
+        self.declared = holes.to_vec();
+        self.walker = self.walker.with_holes(holes.to_vec());
+        Ok(self)
     }
 
     /// Bytes pushed so far.
@@ -178,15 +204,23 @@ impl ArchiveBuilder {
         Ok(())
     }
 
-    /// Ends the batches region and returns the index and footer to append.
+    /// Ends the batches region (stepping over declared holes that start
+    /// where the last batch ends) and returns the index, holes and footer
+    /// to append.
     ///
     /// # Errors
     /// An earlier push error, [`ArchiveError::BatchesTruncated`] if the
     /// bytes end inside a batch, [`ArchiveError::Mismatch`] if fewer bytes
-    /// than announced arrived, [`ArchiveError::Empty`].
-    pub fn finish(self) -> Result<ArchiveTail, ArchiveError> {
+    /// than announced arrived, [`ArchiveError::Empty`],
+    /// [`ArchiveError::HoleNotInSegment`] for a given hole inside the
+    /// object's offsets that the batches do not skip,
+    /// [`ArchiveError::HolesInvalid`] for more than [`MAX_HOLES`] holes.
+    pub fn finish(mut self) -> Result<ArchiveTail, ArchiveError> {
         if let Some(err) = self.failed {
             return Err(err);
+        }
+        if self.walker.at_boundary() {
+            self.walker.cross_trailing();
         }
         if !self.walker.at_boundary() {
             return Err(ArchiveError::BatchesTruncated {
@@ -204,6 +238,24 @@ impl ArchiveBuilder {
         if self.batch_count == 0 {
             return Err(ArchiveError::Empty);
         }
+        let (base, next) = (self.base_offset, self.walker.next_offset);
+        let crossed = std::mem::take(&mut self.walker.crossed);
+        if let Some(h) = self
+            .declared
+            .iter()
+            .find(|h| h.overlaps(base, next) && !crossed.contains(h))
+        {
+            return Err(ArchiveError::HoleNotInSegment {
+                first_offset: h.first_offset,
+                end_offset: h.end_offset,
+            });
+        }
+        if crossed.len() > MAX_HOLES as usize {
+            return Err(ArchiveError::HolesInvalid {
+                entry: MAX_HOLES,
+                reason: "more than 1024 declared holes in one segment",
+            });
+        }
         let mut bytes = Vec::with_capacity(self.entries.len() * INDEX_ENTRY_BYTES + FOOTER_BYTES);
         for entry in &self.entries {
             let mut raw = [0u8; INDEX_ENTRY_BYTES];
@@ -212,6 +264,9 @@ impl ArchiveBuilder {
             put_u64(&mut raw, ENTRY_MAX_TS_AT, entry.max_timestamp_ms as u64);
             bytes.extend_from_slice(&raw);
         }
+        let index_crc32c = crc32c::crc32c(&bytes);
+        let hole_bytes = holes::encode(&crossed);
+        bytes.extend_from_slice(&hole_bytes);
         let footer = Footer {
             base_offset: self.base_offset,
             next_offset: self.walker.next_offset,
@@ -222,7 +277,10 @@ impl ArchiveBuilder {
             first_timestamp_ms: self.first_timestamp_ms,
             max_timestamp_ms: self.max_timestamp_ms,
             batches_crc32c: self.batches_crc,
-            index_crc32c: crc32c::crc32c(&bytes),
+            index_crc32c,
+            hole_count: crossed.len() as u32,
+            hole_offsets: crossed.iter().map(HoleRange::len).sum(),
+            holes_crc32c: crc32c::crc32c(&hole_bytes),
         };
         bytes.extend_from_slice(&footer.encode());
         // Pair assertion: what was written reads back.
@@ -232,6 +290,7 @@ impl ArchiveBuilder {
         Ok(ArchiveTail {
             footer,
             entries: self.entries,
+            holes: crossed,
             bytes,
         })
     }

@@ -3,7 +3,10 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{FOOTER_BYTES, FORMAT_VERSION, Footer, INDEX_ENTRY_BYTES};
+use super::{
+    FOOTER_BYTES, FORMAT_VERSION, FORMAT_VERSION_NO_HOLES, Footer, HOLE_ENTRY_BYTES,
+    INDEX_ENTRY_BYTES,
+};
 
 /// The durable segment descriptor stored in Raft at
 /// `{prefix}/storage/topics/{ns}/{topic}/segments/{start:020}` (JSON).
@@ -16,7 +19,9 @@ pub struct SegmentDescriptor {
     pub start_offset: u64,
     /// Last offset, inclusive (as in the object key).
     pub end_offset: u64,
-    /// Records (`end_offset - start_offset + 1`).
+    /// Records: `end_offset - start_offset + 1` in a version-1 object; in
+    /// a version-2 object, that minus the offsets in its declared holes
+    /// (listed in the object's holes region).
     pub record_count: u64,
     /// Object size, bytes.
     pub size: u64,
@@ -52,7 +57,7 @@ impl SegmentDescriptor {
             record_count: footer.record_count(),
             size: footer.object_bytes(),
             object_id,
-            format_version: FORMAT_VERSION,
+            format_version: footer.format_version(),
             checksum_crc32c: footer.footer_crc32c(),
             batches_crc32c: footer.batches_crc32c,
             batches_bytes: footer.batches_bytes,
@@ -94,16 +99,28 @@ impl SegmentDescriptor {
         if self.end_offset < self.start_offset {
             return Err("end_offset below start_offset");
         }
-        if self.record_count != self.end_offset - self.start_offset + 1 {
-            return Err("record_count is not end_offset - start_offset + 1");
+        let span = self.end_offset - self.start_offset + 1;
+        match self.format_version {
+            FORMAT_VERSION_NO_HOLES if self.record_count != span => {
+                return Err("record_count is not end_offset - start_offset + 1");
+            }
+            FORMAT_VERSION if self.record_count == 0 || self.record_count > span => {
+                return Err("record_count outside [1, end_offset - start_offset + 1]");
+            }
+            FORMAT_VERSION_NO_HOLES | FORMAT_VERSION => {}
+            _ => return Err("unsupported format_version"),
         }
-        if self.format_version != FORMAT_VERSION {
-            return Err("unsupported format_version");
-        }
-        if self.index_position != self.batches_bytes
-            || self.size != self.batches_bytes + self.index_bytes + FOOTER_BYTES as u64
-        {
-            return Err("size, batches_bytes and index_bytes disagree");
+        // Version 2: the holes region (16 bytes a hole) lies between the
+        // index and the footer.
+        let fixed = self.batches_bytes + self.index_bytes + FOOTER_BYTES as u64;
+        let holes_bytes = self.size.checked_sub(fixed);
+        let holes_ok = match (self.format_version, holes_bytes) {
+            (FORMAT_VERSION_NO_HOLES, Some(0)) => true,
+            (FORMAT_VERSION, Some(n)) => n.is_multiple_of(HOLE_ENTRY_BYTES as u64),
+            _ => false,
+        };
+        if self.index_position != self.batches_bytes || !holes_ok {
+            return Err("size, batches_bytes, index_bytes and the holes region disagree");
         }
         if self.index_bytes == 0 || !self.index_bytes.is_multiple_of(INDEX_ENTRY_BYTES as u64) {
             return Err("index_bytes is not a positive multiple of 16");

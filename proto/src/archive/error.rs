@@ -24,7 +24,7 @@ pub enum ArchiveError {
         found: [u8; 4],
     },
     /// A format version this build cannot read.
-    #[error("unsupported archive format version {found} (this build reads {FORMAT_VERSION})")]
+    #[error("unsupported archive format version {found} (this build reads 1 to {FORMAT_VERSION})")]
     UnsupportedVersion {
         /// The stored version.
         found: u16,
@@ -64,6 +64,32 @@ pub enum ArchiveError {
         /// The rule.
         reason: &'static str,
     },
+    /// The holes region CRC disagrees with its bytes.
+    #[error("holes region crc mismatch: stored {stored:#010x}, computed {computed:#010x}")]
+    HolesCrc {
+        /// Stored value.
+        stored: u32,
+        /// Computed value.
+        computed: u32,
+    },
+    /// A declared hole that breaks the rules (empty, out of order,
+    /// overlapping, outside the object, or more than [`super::MAX_HOLES`]).
+    #[error("invalid declared hole {entry}: {reason}")]
+    HolesInvalid {
+        /// Hole number.
+        entry: u32,
+        /// The rule.
+        reason: &'static str,
+    },
+    /// A hole declared inside the segment's offsets whose offsets the
+    /// segment holds records for (or only partly skips).
+    #[error("declared hole {first_offset}..{end_offset} is not a gap in the segment's batches")]
+    HoleNotInSegment {
+        /// First offset of the declared hole.
+        first_offset: u64,
+        /// Its exclusive end.
+        end_offset: u64,
+    },
     /// The bytes at `position` are not a valid batch.
     #[error("bad batch at byte {position} (expected offset {offset}): {source}")]
     Batch {
@@ -74,8 +100,11 @@ pub enum ArchiveError {
         /// What is wrong.
         source: DecodeError,
     },
-    /// A valid batch that does not continue the offsets.
-    #[error("batch at byte {position} starts at offset {found}, expected {expected}")]
+    /// A valid batch that does not continue the offsets, and whose gap is
+    /// not exactly declared holes.
+    #[error(
+        "batch at byte {position} starts at offset {found}, expected {expected} (no declared hole covers the gap)"
+    )]
     Discontinuity {
         /// Byte position of the batch.
         position: u64,

@@ -3,11 +3,12 @@
 
 use super::{
     ArchiveError, BASE_OFFSET_AT, BATCH_COUNT_AT, BATCHES_BYTES_AT, BATCHES_CRC_AT, FIRST_TS_AT,
-    FOOTER_BYTES, FOOTER_BYTES_AT, FOOTER_CRC_AT, FOOTER_MAGIC, FORMAT_VERSION, INDEX_BYTES_AT,
+    FOOTER_BYTES, FOOTER_BYTES_AT, FOOTER_CRC_AT, FOOTER_MAGIC, FORMAT_VERSION,
+    FORMAT_VERSION_NO_HOLES, HOLE_COUNT_AT, HOLE_ENTRY_BYTES, HOLES_CRC_AT, INDEX_BYTES_AT,
     INDEX_CRC_AT, INDEX_ENTRY_BYTES, INDEX_ENTRY_COUNT_AT, INDEX_INTERVAL_AT, INDEX_POSITION_AT,
-    MAGIC_AT, MAX_BATCHES_BYTES, MAX_INDEX_ENTRIES, MAX_TS_AT, MIN_INDEX_INTERVAL_BYTES,
-    NEXT_OFFSET_AT, OBJECT_BYTES_AT, RECORD_COUNT_AT, RESERVED_A_AT, RESERVED_B_AT, VERSION_AT,
-    put_u16, put_u32, put_u64, read_u16, read_u32, read_u64,
+    MAGIC_AT, MAX_BATCHES_BYTES, MAX_HOLES, MAX_INDEX_ENTRIES, MAX_TS_AT, MIN_INDEX_INTERVAL_BYTES,
+    NEXT_OFFSET_AT, OBJECT_BYTES_AT, RECORD_COUNT_AT, VERSION_AT, put_u16, put_u32, put_u64,
+    read_u16, read_u32, read_u64,
 };
 use crate::limits::BATCH_HEADER_BYTES;
 
@@ -34,12 +35,39 @@ pub struct Footer {
     pub batches_crc32c: u32,
     /// CRC-32C of the index region.
     pub index_crc32c: u32,
+    /// Declared holes in the holes region (version 2; 0 in version 1).
+    pub hole_count: u32,
+    /// Offsets inside the declared holes: `next_offset - base_offset -
+    /// record_count` (0 in version 1).
+    pub hole_offsets: u64,
+    /// CRC-32C of the holes region (0, the CRC of no bytes, without holes).
+    pub holes_crc32c: u32,
 }
 
 impl Footer {
-    /// Records in the object.
+    /// Records in the object: its offsets minus those in declared holes.
     pub fn record_count(&self) -> u64 {
+        self.offset_span() - self.hole_offsets
+    }
+
+    /// Offsets the object covers, `next_offset - base_offset` (records and
+    /// declared holes).
+    pub fn offset_span(&self) -> u64 {
         self.next_offset - self.base_offset
+    }
+
+    /// The format version of this footer: 2 with declared holes, else 1.
+    pub fn format_version(&self) -> u16 {
+        if self.hole_count == 0 {
+            FORMAT_VERSION_NO_HOLES
+        } else {
+            FORMAT_VERSION
+        }
+    }
+
+    /// Size of the holes region, bytes.
+    pub fn holes_bytes(&self) -> u64 {
+        u64::from(self.hole_count) * HOLE_ENTRY_BYTES as u64
     }
 
     /// Last offset (inclusive), as in the object key.
@@ -59,26 +87,29 @@ impl Footer {
 
     /// Size of the whole object, bytes.
     pub fn object_bytes(&self) -> u64 {
-        self.batches_bytes + self.index_bytes() + FOOTER_BYTES as u64
+        self.batches_bytes + self.tail_bytes()
     }
 
-    /// Bytes at the end of the object holding the index and the footer.
+    /// Bytes at the end of the object holding the index, the holes and
+    /// the footer.
     pub fn tail_bytes(&self) -> u64 {
-        self.index_bytes() + FOOTER_BYTES as u64
+        self.index_bytes() + self.holes_bytes() + FOOTER_BYTES as u64
     }
 
     /// The footer bytes, CRC included.
     pub fn encode(&self) -> [u8; FOOTER_BYTES] {
         let mut out = [0u8; FOOTER_BYTES];
         out[MAGIC_AT..MAGIC_AT + 4].copy_from_slice(&FOOTER_MAGIC);
-        put_u16(&mut out, VERSION_AT, FORMAT_VERSION);
+        put_u16(&mut out, VERSION_AT, self.format_version());
         put_u16(&mut out, FOOTER_BYTES_AT, FOOTER_BYTES as u16);
         put_u64(&mut out, BASE_OFFSET_AT, self.base_offset);
         put_u64(&mut out, NEXT_OFFSET_AT, self.next_offset);
         put_u64(
             &mut out,
             RECORD_COUNT_AT,
-            self.next_offset.wrapping_sub(self.base_offset),
+            self.next_offset
+                .wrapping_sub(self.base_offset)
+                .wrapping_sub(self.hole_offsets),
         );
         put_u64(&mut out, BATCH_COUNT_AT, self.batch_count);
         put_u64(&mut out, BATCHES_BYTES_AT, self.batches_bytes);
@@ -91,11 +122,13 @@ impl Footer {
         );
         put_u32(&mut out, INDEX_ENTRY_COUNT_AT, self.index_entry_count);
         put_u32(&mut out, INDEX_INTERVAL_AT, self.index_interval_bytes);
+        put_u32(&mut out, HOLE_COUNT_AT, self.hole_count);
         put_u64(&mut out, FIRST_TS_AT, self.first_timestamp_ms as u64);
         put_u64(&mut out, MAX_TS_AT, self.max_timestamp_ms as u64);
         put_u32(&mut out, BATCHES_CRC_AT, self.batches_crc32c);
         put_u32(&mut out, INDEX_CRC_AT, self.index_crc32c);
         put_u64(&mut out, OBJECT_BYTES_AT, self.object_bytes());
+        put_u32(&mut out, HOLES_CRC_AT, self.holes_crc32c);
         let crc = crc32c::crc32c(&out[..FOOTER_CRC_AT]);
         put_u32(&mut out, FOOTER_CRC_AT, crc);
         out
@@ -126,7 +159,7 @@ impl Footer {
             return Err(ArchiveError::BadMagic { found: magic });
         }
         let version = read_u16(input, VERSION_AT);
-        if version != FORMAT_VERSION {
+        if !(FORMAT_VERSION_NO_HOLES..=FORMAT_VERSION).contains(&version) {
             return Err(ArchiveError::UnsupportedVersion { found: version });
         }
         let stored = read_u32(input, FOOTER_CRC_AT);
@@ -145,19 +178,36 @@ impl Footer {
             max_timestamp_ms: read_u64(input, MAX_TS_AT) as i64,
             batches_crc32c: read_u32(input, BATCHES_CRC_AT),
             index_crc32c: read_u32(input, INDEX_CRC_AT),
+            hole_count: read_u32(input, HOLE_COUNT_AT),
+            hole_offsets: 0,
+            holes_crc32c: read_u32(input, HOLES_CRC_AT),
         };
+        let mut footer = footer;
         let invalid = |reason| Err(ArchiveError::FooterInvalid(reason));
         if usize::from(read_u16(input, FOOTER_BYTES_AT)) != FOOTER_BYTES {
             return invalid("footer_bytes is not 112");
         }
-        if read_u32(input, RESERVED_A_AT) != 0 || read_u32(input, RESERVED_B_AT) != 0 {
-            return invalid("reserved fields are not zero");
-        }
         if footer.next_offset <= footer.base_offset {
             return invalid("next_offset is not above base_offset");
         }
-        if read_u64(input, RECORD_COUNT_AT) != footer.record_count() {
-            return invalid("record_count is not next_offset - base_offset");
+        let stored_records = read_u64(input, RECORD_COUNT_AT);
+        if version == FORMAT_VERSION_NO_HOLES {
+            if footer.hole_count != 0 || footer.holes_crc32c != 0 {
+                return invalid("reserved fields are not zero");
+            }
+            if stored_records != footer.offset_span() {
+                return invalid("record_count is not next_offset - base_offset");
+            }
+        } else {
+            if footer.hole_count == 0 || footer.hole_count > MAX_HOLES {
+                return invalid("hole_count outside [1, 1024] in a version-2 object");
+            }
+            if stored_records >= footer.offset_span()
+                || footer.offset_span() - stored_records < u64::from(footer.hole_count)
+            {
+                return invalid("record_count leaves no room for the declared holes");
+            }
+            footer.hole_offsets = footer.offset_span() - stored_records;
         }
         if footer.batch_count == 0 || footer.batch_count > footer.record_count() {
             return invalid("batch_count outside [1, record_count]");

@@ -4,7 +4,7 @@
 
 use super::{
     ArchiveError, ENTRY_MAX_TS_AT, ENTRY_POSITION_AT, ENTRY_RELATIVE_OFFSET_AT, FOOTER_BYTES,
-    Footer, INDEX_ENTRY_BYTES, read_u32, read_u64,
+    Footer, HoleRange, INDEX_ENTRY_BYTES, holes, read_u32, read_u64,
 };
 
 /// One index entry: the batch starting at `base_offset + relative_offset`
@@ -35,20 +35,22 @@ pub struct Block {
     pub base_offset: u64,
 }
 
-/// The decoded, checked index of one object.
+/// The decoded, checked index of one object, with its declared holes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ArchiveIndex {
     footer: Footer,
     pub(super) entries: Vec<IndexEntry>,
+    holes: Vec<HoleRange>,
 }
 
 impl ArchiveIndex {
-    /// Parses the index from `tail`, a suffix of the object at least
-    /// [`Footer::tail_bytes`] long (index then footer).
+    /// Parses the index and the holes region from `tail`, a suffix of the
+    /// object at least [`Footer::tail_bytes`] long (index, holes, footer).
     ///
     /// # Errors
     /// [`ArchiveError::TailTruncated`] if `tail` is too short (read
-    /// more), [`ArchiveError::IndexCrc`], [`ArchiveError::IndexInvalid`].
+    /// more), [`ArchiveError::IndexCrc`], [`ArchiveError::IndexInvalid`],
+    /// [`ArchiveError::HolesCrc`], [`ArchiveError::HolesInvalid`].
     pub fn decode_from_tail(footer: &Footer, tail: &[u8]) -> Result<ArchiveIndex, ArchiveError> {
         let needed = footer.tail_bytes();
         if (tail.len() as u64) < needed {
@@ -62,18 +64,21 @@ impl ArchiveIndex {
         ArchiveIndex::decode(footer, bytes)
     }
 
-    /// Parses exactly the index region `bytes` of the object whose footer is
-    /// `footer`.
+    /// Parses exactly the bytes between the batches region and the footer
+    /// (the index region, then the holes region) of the object whose footer
+    /// is `footer`.
     ///
     /// # Errors
     /// As [`ArchiveIndex::decode_from_tail`].
-    pub fn decode(footer: &Footer, bytes: &[u8]) -> Result<ArchiveIndex, ArchiveError> {
-        if bytes.len() as u64 != footer.index_bytes() {
+    pub fn decode(footer: &Footer, region: &[u8]) -> Result<ArchiveIndex, ArchiveError> {
+        let wanted = footer.index_bytes() + footer.holes_bytes();
+        if region.len() as u64 != wanted {
             return Err(ArchiveError::TailTruncated {
-                needed: footer.index_bytes(),
-                available: bytes.len() as u64,
+                needed: wanted,
+                available: region.len() as u64,
             });
         }
+        let (bytes, hole_bytes) = region.split_at(footer.index_bytes() as usize);
         let computed = crc32c::crc32c(bytes);
         if computed != footer.index_crc32c {
             return Err(ArchiveError::IndexCrc {
@@ -81,6 +86,16 @@ impl ArchiveIndex {
                 computed,
             });
         }
+        let holes = holes::decode(footer, hole_bytes)?;
+        // The first batch starts at base_offset, or after the declared
+        // holes the object starts with.
+        let mut first_batch = footer.base_offset;
+        for h in &holes {
+            if h.first_offset == first_batch {
+                first_batch = h.end_offset;
+            }
+        }
+        let first_relative = first_batch - footer.base_offset;
         let mut entries: Vec<IndexEntry> = Vec::with_capacity(footer.index_entry_count as usize);
         for (i, raw) in bytes.chunks_exact(INDEX_ENTRY_BYTES).enumerate() {
             let entry = IndexEntry {
@@ -93,8 +108,12 @@ impl ArchiveIndex {
                 reason,
             };
             match entries.last() {
-                None if entry.relative_offset != 0 || entry.position != 0 => {
-                    return Err(invalid("the first entry is not (0, 0)"));
+                None if u64::from(entry.relative_offset) != first_relative
+                    || entry.position != 0 =>
+                {
+                    return Err(invalid(
+                        "the first entry is not (0, 0) (or, after leading holes, (their length, 0))",
+                    ));
                 }
                 Some(prev)
                     if entry.relative_offset <= prev.relative_offset
@@ -105,7 +124,7 @@ impl ArchiveIndex {
                 _ => {}
             }
             if u64::from(entry.position) >= footer.batches_bytes
-                || u64::from(entry.relative_offset) >= footer.record_count()
+                || u64::from(entry.relative_offset) >= footer.offset_span()
             {
                 return Err(invalid("entry points past the batches"));
             }
@@ -117,12 +136,19 @@ impl ArchiveIndex {
         Ok(ArchiveIndex {
             footer: *footer,
             entries,
+            holes,
         })
     }
 
     /// The entries, ascending.
     pub fn entries(&self) -> &[IndexEntry] {
         &self.entries
+    }
+
+    /// The declared holes the object carries, ascending (none in a
+    /// version-1 object): offsets with no record, on purpose.
+    pub fn holes(&self) -> &[HoleRange] {
+        &self.holes
     }
 
     /// The footer this index belongs to.

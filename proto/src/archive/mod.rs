@@ -10,6 +10,7 @@
 //! ```text
 //! [0, batches_bytes)                      batches region: the segment's .log bytes, verbatim
 //! [batches_bytes, +16 * index_entry_count) index region: sparse offset/position/timestamp index
+//! [.., +16 * hole_count)                  holes region (version 2): declared holes
 //! [object_bytes - 112, object_bytes)      footer: fixed size, CRC-32C protected
 //! ```
 //! The batches region is byte-identical to the sealed segment file, so a
@@ -39,7 +40,8 @@
 //! # Files
 //! This file holds the layout constants (field positions, sizes, caps); the
 //! rest is one concern per file: `error` ([`ArchiveError`]), `footer`
-//! ([`Footer`]), `index` ([`ArchiveIndex`]), `walker` (the batch walk the
+//! ([`Footer`]), `holes` ([`HoleRange`], the declared holes an object
+//! carries), `index` ([`ArchiveIndex`]), `walker` (the batch walk the
 //! builder and verifier share), `builder` ([`ArchiveBuilder`]), `splitter`
 //! ([`BatchSplitter`]), `verify` ([`SegmentVerifier`]) and `descriptor`
 //! ([`SegmentDescriptor`]).
@@ -50,6 +52,7 @@ mod builder;
 mod descriptor;
 mod error;
 mod footer;
+mod holes;
 mod index;
 mod splitter;
 mod verify;
@@ -57,19 +60,27 @@ mod walker;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_holes;
 
 pub use builder::{ArchiveBuilder, ArchiveTail};
 pub use descriptor::SegmentDescriptor;
 pub use error::ArchiveError;
 pub use footer::Footer;
+pub use holes::HoleRange;
 pub use index::{ArchiveIndex, Block, IndexEntry};
 pub use splitter::BatchSplitter;
 pub use verify::{Damage, SegmentVerifier, VerifyReport};
 
 /// Magic bytes at the start of the footer: "TRAR" (Tributary ARchive).
 pub const FOOTER_MAGIC: [u8; 4] = *b"TRAR";
-/// Archive object format version written by this build.
-pub const FORMAT_VERSION: u16 = 1;
+/// Newest archive object format version this build reads and writes:
+/// version 2 adds the holes region. An object without declared holes is
+/// still written as version 1 (byte for byte the version-1 layout), so
+/// readers that predate version 2 read every object that has no hole.
+pub const FORMAT_VERSION: u16 = 2;
+/// The version of an object without declared holes.
+pub const FORMAT_VERSION_NO_HOLES: u16 = 1;
 
 // Footer field positions, each derived from the previous one.
 const MAGIC_AT: usize = 0;
@@ -84,14 +95,16 @@ const INDEX_POSITION_AT: usize = BATCHES_BYTES_AT + 8;
 const INDEX_BYTES_AT: usize = INDEX_POSITION_AT + 8;
 const INDEX_ENTRY_COUNT_AT: usize = INDEX_BYTES_AT + 4;
 const INDEX_INTERVAL_AT: usize = INDEX_ENTRY_COUNT_AT + 4;
-const RESERVED_A_AT: usize = INDEX_INTERVAL_AT + 4;
-const FIRST_TS_AT: usize = RESERVED_A_AT + 4;
+// Reserved (0) in version 1.
+const HOLE_COUNT_AT: usize = INDEX_INTERVAL_AT + 4;
+const FIRST_TS_AT: usize = HOLE_COUNT_AT + 4;
 const MAX_TS_AT: usize = FIRST_TS_AT + 8;
 const BATCHES_CRC_AT: usize = MAX_TS_AT + 8;
 const INDEX_CRC_AT: usize = BATCHES_CRC_AT + 4;
 const OBJECT_BYTES_AT: usize = INDEX_CRC_AT + 4;
-const RESERVED_B_AT: usize = OBJECT_BYTES_AT + 8;
-const FOOTER_CRC_AT: usize = RESERVED_B_AT + 4;
+// Reserved (0) in version 1.
+const HOLES_CRC_AT: usize = OBJECT_BYTES_AT + 8;
+const FOOTER_CRC_AT: usize = HOLES_CRC_AT + 4;
 /// Size of the footer, bytes.
 pub const FOOTER_BYTES: usize = FOOTER_CRC_AT + 4;
 const _: () = assert!(FOOTER_BYTES == 112);
@@ -104,6 +117,17 @@ const ENTRY_MAX_TS_AT: usize = ENTRY_POSITION_AT + 4;
 pub const INDEX_ENTRY_BYTES: usize = ENTRY_MAX_TS_AT + 8;
 const _: () = assert!(INDEX_ENTRY_BYTES == 16);
 
+// Hole entry field positions (holes region, version 2).
+const HOLE_FIRST_AT: usize = 0;
+const HOLE_END_AT: usize = HOLE_FIRST_AT + 8;
+/// Size of one hole entry, bytes.
+pub const HOLE_ENTRY_BYTES: usize = HOLE_END_AT + 8;
+const _: () = assert!(HOLE_ENTRY_BYTES == 16);
+/// Most declared holes in one object: bounds the tail read.
+pub const MAX_HOLES: u32 = 1024;
+/// Largest holes region, bytes (16 KiB).
+pub const MAX_HOLES_BYTES: usize = MAX_HOLES as usize * HOLE_ENTRY_BYTES;
+
 /// Most index entries in one object: bounds the tail read.
 pub const MAX_INDEX_ENTRIES: u32 = 4096;
 /// Largest index region, bytes (64 KiB).
@@ -113,9 +137,10 @@ pub const MIN_INDEX_INTERVAL_BYTES: u32 = 4096;
 /// Largest batches region, bytes: positions are `u32` (as in the WAL, whose
 /// `segment_max_bytes` is at most `u32::MAX`).
 pub const MAX_BATCHES_BYTES: u64 = u32::MAX as u64;
-/// A suffix read of this many bytes always holds the footer and the whole
-/// index: the first of the two reads that reach any offset.
-pub const TAIL_READ_BYTES: u64 = (FOOTER_BYTES + MAX_INDEX_BYTES) as u64;
+/// A suffix read of this many bytes always holds the footer, the whole
+/// index and the holes region: the first of the two reads that reach any
+/// offset.
+pub const TAIL_READ_BYTES: u64 = (FOOTER_BYTES + MAX_INDEX_BYTES + MAX_HOLES_BYTES) as u64;
 
 // An object's smallest batches region is one batch header; positions and
 // the index bound fit their fields.

@@ -3,19 +3,23 @@
 
 use bytes::{Bytes, BytesMut};
 
-use super::ArchiveError;
+use super::{ArchiveError, HoleRange, holes};
 use crate::batch::{BatchHeader, EncodedBatch, HEADER_LEN};
 use crate::limits::Limits;
 
 /// Splits a stream of batch bytes, starting at a batch boundary, into
-/// CRC-verified [`EncodedBatch`]es with contiguous offsets. Buffers at most
-/// one batch (bounded by the limits).
+/// CRC-verified [`EncodedBatch`]es with contiguous offsets (a gap is
+/// accepted only when it is exactly declared holes given to
+/// [`BatchSplitter::with_holes`]). Buffers at most one batch (bounded by
+/// the limits).
 #[derive(Debug)]
 pub struct BatchSplitter {
     limits: Limits,
     position: u64,
     next_offset: u64,
     buf: BytesMut,
+    holes: Vec<HoleRange>,
+    crossed: Vec<HoleRange>,
 }
 
 impl BatchSplitter {
@@ -27,6 +31,37 @@ impl BatchSplitter {
             position,
             next_offset: base_offset,
             buf: BytesMut::new(),
+            holes: Vec::new(),
+            crossed: Vec::new(),
+        }
+    }
+
+    /// The same splitter, stepping over gaps that are exactly declared
+    /// holes of `holes` (an object's [`super::ArchiveIndex::holes`]).
+    pub fn with_holes(mut self, holes: &[HoleRange]) -> BatchSplitter {
+        self.holes = holes.to_vec();
+        self
+    }
+
+    /// The declared holes stepped over since the last call, ascending.
+    pub fn take_crossed(&mut self) -> Vec<HoleRange> {
+        std::mem::take(&mut self.crossed)
+    }
+
+    /// Steps from the next offset to `to` if `[next_offset, to)` is exactly
+    /// declared holes (holes at the end of an object); true if the next
+    /// offset is then `to`.
+    pub fn skip_holes_to(&mut self, to: u64) -> bool {
+        if self.next_offset == to {
+            return true;
+        }
+        match holes::chain(&self.holes, self.next_offset, to) {
+            Some(run) => {
+                self.crossed.extend_from_slice(&self.holes[run]);
+                self.next_offset = to;
+                true
+            }
+            None => false,
         }
     }
 
@@ -65,7 +100,7 @@ impl BatchSplitter {
                     source,
                 }
             })?;
-            if batch.base_offset() != self.next_offset {
+            if batch.base_offset() != self.next_offset && !self.skip_holes_to(batch.base_offset()) {
                 return Err(ArchiveError::Discontinuity {
                     position: self.position,
                     expected: self.next_offset,

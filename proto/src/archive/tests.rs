@@ -9,7 +9,11 @@ use crate::batch::EncodedBatch;
 use crate::batch::{Codec, Record, RecordBatch};
 
 /// Encodes `records_per_batch` into contiguous batches from `base`.
-fn segment(base: u64, batches: &[Vec<Record>], codec: Codec) -> (Vec<u8>, Vec<EncodedBatch>) {
+pub(super) fn segment(
+    base: u64,
+    batches: &[Vec<Record>],
+    codec: Codec,
+) -> (Vec<u8>, Vec<EncodedBatch>) {
     let limits = Limits::default();
     let mut offset = base;
     let mut bytes = Vec::new();
@@ -29,7 +33,7 @@ fn segment(base: u64, batches: &[Vec<Record>], codec: Codec) -> (Vec<u8>, Vec<En
     (bytes, encoded)
 }
 
-fn record(ts: i64, value: &[u8]) -> Record {
+pub(super) fn record(ts: i64, value: &[u8]) -> Record {
     Record {
         timestamp_ms: ts,
         key: Some(Bytes::from_static(b"k")),
@@ -58,7 +62,7 @@ fn build(base: u64, bytes: &[u8], chunk: usize) -> Result<(Vec<u8>, Footer), Arc
     Ok((object, tail.footer))
 }
 
-fn open(object: &[u8]) -> Result<(Footer, ArchiveIndex), ArchiveError> {
+pub(super) fn open(object: &[u8]) -> Result<(Footer, ArchiveIndex), ArchiveError> {
     let footer = Footer::decode_from_tail(object)?;
     if footer.object_bytes() != object.len() as u64 {
         return Err(ArchiveError::ObjectSize {
@@ -70,7 +74,7 @@ fn open(object: &[u8]) -> Result<(Footer, ArchiveIndex), ArchiveError> {
     Ok((footer, index))
 }
 
-fn verify(object: &[u8], chunk: usize) -> VerifyReport {
+pub(super) fn verify(object: &[u8], chunk: usize) -> VerifyReport {
     let (footer, index) = open(object).unwrap();
     let mut verifier = SegmentVerifier::new(&index, reader_limits());
     for piece in object[..footer.batches_bytes as usize].chunks(chunk.max(1)) {
@@ -110,7 +114,7 @@ fn footer_layout_matches_format_md() {
         (40, 48, 56, 60)
     );
     assert_eq!(
-        (INDEX_INTERVAL_AT, RESERVED_A_AT, FIRST_TS_AT, MAX_TS_AT),
+        (INDEX_INTERVAL_AT, HOLE_COUNT_AT, FIRST_TS_AT, MAX_TS_AT),
         (64, 68, 72, 80)
     );
     assert_eq!(
@@ -118,12 +122,12 @@ fn footer_layout_matches_format_md() {
             BATCHES_CRC_AT,
             INDEX_CRC_AT,
             OBJECT_BYTES_AT,
-            RESERVED_B_AT,
+            HOLES_CRC_AT,
             FOOTER_CRC_AT
         ),
         (88, 92, 96, 104, 108)
     );
-    assert_eq!(TAIL_READ_BYTES, 112 + 65536);
+    assert_eq!(TAIL_READ_BYTES, 112 + 65536 + 16384);
     let (bytes, _) = simple_segment(7, 3, 10);
     let (object, footer) = build(7, &bytes, 1000).unwrap();
     let tail = &object[object.len() - FOOTER_BYTES..];

@@ -53,7 +53,9 @@ impl VerifyReport {
 /// CRC, and that the batches rebuild exactly the stored index and footer.
 ///
 /// After a damaged batch it skips to the next index entry and goes on, so
-/// the report names each unreadable offset range.
+/// the report names each unreadable offset range. The object's declared
+/// holes ([`ArchiveIndex::holes`]) are not damage: the batches step over
+/// them; any other gap in the offsets is.
 #[derive(Debug)]
 pub struct SegmentVerifier {
     footer: Footer,
@@ -73,19 +75,21 @@ impl SegmentVerifier {
     /// A verifier for the object with this footer and index.
     pub fn new(index: &ArchiveIndex, limits: Limits) -> SegmentVerifier {
         let footer = *index.footer();
+        let holes = index.holes().to_vec();
         let builder = ArchiveBuilder::with_interval(
             footer.base_offset,
             footer.batches_bytes,
             footer.index_interval_bytes,
             limits,
         )
+        .and_then(|b| b.with_holes(&holes))
         .ok();
         SegmentVerifier {
             footer,
             index: index.clone(),
             limits,
             builder,
-            walker: BatchWalker::new(footer.base_offset, 0, limits),
+            walker: BatchWalker::new(footer.base_offset, 0, limits).with_holes(holes),
             skipping_to: None,
             position: 0,
             batches_crc: 0,
@@ -173,7 +177,8 @@ impl SegmentVerifier {
             position,
             reason: err.to_string(),
         });
-        self.walker = BatchWalker::new(end_offset, resume_position, self.limits);
+        self.walker = BatchWalker::new(end_offset, resume_position, self.limits)
+            .with_holes(self.index.holes().to_vec());
         if resume_position > self.position {
             self.skipping_to = Some(resume_position);
         }
@@ -232,7 +237,11 @@ impl SegmentVerifier {
         }
         let rebuilt = self.builder.take().map(ArchiveBuilder::finish);
         let problem = match rebuilt {
-            Some(Ok(tail)) if tail.footer == self.footer && tail.entries == self.index.entries => {
+            Some(Ok(tail))
+                if tail.footer == self.footer
+                    && tail.entries == self.index.entries
+                    && tail.holes == self.index.holes() =>
+            {
                 None
             }
             Some(Ok(tail)) => Some(describe_difference(&self.footer, &tail.footer)),

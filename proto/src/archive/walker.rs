@@ -2,7 +2,7 @@
 //! builder and the verifier share; it holds one batch header,
 //! never a whole batch.
 
-use super::ArchiveError;
+use super::{ArchiveError, HoleRange, holes};
 use crate::batch::{BatchHeader, CRC_START, DecodeError, HEADER_LEN};
 use crate::limits::{BATCH_HEADER_BYTES, Limits};
 
@@ -25,6 +25,10 @@ pub(super) struct BatchWalker {
     header: [u8; HEADER_LEN],
     header_fill: usize,
     body: Option<Body>,
+    /// Declared holes a gap may be (ascending, disjoint).
+    holes: Vec<HoleRange>,
+    /// The holes stepped over so far, ascending.
+    pub(super) crossed: Vec<HoleRange>,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -44,6 +48,42 @@ impl BatchWalker {
             header: [0; HEADER_LEN],
             header_fill: 0,
             body: None,
+            holes: Vec::new(),
+            crossed: Vec::new(),
+        }
+    }
+
+    /// The same walker, stepping over gaps that are exactly declared holes
+    /// of `holes` (ascending and disjoint).
+    pub(super) fn with_holes(mut self, holes: Vec<HoleRange>) -> BatchWalker {
+        self.holes = holes;
+        self
+    }
+
+    /// Steps from the next offset to `to` if `[next_offset, to)` is exactly
+    /// a run of declared holes; false (nothing changed) otherwise.
+    pub(super) fn cross_to(&mut self, to: u64) -> bool {
+        match holes::chain(&self.holes, self.next_offset, to) {
+            Some(run) => {
+                self.crossed.extend_from_slice(&self.holes[run]);
+                self.next_offset = to;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Steps over the declared holes that start at the next offset, one
+    /// after the other (holes at the end of a segment).
+    pub(super) fn cross_trailing(&mut self) {
+        while let Some(h) = self
+            .holes
+            .iter()
+            .find(|h| h.first_offset == self.next_offset)
+            .copied()
+        {
+            self.crossed.push(h);
+            self.next_offset = h.end_offset;
         }
     }
 
@@ -80,7 +120,7 @@ impl BatchWalker {
                 let header =
                     BatchHeader::parse(&self.header, &self.limits).map_err(|e| fail(self, e))?;
                 let start = self.position - HEADER_LEN as u64;
-                if header.base_offset != self.next_offset {
+                if header.base_offset != self.next_offset && !self.cross_to(header.base_offset) {
                     return Err(ArchiveError::Discontinuity {
                         position: start,
                         expected: self.next_offset,
