@@ -15,7 +15,7 @@ use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use broker_core::wal::{Wal, WalError};
-use tributary_api::consumer::Gap;
+use tributary_api::consumer::{Gap, GapKind};
 use tributary_archive::reader::{Archive, Start};
 use tributary_proto::Record;
 use tributary_proto::keys::TopicName;
@@ -73,37 +73,71 @@ fn not_configured(offset: u64, log_start: u64) -> ReadError {
 }
 
 /// Up to `max_count` records of `topic` in `[from, until)` from the archive.
+/// Records of the archive from `from` up to `until` (at most `max_count`),
+/// and the declared holes the read stepped over (as gap notices), so a
+/// consumer learns of a hole in the archive as it does of one in the WAL.
 async fn archive_range(
     archive: &Archive,
     topic: &TopicName,
     from: u64,
     until: u64,
     max_count: usize,
-) -> Result<Vec<(u64, Record)>, ReadError> {
+) -> Result<(Vec<(u64, Record)>, Vec<Gap>), ReadError> {
     if max_count == 0 || from >= until {
-        return Ok(Vec::new());
+        return Ok((Vec::new(), Vec::new()));
     }
     let archive = archive.clone();
     let topic = topic.clone();
     drive(async move || {
         let mut out = Vec::new();
+        let mut holes: Vec<Gap> = Vec::new();
         archive
-            .read(&topic, Start::Offset(from), &mut |r| {
-                if r.offset >= until {
-                    return ControlFlow::Break(());
-                }
-                out.push((r.offset, r.record));
-                if out.len() >= max_count {
-                    ControlFlow::Break(())
-                } else {
-                    ControlFlow::Continue(())
-                }
-            })
+            .read_with_holes(
+                &topic,
+                Start::Offset(from),
+                &mut |r| {
+                    if r.offset >= until {
+                        return ControlFlow::Break(());
+                    }
+                    out.push((r.offset, r.record));
+                    if out.len() >= max_count {
+                        ControlFlow::Break(())
+                    } else {
+                        ControlFlow::Continue(())
+                    }
+                },
+                &mut |hole| {
+                    if hole.end_offset > from && hole.first_offset < until {
+                        holes.push(Gap {
+                            first_offset: hole.first_offset.max(from),
+                            end_offset: hole.end_offset,
+                            kind: GapKind::Hole,
+                            reason: "a declared hole in the archive (no record was ever stored for these offsets)".into(),
+                        });
+                    }
+                },
+            )
             .await
             .map_err(|e| ReadError::Archive(e.to_string()))?;
-        Ok(out)
+        // A read that stopped at `max_count`: holes past its last record
+        // are for the next read.
+        if out.len() >= max_count {
+            let last = out.last().map_or(u64::MAX, |(o, _)| *o);
+            holes.retain(|h| h.first_offset <= last);
+        }
+        Ok((out, holes))
     })
     .await
+}
+
+/// `next` moved past every gap in `gaps` that starts at or before it.
+fn past_gaps(mut next: u64, gaps: &[Gap]) -> u64 {
+    for gap in gaps {
+        if gap.first_offset <= next && next < gap.end_offset {
+            next = gap.end_offset;
+        }
+    }
+    next
 }
 
 /// Up to `max_count` records from `from` (below the high-water mark), in
@@ -128,9 +162,12 @@ pub async fn read_range(
         let log_start = wal.log_start_offset();
         if next < log_start {
             let archive = archive.ok_or_else(|| not_configured(next, log_start))?;
-            let got = archive_range(archive, topic, next, log_start, max_count - out.len()).await?;
+            let (got, holes) =
+                archive_range(archive, topic, next, log_start, max_count - out.len()).await?;
+            let expect = past_gaps(next, &holes);
             match got.first() {
-                Some((first, _)) if *first == next => {}
+                Some((first, _)) if *first == expect => {}
+                None if expect >= log_start => {}
                 _ => {
                     return Err(ReadError::NotArchived {
                         offset: next,
@@ -138,9 +175,8 @@ pub async fn read_range(
                     });
                 }
             }
-            if let Some((last, _)) = got.last() {
-                next = last + 1;
-            }
+            next = past_gaps(got.last().map_or(expect, |(last, _)| last + 1), &holes);
+            gaps.extend(holes);
             out.extend(got);
             if out.len() >= max_count {
                 return Ok(out);
@@ -193,8 +229,20 @@ pub async fn read_offsets(
             && first < log_start
         {
             let archive = archive.ok_or_else(|| not_configured(first, log_start))?;
-            let got = archive_range(archive, topic, first, log_start, LOOKUP_RUN).await?;
-            if got.first().map(|(o, _)| *o) != Some(first) {
+            let (got, holes) = archive_range(archive, topic, first, log_start, LOOKUP_RUN).await?;
+            let first_record = past_gaps(first, &holes);
+            if !holes.is_empty() {
+                wanted.retain(|&o| {
+                    !holes
+                        .iter()
+                        .any(|h| h.first_offset <= o && o < h.end_offset)
+                });
+                gaps.extend(holes);
+            }
+            if first_record >= log_start && got.is_empty() {
+                continue;
+            }
+            if got.first().map(|(o, _)| *o) != Some(first_record) {
                 return Err(ReadError::NotArchived {
                     offset: first,
                     log_start,
