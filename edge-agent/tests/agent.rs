@@ -140,6 +140,7 @@ async fn publish_one_and_batch_with_exact_offsets_and_bytes() {
         "disk_full_records": 0,
         "wal_reopens": 0,
         "wal_fault": null,
+        "damaged_ranges": [],
     });
     assert_eq!(
         listed.body,
@@ -157,7 +158,7 @@ async fn publish_one_and_batch_with_exact_offsets_and_bytes() {
     assert_eq!(health.status, 200);
     assert_eq!(
         health.body,
-        json!({"status": "ok", "edge_id": "e1", "topics": 1, "faults": []})
+        json!({"status": "ok", "edge_id": "e1", "topics": 1, "faults": [], "damaged": []})
     );
 
     let metrics = get(addr, "/metrics").await;
