@@ -104,10 +104,18 @@ fn assert_intact(records: &[(u64, Bytes)], total: u64, missing: std::ops::Range<
     }
 }
 
+/// Appends one record and waits until it is readable: in `async` the
+/// append returns on enqueue, before the writer raised the high-water mark.
 fn append_one(wal: &Wal, id: &str) -> u64 {
-    rt().block_on(wal.append(vec![record(id)], Codec::None))
-        .unwrap()
-        .base_offset
+    rt().block_on(async {
+        let base = wal
+            .append(vec![record(id)], Codec::None)
+            .await
+            .unwrap()
+            .base_offset;
+        wal.wait_for_offset(base).await.unwrap();
+        base
+    })
 }
 
 #[test]

@@ -144,7 +144,9 @@ impl Wal {
                 // Read ahead no further than the budget can use (at least a
                 // batch header, and enough for small batches to share a pread).
                 window.set_refill(budget.clamp(MIN_READ_REFILL_BYTES, MAX_READ_REFILL_BYTES));
-                match read_batch(&mut window, pos, limits).map_err(io_err("read", &path))? {
+                let reason = match read_batch(&mut window, pos, limits)
+                    .map_err(io_err("read", &path))?
+                {
                     Step::End => {
                         // Offsets the segment covers with no batch: a hole.
                         let end = segment_next.min(hwm);
@@ -177,45 +179,43 @@ impl Wal {
                         if budget == 0 {
                             break Some(Ok(std::mem::take(&mut out)));
                         }
+                        continue;
                     }
-                    step => {
-                        let reason = match step {
-                            Step::Bad(e) => e.to_string(),
-                            Step::Batch(b) => format!(
-                                "batch at byte {pos} has base offset {}, expected {expected}",
-                                b.base_offset()
-                            ),
-                            Step::End => String::new(),
-                        };
-                        let resumes = find_next_valid(&mut window, pos, expected, limits)
-                            .map_err(io_err("read", &path))?;
-                        let (end_offset, resume_at) = match resumes {
-                            Some((at, base_offset)) => (base_offset, at),
-                            None => (segment_next.max(expected), visible),
-                        };
-                        let range = self.note_unreadable(UnreadableRange {
-                            first_offset: expected,
-                            end_offset,
-                            kind: UnreadableKind::Damaged {
-                                segment_base: base,
-                                position: pos,
-                                bytes: resume_at - pos,
-                                reason,
-                            },
-                        });
-                        if end_offset <= wanted {
-                            // Damage wholly before what is wanted: step over it.
-                            pos = resume_at;
-                            expected = end_offset;
-                            continue;
-                        }
-                        let range = UnreadableRange {
-                            first_offset: range.first_offset.max(wanted),
-                            ..range
-                        };
-                        break Some(stop(std::mem::take(&mut out), range));
-                    }
+                    Step::Batch(b) => format!(
+                        "batch at byte {pos} has base offset {}, expected {expected}",
+                        b.base_offset()
+                    ),
+                    Step::Bad(e) => e.to_string(),
+                };
+                // Bad bytes at `pos`: the unreadable range runs to the next
+                // valid batch, or to the end of the segment.
+                let resumes = find_next_valid(&mut window, pos, expected, limits)
+                    .map_err(io_err("read", &path))?;
+                let (end_offset, resume_at) = match resumes {
+                    Some((at, base_offset)) => (base_offset, at),
+                    None => (segment_next.max(expected), visible),
+                };
+                let range = self.note_unreadable(UnreadableRange {
+                    first_offset: expected,
+                    end_offset,
+                    kind: UnreadableKind::Damaged {
+                        segment_base: base,
+                        position: pos,
+                        bytes: resume_at - pos,
+                        reason,
+                    },
+                });
+                if end_offset <= wanted {
+                    // Damage wholly before what is wanted: step over it.
+                    pos = resume_at;
+                    expected = end_offset;
+                    continue;
                 }
+                let range = UnreadableRange {
+                    first_offset: range.first_offset.max(wanted),
+                    ..range
+                };
+                break Some(stop(std::mem::take(&mut out), range));
             };
             *buffers = window.into_buffers();
             if let Some(result) = done {
