@@ -5,7 +5,11 @@
 //!   works through 2,000 messages; every offset is acknowledged at least
 //!   once and none is skipped;
 //! - a broker SIGKILL redelivers at most what was acknowledged after the
-//!   last persisted cursor; a graceful stop persists the cursor.
+//!   last persisted cursor; a graceful stop persists the cursor;
+//! - a consumer process SIGTERMed and restarted under the same
+//!   `consumer_name` re-attaches to its exclusive subscription at once
+//!   (issue 16, defect 4); another name gets `409 subscription_busy` naming
+//!   the holding session and when it expires.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -13,7 +17,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use rand::{RngExt, SeedableRng};
-use tributary_api::consumer::{AttachRequest, PublishRecord, StartPosition};
+use tributary_api::client::ClientError;
+use tributary_api::consumer::{AttachRequest, PublishRecord, StartPosition, SubscriptionType};
 use tributary_api::consumer_client::ConsumerClient;
 use tributary_test_support::ports::{free_tcp, free_udp};
 use tributary_test_support::process::{Proc, bin_path};
@@ -123,11 +128,16 @@ fn publish(client: &ConsumerClient, count: u64) {
 }
 
 fn child(url: &str, out: &Path, until_empty: bool) -> Proc {
+    child_with(url, out, until_empty, &[])
+}
+
+fn child_with(url: &str, out: &Path, until_empty: bool, extra: &[&str]) -> Proc {
     let mut command = Command::new(bin_path("consumer_child"));
     command.args([url, TOKEN, TOPIC, "workers"]).arg(out);
     if until_empty {
         command.arg("--until-empty");
     }
+    command.args(extra);
     Proc::new("consumer_child", command)
 }
 
@@ -263,4 +273,87 @@ fn a_broker_restart_redelivers_at_most_what_was_acked_after_the_persisted_cursor
     let third = client.attach(TOPIC, "workers", &attach).unwrap();
     assert_eq!(third.cursor, 300);
     assert_eq!(ack_batches(third.consumer_id, 1), Some(300));
+}
+
+#[test]
+fn a_sigtermed_consumer_restarted_under_its_name_reattaches_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    // The default 30 s session timeout: the restart must not wait for it.
+    let mut broker = Broker::new(dir.path(), "tick_ms = 100");
+    broker.start();
+    broker.create_topic("task_queue");
+    let client = broker.client();
+    const COUNT: u64 = 300;
+    publish(&client, COUNT);
+    let out = dir.path().join("acked.txt");
+    let me = ["--exclusive", "--name", "worker-a"];
+    let mut first = child_with(&broker.url, &out, false, &me);
+    first.start();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while acked_offsets(&out).0.is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the first consumer processed nothing"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SIGTERM: the process ends (no handler) without detaching; its
+    // session and leases stay on the broker.
+    let _ = first.terminate();
+    let before = client.state(TOPIC, "workers").expect("state");
+    assert_eq!(before.consumers.len(), 1, "the dead session is still held");
+    // The same name, restarted: re-attaches at once and finishes the topic
+    // long before the old session's 30 s timeout.
+    let restarted = Instant::now();
+    let mut second = child_with(&broker.url, &out, true, &me);
+    second.start();
+    assert_eq!(second.wait_exit(Duration::from_secs(25)), Some(0));
+    let took = restarted.elapsed();
+    assert_eq!(client.state(TOPIC, "workers").unwrap().cursor, COUNT);
+    let (processed, _) = acked_offsets(&out);
+    assert_eq!(processed, (0..COUNT).collect::<BTreeSet<u64>>());
+    println!("restarted consumer re-attached and drained {COUNT} offsets in {took:?}");
+    assert!(took < Duration::from_secs(20), "took {took:?}");
+
+    // The second process has exited too (without detaching): its session
+    // holds the subscription.
+    let holder = client.state(TOPIC, "workers").expect("state");
+    assert_eq!(holder.consumers.len(), 1, "the dead session is still held");
+    let held_by = holder.consumers[0].consumer_id;
+
+    // Another consumer name is refused, naming the session and its expiry.
+    let other = AttachRequest {
+        subscription_type: SubscriptionType::Exclusive,
+        consumer_name: Some("worker-b".into()),
+        ..AttachRequest::default()
+    };
+    match client.attach(TOPIC, "workers", &other) {
+        Err(ClientError::Api {
+            status,
+            kind,
+            message,
+            ..
+        }) => {
+            assert_eq!(
+                (status, kind.as_str()),
+                (409, "subscription_busy"),
+                "{message}"
+            );
+            assert!(
+                message.contains(&format!(
+                    "consumer session {held_by} (consumer_name \"worker-a\")"
+                )),
+                "{message}"
+            );
+            let expires: u64 = message
+                .split("expires in ")
+                .nth(1)
+                .and_then(|rest| rest.split(' ').next())
+                .and_then(|ms| ms.parse().ok())
+                .unwrap_or_else(|| panic!("no expiry in {message:?}"));
+            assert!((1..=30_001).contains(&expires), "{message}");
+            println!("409 body: {message}");
+        }
+        other => panic!("expected 409 subscription_busy, got {other:?}"),
+    }
 }
