@@ -113,6 +113,9 @@ impl From<ConsumerError> for ApiError {
             } => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "damaged_range", message)
                 .with("first_offset", json!(first_offset))
                 .with("end_offset", json!(end_offset)),
+            ConsumerError::BudgetExceeded(_) => {
+                ApiError::new(StatusCode::INSUFFICIENT_STORAGE, "budget_exceeded", message)
+            }
             ConsumerError::Internal(_) => {
                 tracing::error!(error = %message, "consumer API: internal error");
                 ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)

@@ -220,12 +220,16 @@ impl ConsumerService {
     ///
     /// # Errors
     /// [`ConsumerError::NotFound`], [`ConsumerError::Conflict`]
-    /// (`writer_conflict`: an edge replicates into the topic).
+    /// (`writer_conflict`: an edge replicates into the topic),
+    /// [`ConsumerError::BudgetExceeded`] (nothing stored).
     pub async fn publish(
         &self,
         topic: &TopicName,
         records: Vec<Record>,
     ) -> Result<(u64, u64), ConsumerError> {
+        crate::budget::check(topic)
+            .await
+            .map_err(|e| ConsumerError::BudgetExceeded(e.to_string()))?;
         let ack = self.topics.append_central(topic, records, false).await?;
         Ok((ack.base_offset, ack.next_offset))
     }

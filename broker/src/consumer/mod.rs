@@ -153,6 +153,10 @@ pub enum ConsumerError {
         /// What the WAL said.
         reason: String,
     },
+    /// The broker's un-archived WAL budget is reached (507,
+    /// `budget_exceeded`): nothing was stored; retry with backoff.
+    #[error("{0}")]
+    BudgetExceeded(String),
     /// Storage or metadata failure (500).
     #[error("{0}")]
     Internal(String),

@@ -255,6 +255,13 @@ async fn handle_stream(
                         break 'stream Some(refusal(ErrorCode::Malformed, "batch before open"));
                     };
                     crate::metrics::INGEST.on_batch(batch.header().record_count, batch.len());
+                    // The un-archived byte budget (`crate::budget`): refused
+                    // before it is written; the edge keeps it and retries.
+                    if let Some(topic) = &opened_topic
+                        && let Err(e) = crate::budget::check(topic).await
+                    {
+                        break 'stream Some(refusal(ErrorCode::Unavailable, e.to_string()));
+                    }
                     match wal.enqueue_at(batch).await {
                         Ok(pending) => {
                             if out.send(Out::Ack(pending)).await.is_err() {
