@@ -4,11 +4,15 @@
 //! instead of filling the broker's disk.
 //!
 //! **What counts.** A topic's un-archived bytes are the bytes of its local
-//! segment files minus those of the sealed segments wholly below its
-//! committed tiered offset (`segments/cur` in Raft, under the default
-//! storage prefix). A topic with no committed descriptor counts all its
-//! local bytes: with no tier service running, the budget bounds the whole
-//! local WAL. The budget is off unless configured.
+//! segment files not covered by its committed tiered offset (`segments/cur`
+//! in Raft, under the default storage prefix): every segment except the
+//! sealed ones wholly below that offset. A topic with no committed
+//! descriptor counts all its local bytes: with no tier service running, the
+//! budget bounds the whole local WAL. The limit is checked against the
+//! *sealed* un-archived segments; the active segment (which the tier
+//! service cannot archive before it seals) comes on top, so the un-archived
+//! WAL stays within the budget plus one segment, and a refusal never waits
+//! for a segment that cannot seal. The budget is off unless configured.
 //!
 //! **When reached** (the broker total at or above `unarchived_bytes`, or a
 //! topic at or above its `topics` limit), new batches for the affected
@@ -17,14 +21,15 @@
 //! `budget_exceeded:` (the edge keeps its records and retries with its
 //! backoff, as during a link outage), a central producer gets
 //! `507 budget_exceeded`. Nothing acknowledged is dropped to make room.
-//! Refusals count in `tributary_broker_budget_refusals_total`; the bytes are
-//! `tributary_broker_unarchived_bytes`; one warning is logged when an
-//! episode starts and one line when it ends. Acceptance resumes by itself
-//! once tiering moves the tiered offset (and trims delete the segments).
+//! Refusals count in `tributary_broker_budget_refusals_total`; the bytes
+//! (all un-archived, the active segments included) are
+//! `tributary_broker_unarchived_bytes`; one warning is logged per topic when
+//! an episode starts and one line when it ends. Acceptance resumes by
+//! itself once tiering moves the tiered offset (and trims delete the
+//! segments).
 //!
 //! Committed tiered offsets are re-read every `refresh_ms`; segment sizes
-//! are read live at each check, so the overshoot is at most the batches in
-//! flight when the limit is crossed (well under one segment).
+//! are read live at each check.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -97,7 +102,9 @@ pub struct Budget {
 
 static BUDGET: OnceLock<Arc<Budget>> = OnceLock::new();
 
-/// Un-archived bytes of `wal` given its committed tiered offset.
+/// Un-archived bytes of `wal` given its committed tiered offset: all its
+/// segment bytes except the sealed segments wholly below the offset (the
+/// active segment included).
 pub fn unarchived_bytes(wal: &Wal, tiered_offset: u64) -> u64 {
     let archived: u64 = wal
         .sealed_segments()
@@ -106,6 +113,16 @@ pub fn unarchived_bytes(wal: &Wal, tiered_offset: u64) -> u64 {
         .map(|s| s.bytes)
         .sum();
     wal.size_bytes().saturating_sub(archived)
+}
+
+/// The bytes of `wal`'s sealed segments not wholly below `tiered_offset`:
+/// what the budget limits.
+pub fn sealed_unarchived_bytes(wal: &Wal, tiered_offset: u64) -> u64 {
+    wal.sealed_segments()
+        .iter()
+        .filter(|s| s.next_offset > tiered_offset)
+        .map(|s| s.bytes)
+        .sum()
 }
 
 impl Budget {
@@ -170,12 +187,13 @@ impl Budget {
             .unwrap_or(0)
     }
 
-    /// Un-archived bytes per open topic and in all, now.
+    /// Sealed un-archived bytes (what the limits apply to) per open topic
+    /// and in all, now.
     pub async fn usage(&self) -> (Vec<(TopicName, u64)>, u64) {
         let mut per_topic = Vec::new();
         let mut total = 0u64;
         for (topic, wal) in self.topics.open_topics().await {
-            let bytes = unarchived_bytes(&wal, self.tiered_offset(&topic));
+            let bytes = sealed_unarchived_bytes(&wal, self.tiered_offset(&topic));
             total = total.saturating_add(bytes);
             per_topic.push((topic, bytes));
         }
