@@ -605,6 +605,48 @@ mod tests {
     }
 
     #[test]
+    fn an_unread_lease_is_taken_back_and_a_skipped_range_is_never_leased() {
+        let mut d = Dispatcher::new(
+            0,
+            policy(3, PoisonPolicy::DeadLetter),
+            PersistPolicy::default(),
+            0,
+        );
+        // Leased 0..6; 3..6 could not be read: taken back, not an attempt.
+        let (a, _) = d.lease(0, 1, 6, 10);
+        assert_eq!(offsets(&a), vec![0, 1, 2, 3, 4, 5]);
+        for o in 3..6 {
+            assert!(d.return_unread(o, 0));
+        }
+        assert!(!d.return_unread(3, 0), "only a lease is taken back");
+        assert_eq!(d.in_flight(), 3);
+        // A limit below the returned offsets leases none of them.
+        assert_eq!(d.lease(0, 1, 10, 3).0, vec![]);
+        // Skipping 3..6 is refused until every offset before it was leased
+        // (here it was), then finishes it: never leased again.
+        assert!(!d.skip_range(7, 9), "7 was never leased: refused");
+        assert!(d.skip_range(3, 6));
+        assert_eq!(d.cursor(), 0);
+        for o in 0..3 {
+            let _ = d.ack(o);
+        }
+        assert_eq!(d.cursor(), 6);
+        let (b, _) = d.lease(1, 1, 10, 8);
+        assert_eq!(offsets(&b), vec![6, 7]);
+        assert_eq!(b[0].attempt, 1);
+        assert!(!d.skip_range(8, 8), "an empty range");
+        // Skipping at the cursor moves it.
+        let mut e = Dispatcher::new(
+            5,
+            policy(3, PoisonPolicy::Block),
+            PersistPolicy::default(),
+            0,
+        );
+        assert!(e.skip_range(5, 9));
+        assert_eq!((e.cursor(), e.next_new()), (9, 9));
+    }
+
+    #[test]
     fn nack_redelivers_with_exponential_backoff_then_dead_letters() {
         let mut d = Dispatcher::new(
             0,
