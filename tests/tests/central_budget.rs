@@ -132,12 +132,25 @@ secret_access_key = "testing"
     let mut tier = Proc::new("tier-service", tier);
     tier.start();
     let central = ConsumerClient::new(&format!("http://{admin}"), TOKEN);
-    let create = agent
-        .post(format!("http://{admin}/v1/topics"))
-        .header("Authorization", format!("Bearer {TOKEN}"))
-        .send_json(serde_json::json!({"name": CENTRAL, "intent": "event_stream", "partitions": 0}))
-        .expect("create central topic");
-    assert_eq!(create.status().as_u16(), 201);
+    // The admin API answers once Raft has a leader.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let created = agent
+            .post(format!("http://{admin}/v1/topics"))
+            .header("Authorization", format!("Bearer {TOKEN}"))
+            .send_json(
+                serde_json::json!({"name": CENTRAL, "intent": "event_stream", "partitions": 0}),
+            )
+            .map(|r| r.status().as_u16());
+        if matches!(created, Ok(201)) {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "central topic not created: {created:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 
     // A producer at the edge: 20 records (~4.5 KiB) every 50 ms.
     let stop = Arc::new(AtomicBool::new(false));
