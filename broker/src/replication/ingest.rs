@@ -310,7 +310,14 @@ async fn handle_stream(
         }
     };
     if let Some(frame) = refused {
-        warn!(edge = %identity, refusal = ?frame, "refusing an edge stream");
+        // Budget refusals repeat with every retry of the edge; the budget
+        // logs once per episode (`crate::budget`).
+        if matches!(&frame, Frame::Error { message, .. } if message.starts_with("budget_exceeded:"))
+        {
+            debug!(edge = %identity, refusal = ?frame, "refusing an edge stream");
+        } else {
+            warn!(edge = %identity, refusal = ?frame, "refusing an edge stream");
+        }
         let _ = out.send(Out::Frame(frame)).await;
         let _ = recv.stop(0u32.into());
     }
