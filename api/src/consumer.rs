@@ -260,6 +260,46 @@ pub struct ReceiveResponse {
     /// older clients ignore it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub gaps: Vec<Gap>,
+    /// The damaged range this read stopped at (bytes stored but failing
+    /// verification; the broker may still heal it by re-fetching it): every
+    /// good message before it was returned, none at or after it. Absent
+    /// when the read reached no damage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub damaged: Option<DamagedRange>,
+}
+
+/// A damaged range a subscription waits at: its offsets are stored but fail
+/// verification. The subscription re-reads it (it heals when the broker
+/// rewrites the segment) until `policy_at_ms`; then the poison policy
+/// decides (`dead_letter`: a dead-letter entry names the range and a gap
+/// notice of kind `damaged` moves past it; `block`: delivery stays halted
+/// at `first_offset` until it heals or an operator skips it).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DamagedRange {
+    /// First unreadable offset.
+    pub first_offset: u64,
+    /// Exclusive end of the unreadable range.
+    pub end_offset: u64,
+    /// What the WAL reported (segment, byte position, failed check).
+    pub reason: String,
+    /// When the subscription first reached it, ms since the Unix epoch.
+    pub since_ms: i64,
+    /// When the wait ends and the poison policy applies, ms since the Unix
+    /// epoch (`since_ms` + `damage_wait_ms`).
+    pub policy_at_ms: i64,
+    /// `waiting` (re-reading until `policy_at_ms`) or `blocked` (policy
+    /// `block` applied: halted until it heals or is skipped).
+    pub state: DamageState,
+}
+
+/// Where a subscription stands at a [`DamagedRange`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum DamageState {
+    /// Re-reading the range until the wait ends.
+    Waiting,
+    /// Halted at the range (poison policy `block`).
+    Blocked,
 }
 
 /// Offsets `first_offset..end_offset` that hold no record: a gap notice in a
@@ -472,6 +512,9 @@ pub struct SubscriptionState {
     pub in_flight: u64,
     /// The offset delivery halts at (poison policy `block`).
     pub blocked_at: Option<u64>,
+    /// The damaged range delivery waits or is blocked at, with the reason.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub damaged: Option<DamagedRange>,
     /// Live consumers.
     pub consumers: Vec<ConsumerState>,
     /// The failure policy in force.

@@ -26,6 +26,10 @@
 //! interval_ms = 60000                # delete what every durable subscription
 //! # max_age_ms = 604800000           # acked, or what is older than this
 //!
+//! [budget]                           # optional: un-archived WAL bound
+//! unarchived_bytes = 10737418240     # refuse new batches above 10 GiB
+//! # topics = { "/plant1/readings" = 1073741824 }
+//!
 //! [archive]                          # optional: the tier service's bucket,
 //! prefix = "/tributary"              # for reads below the local WAL
 //! [archive.store]                    # same keys as tier-service's [store]
@@ -87,6 +91,10 @@ pub struct BrokerConfig {
     /// (`[retention]`); see [`crate::storage::retention`].
     #[serde(default)]
     pub retention: LocalRetention,
+    /// The un-archived WAL byte budget (`[budget]`); off unless a limit is
+    /// set. See [`crate::budget`].
+    #[serde(default)]
+    pub budget: crate::budget::BudgetConfig,
 }
 
 /// `[retention]`: local retention when no tier service runs. Off by

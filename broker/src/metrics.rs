@@ -17,6 +17,8 @@
 //! | `tributary_broker_topic_wal_bytes` | gauge | `topic`: bytes of the local WAL segment files |
 //! | `tributary_broker_topic_tiered_offset` | gauge | `topic`: committed tiered offset (every offset below it is archived) |
 //! | `tributary_broker_topic_tier_backlog_records` | gauge | `topic`: high-water mark minus tiered offset |
+//! | `tributary_broker_unarchived_bytes` | gauge | none: local WAL bytes not covered by a committed tiered offset, all open topics (`crate::budget`) |
+//! | `tributary_broker_budget_refusals_total` | counter | none: batches refused by the un-archived byte budget (edge streams and central publishes) |
 //! | `tributary_broker_raft_term` | gauge | none |
 //! | `tributary_broker_raft_leader_id` | gauge | none: the leader's node id, 0 when none is known |
 //! | `tributary_broker_raft_is_leader` | gauge | none: 1 on the leader |
@@ -146,6 +148,7 @@ pub async fn render(state: &MetricsState) -> Result<String, std::fmt::Error> {
     let tiered = TopicGauge::default();
     let backlog = TopicGauge::default();
     let keys = StorageKeys::new(DEFAULT_STORAGE_PREFIX).ok();
+    let mut unarchived = 0u64;
     for (topic, wal) in state.topics.open_topics().await {
         let label = TopicLabel {
             topic: topic.as_str().to_string(),
@@ -162,6 +165,7 @@ pub async fn render(state: &MetricsState) -> Result<String, std::fmt::Error> {
             None => None,
         };
         let t = tiered_offset.unwrap_or(0);
+        unarchived = unarchived.saturating_add(crate::budget::unarchived_bytes(&wal, t));
         tiered.get_or_create(&label).set(t);
         backlog.get_or_create(&label).set(high.saturating_sub(t));
     }
@@ -189,6 +193,18 @@ pub async fn render(state: &MetricsState) -> Result<String, std::fmt::Error> {
         "tributary_broker_topic_tier_backlog_records",
         "Records stored but not yet archived: high-water mark minus tiered offset.",
         backlog,
+    );
+    gauge(
+        &mut registry,
+        "tributary_broker_unarchived_bytes",
+        "Local WAL bytes not covered by a committed tiered offset (all open topics).",
+        unarchived,
+    );
+    counter(
+        &mut registry,
+        "tributary_broker_budget_refusals",
+        "Batches refused because the un-archived WAL budget was reached.",
+        crate::budget::installed().map_or(0, |b| b.refusals()),
     );
     let status = state.cluster.status();
     gauge(

@@ -135,6 +135,14 @@ pub async fn run(
         consumers.set_archive(crate::consumer::tiered::open_archive(archive)?);
     }
     let ticker = consumers.spawn_ticker();
+    let _budget = if config.budget.enabled() {
+        let budget =
+            crate::budget::Budget::new(config.budget.clone(), topics.clone(), state.store.clone());
+        budget.refresh().await;
+        crate::budget::Budget::install(budget)
+    } else {
+        None
+    };
     let retention = config.retention.interval_ms.map(|ms| {
         crate::storage::retention::spawn(
             topics.clone(),

@@ -42,6 +42,52 @@ struct Harness {
     _dir: tempfile::TempDir,
 }
 
+/// One byte of a topic's WAL segment file, flipped by a test and put back.
+struct Flip {
+    path: std::path::PathBuf,
+    position: u64,
+    original: u8,
+}
+
+impl Flip {
+    /// Flips the byte at `position` of the first segment of `topic`.
+    fn at(h: &Harness, topic: &str, position: u64) -> Flip {
+        let name = TopicName::new(topic).unwrap();
+        let dir = h
+            ._dir
+            .path()
+            .join("topics")
+            .join(name.namespace())
+            .join(name.topic());
+        let path = dir.join(format!("{:020}.log", 0));
+        let mut bytes = std::fs::read(&path).unwrap();
+        let index = usize::try_from(position).unwrap();
+        let original = bytes[index];
+        bytes[index] ^= 0xff;
+        write_in_place(&path, &bytes);
+        Flip {
+            path,
+            position,
+            original,
+        }
+    }
+
+    /// Puts the original byte back (the range heals).
+    fn restore(&self) {
+        let mut bytes = std::fs::read(&self.path).unwrap();
+        bytes[usize::try_from(self.position).unwrap()] = self.original;
+        write_in_place(&self.path, &bytes);
+    }
+}
+
+fn write_in_place(path: &std::path::Path, bytes: &[u8]) {
+    use std::io::{Seek, Write};
+    let mut file = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    file.seek(std::io::SeekFrom::Start(0)).unwrap();
+    file.write_all(bytes).unwrap();
+    file.sync_data().unwrap();
+}
+
 struct Reply {
     status: u16,
     body: Value,
@@ -1100,4 +1146,314 @@ fn leases_redelivery_and_ephemeral_expiry_follow_the_injected_clock() {
         std::thread::sleep(Duration::from_millis(20));
     }
     assert_eq!(api_status(h.client.receive(JOBS, "tail", c, 1, 0)).0, 404);
+}
+
+// ---- Damaged ranges (issue 16, defect 3, consumer part) -------------------
+
+const DAMAGED: &str = "/default/damaged";
+
+/// A topic with three batches of ten records (offsets 0..10, 10..20,
+/// 20..30) whose second batch has a flipped byte (stored, fails its CRC).
+/// Returns the flip (to heal it).
+fn damaged_topic(h: &Harness) -> Flip {
+    h.create_topic(DAMAGED, "task_queue");
+    let values: Vec<String> = (0..30).map(|i| format!("record-{i}")).collect();
+    let mut sizes = Vec::new();
+    for chunk in values.chunks(10) {
+        let chunk: Vec<&str> = chunk.iter().map(String::as_str).collect();
+        let (base, _) = h.publish(DAMAGED, &chunk);
+        let name = TopicName::new(DAMAGED).unwrap();
+        let log = h
+            ._dir
+            .path()
+            .join("topics")
+            .join(name.namespace())
+            .join(name.topic())
+            .join(format!("{:020}.log", 0));
+        // The append is durable when publish answers; wait until the file
+        // shows it (the size is what positions the flip).
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let len = std::fs::metadata(&log).map(|m| m.len()).unwrap_or(0);
+            if len > sizes.last().copied().unwrap_or(0) {
+                sizes.push(len);
+                break;
+            }
+            assert!(Instant::now() < deadline, "batch at {base} not on disk");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+    // The middle of the second batch.
+    Flip::at(h, DAMAGED, (sizes[0] + sizes[1]) / 2)
+}
+
+fn offsets_of(messages: &[tributary_api::consumer::Message]) -> Vec<u64> {
+    messages.iter().map(|m| m.offset).collect()
+}
+
+fn damage_config(wait_ms: u64) -> ConsumerConfig {
+    ConsumerConfig {
+        damage_wait_ms: wait_ms,
+        ..fast()
+    }
+}
+
+#[test]
+fn leases_stop_before_a_damaged_range_wait_then_dead_letter_it_with_a_gap_notice() {
+    let h = Harness::start(damage_config(1500));
+    let _flip = damaged_topic(&h);
+    let consumer = h.attach(DAMAGED, "work", SubscriptionType::Shared);
+    h.patch_policy(DAMAGED, "work", json!({"poison_policy": "dead_letter"}));
+    std::thread::sleep(Duration::from_millis(300)); // policy refresh
+    let first = h
+        .client
+        .receive(DAMAGED, "work", consumer, 100, 500)
+        .unwrap();
+    // Every good record before the damage, and the damage named.
+    assert_eq!(offsets_of(&first.messages), (0..10).collect::<Vec<_>>());
+    let damaged = first.damaged.clone().expect("damaged range reported");
+    assert_eq!((damaged.first_offset, damaged.end_offset), (10, 20));
+    assert_eq!(damaged.state, tributary_api::consumer::DamageState::Waiting);
+    assert!(damaged.reason.contains("unreadable"), "{}", damaged.reason);
+    assert!(first.gaps.is_empty());
+    // No lease for an offset that could not be read.
+    let state = h.client.state(DAMAGED, "work").unwrap();
+    assert_eq!(state.in_flight, 10);
+    assert_eq!(state.damaged.as_ref().map(|d| d.first_offset), Some(10));
+    h.client
+        .ack(DAMAGED, "work", consumer, &(0..10).collect::<Vec<_>>())
+        .unwrap();
+    let waiting = h
+        .client
+        .receive(DAMAGED, "work", consumer, 100, 300)
+        .unwrap();
+    assert!(waiting.messages.is_empty());
+    assert_eq!(waiting.damaged.map(|d| d.first_offset), Some(10));
+    assert_eq!(h.client.state(DAMAGED, "work").unwrap().in_flight, 0);
+    // After the wait: a dead-letter entry names the range, a gap notice of
+    // kind damaged moves past it, and the records after it come.
+    let mut gaps = Vec::new();
+    let mut after = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while after.len() < 10 {
+        assert!(Instant::now() < deadline, "stuck: {gaps:?} {after:?}");
+        let got = h
+            .client
+            .receive(DAMAGED, "work", consumer, 100, 1000)
+            .unwrap();
+        gaps.extend(got.gaps);
+        let offsets = offsets_of(&got.messages);
+        if !offsets.is_empty() {
+            h.client.ack(DAMAGED, "work", consumer, &offsets).unwrap();
+        }
+        after.extend(offsets);
+    }
+    assert_eq!(after, (20..30).collect::<Vec<_>>());
+    assert_eq!(gaps.len(), 1, "{gaps:?}");
+    assert_eq!(
+        (gaps[0].first_offset, gaps[0].end_offset, gaps[0].kind),
+        (10, 20, tributary_api::consumer::GapKind::Damaged)
+    );
+    assert!(
+        gaps[0].reason.contains("dead-letter entry"),
+        "{}",
+        gaps[0].reason
+    );
+    let state = h.client.state(DAMAGED, "work").unwrap();
+    assert_eq!(
+        (state.cursor, state.in_flight, state.damaged),
+        (30, 0, None)
+    );
+    let dlq = h.client.peek("/default/damaged-dlq", None, 10).unwrap();
+    assert_eq!(dlq.messages.len(), 1);
+    let header = |name: &str| {
+        dlq.messages[0]
+            .headers
+            .iter()
+            .find(|x| x.name == name)
+            .and_then(|x| x.value.clone())
+    };
+    assert_eq!(header("x-damaged-range").as_deref(), Some("10..20"));
+    assert_eq!(header("x-original-topic-offset").as_deref(), Some("10"));
+}
+
+#[test]
+fn a_damaged_range_that_heals_within_the_wait_is_delivered_exactly() {
+    let h = Harness::start(damage_config(60_000));
+    let flip = damaged_topic(&h);
+    let consumer = h.attach(DAMAGED, "work", SubscriptionType::Shared);
+    let first = h
+        .client
+        .receive(DAMAGED, "work", consumer, 100, 500)
+        .unwrap();
+    assert_eq!(offsets_of(&first.messages), (0..10).collect::<Vec<_>>());
+    assert_eq!(first.damaged.map(|d| d.end_offset), Some(20));
+    h.client
+        .ack(DAMAGED, "work", consumer, &(0..10).collect::<Vec<_>>())
+        .unwrap();
+    // Cursor reads and peek on the same damage.
+    let cursor_sub = h.client.attach(
+        DAMAGED,
+        "reader",
+        &AttachRequest {
+            subscription_type: SubscriptionType::Exclusive,
+            start: StartPosition::Earliest,
+            ..AttachRequest::default()
+        },
+    );
+    let reader = cursor_sub.unwrap().consumer_id;
+    let read = h.client.read(DAMAGED, "reader", reader, 100, 500).unwrap();
+    assert_eq!(offsets_of(&read.messages), (0..10).collect::<Vec<_>>());
+    assert_eq!(read.damaged.map(|d| d.first_offset), Some(10));
+    h.client.ack_up_to(DAMAGED, "reader", reader, 9).unwrap();
+    let at_damage = h.client.read(DAMAGED, "reader", reader, 100, 300).unwrap();
+    assert!(at_damage.messages.is_empty());
+    assert_eq!(at_damage.cursor, 10);
+    let peek = h.client.peek(DAMAGED, None, 100).unwrap();
+    assert_eq!(offsets_of(&peek.messages), (0..10).collect::<Vec<_>>());
+    let (status, kind) = api_status(h.client.peek(DAMAGED, Some(10), 100));
+    assert_eq!((status, kind.as_str()), (503, "damaged_range"));
+    let peek_after = h.client.peek(DAMAGED, Some(20), 100).unwrap();
+    assert_eq!(
+        offsets_of(&peek_after.messages),
+        (20..30).collect::<Vec<_>>()
+    );
+
+    // The range heals (the segment is rewritten): the same reads succeed,
+    // every record once, no gap.
+    flip.restore();
+    let mut leased = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while leased.len() < 20 {
+        assert!(Instant::now() < deadline, "after heal got {leased:?}");
+        let got = h
+            .client
+            .receive(DAMAGED, "work", consumer, 100, 1000)
+            .unwrap();
+        assert!(got.gaps.is_empty(), "{:?}", got.gaps);
+        leased.extend(offsets_of(&got.messages));
+    }
+    assert_eq!(leased, (10..30).collect::<Vec<_>>());
+    let read = h.client.read(DAMAGED, "reader", reader, 100, 1000).unwrap();
+    assert_eq!(offsets_of(&read.messages), (10..30).collect::<Vec<_>>());
+    assert!(read.gaps.is_empty() && read.damaged.is_none());
+    let peek = h.client.peek(DAMAGED, Some(10), 100).unwrap();
+    assert_eq!(offsets_of(&peek.messages), (10..30).collect::<Vec<_>>());
+}
+
+#[test]
+fn block_halts_at_a_damaged_range_with_the_reason_until_it_heals() {
+    let h = Harness::start(damage_config(1000));
+    let flip = damaged_topic(&h);
+    let attach = AttachRequest {
+        subscription_type: SubscriptionType::Exclusive,
+        start: StartPosition::Earliest,
+        ..AttachRequest::default()
+    };
+    let leaser = h
+        .client
+        .attach(DAMAGED, "ledger", &attach)
+        .unwrap()
+        .consumer_id;
+    let reader = h
+        .client
+        .attach(DAMAGED, "cursor", &attach)
+        .unwrap()
+        .consumer_id;
+    for sub in ["ledger", "cursor"] {
+        h.patch_policy(DAMAGED, sub, json!({"poison_policy": "block"}));
+    }
+    std::thread::sleep(Duration::from_millis(300)); // policy refresh
+    let got = h
+        .client
+        .receive(DAMAGED, "ledger", leaser, 100, 500)
+        .unwrap();
+    assert_eq!(offsets_of(&got.messages), (0..10).collect::<Vec<_>>());
+    h.client
+        .ack(DAMAGED, "ledger", leaser, &(0..10).collect::<Vec<_>>())
+        .unwrap();
+    let read = h.client.read(DAMAGED, "cursor", reader, 100, 500).unwrap();
+    assert_eq!(offsets_of(&read.messages), (0..10).collect::<Vec<_>>());
+    h.client.ack_up_to(DAMAGED, "cursor", reader, 9).unwrap();
+    // The wait ends: blocked at 10, with the reason, for both read kinds.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    for sub in ["ledger", "cursor"] {
+        loop {
+            let got = if sub == "ledger" {
+                h.client.receive(DAMAGED, sub, leaser, 100, 300).unwrap()
+            } else {
+                h.client.read(DAMAGED, sub, reader, 100, 300).unwrap()
+            };
+            assert!(got.messages.is_empty() && got.gaps.is_empty(), "{got:?}");
+            if got.blocked_at == Some(10) {
+                let damaged = got.damaged.expect("reason");
+                assert_eq!(damaged.state, tributary_api::consumer::DamageState::Blocked);
+                assert_eq!((damaged.first_offset, damaged.end_offset), (10, 20));
+                break;
+            }
+            assert!(Instant::now() < deadline, "{sub} not blocked");
+        }
+        let state = h.client.state(DAMAGED, sub).unwrap();
+        assert_eq!(
+            (state.blocked_at, state.in_flight, state.cursor),
+            (Some(10), 0, 10)
+        );
+        assert!(state.damaged.is_some());
+    }
+    // Nothing was dead-lettered.
+    assert_eq!(
+        api_status(h.client.peek("/default/damaged-dlq", None, 1)).0,
+        404
+    );
+    // It heals: both continue with exactly the rest.
+    flip.restore();
+    let got = h
+        .client
+        .receive(DAMAGED, "ledger", leaser, 100, 2000)
+        .unwrap();
+    assert_eq!(offsets_of(&got.messages), (10..30).collect::<Vec<_>>());
+    assert_eq!((got.blocked_at, got.damaged), (None, None));
+    let read = h.client.read(DAMAGED, "cursor", reader, 100, 2000).unwrap();
+    assert_eq!(offsets_of(&read.messages), (10..30).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_cursor_read_moves_past_a_damaged_range_after_the_wait_with_a_dead_letter_entry() {
+    let h = Harness::start(damage_config(1000));
+    let _flip = damaged_topic(&h);
+    let attach = AttachRequest {
+        subscription_type: SubscriptionType::Exclusive,
+        start: StartPosition::Earliest,
+        ..AttachRequest::default()
+    };
+    let reader = h
+        .client
+        .attach(DAMAGED, "cursor", &attach)
+        .unwrap()
+        .consumer_id;
+    h.patch_policy(DAMAGED, "cursor", json!({"poison_policy": "dead_letter"}));
+    std::thread::sleep(Duration::from_millis(300)); // policy refresh
+    let read = h.client.read(DAMAGED, "cursor", reader, 100, 500).unwrap();
+    assert_eq!(offsets_of(&read.messages), (0..10).collect::<Vec<_>>());
+    h.client.ack_up_to(DAMAGED, "cursor", reader, 9).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let moved = loop {
+        let got = h.client.read(DAMAGED, "cursor", reader, 100, 1000).unwrap();
+        if !got.gaps.is_empty() || !got.messages.is_empty() {
+            break got;
+        }
+        assert!(Instant::now() < deadline, "cursor read stuck at the damage");
+    };
+    assert_eq!(moved.gaps.len(), 1, "{:?}", moved.gaps);
+    assert_eq!(
+        (moved.gaps[0].first_offset, moved.gaps[0].end_offset),
+        (10, 20)
+    );
+    assert_eq!(
+        moved.gaps[0].kind,
+        tributary_api::consumer::GapKind::Damaged
+    );
+    assert_eq!(offsets_of(&moved.messages), (20..30).collect::<Vec<_>>());
+    let dlq = h.client.peek("/default/damaged-dlq", None, 10).unwrap();
+    assert_eq!(dlq.messages.len(), 1);
 }

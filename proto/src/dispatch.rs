@@ -199,9 +199,15 @@ impl Dispatcher {
             .count()
     }
 
+    /// The next offset never leased yet.
+    pub fn next_new(&self) -> u64 {
+        self.next_new
+    }
+
     /// Leases up to `max` messages to `consumer`: due redeliveries first,
-    /// then new offsets below `high_water_mark`. Expired leases are
-    /// processed first; their actions are returned too.
+    /// then new offsets, all below `high_water_mark` (the driver passes a
+    /// lower limit to lease nothing at or past an offset it cannot read).
+    /// Expired leases are processed first; their actions are returned too.
     pub fn lease(
         &mut self,
         now_ms: i64,
@@ -216,7 +222,7 @@ impl Dispatcher {
             if out.len() >= max {
                 break;
             }
-            if self.blocked_at.is_some_and(|b| offset > b) {
+            if self.blocked_at.is_some_and(|b| offset > b) || offset >= high_water_mark {
                 break;
             }
             if let SlotState::Ready { at_ms } = slot.state
@@ -317,6 +323,52 @@ impl Dispatcher {
             }
         }
         released
+    }
+
+    /// Takes back the lease of `offset` that the driver could not read (so
+    /// never handed to the consumer): it is ready again at `now_ms` and the
+    /// attempt does not count. Returns whether it was leased.
+    pub fn return_unread(&mut self, offset: u64, now_ms: i64) -> bool {
+        match self.slots.get_mut(&offset) {
+            Some(slot) if matches!(slot.state, SlotState::Leased { .. }) => {
+                slot.attempts = slot.attempts.saturating_sub(1);
+                slot.state = SlotState::Ready { at_ms: now_ms };
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Finishes `first..end` without delivering it: an unreadable range the
+    /// poison policy moved past (its dead-letter entry is written). Leases
+    /// and redeliveries in it are forgotten. Refused (returns false, nothing
+    /// changes) unless every offset below `first` was leased at least once
+    /// (`first <= next_new`), so nothing before the range is skipped.
+    pub fn skip_range(&mut self, first: u64, end: u64) -> bool {
+        if first > self.next_new || end <= first {
+            return false;
+        }
+        if self.cursor >= first {
+            self.slots = self.slots.split_off(&end);
+            self.cursor = self.cursor.max(end);
+        } else {
+            for offset in first..end {
+                self.slots.insert(
+                    offset,
+                    Slot {
+                        attempts: 0,
+                        state: SlotState::Done,
+                    },
+                );
+            }
+        }
+        self.next_new = self.next_new.max(end);
+        if self.blocked_at.is_some_and(|b| first <= b && b < end) {
+            self.blocked_at = None;
+        }
+        self.acks_since_persist += 1;
+        self.advance();
+        true
     }
 
     /// The failure policy in force.
@@ -550,6 +602,48 @@ mod tests {
         assert_eq!(d.ack(11), AckOutcome::NoOp);
         assert_eq!(d.ack(99), AckOutcome::NoOp);
         assert_eq!(d.in_flight(), 1);
+    }
+
+    #[test]
+    fn an_unread_lease_is_taken_back_and_a_skipped_range_is_never_leased() {
+        let mut d = Dispatcher::new(
+            0,
+            policy(3, PoisonPolicy::DeadLetter),
+            PersistPolicy::default(),
+            0,
+        );
+        // Leased 0..6; 3..6 could not be read: taken back, not an attempt.
+        let (a, _) = d.lease(0, 1, 6, 10);
+        assert_eq!(offsets(&a), vec![0, 1, 2, 3, 4, 5]);
+        for o in 3..6 {
+            assert!(d.return_unread(o, 0));
+        }
+        assert!(!d.return_unread(3, 0), "only a lease is taken back");
+        assert_eq!(d.in_flight(), 3);
+        // A limit below the returned offsets leases none of them.
+        assert_eq!(d.lease(0, 1, 10, 3).0, vec![]);
+        // Skipping 3..6 is refused until every offset before it was leased
+        // (here it was), then finishes it: never leased again.
+        assert!(!d.skip_range(7, 9), "7 was never leased: refused");
+        assert!(d.skip_range(3, 6));
+        assert_eq!(d.cursor(), 0);
+        for o in 0..3 {
+            let _ = d.ack(o);
+        }
+        assert_eq!(d.cursor(), 6);
+        let (b, _) = d.lease(1, 1, 10, 8);
+        assert_eq!(offsets(&b), vec![6, 7]);
+        assert_eq!(b[0].attempt, 1);
+        assert!(!d.skip_range(8, 8), "an empty range");
+        // Skipping at the cursor moves it.
+        let mut e = Dispatcher::new(
+            5,
+            policy(3, PoisonPolicy::Block),
+            PersistPolicy::default(),
+            0,
+        );
+        assert!(e.skip_range(5, 9));
+        assert_eq!((e.cursor(), e.next_new()), (9, 9));
     }
 
     #[test]

@@ -68,6 +68,12 @@ impl Moto {
         self.addr
     }
 
+    /// The server's process id (a test stops and resumes it with SIGSTOP /
+    /// SIGCONT to make the object store unreachable).
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// The S3 endpoint URL, `http://127.0.0.1:{port}`.
     pub fn endpoint(&self) -> String {
         format!("http://{}", self.addr)

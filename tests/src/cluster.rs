@@ -68,6 +68,10 @@ admin_token = "e2e-test-token"
 cert = "{certs}/broker-1.pem"
 key = "{certs}/broker-1.key"
 ca = "{certs}/ca.pem"
+# A consumer waits this long at a damaged central range (it may heal)
+# before the poison policy applies; short for tests.
+[consumers]
+damage_wait_ms = 3000
 "#,
                 data = broker_data.display(),
                 raft = free_udp(),

@@ -5,7 +5,17 @@
 //!   works through 2,000 messages; every offset is acknowledged at least
 //!   once and none is skipped;
 //! - a broker SIGKILL redelivers at most what was acknowledged after the
-//!   last persisted cursor; a graceful stop persists the cursor.
+//!   last persisted cursor; a graceful stop persists the cursor;
+//! - a consumer process SIGTERMed and restarted under the same
+//!   `consumer_name` re-attaches to its exclusive subscription at once
+//!   (issue 16, defect 4); another name gets `409 subscription_busy` naming
+//!   the holding session and when it expires;
+//! - a centrally produced topic (no edge to re-fetch from) whose sealed
+//!   segment has a flipped byte: lease and cursor consumers get every good
+//!   record exactly once, wait `damage_wait_ms` at the damage, then the
+//!   poison policy (`dead_letter`) writes a dead-letter entry naming the
+//!   range and moves past it with a gap notice; no lease is left in flight
+//!   (issue 16, defect 3, consumer part).
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
@@ -13,7 +23,8 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use rand::{RngExt, SeedableRng};
-use tributary_api::consumer::{AttachRequest, PublishRecord, StartPosition};
+use tributary_api::client::ClientError;
+use tributary_api::consumer::{AttachRequest, PublishRecord, StartPosition, SubscriptionType};
 use tributary_api::consumer_client::ConsumerClient;
 use tributary_test_support::ports::{free_tcp, free_udp};
 use tributary_test_support::process::{Proc, bin_path};
@@ -123,11 +134,16 @@ fn publish(client: &ConsumerClient, count: u64) {
 }
 
 fn child(url: &str, out: &Path, until_empty: bool) -> Proc {
+    child_with(url, out, until_empty, &[])
+}
+
+fn child_with(url: &str, out: &Path, until_empty: bool, extra: &[&str]) -> Proc {
     let mut command = Command::new(bin_path("consumer_child"));
     command.args([url, TOKEN, TOPIC, "workers"]).arg(out);
     if until_empty {
         command.arg("--until-empty");
     }
+    command.args(extra);
     Proc::new("consumer_child", command)
 }
 
@@ -263,4 +279,271 @@ fn a_broker_restart_redelivers_at_most_what_was_acked_after_the_persisted_cursor
     let third = client.attach(TOPIC, "workers", &attach).unwrap();
     assert_eq!(third.cursor, 300);
     assert_eq!(ack_batches(third.consumer_id, 1), Some(300));
+}
+
+#[test]
+fn a_sigtermed_consumer_restarted_under_its_name_reattaches_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    // The default 30 s session timeout: the restart must not wait for it.
+    let mut broker = Broker::new(dir.path(), "tick_ms = 100");
+    broker.start();
+    broker.create_topic("task_queue");
+    let client = broker.client();
+    const COUNT: u64 = 300;
+    publish(&client, COUNT);
+    let out = dir.path().join("acked.txt");
+    let me = ["--exclusive", "--name", "worker-a"];
+    let mut first = child_with(&broker.url, &out, false, &me);
+    first.start();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while acked_offsets(&out).0.is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "the first consumer processed nothing"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // SIGTERM: the process ends (no handler) without detaching; its
+    // session and leases stay on the broker.
+    let _ = first.terminate();
+    let before = client.state(TOPIC, "workers").expect("state");
+    assert_eq!(before.consumers.len(), 1, "the dead session is still held");
+    // The same name, restarted: re-attaches at once and finishes the topic
+    // long before the old session's 30 s timeout.
+    let restarted = Instant::now();
+    let mut second = child_with(&broker.url, &out, true, &me);
+    second.start();
+    assert_eq!(second.wait_exit(Duration::from_secs(25)), Some(0));
+    let took = restarted.elapsed();
+    assert_eq!(client.state(TOPIC, "workers").unwrap().cursor, COUNT);
+    let (processed, _) = acked_offsets(&out);
+    assert_eq!(processed, (0..COUNT).collect::<BTreeSet<u64>>());
+    println!("restarted consumer re-attached and drained {COUNT} offsets in {took:?}");
+    assert!(took < Duration::from_secs(20), "took {took:?}");
+
+    // The second process has exited too (without detaching): its session
+    // holds the subscription.
+    let holder = client.state(TOPIC, "workers").expect("state");
+    assert_eq!(holder.consumers.len(), 1, "the dead session is still held");
+    let held_by = holder.consumers[0].consumer_id;
+
+    // Another consumer name is refused, naming the session and its expiry.
+    let other = AttachRequest {
+        subscription_type: SubscriptionType::Exclusive,
+        consumer_name: Some("worker-b".into()),
+        ..AttachRequest::default()
+    };
+    match client.attach(TOPIC, "workers", &other) {
+        Err(ClientError::Api {
+            status,
+            kind,
+            message,
+            ..
+        }) => {
+            assert_eq!(
+                (status, kind.as_str()),
+                (409, "subscription_busy"),
+                "{message}"
+            );
+            assert!(
+                message.contains(&format!(
+                    "consumer session {held_by} (consumer_name \"worker-a\")"
+                )),
+                "{message}"
+            );
+            let expires: u64 = message
+                .split("expires in ")
+                .nth(1)
+                .and_then(|rest| rest.split(' ').next())
+                .and_then(|ms| ms.parse().ok())
+                .unwrap_or_else(|| panic!("no expiry in {message:?}"));
+            assert!((1..=30_001).contains(&expires), "{message}");
+            println!("409 body: {message}");
+        }
+        other => panic!("expected 409 subscription_busy, got {other:?}"),
+    }
+}
+
+/// Lengths of `log` after each of `count` publishes of `per` records.
+fn publish_batches(
+    client: &ConsumerClient,
+    log: &Path,
+    first: u64,
+    count: u64,
+    per: u64,
+) -> Vec<u64> {
+    let mut sizes = Vec::new();
+    for b in 0..count {
+        let base = first + b * per;
+        let records = (base..base + per)
+            .map(|i| PublishRecord {
+                value: Some(format!("job-{i}")),
+                ..PublishRecord::default()
+            })
+            .collect();
+        let r = client.publish(TOPIC, records).expect("publish");
+        assert_eq!(r.base_offset, base);
+        sizes.push(std::fs::metadata(log).map(|m| m.len()).unwrap_or(0));
+    }
+    sizes
+}
+
+#[test]
+fn a_damaged_sealed_segment_of_a_central_topic_is_dead_lettered_after_the_wait_and_nothing_hangs() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut broker = Broker::new(
+        dir.path(),
+        "tick_ms = 100\ndamage_wait_ms = 2000\n[wal]\nsegment_max_age_ms = 1000",
+    );
+    broker.start();
+    broker.create_topic("task_queue");
+    let client = broker.client();
+    let topic_dir = dir.path().join("broker/topics/default/jobs");
+    let log = topic_dir.join(format!("{:020}.log", 0));
+    // Three batches of 100 in the first segment.
+    let sizes = publish_batches(&client, &log, 0, 3, 100);
+    assert!(
+        sizes[0] > 0 && sizes[0] < sizes[1] && sizes[1] < sizes[2],
+        "{sizes:?}"
+    );
+    // The segment seals after 1 s: later records go to a new segment.
+    let mut next = 300;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let segments = std::fs::read_dir(&topic_dir)
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .path()
+                    .extension()
+                    .is_some_and(|x| x == "log")
+            })
+            .count();
+        if segments >= 2 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the first segment never sealed");
+        std::thread::sleep(Duration::from_millis(300));
+        publish_batches(&client, &log, next, 1, 100);
+        next += 100;
+    }
+    let sealed_len = std::fs::metadata(&log).unwrap().len();
+    publish_batches(&client, &log, next, 1, 100);
+    next += 100;
+    assert_eq!(std::fs::metadata(&log).unwrap().len(), sealed_len, "sealed");
+    // A bit flip in the middle of the second batch (offsets 100..200).
+    broker.proc.kill();
+    let mut bytes = std::fs::read(&log).unwrap();
+    let at = usize::try_from((sizes[0] + sizes[1]) / 2).unwrap();
+    bytes[at] ^= 0x10;
+    std::fs::write(&log, &bytes).unwrap();
+    broker.start();
+
+    let started = Instant::now();
+    // Peek from 0: the good records before the damage, not an error.
+    let peek = client.peek(TOPIC, Some(0), 500).expect("peek");
+    assert_eq!(
+        peek.messages.iter().map(|m| m.offset).collect::<Vec<_>>(),
+        (0..100).collect::<Vec<_>>()
+    );
+    let expected: BTreeSet<u64> = (0..next).filter(|o| !(100..200).contains(o)).collect();
+
+    // Leases (shared subscription).
+    let attach = AttachRequest {
+        start: StartPosition::Earliest,
+        ..AttachRequest::default()
+    };
+    let leaser = client
+        .attach(TOPIC, "workers", &attach)
+        .unwrap()
+        .consumer_id;
+    let mut got = BTreeSet::new();
+    let mut gaps = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while got.len() < expected.len() {
+        assert!(
+            Instant::now() < deadline,
+            "lease consumer stuck: {} of {}, {gaps:?}",
+            got.len(),
+            expected.len()
+        );
+        let batch = client
+            .receive(TOPIC, "workers", leaser, 500, 500)
+            .expect("receive");
+        gaps.extend(batch.gaps);
+        let offsets: Vec<u64> = batch.messages.iter().map(|m| m.offset).collect();
+        for m in &batch.messages {
+            assert!(got.insert(m.offset), "offset {} delivered twice", m.offset);
+            assert_eq!(
+                m.value.as_deref(),
+                Some(format!("job-{}", m.offset).as_str())
+            );
+        }
+        if !offsets.is_empty() {
+            client.ack(TOPIC, "workers", leaser, &offsets).expect("ack");
+        }
+    }
+    assert_eq!(got, expected);
+    assert_eq!(gaps.len(), 1, "{gaps:?}");
+    assert_eq!((gaps[0].first_offset, gaps[0].end_offset), (100, 200));
+    assert_eq!(gaps[0].kind, tributary_api::consumer::GapKind::Damaged);
+    let state = client.state(TOPIC, "workers").unwrap();
+    assert_eq!(
+        (state.cursor, state.in_flight, state.damaged),
+        (next, 0, None)
+    );
+
+    // Cursor reads (exclusive subscription).
+    let exclusive = AttachRequest {
+        subscription_type: SubscriptionType::Exclusive,
+        start: StartPosition::Earliest,
+        ..AttachRequest::default()
+    };
+    let reader = client
+        .attach(TOPIC, "audit", &exclusive)
+        .unwrap()
+        .consumer_id;
+    let mut read = BTreeSet::new();
+    let mut read_gaps = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while read.len() < expected.len() {
+        assert!(
+            Instant::now() < deadline,
+            "cursor reader stuck: {} of {}",
+            read.len(),
+            expected.len()
+        );
+        let batch = client.read(TOPIC, "audit", reader, 500, 500).expect("read");
+        read_gaps.extend(batch.gaps);
+        for m in &batch.messages {
+            assert!(read.insert(m.offset), "offset {} read twice", m.offset);
+        }
+        if let Some(last) = batch.messages.last() {
+            client
+                .ack_up_to(TOPIC, "audit", reader, last.offset)
+                .expect("ack up to");
+        }
+    }
+    assert_eq!(read, expected);
+    assert_eq!(read_gaps.len(), 1, "{read_gaps:?}");
+    assert_eq!(
+        (read_gaps[0].first_offset, read_gaps[0].end_offset),
+        (100, 200)
+    );
+    let took = started.elapsed();
+
+    // One dead-letter entry per subscription names the range.
+    let dlq = client
+        .peek("/default/jobs-dlq", None, 10)
+        .expect("dead-letter topic");
+    assert_eq!(dlq.messages.len(), 2);
+    for m in &dlq.messages {
+        let range = m.headers.iter().find(|h| h.name == "x-damaged-range");
+        assert_eq!(range.and_then(|h| h.value.as_deref()), Some("100..200"));
+    }
+    println!(
+        "central damage 100..200: {} records each for leases and cursor reads, dead-lettered after the 2 s wait, in {took:?}",
+        expected.len()
+    );
 }

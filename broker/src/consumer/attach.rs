@@ -108,7 +108,7 @@ impl ConsumerService {
             request.consumer_name.clone(),
             || self.next_consumer.fetch_add(1, Ordering::Relaxed),
         );
-        let (consumer_id, active) = attached.map_err(|refusal| match refusal {
+        let attached = attached.map_err(|refusal| match refusal {
             AttachRefusal::TypeMismatch { existing } => ConsumerError::Conflict {
                 kind: "type_mismatch",
                 message: format!(
@@ -117,13 +117,24 @@ impl ConsumerService {
                     request.subscription_type.as_str()
                 ),
             },
-            AttachRefusal::Busy { holder } => ConsumerError::Conflict {
+            AttachRefusal::Busy {
+                holder,
+                holder_name,
+                expires_in_ms,
+            } => ConsumerError::Conflict {
                 kind: "subscription_busy",
                 message: format!(
-                    "subscription {name} of {topic} is exclusive and consumer {holder} is attached"
+                    "subscription {name} of {topic} is exclusive and held by consumer session {holder} (consumer_name {}); that session expires in {expires_in_ms} ms unless it calls again (a consumer re-attaching with the holder's consumer_name takes over at once)",
+                    holder_name.as_deref().map_or_else(|| "none".to_owned(), |n| format!("{n:?}"))
                 ),
             },
         })?;
+        let consumer_id = attached.consumer_id;
+        let active = attached.active;
+        if let Some((old, released)) = attached.replaced {
+            info!(%topic, subscription = %name, consumer = consumer_id, replaced = old, released, "consumer re-attached under its name: its earlier session ended and its leases are redelivered");
+            sub.changed.notify_waiters();
+        }
         info!(%topic, subscription = %name, consumer = consumer_id, created, "consumer attached");
         let policy = st.dispatcher().policy().clone();
         let source = source.unwrap_or(view.source);

@@ -54,7 +54,7 @@ impl ConsumerService {
         st
     }
 
-    fn dead_letter_topic(
+    pub(super) fn dead_letter_topic(
         &self,
         sub: &Sub,
         dead_letter_topic: Option<&str>,
@@ -190,8 +190,10 @@ impl ConsumerService {
                     .find(|(k, _)| k == n)
                     .map(|(_, v)| v.clone())
             };
+            // An entry naming a damaged range holds no message to replay.
             if header("x-original-topic").as_deref() != Some(topic_text.as_bytes())
                 || header("x-original-subscription").as_deref() != Some(sub_text.as_bytes())
+                || header(super::damage::DAMAGED_RANGE_HEADER).is_some()
             {
                 continue;
             }

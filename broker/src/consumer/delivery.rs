@@ -11,7 +11,8 @@ use tributary_proto::dispatch::{AckOutcome, Action, DispatchError};
 use tributary_proto::keys::TopicName;
 
 use super::{
-    ConsumerError, ConsumerService, Sub, invalid, log_actions, records, subscription_name, tiered,
+    ConsumerError, ConsumerService, Sub, damage, invalid, log_actions, records, subscription_name,
+    tiered,
 };
 
 /// The end of a long poll of `max_wait_ms` from `now_ms` (Unix ms).
@@ -51,15 +52,18 @@ impl ConsumerService {
         let sub = self.sub(topic, &name).await?;
         let deadline = deadline_after(self.now_ms(), max_wait_ms);
         loop {
+            let moved_past = self.check_damage(&sub, false).await?;
             let now = self.now_ms();
-            let (deliveries, active, paused, blocked_at, cursor, next_due, hwm) = {
+            let (deliveries, active, paused, cursor, next_due, hwm) = {
                 let mut st = self.session(&sub, consumer).await?;
                 let hwm = sub.wal.high_water_mark();
                 let active = st.is_active(consumer);
                 let paused = st.meta().paused;
                 let mut deliveries = Vec::new();
                 if active && !paused {
-                    let (leased, actions) = st.lease(now, consumer, max as usize, hwm);
+                    // Nothing is leased at or past a known damaged range.
+                    let limit = st.lease_limit(hwm);
+                    let (leased, actions) = st.lease(now, consumer, max as usize, limit);
                     deliveries = leased;
                     log_actions(&sub, &actions);
                     st = self.flush_dead_letters(&sub, st).await;
@@ -69,47 +73,71 @@ impl ConsumerService {
                     deliveries,
                     active,
                     paused,
-                    dispatcher.blocked_at(),
                     dispatcher.cursor(),
                     dispatcher.poll_timeout(),
                     hwm,
                 )
             };
-            if !deliveries.is_empty() || now >= deadline {
-                let offsets: Vec<u64> = deliveries.iter().map(|d| d.offset).collect();
-                let mut gaps = Vec::new();
-                let found =
-                    tiered::read_offsets(&sub.wal, self.archive(), &sub.topic, &offsets, &mut gaps)
-                        .await?;
-                let cursor = if gaps.is_empty() {
-                    cursor
-                } else {
-                    self.settle_gaps(&sub, consumer, &mut gaps, &offsets)
-                        .await?
-                };
-                let messages = deliveries
-                    .iter()
-                    .filter_map(|d| {
-                        found.get(&d.offset).map(|record| {
-                            let mut m = records::to_message(d.offset, record, encoding);
-                            m.attempt = d.attempt;
-                            m.lease_deadline_ms = Some(d.deadline_ms);
-                            m
-                        })
-                    })
-                    .collect();
-                return Ok(ReceiveResponse {
-                    messages,
-                    cursor,
-                    high_water_mark: hwm,
-                    active,
-                    paused,
-                    blocked_at,
-                    gaps,
-                });
+            if deliveries.is_empty() && moved_past.is_empty() && now < deadline {
+                let wake = next_due.unwrap_or(deadline).min(deadline);
+                wait_for_change(&sub, hwm, now, wake).await;
+                continue;
             }
-            let wake = next_due.unwrap_or(deadline).min(deadline);
-            wait_for_change(&sub, hwm, now, wake).await;
+            let offsets: Vec<u64> = deliveries.iter().map(|d| d.offset).collect();
+            let mut gaps = Vec::new();
+            let found =
+                tiered::read_offsets(&sub.wal, self.archive(), &sub.topic, &offsets, &mut gaps)
+                    .await?;
+            if let Some(damaged) = damage::take_damaged(&mut gaps) {
+                // Leased a moment ago and unreadable: taken back, never
+                // handed out (the subscription waits at the range).
+                self.note_damage(&sub, &damaged).await;
+                let mut st = self.session(&sub, consumer).await?;
+                st.return_unread(
+                    offsets
+                        .iter()
+                        .copied()
+                        .filter(|&o| o >= damaged.first_offset),
+                    now,
+                );
+            }
+            let mut cursor = if gaps.is_empty() {
+                cursor
+            } else {
+                self.settle_gaps(&sub, consumer, &mut gaps, &offsets)
+                    .await?
+            };
+            let messages: Vec<_> = deliveries
+                .iter()
+                .filter_map(|d| {
+                    found.get(&d.offset).map(|record| {
+                        let mut m = records::to_message(d.offset, record, encoding);
+                        m.attempt = d.attempt;
+                        m.lease_deadline_ms = Some(d.deadline_ms);
+                        m
+                    })
+                })
+                .collect();
+            gaps.extend(moved_past);
+            if messages.is_empty() && gaps.is_empty() && now < deadline {
+                wait_for_change(&sub, hwm, now, deadline.min(now + 250)).await;
+                continue;
+            }
+            let (blocked_at, damaged) = {
+                let st = self.session(&sub, consumer).await?;
+                cursor = cursor.max(st.dispatcher().cursor());
+                self.halt_view(&st)
+            };
+            return Ok(ReceiveResponse {
+                messages,
+                cursor,
+                high_water_mark: hwm,
+                active,
+                paused,
+                blocked_at,
+                gaps,
+                damaged,
+            });
         }
     }
 
@@ -132,53 +160,84 @@ impl ConsumerService {
         let sub = self.sub(topic, &name).await?;
         let deadline = deadline_after(self.now_ms(), max_wait_ms);
         loop {
-            let (cursor, active, paused, blocked_at) = {
+            let moved_past = self.check_damage(&sub, true).await?;
+            let (cursor, active, paused, limit) = {
                 let st = self.session(&sub, consumer).await?;
                 (
                     st.dispatcher().cursor(),
                     st.is_active(consumer),
                     st.meta().paused,
-                    st.dispatcher().blocked_at(),
+                    st.lease_limit(sub.wal.high_water_mark()),
                 )
             };
             let hwm = sub.wal.high_water_mark();
             let now = self.now_ms();
-            if (active && !paused && cursor < hwm) || now >= deadline {
-                let mut gaps = Vec::new();
-                let records = if active && !paused {
-                    let limit = max as usize;
-                    tiered::read_range(
-                        &sub.wal,
-                        self.archive(),
-                        &sub.topic,
-                        cursor,
-                        limit,
-                        &mut gaps,
-                    )
-                    .await?
-                } else {
-                    Vec::new()
-                };
-                let cursor = if gaps.is_empty() {
-                    cursor
-                } else {
-                    self.settle_gaps(&sub, consumer, &mut gaps, &[]).await?
-                };
-                return Ok(ReceiveResponse {
-                    messages: records
-                        .iter()
-                        .map(|(offset, record)| records::to_message(*offset, record, encoding))
-                        .collect(),
-                    cursor,
-                    high_water_mark: hwm,
-                    active,
-                    paused,
-                    blocked_at,
-                    gaps,
-                });
+            let readable = active && !paused && cursor < limit;
+            if !readable && moved_past.is_empty() && now < deadline {
+                wait_for_change(&sub, cursor.max(hwm), now, deadline.min(now + 250)).await;
+                continue;
             }
-            wait_for_change(&sub, cursor.max(hwm), now, deadline).await;
+            let mut gaps = Vec::new();
+            let records = if readable {
+                tiered::read_range(
+                    &sub.wal,
+                    self.archive(),
+                    &sub.topic,
+                    cursor,
+                    max as usize,
+                    &mut gaps,
+                )
+                .await?
+            } else {
+                Vec::new()
+            };
+            if let Some(damaged) = damage::take_damaged(&mut gaps) {
+                self.note_damage(&sub, &damaged).await;
+            }
+            let mut cursor = if gaps.is_empty() {
+                cursor
+            } else {
+                self.settle_gaps(&sub, consumer, &mut gaps, &[]).await?
+            };
+            gaps.extend(moved_past);
+            if records.is_empty() && gaps.is_empty() && now < deadline {
+                wait_for_change(&sub, cursor.max(hwm), now, deadline.min(now + 250)).await;
+                continue;
+            }
+            let (blocked_at, damaged) = {
+                let st = self.session(&sub, consumer).await?;
+                cursor = cursor.max(st.dispatcher().cursor());
+                self.halt_view(&st)
+            };
+            return Ok(ReceiveResponse {
+                messages: records
+                    .iter()
+                    .map(|(offset, record)| records::to_message(*offset, record, encoding))
+                    .collect(),
+                cursor,
+                high_water_mark: hwm,
+                active,
+                paused,
+                blocked_at,
+                gaps,
+                damaged,
+            });
         }
+    }
+
+    /// Where delivery halts: the poison block's offset (or a blocked damaged
+    /// range's first offset), and the damaged range it waits or is blocked
+    /// at.
+    pub(super) fn halt_view(
+        &self,
+        st: &super::session::Subscription,
+    ) -> (Option<u64>, Option<tributary_api::consumer::DamagedRange>) {
+        let damage = st.damage();
+        let blocked = st
+            .dispatcher()
+            .blocked_at()
+            .or(damage.filter(|d| d.blocked).map(|d| d.first));
+        (blocked, damage.map(|d| d.view(self.damage_wait_ms())))
     }
 
     /// Settles the offsets of `gaps` (ranges a read found holding no record)

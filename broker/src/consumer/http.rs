@@ -106,6 +106,16 @@ impl From<ConsumerError> for ApiError {
                 "archive_not_configured",
                 message,
             ),
+            ConsumerError::Damaged {
+                first_offset,
+                end_offset,
+                ..
+            } => ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "damaged_range", message)
+                .with("first_offset", json!(first_offset))
+                .with("end_offset", json!(end_offset)),
+            ConsumerError::BudgetExceeded(_) => {
+                ApiError::new(StatusCode::INSUFFICIENT_STORAGE, "budget_exceeded", message)
+            }
             ConsumerError::Internal(_) => {
                 tracing::error!(error = %message, "consumer API: internal error");
                 ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)

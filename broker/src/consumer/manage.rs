@@ -170,6 +170,7 @@ impl ConsumerService {
         if let Some(sub) = loaded {
             let st = sub.state.lock().await;
             let dispatcher = st.dispatcher();
+            let (blocked_at, damaged) = self.halt_view(&st);
             return Ok(SubscriptionState {
                 topic: topic.to_string(),
                 subscription: name.to_string(),
@@ -180,7 +181,8 @@ impl ConsumerService {
                 persisted_cursor: dispatcher.persisted_cursor(),
                 high_water_mark: sub.wal.high_water_mark(),
                 in_flight: dispatcher.in_flight() as u64,
-                blocked_at: dispatcher.blocked_at(),
+                blocked_at,
+                damaged,
                 consumers: st.consumers(),
                 failure_policy: dispatcher.policy().clone(),
             });
@@ -208,6 +210,7 @@ impl ConsumerService {
             high_water_mark: wal.high_water_mark(),
             in_flight: 0,
             blocked_at: None,
+            damaged: None,
             consumers: Vec::new(),
             failure_policy: policy,
         })
@@ -217,12 +220,16 @@ impl ConsumerService {
     ///
     /// # Errors
     /// [`ConsumerError::NotFound`], [`ConsumerError::Conflict`]
-    /// (`writer_conflict`: an edge replicates into the topic).
+    /// (`writer_conflict`: an edge replicates into the topic),
+    /// [`ConsumerError::BudgetExceeded`] (nothing stored).
     pub async fn publish(
         &self,
         topic: &TopicName,
         records: Vec<Record>,
     ) -> Result<(u64, u64), ConsumerError> {
+        crate::budget::check(topic)
+            .await
+            .map_err(|e| ConsumerError::BudgetExceeded(e.to_string()))?;
         let ack = self.topics.append_central(topic, records, false).await?;
         Ok((ack.base_offset, ack.next_offset))
     }
@@ -252,6 +259,18 @@ impl ConsumerService {
         let limit = max as usize;
         let mut gaps = Vec::new();
         let found = tiered::read_range(&wal, self.archive(), topic, from, limit, &mut gaps).await?;
+        // A damaged range ends the read: the good records before it, or,
+        // when the read starts in it, a typed error naming it.
+        if let Some(damaged) = super::damage::take_damaged(&mut gaps)
+            && found.is_empty()
+            && gaps.is_empty()
+        {
+            return Err(ConsumerError::Damaged {
+                first_offset: damaged.first_offset,
+                end_offset: damaged.end_offset,
+                reason: damaged.reason,
+            });
+        }
         let messages: Vec<Message> = found
             .iter()
             .map(|(o, r)| records::to_message(*o, r, encoding))
@@ -268,6 +287,7 @@ impl ConsumerService {
             paused: false,
             blocked_at: None,
             gaps,
+            damaged: None,
         })
     }
 }

@@ -34,6 +34,7 @@
 //! deployments, or the broker the edge replicates to).
 
 mod attach;
+mod damage;
 mod dead_letter;
 mod delivery;
 pub mod http;
@@ -80,6 +81,12 @@ pub struct ConsumerConfig {
     pub tick_ms: u64,
     /// How often stored failure policies are re-read, ms. Default 2000.
     pub policy_refresh_ms: u64,
+    /// How long a subscription waits at a damaged range (re-reading it:
+    /// the broker may heal it by re-fetching it from the edge) before the
+    /// poison policy applies (`dead_letter`: a dead-letter entry and a gap
+    /// notice; `block`: halted until it heals or is skipped), ms. Default
+    /// 60000.
+    pub damage_wait_ms: u64,
 }
 
 impl Default for ConsumerConfig {
@@ -90,6 +97,7 @@ impl Default for ConsumerConfig {
             session_timeout_ms: 30_000,
             tick_ms: 250,
             policy_refresh_ms: 2000,
+            damage_wait_ms: 60_000,
         }
     }
 }
@@ -133,6 +141,22 @@ pub enum ConsumerError {
     /// Records over the size limits (413); nothing stored.
     #[error("{0}")]
     TooLarge(String),
+    /// A read that reached a damaged range before any good record (503,
+    /// `damaged_range`; it may heal: retry). Peek only: subscriptions wait
+    /// at the range and report it in the response.
+    #[error("offsets {first_offset}..{end_offset} are damaged: {reason}")]
+    Damaged {
+        /// First damaged offset.
+        first_offset: u64,
+        /// Exclusive end.
+        end_offset: u64,
+        /// What the WAL said.
+        reason: String,
+    },
+    /// The broker's un-archived WAL budget is reached (507,
+    /// `budget_exceeded`): nothing was stored; retry with backoff.
+    #[error("{0}")]
+    BudgetExceeded(String),
     /// Storage or metadata failure (500).
     #[error("{0}")]
     Internal(String),

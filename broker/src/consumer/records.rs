@@ -30,6 +30,11 @@ pub fn gap_for(from: u64, range: &UnreadableRange) -> Gap {
     }
 }
 
+/// Whether `range` is damaged bytes (which may heal) rather than a hole.
+fn is_damaged(range: &UnreadableRange) -> bool {
+    matches!(range.kind, UnreadableKind::Damaged { .. })
+}
+
 /// Why records could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
@@ -87,9 +92,10 @@ fn decode_into(
 }
 
 /// Up to `max_count` records from `from` (below the high-water mark), by
-/// offset. Unreadable ranges (declared holes, damaged bytes) are stepped
-/// over and each is added to `gaps` (at most [`MAX_GAPS_PER_READ`] per
-/// call): never skipped silently.
+/// offset. Declared holes are stepped over and each is added to `gaps` (at
+/// most [`MAX_GAPS_PER_READ`] per call): never skipped silently. A damaged
+/// range ends the read: it is added to `gaps` (kind `damaged`, always the
+/// last entry) and nothing at or after it is returned.
 ///
 /// # Errors
 /// [`ReadError`].
@@ -107,6 +113,10 @@ pub fn read_range_blocking(
             Ok(batches) => batches,
             Err(WalError::Unreadable(range)) if range.end_offset > next => {
                 gaps.push(gap_for(next, &range));
+                if is_damaged(&range) {
+                    // May heal: the read stops here (the caller waits).
+                    break;
+                }
                 next = range.end_offset;
                 stepped += 1;
                 if stepped >= MAX_GAPS_PER_READ {
@@ -134,8 +144,9 @@ pub fn read_range_blocking(
 }
 
 /// The records at `offsets` (each below the high-water mark), by offset.
-/// An offset in an unreadable range (declared hole, damaged bytes) has no
-/// record; the range is added to `gaps`.
+/// An offset in a declared hole has no record; the range is added to
+/// `gaps`. A damaged range ends the read: it is added to `gaps` (kind
+/// `damaged`, the last entry) and no offset at or after it is returned.
 ///
 /// # Errors
 /// [`ReadError`].
@@ -156,6 +167,10 @@ pub fn read_offsets_blocking(
             Err(WalError::Unreadable(range)) if range.end_offset > offset => {
                 // The whole range, not just the leased part of it.
                 gaps.push(gap_for(range.first_offset, &range));
+                if is_damaged(&range) {
+                    // May heal: nothing at or after it is returned.
+                    break;
+                }
                 while i < wanted.len() && wanted[i] < range.end_offset {
                     i += 1;
                 }

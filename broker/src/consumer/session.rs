@@ -24,6 +24,8 @@ use tributary_proto::dispatch::{AckOutcome, Action, DispatchError, Dispatcher, L
 use tributary_proto::intent::{PoisonPolicy, SubscriptionFailurePolicy};
 
 use super::SubscriptionMeta;
+use super::damage::DamageWait;
+use tributary_api::consumer::Gap;
 
 /// The timing rules of consumer sessions, ms.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,18 +63,36 @@ pub(crate) struct DeadLetterCopy {
 }
 
 /// Why an attach is refused.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum AttachRefusal {
     /// The subscription has another type.
     TypeMismatch {
         /// Its type.
         existing: SubscriptionType,
     },
-    /// Exclusive, and this consumer session holds it.
+    /// Exclusive, and another live consumer session (of another name)
+    /// holds it.
     Busy {
         /// The attached consumer.
         holder: u64,
+        /// Its `consumer_name`, if it gave one.
+        holder_name: Option<String>,
+        /// When its session expires unless it calls again, ms from now.
+        expires_in_ms: i64,
     },
+}
+
+/// An accepted attach.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Attached {
+    /// The new session's id.
+    pub consumer_id: u64,
+    /// Whether it receives now.
+    pub active: bool,
+    /// The earlier session of the same `consumer_name` it replaced (ended
+    /// at once, its leases ready for redelivery), with how many leases it
+    /// gave back.
+    pub replaced: Option<(u64, usize)>,
 }
 
 /// Why a call naming a consumer session is refused.
@@ -110,6 +130,8 @@ pub(crate) struct Subscription {
     pending_dead_letters: Vec<(u64, u32, String)>,
     last_policy_refresh_ms: i64,
     removed: bool,
+    /// The damaged range delivery waits or is blocked at.
+    damage: Option<DamageWait>,
 }
 
 impl Subscription {
@@ -132,6 +154,7 @@ impl Subscription {
             pending_dead_letters: Vec::new(),
             last_policy_refresh_ms: now_ms,
             removed: false,
+            damage: None,
         }
     }
 
@@ -143,6 +166,78 @@ impl Subscription {
     /// Type, durability, pause flag.
     pub fn meta(&self) -> &SubscriptionMeta {
         &self.meta
+    }
+
+    /// The damaged range delivery waits or is blocked at.
+    pub fn damage(&self) -> Option<&DamageWait> {
+        self.damage.as_ref()
+    }
+
+    /// The offset nothing is leased at or past: the high-water mark, or a
+    /// known damaged range's first offset below it.
+    pub fn lease_limit(&self, high_water_mark: u64) -> u64 {
+        self.damage
+            .as_ref()
+            .map_or(high_water_mark, |d| d.first.min(high_water_mark))
+    }
+
+    /// A read stopped at damaged `gap` at `now_ms`: remembered as the range
+    /// delivery waits at (the earliest one wins; the wait of a range already
+    /// known keeps its start). Returns whether it is new.
+    pub fn note_damage(&mut self, gap: &Gap, now_ms: i64) -> bool {
+        match &mut self.damage {
+            Some(d) if d.first == gap.first_offset => {
+                d.end = gap.end_offset;
+                d.reason.clone_from(&gap.reason);
+                false
+            }
+            Some(d) if d.first < gap.first_offset => false,
+            _ => {
+                self.damage = Some(DamageWait {
+                    first: gap.first_offset,
+                    end: gap.end_offset,
+                    reason: gap.reason.clone(),
+                    since_ms: now_ms,
+                    blocked: false,
+                });
+                true
+            }
+        }
+    }
+
+    /// The damaged range healed or was skipped; returns whether one was
+    /// known.
+    pub fn clear_damage(&mut self) -> bool {
+        self.damage.take().is_some()
+    }
+
+    /// Poison policy `block` at the damaged range.
+    pub fn block_damage(&mut self) {
+        if let Some(d) = &mut self.damage {
+            d.blocked = true;
+        }
+    }
+
+    /// Moves past the damaged range (its dead-letter entry is written):
+    /// finishes its offsets without delivering them. Returns false (nothing
+    /// changes) if delivery has not reached it.
+    pub fn skip_damage(&mut self) -> bool {
+        let Some(d) = &self.damage else {
+            return false;
+        };
+        if !self.dispatcher.skip_range(d.first, d.end) {
+            return false;
+        }
+        self.damage = None;
+        true
+    }
+
+    /// Takes back the leases of `offsets` that could not be read (never
+    /// handed to the consumer) at `now_ms`.
+    pub fn return_unread(&mut self, offsets: impl IntoIterator<Item = u64>, now_ms: i64) {
+        for offset in offsets {
+            let _ = self.dispatcher.return_unread(offset, now_ms);
+        }
     }
 
     /// The consumer that receives on an exclusive or failover subscription:
@@ -175,29 +270,51 @@ impl Subscription {
     }
 
     /// Opens a session at `now_ms` asking for `requested` type, named by
-    /// `next_id` (called only if the attach is accepted); returns its id and
-    /// whether it is active.
+    /// `next_id` (called only if the attach is accepted).
+    ///
+    /// A consumer re-attaching with the `name` of a session that still
+    /// exists (it restarted before its old session timed out) takes that
+    /// session over at once: the old session ends and its leases are ready
+    /// for redelivery. Failover keeps its order: the new session is the
+    /// newest.
     ///
     /// # Errors
     /// [`AttachRefusal`] for another type, or an exclusive subscription
-    /// with a session.
+    /// held by a session of another name.
     pub fn attach(
         &mut self,
         now_ms: i64,
         requested: SubscriptionType,
         name: Option<String>,
         next_id: impl FnOnce() -> u64,
-    ) -> Result<(u64, bool), AttachRefusal> {
+    ) -> Result<Attached, AttachRefusal> {
         if self.meta.subscription_type != requested {
             return Err(AttachRefusal::TypeMismatch {
                 existing: self.meta.subscription_type,
             });
         }
+        let same_name = name.as_ref().and_then(|n| {
+            self.sessions
+                .iter()
+                .find(|(_, s)| s.name.as_ref() == Some(n))
+                .map(|(&id, _)| id)
+        });
         if self.meta.subscription_type == SubscriptionType::Exclusive
             && let Some(holder) = self.active_consumer()
+            && Some(holder) != same_name
         {
-            return Err(AttachRefusal::Busy { holder });
+            let session = &self.sessions[&holder];
+            let expires_at = session
+                .last_seen_ms
+                .saturating_add(self.timings.session_timeout_ms)
+                .saturating_add(1);
+            return Err(AttachRefusal::Busy {
+                holder,
+                holder_name: session.name.clone(),
+                expires_in_ms: expires_at.saturating_sub(now_ms).max(0),
+            });
         }
+        let replaced = same_name.map(|old| (old, self.detach(now_ms, old)));
         let consumer = next_id();
         self.sessions.insert(
             consumer,
@@ -206,7 +323,11 @@ impl Subscription {
                 last_seen_ms: now_ms,
             },
         );
-        Ok((consumer, self.is_active(consumer)))
+        Ok(Attached {
+            consumer_id: consumer,
+            active: self.is_active(consumer),
+            replaced,
+        })
     }
 
     /// Records a call of `consumer` at `now_ms` (keeps its session alive).
@@ -362,6 +483,7 @@ impl Subscription {
     /// confirmation then changes nothing).
     pub fn seek(&mut self, cursor: u64) {
         self.dispatcher.seek(cursor);
+        self.damage = None;
     }
 
     /// The cursor to write now, if any: batching per the persist policy,
@@ -460,6 +582,14 @@ mod tests {
         Subscription::new(dispatcher, meta, durable, TIMINGS, 0)
     }
 
+    fn attached(consumer_id: u64, active: bool) -> Result<Attached, AttachRefusal> {
+        Ok(Attached {
+            consumer_id,
+            active,
+            replaced: None,
+        })
+    }
+
     fn lease(offset: u64, attempt: u32, deadline_ms: i64) -> Lease {
         Lease {
             offset,
@@ -473,7 +603,7 @@ mod tests {
         let mut sub = subscription(SubscriptionType::Shared, true, 1);
         assert_eq!(
             sub.attach(0, SubscriptionType::Shared, None, || 7),
-            Ok((7, true))
+            attached(7, true)
         );
         assert_eq!(sub.lease(0, 7, 10, 1), (vec![lease(0, 1, 1_000)], vec![]));
         // The deadline passes at 1000: a failed delivery, redelivery after
@@ -519,7 +649,7 @@ mod tests {
         let mut sub = subscription(SubscriptionType::Shared, false, 3);
         assert_eq!(
             sub.attach(0, SubscriptionType::Shared, None, || 1),
-            Ok((1, true))
+            attached(1, true)
         );
         assert_eq!(sub.touch(10_000, 1), Ok(()));
         // 30 s of silence is allowed; longer ends the session.
@@ -541,11 +671,11 @@ mod tests {
         let mut sub = subscription(SubscriptionType::Failover, true, 3);
         assert_eq!(
             sub.attach(0, SubscriptionType::Failover, None, || 1),
-            Ok((1, true))
+            attached(1, true)
         );
         assert_eq!(
             sub.attach(5, SubscriptionType::Failover, Some("b".into()), || 2),
-            Ok((2, false))
+            attached(2, false)
         );
         assert_eq!(sub.lease(5, 2, 10, 3), (vec![], vec![]), "standby");
         let leased = sub.lease(5, 1, 2, 3).0;
@@ -592,16 +722,20 @@ mod tests {
         );
         assert_eq!(
             sub.attach(0, SubscriptionType::Exclusive, None, || 1),
-            Ok((1, true))
+            attached(1, true)
         );
         assert_eq!(
             sub.attach(1, SubscriptionType::Exclusive, None, || unreachable!()),
-            Err(AttachRefusal::Busy { holder: 1 })
+            Err(AttachRefusal::Busy {
+                holder: 1,
+                holder_name: None,
+                expires_in_ms: 30_000
+            })
         );
         assert_eq!(sub.detach(2, 1), 0);
         assert_eq!(
             sub.attach(3, SubscriptionType::Exclusive, None, || 2),
-            Ok((2, true))
+            attached(2, true)
         );
     }
 
@@ -620,5 +754,54 @@ mod tests {
         assert!(!sub.tick(1_999).expect("live").refresh_policy);
         assert!(sub.tick(2_000).expect("live").refresh_policy);
         assert!(!sub.tick(3_999).expect("live").refresh_policy);
+    }
+
+    #[test]
+    fn a_consumer_reattaching_with_its_name_takes_over_its_own_session_at_once() {
+        let mut sub = subscription(SubscriptionType::Exclusive, true, 3);
+        assert_eq!(
+            sub.attach(0, SubscriptionType::Exclusive, Some("a".into()), || 1),
+            attached(1, true)
+        );
+        assert_eq!(
+            sub.lease(0, 1, 2, 5).0,
+            vec![lease(0, 1, 1_000), lease(1, 1, 1_000)]
+        );
+        // Another name: refused, naming the holder and when it expires.
+        assert_eq!(
+            sub.attach(10_000, SubscriptionType::Exclusive, Some("b".into()), || 9),
+            Err(AttachRefusal::Busy {
+                holder: 1,
+                holder_name: Some("a".into()),
+                expires_in_ms: 20_001
+            })
+        );
+        // The same name (the process restarted): takes over at once, the
+        // two leases come back without waiting for their deadline.
+        assert_eq!(
+            sub.attach(10_000, SubscriptionType::Exclusive, Some("a".into()), || 2),
+            Ok(Attached {
+                consumer_id: 2,
+                active: true,
+                replaced: Some((1, 2))
+            })
+        );
+        assert_eq!(sub.touch(10_001, 1), Err(SessionError::NoSession));
+        assert_eq!(
+            sub.lease(10_001, 2, 3, 5).0,
+            vec![
+                lease(0, 2, 11_001),
+                lease(1, 2, 11_001),
+                lease(2, 1, 11_001)
+            ]
+        );
+        // Shared: the same rule, other names are untouched.
+        let mut shared = subscription(SubscriptionType::Shared, true, 3);
+        let _ = shared.attach(0, SubscriptionType::Shared, Some("x".into()), || 1);
+        let _ = shared.attach(0, SubscriptionType::Shared, Some("y".into()), || 2);
+        let again = shared.attach(5, SubscriptionType::Shared, Some("x".into()), || 3);
+        assert_eq!(again.map(|a| a.replaced), Ok(Some((1, 0))));
+        let ids: Vec<u64> = shared.consumers().iter().map(|c| c.consumer_id).collect();
+        assert_eq!(ids, vec![2, 3]);
     }
 }

@@ -255,6 +255,13 @@ async fn handle_stream(
                         break 'stream Some(refusal(ErrorCode::Malformed, "batch before open"));
                     };
                     crate::metrics::INGEST.on_batch(batch.header().record_count, batch.len());
+                    // The un-archived byte budget (`crate::budget`): refused
+                    // before it is written; the edge keeps it and retries.
+                    if let Some(topic) = &opened_topic
+                        && let Err(e) = crate::budget::check(topic).await
+                    {
+                        break 'stream Some(refusal(ErrorCode::Unavailable, e.to_string()));
+                    }
                     match wal.enqueue_at(batch).await {
                         Ok(pending) => {
                             if out.send(Out::Ack(pending)).await.is_err() {
@@ -303,7 +310,14 @@ async fn handle_stream(
         }
     };
     if let Some(frame) = refused {
-        warn!(edge = %identity, refusal = ?frame, "refusing an edge stream");
+        // Budget refusals repeat with every retry of the edge; the budget
+        // logs once per episode (`crate::budget`).
+        if matches!(&frame, Frame::Error { message, .. } if message.starts_with("budget_exceeded:"))
+        {
+            debug!(edge = %identity, refusal = ?frame, "refusing an edge stream");
+        } else {
+            warn!(edge = %identity, refusal = ?frame, "refusing an edge stream");
+        }
         let _ = out.send(Out::Frame(frame)).await;
         let _ = recv.stop(0u32.into());
     }

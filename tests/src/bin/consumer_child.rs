@@ -5,10 +5,13 @@
 //! file listing everything processed; the broker's cursor says what was
 //! acknowledged.
 //!
-//! `consumer_child URL TOKEN TOPIC SUBSCRIPTION OUT_FILE [--until-empty]`:
-//! with `--until-empty` it exits 0 once three receives in a row come back
-//! empty and the cursor reached the high-water mark; otherwise it runs
-//! until killed.
+//! `consumer_child URL TOKEN TOPIC SUBSCRIPTION OUT_FILE [--until-empty]
+//! [--exclusive] [--name NAME]`: with `--until-empty` it exits 0 once three
+//! receives in a row come back empty and the cursor reached the high-water
+//! mark; otherwise it runs until killed. `--exclusive` attaches to an
+//! exclusive subscription (default shared); `--name` sets the
+//! `consumer_name` (default `child-PID`). An attach the broker refuses
+//! exits 3 after printing the refusal on stderr.
 
 use std::io::Write;
 use std::time::Duration;
@@ -24,18 +27,36 @@ fn main() -> anyhow::Result<()> {
         );
     };
     let until_empty = rest.iter().any(|a| a == "--until-empty");
+    let exclusive = rest.iter().any(|a| a == "--exclusive");
+    let name = rest
+        .iter()
+        .position(|a| a == "--name")
+        .and_then(|i| rest.get(i + 1))
+        .cloned()
+        .unwrap_or_else(|| format!("child-{}", std::process::id()));
     let client = ConsumerClient::new(url, token);
     let mut file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(out)?;
     let attach = AttachRequest {
-        subscription_type: SubscriptionType::Shared,
+        subscription_type: if exclusive {
+            SubscriptionType::Exclusive
+        } else {
+            SubscriptionType::Shared
+        },
         start: StartPosition::Earliest,
-        consumer_name: Some(format!("child-{}", std::process::id())),
+        consumer_name: Some(name),
         ..AttachRequest::default()
     };
-    let mut consumer = client.attach(topic, subscription, &attach)?.consumer_id;
+    let mut consumer = match client.attach(topic, subscription, &attach) {
+        Ok(attached) => attached.consumer_id,
+        Err(e @ ClientError::Api { .. }) => {
+            eprintln!("attach refused: {e}");
+            std::process::exit(3);
+        }
+        Err(e) => return Err(e.into()),
+    };
     let mut empty = 0;
     loop {
         let batch = match client.receive(topic, subscription, consumer, 10, 300) {
