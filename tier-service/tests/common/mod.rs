@@ -18,7 +18,7 @@ use broker_core::wal::{Wal, WalConfig};
 use bytes::Bytes;
 use tributary_broker::admin::{AdminState, StaticClusterView, router};
 use tributary_broker::storage::{
-    LocalSegments, SealReport, TrimReport, list_descriptors, seal_wal, trim_wal,
+    LocalSegments, SealReport, TrimReport, WalView, list_descriptors, seal_wal, trim_wal,
     with_local_segments,
 };
 use tributary_proto::archive::SegmentDescriptor;
@@ -87,6 +87,20 @@ impl CommitChecker {
             ));
         }
     }
+}
+
+/// Puts the harness's current archive into each request, as the broker's
+/// `with_storage_archive` layer does.
+async fn with_archive(
+    axum::extract::State(archive): axum::extract::State<Arc<Mutex<tributary_archive::Archive>>>,
+    mut request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let current = archive.lock().unwrap().clone();
+    request
+        .extensions_mut()
+        .insert(tributary_broker::storage::StorageArchive(Arc::new(current)));
+    next.run(request).await
 }
 
 async fn check_commits(
@@ -169,6 +183,17 @@ impl LocalSegments for TestWals {
             seal_wal(&wal).await
         })
     }
+
+    fn view<'a>(&'a self, topic: &'a TopicName) -> BoxFuture<'a, Result<Option<WalView>, String>> {
+        Box::pin(async move {
+            Ok(self
+                .wals
+                .lock()
+                .unwrap()
+                .get(topic)
+                .map(|wal| WalView::of(wal)))
+        })
+    }
 }
 
 /// WAL settings that roll often: 64 KiB batches at most, 128 KiB segments,
@@ -208,6 +233,8 @@ pub struct Harness {
     pub bucket_dir: PathBuf,
     pub topics: Vec<TopicName>,
     pub commits: Arc<CommitChecker>,
+    /// The bucket the stand-in broker checks objects in.
+    pub archive: Arc<Mutex<tributary_archive::Archive>>,
     _dir: tempfile::TempDir,
 }
 
@@ -253,9 +280,22 @@ impl Harness {
             token: Arc::from(TOKEN),
         };
         let commits = Arc::new(CommitChecker::default());
-        let app = with_local_segments(router(state), wals.clone()).layer(
-            axum::middleware::from_fn_with_state(commits.clone(), check_commits),
-        );
+        // The broker checks objects in the bucket the tier service writes
+        // (its `[archive]`): the local bucket directory unless a test sets
+        // another ([`Harness::set_archive`]).
+        let archive = Arc::new(Mutex::new(tributary_archive::Archive::new(
+            tributary_archive::Bucket::local(bucket_dir.clone()).unwrap(),
+            StorageKeys::default(),
+        )));
+        let app = with_local_segments(router(state), wals.clone())
+            .layer(axum::middleware::from_fn_with_state(
+                archive.clone(),
+                with_archive,
+            ))
+            .layer(axum::middleware::from_fn_with_state(
+                commits.clone(),
+                check_commits,
+            ));
         let listener = runtime
             .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
             .unwrap();
@@ -270,6 +310,7 @@ impl Harness {
             bucket_dir,
             topics,
             commits,
+            archive,
             _dir: dir,
         }
     }
@@ -294,6 +335,13 @@ impl Harness {
             .insert(topic.clone(), Arc::new(wal));
         self.topics.push(topic.clone());
         topic
+    }
+
+    /// The stand-in broker checks objects in `bucket` from now on (its
+    /// `[archive]`).
+    pub fn set_archive(&self, bucket: tributary_archive::Bucket) {
+        *self.archive.lock().unwrap() =
+            tributary_archive::Archive::new(bucket, StorageKeys::default());
     }
 
     pub fn wal(&self, topic: &TopicName) -> Arc<Wal> {
