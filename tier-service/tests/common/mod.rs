@@ -89,17 +89,21 @@ impl CommitChecker {
     }
 }
 
+type SharedArchive = Arc<Mutex<Option<tributary_archive::Archive>>>;
+
 /// Puts the harness's current archive into each request, as the broker's
 /// `with_storage_archive` layer does.
 async fn with_archive(
-    axum::extract::State(archive): axum::extract::State<Arc<Mutex<tributary_archive::Archive>>>,
+    axum::extract::State(archive): axum::extract::State<SharedArchive>,
     mut request: axum::extract::Request,
     next: axum::middleware::Next,
 ) -> axum::response::Response {
     let current = archive.lock().unwrap().clone();
-    request
-        .extensions_mut()
-        .insert(tributary_broker::storage::StorageArchive(Arc::new(current)));
+    if let Some(current) = current {
+        request
+            .extensions_mut()
+            .insert(tributary_broker::storage::StorageArchive(Arc::new(current)));
+    }
     next.run(request).await
 }
 
@@ -234,7 +238,7 @@ pub struct Harness {
     pub topics: Vec<TopicName>,
     pub commits: Arc<CommitChecker>,
     /// The bucket the stand-in broker checks objects in.
-    pub archive: Arc<Mutex<tributary_archive::Archive>>,
+    pub archive: SharedArchive,
     _dir: tempfile::TempDir,
 }
 
@@ -283,10 +287,10 @@ impl Harness {
         // The broker checks objects in the bucket the tier service writes
         // (its `[archive]`): the local bucket directory unless a test sets
         // another ([`Harness::set_archive`]).
-        let archive = Arc::new(Mutex::new(tributary_archive::Archive::new(
+        let archive = Arc::new(Mutex::new(Some(tributary_archive::Archive::new(
             tributary_archive::Bucket::local(bucket_dir.clone()).unwrap(),
             StorageKeys::default(),
-        )));
+        ))));
         let app = with_local_segments(router(state), wals.clone())
             .layer(axum::middleware::from_fn_with_state(
                 archive.clone(),
@@ -340,8 +344,15 @@ impl Harness {
     /// The stand-in broker checks objects in `bucket` from now on (its
     /// `[archive]`).
     pub fn set_archive(&self, bucket: tributary_archive::Bucket) {
-        *self.archive.lock().unwrap() =
-            tributary_archive::Archive::new(bucket, StorageKeys::default());
+        *self.archive.lock().unwrap() = Some(tributary_archive::Archive::new(
+            bucket,
+            StorageKeys::default(),
+        ));
+    }
+
+    /// The stand-in broker runs without `[archive]` from now on.
+    pub fn clear_archive(&self) {
+        *self.archive.lock().unwrap() = None;
     }
 
     pub fn wal(&self, topic: &TopicName) -> Arc<Wal> {
