@@ -11,6 +11,8 @@
 //! | `tributary_tier_trimmed_segments_total` | counter | local segments the broker deleted after trims |
 //! | `tributary_tier_reconcile_errors_total` | counter | errors and missing objects found by start-up reconciliation |
 //! | `tributary_tier_sealed_segments` | gauge | local sealed segments found by the last pass |
+//! | `tributary_tier_archive_reuploads_total` | counter | objects the archive audit found missing or damaged and uploaded again from the local WAL |
+//! | `tributary_tier_archive_missing_segments` | gauge | committed segments the last archive audit found missing or damaged with no local copy (lost from the archive) |
 //! | `tributary_tier_backlog_segments` | gauge | sealed segments of the last pass not committed by it: an upper bound of what waits for tiering (segments tiered earlier and not yet trimmed count too) |
 //!
 //! Counters count since the process started. A metrics listener that cannot
@@ -50,6 +52,8 @@ pub struct TierStats {
     reconcile_errors: AtomicU64,
     sealed: AtomicU64,
     backlog: AtomicU64,
+    reuploads: AtomicU64,
+    missing: AtomicU64,
 }
 
 /// The counters of this process ([`crate::service::run`] updates them).
@@ -62,6 +66,8 @@ pub static STATS: TierStats = TierStats {
     reconcile_errors: AtomicU64::new(0),
     sealed: AtomicU64::new(0),
     backlog: AtomicU64::new(0),
+    reuploads: AtomicU64::new(0),
+    missing: AtomicU64::new(0),
 };
 
 impl TierStats {
@@ -80,6 +86,18 @@ impl TierStats {
             pass.sealed_segments.saturating_sub(pass.committed),
             Ordering::Relaxed,
         );
+    }
+
+    /// Adds a finished archive audit.
+    pub fn on_audit(&self, report: &crate::audit::AuditReport) {
+        self.reuploads
+            .fetch_add(report.reuploaded.len() as u64, Ordering::Relaxed);
+        let missing = report
+            .lost
+            .iter()
+            .filter(|l| !l.object_id.is_empty())
+            .count();
+        self.missing.store(missing as u64, Ordering::Relaxed);
     }
 
     /// Adds the start-up reconciliation.
@@ -128,6 +146,11 @@ impl TierStats {
                 "Errors and missing objects found by start-up reconciliation.",
                 load(&self.reconcile_errors),
             ),
+            (
+                "tributary_tier_archive_reuploads",
+                "Objects the archive audit found missing or damaged and uploaded again from the local WAL.",
+                load(&self.reuploads),
+            ),
         ] {
             let metric: Counter<u64> = Counter::default();
             metric.inner().store(value, Ordering::Relaxed);
@@ -143,6 +166,11 @@ impl TierStats {
                 "tributary_tier_backlog_segments",
                 "Sealed segments of the last pass it did not commit (upper bound of the tiering backlog).",
                 load(&self.backlog),
+            ),
+            (
+                "tributary_tier_archive_missing_segments",
+                "Committed segments the last archive audit found missing or damaged with no local copy.",
+                load(&self.missing),
             ),
         ] {
             let metric: Gauge<u64, AtomicU64> = Gauge::default();

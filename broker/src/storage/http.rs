@@ -10,7 +10,7 @@ use axum::body::Bytes;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Extension, Path, Query, State};
 use axum::http::StatusCode;
-use axum::routing::{delete, get, post};
+use axum::routing::{delete, get, post, put};
 use broker_core::clock::now_ms;
 use serde::Deserialize;
 use serde_json::json;
@@ -42,6 +42,10 @@ pub(crate) fn routes() -> Router<AdminState> {
         .route(
             "/storage/topics/{namespace}/{topic}/segments/{start}",
             delete(retire_segment),
+        )
+        .route(
+            "/storage/topics/{namespace}/{topic}/missing/{start}",
+            put(mark_missing).delete(clear_missing),
         )
 }
 
@@ -152,6 +156,19 @@ async fn list_segments(
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;
     if !holes.is_empty() {
         body["holes"] = json!(holes);
+    }
+    // The archive audit's marks: committed descriptors whose object is
+    // missing or damaged.
+    let missing: Vec<serde_json::Value> = state
+        .store
+        .list(&keys.missing_prefix(&topic))
+        .await
+        .map_err(StorageError::from)?
+        .into_iter()
+        .map(|(_, v)| v)
+        .collect();
+    if !missing.is_empty() {
+        body["missing"] = json!(missing);
     }
     ok(StatusCode::OK, body)
 }
@@ -353,4 +370,92 @@ async fn retire_segment(
             "first_offset": first,
         }),
     )
+}
+
+/// A missing-object mark (`{prefix}/storage/topics/{ns}/{topic}/missing/{start:020}`),
+/// as the archive audit writes it.
+#[derive(Debug, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+struct MissingMark {
+    /// Start offset of the descriptor (must equal the path's).
+    start_offset: u64,
+    /// Its last offset, inclusive.
+    end_offset: u64,
+    /// The object key.
+    object_id: String,
+    /// What the audit found (`missing`, `damaged: ...`).
+    reason: String,
+    /// Whether the broker's local WAL still holds the range (the audit then
+    /// uploads it again and clears the mark).
+    local_copy: bool,
+    /// When the audit found it, ms since the Unix epoch.
+    detected_at_ms: i64,
+}
+
+fn start_param(start: &str) -> Result<u64, ApiError> {
+    start.parse().map_err(|_| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_input",
+            format!("start offset {start:?} is not a number"),
+        )
+        .with("field", json!("start"))
+    })
+}
+
+async fn mark_missing(
+    State(state): State<AdminState>,
+    Path((namespace, topic, start)): Path<(String, String, String)>,
+    params: Result<Query<PrefixQuery>, QueryRejection>,
+    body: Bytes,
+) -> ApiResult {
+    let topic = topic_from_path(&namespace, &topic)?;
+    let keys = storage_keys(params)?;
+    let start = start_param(&start)?;
+    let mark: MissingMark = parse_json(&body)?;
+    if mark.start_offset != start || mark.end_offset < start {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_input",
+            format!(
+                "mark {}..={} does not start at the path's offset {start}",
+                mark.start_offset, mark.end_offset
+            ),
+        )
+        .with("field", json!("start_offset")));
+    }
+    if state
+        .store
+        .get(&keys.segment_descriptor(&topic, start))
+        .await
+        .map_err(StorageError::from)?
+        .is_none()
+    {
+        return Err(StorageError::NotFound {
+            key: keys.segment_descriptor(&topic, start),
+        }
+        .into());
+    }
+    let key = keys.missing(&topic, start);
+    let value = json!(mark);
+    state
+        .store
+        .put(&key, value.clone())
+        .await
+        .map_err(StorageError::from)?;
+    tracing::error!(%topic, start, end = mark.end_offset, object = %mark.object_id, reason = %mark.reason, local_copy = mark.local_copy, "ARCHIVE DATA MISSING: the archive audit marked a committed segment's object");
+    ok(StatusCode::OK, json!({ "key": key, "mark": value }))
+}
+
+async fn clear_missing(
+    State(state): State<AdminState>,
+    Path((namespace, topic, start)): Path<(String, String, String)>,
+    params: Result<Query<PrefixQuery>, QueryRejection>,
+) -> ApiResult {
+    let topic = topic_from_path(&namespace, &topic)?;
+    let keys = storage_keys(params)?;
+    let start = start_param(&start)?;
+    let key = keys.missing(&topic, start);
+    state.store.delete(&key).await.map_err(StorageError::from)?;
+    ok(StatusCode::OK, json!({ "key": key, "outcome": "cleared" }))
 }

@@ -144,6 +144,8 @@ pub struct TestWals {
     pub store: Arc<RedbStore>,
     pub violations: Mutex<Vec<String>>,
     pub trims: AtomicU64,
+    /// While set, trims delete nothing (local segments stay after tiering).
+    pub hold_trims: std::sync::atomic::AtomicBool,
 }
 
 impl LocalSegments for TestWals {
@@ -174,6 +176,13 @@ impl LocalSegments for TestWals {
                 }
             }
             self.trims.fetch_add(1, Ordering::Relaxed);
+            if self.hold_trims.load(Ordering::Relaxed) {
+                return Ok(TrimReport {
+                    wal_open: true,
+                    deleted: Vec::new(),
+                    log_start: Some(wal.log_start_offset()),
+                });
+            }
             // The broker's own trim of an open WAL.
             trim_wal(wal, safe_offset, now_ms).await
         })
@@ -277,6 +286,7 @@ impl Harness {
             store: store.clone(),
             violations: Mutex::new(Vec::new()),
             trims: AtomicU64::new(0),
+            hold_trims: std::sync::atomic::AtomicBool::new(false),
         });
         let state = AdminState {
             store: store.clone(),
