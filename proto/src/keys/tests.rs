@@ -855,7 +855,8 @@ proptest! {
         );
         let missing = keys.missing(&t, start);
         prop_assert!(missing.starts_with(&keys.missing_prefix(&t)));
-        prop_assert!(missing.ends_with(&format!("/missing/{start:020}")));
+        let suffix = format!("/missing/{start:020}");
+        prop_assert!(missing.ends_with(&suffix));
         prop_assert_eq!(
             keys.parse(&missing),
             Ok(StorageKey::Missing { topic: t.clone(), start_offset: start })
