@@ -35,6 +35,9 @@
 //!
 //! [audit]                                # the continuous archive audit
 //! interval_ms = 60000                    # every descriptor's object checked
+//! upload_stall_after_ms = 300000         # /health: upload_stalled after this
+//!                                        # long without a commit while a
+//!                                        # backlog exists
 //!
 //! [retry]
 //! attempts_max = 6
@@ -138,19 +141,24 @@ pub struct TierConfig {
 }
 
 /// `[audit]`: how often the archive audit checks every committed
-/// descriptor's object.
+/// descriptor's object, and when `/health` reports `upload_stalled`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AuditConfig {
     /// Time between two audits, ms (the first runs after the first pass).
     /// Default 60000; at least 100.
     pub interval_ms: u64,
+    /// `upload_stalled` (`/health`, `tributary_tier_upload_stalled`) once
+    /// no segment was committed for this long while a tiering backlog
+    /// exists, ms. Default 300000.
+    pub upload_stall_after_ms: u64,
 }
 
 impl Default for AuditConfig {
     fn default() -> Self {
         AuditConfig {
             interval_ms: 60_000,
+            upload_stall_after_ms: 300_000,
         }
     }
 }

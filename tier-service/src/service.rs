@@ -141,6 +141,10 @@ pub async fn run(
         passes: Vec::new(),
         audits: Vec::new(),
     };
+    crate::metrics::STATS.configure(
+        config.audit.upload_stall_after_ms,
+        u64::try_from(crate::tiering::now_ms()).unwrap_or(0),
+    );
     crate::metrics::STATS.on_reconcile(&report.reconcile);
     let r = &report.reconcile;
     info!(

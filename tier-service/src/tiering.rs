@@ -89,6 +89,13 @@ pub struct PassReport {
     pub retired: Vec<String>,
     /// Topics whose pass failed, with the error.
     pub errors: Vec<(String, String)>,
+    /// Age of the oldest sealed segment left uncommitted by this pass
+    /// (since its seal, the `.index` file's modification time), ms; `None`
+    /// when every sealed segment is committed (no tiering backlog).
+    pub backlog_age_ms: Option<u64>,
+    /// Per topic while it is tiered: seal ages (ms) of its sealed segments
+    /// not committed when the pass began, in offset order.
+    pub pending_ages_ms: Vec<u64>,
 }
 
 /// The tiering pipeline and everything it needs.
@@ -183,6 +190,14 @@ impl Tiering {
             report.seal_to_commit_ms.extend(r.seal_to_commit_ms);
             report.trimmed_segments += r.trimmed_segments;
             report.retired.extend(r.retired);
+            // Segments are committed in offset order: after a failure the
+            // oldest left is the first pending one not committed.
+            let left = if result.is_err() || *shutdown.borrow() {
+                r.pending_ages_ms.get(r.committed as usize).copied()
+            } else {
+                None
+            };
+            report.backlog_age_ms = report.backlog_age_ms.max(left);
             if let Err(e) = result {
                 error!(%topic, error = %e, "tiering stopped for this topic until the next pass");
                 report.errors.push((topic.to_string(), e.to_string()));
@@ -219,6 +234,11 @@ impl Tiering {
             .collect();
         let mut tiered = committed.tiered_offset;
         let retired_below = committed.retired_below.unwrap_or(0);
+        report.pending_ages_ms = sealed
+            .iter()
+            .filter(|s| s.next_offset > retired_below && !by_start.contains_key(&s.base_offset))
+            .map(|s| ms_since_modified(&s.index_path).unwrap_or(0))
+            .collect();
         for segment in &sealed {
             if *shutdown.borrow() {
                 return Ok(());
