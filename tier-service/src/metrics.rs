@@ -19,6 +19,7 @@
 //! | `tributary_tier_archive_reuploads_total` | counter | objects the archive audit found missing or damaged and uploaded again from the local WAL |
 //! | `tributary_tier_archive_missing_segments` | gauge | committed segments the last archive audit found missing or damaged with no local copy (lost from the archive) |
 //! | `tributary_tier_backlog_age_seconds` | gauge | age of the oldest sealed segment the last pass left uncommitted (0: no backlog) |
+//! | `tributary_tier_damaged_segments` | gauge | local sealed segments the last pass found damaged (CRC) and did not upload |
 //! | `tributary_tier_upload_stalled` | gauge | 1 while `upload_stalled` holds (see `/health`), else 0 |
 //! | `tributary_tier_backlog_segments` | gauge | sealed segments of the last pass not committed by it: an upper bound of what waits for tiering (segments tiered earlier and not yet trimmed count too) |
 //!
@@ -61,6 +62,7 @@ pub struct TierStats {
     backlog: AtomicU64,
     reuploads: AtomicU64,
     missing: AtomicU64,
+    damaged: AtomicU64,
     /// Backlog age of the last pass, ms; `u64::MAX`: no backlog.
     backlog_age_ms: AtomicU64,
     /// When a segment was last committed (or the service started), ms
@@ -82,6 +84,7 @@ pub static STATS: TierStats = TierStats {
     backlog: AtomicU64::new(0),
     reuploads: AtomicU64::new(0),
     missing: AtomicU64::new(0),
+    damaged: AtomicU64::new(0),
     backlog_age_ms: AtomicU64::new(u64::MAX),
     last_commit_ms: AtomicU64::new(0),
     stall_after_ms: AtomicU64::new(300_000),
@@ -123,6 +126,8 @@ impl TierStats {
         self.sealed.store(pass.sealed_segments, Ordering::Relaxed);
         self.backlog_age_ms
             .store(pass.backlog_age_ms.unwrap_or(u64::MAX), Ordering::Relaxed);
+        self.damaged
+            .store(pass.damaged.len() as u64, Ordering::Relaxed);
         let mut last_error = self
             .last_error
             .lock()
@@ -258,6 +263,11 @@ impl TierStats {
                 "tributary_tier_backlog_age_seconds",
                 "Age of the oldest sealed segment the last pass left uncommitted, seconds (0: no backlog).",
                 self.health(now).backlog_age_seconds.unwrap_or(0),
+            ),
+            (
+                "tributary_tier_damaged_segments",
+                "Local sealed segments the last pass found damaged (CRC) and did not upload.",
+                load(&self.damaged),
             ),
             (
                 "tributary_tier_upload_stalled",

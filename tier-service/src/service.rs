@@ -75,6 +75,7 @@ impl RunReport {
             || !self.reconcile.missing.is_empty()
             || self.passes.iter().any(|p| !p.errors.is_empty())
             || self.audits.iter().any(|a| !a.lost.is_empty())
+            || self.passes.iter().any(|p| !p.damaged.is_empty())
     }
 }
 
