@@ -457,12 +457,15 @@ impl Tiering {
 }
 
 /// `e` as [`TierError::DamagedSegment`] when it is the segment file's own
-/// bytes that failed a check (a batch CRC, a frame), else unchanged.
+/// bytes that failed a check (a batch CRC or frame, a truncated batch),
+/// else unchanged (an offset gap, for one, is not damage).
 fn damaged_segment(topic: &TopicName, segment: &SealedSegment, e: TierError) -> TierError {
     match e {
         TierError::Bucket(tributary_archive::BucketError::Archive {
             what: "segment",
-            source,
+            source:
+                source @ (tributary_proto::archive::ArchiveError::Batch { .. }
+                | tributary_proto::archive::ArchiveError::BatchesTruncated { .. }),
             ..
         }) => TierError::DamagedSegment {
             topic: topic.to_string(),
