@@ -74,6 +74,17 @@ impl BucketError {
         }
     }
 
+    /// True when the object (or prefix) does not exist.
+    pub fn is_not_found(&self) -> bool {
+        matches!(
+            self,
+            BucketError::Store {
+                source: object_store::Error::NotFound { .. },
+                ..
+            }
+        )
+    }
+
     /// A mapper from an object-store error of `op` on `key`.
     pub fn store(
         op: &'static str,

@@ -30,8 +30,9 @@
 //! unarchived_bytes = 10737418240     # refuse new batches above 10 GiB
 //! # topics = { "/plant1/readings" = 1073741824 }
 //!
-//! [archive]                          # optional: the tier service's bucket,
-//! prefix = "/tributary"              # for reads below the local WAL
+//! [archive]                          # the tier service's bucket: required with a
+//! prefix = "/tributary"              # tier service (descriptor checks, trims),
+//!                                    # and for reads below the local WAL
 //! [archive.store]                    # same keys as tier-service's [store]
 //! url = "/var/lib/tributary-archive" # a directory, or "s3://bucket"
 //! # endpoint = "http://127.0.0.1:9000"
@@ -83,8 +84,11 @@ pub struct BrokerConfig {
     #[serde(default)]
     pub consumers: crate::consumer::ConsumerConfig,
     /// The archive bucket the tier service writes (`[archive]`), read when
-    /// a consumer asks for offsets below the local WAL (tiered read). None:
-    /// such reads fail with `503 archive_not_configured`.
+    /// a consumer asks for offsets below the local WAL (tiered read), and
+    /// where the storage API checks each descriptor's object before
+    /// committing it or trimming below it. None: such reads fail with `503
+    /// archive_not_configured`, and descriptor commits and trims with `409
+    /// archive_not_configured` (the broker cannot verify, so it refuses).
     #[serde(default)]
     pub archive: Option<ArchiveConfig>,
     /// Local retention for deployments without a tier service

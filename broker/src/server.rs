@@ -131,8 +131,12 @@ pub async fn run(
         config.node_id,
         Arc::new(SystemClock),
     );
-    if let Some(archive) = &config.archive {
-        consumers.set_archive(crate::consumer::tiered::open_archive(archive)?);
+    let archive = match &config.archive {
+        Some(archive) => Some(crate::consumer::tiered::open_archive(archive)?),
+        None => None,
+    };
+    if let Some(archive) = &archive {
+        consumers.set_archive(archive.clone());
     }
     let ticker = consumers.spawn_ticker();
     let _budget = if config.budget.enabled() {
@@ -158,10 +162,18 @@ pub async fn run(
         topics: topics.clone(),
     });
     // The tier service's trim requests reach the central WALs through this.
-    let app = with_local_segments(
+    let mut app = with_local_segments(
         router(state).merge(metrics).merge(consumer_routes),
         topics.clone(),
     );
+    // Descriptor commits and trims check objects in the archive; without
+    // `[archive]` both are refused (`archive_not_configured`).
+    match archive {
+        Some(archive) => app = crate::storage::with_storage_archive(app, archive),
+        None => tracing::warn!(
+            "no [archive] section: the storage API refuses descriptor commits and trims (archive_not_configured)"
+        ),
+    }
     let serve = axum::serve(listener, app).with_graceful_shutdown(shutdown);
     let result = serve.await.map_err(|source| ServerError::Listen {
         what: "admin",

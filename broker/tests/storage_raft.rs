@@ -2,13 +2,21 @@
 //! `POST /v1/storage/descriptors`) in a three-broker Raft cluster of real
 //! `broker` processes: they survive a leader SIGKILL and a restart of every
 //! broker, byte for byte, and `segments/cur` keeps the tiered offset
-//! continuous across both.
+//! continuous across both. The descriptors are real: each describes a
+//! sealed segment of the WAL of the broker they are committed through
+//! (centrally published), uploaded into the brokers' shared `[archive]`
+//! bucket, since a broker verifies both before committing.
 
 mod common;
 
+use std::path::Path;
 use std::time::{Duration, Instant};
 
+use broker_core::wal::list_sealed_segments;
 use common::{Node, TOKEN, agent, get_json, wait_for_leader};
+use tributary_archive::Bucket;
+use tributary_tier::faults::Faults;
+use tributary_tier::upload::upload_segment;
 
 use serde_json::{Value, json};
 use tributary_proto::archive::SegmentDescriptor;
@@ -28,26 +36,55 @@ fn post(url: &str, body: &Value) -> (u16, Value) {
     (status, body)
 }
 
-/// A self-consistent descriptor of offsets `start..=end` (the broker checks
-/// consistency and continuity, not the object).
-fn descriptor(topic: &TopicName, start: u64, end: u64) -> SegmentDescriptor {
-    let batches_bytes = 4000 + start;
-    SegmentDescriptor {
-        start_offset: start,
-        end_offset: end,
-        record_count: end - start + 1,
-        size: batches_bytes + 16 + 112,
-        object_id: StorageKeys::default().segment_object(topic, start, end),
-        format_version: tributary_proto::archive::FORMAT_VERSION,
-        checksum_crc32c: 0x1000 + start as u32,
-        batches_crc32c: 0x2000 + start as u32,
-        batches_bytes,
-        index_position: batches_bytes,
-        index_bytes: 16,
-        first_timestamp_ms: 1_700_000_000_000 + start as i64,
-        max_timestamp_ms: 1_700_000_000_000 + end as i64,
-        created_at_ms: 1_800_000_000_000 + start as i64,
-    }
+/// Publishes `count` records to `topic` through `node`'s central publish
+/// API (one batch), then waits until the broker sealed them in a segment
+/// of their own (`[wal] segment_max_age_ms`), uploads that segment into the
+/// shared archive bucket as the tier service does, and returns its
+/// descriptor (not committed).
+fn publish_sealed_and_upload(
+    runtime: &tokio::runtime::Runtime,
+    dir: &Path,
+    node: &Node,
+    topic: &TopicName,
+    count: u64,
+) -> SegmentDescriptor {
+    let wal_dir = dir
+        .join(format!("node-{}", node.id))
+        .join("topics")
+        .join(topic.namespace())
+        .join(topic.topic());
+    let sealed_before = list_sealed_segments(&wal_dir).map_or(0, |s| s.len());
+    let records: Vec<Value> = (0..count)
+        .map(|i| json!({"value": format!("{topic} record {i}")}))
+        .collect();
+    let (status, body) = post(
+        &node.url(&format!("/topics{topic}/records")),
+        &json!({ "records": records }),
+    );
+    assert!(status == 200 || status == 201, "publish: {status} {body}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let segment = loop {
+        let sealed = list_sealed_segments(&wal_dir).unwrap_or_default();
+        if sealed.len() > sealed_before {
+            break sealed.last().cloned().unwrap();
+        }
+        assert!(Instant::now() < deadline, "segment not sealed within 30 s");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(segment.next_offset - segment.base_offset, count);
+    let key =
+        StorageKeys::default().segment_object(topic, segment.base_offset, segment.next_offset - 1);
+    let bucket = Bucket::local(dir.join("archive")).unwrap();
+    let tail = runtime
+        .block_on(upload_segment(
+            &bucket,
+            &key,
+            &segment,
+            &Default::default(),
+            &Faults::none(),
+        ))
+        .unwrap();
+    SegmentDescriptor::from_footer(&tail.footer, key, 1_800_000_000_000)
 }
 
 fn commit(node: &Node, topic: &TopicName, d: &SegmentDescriptor) -> (u16, Value) {
@@ -84,24 +121,48 @@ fn assert_listed(node: &Node, topic: &TopicName, expected: &[SegmentDescriptor])
 #[test]
 fn descriptors_survive_a_leader_kill_and_a_full_restart() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut nodes = common::start_three(dir.path(), 20);
+    // Every broker checks objects in one shared bucket (`[archive]`) and
+    // seals a quiet segment after 300 ms.
+    let extra = format!(
+        "[wal]\nsegment_max_age_ms = 300\n[archive.store]\nurl = \"{}\"\n",
+        dir.path().join("archive").display()
+    );
+    let mut nodes = common::start_three_with(dir.path(), 20, &extra);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
     let topic = TopicName::new("/plant/line-1").unwrap();
     let other = TopicName::new("/plant/line-2").unwrap();
     let leader = wait_for_leader(&nodes);
     let mut committed = Vec::new();
     let mut other_committed = Vec::new();
 
-    // Ten segments of 100 offsets through a follower (forwarded).
-    let follower = nodes.iter().position(|n| n.id != leader).unwrap();
+    // Ten segments of 100 offsets, published to and committed through a
+    // follower (its writes are forwarded to the leader); that follower
+    // holds the topics' WALs.
+    let holder = nodes.iter().position(|n| n.id != leader).unwrap();
+    let manifest = "namespaces:\n  - plant\ntopics:\n  - name: /plant/line-1\n    intent: event_stream\n  - name: /plant/line-2\n    intent: event_stream\n";
+    let response = agent()
+        .post(&nodes[holder].url("/apply"))
+        .header("Authorization", &format!("Bearer {TOKEN}"))
+        .send(manifest)
+        .expect("apply");
+    assert_eq!(response.status().as_u16(), 200);
+    let segment = |node: &Node, topic: &TopicName, count: u64| {
+        publish_sealed_and_upload(&runtime, dir.path(), node, topic, count)
+    };
     for i in 0..10u64 {
-        let d = descriptor(&topic, i * 100, i * 100 + 99);
-        let (status, body) = commit(&nodes[follower], &topic, &d);
+        let d = segment(&nodes[holder], &topic, 100);
+        assert_eq!((d.start_offset, d.end_offset), (i * 100, i * 100 + 99));
+        let (status, body) = commit(&nodes[holder], &topic, &d);
         assert_eq!(status, 201, "{body}");
         assert_eq!(body["tiered_offset"], json!(i * 100 + 100));
         committed.push(d);
     }
-    let d = descriptor(&other, 0, 49);
-    assert_eq!(commit(&nodes[follower], &other, &d).0, 201);
+    let d = segment(&nodes[holder], &other, 50);
+    assert_eq!(commit(&nodes[holder], &other, &d).0, 201);
     other_committed.push(d);
     for node in &nodes {
         assert_listed(node, &topic, &committed);
@@ -113,29 +174,37 @@ fn descriptors_survive_a_leader_kill_and_a_full_restart() {
     nodes[old].kill();
     let new_leader = wait_for_leader(&nodes);
     assert_ne!(new_leader, leader);
-    let survivor = nodes.iter().position(|n| n.is_running()).unwrap();
-    assert_listed(&nodes[survivor], &topic, &committed);
+    assert_listed(&nodes[holder], &topic, &committed);
     // A gap is refused, the same descriptor again is unchanged, a
     // different one at a committed start is a conflict.
-    let gap = descriptor(&topic, 1100, 1199);
-    let (status, body) = commit(&nodes[survivor], &topic, &gap);
+    let next = segment(&nodes[holder], &topic, 100);
+    let gap = segment(&nodes[holder], &topic, 100);
+    assert_eq!((gap.start_offset, gap.end_offset), (1100, 1199));
+    let (status, body) = commit(&nodes[holder], &topic, &gap);
     assert_eq!(
         (status, body["kind"].as_str()),
-        (409, Some("not_contiguous"))
+        (409, Some("not_contiguous")),
+        "{body}"
     );
-    let (status, body) = commit(&nodes[survivor], &topic, &committed[3]);
+    let (status, body) = commit(&nodes[holder], &topic, &committed[3]);
     assert_eq!((status, body["outcome"].as_str()), (200, Some("unchanged")));
-    let mut changed = descriptor(&topic, 300, 399);
+    let mut changed = committed[3].clone();
     changed.checksum_crc32c ^= 1;
-    assert_eq!(commit(&nodes[survivor], &topic, &changed).0, 409);
-    for i in 10..20u64 {
-        let d = descriptor(&topic, i * 100, i * 100 + 99);
-        let (status, body) = commit(&nodes[survivor], &topic, &d);
+    assert_eq!(commit(&nodes[holder], &topic, &changed).0, 409);
+    for d in [next, gap] {
+        let (status, body) = commit(&nodes[holder], &topic, &d);
         assert_eq!(status, 201, "{body}");
         committed.push(d);
     }
-    let d = descriptor(&other, 50, 99);
-    assert_eq!(commit(&nodes[survivor], &other, &d).0, 201);
+    for i in 12..20u64 {
+        let d = segment(&nodes[holder], &topic, 100);
+        assert_eq!(d.start_offset, i * 100);
+        let (status, body) = commit(&nodes[holder], &topic, &d);
+        assert_eq!(status, 201, "{body}");
+        committed.push(d);
+    }
+    let d = segment(&nodes[holder], &other, 50);
+    assert_eq!(commit(&nodes[holder], &other, &d).0, 201);
     other_committed.push(d);
 
     // The old leader comes back and catches up (by snapshot: 20 entries
@@ -171,8 +240,9 @@ fn descriptors_survive_a_leader_kill_and_a_full_restart() {
         );
     }
     // And the tiered offset continues after the restart.
-    let d = descriptor(&topic, 2000, 2099);
-    let (status, body) = commit(&nodes[0], &topic, &d);
+    let d = segment(&nodes[holder], &topic, 100);
+    assert_eq!(d.start_offset, 2000);
+    let (status, body) = commit(&nodes[holder], &topic, &d);
     assert_eq!(status, 201, "{body}");
     committed.push(d);
     for node in &nodes {

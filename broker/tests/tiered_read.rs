@@ -28,7 +28,7 @@ use tributary_archive::{Archive, Bucket};
 use tributary_broker::admin::{AdminState, StaticClusterView, router};
 use tributary_broker::consumer::{ConsumerConfig, ConsumerService};
 use tributary_broker::replication::topics::TopicStore;
-use tributary_broker::storage::with_local_segments;
+use tributary_broker::storage::{with_local_segments, with_storage_archive};
 use tributary_proto::Limits;
 use tributary_proto::keys::{StorageKeys, TopicName};
 use tributary_tier::broker_api::BrokerClient;
@@ -96,6 +96,7 @@ impl Harness {
         let base = format!("http://{}", listener.local_addr().unwrap());
         let store: Arc<dyn MetadataStore> = self.store.clone();
         let topics = self.topics.clone();
+        let storage_archive = self.archive();
         self.runtime.block_on(async move {
             let config = ConsumerConfig {
                 tick_ms: 50,
@@ -113,12 +114,17 @@ impl Harness {
                 service.set_archive(archive);
             }
             service.spawn_ticker();
-            let app = with_local_segments(
-                router(state).merge(tributary_broker::consumer::http::router(
-                    service,
-                    Arc::from(TOKEN),
-                )),
-                topics,
+            // The storage API checks objects in the bucket the tier service
+            // writes (the broker's `[archive]`), whatever the consumers use.
+            let app = with_storage_archive(
+                with_local_segments(
+                    router(state).merge(tributary_broker::consumer::http::router(
+                        service,
+                        Arc::from(TOKEN),
+                    )),
+                    topics,
+                ),
+                storage_archive,
             );
             tokio::spawn(async move { axum::serve(listener, app).await });
         });

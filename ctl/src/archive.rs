@@ -7,6 +7,10 @@
 //! - `cat TOPIC`: records as JSON lines, from an offset or a timestamp.
 //! - `verify [TOPIC...]`: every checksum of every object, offset continuity
 //!   across objects, record counts; exit status 1 if anything is damaged.
+//!   `--against-descriptors` (needs `--admin-url`) also compares with the
+//!   descriptors in Raft ([`descriptors`]): exit status 1 when one points
+//!   at a missing object or the first object starts above the topic's
+//!   retained history.
 //!   Declared holes an object carries are listed (`declared hole a..b`),
 //!   not counted as damage; `cat` and `export` say on stderr when they
 //!   step over one.
@@ -37,6 +41,8 @@ use tributary_proto::batch::Record;
 use tributary_proto::keys::{StorageKeys, TopicName};
 
 use crate::client::AdminClient;
+
+mod descriptors;
 use crate::commands::OutputFormat;
 
 /// `tribctl archive` options.
@@ -66,8 +72,15 @@ enum ArchiveCommand {
     Cat(RangeArgs),
     /// Verify every checksum and offset continuity.
     Verify {
-        /// Topics; without any, every topic in the bucket.
+        /// Topics; without any, every topic in the bucket (and, with
+        /// `--against-descriptors`, every topic with descriptors).
         topics: Vec<String>,
+        /// Also compare with the descriptors committed in Raft (admin API
+        /// at `--admin-url`, which must be given): fails when a descriptor
+        /// points at a missing object or the first object starts above the
+        /// topic's retained history.
+        #[arg(long)]
+        against_descriptors: bool,
     },
     /// Export a range of records to a file.
     Export {
@@ -127,10 +140,14 @@ fn parse_topic(name: &str) -> anyhow::Result<TopicName> {
     TopicName::new(name).map_err(|e| anyhow!("{e}"))
 }
 
-/// Where the admin API is, for `ls --compare-broker`.
+/// Where the admin API is, for `ls --compare-broker` and `verify
+/// --against-descriptors`.
 pub struct BrokerAccess<'a> {
     /// Base URL.
     pub admin_url: &'a str,
+    /// Whether `--admin-url` (or `TRIB_ADMIN_URL`) was given rather than
+    /// defaulted: `verify --against-descriptors` requires it.
+    pub admin_url_given: bool,
     /// Bearer token.
     pub token: Option<&'a str>,
 }
@@ -178,7 +195,22 @@ pub fn run(
                     .await?;
                 sink.finish()
             }
-            ArchiveCommand::Verify { topics } => verify(&archive, topics, output, &mut out).await,
+            ArchiveCommand::Verify {
+                topics,
+                against_descriptors: false,
+            } => verify(&archive, topics, None, output, &mut out).await,
+            ArchiveCommand::Verify {
+                topics,
+                against_descriptors: true,
+            } => {
+                if !broker.admin_url_given {
+                    bail!(
+                        "--against-descriptors compares the bucket with a broker's descriptors: give --admin-url (or TRIB_ADMIN_URL); it is not defaulted"
+                    );
+                }
+                let topics = descriptors::topics(&archive, &keys, topics, broker).await?;
+                verify(&archive, &topics, Some((&keys, broker)), output, &mut out).await
+            }
             ArchiveCommand::Export {
                 range,
                 out: path,
@@ -583,6 +615,7 @@ struct TopicSummary {
 async fn verify(
     archive: &Archive,
     topics: &[String],
+    against: Option<(&StorageKeys, &BrokerAccess<'_>)>,
     output: OutputFormat,
     out: &mut dyn Write,
 ) -> anyhow::Result<()> {
@@ -656,6 +689,11 @@ async fn verify(
             summary.problems.push(
                 json!({"kind": "foreign", "segment": key, "message": "not a segment object"}),
             );
+        }
+        if let Some((keys, broker)) = against {
+            summary
+                .problems
+                .extend(descriptors::check(archive, keys, topic, broker).await?);
         }
         damaged_total += summary
             .problems

@@ -14,7 +14,8 @@ mod commands;
 use std::io::Write;
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::parser::ValueSource;
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::commands::apply::ApplyArgs;
 use crate::commands::cluster::ClusterCommand;
@@ -66,7 +67,7 @@ enum Command {
     Archive(archive::ArchiveArgs),
 }
 
-fn run(cli: &Cli) -> anyhow::Result<String> {
+fn run(cli: &Cli, admin_url_given: bool) -> anyhow::Result<String> {
     let ctx = Context {
         admin_url: &cli.admin_url,
         token: cli.token.as_deref(),
@@ -84,6 +85,7 @@ fn run(cli: &Cli) -> anyhow::Result<String> {
         Command::Archive(args) => {
             let broker = archive::BrokerAccess {
                 admin_url: &cli.admin_url,
+                admin_url_given,
                 token: cli.token.as_deref(),
             };
             archive::run(args, cli.output, &broker)?;
@@ -110,8 +112,14 @@ fn report(err: &anyhow::Error) {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    match run(&cli) {
+    let matches = Cli::command().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    // `archive verify --against-descriptors` must not compare with a
+    // defaulted broker address.
+    let admin_url_given = matches
+        .value_source("admin_url")
+        .is_some_and(|source| source != ValueSource::DefaultValue);
+    match run(&cli, admin_url_given) {
         Ok(text) => match std::io::stdout().lock().write_all(text.as_bytes()) {
             Ok(()) => ExitCode::SUCCESS,
             // A closed pipe (`tribctl … | head`) is not worth a message.

@@ -345,8 +345,47 @@ fn ls_compares_the_bucket_with_the_raft_descriptors() {
         .unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     runtime.spawn(serve(listener, state, std::future::pending()));
+    let verify_against = |admin_url: Option<&str>| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tribctl"));
+        if let Some(url) = admin_url {
+            cmd.args(["--admin-url", url]);
+        }
+        cmd.args(["--token", TOKEN, "archive", "--bucket"])
+            .arg(&bucket_dir)
+            .args(["verify", "--against-descriptors"])
+            .env_remove("TRIB_ADMIN_URL")
+            .output()
+            .unwrap()
+    };
+    // Every descriptor has its object: verify against them passes.
+    let out = verify_against(Some(&url));
+    assert!(out.status.success(), "{out:?}");
     // And one committed object disappears.
     std::fs::remove_file(bucket_dir.join(&objects[0].0)).unwrap();
+    // Without --admin-url the comparison is refused, not defaulted.
+    let out = verify_against(None);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(err.contains("give --admin-url"), "{err}");
+    // With it: exit 1, naming the range the missing object held and the
+    // archive starting above the topic's retained history.
+    let out = verify_against(Some(&url));
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let text = stdout(&out);
+    let (key, start, end) = &objects[0];
+    assert!(
+        text.contains(&format!(
+            "descriptor_object_missing: offsets {start}..={end}: the descriptor's object {key} is missing"
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!(
+            "starts_above_log_start: the first object starts at {}, above the topic's retained history start 0",
+            end + 1
+        )),
+        "{text}"
+    );
     let out = Command::new(env!("CARGO_BIN_EXE_tribctl"))
         .args(["--admin-url", &url, "--token", TOKEN, "archive", "--bucket"])
         .arg(&bucket_dir)

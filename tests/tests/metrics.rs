@@ -47,6 +47,12 @@ fn broker_edge_and_tier_metrics_follow_traffic_tiering_and_a_restart() {
     let broker_toml = dir.path().join("broker.toml");
     let mut text = std::fs::read_to_string(&broker_toml).expect("broker.toml");
     text.push_str("[wal]\nsegment_max_age_ms = 300\n");
+    // The bucket the tier service writes: the broker checks each
+    // descriptor's object there before committing it.
+    text.push_str(&format!(
+        "[archive.store]\nurl = \"{}\"\n",
+        dir.path().join("archive").display()
+    ));
     std::fs::write(&broker_toml, text).expect("broker.toml");
     let admin = pair.broker_admin;
     let broker_metrics = format!("http://{admin}/metrics");

@@ -32,6 +32,29 @@ pub struct CommittedSegments {
     /// by first offset; an older broker sends none.
     #[serde(default)]
     pub holes: Vec<HoleRecord>,
+    /// The archive audit's missing-object marks (Raft
+    /// `{prefix}/storage/topics/{ns}/{topic}/missing/`); an older broker
+    /// sends none.
+    #[serde(default)]
+    pub missing: Vec<MissingMark>,
+}
+
+/// The archive audit's mark of a committed descriptor whose object is
+/// missing or damaged.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize, serde::Serialize)]
+pub struct MissingMark {
+    /// Start offset of the descriptor.
+    pub start_offset: u64,
+    /// Its last offset, inclusive.
+    pub end_offset: u64,
+    /// The object key.
+    pub object_id: String,
+    /// What the audit found.
+    pub reason: String,
+    /// Whether the broker's local WAL still held the range.
+    pub local_copy: bool,
+    /// When the audit found it, ms since the Unix epoch.
+    pub detected_at_ms: i64,
 }
 
 /// What a commit did.
@@ -180,6 +203,34 @@ impl BrokerClient {
             )
             .await?;
         BrokerClient::decode("commit descriptor", reply)
+    }
+
+    /// Marks the descriptor at `mark.start_offset` of `topic` as having a
+    /// missing or damaged object (Raft, through the broker).
+    ///
+    /// # Errors
+    /// [`TierError::Broker`].
+    pub async fn mark_missing(
+        &self,
+        topic: &TopicName,
+        mark: &MissingMark,
+    ) -> Result<(), TierError> {
+        let url = self.url(&format!("/topics{topic}/missing/{}", mark.start_offset));
+        self.send("mark missing", self.http.put(url).json(mark))
+            .await
+            .map(|_| ())
+    }
+
+    /// Clears the missing-object mark at `start` (the object is stored
+    /// again). Clearing an absent mark is fine.
+    ///
+    /// # Errors
+    /// [`TierError::Broker`].
+    pub async fn clear_missing(&self, topic: &TopicName, start: u64) -> Result<(), TierError> {
+        let url = self.url(&format!("/topics{topic}/missing/{start}"));
+        self.send("clear missing", self.http.delete(url))
+            .await
+            .map(|_| ())
     }
 
     /// Cold retention: removes the oldest descriptor, at `start` (the

@@ -33,6 +33,12 @@
 //! # max_age_ms = 2592000000
 //! # max_bytes = 1099511627776
 //!
+//! [audit]                                # the continuous archive audit
+//! interval_ms = 60000                    # every descriptor's object checked
+//! upload_stall_after_ms = 300000         # /health: upload_stalled after this
+//!                                        # long without a commit while a
+//!                                        # backlog exists
+//!
 //! [retry]
 //! attempts_max = 6
 //! min_delay_ms = 200
@@ -129,6 +135,32 @@ pub struct TierConfig {
     /// Cold retention of the archive (default: keep forever).
     #[serde(default)]
     pub cold_retention: ColdRetention,
+    /// The continuous archive audit ([`crate::audit`]).
+    #[serde(default)]
+    pub audit: AuditConfig,
+}
+
+/// `[audit]`: how often the archive audit checks every committed
+/// descriptor's object, and when `/health` reports `upload_stalled`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct AuditConfig {
+    /// Time between two audits, ms (the first runs after the first pass).
+    /// Default 60000; at least 100.
+    pub interval_ms: u64,
+    /// `upload_stalled` (`/health`, `tributary_tier_upload_stalled`) once
+    /// no segment was committed for this long while a tiering backlog
+    /// exists, ms. Default 300000.
+    pub upload_stall_after_ms: u64,
+}
+
+impl Default for AuditConfig {
+    fn default() -> Self {
+        AuditConfig {
+            interval_ms: 60_000,
+            upload_stall_after_ms: 300_000,
+        }
+    }
 }
 
 impl TierConfig {
@@ -149,6 +181,7 @@ impl TierConfig {
             upload: UploadTuning::default(),
             retry: RetryTuning::default(),
             cold_retention: ColdRetention::default(),
+            audit: AuditConfig::default(),
         }
     }
 
@@ -193,6 +226,9 @@ impl TierConfig {
         }
         if self.topic_concurrency == 0 {
             return fail("topic_concurrency must be at least 1");
+        }
+        if self.audit.interval_ms < 100 {
+            return fail("audit.interval_ms must be at least 100");
         }
         self.cold_retention.validate()?;
         Ok(())

@@ -51,6 +51,22 @@ pub enum TierError {
     /// A name that is not a valid namespace, topic or prefix.
     #[error(transparent)]
     Name(#[from] NameError),
+    /// A local sealed segment whose bytes fail their checks (CRC): it is
+    /// not uploaded; the topic waits at it until the broker heals the
+    /// segment (or an operator declares the damaged range a hole).
+    #[error(
+        "local segment {base_offset}..{next_offset} of {topic} is damaged and is not uploaded: {reason}"
+    )]
+    DamagedSegment {
+        /// The topic.
+        topic: String,
+        /// First offset of the segment.
+        base_offset: u64,
+        /// Offset just past it.
+        next_offset: u64,
+        /// What failed.
+        reason: String,
+    },
     /// Another tier service holds the data directory's lock.
     #[error("another tier service is running on {} (lock held)", path.display())]
     Locked {

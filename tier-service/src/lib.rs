@@ -12,6 +12,8 @@
 //! - [`cold`]: cold retention (age/size limits on the archive);
 //! - [`reconcile`]: the start-up pass that makes bucket and descriptors
 //!   agree;
+//! - [`audit`]: the continuous archive audit (missing or damaged objects,
+//!   marked in Raft and uploaded again from the local WAL where it can);
 //! - [`broker_api`]: the broker admin API's storage endpoints;
 //! - [`service`]: the process (lock, reconciliation, passes, shutdown);
 //! - [`faults`]: crash injection for tests (`TRIB_TIER_FAULT`);
@@ -27,6 +29,7 @@
 //! again; reconciliation removes what a crash left half done.
 #![forbid(unsafe_code)]
 
+pub mod audit;
 pub mod broker_api;
 pub mod cold;
 pub mod config;

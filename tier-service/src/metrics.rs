@@ -1,6 +1,11 @@
 //! `GET /metrics` of the tier service: Prometheus/OpenMetrics text
 //! (`prometheus-client`) on its own small HTTP listener (`metrics_listen`,
-//! default `127.0.0.1:7600`; no authentication, loopback by default).
+//! default `127.0.0.1:7600`; no authentication, loopback by default), and
+//! `GET /health` on the same listener: `200 {"status":"ok",...}`, or `503
+//! {"status":"upload_stalled",...}` once no segment was committed for
+//! `[audit] upload_stall_after_ms` while a tiering backlog exists, with the
+//! backlog's age and the last error (the object store's, when it is the
+//! one failing).
 //!
 //! | metric | type | meaning |
 //! |---|---|---|
@@ -11,6 +16,11 @@
 //! | `tributary_tier_trimmed_segments_total` | counter | local segments the broker deleted after trims |
 //! | `tributary_tier_reconcile_errors_total` | counter | errors and missing objects found by start-up reconciliation |
 //! | `tributary_tier_sealed_segments` | gauge | local sealed segments found by the last pass |
+//! | `tributary_tier_archive_reuploads_total` | counter | objects the archive audit found missing or damaged and uploaded again from the local WAL |
+//! | `tributary_tier_archive_missing_segments` | gauge | committed segments the last archive audit found missing or damaged with no local copy (lost from the archive) |
+//! | `tributary_tier_backlog_age_seconds` | gauge | age of the oldest sealed segment the last pass left uncommitted (0: no backlog) |
+//! | `tributary_tier_damaged_segments` | gauge | local sealed segments the last pass found damaged (CRC) and did not upload |
+//! | `tributary_tier_upload_stalled` | gauge | 1 while `upload_stalled` holds (see `/health`), else 0 |
 //! | `tributary_tier_backlog_segments` | gauge | sealed segments of the last pass not committed by it: an upper bound of what waits for tiering (segments tiered earlier and not yet trimmed count too) |
 //!
 //! Counters count since the process started. A metrics listener that cannot
@@ -50,6 +60,16 @@ pub struct TierStats {
     reconcile_errors: AtomicU64,
     sealed: AtomicU64,
     backlog: AtomicU64,
+    reuploads: AtomicU64,
+    missing: AtomicU64,
+    damaged: AtomicU64,
+    /// Backlog age of the last pass, ms; `u64::MAX`: no backlog.
+    backlog_age_ms: AtomicU64,
+    /// When a segment was last committed (or the service started), ms
+    /// since the Unix epoch.
+    last_commit_ms: AtomicU64,
+    stall_after_ms: AtomicU64,
+    last_error: std::sync::Mutex<Option<String>>,
 }
 
 /// The counters of this process ([`crate::service::run`] updates them).
@@ -62,7 +82,35 @@ pub static STATS: TierStats = TierStats {
     reconcile_errors: AtomicU64::new(0),
     sealed: AtomicU64::new(0),
     backlog: AtomicU64::new(0),
+    reuploads: AtomicU64::new(0),
+    missing: AtomicU64::new(0),
+    damaged: AtomicU64::new(0),
+    backlog_age_ms: AtomicU64::new(u64::MAX),
+    last_commit_ms: AtomicU64::new(0),
+    stall_after_ms: AtomicU64::new(300_000),
+    last_error: std::sync::Mutex::new(None),
 };
+
+/// What `/health` reports.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Health {
+    /// `ok` or `upload_stalled`.
+    pub status: &'static str,
+    /// Whether no segment was committed for `stall_after_ms` while a
+    /// backlog exists.
+    pub upload_stalled: bool,
+    /// Age of the oldest sealed segment not yet committed, seconds; `None`:
+    /// no backlog.
+    pub backlog_age_seconds: Option<u64>,
+    /// When a segment was last committed (or the service started), ms
+    /// since the Unix epoch.
+    pub last_commit_ms: u64,
+    /// The stall threshold, ms.
+    pub stall_after_ms: u64,
+    /// The last pass error (topic and error text, which names the object
+    /// store's failure), if any pass failed since the last commit.
+    pub last_error: Option<String>,
+}
 
 impl TierStats {
     /// Adds a finished pass.
@@ -76,10 +124,71 @@ impl TierStats {
         self.trimmed
             .fetch_add(pass.trimmed_segments, Ordering::Relaxed);
         self.sealed.store(pass.sealed_segments, Ordering::Relaxed);
+        self.backlog_age_ms
+            .store(pass.backlog_age_ms.unwrap_or(u64::MAX), Ordering::Relaxed);
+        self.damaged
+            .store(pass.damaged.len() as u64, Ordering::Relaxed);
+        let mut last_error = self
+            .last_error
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if pass.committed > 0 {
+            let now = u64::try_from(crate::tiering::now_ms()).unwrap_or(0);
+            self.last_commit_ms.store(now, Ordering::Relaxed);
+            *last_error = None;
+        }
+        if let Some((topic, error)) = pass.errors.last() {
+            *last_error = Some(format!("{topic}: {error}"));
+        }
+        drop(last_error);
         self.backlog.store(
             pass.sealed_segments.saturating_sub(pass.committed),
             Ordering::Relaxed,
         );
+    }
+
+    /// Starts the stall clock at `now_ms` with threshold `stall_after_ms`.
+    pub fn configure(&self, stall_after_ms: u64, now_ms: u64) {
+        self.stall_after_ms.store(stall_after_ms, Ordering::Relaxed);
+        self.last_commit_ms.store(now_ms, Ordering::Relaxed);
+    }
+
+    /// The health at `now_ms` (ms since the Unix epoch).
+    pub fn health(&self, now_ms: u64) -> Health {
+        let backlog = self.backlog_age_ms.load(Ordering::Relaxed);
+        let backlog = (backlog != u64::MAX).then_some(backlog);
+        let last_commit_ms = self.last_commit_ms.load(Ordering::Relaxed);
+        let stall_after_ms = self.stall_after_ms.load(Ordering::Relaxed);
+        let upload_stalled =
+            backlog.is_some() && now_ms.saturating_sub(last_commit_ms) >= stall_after_ms;
+        Health {
+            status: if upload_stalled {
+                "upload_stalled"
+            } else {
+                "ok"
+            },
+            upload_stalled,
+            backlog_age_seconds: backlog.map(|ms| ms / 1000),
+            last_commit_ms,
+            stall_after_ms,
+            last_error: self
+                .last_error
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone(),
+        }
+    }
+
+    /// Adds a finished archive audit.
+    pub fn on_audit(&self, report: &crate::audit::AuditReport) {
+        self.reuploads
+            .fetch_add(report.reuploaded.len() as u64, Ordering::Relaxed);
+        let missing = report
+            .lost
+            .iter()
+            .filter(|l| !l.object_id.is_empty())
+            .count();
+        self.missing.store(missing as u64, Ordering::Relaxed);
     }
 
     /// Adds the start-up reconciliation.
@@ -97,6 +206,7 @@ impl TierStats {
     pub fn render(&self) -> Result<String, std::fmt::Error> {
         let mut registry = Registry::default();
         let load = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        let now = u64::try_from(crate::tiering::now_ms()).unwrap_or(0);
         for (name, help, value) in [
             (
                 "tributary_tier_passes",
@@ -128,6 +238,11 @@ impl TierStats {
                 "Errors and missing objects found by start-up reconciliation.",
                 load(&self.reconcile_errors),
             ),
+            (
+                "tributary_tier_archive_reuploads",
+                "Objects the archive audit found missing or damaged and uploaded again from the local WAL.",
+                load(&self.reuploads),
+            ),
         ] {
             let metric: Counter<u64> = Counter::default();
             metric.inner().store(value, Ordering::Relaxed);
@@ -144,6 +259,26 @@ impl TierStats {
                 "Sealed segments of the last pass it did not commit (upper bound of the tiering backlog).",
                 load(&self.backlog),
             ),
+            (
+                "tributary_tier_backlog_age_seconds",
+                "Age of the oldest sealed segment the last pass left uncommitted, seconds (0: no backlog).",
+                self.health(now).backlog_age_seconds.unwrap_or(0),
+            ),
+            (
+                "tributary_tier_damaged_segments",
+                "Local sealed segments the last pass found damaged (CRC) and did not upload.",
+                load(&self.damaged),
+            ),
+            (
+                "tributary_tier_upload_stalled",
+                "1 while no segment was committed for upload_stall_after_ms with a backlog (see /health).",
+                u64::from(self.health(now).upload_stalled),
+            ),
+            (
+                "tributary_tier_archive_missing_segments",
+                "Committed segments the last archive audit found missing or damaged with no local copy.",
+                load(&self.missing),
+            ),
         ] {
             let metric: Gauge<u64, AtomicU64> = Gauge::default();
             metric.set(value);
@@ -153,6 +288,17 @@ impl TierStats {
         encode(&mut out, &registry)?;
         Ok(out)
     }
+}
+
+async fn health() -> Response {
+    let now = u64::try_from(crate::tiering::now_ms()).unwrap_or(0);
+    let health = STATS.health(now);
+    let status = if health.upload_stalled {
+        StatusCode::SERVICE_UNAVAILABLE
+    } else {
+        StatusCode::OK
+    };
+    (status, axum::Json(health)).into_response()
 }
 
 async fn metrics() -> Response {
@@ -173,7 +319,9 @@ pub async fn serve(addr: SocketAddr, shutdown: impl Future<Output = ()> + Send +
         }
     };
     info!(%addr, "metrics at /metrics");
-    let app = Router::new().route("/metrics", get(metrics));
+    let app = Router::new()
+        .route("/metrics", get(metrics))
+        .route("/health", get(health));
     if let Err(e) = axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
         .await
@@ -211,6 +359,10 @@ mod tests {
             "tributary_tier_reconcile_errors_total 0",
             "tributary_tier_sealed_segments 5",
             "tributary_tier_backlog_segments 2",
+            "tributary_tier_backlog_age_seconds 0",
+            "tributary_tier_upload_stalled 0",
+            "tributary_tier_archive_missing_segments 0",
+            "tributary_tier_archive_reuploads_total 0",
         ] {
             assert!(
                 text.lines().any(|l| l == line),

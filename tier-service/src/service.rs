@@ -64,6 +64,8 @@ pub struct RunReport {
     pub reconcile: ReconcileReport,
     /// Every pass.
     pub passes: Vec<PassReport>,
+    /// Every archive audit.
+    pub audits: Vec<crate::audit::AuditReport>,
 }
 
 impl RunReport {
@@ -72,6 +74,8 @@ impl RunReport {
         !self.reconcile.errors.is_empty()
             || !self.reconcile.missing.is_empty()
             || self.passes.iter().any(|p| !p.errors.is_empty())
+            || self.audits.iter().any(|a| !a.lost.is_empty())
+            || self.passes.iter().any(|p| !p.damaged.is_empty())
     }
 }
 
@@ -136,7 +140,12 @@ pub async fn run(
     let mut report = RunReport {
         reconcile: reconcile(&tiering).await,
         passes: Vec::new(),
+        audits: Vec::new(),
     };
+    crate::metrics::STATS.configure(
+        config.audit.upload_stall_after_ms,
+        u64::try_from(crate::tiering::now_ms()).unwrap_or(0),
+    );
     crate::metrics::STATS.on_reconcile(&report.reconcile);
     let r = &report.reconcile;
     info!(
@@ -150,8 +159,28 @@ pub async fn run(
         "reconciliation done"
     );
     let poll = Duration::from_millis(config.poll_interval_ms);
+    let audit_every = Duration::from_millis(config.audit.interval_ms);
+    let mut next_audit = std::time::Instant::now();
     loop {
         let pass = tiering.run_pass(&stop_rx).await;
+        // The archive audit, between passes (never concurrent with an
+        // upload), every `[audit] interval_ms`.
+        if std::time::Instant::now() >= next_audit {
+            let audit = crate::audit::audit(&tiering).await;
+            crate::metrics::STATS.on_audit(&audit);
+            if !audit.reuploaded.is_empty() || !audit.lost.is_empty() || !audit.errors.is_empty() {
+                info!(
+                    topics = audit.topics,
+                    checked = audit.checked,
+                    reuploaded = audit.reuploaded.len(),
+                    lost = audit.lost.len(),
+                    errors = audit.errors.len(),
+                    "archive audit done"
+                );
+            }
+            report.audits.push(audit);
+            next_audit = std::time::Instant::now() + audit_every;
+        }
         if pass.committed > 0 || !pass.errors.is_empty() {
             info!(
                 topics = pass.topics,

@@ -89,6 +89,16 @@ pub struct PassReport {
     pub retired: Vec<String>,
     /// Topics whose pass failed, with the error.
     pub errors: Vec<(String, String)>,
+    /// Age of the oldest sealed segment left uncommitted by this pass
+    /// (since its seal, the `.index` file's modification time), ms; `None`
+    /// when every sealed segment is committed (no tiering backlog).
+    pub backlog_age_ms: Option<u64>,
+    /// Local sealed segments found damaged (not uploaded):
+    /// `(topic, base_offset, next_offset)`.
+    pub damaged: Vec<(String, u64, u64)>,
+    /// Per topic while it is tiered: seal ages (ms) of its sealed segments
+    /// not committed when the pass began, in offset order.
+    pub pending_ages_ms: Vec<u64>,
 }
 
 /// The tiering pipeline and everything it needs.
@@ -183,6 +193,35 @@ impl Tiering {
             report.seal_to_commit_ms.extend(r.seal_to_commit_ms);
             report.trimmed_segments += r.trimmed_segments;
             report.retired.extend(r.retired);
+            // Segments are committed in offset order: after a failure the
+            // oldest left is the first pending one not committed.
+            let left = if result.is_err() || *shutdown.borrow() {
+                r.pending_ages_ms.get(r.committed as usize).copied()
+            } else {
+                None
+            };
+            report.backlog_age_ms = report.backlog_age_ms.max(left);
+            let mut reported = DAMAGE_REPORTED
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if let Err(TierError::DamagedSegment {
+                base_offset,
+                next_offset,
+                reason,
+                ..
+            }) = &result
+            {
+                if reported.insert((topic.to_string(), *base_offset)) {
+                    error!(%topic, base_offset, next_offset, reason, "DAMAGED LOCAL SEGMENT: not uploaded; tiering of this topic waits at it until the segment is healed or its damaged range is declared a hole (tribctl topics skip-damaged)");
+                }
+                report
+                    .damaged
+                    .push((topic.to_string(), *base_offset, *next_offset));
+                continue;
+            }
+            // Healed (or gone): report it again if it is damaged again.
+            reported.retain(|(t, _)| *t != topic.as_str());
+            drop(reported);
             if let Err(e) = result {
                 error!(%topic, error = %e, "tiering stopped for this topic until the next pass");
                 report.errors.push((topic.to_string(), e.to_string()));
@@ -219,6 +258,11 @@ impl Tiering {
             .collect();
         let mut tiered = committed.tiered_offset;
         let retired_below = committed.retired_below.unwrap_or(0);
+        report.pending_ages_ms = sealed
+            .iter()
+            .filter(|s| s.next_offset > retired_below && !by_start.contains_key(&s.base_offset))
+            .map(|s| ms_since_modified(&s.index_path).unwrap_or(0))
+            .collect();
         for segment in &sealed {
             if *shutdown.borrow() {
                 return Ok(());
@@ -266,7 +310,8 @@ impl Tiering {
             let holes = holes_in_segment(&committed.holes, segment);
             let descriptor = self
                 .tier_segment_with_holes(topic, segment, &holes, report)
-                .await?;
+                .await
+                .map_err(|e| damaged_segment(topic, segment, e))?;
             tiered = Some(descriptor.next_offset());
         }
         let trimmable = tiered.is_some_and(|t| sealed.iter().any(|s| s.next_offset <= t));
@@ -410,6 +455,32 @@ impl Tiering {
         Ok((tail, true))
     }
 }
+
+/// `e` as [`TierError::DamagedSegment`] when it is the segment file's own
+/// bytes that failed a check (a batch CRC or frame, a truncated batch),
+/// else unchanged (an offset gap, for one, is not damage).
+fn damaged_segment(topic: &TopicName, segment: &SealedSegment, e: TierError) -> TierError {
+    match e {
+        TierError::Bucket(tributary_archive::BucketError::Archive {
+            what: "segment",
+            source:
+                source @ (tributary_proto::archive::ArchiveError::Batch { .. }
+                | tributary_proto::archive::ArchiveError::BatchesTruncated { .. }),
+            ..
+        }) => TierError::DamagedSegment {
+            topic: topic.to_string(),
+            base_offset: segment.base_offset,
+            next_offset: segment.next_offset,
+            reason: source.to_string(),
+        },
+        other => other,
+    }
+}
+
+/// Damaged local segments already reported, `(topic, base_offset)`: each
+/// is logged once, not at every pass.
+static DAMAGE_REPORTED: std::sync::Mutex<std::collections::BTreeSet<(String, u64)>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
 
 fn inconsistent(topic: &TopicName, reason: String) -> TierError {
     TierError::Inconsistent {

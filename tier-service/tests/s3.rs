@@ -61,6 +61,7 @@ fn tiering_and_reading_through_s3() {
         assert!(status.is_success(), "create bucket: {status}");
     });
     h.write(3000, 25);
+    h.set_archive(Bucket::open(&store_config(&endpoint)).unwrap());
     let mut config = h.tier_config();
     config.store = store_config(&endpoint);
     config.upload.part_size_bytes = 5 * 1024 * 1024;
@@ -298,6 +299,7 @@ fn uploads_through_a_faulty_s3_finish_and_commit_only_stored_objects() {
         .block_on(FaultProxy::start(upstream, seed, 35, stall));
     let direct = Bucket::open(&store_config(&endpoint)).unwrap();
     *h.commits.bucket.lock().unwrap() = Some(direct.clone());
+    h.set_archive(direct.clone());
 
     let mut config = h.tier_config();
     config.store = StoreConfig {

@@ -10,7 +10,7 @@ use axum::body::Bytes;
 use axum::extract::rejection::QueryRejection;
 use axum::extract::{Extension, Path, Query, State};
 use axum::http::StatusCode;
-use axum::routing::{delete, get, post};
+use axum::routing::{delete, get, post, put};
 use broker_core::clock::now_ms;
 use serde::Deserialize;
 use serde_json::json;
@@ -18,8 +18,9 @@ use tributary_proto::archive::SegmentDescriptor;
 use tributary_proto::keys::{StorageKey, StorageKeys, TopicName};
 
 use super::{
-    CommitOutcome, LocalSegments, StorageError, TrimReport, UnloadOutcome, commit_descriptor,
-    list_descriptors, retire_descriptor, retired_below, tiered_state, unload_step,
+    CommitOutcome, LocalSegments, StorageArchive, StorageError, TrimReport, UnloadOutcome, WalView,
+    commit_verified, list_descriptors, retire_descriptor, retired_below, tiered_state, unload_step,
+    verified_trim_offset,
 };
 use crate::admin::{AdminState, topic_from_path};
 use crate::http::{ApiError, ApiResult, ok, parse_json, query};
@@ -42,11 +43,16 @@ pub(crate) fn routes() -> Router<AdminState> {
             "/storage/topics/{namespace}/{topic}/segments/{start}",
             delete(retire_segment),
         )
+        .route(
+            "/storage/topics/{namespace}/{topic}/missing/{start}",
+            put(mark_missing).delete(clear_missing),
+        )
 }
 
 /// Storage errors as responses: `400 invalid_input` (field `descriptor`),
 /// `404 not_found`, `409 conflict` (with `committed`) / `not_contiguous` /
-/// `contended` / the refusal's kind, `500 internal`.
+/// `contended` / the refusal's kind (the rule, see `verify.rs`),
+/// `503 archive_unavailable`, `500 internal`.
 impl From<StorageError> for ApiError {
     fn from(err: StorageError) -> ApiError {
         let message = err.to_string();
@@ -68,6 +74,14 @@ impl From<StorageError> for ApiError {
             }
             StorageError::Refused { kind, .. } => {
                 ApiError::new(StatusCode::CONFLICT, kind, message)
+            }
+            StorageError::Archive(_) => {
+                tracing::warn!(error = %err, "admin API: archive bucket unavailable");
+                ApiError::new(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "archive_unavailable",
+                    message,
+                )
             }
             StorageError::Inconsistent(_) | StorageError::Metadata(_) => {
                 tracing::error!(error = %err, "admin API: storage metadata failure");
@@ -143,6 +157,19 @@ async fn list_segments(
     if !holes.is_empty() {
         body["holes"] = json!(holes);
     }
+    // The archive audit's marks: committed descriptors whose object is
+    // missing or damaged.
+    let missing: Vec<serde_json::Value> = state
+        .store
+        .list(&keys.missing_prefix(&topic))
+        .await
+        .map_err(StorageError::from)?
+        .into_iter()
+        .map(|(_, v)| v)
+        .collect();
+    if !missing.is_empty() {
+        body["missing"] = json!(missing);
+    }
     ok(StatusCode::OK, body)
 }
 
@@ -153,16 +180,46 @@ struct CommitRequest {
     descriptor: SegmentDescriptor,
 }
 
+/// The broker's local view of `topic`'s WAL, `None` without local WALs or
+/// for a topic this broker does not hold.
+async fn wal_view(
+    segments: Option<&Arc<dyn LocalSegments>>,
+    topic: &TopicName,
+) -> Result<Option<WalView>, ApiError> {
+    match segments {
+        None => Ok(None),
+        Some(segments) => segments
+            .view(topic)
+            .await
+            .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e)),
+    }
+}
+
 async fn post_descriptor(
     State(state): State<AdminState>,
+    segments: Option<Extension<Arc<dyn LocalSegments>>>,
+    archive: Option<Extension<StorageArchive>>,
     params: Result<Query<PrefixQuery>, QueryRejection>,
     body: Bytes,
 ) -> ApiResult {
     let keys = storage_keys(params)?;
     let request: CommitRequest = parse_json(&body)?;
     let topic = TopicName::new(&request.topic).map_err(|e| ApiError::name("topic", e))?;
-    let (outcome, tiered) =
-        commit_descriptor(&*state.store, &keys, &topic, &request.descriptor).await?;
+    let segments = segments.map(|Extension(s)| s);
+    let wal = wal_view(segments.as_ref(), &topic).await?;
+    let archive = archive.map(|Extension(StorageArchive(a))| a);
+    let (outcome, tiered) = commit_verified(
+        &*state.store,
+        &keys,
+        &topic,
+        &request.descriptor,
+        wal.as_ref(),
+        archive.as_deref(),
+    )
+    .await?;
+    if outcome == CommitOutcome::Committed {
+        tracing::info!(%topic, start = request.descriptor.start_offset, end = request.descriptor.end_offset, object = %request.descriptor.object_id, "descriptor verified against the local WAL and the archive, committed");
+    }
     let status = match outcome {
         CommitOutcome::Committed => StatusCode::CREATED,
         CommitOutcome::Unchanged => StatusCode::OK,
@@ -195,27 +252,44 @@ fn local_segments(
 async fn trim_topic(
     State(state): State<AdminState>,
     segments: Option<Extension<Arc<dyn LocalSegments>>>,
+    archive: Option<Extension<StorageArchive>>,
     Path((namespace, topic)): Path<(String, String)>,
     params: Result<Query<PrefixQuery>, QueryRejection>,
 ) -> ApiResult {
     let topic = topic_from_path(&namespace, &topic)?;
     let keys = storage_keys(params)?;
     let segments = local_segments(segments)?;
-    // The safe offset comes from Raft, never from the caller: a segment is
-    // deleted only once its descriptor is committed.
+    let Some(Extension(StorageArchive(archive))) = archive else {
+        return Err(StorageError::Refused {
+            kind: "archive_not_configured",
+            message: format!(
+                "this broker has no [archive] section, so it cannot check that {topic}'s segments are archived; it trims nothing"
+            ),
+        }
+        .into());
+    };
+    // The safe offset comes from Raft and the archive, never from the
+    // caller nor from `segments/cur` alone: the end of the committed
+    // descriptors that cover the log start without a gap, each object
+    // re-verified now.
     let tiered = tiered_state(&*state.store, &keys, &topic).await?;
-    let report = match tiered.tiered_offset {
-        Some(safe) => segments
-            .trim(&topic, safe, now_ms())
-            .await
-            .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e))?,
-        None => TrimReport::default(),
+    let (report, safe) = match wal_view(Some(&segments), &topic).await? {
+        Some(view) => {
+            let safe = verified_trim_offset(&*state.store, &keys, &topic, &view, &archive).await?;
+            let report = segments
+                .trim(&topic, safe, now_ms())
+                .await
+                .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e))?;
+            (report, Some(safe))
+        }
+        None => (TrimReport::default(), None),
     };
     ok(
         StatusCode::OK,
         json!({
             "topic": topic,
             "tiered_offset": tiered.tiered_offset,
+            "verified_offset": safe,
             "wal_open": report.wal_open,
             "deleted": report.deleted,
             "log_start": report.log_start,
@@ -296,4 +370,92 @@ async fn retire_segment(
             "first_offset": first,
         }),
     )
+}
+
+/// A missing-object mark (`{prefix}/storage/topics/{ns}/{topic}/missing/{start:020}`),
+/// as the archive audit writes it.
+#[derive(Debug, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+struct MissingMark {
+    /// Start offset of the descriptor (must equal the path's).
+    start_offset: u64,
+    /// Its last offset, inclusive.
+    end_offset: u64,
+    /// The object key.
+    object_id: String,
+    /// What the audit found (`missing`, `damaged: ...`).
+    reason: String,
+    /// Whether the broker's local WAL still holds the range (the audit then
+    /// uploads it again and clears the mark).
+    local_copy: bool,
+    /// When the audit found it, ms since the Unix epoch.
+    detected_at_ms: i64,
+}
+
+fn start_param(start: &str) -> Result<u64, ApiError> {
+    start.parse().map_err(|_| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_input",
+            format!("start offset {start:?} is not a number"),
+        )
+        .with("field", json!("start"))
+    })
+}
+
+async fn mark_missing(
+    State(state): State<AdminState>,
+    Path((namespace, topic, start)): Path<(String, String, String)>,
+    params: Result<Query<PrefixQuery>, QueryRejection>,
+    body: Bytes,
+) -> ApiResult {
+    let topic = topic_from_path(&namespace, &topic)?;
+    let keys = storage_keys(params)?;
+    let start = start_param(&start)?;
+    let mark: MissingMark = parse_json(&body)?;
+    if mark.start_offset != start || mark.end_offset < start {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_input",
+            format!(
+                "mark {}..={} does not start at the path's offset {start}",
+                mark.start_offset, mark.end_offset
+            ),
+        )
+        .with("field", json!("start_offset")));
+    }
+    if state
+        .store
+        .get(&keys.segment_descriptor(&topic, start))
+        .await
+        .map_err(StorageError::from)?
+        .is_none()
+    {
+        return Err(StorageError::NotFound {
+            key: keys.segment_descriptor(&topic, start),
+        }
+        .into());
+    }
+    let key = keys.missing(&topic, start);
+    let value = json!(mark);
+    state
+        .store
+        .put(&key, value.clone())
+        .await
+        .map_err(StorageError::from)?;
+    tracing::error!(%topic, start, end = mark.end_offset, object = %mark.object_id, reason = %mark.reason, local_copy = mark.local_copy, "ARCHIVE DATA MISSING: the archive audit marked a committed segment's object");
+    ok(StatusCode::OK, json!({ "key": key, "mark": value }))
+}
+
+async fn clear_missing(
+    State(state): State<AdminState>,
+    Path((namespace, topic, start)): Path<(String, String, String)>,
+    params: Result<Query<PrefixQuery>, QueryRejection>,
+) -> ApiResult {
+    let topic = topic_from_path(&namespace, &topic)?;
+    let keys = storage_keys(params)?;
+    let start = start_param(&start)?;
+    let key = keys.missing(&topic, start);
+    state.store.delete(&key).await.map_err(StorageError::from)?;
+    ok(StatusCode::OK, json!({ "key": key, "outcome": "cleared" }))
 }

@@ -33,6 +33,58 @@ pub trait LocalSegments: Send + Sync {
         let _ = topic;
         Box::pin(async { Err("sealing is not supported by this broker".to_owned()) })
     }
+
+    /// What the descriptor rules need to know of `topic`'s local WAL (log
+    /// start, high-water mark, sealed segments); `None` when this broker
+    /// does not hold the topic's WAL. The default holds none, so every
+    /// descriptor is refused (`wal_not_local`).
+    fn view<'a>(&'a self, topic: &'a TopicName) -> BoxFuture<'a, Result<Option<WalView>, String>> {
+        let _ = topic;
+        Box::pin(async { Ok(None) })
+    }
+}
+
+/// A topic's local WAL as the descriptor rules see it
+/// ([`super::commit_verified`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WalView {
+    /// First offset still stored locally.
+    pub log_start: u64,
+    /// Offset just past the last durable record.
+    pub high_water_mark: u64,
+    /// `(base_offset, next_offset)` of each sealed segment, oldest first.
+    pub sealed: Vec<(u64, u64)>,
+}
+
+impl WalView {
+    /// The view of an open WAL.
+    pub fn of(wal: &Wal) -> WalView {
+        WalView {
+            log_start: wal.log_start_offset(),
+            high_water_mark: wal.high_water_mark(),
+            sealed: wal
+                .sealed_segments()
+                .iter()
+                .map(|s| (s.base_offset, s.next_offset))
+                .collect(),
+        }
+    }
+
+    /// True if every offset of `start..next` at or above the log start lies
+    /// in a sealed segment (offsets below the log start are no longer held
+    /// locally and are not judged here).
+    pub fn sealed_covers(&self, start: u64, next: u64) -> bool {
+        let mut from = start.max(self.log_start);
+        for &(base, end) in &self.sealed {
+            if from >= next {
+                break;
+            }
+            if base <= from && from < end {
+                from = end;
+            }
+        }
+        from >= next
+    }
 }
 
 /// What a `seal` did.
@@ -94,6 +146,15 @@ impl LocalSegments for crate::replication::topics::TopicStore {
                 return Ok(SealReport::default());
             };
             seal_wal(&wal).await
+        })
+    }
+
+    fn view<'a>(&'a self, topic: &'a TopicName) -> BoxFuture<'a, Result<Option<WalView>, String>> {
+        Box::pin(async move {
+            let Some(wal) = open_local(self, topic).await? else {
+                return Ok(None);
+            };
+            Ok(Some(WalView::of(&wal)))
         })
     }
 }

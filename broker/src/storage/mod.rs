@@ -5,8 +5,11 @@
 //! - this file: the committed state of a topic's segments in metadata
 //!   ([`tiered_state`], [`list_descriptors`], [`retired_below`]) and
 //!   [`StorageError`];
-//! - `commit.rs`: [`commit_descriptor`], the rules a segment descriptor
-//!   must pass to be committed;
+//! - `commit.rs`: [`commit_descriptor`], the metadata rules a segment
+//!   descriptor must pass to be committed (continuity, idempotence);
+//! - `verify.rs`: [`commit_verified`], the broker's own rules against its
+//!   local WAL and the archive bucket, and [`verified_trim_offset`], the
+//!   only safe offset a trim uses;
 //! - `local.rs`: the broker's local WALs ([`LocalSegments`]): `trim`
 //!   ([`trim_wal`]) and `seal` ([`seal_wal`]);
 //! - `unload.rs`: the sealed mobility marker ([`unload_step`]);
@@ -22,6 +25,7 @@ mod local;
 pub mod retention;
 mod retire;
 mod unload;
+mod verify;
 
 use broker_core::metadata::{MetadataError, MetadataStore};
 use serde::{Deserialize, Serialize};
@@ -32,10 +36,14 @@ use tributary_proto::keys::{StorageKey, StorageKeys, TopicName};
 pub use self::commit::{CommitOutcome, commit_descriptor};
 pub(crate) use self::http::routes;
 pub use self::local::{
-    LocalSegments, SealReport, TrimReport, seal_wal, trim_wal, with_local_segments,
+    LocalSegments, SealReport, TrimReport, WalView, seal_wal, trim_wal, with_local_segments,
 };
 pub use self::retire::retire_descriptor;
 pub use self::unload::{TopicState, UnloadOutcome, unload_step};
+pub use self::verify::{
+    StorageArchive, check_against_wal, commit_verified, verified_trim_offset, verify_object,
+    with_storage_archive,
+};
 
 /// A topic's committed storage state.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -94,6 +102,10 @@ pub enum StorageError {
         /// Why.
         message: String,
     },
+    /// The archive bucket could not be reached to check an object (retry
+    /// later; nothing was committed or trimmed).
+    #[error("archive bucket unavailable: {0}")]
+    Archive(String),
     /// The metadata store failed.
     #[error(transparent)]
     Metadata(#[from] MetadataError),

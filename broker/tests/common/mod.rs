@@ -113,6 +113,19 @@ pub fn write_config(
     admin: SocketAddr,
     snapshot_every: u64,
 ) -> PathBuf {
+    write_config_with(dir, certs, id, raft, admin, snapshot_every, "")
+}
+
+/// [`write_config`] with `extra` TOML appended (whole sections).
+pub fn write_config_with(
+    dir: &Path,
+    certs: &Path,
+    id: u64,
+    raft: &[SocketAddr],
+    admin: SocketAddr,
+    snapshot_every: u64,
+    extra: &str,
+) -> PathBuf {
     let members: String = raft
         .iter()
         .enumerate()
@@ -139,7 +152,7 @@ election_timeout_min_ms = 500
 election_timeout_max_ms = 1000
 snapshot_every = {snapshot_every}
 logs_kept_after_snapshot = 5
-"#,
+{extra}"#,
         data = dir.join(format!("node-{id}")).display(),
         raft = raft[(id - 1) as usize],
         ingest = free_udp(),
@@ -153,13 +166,18 @@ logs_kept_after_snapshot = 5
 /// Three brokers (ids 1–3) under `dir` with certificates from one dev CA,
 /// free ports, a snapshot every `snapshot_every` Raft entries; all started.
 pub fn start_three(dir: &Path, snapshot_every: u64) -> Vec<Node> {
+    start_three_with(dir, snapshot_every, "")
+}
+
+/// [`start_three`] with `extra` TOML sections in every broker's config.
+pub fn start_three_with(dir: &Path, snapshot_every: u64, extra: &str) -> Vec<Node> {
     let certs = dir.join("certs");
     tributary_test_support::certs::issue(&certs, &[1, 2, 3], &[]);
     let raft: Vec<SocketAddr> = (0..3).map(|_| free_udp()).collect();
     let mut nodes: Vec<Node> = (1..=3u64)
         .map(|id| {
             let admin = free_tcp();
-            let config = write_config(dir, &certs, id, &raft, admin, snapshot_every);
+            let config = write_config_with(dir, &certs, id, &raft, admin, snapshot_every, extra);
             Node::new(id, config, admin)
         })
         .collect();

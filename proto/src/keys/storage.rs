@@ -1,5 +1,6 @@
 //! [`StorageKeys`]: the paths under the configured storage prefix (segment
-//! descriptors, `segments/cur`, topic state, retired mark) and the object
+//! descriptors, `segments/cur`, topic state, retired mark, missing-object
+//! marks) and the object
 //! keys of segment objects.
 
 use super::metadata_key::{padded, topic_in};
@@ -40,6 +41,15 @@ pub enum StorageKey {
     Retired {
         /// Topic.
         topic: TopicName,
+    },
+    /// `{prefix}/storage/topics/{ns}/{topic}/missing/{start:020}`: the
+    /// archive audit found the object of the committed descriptor at
+    /// `start` missing or damaged (cleared once it is uploaded again).
+    Missing {
+        /// Topic.
+        topic: TopicName,
+        /// Start offset of the descriptor whose object is missing.
+        start_offset: u64,
     },
 }
 
@@ -140,6 +150,22 @@ impl StorageKeys {
         })
     }
 
+    /// `{prefix}/storage/topics/{ns}/{topic}/missing/{start:020}`: the
+    /// archive audit's mark for the descriptor at `start_offset` whose
+    /// object is missing or damaged.
+    pub fn missing(&self, topic: &TopicName, start_offset: u64) -> String {
+        self.key(&StorageKey::Missing {
+            topic: topic.clone(),
+            start_offset,
+        })
+    }
+
+    /// `{prefix}/storage/topics/{ns}/{topic}/missing/`: lists the missing
+    /// marks in offset order.
+    pub fn missing_prefix(&self, topic: &TopicName) -> String {
+        format!("{}/missing/", self.topic_root(topic))
+    }
+
     /// Builds a storage key.
     pub fn key(&self, key: &StorageKey) -> String {
         match key {
@@ -152,6 +178,10 @@ impl StorageKeys {
             }
             StorageKey::TopicState { topic } => format!("{}/state", self.topic_root(topic)),
             StorageKey::Retired { topic } => format!("{}/retired", self.topic_root(topic)),
+            StorageKey::Missing {
+                topic,
+                start_offset,
+            } => format!("{}/missing/{start_offset:020}", self.topic_root(topic)),
         }
     }
 
@@ -197,6 +227,10 @@ impl StorageKeys {
             }),
             [ns, topic, "retired"] => Ok(StorageKey::Retired {
                 topic: topic_in(key, ns, topic)?,
+            }),
+            [ns, topic, "missing", start] => Ok(StorageKey::Missing {
+                topic: topic_in(key, ns, topic)?,
+                start_offset: padded(key, "start_offset", start)?,
             }),
             _ => Err(unknown()),
         }

@@ -853,6 +853,14 @@ proptest! {
             keys.parse(&keys.retired(&t)),
             Ok(StorageKey::Retired { topic: t.clone() })
         );
+        let missing = keys.missing(&t, start);
+        prop_assert!(missing.starts_with(&keys.missing_prefix(&t)));
+        let suffix = format!("/missing/{start:020}");
+        prop_assert!(missing.ends_with(&suffix));
+        prop_assert_eq!(
+            keys.parse(&missing),
+            Ok(StorageKey::Missing { topic: t.clone(), start_offset: start })
+        );
         let cur = StorageKeys::segments_cur_value(start);
         prop_assert_eq!(StorageKeys::parse_segments_cur_value(&cur), Ok(start));
         prop_assert!(descriptor.ends_with(&cur));
@@ -909,5 +917,28 @@ proptest! {
                 prop_assert_eq!(key.to_string(), input.as_str());
             }
         }
+    }
+}
+
+#[test]
+fn missing_marks_parse_and_bad_ones_are_refused() {
+    let keys = StorageKeys::default();
+    let t = topic("/plant1/events");
+    let key = "/tributary/storage/topics/plant1/events/missing/00000000000000001000";
+    assert_eq!(keys.missing(&t, 1000), key);
+    assert_eq!(
+        keys.parse(key),
+        Ok(StorageKey::Missing {
+            topic: t.clone(),
+            start_offset: 1000
+        })
+    );
+    assert!(key.starts_with(&keys.missing_prefix(&t)));
+    for bad in [
+        "/tributary/storage/topics/plant1/events/missing/1000",
+        "/tributary/storage/topics/plant1/events/missing/",
+        "/tributary/storage/topics/plant1/events/missing/0000000000000000100x",
+    ] {
+        assert!(keys.parse(bad).is_err(), "{bad}");
     }
 }

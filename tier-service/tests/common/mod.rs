@@ -18,7 +18,7 @@ use broker_core::wal::{Wal, WalConfig};
 use bytes::Bytes;
 use tributary_broker::admin::{AdminState, StaticClusterView, router};
 use tributary_broker::storage::{
-    LocalSegments, SealReport, TrimReport, list_descriptors, seal_wal, trim_wal,
+    LocalSegments, SealReport, TrimReport, WalView, list_descriptors, seal_wal, trim_wal,
     with_local_segments,
 };
 use tributary_proto::archive::SegmentDescriptor;
@@ -89,6 +89,24 @@ impl CommitChecker {
     }
 }
 
+type SharedArchive = Arc<Mutex<Option<tributary_archive::Archive>>>;
+
+/// Puts the harness's current archive into each request, as the broker's
+/// `with_storage_archive` layer does.
+async fn with_archive(
+    axum::extract::State(archive): axum::extract::State<SharedArchive>,
+    mut request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let current = archive.lock().unwrap().clone();
+    if let Some(current) = current {
+        request
+            .extensions_mut()
+            .insert(tributary_broker::storage::StorageArchive(Arc::new(current)));
+    }
+    next.run(request).await
+}
+
 async fn check_commits(
     axum::extract::State(checker): axum::extract::State<Arc<CommitChecker>>,
     request: axum::extract::Request,
@@ -126,6 +144,8 @@ pub struct TestWals {
     pub store: Arc<RedbStore>,
     pub violations: Mutex<Vec<String>>,
     pub trims: AtomicU64,
+    /// While set, trims delete nothing (local segments stay after tiering).
+    pub hold_trims: std::sync::atomic::AtomicBool,
 }
 
 impl LocalSegments for TestWals {
@@ -156,6 +176,13 @@ impl LocalSegments for TestWals {
                 }
             }
             self.trims.fetch_add(1, Ordering::Relaxed);
+            if self.hold_trims.load(Ordering::Relaxed) {
+                return Ok(TrimReport {
+                    wal_open: true,
+                    deleted: Vec::new(),
+                    log_start: Some(wal.log_start_offset()),
+                });
+            }
             // The broker's own trim of an open WAL.
             trim_wal(wal, safe_offset, now_ms).await
         })
@@ -167,6 +194,17 @@ impl LocalSegments for TestWals {
                 return Ok(SealReport::default());
             };
             seal_wal(&wal).await
+        })
+    }
+
+    fn view<'a>(&'a self, topic: &'a TopicName) -> BoxFuture<'a, Result<Option<WalView>, String>> {
+        Box::pin(async move {
+            Ok(self
+                .wals
+                .lock()
+                .unwrap()
+                .get(topic)
+                .map(|wal| WalView::of(wal)))
         })
     }
 }
@@ -208,6 +246,8 @@ pub struct Harness {
     pub bucket_dir: PathBuf,
     pub topics: Vec<TopicName>,
     pub commits: Arc<CommitChecker>,
+    /// The bucket the stand-in broker checks objects in.
+    pub archive: SharedArchive,
     _dir: tempfile::TempDir,
 }
 
@@ -246,6 +286,7 @@ impl Harness {
             store: store.clone(),
             violations: Mutex::new(Vec::new()),
             trims: AtomicU64::new(0),
+            hold_trims: std::sync::atomic::AtomicBool::new(false),
         });
         let state = AdminState {
             store: store.clone(),
@@ -253,9 +294,22 @@ impl Harness {
             token: Arc::from(TOKEN),
         };
         let commits = Arc::new(CommitChecker::default());
-        let app = with_local_segments(router(state), wals.clone()).layer(
-            axum::middleware::from_fn_with_state(commits.clone(), check_commits),
-        );
+        // The broker checks objects in the bucket the tier service writes
+        // (its `[archive]`): the local bucket directory unless a test sets
+        // another ([`Harness::set_archive`]).
+        let archive = Arc::new(Mutex::new(Some(tributary_archive::Archive::new(
+            tributary_archive::Bucket::local(bucket_dir.clone()).unwrap(),
+            StorageKeys::default(),
+        ))));
+        let app = with_local_segments(router(state), wals.clone())
+            .layer(axum::middleware::from_fn_with_state(
+                archive.clone(),
+                with_archive,
+            ))
+            .layer(axum::middleware::from_fn_with_state(
+                commits.clone(),
+                check_commits,
+            ));
         let listener = runtime
             .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
             .unwrap();
@@ -270,6 +324,7 @@ impl Harness {
             bucket_dir,
             topics,
             commits,
+            archive,
             _dir: dir,
         }
     }
@@ -294,6 +349,20 @@ impl Harness {
             .insert(topic.clone(), Arc::new(wal));
         self.topics.push(topic.clone());
         topic
+    }
+
+    /// The stand-in broker checks objects in `bucket` from now on (its
+    /// `[archive]`).
+    pub fn set_archive(&self, bucket: tributary_archive::Bucket) {
+        *self.archive.lock().unwrap() = Some(tributary_archive::Archive::new(
+            bucket,
+            StorageKeys::default(),
+        ));
+    }
+
+    /// The stand-in broker runs without `[archive]` from now on.
+    pub fn clear_archive(&self) {
+        *self.archive.lock().unwrap() = None;
     }
 
     pub fn wal(&self, topic: &TopicName) -> Arc<Wal> {

@@ -89,10 +89,13 @@ key = "{c}/broker-1.key"
 ca = "{c}/ca.pem"
 [wal]
 segment_max_age_ms = {age}
+[archive.store]
+url = "{archive}"
 "#,
             data = work.join("broker").display(),
             admin = layout.admin,
             age = args.segment_age_ms,
+            archive = work.join("archive").display(),
         ),
     )?;
     std::fs::write(

@@ -1,0 +1,107 @@
+//! Tier-service health (issue 16, defect 2): while the object store is
+//! unreachable and sealed segments wait, `/health` turns `503
+//! upload_stalled` after `[audit] upload_stall_after_ms`, with the backlog's
+//! age and the object store's last error, and `/metrics` carries
+//! `tributary_tier_upload_stalled 1` and `tributary_tier_backlog_age_seconds`.
+//! Against the stand-in broker of `common` and an S3 endpoint where nothing
+//! listens.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::Harness;
+use serde_json::Value;
+use tributary_archive::StoreConfig;
+use tributary_test_support::ports::free_tcp;
+use tributary_tier::faults::Faults;
+use tributary_tier::service;
+
+#[test]
+fn an_unreachable_object_store_turns_health_into_upload_stalled_with_its_error() {
+    let h = Harness::new(&["/ns/stall"]);
+    h.write(600, 20);
+    let sealed = h.wal(&h.topics[0]).sealed_segments().len();
+    assert!(sealed >= 2, "{sealed}");
+    // Nothing listens on this port: every request is refused at once.
+    let dead = free_tcp();
+    let metrics = free_tcp();
+    let mut config = h.tier_config();
+    config.store = StoreConfig {
+        url: Some("s3://tributary-test".into()),
+        endpoint: Some(format!("http://{dead}")),
+        region: Some("us-east-1".into()),
+        path_style: Some(true),
+        allow_http: Some(true),
+        access_key_id: Some("testing".into()),
+        secret_access_key: Some("testing".into()),
+        request_timeout_ms: Some(500),
+        max_retries: Some(0),
+        ..StoreConfig::default()
+    };
+    config.upload.part_size_bytes = 5 * 1024 * 1024;
+    config.upload.multipart_threshold_bytes = 5 * 1024 * 1024;
+    config.retry.attempts_max = 1;
+    config.poll_interval_ms = 100;
+    config.audit.upload_stall_after_ms = 1000;
+    // The listener `main` starts next to the service.
+    h.runtime.spawn(tributary_tier::metrics::serve(
+        metrics,
+        std::future::pending(),
+    ));
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let running = h
+        .runtime
+        .spawn(service::run(config, Faults::none(), false, async move {
+            let _ = stop_rx.await;
+        }));
+    let get = |path: &str| -> Option<(u16, String)> {
+        h.runtime.block_on(async {
+            tributary_archive::install_crypto_provider();
+            let response = reqwest::get(format!("http://{metrics}{path}")).await.ok()?;
+            let status = response.status().as_u16();
+            Some((status, response.text().await.ok()?))
+        })
+    };
+    let started = Instant::now();
+    let deadline = started + Duration::from_secs(20);
+    let health: Value = loop {
+        if let Some((status, text)) = get("/health") {
+            let body: Value = serde_json::from_str(&text).unwrap();
+            if status == 503 {
+                break body;
+            }
+            assert_eq!(status, 200, "{text}");
+            assert_eq!(body["upload_stalled"], false, "{text}");
+        }
+        assert!(Instant::now() < deadline, "never stalled");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(started.elapsed() >= Duration::from_millis(1000));
+    assert_eq!(health["status"], "upload_stalled", "{health}");
+    assert_eq!(health["upload_stalled"], true, "{health}");
+    assert!(health["backlog_age_seconds"].is_u64(), "{health}");
+    let error = health["last_error"].as_str().unwrap_or_default();
+    assert!(
+        error.starts_with("/ns/stall: ") && error.contains(&dead.to_string()),
+        "the object store's error, naming its endpoint: {health}"
+    );
+    let (_, text) = get("/metrics").unwrap();
+    assert!(
+        text.lines().any(|l| l == "tributary_tier_upload_stalled 1"),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("tributary_tier_backlog_age_seconds ")),
+        "{text}"
+    );
+    assert_eq!(
+        h.wal(&h.topics[0]).sealed_segments().len(),
+        sealed,
+        "nothing trimmed"
+    );
+    assert!(h.descriptors(&h.topics[0]).is_empty(), "nothing committed");
+    let _ = stop_tx.send(());
+    h.runtime.block_on(running).unwrap().unwrap();
+}
