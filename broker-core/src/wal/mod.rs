@@ -41,6 +41,7 @@ mod error;
 pub mod mark;
 mod read;
 pub mod recovery;
+mod repair;
 mod retention;
 mod scan;
 pub mod segment;
@@ -64,6 +65,7 @@ pub use config::WalConfig;
 pub(crate) use error::io_err;
 pub use error::{UnreadableKind, UnreadableRange, WalError};
 pub use recovery::RecoveryReport;
+pub use repair::{RepairReport, ScrubReport};
 pub use retention::RetentionReport;
 pub use scan::ReadBuffers;
 pub use segment::SealedSegment;
@@ -466,5 +468,7 @@ pub fn list_sealed_segments(dir: &Path) -> Result<Vec<SealedSegment>, WalError> 
 
 #[cfg(test)]
 mod damage_tests;
+#[cfg(test)]
+mod repair_tests;
 #[cfg(test)]
 mod tests;
