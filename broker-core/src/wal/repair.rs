@@ -188,6 +188,87 @@ impl Wal {
         let UnreadableKind::Damaged { segment_base, .. } = range.kind else {
             return Err(WalError::NotDamaged { first_offset });
         };
+        let mut expected = range.first_offset;
+        for batch in batches {
+            if batch.base_offset() != expected {
+                return Err(WalError::RepairMismatch {
+                    first_offset,
+                    end_offset: range.end_offset,
+                    reason: format!(
+                        "batch starts at {}, expected {expected}",
+                        batch.base_offset()
+                    ),
+                });
+            }
+            expected = batch.next_offset();
+        }
+        if expected != range.end_offset {
+            return Err(WalError::RepairMismatch {
+                first_offset,
+                end_offset: range.end_offset,
+                reason: format!("batches end at {expected}"),
+            });
+        }
+        let result = self
+            .rewrite(segment_base, first_offset, range.end_offset, batches)
+            .await;
+        if matches!(result, Ok(_) | Err(WalError::NotDamaged { .. })) {
+            self.shared.unreadable().remove(&first_offset);
+        }
+        result
+    }
+
+    /// Skips the damaged range `first_offset..end_offset` for good (an
+    /// operator's decision, `tribctl topics skip-damaged`): reads return
+    /// [`UnreadableKind::Hole`] for it from now on ([`Wal::mark_skipped`]),
+    /// and its segment is rewritten atomically without the damaged bytes
+    /// (as [`Wal::repair_range`] does), so the offsets become a gap like
+    /// any declared hole and the segment verifies again (the tier service
+    /// can archive it with the hole). Returns whether the segment was
+    /// rewritten: `false` when no such damaged bytes are stored (already
+    /// rewritten, or an edge-declared hole that never had bytes).
+    ///
+    /// # Errors
+    /// [`WalError::RepairMismatch`] if the segment would be empty or does
+    /// not verify (the range is still read as a hole); I/O errors.
+    pub async fn skip_damaged(&self, first_offset: u64, end_offset: u64) -> Result<bool, WalError> {
+        // Damage in the active segment is known from recovery or a read;
+        // without it, nothing to rewrite (and no reason to roll).
+        let known_damage = self.damaged_at(first_offset).is_ok();
+        self.mark_skipped(first_offset, end_offset);
+        let Some((segment_base, sealed)) = self
+            .shared
+            .segments()
+            .range(..=first_offset)
+            .next_back()
+            .map(|(&base, meta)| (base, meta.sealed))
+        else {
+            return Ok(false);
+        };
+        if !sealed && !known_damage {
+            return Ok(false);
+        }
+        match self
+            .rewrite(segment_base, first_offset, end_offset, &[])
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(WalError::NotDamaged { .. }) => Ok(false),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Rewrites the segment at `segment_base` with `batches` in place of its
+    /// damaged bytes for `first_offset..end_offset` (none: the offsets
+    /// become a gap), atomically (module doc). [`WalError::NotDamaged`] if
+    /// a scan of the segment finds no such damaged range.
+    async fn rewrite(
+        &self,
+        segment_base: u64,
+        first_offset: u64,
+        end_offset: u64,
+        batches: &[EncodedBatch],
+    ) -> Result<RepairReport, WalError> {
         let sealed = self
             .shared
             .segments()
@@ -196,24 +277,16 @@ impl Wal {
         if !sealed {
             self.roll().await?;
         }
+        let range = UnreadableRange {
+            first_offset,
+            end_offset,
+            kind: UnreadableKind::Hole,
+        };
         let mismatch = |why: String| WalError::RepairMismatch {
             first_offset,
-            end_offset: range.end_offset,
+            end_offset,
             reason: why,
         };
-        let mut expected = range.first_offset;
-        for batch in batches {
-            if batch.base_offset() != expected {
-                return Err(mismatch(format!(
-                    "batch starts at {}, expected {expected}",
-                    batch.base_offset()
-                )));
-            }
-            expected = batch.next_offset();
-        }
-        if expected != range.end_offset {
-            return Err(mismatch(format!("batches end at {expected}")));
-        }
         let shared = &self.shared;
         let dir = &shared.dir;
         let storage = shared.storage.as_ref();
@@ -245,9 +318,7 @@ impl Wal {
             }
             _ => None,
         }) else {
-            // Already healed (a scan finds it intact): nothing to rewrite.
-            drop(segments);
-            shared.unreadable().remove(&first_offset);
+            // Already healed or skipped (a scan finds no such damage).
             return Err(WalError::NotDamaged { first_offset });
         };
         let (start, end) = (position as usize, (position + length) as usize);
@@ -261,6 +332,9 @@ impl Wal {
         new.extend_from_slice(&current.0[end..]);
         let new = MemFile(new);
         let new_len = new.0.len() as u64;
+        if new_len == 0 {
+            return Err(mismatch("the segment would be empty".into()));
+        }
         let (mut meta, left) =
             scan_sealed(&new, segment_base, new_len, old.next_offset, &shared.config)
                 .map_err(io_err("verify", &tmp))?;
@@ -289,7 +363,6 @@ impl Wal {
         super::recovery::write_seal(storage, dir, &meta)?;
         segments.insert(segment_base, meta);
         drop(segments);
-        shared.unreadable().remove(&first_offset);
         tracing::info!(
             dir = %dir.display(),
             segment_base,
@@ -297,7 +370,7 @@ impl Wal {
             end_offset = range.end_offset,
             bytes_before = old.bytes,
             bytes_after = new_len,
-            "repaired a damaged range: segment rewritten with re-fetched batches"
+            "rewrote a segment: its damaged range replaced by re-fetched batches, or removed (skipped)"
         );
         Ok(RepairReport {
             segment_base,

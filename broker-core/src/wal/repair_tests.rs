@@ -165,27 +165,61 @@ fn a_scrub_finds_a_flip_made_after_open_once_and_a_repair_restores_the_segment_b
 }
 
 #[test]
-fn a_skipped_damaged_range_reads_as_a_hole() {
-    let dir = tempfile::tempdir().unwrap();
-    fill_on(Arc::new(FsStorage), dir.path(), 30);
-    let wal = Wal::open(dir.path(), small_config(SyncMode::FsyncBatch)).unwrap();
-    let seg = wal.sealed_segments()[0].clone();
-    let mut bytes = std::fs::read(&seg.log_path).unwrap();
-    bytes[40] ^= 0x01;
-    std::fs::write(&seg.log_path, &bytes).unwrap();
-    let range = wal.scrub_segment(seg.base_offset).unwrap().damaged[0].clone();
-    wal.mark_skipped(range.first_offset, range.end_offset);
-    let hole = UnreadableRange {
-        kind: UnreadableKind::Hole,
-        ..range.clone()
-    };
-    assert_eq!(wal.damaged_ranges(), vec![hole.clone()]);
-    assert!(
-        matches!(wal.read(range.first_offset, 1 << 20), Err(WalError::Unreadable(r)) if r == hole)
-    );
-    // A scrub does not turn it back into damage.
-    wal.scrub_segment(seg.base_offset).unwrap();
-    assert_eq!(wal.damaged_ranges(), vec![hole]);
+fn a_skipped_damaged_range_reads_as_a_hole_and_its_bytes_are_removed_from_the_segment() {
+    for which in ["middle", "end"] {
+        let dir = tempfile::tempdir().unwrap();
+        fill_on(Arc::new(FsStorage), dir.path(), 30);
+        let wal = Wal::open(dir.path(), small_config(SyncMode::FsyncBatch)).unwrap();
+        let seg = wal.sealed_segments()[0].clone();
+        let original = std::fs::read(&seg.log_path).unwrap();
+        let batches = batches_of(&original);
+        let n = if which == "end" { batches.len() - 1 } else { 3 };
+        let position: usize = batches[..n].iter().map(EncodedBatch::len).sum();
+        let mut bytes = original.clone();
+        bytes[position + 30] ^= 0x01;
+        std::fs::write(&seg.log_path, &bytes).unwrap();
+        let range = wal.scrub_segment(seg.base_offset).unwrap().damaged[0].clone();
+        assert_eq!(range.first_offset, seg.base_offset + n as u64);
+        assert!(
+            rt().block_on(wal.skip_damaged(range.first_offset, range.end_offset))
+                .unwrap()
+        );
+        let hole = UnreadableRange {
+            kind: UnreadableKind::Hole,
+            ..range.clone()
+        };
+        assert_eq!(wal.damaged_ranges(), vec![hole.clone()], "{which}");
+        assert!(
+            matches!(wal.read(range.first_offset, 1 << 20), Err(WalError::Unreadable(r)) if r == hole)
+        );
+        // The segment holds every other batch verbatim, and no garbage.
+        let mut expected = original[..position].to_vec();
+        expected.extend_from_slice(&original[position + batches[n].len()..]);
+        assert_eq!(std::fs::read(&seg.log_path).unwrap(), expected, "{which}");
+        assert_eq!(wal.scrub_segment(seg.base_offset).unwrap().damaged, vec![]);
+        assert_eq!(wal.damaged_ranges(), vec![hole.clone()]);
+        // Skipping again rewrites nothing; a repair is refused.
+        assert!(
+            !rt()
+                .block_on(wal.skip_damaged(range.first_offset, range.end_offset))
+                .unwrap()
+        );
+        assert!(matches!(
+            rt().block_on(wal.repair_range(range.first_offset, &batches[n..=n])),
+            Err(WalError::NotDamaged { .. })
+        ));
+        drop(wal);
+        // After a reopen the offsets are a gap: a hole, everything else intact.
+        let wal = Wal::open(dir.path(), small_config(SyncMode::FsyncBatch)).unwrap();
+        let (records, ranges) = read_around(&wal);
+        assert_eq!(ranges, vec![hole], "{which}");
+        assert_eq!(records.len(), 29);
+        assert!(
+            records.iter().all(
+                |(o, v)| *o != range.first_offset && *v == Bytes::from(format!("value-{o:03}"))
+            )
+        );
+    }
 }
 
 /// A [`SimStorage`] that fails every mutating call (write, sync, truncate,

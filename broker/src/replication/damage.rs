@@ -18,7 +18,10 @@
 //!   (`POST /v1/topics/{ns}/{topic}/skip-damaged`, `tribctl topics
 //!   skip-damaged`): it is recorded in Raft as a hole with cause `damaged`
 //!   and reads as a declared hole from then on, also after a restart
-//!   ([`TopicStore`] applies such holes again when it opens the WAL).
+//!   ([`TopicStore`] applies such holes again when it opens the WAL); its
+//!   segment is rewritten without the damaged bytes ([`Wal::skip_damaged`]),
+//!   so the tier service archives it with the hole like an edge-declared
+//!   one.
 
 use std::collections::HashMap;
 use std::ops::ControlFlow;
@@ -451,7 +454,15 @@ impl DamageService {
             now_ms(),
         );
         self.topics.record_hole(topic, &record).await?;
-        wal.mark_skipped(first_offset, end_offset);
+        // Recorded first: after a crash here the open applies it again.
+        match wal.skip_damaged(first_offset, end_offset).await {
+            Ok(rewritten) => {
+                info!(%topic, first_offset, end_offset, rewritten, "damaged bytes removed from their segment");
+            }
+            Err(e) => {
+                warn!(%topic, first_offset, end_offset, error = %e, "the skipped range reads as a hole, but its segment could not be rewritten");
+            }
+        }
         lock(&self.attempts).remove(&(topic.clone(), first_offset));
         warn!(%topic, first_offset, end_offset, "damaged range skipped by an operator: it reads as a declared hole from now on");
         Ok(record)

@@ -363,12 +363,17 @@ impl TopicStore {
 
     /// Makes the WAL read every hole recorded with cause `damaged` as a
     /// declared hole: damaged ranges an operator skipped
-    /// (`tribctl topics skip-damaged`) stay skipped across restarts. (For a
-    /// hole an edge declared, the WAL already holds no bytes: a no-op.)
+    /// (`tribctl topics skip-damaged`) stay skipped across restarts, and a
+    /// segment still holding their bytes (a crash right after the Raft
+    /// record) is rewritten without them. (For a hole an edge declared,
+    /// the WAL holds no bytes: nothing is rewritten.)
     async fn reapply_skipped(&self, topic: &TopicName, wal: &Wal) -> Result<(), TopicError> {
         for hole in self.holes(topic).await? {
-            if hole.cause == HoleCause::Damaged.as_str() {
-                wal.mark_skipped(hole.first_offset, hole.end_offset);
+            if hole.cause == HoleCause::Damaged.as_str()
+                && hole.end_offset > wal.log_start_offset()
+                && let Err(e) = wal.skip_damaged(hole.first_offset, hole.end_offset).await
+            {
+                tracing::warn!(%topic, first_offset = hole.first_offset, end_offset = hole.end_offset, error = %e, "a skipped damaged range reads as a hole, but its segment could not be rewritten");
             }
         }
         Ok(())
