@@ -417,9 +417,12 @@ fn a_damaged_range_nothing_holds_is_skipped_by_the_operator_as_a_hole() {
     let damaged = flip_batch(&victim, target);
     pair.broker.start();
     open_topic(&pair);
-    // The edge reconnects and says it no longer holds it; no archive is
-    // configured: the range stays damaged and reported.
     assert_reported(&pair, damaged);
+    // The edge reconnects (a new batch is acknowledged), is asked for the
+    // range and says it no longer holds it; no archive is configured: the
+    // range stays damaged and reported, and later records still flow.
+    publish(&pair, &mut next);
+    pair.wait_acknowledged(next, Duration::from_secs(60));
     std::thread::sleep(Duration::from_secs(2));
     assert_reported(&pair, damaged);
 

@@ -324,7 +324,7 @@ impl Wal {
         let mut map = self.shared.unreadable();
         map.entry(range.first_offset)
             .or_insert_with(|| {
-                tracing::warn!(dir = %self.shared.dir.display(), %range, "WAL read found an unreadable range");
+                tracing::warn!(dir = %self.shared.dir.display(), %range, "WAL found an unreadable range (read or scrub)");
                 range
             })
             .clone()
