@@ -75,7 +75,12 @@ fn batches_in(log: &Path) -> Vec<(u64, u64, u64, u64)> {
     let u64_at = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().expect("8 bytes"));
     while pos + 28 <= bytes.len() {
         let length = u64::from(u32_at(pos + 4));
-        out.push((pos as u64, length, u64_at(pos + 16), u64::from(u32_at(pos + 24))));
+        out.push((
+            pos as u64,
+            length,
+            u64_at(pos + 16),
+            u64::from(u32_at(pos + 24)),
+        ));
         pos += length as usize;
     }
     out
@@ -106,7 +111,11 @@ fn wait_sealed(dir: &Path, end: u64, offset: u64) -> PathBuf {
         if sealed_end >= end {
             return logs
                 .into_iter()
-                .find(|l| batches_in(l).iter().any(|b| (b.2..b.2 + b.3).contains(&offset)))
+                .find(|l| {
+                    batches_in(l)
+                        .iter()
+                        .any(|b| (b.2..b.2 + b.3).contains(&offset))
+                })
                 .expect("a sealed segment holds the offset");
         }
         assert!(Instant::now() < deadline, "not sealed up to {end} in 30 s");
@@ -178,8 +187,14 @@ fn tribctl(pair: &Pair, args: &[&str]) -> (i32, String) {
 fn damage_metrics(pair: &Pair) -> (Option<u64>, Option<u64>) {
     let text = try_scrape(&format!("http://{}/metrics", pair.broker_admin)).unwrap_or_default();
     (
-        metric_value(&text, &format!("tributary_broker_damaged_ranges{TOPIC_LABEL}")),
-        metric_value(&text, &format!("tributary_broker_damaged_offsets{TOPIC_LABEL}")),
+        metric_value(
+            &text,
+            &format!("tributary_broker_damaged_ranges{TOPIC_LABEL}"),
+        ),
+        metric_value(
+            &text,
+            &format!("tributary_broker_damaged_offsets{TOPIC_LABEL}"),
+        ),
     )
 }
 
@@ -225,7 +240,10 @@ fn consume_all(pair: &Pair, subscription: &str, end: u64) -> (BTreeMap<u64, Stri
     let mut cursor = session.cursor;
     let deadline = Instant::now() + Duration::from_secs(60);
     while cursor < end {
-        assert!(Instant::now() < deadline, "consumer stuck at {cursor} (end {end})");
+        assert!(
+            Instant::now() < deadline,
+            "consumer stuck at {cursor} (end {end})"
+        );
         let got = client
             .read(TOPIC, subscription, session.consumer_id, 500, 500)
             .expect("read");
@@ -238,7 +256,9 @@ fn consume_all(pair: &Pair, subscription: &str, end: u64) -> (BTreeMap<u64, Stri
         for m in got.messages {
             last = Some(m.offset);
             assert!(
-                records.insert(m.offset, m.value.expect("text value")).is_none(),
+                records
+                    .insert(m.offset, m.value.expect("text value"))
+                    .is_none(),
                 "offset {} delivered twice",
                 m.offset
             );
@@ -313,7 +333,10 @@ fn assert_reported(pair: &Pair, damaged: (u64, u64)) {
         "metrics"
     );
     let view = describe(pair);
-    assert_eq!(view["damaged_ranges"][0]["first_offset"], damaged.0, "{view}");
+    assert_eq!(
+        view["damaged_ranges"][0]["first_offset"], damaged.0,
+        "{view}"
+    );
     assert_eq!(view["damaged_ranges"][0]["end_offset"], damaged.1, "{view}");
     let (status, text) = tribctl(pair, &["topics", "describe", TOPIC]);
     assert_eq!(status, 0, "{text}");
@@ -360,13 +383,18 @@ fn a_damaged_sealed_central_segment_is_reported_refetched_from_the_edge_and_tier
 
     // The edge reconnects: the broker asks it for the range, and heals.
     pair.edge.start();
-    wait_until("damage healed", || damage_metrics(&pair) == (Some(0), Some(0)));
+    wait_until("damage healed", || {
+        damage_metrics(&pair) == (Some(0), Some(0))
+    });
     assert_clean(&pair);
     let (records, gaps) = consume_all(&pair, "audit", next);
     assert!(gaps.is_empty(), "{gaps:?}");
     let expected: BTreeMap<u64, String> = (0..next).map(|o| (o, value(o))).collect();
     assert_eq!(records.len(), expected.len());
-    assert!(records == expected, "records differ from what was published");
+    assert!(
+        records == expected,
+        "records differ from what was published"
+    );
     // The segment is whole again on disk: every batch parses back to back.
     let batches = batches_in(&victim);
     assert_eq!(
@@ -405,7 +433,8 @@ fn a_damaged_range_nothing_holds_is_skipped_by_the_operator_as_a_hole() {
             .expect("edge wal")
             .filter_map(|e| {
                 let name = e.expect("entry").file_name().to_string_lossy().into_owned();
-                name.strip_suffix(".log").and_then(|s| s.parse::<u64>().ok())
+                name.strip_suffix(".log")
+                    .and_then(|s| s.parse::<u64>().ok())
             })
             .min()
             .expect("an edge segment")
@@ -430,11 +459,22 @@ fn a_damaged_range_nothing_holds_is_skipped_by_the_operator_as_a_hole() {
     let wrong = format!("{}..{}", damaged.0, damaged.1 + 1);
     let (status, text) = tribctl(&pair, &["topics", "skip-damaged", TOPIC, "--range", &wrong]);
     assert_ne!(status, 0, "{text}");
-    assert!(text.contains("409") || text.contains("not a damaged range"), "{text}");
+    assert!(
+        text.contains("409") || text.contains("not a damaged range"),
+        "{text}"
+    );
     let range = format!("{}..{}", damaged.0, damaged.1);
     let (status, text) = tribctl(
         &pair,
-        &["topics", "skip-damaged", TOPIC, "--range", &range, "--reason", "edge copy gone"],
+        &[
+            "topics",
+            "skip-damaged",
+            TOPIC,
+            "--range",
+            &range,
+            "--reason",
+            "edge copy gone",
+        ],
     );
     assert_eq!(status, 0, "{text}");
     assert!(text.contains("recorded as a hole"), "{text}");
@@ -442,7 +482,9 @@ fn a_damaged_range_nothing_holds_is_skipped_by_the_operator_as_a_hole() {
     let hole_listed = |view: &Value| {
         view["holes"].as_array().is_some_and(|holes| {
             holes.iter().any(|h| {
-                h["first_offset"] == damaged.0 && h["end_offset"] == damaged.1 && h["cause"] == "damaged"
+                h["first_offset"] == damaged.0
+                    && h["end_offset"] == damaged.1
+                    && h["cause"] == "damaged"
             })
         })
     };
@@ -450,7 +492,10 @@ fn a_damaged_range_nothing_holds_is_skipped_by_the_operator_as_a_hole() {
     let (status, text) = tribctl(&pair, &["topics", "describe", TOPIC]);
     assert_eq!(status, 0);
     assert!(
-        text.contains(&format!("Hole: {}..{} (cause damaged", damaged.0, damaged.1)),
+        text.contains(&format!(
+            "Hole: {}..{} (cause damaged",
+            damaged.0, damaged.1
+        )),
         "{text}"
     );
 
