@@ -127,6 +127,8 @@ struct Attempt {
     at: Instant,
     /// The edge said it no longer holds the range: ask the archive.
     edge_unavailable: bool,
+    /// This attempt asked an edge stream (else only the archive).
+    asked_edge: bool,
 }
 
 /// The refetch requests one edge stream carries out.
@@ -217,8 +219,11 @@ impl DamageService {
         let (tx, rx) = mpsc::channel(64);
         let id = self.next_stream.fetch_add(1, Ordering::Relaxed);
         lock(&self.streams).insert(topic.clone(), StreamRoute { id, requests: tx });
-        // A new stream: ask it for everything still damaged at once.
-        lock(&self.attempts).retain(|(t, _), _| t != topic);
+        // A new stream is asked at once for what no edge was asked for
+        // yet; a range an edge was already asked for waits for its retry
+        // (an edge that drops the stream on a Refetch, one that predates
+        // the frame, is not asked again on every reconnect).
+        lock(&self.attempts).retain(|(t, _), a| t != topic || a.asked_edge);
         let guard = RouteGuard {
             service: self.clone(),
             topic: topic.clone(),
@@ -288,6 +293,7 @@ impl DamageService {
                     .checked_sub(RETRY_AFTER)
                     .unwrap_or_else(Instant::now),
                 edge_unavailable: true,
+                asked_edge: true,
             },
         );
     }
@@ -352,15 +358,19 @@ impl DamageService {
                 continue;
             }
             let edge_unavailable = previous.is_some_and(|a| a.edge_unavailable);
+            let route = lock(&self.streams)
+                .get(topic)
+                .map(|r| r.requests.clone())
+                .filter(|_| !edge_unavailable);
             lock(&self.attempts).insert(
                 key,
                 Attempt {
                     at: Instant::now(),
                     edge_unavailable,
+                    asked_edge: route.is_some(),
                 },
             );
-            let route = lock(&self.streams).get(topic).map(|r| r.requests.clone());
-            if !edge_unavailable && let Some(route) = route {
+            if let Some(route) = route {
                 info!(%topic, first_offset = range.first_offset, end_offset = range.end_offset, "asking the edge to re-send a damaged range");
                 let _ = route.try_send((range.first_offset, range.end_offset));
                 continue;
