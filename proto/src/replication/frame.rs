@@ -864,7 +864,7 @@ mod tests {
     fn bad_frames_are_typed_errors() {
         let limits = Limits::default();
         let cases: Vec<(Vec<u8>, &str)> = vec![
-            (vec![1, 0, 0, 0, 9], "unknown frame type 9"),
+            (vec![1, 0, 0, 0, 10], "unknown frame type 10"),
             (vec![0, 0, 0, 0], "frame without a type"),
             (vec![3, 0, 0, 0, WELCOME, 1, 2], "welcome"),
             (vec![2, 0, 0, 0, BATCH, 7], "unknown wire codec 7"),
