@@ -177,8 +177,9 @@ struct HoleView {
 struct TopicView {
     #[serde(flatten)]
     description: TopicDescription,
+    /// Absent from an admin API without access to the broker's WALs.
     #[serde(default)]
-    damaged_ranges: Vec<DamagedRangeView>,
+    damaged_ranges: Option<Vec<DamagedRangeView>>,
     #[serde(default)]
     holes: Vec<HoleView>,
 }
@@ -220,10 +221,12 @@ pub fn run(ctx: &Context<'_>, command: &TopicsCommand) -> Result<String, Command
             let value = client.get(&topic_path(topic)?, &[])?;
             ctx.render(value, |v: TopicView| {
                 let mut text = describe_text(&v.description);
-                if v.damaged_ranges.is_empty() {
+                let known = v.damaged_ranges.is_some();
+                let damaged = v.damaged_ranges.unwrap_or_default();
+                if damaged.is_empty() && known {
                     text.push_str("Damaged ranges: none\n");
                 }
-                for d in &v.damaged_ranges {
+                for d in &damaged {
                     text.push_str(&format!(
                         "Damaged range: {}..{} ({} bytes at byte {} of segment {}: {}); \
                          re-fetched from the edge or the archive, or skip it with \
