@@ -131,6 +131,10 @@ pub(crate) struct Shared {
     unreadable: Mutex<BTreeMap<u64, UnreadableRange>>,
     /// Sequence number of the sync mark recovery read.
     mark_seq: u64,
+    /// Segment rewrites (repairs, skips) so far: a read that planned
+    /// before one and then finds damage reads again rather than report
+    /// bytes at positions that moved.
+    rewrites: std::sync::atomic::AtomicU64,
 }
 
 impl Shared {
@@ -239,6 +243,7 @@ impl Wal {
                     .collect(),
             ),
             mark_seq: recovered.mark_seq,
+            rewrites: std::sync::atomic::AtomicU64::new(0),
         });
         let writer = writer::spawn(shared.clone(), active_base, file)?;
         Ok(Wal {

@@ -136,6 +136,10 @@ impl Wal {
     /// # Errors
     /// I/O errors reading the segment.
     pub fn scrub_segment(&self, base: u64) -> Result<ScrubReport, WalError> {
+        let rewrites = self
+            .shared
+            .rewrites
+            .load(std::sync::atomic::Ordering::SeqCst);
         let Some((bytes, next_offset)) = self
             .shared
             .segments()
@@ -155,7 +159,12 @@ impl Wal {
             .map_err(io_err("read", &path))?;
         // A segment rewritten by a repair while this scan ran: the scan saw
         // the old file; its findings are stale.
-        if self.shared.segments().get(&base).map(|m| m.bytes) != Some(bytes) {
+        if self
+            .shared
+            .rewrites
+            .load(std::sync::atomic::Ordering::SeqCst)
+            != rewrites
+        {
             return Ok(ScrubReport::default());
         }
         let damaged = found
@@ -356,6 +365,9 @@ impl Wal {
         let index = dir.join(index_file_name(segment_base));
         storage.remove(&index).map_err(io_err("remove", &index))?;
         storage.sync_dir(dir).map_err(io_err("fsync dir", dir))?;
+        shared
+            .rewrites
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         storage
             .rename(&tmp, &path)
             .map_err(io_err("rename", &tmp))?;
