@@ -145,6 +145,13 @@ pub struct WalTuning {
     /// segments) archives the tail of a quiet topic within a bounded time.
     /// Default none: segments seal only at 64 MiB.
     pub segment_max_age_ms: Option<u64>,
+    /// Rate of the background CRC check of sealed segments, bytes/s
+    /// (default 4 MiB/s; 0 turns it off: damage is then found by reads
+    /// only). Every damaged range found is reported and re-fetched.
+    pub scrub_bytes_per_sec: Option<u64>,
+    /// How often damaged ranges are looked for and re-fetch requests sent,
+    /// ms (default 1000).
+    pub damage_check_interval_ms: Option<u64>,
 }
 
 /// Raft timing and snapshot settings (`[raft]`); the defaults suit a LAN.

@@ -19,6 +19,8 @@
 //! | `tributary_broker_topic_tier_backlog_records` | gauge | `topic`: high-water mark minus tiered offset |
 //! | `tributary_broker_unarchived_bytes` | gauge | none: local WAL bytes not covered by a committed tiered offset, all open topics (`crate::budget`) |
 //! | `tributary_broker_budget_refusals_total` | counter | none: batches refused by the un-archived byte budget (edge streams and central publishes) |
+//! | `tributary_broker_damaged_ranges` | gauge | `topic`: damaged ranges of the local WAL not yet healed or skipped |
+//! | `tributary_broker_damaged_offsets` | gauge | `topic`: offsets in those ranges |
 //! | `tributary_broker_raft_term` | gauge | none |
 //! | `tributary_broker_raft_leader_id` | gauge | none: the leader's node id, 0 when none is known |
 //! | `tributary_broker_raft_is_leader` | gauge | none: 1 on the leader |
@@ -147,6 +149,8 @@ pub async fn render(state: &MetricsState) -> Result<String, std::fmt::Error> {
     let wal_bytes = TopicGauge::default();
     let tiered = TopicGauge::default();
     let backlog = TopicGauge::default();
+    let damaged_ranges = TopicGauge::default();
+    let damaged_offsets = TopicGauge::default();
     let keys = StorageKeys::new(DEFAULT_STORAGE_PREFIX).ok();
     let mut unarchived = 0u64;
     for (topic, wal) in state.topics.open_topics().await {
@@ -156,6 +160,13 @@ pub async fn render(state: &MetricsState) -> Result<String, std::fmt::Error> {
         let high = wal.high_water_mark();
         hwm.get_or_create(&label).set(high);
         start.get_or_create(&label).set(wal.log_start_offset());
+        let damaged = crate::replication::damage::damaged_of(&topic, &wal);
+        damaged_ranges
+            .get_or_create(&label)
+            .set(damaged.len() as u64);
+        damaged_offsets
+            .get_or_create(&label)
+            .set(damaged.iter().map(|d| d.end_offset - d.first_offset).sum());
         wal_bytes.get_or_create(&label).set(wal.size_bytes());
         let tiered_offset = match &keys {
             Some(keys) => tiered_state(&*state.store, keys, &topic)
@@ -205,6 +216,16 @@ pub async fn render(state: &MetricsState) -> Result<String, std::fmt::Error> {
         "tributary_broker_budget_refusals",
         "Batches refused because the un-archived WAL budget was reached.",
         crate::budget::installed().map_or(0, |b| b.refusals()),
+    );
+    registry.register(
+        "tributary_broker_damaged_ranges",
+        "Damaged ranges in the topic's local WAL (stored bytes fail verification), not yet healed or skipped.",
+        damaged_ranges,
+    );
+    registry.register(
+        "tributary_broker_damaged_offsets",
+        "Offsets in the topic's damaged ranges.",
+        damaged_offsets,
     );
     let status = state.cluster.status();
     gauge(

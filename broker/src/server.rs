@@ -102,9 +102,24 @@ pub async fn run(
         config.ingest_listen,
         &config.data_dir,
     )?;
+    let damage = crate::replication::damage::DamageService::new(
+        topics.clone(),
+        config
+            .wal
+            .scrub_bytes_per_sec
+            .unwrap_or(crate::replication::damage::DEFAULT_SCRUB_BYTES_PER_SEC),
+        config.wal.damage_check_interval_ms.map_or(
+            crate::replication::damage::DEFAULT_CHECK_INTERVAL,
+            std::time::Duration::from_millis,
+        ),
+    );
+    if let Some(archive) = &config.archive {
+        damage.set_archive(crate::consumer::tiered::open_archive(archive)?);
+    }
+    let damage_task = damage.spawn();
     tokio::spawn(crate::replication::ingest::serve(
         ingest.clone(),
-        topics.clone(),
+        damage.clone(),
         Limits::default(),
     ));
     let listener = tokio::net::TcpListener::bind(config.admin_listen)
@@ -165,7 +180,8 @@ pub async fn run(
     let mut app = with_local_segments(
         router(state).merge(metrics).merge(consumer_routes),
         topics.clone(),
-    );
+    )
+    .layer(axum::Extension(damage.clone()));
     // Descriptor commits and trims check objects in the archive; without
     // `[archive]` both are refused (`archive_not_configured`).
     match archive {
@@ -185,6 +201,7 @@ pub async fn run(
     watchdog.abort();
     ingest.close(0u32.into(), b"broker shutting down");
     ticker.abort();
+    damage_task.abort();
     if let Some(retention) = retention {
         retention.abort();
     }

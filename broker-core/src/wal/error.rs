@@ -86,6 +86,25 @@ pub enum WalError {
     /// [`super::Wal::damaged_ranges`].
     #[error("{0}")]
     Unreadable(UnreadableRange),
+    /// [`super::Wal::repair_range`]: no damaged range starts at this offset
+    /// (never damaged, already repaired, or skipped).
+    #[error("no damaged range starts at offset {first_offset}")]
+    NotDamaged {
+        /// The first offset asked for.
+        first_offset: u64,
+    },
+    /// [`super::Wal::repair_range`]: the batches offered do not replace the
+    /// damaged range exactly, or the rewritten segment does not verify.
+    /// Nothing was changed.
+    #[error("cannot repair offsets {first_offset}..{end_offset}: {reason}")]
+    RepairMismatch {
+        /// First offset of the damaged range.
+        first_offset: u64,
+        /// Its exclusive end.
+        end_offset: u64,
+        /// What did not match.
+        reason: String,
+    },
     /// The requested offset was deleted by retention.
     #[error("offset {requested} is below the log start {log_start}")]
     OffsetBelowLogStart {

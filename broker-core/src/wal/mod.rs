@@ -41,6 +41,7 @@ mod error;
 pub mod mark;
 mod read;
 pub mod recovery;
+mod repair;
 mod retention;
 mod scan;
 pub mod segment;
@@ -64,6 +65,7 @@ pub use config::WalConfig;
 pub(crate) use error::io_err;
 pub use error::{UnreadableKind, UnreadableRange, WalError};
 pub use recovery::RecoveryReport;
+pub use repair::{RepairReport, ScrubReport};
 pub use retention::RetentionReport;
 pub use scan::ReadBuffers;
 pub use segment::SealedSegment;
@@ -129,6 +131,10 @@ pub(crate) struct Shared {
     unreadable: Mutex<BTreeMap<u64, UnreadableRange>>,
     /// Sequence number of the sync mark recovery read.
     mark_seq: u64,
+    /// Segment rewrites (repairs, skips) so far: a read that planned
+    /// before one and then finds damage reads again rather than report
+    /// bytes at positions that moved.
+    rewrites: std::sync::atomic::AtomicU64,
 }
 
 impl Shared {
@@ -237,6 +243,7 @@ impl Wal {
                     .collect(),
             ),
             mark_seq: recovered.mark_seq,
+            rewrites: std::sync::atomic::AtomicU64::new(0),
         });
         let writer = writer::spawn(shared.clone(), active_base, file)?;
         Ok(Wal {
@@ -322,7 +329,7 @@ impl Wal {
         let mut map = self.shared.unreadable();
         map.entry(range.first_offset)
             .or_insert_with(|| {
-                tracing::warn!(dir = %self.shared.dir.display(), %range, "WAL read found an unreadable range");
+                tracing::warn!(dir = %self.shared.dir.display(), %range, "WAL found an unreadable range (read or scrub)");
                 range
             })
             .clone()
@@ -466,5 +473,7 @@ pub fn list_sealed_segments(dir: &Path) -> Result<Vec<SealedSegment>, WalError> 
 
 #[cfg(test)]
 mod damage_tests;
+#[cfg(test)]
+mod repair_tests;
 #[cfg(test)]
 mod tests;

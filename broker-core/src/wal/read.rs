@@ -71,6 +71,10 @@ impl Wal {
         buffers: &mut ReadBuffers,
     ) -> Result<Vec<EncodedBatch>, WalError> {
         let hwm = self.high_water_mark();
+        let rewrites = self
+            .shared
+            .rewrites
+            .load(std::sync::atomic::Ordering::SeqCst);
         let mut out = Vec::new();
         if from_offset >= hwm {
             return Ok(out);
@@ -189,6 +193,18 @@ impl Wal {
                 };
                 // Bad bytes at `pos`: the unreadable range runs to the next
                 // valid batch, or to the end of the segment.
+                if self
+                    .shared
+                    .rewrites
+                    .load(std::sync::atomic::Ordering::SeqCst)
+                    != rewrites
+                {
+                    // A segment was rewritten (repaired or skipped) since
+                    // this read planned: its bytes may have moved. Read
+                    // again with the new layout.
+                    *buffers = window.into_buffers();
+                    return self.read_with(from_offset, max_bytes, buffers);
+                }
                 let resumes = find_next_valid(&mut window, pos, expected, limits)
                     .map_err(io_err("read", &path))?;
                 let (end_offset, resume_at) = match resumes {

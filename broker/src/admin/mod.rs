@@ -17,6 +17,7 @@
 //! | `POST /v1/topics` | create, body `{"name", "intent", "partitions"}` |
 //! | `GET /v1/topics/{ns}/{topic}` | describe |
 //! | `DELETE /v1/topics/{ns}/{topic}` | delete with partitions and all keys under them |
+//! | `POST /v1/topics/{ns}/{topic}/skip-damaged` | body `{"first_offset", "end_offset", "reason"?}`: record a damaged range nothing can heal as a hole (`409 not_damaged` unless it is exactly one) |
 //! | `GET /v1/topics/{ns}/{topic}/subscriptions/{sub}/failure-policy` | the stored or inherited policy |
 //! | `PUT …/failure-policy` | replace the policy (full body) |
 //! | `PATCH …/failure-policy` | change some fields, keep the rest |
@@ -125,6 +126,10 @@ pub fn router(state: AdminState) -> Router {
             get(topics::describe_topic).delete(topics::delete_topic),
         )
         .route(
+            "/topics/{namespace}/{topic}/skip-damaged",
+            post(topics::skip_damaged),
+        )
+        .route(
             "/topics/{namespace}/{topic}/subscriptions/{subscription}/failure-policy",
             get(policy::get_failure_policy)
                 .put(policy::put_failure_policy)
@@ -207,8 +212,20 @@ async fn require_token(State(state): State<AdminState>, request: Request, next: 
     }
 }
 
-async fn health() -> axum::Json<Value> {
-    axum::Json(json!({"status": "ok"}))
+/// `{"status": "ok"}`, or `{"status": "degraded", "damaged_ranges": [...]}`
+/// while a topic WAL holds damaged ranges (not yet healed or skipped; see
+/// `crate::replication::damage`). Always `200`: the broker is alive.
+async fn health(
+    damage: Option<axum::Extension<Arc<crate::replication::damage::DamageService>>>,
+) -> axum::Json<Value> {
+    let damaged = match damage {
+        Some(axum::Extension(damage)) => damage.damaged().await,
+        None => Vec::new(),
+    };
+    if damaged.is_empty() {
+        return axum::Json(json!({"status": "ok"}));
+    }
+    axum::Json(json!({"status": "degraded", "damaged_ranges": damaged}))
 }
 
 async fn not_found() -> ApiError {

@@ -29,6 +29,7 @@ use tributary_proto::replication::ack_repeat::AckRepeats;
 use tributary_proto::replication::frame::{self, ErrorCode, Frame};
 use tributary_proto::replication::ingest::{Acknowledger, IngestAction, IngestStream};
 
+use super::damage::{DamageService, RouteGuard};
 use super::topics::{TopicError, TopicStore};
 
 /// Initial capacity of a stream's frame buffer, bytes.
@@ -38,10 +39,14 @@ const READ_CHUNKS: usize = 64;
 /// Appends in flight per stream before the reader waits for the writer.
 const PIPELINE_DEPTH: usize = 256;
 
-/// Serves edges on `endpoint` until it is closed.
-pub async fn serve(endpoint: quinn::Endpoint, topics: Arc<TopicStore>, limits: Limits) {
+/// Serves edges on `endpoint` until it is closed. Each open stream takes
+/// the refetch requests of `damage` for its topic (module
+/// [`super::damage`]).
+pub async fn serve(endpoint: quinn::Endpoint, damage: Arc<DamageService>, limits: Limits) {
+    let topics = damage.topics().clone();
     while let Some(incoming) = endpoint.accept().await {
         let topics = topics.clone();
+        let damage = damage.clone();
         tokio::spawn(async move {
             let conn = match incoming.await {
                 Ok(conn) => conn,
@@ -68,6 +73,7 @@ pub async fn serve(endpoint: quinn::Endpoint, topics: Arc<TopicStore>, limits: L
                     recv,
                     identity.clone(),
                     topics.clone(),
+                    damage.clone(),
                     limits,
                 ));
             }
@@ -198,6 +204,7 @@ async fn handle_stream(
     mut recv: quinn::RecvStream,
     identity: String,
     topics: Arc<TopicStore>,
+    damage: Arc<DamageService>,
     limits: Limits,
 ) {
     let (out, out_rx) = mpsc::channel::<Out>(PIPELINE_DEPTH);
@@ -211,6 +218,10 @@ async fn handle_stream(
     ));
     let mut wal: Option<Arc<Wal>> = None;
     let mut opened_topic = None;
+    // Refetch requests for this stream's topic, once it is open.
+    let mut refetches: Option<(mpsc::Receiver<(u64, u64)>, RouteGuard)> = None;
+    // Batches re-sent so far for the oldest refetch request.
+    let mut repairs: Vec<tributary_proto::batch::EncodedBatch> = Vec::new();
     let mut buf = BytesMut::with_capacity(READ_BUFFER_BYTES);
     let mut chunks: [Bytes; READ_CHUNKS] = std::array::from_fn(|_| Bytes::new());
     let refused = 'stream: loop {
@@ -233,6 +244,7 @@ async fn handle_stream(
                             let welcome = ingest.welcome(opened.high_water_mark());
                             info!(edge = %identity, %topic, resume = opened.high_water_mark(), "edge stream opened");
                             wal = Some(opened);
+                            refetches = Some(damage.register_stream(&topic));
                             opened_topic = Some(topic);
                             let acks = Out::Acknowledger(ingest.acknowledger(stream_id));
                             if out.send(acks).await.is_err() {
@@ -285,11 +297,49 @@ async fn handle_stream(
                         Err(frame) => break 'stream Some(frame),
                     }
                 }
+                IngestAction::Repair(part) => {
+                    let (Some(wal), Some(topic)) = (&wal, &opened_topic) else {
+                        break 'stream Some(refusal(ErrorCode::Malformed, "repair before open"));
+                    };
+                    repairs.push(part.batch);
+                    if part.complete {
+                        let batches = std::mem::take(&mut repairs);
+                        damage
+                            .repair_from_edge(topic, wal, part.first_offset, &batches)
+                            .await;
+                    }
+                }
+                IngestAction::RefetchUnavailable {
+                    first_offset,
+                    log_start,
+                    ..
+                } => {
+                    repairs.clear();
+                    if let Some(topic) = &opened_topic {
+                        damage.edge_unavailable(topic, first_offset, log_start);
+                    }
+                }
             }
         }
+        let read = tokio::select! {
+            read = recv.read_chunks(&mut chunks) => read,
+            Some((first_offset, end_offset)) = async {
+                match refetches.as_mut() {
+                    Some((requests, _)) => requests.recv().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                if let Some(frame) = ingest.refetch(first_offset, end_offset)
+                    && out.send(Out::Frame(frame)).await.is_err()
+                {
+                    break None;
+                }
+                continue;
+            }
+        };
         // Many chunks per call: each chunk is about one packet's payload,
         // and every call takes the connection's lock.
-        match recv.read_chunks(&mut chunks).await {
+        match read {
             Ok(Some(n)) => {
                 for chunk in &mut chunks[..n] {
                     buf.extend_from_slice(chunk);

@@ -2,8 +2,10 @@
 //! ([`quic`], stateless reset key kept across restarts), the ingest driver
 //! that runs one `IngestStream` per edge topic stream ([`ingest`]), and the
 //! central topic WALs those streams (and central publishes) append to
-//! ([`topics`]), and the holes edges declare (`holes`).
+//! ([`topics`]), the holes edges declare (`holes`), and damaged central
+//! ranges found, re-fetched, repaired or skipped ([`damage`]).
 
+pub mod damage;
 mod holes;
 pub mod ingest;
 pub mod quic;

@@ -14,6 +14,7 @@ use tracing::info;
 use tributary_proto::intent::ExpandedStreamSettings;
 use tributary_proto::keys::TopicName;
 use tributary_proto::limits::Limits;
+use tributary_proto::replication::frame::HoleCause;
 use tributary_proto::replication::hole::HoleRecord;
 
 /// The holes declared for `topic` in `store`, by first offset (entries
@@ -174,6 +175,7 @@ impl TopicStore {
             return Ok(wal);
         }
         let wal = Arc::new(self.open_wal(topic, loaded.wal_sync_mode)?);
+        self.reapply_skipped(topic, &wal).await?;
         open.insert(topic.clone(), wal.clone());
         Ok(wal)
     }
@@ -270,6 +272,7 @@ impl TopicStore {
             return Ok(wal);
         }
         let wal = Arc::new(self.open_wal(topic, loaded.wal_sync_mode)?);
+        self.reapply_skipped(topic, &wal).await?;
         open.insert(topic.clone(), wal.clone());
         Ok(wal)
     }
@@ -356,6 +359,24 @@ impl TopicStore {
     /// Metadata errors.
     pub async fn holes(&self, topic: &TopicName) -> Result<Vec<HoleRecord>, TopicError> {
         list_holes(self.store.as_ref(), topic).await
+    }
+
+    /// Makes the WAL read every hole recorded with cause `damaged` as a
+    /// declared hole: damaged ranges an operator skipped
+    /// (`tribctl topics skip-damaged`) stay skipped across restarts, and a
+    /// segment still holding their bytes (a crash right after the Raft
+    /// record) is rewritten without them. (For a hole an edge declared,
+    /// the WAL holds no bytes: nothing is rewritten.)
+    async fn reapply_skipped(&self, topic: &TopicName, wal: &Wal) -> Result<(), TopicError> {
+        for hole in self.holes(topic).await? {
+            if hole.cause == HoleCause::Damaged.as_str()
+                && hole.end_offset > wal.log_start_offset()
+                && let Err(e) = wal.skip_damaged(hole.first_offset, hole.end_offset).await
+            {
+                tracing::warn!(%topic, first_offset = hole.first_offset, end_offset = hole.end_offset, error = %e, "a skipped damaged range reads as a hole, but its segment could not be rewritten");
+            }
+        }
+        Ok(())
     }
 
     fn open_wal(&self, topic: &TopicName, sync_mode: SyncMode) -> Result<Wal, WalError> {

@@ -113,6 +113,75 @@ pub enum TopicsCommand {
         #[arg(long, default_value_t = 120_000)]
         wait_ms: u64,
     },
+    /// Give up on a damaged range of a topic that neither the edge nor the
+    /// archive can supply again (see `topics describe`): record it in Raft
+    /// as a hole (cause `damaged`), so consumers, tiering and the archive
+    /// treat it as a declared hole from now on. Refused (409) unless the
+    /// range is exactly one damaged range. Admin API `POST
+    /// /v1/topics/{ns}/{topic}/skip-damaged`.
+    SkipDamaged {
+        /// Topic name.
+        topic: String,
+        /// The damaged range, `FIRST..END` (end exclusive), as `describe`
+        /// shows it.
+        #[arg(long, value_parser = parse_range)]
+        range: (u64, u64),
+        /// Why (kept with the hole).
+        #[arg(long)]
+        reason: Option<String>,
+    },
+}
+
+/// `A..B` with `A < B`.
+fn parse_range(text: &str) -> Result<(u64, u64), String> {
+    let (a, b) = text
+        .split_once("..")
+        .ok_or_else(|| format!("{text:?} is not FIRST..END"))?;
+    let first: u64 = a
+        .trim()
+        .parse()
+        .map_err(|e| format!("first offset {a:?}: {e}"))?;
+    let end: u64 = b
+        .trim()
+        .parse()
+        .map_err(|e| format!("end offset {b:?}: {e}"))?;
+    if end <= first {
+        return Err(format!("empty range {first}..{end}"));
+    }
+    Ok((first, end))
+}
+
+/// One damaged range in the topic view.
+#[derive(Debug, Deserialize)]
+struct DamagedRangeView {
+    first_offset: u64,
+    end_offset: u64,
+    segment_base: u64,
+    position: u64,
+    bytes: u64,
+    reason: String,
+}
+
+/// One hole in the topic view.
+#[derive(Debug, Deserialize)]
+struct HoleView {
+    first_offset: u64,
+    end_offset: u64,
+    cause: String,
+    reason: String,
+}
+
+/// The admin API's topic view: the catalog's description plus what this
+/// broker's WAL and Raft know of damaged ranges and holes.
+#[derive(Debug, Deserialize)]
+struct TopicView {
+    #[serde(flatten)]
+    description: TopicDescription,
+    /// Absent from an admin API without access to the broker's WALs.
+    #[serde(default)]
+    damaged_ranges: Option<Vec<DamagedRangeView>>,
+    #[serde(default)]
+    holes: Vec<HoleView>,
 }
 
 /// Runs `tribctl topics …`.
@@ -150,7 +219,37 @@ pub fn run(ctx: &Context<'_>, command: &TopicsCommand) -> Result<String, Command
         }
         TopicsCommand::Describe { topic } => {
             let value = client.get(&topic_path(topic)?, &[])?;
-            ctx.render(value, |d: TopicDescription| describe_text(&d))
+            ctx.render(value, |v: TopicView| {
+                let mut text = describe_text(&v.description);
+                let known = v.damaged_ranges.is_some();
+                let damaged = v.damaged_ranges.unwrap_or_default();
+                if damaged.is_empty() && known {
+                    text.push_str("Damaged ranges: none\n");
+                }
+                for d in &damaged {
+                    text.push_str(&format!(
+                        "Damaged range: {}..{} ({} bytes at byte {} of segment {}: {}); \
+                         re-fetched from the edge or the archive, or skip it with \
+                         `tribctl topics skip-damaged {} --range {}..{}`\n",
+                        d.first_offset,
+                        d.end_offset,
+                        d.bytes,
+                        d.position,
+                        d.segment_base,
+                        d.reason,
+                        v.description.topic,
+                        d.first_offset,
+                        d.end_offset
+                    ));
+                }
+                for h in &v.holes {
+                    text.push_str(&format!(
+                        "Hole: {}..{} (cause {}: {})\n",
+                        h.first_offset, h.end_offset, h.cause, h.reason
+                    ));
+                }
+                text
+            })
         }
         TopicsCommand::List { namespace } => {
             let mut query = Vec::new();
@@ -171,6 +270,26 @@ pub fn run(ctx: &Context<'_>, command: &TopicsCommand) -> Result<String, Command
                         n => format!("{} ({})\n", t.name, partitions_text(n)),
                     })
                     .collect()
+            })
+        }
+        TopicsCommand::SkipDamaged {
+            topic,
+            range: (first_offset, end_offset),
+            reason,
+        } => {
+            let path = format!("{}/skip-damaged", topic_path(topic)?);
+            let body = json!({
+                "first_offset": first_offset,
+                "end_offset": end_offset,
+                "reason": reason,
+            });
+            let value = client.send_json(Method::Post, &path, &body)?;
+            ctx.render(value, |v: serde_json::Value| {
+                format!(
+                    "skipped damaged range {first_offset}..{end_offset} of {topic}: recorded as a hole \
+                     (cause {})\n",
+                    v["hole"]["cause"].as_str().unwrap_or("damaged")
+                )
             })
         }
         TopicsCommand::Delete { topic } => {

@@ -16,7 +16,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tracing::{debug, info, warn};
 use tributary_proto::batch::BatchHeader;
 use tributary_proto::replication::compress::BatchCompressor;
-use tributary_proto::replication::edge::{EdgeError, EdgeEvent, EdgeStream};
+use tributary_proto::replication::edge::{EdgeError, EdgeEvent, EdgeStream, RefetchAnswer};
 use tributary_proto::replication::frame::{self, AckDatagram, ErrorCode, HoleCause};
 
 use super::pacing::Pacer;
@@ -298,6 +298,10 @@ async fn drive_stream(
                             acked_tx.send_replace(Some(next_offset));
                         }
                         EdgeEvent::AlreadyAcked => {}
+                        EdgeEvent::Refetch { first_offset, end_offset } => {
+                            info!(topic = %topic.name(), first_offset, end_offset, "broker asks to re-send a range its copy of is damaged");
+                            answer_refetches(&mut send, &mut stream, wal, config.compress).await?;
+                        }
                     }
                 }
             }
@@ -340,6 +344,110 @@ async fn drive_stream(
             }
         }
     }
+}
+
+/// Answers the broker's waiting refetch requests from the local WAL: the
+/// batches of each range as `Repair` frames, or `RefetchUnavailable` when
+/// the WAL no longer starts at or below the range or cannot read all of it
+/// (FORMAT.md, "Replication stream").
+async fn answer_refetches(
+    send: &mut quinn::SendStream,
+    stream: &mut EdgeStream,
+    wal: &Arc<Wal>,
+    compress: bool,
+) -> Result<(), StreamError> {
+    let conn_err = |e: &dyn std::fmt::Display| StreamError::Connection(e.to_string());
+    while let Some(answer) = stream.answer_refetch(wal.log_start_offset()) {
+        let (first_offset, end_offset) = match answer {
+            RefetchAnswer::Resend {
+                first_offset,
+                end_offset,
+            } => (first_offset, end_offset),
+            RefetchAnswer::Unavailable(frame) => {
+                warn!(
+                    ?frame,
+                    "cannot re-send a range the broker asks for: the local WAL no longer holds it"
+                );
+                send.write_all(&frame.to_bytes())
+                    .await
+                    .map_err(|e| conn_err(&e))?;
+                continue;
+            }
+        };
+        let reader = wal.clone();
+        let batches = tokio::task::spawn_blocking(move || {
+            read_exact_range(&reader, first_offset, end_offset)
+        })
+        .await
+        .map_err(|e| StreamError::Wal(format!("refetch read failed: {e}")))?;
+        match batches {
+            Ok(batches) => {
+                let mut compressor = BatchCompressor::new(compress);
+                for batch in &batches {
+                    let frame = match compressor.frame(batch) {
+                        frame::Frame::Batch { codec, payload } => {
+                            frame::Frame::Repair { codec, payload }
+                        }
+                        other => other,
+                    };
+                    send.write_all(&frame.to_bytes())
+                        .await
+                        .map_err(|e| conn_err(&e))?;
+                    stream.on_repair_sent(batch.header());
+                }
+                info!(
+                    first_offset,
+                    end_offset,
+                    batches = batches.len(),
+                    "re-sent a range the broker found damaged"
+                );
+            }
+            Err(why) => {
+                warn!(first_offset, end_offset, %why, "cannot re-send a range the broker asks for");
+                if let Some(frame) = stream.refetch_unavailable(wal.log_start_offset()) {
+                    send.write_all(&frame.to_bytes())
+                        .await
+                        .map_err(|e| conn_err(&e))?;
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The batches of `first_offset..end_offset` exactly, or why not (a batch
+/// boundary that differs, or offsets the local WAL cannot read).
+fn read_exact_range(
+    wal: &Wal,
+    first_offset: u64,
+    end_offset: u64,
+) -> Result<Vec<tributary_proto::batch::EncodedBatch>, String> {
+    let mut out = Vec::new();
+    let mut next = first_offset;
+    while next < end_offset {
+        let batches = wal.read(next, READ_STEP_BYTES).map_err(|e| e.to_string())?;
+        if batches.is_empty() {
+            return Err(format!("nothing readable at {next}"));
+        }
+        for batch in batches {
+            if batch.base_offset() != next {
+                return Err(format!("no local batch starts at offset {next}"));
+            }
+            if batch.next_offset() > end_offset {
+                return Err(format!(
+                    "local batch {}..{} straddles the range end {end_offset}",
+                    batch.base_offset(),
+                    batch.next_offset()
+                ));
+            }
+            next = batch.next_offset();
+            out.push(batch);
+            if next == end_offset {
+                break;
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Hands a frame to quinn and records it as sent.

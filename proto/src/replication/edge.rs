@@ -18,6 +18,16 @@
 //!    comes first advances the stream, the other is
 //!    [`EdgeEvent::AlreadyAcked`].
 //!
+//! 6. after an [`EdgeEvent::Refetch`] (the broker's copy of an acknowledged
+//!    range is damaged), ask [`EdgeStream::answer_refetch`]: for
+//!    [`RefetchAnswer::Resend`] read the range from the local WAL and send
+//!    each batch as [`Frame::repair`], reporting it with
+//!    [`EdgeStream::on_repair_sent`]; if the WAL cannot read all of it, or
+//!    for [`RefetchAnswer::Unavailable`], send
+//!    [`EdgeStream::refetch_unavailable`]'s frame. Requests are answered in
+//!    the order they came; repairs take no room in the window and are not
+//!    acknowledged.
+//!
 //! A new connection starts a new `EdgeStream`: the broker's `Welcome` is
 //! authoritative for where to resume.
 
@@ -66,6 +76,31 @@ pub enum EdgeEvent {
     /// frame after the datagram, or the reverse) or superseded by a later
     /// one: nothing to record.
     AlreadyAcked,
+    /// The broker's copy of `first_offset..end_offset` (acknowledged) is
+    /// damaged: answer with [`EdgeStream::answer_refetch`].
+    Refetch {
+        /// First offset of the damaged range.
+        first_offset: u64,
+        /// Its exclusive end.
+        end_offset: u64,
+    },
+}
+
+/// How the edge answers a [`EdgeEvent::Refetch`].
+#[derive(Debug, Clone, PartialEq)]
+#[must_use]
+pub enum RefetchAnswer {
+    /// Read `first_offset..end_offset` from the local WAL and send each
+    /// batch as a `Repair` frame.
+    Resend {
+        /// First offset to read (a batch starts exactly here).
+        first_offset: u64,
+        /// Exclusive end (the last batch ends exactly here).
+        end_offset: u64,
+    },
+    /// The local WAL no longer holds the range: send this
+    /// `RefetchUnavailable` frame.
+    Unavailable(Frame),
 }
 
 /// Replication failures seen by the edge.
@@ -130,6 +165,9 @@ pub struct EdgeStream {
     stream_acked: u64,
     in_flight: VecDeque<InFlight>,
     in_flight_bytes: usize,
+    /// Refetch requests not yet answered, oldest first, with the next
+    /// offset of the answer.
+    refetches: VecDeque<(u64, u64, u64)>,
 }
 
 impl EdgeStream {
@@ -150,6 +188,7 @@ impl EdgeStream {
             stream_acked: 0,
             in_flight: VecDeque::new(),
             in_flight_bytes: 0,
+            refetches: VecDeque::new(),
         }
     }
 
@@ -207,6 +246,26 @@ impl EdgeStream {
                 }
                 self.stream_acked = next_offset;
                 Ok(self.advance(next_offset))
+            }
+            (
+                State::Streaming,
+                Frame::Refetch {
+                    first_offset,
+                    end_offset,
+                },
+            ) => {
+                if end_offset > self.acked {
+                    return Err(EdgeError::Protocol(format!(
+                        "refetch of {first_offset}..{end_offset}, beyond the acknowledged {}",
+                        self.acked
+                    )));
+                }
+                self.refetches
+                    .push_back((first_offset, end_offset, first_offset));
+                Ok(EdgeEvent::Refetch {
+                    first_offset,
+                    end_offset,
+                })
             }
             (_, Frame::Error { code, message }) => Err(EdgeError::Refused { code, message }),
             (state, frame) => Err(EdgeError::Protocol(format!(
@@ -323,6 +382,61 @@ impl EdgeStream {
         }
     }
 
+    /// How to answer the oldest unanswered refetch request, given the local
+    /// WAL's first offset: re-send it if the WAL still starts at or below
+    /// it, else say it is gone. `None` if no request waits.
+    pub fn answer_refetch(&mut self, local_start: u64) -> Option<RefetchAnswer> {
+        let &(first_offset, end_offset, _) = self.refetches.front()?;
+        if local_start <= first_offset {
+            return Some(RefetchAnswer::Resend {
+                first_offset,
+                end_offset,
+            });
+        }
+        Some(RefetchAnswer::Unavailable(
+            self.refetch_unavailable(local_start)?,
+        ))
+    }
+
+    /// Records that the batch with `header` was sent as a `Repair` frame for
+    /// the oldest refetch request; the request is answered once its end is
+    /// reached.
+    ///
+    /// # Panics
+    /// If the batch does not continue the answer exactly: the broker would
+    /// refuse the stream.
+    pub fn on_repair_sent(&mut self, header: &BatchHeader) {
+        let front = self
+            .refetches
+            .front_mut()
+            .expect("replication invariant: a repair answers a refetch request");
+        assert!(
+            header.base_offset == front.2 && header.next_offset() <= front.1,
+            "replication invariant: repair batches cover the requested range contiguously"
+        );
+        front.2 = header.next_offset();
+        if front.2 == front.1 {
+            self.refetches.pop_front();
+        }
+    }
+
+    /// The `RefetchUnavailable` frame answering the oldest refetch request
+    /// (the local WAL starts at `local_start` or cannot read the range);
+    /// the request is answered. `None` if no request waits.
+    pub fn refetch_unavailable(&mut self, local_start: u64) -> Option<Frame> {
+        let (first_offset, end_offset, _) = self.refetches.pop_front()?;
+        Some(Frame::RefetchUnavailable {
+            first_offset,
+            end_offset,
+            log_start: local_start,
+        })
+    }
+
+    /// Refetch requests not yet answered.
+    pub fn pending_refetches(&self) -> usize {
+        self.refetches.len()
+    }
+
     /// Everything below this is durable centrally (as far as this stream
     /// knows).
     pub fn acked(&self) -> u64 {
@@ -352,5 +466,8 @@ fn frame_name(frame: &Frame) -> &'static str {
         Frame::Ack { .. } => "ack",
         Frame::Error { .. } => "error",
         Frame::Hole { .. } => "hole",
+        Frame::Refetch { .. } => "refetch",
+        Frame::Repair { .. } => "repair",
+        Frame::RefetchUnavailable { .. } => "refetch_unavailable",
     }
 }

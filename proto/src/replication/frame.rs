@@ -13,7 +13,21 @@
 //! 6 Hole     u64 first_offset | u64 end_offset | u8 cause (0 damaged, 1 lost)
 //!            | UTF-8 reason: the edge holds no record for
 //!            [first_offset, end_offset) and never will
+//! 7 Refetch  u64 first_offset | u64 end_offset (broker → edge): the broker's
+//!            copy of this acknowledged range is damaged; send it again
+//! 8 Repair   u8 wire codec | the record batch, as in Batch (edge → broker):
+//!            one batch of a requested range, re-sent from the edge's WAL
+//! 9 RefetchUnavailable u64 first_offset | u64 end_offset | u64 log_start
+//!            (edge → broker): the edge holds no readable copy of the range
+//!            (its log starts at log_start, or its own copy is damaged)
 //! ```
+//!
+//! A `Refetch` names exactly a damaged range of the central WAL, below what
+//! the broker acknowledged. The edge answers each, in the order asked, with
+//! the `Repair` batches covering the range exactly (verbatim from its WAL,
+//! so byte for byte what the broker first stored) or with one
+//! `RefetchUnavailable`; neither is acknowledged and neither takes room in
+//! the window. The broker verifies the batches and rewrites its segment.
 //!
 //! A `Hole` (edge → broker) takes the place of the batches of an offset range
 //! the edge's WAL cannot read (damaged bytes, or acknowledged offsets
@@ -53,6 +67,9 @@ const BATCH: u8 = 3;
 const ACK: u8 = 4;
 const ERROR: u8 = 5;
 const HOLE: u8 = 6;
+const REFETCH: u8 = 7;
+const REPAIR: u8 = 8;
+const REFETCH_UNAVAILABLE: u8 = 9;
 /// Bytes of a `Hole` payload before its reason.
 const HOLE_FIXED_BYTES: usize = 17;
 
@@ -228,6 +245,31 @@ pub enum Frame {
         /// about 64 KiB.
         reason: String,
     },
+    /// Broker → edge: send `first_offset..end_offset` again (a damaged
+    /// range of the central copy, already acknowledged).
+    Refetch {
+        /// First offset of the damaged range.
+        first_offset: u64,
+        /// Exclusive end; greater than `first_offset`.
+        end_offset: u64,
+    },
+    /// Edge → broker: one batch of a requested range (wire form, as
+    /// [`Frame::Batch`]).
+    Repair {
+        /// How `payload` is encoded.
+        codec: WireCodec,
+        /// The batch bytes (compressed when `codec` is zstd).
+        payload: Bytes,
+    },
+    /// Edge → broker: no readable copy of the requested range is left here.
+    RefetchUnavailable {
+        /// First offset of the requested range.
+        first_offset: u64,
+        /// Its exclusive end.
+        end_offset: u64,
+        /// The edge WAL's first offset now.
+        log_start: u64,
+    },
 }
 
 /// Why bytes are not a valid frame.
@@ -265,6 +307,15 @@ impl Frame {
     /// [`BatchCompressor`](super::compress::BatchCompressor) instead.
     pub fn batch(batch: &EncodedBatch, compress: bool) -> Frame {
         super::compress::BatchCompressor::new(compress).frame(batch)
+    }
+
+    /// A `Repair` frame for `batch` (a batch of a requested range), with
+    /// the same wire compression as [`Frame::batch`].
+    pub fn repair(batch: &EncodedBatch, compress: bool) -> Frame {
+        match Frame::batch(batch, compress) {
+            Frame::Batch { codec, payload } => Frame::Repair { codec, payload },
+            other => other,
+        }
     }
 
     /// Appends the encoded frame to `out`.
@@ -310,6 +361,29 @@ impl Frame {
                 out.put_u8(cause.to_u8());
                 let max = CONTROL_FRAME_BYTES as usize - 1 - HOLE_FIXED_BYTES;
                 out.put_slice(truncate_utf8(reason, max).as_bytes());
+            }
+            Frame::Refetch {
+                first_offset,
+                end_offset,
+            } => {
+                out.put_u8(REFETCH);
+                out.put_u64_le(*first_offset);
+                out.put_u64_le(*end_offset);
+            }
+            Frame::Repair { codec, payload } => {
+                out.put_u8(REPAIR);
+                out.put_u8(codec_byte(*codec));
+                out.put_slice(payload);
+            }
+            Frame::RefetchUnavailable {
+                first_offset,
+                end_offset,
+                log_start,
+            } => {
+                out.put_u8(REFETCH_UNAVAILABLE);
+                out.put_u64_le(*first_offset);
+                out.put_u64_le(*end_offset);
+                out.put_u64_le(*log_start);
             }
         }
         let length = (out.len() - start - 4) as u32;
@@ -411,18 +485,56 @@ pub fn decode(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Frame>, Fram
                 high_water_mark: body.get_u64_le(),
             }
         }
-        BATCH => {
+        BATCH | REPAIR => {
+            let name = if kind == BATCH { "batch" } else { "repair" };
             if body.is_empty() {
-                return Err(malformed("batch", "missing codec byte"));
+                return Err(malformed(name, "missing codec byte"));
             }
             let codec = match body.get_u8() {
                 0 => WireCodec::None,
                 1 => WireCodec::Zstd,
-                other => return Err(malformed("batch", &format!("unknown wire codec {other}"))),
+                other => return Err(malformed(name, &format!("unknown wire codec {other}"))),
             };
-            Frame::Batch {
-                codec,
-                payload: body,
+            if kind == BATCH {
+                Frame::Batch {
+                    codec,
+                    payload: body,
+                }
+            } else {
+                Frame::Repair {
+                    codec,
+                    payload: body,
+                }
+            }
+        }
+        REFETCH | REFETCH_UNAVAILABLE => {
+            let (name, len) = if kind == REFETCH {
+                ("refetch", 16)
+            } else {
+                ("refetch_unavailable", 24)
+            };
+            if body.len() != len {
+                return Err(malformed(name, &format!("payload is not {len} bytes")));
+            }
+            let first_offset = body.get_u64_le();
+            let end_offset = body.get_u64_le();
+            if end_offset <= first_offset {
+                return Err(malformed(
+                    name,
+                    &format!("empty range {first_offset}..{end_offset}"),
+                ));
+            }
+            if kind == REFETCH {
+                Frame::Refetch {
+                    first_offset,
+                    end_offset,
+                }
+            } else {
+                Frame::RefetchUnavailable {
+                    first_offset,
+                    end_offset,
+                    log_start: body.get_u64_le(),
+                }
             }
         }
         ACK => {
@@ -608,7 +720,40 @@ mod tests {
                 cause: HoleCause::Lost,
                 reason: String::new(),
             },
+            Frame::Refetch {
+                first_offset: 40,
+                end_offset: 60,
+            },
+            Frame::repair(&sample_batch(), false),
+            Frame::repair(&sample_batch(), true),
+            Frame::RefetchUnavailable {
+                first_offset: 40,
+                end_offset: 60,
+                log_start: 1_000,
+            },
         ]
+    }
+
+    #[test]
+    fn refetch_frames_with_an_empty_range_or_a_wrong_length_are_refused() {
+        let limits = Limits::default();
+        for (kind, payload) in [
+            (REFETCH, [5u64.to_le_bytes(), 5u64.to_le_bytes()].concat()),
+            (REFETCH, vec![0; 15]),
+            (
+                REFETCH_UNAVAILABLE,
+                [1u64, 2].map(u64::to_le_bytes).concat(),
+            ),
+        ] {
+            let mut wire = BytesMut::new();
+            wire.put_u32_le(payload.len() as u32 + 1);
+            wire.put_u8(kind);
+            wire.put_slice(&payload);
+            assert!(matches!(
+                decode(&mut wire, &limits),
+                Err(FrameError::Malformed { .. })
+            ));
+        }
     }
 
     #[test]
@@ -719,7 +864,7 @@ mod tests {
     fn bad_frames_are_typed_errors() {
         let limits = Limits::default();
         let cases: Vec<(Vec<u8>, &str)> = vec![
-            (vec![1, 0, 0, 0, 9], "unknown frame type 9"),
+            (vec![1, 0, 0, 0, 10], "unknown frame type 10"),
             (vec![0, 0, 0, 0], "frame without a type"),
             (vec![3, 0, 0, 0, WELCOME, 1, 2], "welcome"),
             (vec![2, 0, 0, 0, BATCH, 7], "unknown wire codec 7"),

@@ -17,7 +17,13 @@
 //!    can be listed, then `Wal::skip_to(end_offset)`), then, once durable,
 //!    send what [`Acknowledger::on_stored`]`(end_offset)` returns. A hole is
 //!    accepted only at exactly the next expected offset; the next batch must
-//!    start at its end.
+//!    start at its end;
+//! 6. to repair a damaged range of the central WAL, send the frame
+//!    [`IngestStream::refetch`] returns; the edge's answers come back as
+//!    [`IngestAction::Repair`] (one verified batch of the range each, the
+//!    last with `complete`: then rewrite the segment with them) or
+//!    [`IngestAction::RefetchUnavailable`] (drop what was collected; try
+//!    the archive). Neither is acknowledged.
 
 use super::frame::{
     AckDatagram, BatchFrameError, ErrorCode, Frame, Hello, HoleCause, PROTOCOL_VERSION, WireCodec,
@@ -42,6 +48,31 @@ pub enum IngestAction {
     /// The edge declares offsets it holds no record for: record the hole
     /// and skip the central WAL to its end, then acknowledge `end_offset`.
     DeclareHole(DeclaredHole),
+    /// One verified batch re-sent for a refetch request.
+    Repair(RepairBatch),
+    /// The edge holds no readable copy of a requested range.
+    RefetchUnavailable {
+        /// First offset of the requested range.
+        first_offset: u64,
+        /// Its exclusive end.
+        end_offset: u64,
+        /// The edge WAL's first offset.
+        log_start: u64,
+    },
+}
+
+/// A batch the edge re-sent for the refetch of
+/// `first_offset..end_offset`, checked to continue the answer exactly.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RepairBatch {
+    /// First offset of the requested range.
+    pub first_offset: u64,
+    /// Its exclusive end.
+    pub end_offset: u64,
+    /// The batch (CRC-verified, records walked).
+    pub batch: EncodedBatch,
+    /// This batch ends the range: every batch of it has arrived.
+    pub complete: bool,
 }
 
 /// A hole the edge declared with a `Hole` frame, accepted at the stream's
@@ -74,6 +105,9 @@ pub struct IngestStream {
     state: State,
     /// The accepted Hello asked for acknowledgement datagrams.
     ack_datagrams: bool,
+    /// Refetch requests sent and not fully answered, oldest first:
+    /// `(first_offset, end_offset, next offset of the answer)`.
+    refetches: std::collections::VecDeque<(u64, u64, u64)>,
 }
 
 /// How one stream's durable batches are acknowledged: always with an `Ack`
@@ -126,6 +160,7 @@ impl IngestStream {
             limits,
             state: State::AwaitHello,
             ack_datagrams: false,
+            refetches: std::collections::VecDeque::new(),
         }
     }
 
@@ -205,6 +240,32 @@ impl IngestStream {
                     reason,
                 })
             }
+            (State::Streaming { .. }, Frame::Repair { codec, payload }) => {
+                self.verify_repair(codec, payload)
+            }
+            (
+                State::Streaming { .. },
+                Frame::RefetchUnavailable {
+                    first_offset,
+                    end_offset,
+                    log_start,
+                },
+            ) => match self.refetches.front() {
+                Some(&(first, end, _)) if (first, end) == (first_offset, end_offset) => {
+                    self.refetches.pop_front();
+                    IngestAction::RefetchUnavailable {
+                        first_offset,
+                        end_offset,
+                        log_start,
+                    }
+                }
+                other => refuse(
+                    ErrorCode::Malformed,
+                    format!(
+                        "refetch_unavailable for {first_offset}..{end_offset}, oldest request {other:?}"
+                    ),
+                ),
+            },
             (_, Frame::Error { code, message }) => {
                 refuse(code, format!("edge closed the stream: {message}"))
             }
@@ -255,6 +316,75 @@ impl IngestStream {
             expected: expected.max(batch.next_offset()),
         };
         IngestAction::Append(batch)
+    }
+
+    fn verify_repair(&mut self, codec: WireCodec, payload: bytes::Bytes) -> IngestAction {
+        let Some(&(first_offset, end_offset, next)) = self.refetches.front() else {
+            return refuse(
+                ErrorCode::Malformed,
+                "repair batch without a refetch request",
+            );
+        };
+        let batch = match open_batch(codec, payload, &self.limits) {
+            Ok(batch) => batch,
+            Err(e) => return refuse(ErrorCode::Corrupt, format!("repair batch: {e}")),
+        };
+        if let Err(e) = batch.decode(&self.limits) {
+            return refuse(ErrorCode::Corrupt, format!("repair batch: {e}"));
+        }
+        if batch.base_offset() != next || batch.next_offset() > end_offset {
+            return refuse(
+                ErrorCode::Malformed,
+                format!(
+                    "repair batch {}..{} does not continue the answer to {first_offset}..{end_offset} at {next}",
+                    batch.base_offset(),
+                    batch.next_offset()
+                ),
+            );
+        }
+        let complete = batch.next_offset() == end_offset;
+        if complete {
+            self.refetches.pop_front();
+        } else if let Some(front) = self.refetches.front_mut() {
+            front.2 = batch.next_offset();
+        }
+        IngestAction::Repair(RepairBatch {
+            first_offset,
+            end_offset,
+            batch,
+            complete,
+        })
+    }
+
+    /// The `Refetch` frame asking the edge to re-send
+    /// `first_offset..end_offset` (a damaged range of the central WAL),
+    /// recorded as waiting for its answer. `None` (send nothing) before the
+    /// `Welcome`, for an empty range, for a range past what the stream has
+    /// accepted, or while the same range already waits.
+    pub fn refetch(&mut self, first_offset: u64, end_offset: u64) -> Option<Frame> {
+        let State::Streaming { expected } = self.state else {
+            return None;
+        };
+        if end_offset <= first_offset
+            || end_offset > expected
+            || self
+                .refetches
+                .iter()
+                .any(|&(f, e, _)| (f, e) == (first_offset, end_offset))
+        {
+            return None;
+        }
+        self.refetches
+            .push_back((first_offset, end_offset, first_offset));
+        Some(Frame::Refetch {
+            first_offset,
+            end_offset,
+        })
+    }
+
+    /// Refetch requests sent and not fully answered.
+    pub fn pending_refetches(&self) -> usize {
+        self.refetches.len()
     }
 
     /// The welcome frame once the topic is open with `high_water_mark`.

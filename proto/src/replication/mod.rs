@@ -14,4 +14,6 @@ pub mod ingest;
 #[cfg(test)]
 mod hole_tests;
 #[cfg(test)]
+mod refetch_tests;
+#[cfg(test)]
 mod tests;

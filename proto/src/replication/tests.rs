@@ -132,6 +132,7 @@ impl Sim {
             }
             IngestAction::Refuse(frame) => panic!("broker refused: {frame:?}"),
             IngestAction::DeclareHole(hole) => panic!("no hole in this simulation: {hole:?}"),
+            other => panic!("no refetch in this simulation: {other:?}"),
         }
     }
 
@@ -163,6 +164,9 @@ impl Sim {
                 self.checkpoint = next_offset;
             }
             Ok(EdgeEvent::AlreadyAcked) => {}
+            Ok(other @ EdgeEvent::Refetch { .. }) => {
+                panic!("no refetch in this simulation: {other:?}")
+            }
             Err(e) => panic!("edge error: {e}"),
         }
     }
