@@ -33,7 +33,7 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use broker_core::metadata::MetadataStore;
@@ -92,15 +92,14 @@ pub struct BudgetExceeded {
 /// The budget's state: cached tiered offsets, counters, the episode flag.
 pub struct Budget {
     config: BudgetConfig,
-    topics: Arc<TopicStore>,
+    /// Weak: the topic store holds the budget ([`TopicStore::set_budget`]).
+    topics: Weak<TopicStore>,
     store: Arc<dyn MetadataStore>,
     tiered: Mutex<HashMap<TopicName, u64>>,
     refusals: AtomicU64,
     /// Topics refused since their last accepted batch (an episode each).
     over: Mutex<HashSet<TopicName>>,
 }
-
-static BUDGET: OnceLock<Arc<Budget>> = OnceLock::new();
 
 /// Un-archived bytes of `wal` given its committed tiered offset: all its
 /// segment bytes except the sealed segments wholly below the offset (the
@@ -130,12 +129,12 @@ impl Budget {
     /// `store`.
     pub fn new(
         config: BudgetConfig,
-        topics: Arc<TopicStore>,
+        topics: &Arc<TopicStore>,
         store: Arc<dyn MetadataStore>,
     ) -> Arc<Budget> {
         Arc::new(Budget {
             config,
-            topics,
+            topics: Arc::downgrade(topics),
             store,
             tiered: Mutex::new(HashMap::new()),
             refusals: AtomicU64::new(0),
@@ -143,18 +142,25 @@ impl Budget {
         })
     }
 
-    /// Makes `budget` the one [`check`] and the metrics use (the first call
-    /// wins) and starts its refresh task.
+    /// Makes `budget` the one its topic store checks
+    /// ([`TopicStore::check_budget`]) and the metrics show (the first call
+    /// wins: `None` afterwards) and starts its refresh task, which ends when
+    /// the topic store is dropped.
     pub fn install(budget: Arc<Budget>) -> Option<tokio::task::JoinHandle<()>> {
-        if BUDGET.set(budget.clone()).is_err() {
+        let topics = budget.topics.upgrade()?;
+        if !topics.set_budget(budget.clone()) {
             return None;
         }
+        drop(topics);
         let every = Duration::from_millis(budget.config.refresh_ms.max(10));
         Some(tokio::spawn(async move {
             let mut interval = tokio::time::interval(every);
             interval.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             loop {
                 interval.tick().await;
+                if budget.topics.strong_count() == 0 {
+                    return;
+                }
                 budget.refresh().await;
             }
         }))
@@ -165,7 +171,10 @@ impl Budget {
         let Ok(keys) = StorageKeys::new(DEFAULT_STORAGE_PREFIX) else {
             return;
         };
-        for (topic, _) in self.topics.open_topics().await {
+        let Some(topics) = self.topics.upgrade() else {
+            return;
+        };
+        for (topic, _) in topics.open_topics().await {
             match crate::storage::tiered_offset(&*self.store, &keys, &topic).await {
                 Ok(offset) => {
                     if let Ok(mut tiered) = self.tiered.lock() {
@@ -192,7 +201,10 @@ impl Budget {
     pub async fn usage(&self) -> (Vec<(TopicName, u64)>, u64) {
         let mut per_topic = Vec::new();
         let mut total = 0u64;
-        for (topic, wal) in self.topics.open_topics().await {
+        let Some(topics) = self.topics.upgrade() else {
+            return (per_topic, total);
+        };
+        for (topic, wal) in topics.open_topics().await {
             let bytes = sealed_unarchived_bytes(&wal, self.tiered_offset(&topic));
             total = total.saturating_add(bytes);
             per_topic.push((topic, bytes));
@@ -254,22 +266,5 @@ impl Budget {
     /// Batches refused so far.
     pub fn refusals(&self) -> u64 {
         self.refusals.load(Ordering::Relaxed)
-    }
-}
-
-/// The installed budget, if any.
-pub fn installed() -> Option<&'static Arc<Budget>> {
-    BUDGET.get()
-}
-
-/// Whether a new batch for `topic` may be accepted (always, without an
-/// installed budget).
-///
-/// # Errors
-/// [`BudgetExceeded`].
-pub async fn check(topic: &TopicName) -> Result<(), BudgetExceeded> {
-    match BUDGET.get() {
-        Some(budget) => budget.admit(topic).await,
-        None => Ok(()),
     }
 }

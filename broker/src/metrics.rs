@@ -215,7 +215,7 @@ pub async fn render(state: &MetricsState) -> Result<String, std::fmt::Error> {
         &mut registry,
         "tributary_broker_budget_refusals",
         "Batches refused because the un-archived WAL budget was reached.",
-        crate::budget::installed().map_or(0, |b| b.refusals()),
+        state.topics.budget().map_or(0, |b| b.refusals()),
     );
     registry.register(
         "tributary_broker_damaged_ranges",

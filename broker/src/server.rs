@@ -156,7 +156,7 @@ pub async fn run(
     let ticker = consumers.spawn_ticker();
     let _budget = if config.budget.enabled() {
         let budget =
-            crate::budget::Budget::new(config.budget.clone(), topics.clone(), state.store.clone());
+            crate::budget::Budget::new(config.budget.clone(), &topics, state.store.clone());
         budget.refresh().await;
         crate::budget::Budget::install(budget)
     } else {

@@ -66,7 +66,7 @@ fn central_publish_gets_507_at_the_budget_and_resumes_once_tiered() {
             refresh_ms: 50,
             ..BudgetConfig::default()
         },
-        topics.clone(),
+        &topics,
         store_dyn.clone(),
     );
     let listener = runtime

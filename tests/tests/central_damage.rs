@@ -53,13 +53,18 @@ fn publish(pair: &Pair, next: &mut u64) {
     *next = end;
 }
 
-/// A pair whose broker seals quiet segments after 300 ms and checks for
-/// damage every 200 ms.
+/// A pair whose broker seals quiet segments after 300 ms, checks for
+/// damage every 200 ms and knows the tier service's bucket (`archive/`
+/// under `dir`: descriptor commits are checked against it).
 fn pair(dir: &Path, topic_extra: &str) -> Pair {
     let pair = Pair::new_with(dir, "task_queue", None, AGENT_EXTRA, topic_extra);
     let broker_toml = dir.join("broker.toml");
     let mut text = std::fs::read_to_string(&broker_toml).expect("broker.toml");
     text.push_str("[wal]\nsegment_max_age_ms = 300\ndamage_check_interval_ms = 200\n");
+    text.push_str(&format!(
+        "[archive.store]\nurl = \"{}\"\n",
+        dir.join("archive").display()
+    ));
     std::fs::write(&broker_toml, text).expect("broker.toml");
     pair
 }

@@ -73,18 +73,6 @@ pub async fn audit(tiering: &Tiering) -> AuditReport {
             report.errors.push((topic.to_string(), e.to_string()));
         }
     }
-    for lost in &report.lost {
-        error!(
-            topic = lost.topic,
-            start = lost.start_offset,
-            end = lost.end_offset,
-            object = lost.object_id,
-            "ARCHIVE DATA MISSING: offsets {}..={} of {} are in no object and no local segment",
-            lost.start_offset,
-            lost.end_offset,
-            lost.topic
-        );
-    }
     report
 }
 
@@ -147,6 +135,7 @@ async fn audit_topic(
             .next()
             .is_some_and(|s| s.base_offset <= history_start);
         if !held_locally {
+            error!(%topic, start = history_start, end = first.start_offset - 1, "ARCHIVE DATA MISSING: offsets {history_start}..={} of {topic} are in no object and no local segment (the archive starts above the retained history)", first.start_offset - 1);
             report.lost.push(LostRange {
                 topic: topic.to_string(),
                 start_offset: history_start,
@@ -171,17 +160,28 @@ async fn audit_topic(
         let segment = local
             .get(&d.start_offset)
             .filter(|s| s.next_offset == d.next_offset());
-        error!(%topic, start = d.start_offset, end = d.end_offset, object = d.object_id, reason, local_copy = segment.is_some(), "ARCHIVE DATA MISSING: a committed descriptor's object is missing or damaged");
-        let mark = MissingMark {
-            start_offset: d.start_offset,
-            end_offset: d.end_offset,
-            object_id: d.object_id.clone(),
-            reason,
-            local_copy: segment.is_some(),
-            detected_at_ms: now_ms(),
-        };
-        tiering.broker.mark_missing(topic, &mark).await?;
+        // Logged loudly and marked once: a range nothing holds stays marked
+        // (and counted) at every later audit without logging again.
+        let marked = committed
+            .missing
+            .iter()
+            .any(|m| m.start_offset == d.start_offset);
+        if !marked {
+            error!(%topic, start = d.start_offset, end = d.end_offset, object = d.object_id, reason, local_copy = segment.is_some(), "ARCHIVE DATA MISSING: a committed descriptor's object is missing or damaged");
+            let mark = MissingMark {
+                start_offset: d.start_offset,
+                end_offset: d.end_offset,
+                object_id: d.object_id.clone(),
+                reason,
+                local_copy: segment.is_some(),
+                detected_at_ms: now_ms(),
+            };
+            tiering.broker.mark_missing(topic, &mark).await?;
+        }
         let Some(segment) = segment else {
+            if !marked {
+                error!(%topic, start = d.start_offset, end = d.end_offset, object = d.object_id, "ARCHIVE DATA MISSING: offsets {}..={} of {topic} are in no object and no local segment", d.start_offset, d.end_offset);
+            }
             report.lost.push(LostRange {
                 topic: topic.to_string(),
                 start_offset: d.start_offset,

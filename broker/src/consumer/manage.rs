@@ -227,7 +227,8 @@ impl ConsumerService {
         topic: &TopicName,
         records: Vec<Record>,
     ) -> Result<(u64, u64), ConsumerError> {
-        crate::budget::check(topic)
+        self.topics
+            .check_budget(topic)
             .await
             .map_err(|e| ConsumerError::BudgetExceeded(e.to_string()))?;
         let ack = self.topics.append_central(topic, records, false).await?;

@@ -270,7 +270,7 @@ async fn handle_stream(
                     // The un-archived byte budget (`crate::budget`): refused
                     // before it is written; the edge keeps it and retries.
                     if let Some(topic) = &opened_topic
-                        && let Err(e) = crate::budget::check(topic).await
+                        && let Err(e) = topics.check_budget(topic).await
                     {
                         break 'stream Some(refusal(ErrorCode::Unavailable, e.to_string()));
                     }

@@ -99,6 +99,8 @@ pub struct TopicStore {
     limits: Limits,
     segment_max_age: Option<std::time::Duration>,
     open: Mutex<HashMap<TopicName, Arc<Wal>>>,
+    /// The un-archived byte budget, when `[budget]` sets one.
+    budget: std::sync::OnceLock<Arc<crate::budget::Budget>>,
 }
 
 impl TopicStore {
@@ -110,6 +112,33 @@ impl TopicStore {
             limits,
             segment_max_age: None,
             open: Mutex::default(),
+            budget: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Installs the un-archived byte budget new batches are checked
+    /// against; `false` (and nothing changes) when one is installed already.
+    pub fn set_budget(&self, budget: Arc<crate::budget::Budget>) -> bool {
+        self.budget.set(budget).is_ok()
+    }
+
+    /// The installed un-archived byte budget, if any.
+    pub fn budget(&self) -> Option<&Arc<crate::budget::Budget>> {
+        self.budget.get()
+    }
+
+    /// Whether a new batch for `topic` may be accepted (always, without a
+    /// budget).
+    ///
+    /// # Errors
+    /// [`crate::budget::BudgetExceeded`] naming the scope that is full.
+    pub async fn check_budget(
+        &self,
+        topic: &TopicName,
+    ) -> Result<(), crate::budget::BudgetExceeded> {
+        match self.budget.get() {
+            Some(budget) => budget.admit(topic).await,
+            None => Ok(()),
         }
     }
 
