@@ -11,6 +11,8 @@ use std::time::{Duration, Instant};
 use broker_core::wal::{Wal, WalConfig};
 use bytes::Bytes;
 use serde_json::Value;
+use tributary_api::consumer::{AttachRequest, Gap, StartPosition, SubscriptionType};
+use tributary_api::consumer_client::ConsumerClient;
 use tributary_test_support::ports::{free_tcp, free_udp};
 use tributary_test_support::process::{Proc, bin_path};
 
@@ -127,6 +129,68 @@ intent = "{intent}"
             broker_data,
             edge_data,
         }
+    }
+
+    /// A consumer client of the pair's broker (consumer API on the admin
+    /// listener, the test token).
+    pub fn consumer(&self) -> ConsumerClient {
+        ConsumerClient::new(&format!("http://{}", self.broker_admin), "e2e-test-token")
+    }
+
+    /// Reads [`TOPIC`] from the earliest offset with the exclusive cursor-read
+    /// subscription `subscription` until its cursor reaches `end`,
+    /// acknowledging as it goes: the records by offset and the distinct gap
+    /// notices. Panics when an offset is delivered twice or the cursor stops
+    /// moving for 60 s.
+    pub fn consume_all(
+        &self,
+        subscription: &str,
+        end: u64,
+    ) -> (std::collections::BTreeMap<u64, String>, Vec<Gap>) {
+        let client = self.consumer();
+        let attach = AttachRequest {
+            subscription_type: SubscriptionType::Exclusive,
+            start: StartPosition::Earliest,
+            ..AttachRequest::default()
+        };
+        let session = client.attach(TOPIC, subscription, &attach).expect("attach");
+        let mut records = std::collections::BTreeMap::new();
+        let mut gaps: Vec<Gap> = Vec::new();
+        let mut cursor = session.cursor;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while cursor < end {
+            assert!(
+                Instant::now() < deadline,
+                "consumer stuck at {cursor} (end {end})"
+            );
+            let got = client
+                .read(TOPIC, subscription, session.consumer_id, 500, 500)
+                .expect("read");
+            for gap in got.gaps {
+                if !gaps.contains(&gap) {
+                    gaps.push(gap);
+                }
+            }
+            let mut last = None;
+            for m in got.messages {
+                last = Some(m.offset);
+                assert!(
+                    records
+                        .insert(m.offset, m.value.expect("text value"))
+                        .is_none(),
+                    "offset {} delivered twice",
+                    m.offset
+                );
+            }
+            cursor = got.cursor;
+            if let Some(last) = last {
+                cursor = client
+                    .ack_up_to(TOPIC, subscription, session.consumer_id, last)
+                    .expect("ack up to")
+                    .cursor;
+            }
+        }
+        (records, gaps)
     }
 
     /// A client of the edge's local API (can move to another thread).

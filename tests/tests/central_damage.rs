@@ -22,8 +22,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use tributary_api::consumer::{AttachRequest, Gap, GapKind, StartPosition, SubscriptionType};
-use tributary_api::consumer_client::ConsumerClient;
+use tributary_api::consumer::{AttachRequest, GapKind, StartPosition, SubscriptionType};
 use tributary_test_support::ports::free_tcp;
 use tributary_test_support::process::{Proc, bin_path};
 use tributary_tests::cluster::{Pair, TOPIC, metric_value, try_scrape};
@@ -212,10 +211,6 @@ fn wait_until(what: &str, mut check: impl FnMut() -> bool) {
     }
 }
 
-fn consumer(pair: &Pair) -> ConsumerClient {
-    ConsumerClient::new(&format!("http://{}", pair.broker_admin), TOKEN)
-}
-
 /// Attaches a subscription, which opens the topic's WAL at the broker (so
 /// its background scrub covers it before any edge connects).
 fn open_topic(pair: &Pair) {
@@ -224,59 +219,10 @@ fn open_topic(pair: &Pair) {
         start: StartPosition::Earliest,
         ..AttachRequest::default()
     };
-    let client = consumer(pair);
+    let client = pair.consumer();
     wait_until("broker up and the topic open", || {
         client.attach(TOPIC, "probe", &attach).is_ok()
     });
-}
-
-/// Reads the topic from the earliest offset with a cursor subscription up
-/// to `end`: the records and the gap notices (bounded in time).
-fn consume_all(pair: &Pair, subscription: &str, end: u64) -> (BTreeMap<u64, String>, Vec<Gap>) {
-    let client = consumer(pair);
-    let attach = AttachRequest {
-        subscription_type: SubscriptionType::Exclusive,
-        start: StartPosition::Earliest,
-        ..AttachRequest::default()
-    };
-    let session = client.attach(TOPIC, subscription, &attach).expect("attach");
-    let mut records = BTreeMap::new();
-    let mut gaps: Vec<Gap> = Vec::new();
-    let mut cursor = session.cursor;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while cursor < end {
-        assert!(
-            Instant::now() < deadline,
-            "consumer stuck at {cursor} (end {end})"
-        );
-        let got = client
-            .read(TOPIC, subscription, session.consumer_id, 500, 500)
-            .expect("read");
-        for gap in got.gaps {
-            if !gaps.contains(&gap) {
-                gaps.push(gap);
-            }
-        }
-        let mut last = None;
-        for m in got.messages {
-            last = Some(m.offset);
-            assert!(
-                records
-                    .insert(m.offset, m.value.expect("text value"))
-                    .is_none(),
-                "offset {} delivered twice",
-                m.offset
-            );
-        }
-        cursor = got.cursor;
-        if let Some(last) = last {
-            cursor = client
-                .ack_up_to(TOPIC, subscription, session.consumer_id, last)
-                .expect("ack up to")
-                .cursor;
-        }
-    }
-    (records, gaps)
 }
 
 /// Starts a tier service archiving the pair's broker into `bucket`.
@@ -392,7 +338,7 @@ fn a_damaged_sealed_central_segment_is_reported_refetched_from_the_edge_and_tier
         damage_metrics(&pair) == (Some(0), Some(0))
     });
     assert_clean(&pair);
-    let (records, gaps) = consume_all(&pair, "audit", next);
+    let (records, gaps) = pair.consume_all("audit", next);
     assert!(gaps.is_empty(), "{gaps:?}");
     let expected: BTreeMap<u64, String> = (0..next).map(|o| (o, value(o))).collect();
     assert_eq!(records.len(), expected.len());
@@ -515,7 +461,7 @@ fn a_damaged_range_nothing_holds_is_skipped_by_the_operator_as_a_hole() {
             std::thread::sleep(Duration::from_secs(1));
             assert_clean(&pair);
         }
-        let (records, gaps) = consume_all(&pair, subscription, next);
+        let (records, gaps) = pair.consume_all(subscription, next);
         let expected: BTreeMap<u64, String> = (0..next)
             .filter(|o| !(damaged.0..damaged.1).contains(o))
             .map(|o| (o, value(o)))

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use broker_core::wal::{UnreadableKind, UnreadableRange, Wal, WalConfig, WalError};
-use tributary_api::consumer::{AttachRequest, Gap, GapKind, StartPosition, SubscriptionType};
+use tributary_api::consumer::{AttachRequest, Gap, GapKind, StartPosition};
 use tributary_api::consumer_client::ConsumerClient;
 use tributary_tests::cluster::{Pair, TOPIC, metric_value, try_scrape};
 
@@ -174,58 +174,7 @@ fn wait_replicated(pair: &Pair, target: u64) {
     pair.wait_acknowledged(target, Duration::from_secs(60));
 }
 
-fn consumer(pair: &Pair) -> ConsumerClient {
-    ConsumerClient::new(&format!("http://{}", pair.broker_admin), "e2e-test-token")
-}
-
-/// Reads the central topic from the earliest offset with a cursor-read
-/// subscription until `end`, acknowledging as it goes; returns the records
-/// and the gap notices (bounded in time and rounds).
-fn consume_all(
-    client: &ConsumerClient,
-    subscription: &str,
-    end: u64,
-) -> (BTreeMap<u64, String>, Vec<Gap>) {
-    let attach = AttachRequest {
-        subscription_type: SubscriptionType::Exclusive,
-        start: StartPosition::Earliest,
-        ..AttachRequest::default()
-    };
-    let session = client.attach(TOPIC, subscription, &attach).expect("attach");
-    let mut records = BTreeMap::new();
-    let mut gaps: Vec<Gap> = Vec::new();
-    let mut cursor = session.cursor;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while cursor < end {
-        assert!(
-            Instant::now() < deadline,
-            "consumer stuck at {cursor} (end {end})"
-        );
-        let got = client
-            .read(TOPIC, subscription, session.consumer_id, 500, 500)
-            .expect("read");
-        for gap in got.gaps {
-            if !gaps.contains(&gap) {
-                gaps.push(gap);
-            }
-        }
-        let mut last = None;
-        for m in got.messages {
-            last = Some(m.offset);
-            records.insert(m.offset, m.value.expect("text value"));
-        }
-        cursor = got.cursor;
-        if let Some(last) = last {
-            cursor = client
-                .ack_up_to(TOPIC, subscription, session.consumer_id, last)
-                .expect("ack up to")
-                .cursor;
-        }
-    }
-    (records, gaps)
-}
-
-/// Like [`consume_all`] with leases (`receive` and per-message `ack`) on a
+/// Like [`Pair::consume_all`] with leases (`receive` and per-message `ack`) on a
 /// shared subscription: returns the records and gap notices once every
 /// offset below `end` was delivered or named in a gap.
 fn receive_all(
@@ -366,7 +315,7 @@ fn damage_at_the_edge_is_declared_as_holes_and_everything_intact_is_replicated_o
 
     // Consumers: every intact record once, at its own offset, and a gap
     // notice naming exactly each declared hole.
-    let (consumed, gaps) = consume_all(&consumer(&pair), "audit", next);
+    let (consumed, gaps) = pair.consume_all("audit", next);
     let in_hole = |o: u64| {
         (sealed_hole.0..sealed_hole.1).contains(&o) || (active_hole.0..active_hole.1).contains(&o)
     };
@@ -453,7 +402,7 @@ fn damage_at_the_edge_that_the_broker_already_holds_is_skipped_without_a_hole() 
         publish(&pair, &mut next);
     }
     wait_replicated(&pair, next);
-    let (consumed, gaps) = consume_all(&consumer(&pair), "audit", next);
+    let (consumed, gaps) = pair.consume_all("audit", next);
     assert_eq!(gaps, Vec::new(), "no hole for offsets the broker holds");
     let expected: BTreeMap<u64, String> = (0..next).map(|o| (o, value(o))).collect();
     assert_eq!(consumed.len(), expected.len());
@@ -492,7 +441,7 @@ fn damage_in_the_brokers_wal_gives_consumers_a_gap_notice_and_later_records_flow
         publish(&pair, &mut next);
     }
     wait_replicated(&pair, next);
-    let (consumed, gaps) = consume_all(&consumer(&pair), "audit", next);
+    let (consumed, gaps) = pair.consume_all("audit", next);
     let expected: BTreeMap<u64, String> = (0..next)
         .filter(|o| !(damaged.0..damaged.1).contains(o))
         .map(|o| (o, value(o)))
@@ -503,7 +452,7 @@ fn damage_in_the_brokers_wal_gives_consumers_a_gap_notice_and_later_records_flow
     assert_eq!((gaps[0].first_offset, gaps[0].end_offset), damaged);
     assert_eq!(gaps[0].kind, GapKind::Damaged);
     // Leased delivery: the same records and the same gap notice.
-    let (received, leased_gaps) = receive_all(&consumer(&pair), "workers", next);
+    let (received, leased_gaps) = receive_all(&pair.consumer(), "workers", next);
     assert!(received == expected, "leased records differ");
     assert!(!leased_gaps.is_empty());
     for gap in &leased_gaps {
