@@ -62,10 +62,23 @@ impl DataDirLock {
 pub struct RunReport {
     /// The start-up reconciliation.
     pub reconcile: ReconcileReport,
-    /// Every pass.
+    /// The passes, oldest first: every pass of a `once` run, the last
+    /// [`REPORTS_KEPT`] of a long-running one (the metrics count them all).
     pub passes: Vec<PassReport>,
-    /// Every archive audit.
+    /// The archive audits, oldest first, the last [`REPORTS_KEPT`] likewise.
     pub audits: Vec<crate::audit::AuditReport>,
+}
+
+/// How many pass and audit reports a long-running service keeps: a daemon
+/// that runs for months must not grow a report per pass.
+pub const REPORTS_KEPT: usize = 64;
+
+/// Appends `item` to `list`, dropping the oldest beyond [`REPORTS_KEPT`].
+fn keep_last<T>(list: &mut Vec<T>, item: T) {
+    if list.len() >= REPORTS_KEPT {
+        list.remove(0);
+    }
+    list.push(item);
 }
 
 impl RunReport {
@@ -161,6 +174,8 @@ pub async fn run(
     let poll = Duration::from_millis(config.poll_interval_ms);
     let audit_every = Duration::from_millis(config.audit.interval_ms);
     let mut next_audit = std::time::Instant::now();
+    let mut last_errors: std::collections::HashMap<String, String> =
+        std::collections::HashMap::new();
     loop {
         let pass = tiering.run_pass(&stop_rx).await;
         // The archive audit, between passes (never concurrent with an
@@ -178,7 +193,7 @@ pub async fn run(
                     "archive audit done"
                 );
             }
-            report.audits.push(audit);
+            keep_last(&mut report.audits, audit);
             next_audit = std::time::Instant::now() + audit_every;
         }
         if pass.committed > 0 || !pass.errors.is_empty() {
@@ -191,11 +206,27 @@ pub async fn run(
                 "pass done"
             );
         }
+        // A refusal that repeats every pass is logged once, again when it
+        // changes, and "resolved" when the topic's pass succeeds again.
         for (topic, e) in &pass.errors {
-            error!(topic, error = e, "pass error");
+            if last_errors.get(topic) != Some(e) {
+                error!(
+                    topic,
+                    error = e,
+                    "tiering of this topic failed; retried every pass"
+                );
+            }
         }
+        let failing: std::collections::HashMap<String, String> =
+            pass.errors.iter().cloned().collect();
+        for topic in last_errors.keys() {
+            if !failing.contains_key(topic) {
+                info!(topic, "tiering of this topic no longer fails");
+            }
+        }
+        last_errors = failing;
         crate::metrics::STATS.on_pass(&pass);
-        report.passes.push(pass);
+        keep_last(&mut report.passes, pass);
         if once || *stop_rx.borrow() {
             break;
         }

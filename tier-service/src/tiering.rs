@@ -26,7 +26,7 @@ use backon::{ExponentialBuilder, Retryable};
 use broker_core::wal::{SealedSegment, list_sealed_segments};
 use serde::Deserialize;
 use tokio::sync::watch;
-use tracing::{error, info, warn};
+use tracing::{debug, error, info, warn};
 use tributary_proto::archive::{ArchiveTail, SegmentDescriptor};
 use tributary_proto::keys::{NamespaceName, StorageKeys, TopicName};
 
@@ -223,7 +223,8 @@ impl Tiering {
             reported.retain(|(t, _)| *t != topic.as_str());
             drop(reported);
             if let Err(e) = result {
-                error!(%topic, error = %e, "tiering stopped for this topic until the next pass");
+                // Logged by the service once per distinct error.
+                debug!(%topic, error = %e, "tiering stopped for this topic until the next pass");
                 report.errors.push((topic.to_string(), e.to_string()));
             }
         }
