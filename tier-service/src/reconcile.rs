@@ -25,7 +25,6 @@ use tributary_proto::keys::TopicName;
 
 use crate::error::TierError;
 use crate::tiering::{Tiering, now_ms, sealed_segments};
-use crate::upload::{holes_in_segment, upload_segment_with_holes, verify_object};
 use tributary_archive::bucket::Bucket;
 use tributary_archive::reader::Archive;
 
@@ -139,32 +138,7 @@ async fn reconcile_topic(
         {
             Some(segment) => {
                 warn!(%topic, object = d.object_id, "committed object missing or wrong size; uploading it again from the local segment");
-                let tail = tiering
-                    .retry("re-upload", || async {
-                        let holes = holes_in_segment(&committed.holes, segment);
-                        let tail = upload_segment_with_holes(
-                            bucket,
-                            &d.object_id,
-                            segment,
-                            &holes,
-                            &tiering.upload,
-                            &tiering.faults,
-                        )
-                        .await?;
-                        verify_object(bucket, &d.object_id, &tail, tiering.upload.full_verify)
-                            .await?;
-                        Ok::<_, TierError>(tail)
-                    })
-                    .await?;
-                if !d.matches_footer(&tail.footer) {
-                    return Err(TierError::Inconsistent {
-                        topic: topic.to_string(),
-                        reason: format!(
-                            "the local segment at {} rebuilds an object that differs from its committed descriptor",
-                            d.start_offset
-                        ),
-                    });
-                }
+                crate::audit::reupload(tiering, topic, &committed, d, segment).await?;
                 report.reuploaded.push(d.object_id.clone());
             }
             None => report.missing.push((
