@@ -6,6 +6,7 @@
 
 mod auth;
 mod error;
+mod peer;
 
 use axum::body::Bytes;
 use axum::extract::Query;
@@ -15,6 +16,8 @@ use serde::de::DeserializeOwned;
 
 pub(crate) use self::auth::reject_unauthorized;
 pub(crate) use self::error::{ApiError, ApiResult, ok};
+#[allow(unused_imports)] // used by the HTTPS listener and the auth layer
+pub use self::peer::PeerCertificate;
 
 /// Decodes a JSON request body, naming the offending field on failure.
 ///

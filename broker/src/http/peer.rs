@@ -1,0 +1,17 @@
+//! The client certificate a request arrived with: the HTTPS listener
+//! verifies an optional client certificate against the cluster CA and, when
+//! one was presented, inserts its identity into every request of that
+//! connection as the [`PeerCertificate`] extension. The auth layer maps that
+//! identity to a certificate principal (`/auth/principals/{name}`).
+
+/// The identity of a verified client certificate (its first DNS SAN, else
+/// its common name: [`broker_core::tls::certificate_identity`]), present on
+/// a request only when the client presented a certificate chaining to the
+/// cluster CA. Absent on plain-HTTP (loopback) listeners and for clients
+/// without a certificate.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[allow(dead_code)] // constructed by the HTTPS listener, read by the auth layer
+pub struct PeerCertificate {
+    /// The certificate's identity, e.g. `tier-1`.
+    pub identity: String,
+}
