@@ -114,3 +114,7 @@ pub async fn serve_https(
     }
     Ok(())
 }
+
+#[cfg(test)]
+#[path = "tls_tests.rs"]
+mod tests;
