@@ -31,7 +31,9 @@ pub const MAX_RESPONSE_BYTES: u64 = 256 << 20;
 pub enum ClientError {
     /// An `https://` URL without a CA to verify the server against (the
     /// cluster CA is private: no system roots are trusted).
-    #[error("{url} is HTTPS: name the cluster CA that signed the broker's certificate (tribctl: --ca FILE or TRIB_CA)")]
+    #[error(
+        "{url} is HTTPS: name the cluster CA that signed the broker's certificate (tribctl: --ca FILE or TRIB_CA)"
+    )]
     HttpsWithoutCa {
         /// The base URL.
         url: String,
@@ -161,7 +163,8 @@ fn tls_config(tls: &ClientTls) -> Result<ureq::tls::TlsConfig, ClientError> {
         path: path.display().to_string(),
         reason,
     };
-    let read = |path: &std::path::Path| std::fs::read(path).map_err(|e| file_err(path, e.to_string()));
+    let read =
+        |path: &std::path::Path| std::fs::read(path).map_err(|e| file_err(path, e.to_string()));
     let certs = |path: &std::path::Path| -> Result<Vec<Certificate<'static>>, ClientError> {
         let bytes = read(path)?;
         let mut certs = Vec::new();
@@ -195,7 +198,8 @@ fn tls_config(tls: &ClientTls) -> Result<ureq::tls::TlsConfig, ClientError> {
                 }
             }
             let key_pem = read(key)?;
-            let private = PrivateKey::from_pem(&key_pem).map_err(|e| file_err(key, e.to_string()))?;
+            let private =
+                PrivateKey::from_pem(&key_pem).map_err(|e| file_err(key, e.to_string()))?;
             Some(ClientCert::new_with_certs(&certs(cert)?, private))
         }
         None => None,

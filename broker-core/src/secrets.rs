@@ -115,7 +115,9 @@ mod tests {
         let path = dir.path().join("token");
         std::fs::write(&path, "s3cret-token\n").unwrap();
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
-        let err = read_token_file(&path, "admin token").unwrap_err().to_string();
+        let err = read_token_file(&path, "admin token")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("mode 0644"), "{err}");
         assert!(
             err.contains(&format!("chmod 600 {}", path.display())),
@@ -123,9 +125,14 @@ mod tests {
         );
         assert!(!err.contains("s3cret"), "{err}");
         std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o640)).unwrap();
-        assert_eq!(read_token_file(&path, "admin token").unwrap(), "s3cret-token");
+        assert_eq!(
+            read_token_file(&path, "admin token").unwrap(),
+            "s3cret-token"
+        );
         std::fs::write(&path, " \n").unwrap();
-        let err = read_token_file(&path, "admin token").unwrap_err().to_string();
+        let err = read_token_file(&path, "admin token")
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("empty"), "{err}");
     }
 }

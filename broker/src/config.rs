@@ -129,7 +129,10 @@ impl std::fmt::Debug for BrokerConfig {
             .field("admin_listen", &self.admin_listen)
             .field("admin_plain_http", &self.admin_plain_http)
             .field("ingest_listen", &self.ingest_listen)
-            .field("admin_token", &self.admin_token.as_ref().map(|_| "<redacted>"))
+            .field(
+                "admin_token",
+                &self.admin_token.as_ref().map(|_| "<redacted>"),
+            )
             .field("admin_token_file", &self.admin_token_file)
             .field("tls", &self.tls)
             .field("members", &self.members)

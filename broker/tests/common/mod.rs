@@ -41,6 +41,17 @@ impl Node {
         }
     }
 
+    /// Node `id` run by `process` (a command of its own: environment,
+    /// logs).
+    pub fn from_proc(id: u64, config: PathBuf, admin: SocketAddr, process: Proc) -> Node {
+        Node {
+            id,
+            config,
+            admin,
+            process,
+        }
+    }
+
     pub fn start(&mut self) {
         self.process.start();
     }
