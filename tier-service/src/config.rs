@@ -342,11 +342,57 @@ mod tests {
             .join("\n");
         let config: TierConfig = toml::from_str(&example).unwrap();
         assert_eq!(config.prefix, "/tributary");
-        assert_eq!(config.broker.token.as_deref(), Some("change-me"));
+        assert_eq!(config.broker.token, None);
+        assert_eq!(
+            config.broker.token_file.as_deref(),
+            Some(Path::new("/etc/tributary/broker-token"))
+        );
+        assert_eq!(
+            config.broker.ca.as_deref(),
+            Some(Path::new("/etc/tributary/ca.pem"))
+        );
         assert_eq!(config.upload, UploadTuning::default());
         assert_eq!(config.retry, RetryTuning::default());
         config.validate().unwrap();
         let err = toml::from_str::<TierConfig>("data_dir = \"/x\"\nbogus = 1\n").unwrap_err();
         assert!(err.to_string().contains("bogus"), "{err}");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn tokens_in_world_readable_files_are_refused_and_never_shown() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let set_mode = |path: &Path, mode: u32| {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+        };
+        let config = dir.path().join("tier.toml");
+        let base = "data_dir = \"/x\"\n[store]\nurl = \"/a\"\n[broker]\nurl = \"https://b:7400\"\nca = \"/ca.pem\"\n";
+        std::fs::write(&config, format!("{base}token = \"s3cret-token\"\n")).unwrap();
+        set_mode(&config, 0o644);
+        let err = TierConfig::from_file(&config).unwrap_err().to_string();
+        assert!(err.contains(&format!("chmod 600 {}", config.display())), "{err}");
+        set_mode(&config, 0o600);
+        let loaded = TierConfig::from_file(&config).unwrap();
+        loaded.validate().unwrap();
+        assert!(!format!("{loaded:?}").contains("s3cret"), "{loaded:?}");
+
+        let token = dir.path().join("broker-token");
+        std::fs::write(&token, "s3cret-token\n").unwrap();
+        set_mode(&token, 0o644);
+        std::fs::write(&config, format!("{base}token_file = \"{}\"\n", token.display())).unwrap();
+        set_mode(&config, 0o644); // no token inside: fine
+        let loaded = TierConfig::from_file(&config).unwrap();
+        let err = loaded.broker.resolve_token().unwrap_err().to_string();
+        assert!(err.contains(&format!("chmod 600 {}", token.display())), "{err}");
+        assert!(!err.contains("s3cret"), "{err}");
+        set_mode(&token, 0o600);
+        assert_eq!(loaded.broker.resolve_token().unwrap(), "s3cret-token");
+
+        // https:// without the CA is refused by validate().
+        let mut no_ca = loaded.clone();
+        no_ca.broker.ca = None;
+        let err = no_ca.validate().unwrap_err().to_string();
+        assert!(err.contains("broker.ca"), "{err}");
     }
 }
