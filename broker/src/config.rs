@@ -393,6 +393,8 @@ impl BrokerConfig {
             });
         }
         match &self.admin_token {
+            // Read (and checked) by resolve_secrets at start-up.
+            None if self.admin_token_file.is_some() => Ok(()),
             Some(token) if token.len() >= 8 => Ok(()),
             Some(_) => Err(ConfigError::Invalid {
                 field: "admin_token",
@@ -545,6 +547,28 @@ ca = "ca.pem"
         assert!(
             toml::from_str::<BrokerConfig>(&format!("{base}[wal]\nsegment_age = 1\n")).is_err()
         );
+    }
+
+    #[test]
+    fn plain_http_only_on_loopback_and_the_token_never_in_debug_output() {
+        let base = "data_dir = \"x\"\nadmin_token = \"long-enough-s3cret\"\n[tls]\ncert=\"a\"\nkey=\"b\"\nca=\"c\"\n";
+        let config: BrokerConfig = toml::from_str(base).unwrap();
+        assert!(!config.admin_plain_http, "HTTPS is the default");
+        assert!(!format!("{config:?}").contains("s3cret"), "{config:?}");
+        let config: BrokerConfig =
+            toml::from_str(&format!("admin_plain_http = true\n{base}")).unwrap();
+        assert_eq!(config.validate().map_err(|e| e.to_string()), Ok(()));
+        let config: BrokerConfig = toml::from_str(&format!(
+            "admin_plain_http = true\nadmin_listen = \"0.0.0.0:7400\"\n{base}"
+        ))
+        .unwrap();
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("admin_plain_http"), "{err}");
+        assert!(err.contains("0.0.0.0:7400"), "{err}");
+        let mut both: BrokerConfig =
+            toml::from_str(&format!("admin_token_file = \"/t\"\n{base}")).unwrap();
+        let err = both.resolve_secrets().unwrap_err().to_string();
+        assert!(err.contains("admin_token_file"), "{err}");
     }
 
     #[test]

@@ -371,7 +371,10 @@ mod tests {
         std::fs::write(&config, format!("{base}token = \"s3cret-token\"\n")).unwrap();
         set_mode(&config, 0o644);
         let err = TierConfig::from_file(&config).unwrap_err().to_string();
-        assert!(err.contains(&format!("chmod 600 {}", config.display())), "{err}");
+        assert!(
+            err.contains(&format!("chmod 600 {}", config.display())),
+            "{err}"
+        );
         set_mode(&config, 0o600);
         let loaded = TierConfig::from_file(&config).unwrap();
         loaded.validate().unwrap();
@@ -380,11 +383,18 @@ mod tests {
         let token = dir.path().join("broker-token");
         std::fs::write(&token, "s3cret-token\n").unwrap();
         set_mode(&token, 0o644);
-        std::fs::write(&config, format!("{base}token_file = \"{}\"\n", token.display())).unwrap();
+        std::fs::write(
+            &config,
+            format!("{base}token_file = \"{}\"\n", token.display()),
+        )
+        .unwrap();
         set_mode(&config, 0o644); // no token inside: fine
         let loaded = TierConfig::from_file(&config).unwrap();
         let err = loaded.broker.resolve_token().unwrap_err().to_string();
-        assert!(err.contains(&format!("chmod 600 {}", token.display())), "{err}");
+        assert!(
+            err.contains(&format!("chmod 600 {}", token.display())),
+            "{err}"
+        );
         assert!(!err.contains("s3cret"), "{err}");
         set_mode(&token, 0o600);
         assert_eq!(loaded.broker.resolve_token().unwrap(), "s3cret-token");
