@@ -1,6 +1,7 @@
-//! The one blocking HTTP client of Tributary's JSON APIs (ureq, plain
-//! `http://`): the broker's admin and consumer APIs and the edge agent's
-//! local API. `tribctl`, [`crate::consumer_client`] and `edge-agent publish`
+//! The one blocking HTTP client of Tributary's JSON APIs (ureq): the
+//! broker's admin and consumer APIs (HTTPS: [`HttpClient::with_tls`],
+//! feature `tls`, trusting only the cluster CA) and the edge agent's local
+//! API (plain `http://` on loopback). `tribctl`, [`crate::consumer_client`] and `edge-agent publish`
 //! all go through [`HttpClient`], so a refusal reads the same everywhere.
 //!
 //! # Errors
@@ -28,6 +29,24 @@ pub const MAX_RESPONSE_BYTES: u64 = 256 << 20;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ClientError {
+    /// An `https://` URL without a CA to verify the server against (the
+    /// cluster CA is private: no system roots are trusted).
+    #[error(
+        "{url} is HTTPS: name the cluster CA that signed the broker's certificate (tribctl: --ca FILE or TRIB_CA)"
+    )]
+    HttpsWithoutCa {
+        /// The base URL.
+        url: String,
+    },
+    /// A TLS file (CA, client certificate or key) is unreadable, not PEM,
+    /// or (a key) readable by every user.
+    #[error("{path}: {reason}")]
+    TlsFile {
+        /// The file.
+        path: String,
+        /// What is wrong.
+        reason: String,
+    },
     /// No response: connection refused, timeout, bad URL.
     #[error("cannot reach {url}: {source}")]
     Transport {
@@ -105,29 +124,176 @@ pub struct Body<'a> {
     pub bytes: &'a [u8],
 }
 
-/// A client of one API base URL (e.g. `http://127.0.0.1:7400`), with an
+/// A client of one API base URL (e.g. `https://127.0.0.1:7400`), with an
 /// optional bearer token sent on every request.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct HttpClient {
     base_url: String,
     authorization: Option<String>,
     agent: ureq::Agent,
 }
 
+impl std::fmt::Debug for HttpClient {
+    /// The base URL, and whether a token is set (never its value).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HttpClient")
+            .field("base_url", &self.base_url)
+            .field("token", &self.authorization.as_ref().map(|_| "<redacted>"))
+            .finish()
+    }
+}
+
+/// How an [`HttpClient`] talks HTTPS (feature `tls`): the PEM file of the
+/// CA the server's certificate must chain to (the only root trusted), and
+/// optionally a client certificate chain and its key.
+#[cfg(feature = "tls")]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ClientTls {
+    /// CA certificate(s), PEM.
+    pub ca: std::path::PathBuf,
+    /// Client certificate chain (PEM, leaf first) and its private key
+    /// (PEM, must not be world-readable).
+    pub client_cert: Option<(std::path::PathBuf, std::path::PathBuf)>,
+}
+
+#[cfg(feature = "tls")]
+fn tls_config(tls: &ClientTls) -> Result<ureq::tls::TlsConfig, ClientError> {
+    use ureq::tls::{Certificate, ClientCert, PemItem, PrivateKey, RootCerts, TlsConfig};
+    let file_err = |path: &std::path::Path, reason: String| ClientError::TlsFile {
+        path: path.display().to_string(),
+        reason,
+    };
+    let read =
+        |path: &std::path::Path| std::fs::read(path).map_err(|e| file_err(path, e.to_string()));
+    let certs = |path: &std::path::Path| -> Result<Vec<Certificate<'static>>, ClientError> {
+        let bytes = read(path)?;
+        let mut certs = Vec::new();
+        for item in ureq::tls::parse_pem(&bytes) {
+            if let PemItem::Certificate(cert) = item.map_err(|e| file_err(path, e.to_string()))? {
+                certs.push(cert);
+            }
+        }
+        if certs.is_empty() {
+            return Err(file_err(path, "no certificate found".into()));
+        }
+        Ok(certs)
+    };
+    let client_cert = match &tls.client_cert {
+        Some((cert, key)) => {
+            #[cfg(unix)]
+            {
+                use std::os::unix::fs::PermissionsExt;
+                if let Ok(meta) = std::fs::metadata(key) {
+                    let mode = meta.permissions().mode() & 0o7777;
+                    if mode & 0o004 != 0 {
+                        return Err(file_err(
+                            key,
+                            format!(
+                                "TLS private key is readable by every user (mode {mode:04o}); \
+                                 run `chmod 600 {}`",
+                                key.display()
+                            ),
+                        ));
+                    }
+                }
+            }
+            let key_pem = read(key)?;
+            let private =
+                PrivateKey::from_pem(&key_pem).map_err(|e| file_err(key, e.to_string()))?;
+            Some(ClientCert::new_with_certs(&certs(cert)?, private))
+        }
+        None => None,
+    };
+    Ok(TlsConfig::builder()
+        .root_certs(RootCerts::new_with_certs(&certs(&tls.ca)?))
+        .client_cert(client_cert)
+        .unversioned_rustls_crypto_provider(std::sync::Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .build())
+}
+
 impl HttpClient {
     /// A client of `base_url` presenting `token` (if any) as a bearer token;
-    /// requests time out after `timeout`.
+    /// requests time out after `timeout`. With feature `tls`, an
+    /// `https://` URL trusts no CA (every handshake fails): use
+    /// [`HttpClient::with_tls`].
     pub fn new(base_url: &str, token: Option<&str>, timeout: Duration) -> HttpClient {
-        let agent = ureq::Agent::config_builder()
+        #[allow(unused_mut)]
+        let mut config = ureq::Agent::config_builder()
             .http_status_as_error(false)
-            .timeout_global(Some(timeout))
-            .build()
-            .into();
+            .timeout_global(Some(timeout));
+        #[cfg(feature = "tls")]
+        {
+            // Not ureq's default (the web PKI roots, compiled out): no root.
+            config = config.tls_config(
+                ureq::tls::TlsConfig::builder()
+                    .root_certs(ureq::tls::RootCerts::new_with_certs(&[]))
+                    .unversioned_rustls_crypto_provider(std::sync::Arc::new(
+                        rustls::crypto::ring::default_provider(),
+                    ))
+                    .build(),
+            );
+        }
         HttpClient {
             base_url: base_url.trim_end_matches('/').to_owned(),
             authorization: token.map(|token| format!("Bearer {token}")),
-            agent,
+            agent: config.build().into(),
         }
+    }
+
+    /// [`HttpClient::with_tls`] when `tls` is given, else
+    /// [`HttpClient::new`] for an `http://` URL (feature `tls`).
+    ///
+    /// # Errors
+    /// [`ClientError::HttpsWithoutCa`] for an `https://` URL without
+    /// `tls`; those of [`HttpClient::with_tls`].
+    #[cfg(feature = "tls")]
+    pub fn for_url(
+        base_url: &str,
+        token: Option<&str>,
+        timeout: Duration,
+        tls: Option<&ClientTls>,
+    ) -> Result<HttpClient, ClientError> {
+        match tls {
+            Some(tls) => HttpClient::with_tls(base_url, token, timeout, tls),
+            None if base_url
+                .get(..8)
+                .is_some_and(|s| s.eq_ignore_ascii_case("https://")) =>
+            {
+                Err(ClientError::HttpsWithoutCa {
+                    url: base_url.to_owned(),
+                })
+            }
+            None => Ok(HttpClient::new(base_url, token, timeout)),
+        }
+    }
+
+    /// Like [`HttpClient::new`], over HTTPS verifying the server against
+    /// `tls.ca` only, presenting `tls.client_cert` when set (feature
+    /// `tls`).
+    ///
+    /// # Errors
+    /// [`ClientError::TlsFile`] for an unreadable or malformed file, or a
+    /// world-readable key.
+    #[cfg(feature = "tls")]
+    pub fn with_tls(
+        base_url: &str,
+        token: Option<&str>,
+        timeout: Duration,
+        tls: &ClientTls,
+    ) -> Result<HttpClient, ClientError> {
+        let agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(timeout))
+            .tls_config(tls_config(tls)?)
+            .build()
+            .into();
+        Ok(HttpClient {
+            base_url: base_url.trim_end_matches('/').to_owned(),
+            authorization: token.map(|token| format!("Bearer {token}")),
+            agent,
+        })
     }
 
     /// The base URL, without a trailing `/`.

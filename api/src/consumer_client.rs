@@ -1,7 +1,9 @@
 //! A small blocking client of the broker's consumer HTTP API
-//! (`docs/consumer-api.md`), feature `client`. Plain `http://`
-//! (ureq without TLS), bearer token on every request. Used by the tests and
-//! `tribctl`; a service can use it as is.
+//! (`docs/consumer-api.md`), feature `client`. HTTPS verifying the broker
+//! against the cluster CA ([`ConsumerClient::new_with_tls`], feature
+//! `tls`), or plain `http://` to a broker on loopback
+//! ([`ConsumerClient::new`]); bearer token on every request. Used by the
+//! tests and `tribctl`; a service can use it as is.
 //!
 //! Answers of receive, read and peek may carry gap notices
 //! ([`ReceiveResponse::gaps`](crate::consumer::ReceiveResponse::gaps)):
@@ -13,7 +15,7 @@
 //! use tributary_api::consumer::{AttachRequest, StartPosition};
 //! use tributary_api::consumer_client::ConsumerClient;
 //! # fn main() -> Result<(), tributary_api::client::ClientError> {
-//! let client = ConsumerClient::new("http://127.0.0.1:7400", "dev-token");
+//! let client = ConsumerClient::new("http://127.0.0.1:7400", "dev-token"); // or new_with_tls
 //! let attach = AttachRequest { start: StartPosition::Earliest, ..AttachRequest::default() };
 //! let session = client.attach("/default/jobs", "workers", &attach)?;
 //! let batch = client.receive("/default/jobs", "workers", session.consumer_id, 10, 1000)?;
@@ -54,6 +56,24 @@ impl ConsumerClient {
         ConsumerClient {
             http: HttpClient::new(base_url, Some(token), DEFAULT_TIMEOUT),
         }
+    }
+
+    /// A client of `base_url` (e.g. `https://broker-1:7400`) over HTTPS:
+    /// the broker's certificate must chain to `tls.ca`; `tls.client_cert`
+    /// is presented when set (feature `tls`).
+    ///
+    /// # Errors
+    /// [`ClientError::TlsFile`] for an unreadable file or a world-readable
+    /// key.
+    #[cfg(feature = "tls")]
+    pub fn new_with_tls(
+        base_url: &str,
+        token: &str,
+        tls: &crate::client::ClientTls,
+    ) -> Result<ConsumerClient, ClientError> {
+        Ok(ConsumerClient {
+            http: HttpClient::with_tls(base_url, Some(token), DEFAULT_TIMEOUT, tls)?,
+        })
     }
 
     fn sub_path(topic: &str, subscription: &str, action: &str) -> String {

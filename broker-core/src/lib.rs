@@ -8,6 +8,8 @@
 //! - [`catalog`]: creating, loading and describing intent-backed topics over
 //!   any metadata store;
 //! - [`clock`]: injected time (monotonic and wall clock) and a manual test clock;
+//! - [`secrets`]: token and key files refused when world-readable,
+//!   `$CREDENTIALS_DIRECTORY`;
 //! - [`tls`]: certificates, identities and the rustls/quinn configurations;
 //! - [`service`]: daemon helpers (logging, SIGTERM/SIGINT, systemd notify
 //!   and watchdog);
@@ -24,6 +26,7 @@ pub mod clock;
 #[cfg(feature = "dev-certs")]
 pub mod dev_certs;
 pub mod metadata;
+pub mod secrets;
 pub mod service;
 pub mod tls;
 pub mod wal;

@@ -1,6 +1,9 @@
-//! Mutual-TLS helpers for QUIC (quinn + rustls, ring provider): load PEM
-//! files, build server and client configs that require a certificate chaining
-//! to the deployment's CA, and read the verified peer's identity.
+//! TLS helpers (rustls, ring provider): load PEM files, build the mutual-TLS
+//! QUIC server and client configs that require a certificate chaining to the
+//! deployment's CA, the broker's HTTPS server config (optional client
+//! certificate) and the HTTPS client config that trusts only that CA, and
+//! read the verified peer's identity. Private key files every user may read
+//! are refused ([`load_key`]).
 //!
 //! Identity: the first DNS name in the certificate's subject alternative
 //! names, else its subject common name. `tribctl certs` issues edge
@@ -50,6 +53,9 @@ pub enum TlsError {
     /// rustls refused the configuration (bad key, no CA, ...).
     #[error("TLS configuration: {0}")]
     Config(String),
+    /// A private key file every user on the host may read.
+    #[error(transparent)]
+    Secret(#[from] crate::secrets::SecretFileError),
 }
 
 fn pem_err(path: &Path) -> impl FnOnce(String) -> TlsError + '_ {
@@ -77,9 +83,51 @@ pub fn load_certs(path: &Path) -> Result<Vec<CertificateDer<'static>>, TlsError>
 /// Loads the first private key in a PEM file.
 ///
 /// # Errors
+/// [`TlsError::Secret`] if every user may read the file (`chmod 600` it);
 /// [`TlsError::Pem`] if unreadable, malformed or without a key.
 pub fn load_key(path: &Path) -> Result<PrivateKeyDer<'static>, TlsError> {
+    crate::secrets::refuse_world_readable(path, "TLS private key")?;
     PrivateKeyDer::from_pem_file(path).map_err(|e| pem_err(path)(e.to_string()))
+}
+
+/// Loads the CA certificate(s) of a PEM file as the only trusted roots.
+///
+/// # Errors
+/// [`TlsError::Pem`] if unreadable, malformed, empty or not a usable CA.
+pub fn load_roots(path: &Path) -> Result<rustls::RootCertStore, TlsError> {
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in load_certs(path)? {
+        roots.add(ca).map_err(|e| pem_err(path)(e.to_string()))?;
+    }
+    Ok(roots)
+}
+
+/// ALPN protocols of the broker's HTTPS listener, preferred first.
+pub const ALPN_HTTPS: &[&[u8]] = &[b"h2", b"http/1.1"];
+
+/// A rustls client configuration for HTTPS to a broker: trusts only the CA
+/// certificate(s) in `ca` (no web PKI roots: the cluster CA is private),
+/// TLS 1.3 or 1.2, and presents `client` (certificate chain, key) when
+/// given. ALPN is left to the HTTP client.
+///
+/// # Errors
+/// [`TlsError`] for unreadable files, a world-readable key or a key that
+/// is not the certificate's.
+pub fn https_client_config(
+    ca: &Path,
+    client: Option<(&Path, &Path)>,
+) -> Result<rustls::ClientConfig, TlsError> {
+    let config_err = |e: &dyn std::fmt::Display| TlsError::Config(e.to_string());
+    let builder = rustls::ClientConfig::builder_with_provider(provider())
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .map_err(|e| config_err(&e))?
+        .with_root_certificates(load_roots(ca)?);
+    match client {
+        Some((cert, key)) => builder
+            .with_client_auth_cert(load_certs(cert)?, load_key(key)?)
+            .map_err(|e| pem_err(key)(format!("client certificate {}: {e}", cert.display()))),
+        None => Ok(builder.with_no_client_auth()),
+    }
 }
 
 /// The process's loaded TLS material.
@@ -122,17 +170,38 @@ impl TlsIdentity {
                 ))
             },
         )?;
-        let mut roots = rustls::RootCertStore::empty();
-        for ca in load_certs(&paths.ca)? {
-            roots
-                .add(ca)
-                .map_err(|e| pem_err(&paths.ca)(e.to_string()))?;
-        }
         Ok(TlsIdentity {
             certs,
             key,
-            roots: Arc::new(roots),
+            roots: Arc::new(load_roots(&paths.ca)?),
         })
+    }
+
+    /// The rustls server config of the broker's HTTPS listener: this
+    /// identity's certificate, TLS 1.3 or 1.2, ALPN h2 and http/1.1
+    /// ([`ALPN_HTTPS`]), and an optional client certificate: a client may
+    /// present none, but one it presents must chain to the CA (a
+    /// certificate from another CA fails the handshake).
+    ///
+    /// # Errors
+    /// [`TlsError::Config`] if rustls rejects the key or roots.
+    pub fn https_server(&self) -> Result<rustls::ServerConfig, TlsError> {
+        let config_err = |e: &dyn std::fmt::Display| TlsError::Config(e.to_string());
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            self.roots.clone(),
+            provider(),
+        )
+        .allow_unauthenticated()
+        .build()
+        .map_err(|e| config_err(&e))?;
+        let mut tls = rustls::ServerConfig::builder_with_provider(provider())
+            .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+            .map_err(|e| config_err(&e))?
+            .with_client_cert_verifier(verifier)
+            .with_single_cert(self.certs.clone(), self.key.clone_key())
+            .map_err(|e| config_err(&e))?;
+        tls.alpn_protocols = ALPN_HTTPS.iter().map(|p| p.to_vec()).collect();
+        Ok(tls)
     }
 
     /// QUIC server config that requires a client certificate chaining to the

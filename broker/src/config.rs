@@ -5,9 +5,14 @@
 //! node_id = 1
 //! data_dir = "/var/lib/tributary-broker"
 //! raft_listen = "127.0.0.1:7401"     # QUIC, Raft between brokers
-//! admin_listen = "127.0.0.1:7400"    # HTTP admin API
+//! admin_listen = "127.0.0.1:7400"    # HTTPS admin + consumer API
 //! ingest_listen = "127.0.0.1:7402"   # QUIC, edges replicate here
-//! admin_token = "change-me"          # or env TRIB_ADMIN_TOKEN
+//! admin_token_file = "/etc/tributary/admin-token"  # chmod 600; or
+//! # admin_token = "change-me"        # (config file then chmod 600), or env
+//!                                    # TRIB_ADMIN_TOKEN, or systemd
+//!                                    # $CREDENTIALS_DIRECTORY/admin-token
+//! # admin_plain_http = true          # plain HTTP: only on a loopback
+//!                                    # admin_listen
 //!
 //! [tls]                              # made by `tribctl certs`
 //! cert = "/etc/tributary/broker-1.pem"
@@ -48,7 +53,7 @@ use serde::Deserialize;
 use crate::raft::NodeId;
 
 /// The broker's settings after merging file, flags and environment.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BrokerConfig {
     /// Raft node id, unique in the cluster, at least 1. Default 1.
@@ -59,15 +64,28 @@ pub struct BrokerConfig {
     /// QUIC address for Raft traffic between brokers. Default 127.0.0.1:7401.
     #[serde(default = "default_raft_listen")]
     pub raft_listen: SocketAddr,
-    /// HTTP address of the admin API. Default 127.0.0.1:7400.
+    /// Address of the admin, consumer and storage APIs (HTTPS with the
+    /// `[tls]` certificate). Default 127.0.0.1:7400.
     #[serde(default = "default_admin_listen")]
     pub admin_listen: SocketAddr,
+    /// Serve `admin_listen` over plain HTTP instead of HTTPS. Allowed only
+    /// when `admin_listen` is a loopback address (the log says so at
+    /// start-up); any other address is a start-up error. Default false.
+    #[serde(default)]
+    pub admin_plain_http: bool,
     /// QUIC address where edges replicate. Default 127.0.0.1:7402.
     #[serde(default = "default_ingest_listen")]
     pub ingest_listen: SocketAddr,
-    /// Bearer token the admin API requires.
+    /// Bearer token the admin API requires (the bootstrap admin). After
+    /// [`BrokerConfig::resolve_secrets`], also the token read from
+    /// `admin_token_file` or `$CREDENTIALS_DIRECTORY/admin-token`. A
+    /// configuration file that holds it must not be world-readable.
     #[serde(default)]
     pub admin_token: Option<String>,
+    /// File holding the admin token (one line; must not be
+    /// world-readable). Exclusive with `admin_token`.
+    #[serde(default)]
+    pub admin_token_file: Option<PathBuf>,
     /// This broker's certificate, key and the cluster CA.
     pub tls: Option<TlsPaths>,
     /// Raft members by node id (this node included); empty = single node.
@@ -99,6 +117,33 @@ pub struct BrokerConfig {
     /// set. See [`crate::budget`].
     #[serde(default)]
     pub budget: crate::budget::BudgetConfig,
+}
+
+impl std::fmt::Debug for BrokerConfig {
+    /// Every setting except the admin token's value (`<redacted>`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BrokerConfig")
+            .field("node_id", &self.node_id)
+            .field("data_dir", &self.data_dir)
+            .field("raft_listen", &self.raft_listen)
+            .field("admin_listen", &self.admin_listen)
+            .field("admin_plain_http", &self.admin_plain_http)
+            .field("ingest_listen", &self.ingest_listen)
+            .field(
+                "admin_token",
+                &self.admin_token.as_ref().map(|_| "<redacted>"),
+            )
+            .field("admin_token_file", &self.admin_token_file)
+            .field("tls", &self.tls)
+            .field("members", &self.members)
+            .field("raft", &self.raft)
+            .field("wal", &self.wal)
+            .field("consumers", &self.consumers)
+            .field("archive", &self.archive)
+            .field("retention", &self.retention)
+            .field("budget", &self.budget)
+            .finish()
+    }
 }
 
 /// `[retention]`: local retention when no tier service runs. Off by
@@ -218,6 +263,10 @@ pub enum ConfigError {
         /// What is wrong, with line and column.
         message: String,
     },
+    /// A secret file (token file, or a configuration file holding a
+    /// token) is world-readable, unreadable or empty.
+    #[error(transparent)]
+    Secret(#[from] broker_core::secrets::SecretFileError),
     /// A setting has an invalid value.
     #[error("invalid setting {field}: {reason}")]
     Invalid {
@@ -233,16 +282,53 @@ impl BrokerConfig {
     ///
     /// # Errors
     /// [`ConfigError::Read`] or [`ConfigError::Parse`] (unknown keys are
-    /// errors, so typos do not go unnoticed).
+    /// errors, so typos do not go unnoticed); [`ConfigError::Secret`] if
+    /// the file holds `admin_token` and every user may read it.
     pub fn from_file(path: &Path) -> Result<BrokerConfig, ConfigError> {
         let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
             path: path.to_path_buf(),
             source,
         })?;
-        toml::from_str(&text).map_err(|e| ConfigError::Parse {
+        let config: BrokerConfig = toml::from_str(&text).map_err(|e| ConfigError::Parse {
             path: path.to_path_buf(),
             message: e.to_string(),
-        })
+        })?;
+        if config.admin_token.is_some() {
+            broker_core::secrets::refuse_world_readable(
+                path,
+                "configuration file holding admin_token",
+            )?;
+        }
+        Ok(config)
+    }
+
+    /// Fills `admin_token` from `admin_token_file`, or, when neither is
+    /// set, from `$CREDENTIALS_DIRECTORY/admin-token` (systemd
+    /// `LoadCredential=admin-token:...`) if that file exists.
+    ///
+    /// # Errors
+    /// [`ConfigError::Invalid`] if both `admin_token` and
+    /// `admin_token_file` are set; [`ConfigError::Secret`] for a token file
+    /// that is world-readable, unreadable or empty.
+    pub fn resolve_secrets(&mut self) -> Result<(), ConfigError> {
+        let what = "admin token file";
+        match (&self.admin_token, &self.admin_token_file) {
+            (Some(_), Some(_)) => Err(ConfigError::Invalid {
+                field: "admin_token_file",
+                reason: "set either admin_token or admin_token_file, not both".into(),
+            }),
+            (None, Some(path)) => {
+                self.admin_token = Some(broker_core::secrets::read_token_file(path, what)?);
+                Ok(())
+            }
+            (Some(_), None) => Ok(()),
+            (None, None) => {
+                if let Some(path) = broker_core::secrets::credential_path("admin-token") {
+                    self.admin_token = Some(broker_core::secrets::read_token_file(&path, what)?);
+                }
+                Ok(())
+            }
+        }
     }
 
     /// Checks values that parse but cannot work.
@@ -288,6 +374,16 @@ impl BrokerConfig {
                 });
             }
         }
+        if self.admin_plain_http && !self.admin_listen.ip().is_loopback() {
+            return Err(ConfigError::Invalid {
+                field: "admin_plain_http",
+                reason: format!(
+                    "plain HTTP is allowed only on a loopback admin_listen, not {}: \
+                     leave admin_plain_http unset (HTTPS) or bind 127.0.0.1",
+                    self.admin_listen
+                ),
+            });
+        }
         if self.tls.is_none() {
             return Err(ConfigError::Invalid {
                 field: "tls",
@@ -297,6 +393,8 @@ impl BrokerConfig {
             });
         }
         match &self.admin_token {
+            // Read (and checked) by resolve_secrets at start-up.
+            None if self.admin_token_file.is_some() => Ok(()),
             Some(token) if token.len() >= 8 => Ok(()),
             Some(_) => Err(ConfigError::Invalid {
                 field: "admin_token",
@@ -304,7 +402,9 @@ impl BrokerConfig {
             }),
             None => Err(ConfigError::Invalid {
                 field: "admin_token",
-                reason: "required (or set TRIB_ADMIN_TOKEN)".into(),
+                reason: "required: admin_token_file, admin_token, TRIB_ADMIN_TOKEN or \
+                         $CREDENTIALS_DIRECTORY/admin-token"
+                    .into(),
             }),
         }
     }
@@ -447,6 +547,28 @@ ca = "ca.pem"
         assert!(
             toml::from_str::<BrokerConfig>(&format!("{base}[wal]\nsegment_age = 1\n")).is_err()
         );
+    }
+
+    #[test]
+    fn plain_http_only_on_loopback_and_the_token_never_in_debug_output() {
+        let base = "data_dir = \"x\"\nadmin_token = \"long-enough-s3cret\"\n[tls]\ncert=\"a\"\nkey=\"b\"\nca=\"c\"\n";
+        let config: BrokerConfig = toml::from_str(base).unwrap();
+        assert!(!config.admin_plain_http, "HTTPS is the default");
+        assert!(!format!("{config:?}").contains("s3cret"), "{config:?}");
+        let config: BrokerConfig =
+            toml::from_str(&format!("admin_plain_http = true\n{base}")).unwrap();
+        assert_eq!(config.validate().map_err(|e| e.to_string()), Ok(()));
+        let config: BrokerConfig = toml::from_str(&format!(
+            "admin_plain_http = true\nadmin_listen = \"0.0.0.0:7400\"\n{base}"
+        ))
+        .unwrap();
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("admin_plain_http"), "{err}");
+        assert!(err.contains("0.0.0.0:7400"), "{err}");
+        let mut both: BrokerConfig =
+            toml::from_str(&format!("admin_token_file = \"/t\"\n{base}")).unwrap();
+        let err = both.resolve_secrets().unwrap_err().to_string();
+        assert!(err.contains("admin_token_file"), "{err}");
     }
 
     #[test]

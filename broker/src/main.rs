@@ -27,15 +27,24 @@ struct Cli {
     /// QUIC address for Raft traffic between brokers.
     #[arg(long)]
     raft_listen: Option<SocketAddr>,
-    /// HTTP address of the admin API.
+    /// Address of the admin and consumer API (HTTPS with --tls-cert).
     #[arg(long)]
     admin_listen: Option<SocketAddr>,
+    /// Serve the admin and consumer API over plain HTTP: only with a
+    /// loopback --admin-listen (a start-up error otherwise).
+    #[arg(long)]
+    admin_plain_http: bool,
     /// QUIC address where edges replicate.
     #[arg(long)]
     ingest_listen: Option<SocketAddr>,
     /// Bearer token required by the admin API.
     #[arg(long, env = "TRIB_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
+    /// File holding the admin token (must not be world-readable); exclusive
+    /// with --admin-token. Without both, $CREDENTIALS_DIRECTORY/admin-token
+    /// is read if it exists.
+    #[arg(long, env = "TRIB_ADMIN_TOKEN_FILE")]
+    admin_token_file: Option<PathBuf>,
     /// Raft member as ID=HOST:PORT (repeat for every member, this node
     /// included). None: a single-node cluster.
     #[arg(long = "member", value_parser = parse_member)]
@@ -89,8 +98,14 @@ fn merge(cli: Cli) -> anyhow::Result<BrokerConfig> {
     if let Some(v) = cli.ingest_listen {
         config.ingest_listen = v;
     }
+    if cli.admin_plain_http {
+        config.admin_plain_http = true;
+    }
     if let Some(v) = cli.admin_token {
         config.admin_token = Some(v);
+    }
+    if let Some(v) = cli.admin_token_file {
+        config.admin_token_file = Some(v);
     }
     if !cli.members.is_empty() {
         config.members = cli.members.into_iter().collect();

@@ -1,5 +1,8 @@
 //! Runs a broker: the Raft metadata node and the admin API, until a shutdown
-//! signal, then stops both cleanly.
+//! signal, then stops both cleanly. The admin, consumer and storage APIs
+//! share one listener: HTTPS with the broker's certificate
+//! ([`crate::http::tls`]), or plain HTTP when `admin_plain_http` is set on a
+//! loopback address.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -51,9 +54,10 @@ pub enum ServerError {
 /// # Errors
 /// [`ServerError`] if anything fails to start.
 pub async fn run(
-    config: BrokerConfig,
+    mut config: BrokerConfig,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), ServerError> {
+    config.resolve_secrets()?;
     config.validate()?;
     let tls_paths = config
         .tls
@@ -190,8 +194,17 @@ pub async fn run(
             "no [archive] section: the storage API refuses descriptor commits and trims (archive_not_configured)"
         ),
     }
-    let serve = axum::serve(listener, app).with_graceful_shutdown(shutdown);
-    let result = serve.await.map_err(|source| ServerError::Listen {
+    let served = if config.admin_plain_http {
+        // validate() allows this on a loopback address only.
+        tracing::warn!(admin = %config.admin_listen, "admin API over plain HTTP on loopback");
+        axum::serve(listener, app)
+            .with_graceful_shutdown(shutdown)
+            .await
+    } else {
+        info!(admin = %config.admin_listen, "admin API over HTTPS");
+        crate::http::tls::serve_https(listener, Arc::new(tls.https_server()?), app, shutdown).await
+    };
+    let result = served.map_err(|source| ServerError::Listen {
         what: "admin",
         addr: config.admin_listen,
         source,

@@ -4,26 +4,61 @@
 //! ([`describe_failure`]) and reads a refused manifest's per-entry issues
 //! ([`manifest_issues`]).
 //!
-//! Plain `http://` only (ureq without TLS): the admin API listens on
-//! loopback or a management network.
+//! HTTPS verifying the broker against the cluster CA given once per
+//! process with `--ca` ([`set_tls`]; optional client certificate with
+//! `--client-cert`/`--client-key`), or plain `http://` to a broker that
+//! serves it on loopback. An `https://` URL without `--ca` fails every call
+//! with [`ClientError::HttpsWithoutCa`].
+
+use std::sync::OnceLock;
 
 use serde_json::Value;
 use tributary_api::admin::ManifestIssue;
-use tributary_api::client::{Body, ClientError, DEFAULT_TIMEOUT, HttpClient, Method};
+use tributary_api::client::{Body, ClientError, ClientTls, DEFAULT_TIMEOUT, HttpClient, Method};
+
+/// The TLS settings of this process's admin clients (from `--ca`,
+/// `--client-cert`, `--client-key`).
+static TLS: OnceLock<Option<ClientTls>> = OnceLock::new();
+
+/// Sets the TLS settings every [`AdminClient`] of this process uses; the
+/// first call wins.
+pub fn set_tls(tls: Option<ClientTls>) {
+    let _ = TLS.set(tls);
+}
 
 /// A client of one admin API.
 #[derive(Debug)]
 pub struct AdminClient {
-    http: HttpClient,
+    http: Result<HttpClient, ClientError>,
 }
 
 impl AdminClient {
-    /// A client of the API at `base_url` (e.g. `http://127.0.0.1:7400`)
-    /// presenting `token`; requests time out after [`DEFAULT_TIMEOUT`].
+    /// A client of the API at `base_url` (e.g. `https://127.0.0.1:7400`)
+    /// presenting `token`, with the TLS settings of [`set_tls`]; requests
+    /// time out after [`DEFAULT_TIMEOUT`]. If the client cannot be built
+    /// (`https://` without `--ca`, an unreadable CA), every call returns
+    /// that error.
     pub fn new(base_url: &str, token: &str) -> AdminClient {
+        let tls = TLS.get().and_then(Option::as_ref);
         AdminClient {
-            http: HttpClient::new(base_url, Some(token), DEFAULT_TIMEOUT),
+            http: HttpClient::for_url(base_url, Some(token), DEFAULT_TIMEOUT, tls),
         }
+    }
+
+    /// The HTTP client, or the error that kept it from being built (again).
+    fn http(&self) -> Result<&HttpClient, ClientError> {
+        self.http.as_ref().map_err(|e| match e {
+            ClientError::HttpsWithoutCa { url } => ClientError::HttpsWithoutCa { url: url.clone() },
+            ClientError::TlsFile { path, reason } => ClientError::TlsFile {
+                path: path.clone(),
+                reason: reason.clone(),
+            },
+            other => ClientError::BadResponse {
+                url: String::new(),
+                status: 0,
+                detail: other.to_string(),
+            },
+        })
     }
 
     /// `GET path` with `query` pairs.
@@ -31,7 +66,7 @@ impl AdminClient {
     /// # Errors
     /// [`ClientError`].
     pub fn get(&self, path: &str, query: &[(&str, &str)]) -> Result<Value, ClientError> {
-        self.http.request(Method::Get, path, query, &[], None)
+        self.http()?.request(Method::Get, path, query, &[], None)
     }
 
     /// `DELETE path`.
@@ -39,7 +74,7 @@ impl AdminClient {
     /// # Errors
     /// [`ClientError`].
     pub fn delete(&self, path: &str) -> Result<Value, ClientError> {
-        self.http.request(Method::Delete, path, &[], &[], None)
+        self.http()?.request(Method::Delete, path, &[], &[], None)
     }
 
     /// `method path` with `query` pairs and a body of `content_type`.
@@ -58,7 +93,7 @@ impl AdminClient {
             content_type,
             bytes: body,
         };
-        self.http.request(method, path, query, &[], Some(body))
+        self.http()?.request(method, path, query, &[], Some(body))
     }
 
     /// `method path` with a JSON body.
@@ -71,7 +106,7 @@ impl AdminClient {
         path: &str,
         body: &Value,
     ) -> Result<Value, ClientError> {
-        self.http.send_json(method, path, body)
+        self.http()?.send_json(method, path, body)
     }
 }
 

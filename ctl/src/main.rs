@@ -2,8 +2,8 @@
 //!
 //! Admin commands talk to the broker's admin HTTP API (`docs/admin-api.md`)
 //! at `--admin-url` (env `TRIB_ADMIN_URL`, default
-//! `http://127.0.0.1:7400`) with the bearer token from `--token` (env
-//! `TRIB_ADMIN_TOKEN`). Errors print one `error: …` line per problem to
+//! `https://127.0.0.1:7400`, verified against the cluster CA of `--ca`) with
+//! the bearer token from `--token` (env `TRIB_ADMIN_TOKEN`). Errors print one `error: …` line per problem to
 //! stderr and exit with status 1 (2 for command-line usage errors).
 
 mod archive;
@@ -32,10 +32,21 @@ struct Cli {
     #[arg(
         long,
         env = "TRIB_ADMIN_URL",
-        default_value = "http://127.0.0.1:7400",
+        default_value = "https://127.0.0.1:7400",
         global = true
     )]
     admin_url: String,
+    /// The cluster CA (PEM) the broker's certificate must chain to;
+    /// required for an https:// --admin-url (no system roots are trusted).
+    #[arg(long, env = "TRIB_CA", global = true)]
+    ca: Option<std::path::PathBuf>,
+    /// Client certificate (PEM) to present to the broker; with
+    /// --client-key.
+    #[arg(long, env = "TRIB_CLIENT_CERT", global = true, requires = "client_key")]
+    client_cert: Option<std::path::PathBuf>,
+    /// Private key (PEM, not world-readable) of --client-cert.
+    #[arg(long, env = "TRIB_CLIENT_KEY", global = true, requires = "client_cert")]
+    client_key: Option<std::path::PathBuf>,
     /// Bearer token of the admin API.
     #[arg(long, env = "TRIB_ADMIN_TOKEN", hide_env_values = true, global = true)]
     token: Option<String>,
@@ -68,6 +79,13 @@ enum Command {
 }
 
 fn run(cli: &Cli, admin_url_given: bool) -> anyhow::Result<String> {
+    if cli.client_cert.is_some() && cli.ca.is_none() {
+        anyhow::bail!("--client-cert needs --ca (the cluster CA that signed the broker)");
+    }
+    client::set_tls(cli.ca.clone().map(|ca| tributary_api::client::ClientTls {
+        ca,
+        client_cert: cli.client_cert.clone().zip(cli.client_key.clone()),
+    }));
     let ctx = Context {
         admin_url: &cli.admin_url,
         token: cli.token.as_deref(),

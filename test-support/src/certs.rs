@@ -1,9 +1,13 @@
 //! Development certificates for tests: thin helpers over
 //! `broker_core::dev_certs` (a CA plus broker and edge certificates, the
 //! same files `tribctl certs` writes) that panic instead of returning
-//! errors, and load them as the daemons do (`TlsIdentity::load`).
+//! errors, and load them as the daemons do (`TlsIdentity::load`); an HTTPS
+//! agent that trusts only that CA ([`https_agent`]); and [`write_private`]
+//! for configuration files that hold a token (the daemons refuse
+//! world-readable ones).
 
 use std::path::Path;
+use std::time::Duration;
 
 use broker_core::dev_certs;
 use broker_core::tls::TlsIdentity;
@@ -37,4 +41,62 @@ pub fn broker_identity(dir: &Path, id: u64) -> TlsIdentity {
 pub fn edge_identity(dir: &Path, edge_id: &str) -> TlsIdentity {
     TlsIdentity::load(&dev_certs::edge_paths(dir, edge_id))
         .unwrap_or_else(|e| panic!("edge-{edge_id} certificate in {}: {e}", dir.display()))
+}
+
+/// Writes `text` to `path` with mode 0600 (owner only), as a configuration
+/// file holding a token must be.
+///
+/// # Panics
+/// If the file cannot be written.
+pub fn write_private(path: &Path, text: &str) {
+    std::fs::write(path, text).unwrap_or_else(|e| panic!("write {}: {e}", path.display()));
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))
+            .unwrap_or_else(|e| panic!("chmod 600 {}: {e}", path.display()));
+    }
+}
+
+/// A ureq agent for `https://` URLs of brokers whose certificates chain to
+/// the development CA in `dir` (`{dir}/ca.pem`), trusting no other root;
+/// plain `http://` URLs work too. Statuses of 400 and above are answers,
+/// not errors; requests time out after 40 s.
+///
+/// # Panics
+/// If the CA file is missing or malformed.
+pub fn https_agent(dir: &Path) -> ureq::Agent {
+    https_agent_trusting(&[dir.to_path_buf()])
+}
+
+/// [`https_agent`] trusting the development CAs of every directory in
+/// `dirs` (tests running in one process, each with its own CA).
+///
+/// # Panics
+/// If a CA file is missing or malformed.
+pub fn https_agent_trusting(dirs: &[std::path::PathBuf]) -> ureq::Agent {
+    let mut roots: Vec<ureq::tls::Certificate<'static>> = Vec::new();
+    for dir in dirs {
+        let ca = dir.join("ca.pem");
+        let pem = std::fs::read(&ca).unwrap_or_else(|e| panic!("{}: {e}", ca.display()));
+        let before = roots.len();
+        roots.extend(ureq::tls::parse_pem(&pem).filter_map(|item| match item {
+            Ok(ureq::tls::PemItem::Certificate(cert)) => Some(cert),
+            _ => None,
+        }));
+        assert!(roots.len() > before, "{}: no certificate", ca.display());
+    }
+    ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(40)))
+        .http_status_as_error(false)
+        .tls_config(
+            ureq::tls::TlsConfig::builder()
+                .root_certs(ureq::tls::RootCerts::new_with_certs(&roots))
+                .unversioned_rustls_crypto_provider(std::sync::Arc::new(
+                    rustls::crypto::ring::default_provider(),
+                ))
+                .build(),
+        )
+        .build()
+        .into()
 }

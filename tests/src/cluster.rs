@@ -57,13 +57,17 @@ impl Pair {
         let broker_admin = free_tcp();
         let broker_data = dir.join("broker");
         let broker_config = dir.join("broker.toml");
-        std::fs::write(
+        // Plain HTTP on loopback (the broker logs it): the e2e tests here
+        // are about replication and consumers; tests/tests/https.rs covers
+        // the HTTPS listener. The file holds the token: mode 0600.
+        tributary_test_support::certs::write_private(
             &broker_config,
-            format!(
+            &format!(
                 r#"node_id = 1
 data_dir = "{data}"
 raft_listen = "{raft}"
 admin_listen = "{admin}"
+admin_plain_http = true
 ingest_listen = "{ingest}"
 admin_token = "e2e-test-token"
 [tls]
@@ -80,8 +84,7 @@ damage_wait_ms = 3000
                 admin = broker_admin,
                 certs = certs.display(),
             ),
-        )
-        .expect("broker config");
+        );
         let edge_api = free_tcp();
         let edge_data = dir.join("edge");
         let edge_config = dir.join("edge.toml");

@@ -77,15 +77,14 @@ fn an_emptied_bucket_is_noticed_by_the_audit_and_verify_names_the_lost_range() {
     let tier_metrics = free_tcp();
     let interval_ms = 1000;
     let tier_toml = dir.path().join("tier.toml");
-    std::fs::write(
+    tributary_test_support::certs::write_private(
         &tier_toml,
-        format!(
+        &format!(
             "data_dir = \"{data}\"\npoll_interval_ms = 200\nmetrics_listen = \"{tier_metrics}\"\n[broker]\nurl = \"http://{admin}\"\ntoken = \"{TOKEN}\"\n[audit]\ninterval_ms = {interval_ms}\n[store]\n{s3}",
             data = pair.broker_data.display(),
             s3 = s3_toml(&endpoint),
         ),
-    )
-    .expect("tier.toml");
+    );
     let mut tier_cmd = Command::new(bin_path("tier-service"));
     tier_cmd.arg("--config").arg(&tier_toml).env(
         "RUST_LOG",

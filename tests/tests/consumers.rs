@@ -43,13 +43,14 @@ impl Broker {
         broker_core::dev_certs::issue(&certs, &[1], &[]).expect("certs");
         let admin = free_tcp();
         let config = dir.join("broker.toml");
-        std::fs::write(
+        tributary_test_support::certs::write_private(
             &config,
-            format!(
+            &format!(
                 r#"node_id = 1
 data_dir = "{data}"
 raft_listen = "{raft}"
 admin_listen = "{admin}"
+admin_plain_http = true
 ingest_listen = "{ingest}"
 admin_token = "{TOKEN}"
 [tls]
@@ -64,8 +65,7 @@ ca = "{certs}/ca.pem"
                 ingest = free_udp(),
                 certs = certs.display(),
             ),
-        )
-        .expect("config");
+        );
         let mut command = Command::new(bin_path("broker"));
         command.arg("--config").arg(&config).env("RUST_LOG", "warn");
         Broker {

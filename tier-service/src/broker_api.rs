@@ -78,12 +78,22 @@ pub struct TrimReply {
 }
 
 /// Client of the broker's storage endpoints.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct BrokerClient {
     http: reqwest::Client,
     base: String,
     token: String,
     prefix: String,
+}
+
+impl std::fmt::Debug for BrokerClient {
+    /// The base URL and prefix; never the token.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BrokerClient")
+            .field("base", &self.base)
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
 }
 
 impl BrokerClient {
@@ -98,12 +108,43 @@ impl BrokerClient {
             .timeout(REQUEST_TIMEOUT)
             .build()
             .map_err(|e| TierError::Config(format!("HTTP client: {e}")))?;
-        Ok(BrokerClient {
+        Ok(BrokerClient::with_http(http, base_url, token, keys))
+    }
+
+    /// A client of the broker `[broker]` names: over HTTPS when `ca` is set
+    /// (the broker's certificate must chain to it; no other root is
+    /// trusted), presenting `cert`/`key` when set.
+    ///
+    /// # Errors
+    /// [`TierError::Config`] for unreadable TLS files, a world-readable
+    /// key, or an HTTP client that cannot be built.
+    pub fn from_config(
+        config: &crate::config::BrokerApiConfig,
+        token: &str,
+        keys: &StorageKeys,
+    ) -> Result<BrokerClient, TierError> {
+        let Some(ca) = &config.ca else {
+            return BrokerClient::new(&config.url, token, keys);
+        };
+        install_crypto_provider();
+        let client = config.cert.as_deref().zip(config.key.as_deref());
+        let tls = broker_core::tls::https_client_config(ca, client)
+            .map_err(|e| TierError::Config(format!("[broker] TLS: {e}")))?;
+        let http = reqwest::Client::builder()
+            .timeout(REQUEST_TIMEOUT)
+            .use_preconfigured_tls(tls)
+            .build()
+            .map_err(|e| TierError::Config(format!("HTTP client: {e}")))?;
+        Ok(BrokerClient::with_http(http, &config.url, token, keys))
+    }
+
+    fn with_http(http: reqwest::Client, base_url: &str, token: &str, keys: &StorageKeys) -> Self {
+        BrokerClient {
             http,
             base: base_url.trim_end_matches('/').to_owned(),
             token: token.to_owned(),
             prefix: keys.prefix().to_owned(),
-        })
+        }
     }
 
     fn url(&self, path: &str) -> String {

@@ -9,8 +9,14 @@
 //! metrics_listen = "127.0.0.1:7600"        # GET /metrics (Prometheus)
 //!
 //! [broker]
-//! url = "http://127.0.0.1:7400"            # the broker's admin API
-//! token = "change-me"                      # or env TRIB_ADMIN_TOKEN
+//! url = "https://127.0.0.1:7400"           # the broker's admin API (HTTPS)
+//! ca = "/etc/tributary/ca.pem"             # the cluster CA (required for https)
+//! # cert = "/etc/tributary/tier-1.pem"     # optional client certificate
+//! # key = "/etc/tributary/tier-1.key"      # and its key (chmod 600)
+//! token_file = "/etc/tributary/broker-token"  # chmod 600; or token = "..."
+//!                                          # (config file then chmod 600),
+//!                                          # env TRIB_ADMIN_TOKEN, or systemd
+//!                                          # $CREDENTIALS_DIRECTORY/broker-token
 //!
 //! [store]
 //! url = "/var/lib/tributary-archive"       # a directory, or "s3://bucket"
@@ -56,20 +62,50 @@ use crate::upload::UploadTuning;
 use tributary_archive::bucket::StoreConfig;
 
 /// Default admin API address of the broker.
-pub const DEFAULT_BROKER_URL: &str = "http://127.0.0.1:7400";
+pub const DEFAULT_BROKER_URL: &str = "https://127.0.0.1:7400";
 /// Smallest multipart part S3 accepts (except the last), bytes.
 pub const S3_PART_BYTES_MIN: usize = 5 * 1024 * 1024;
 
-/// The broker's admin API.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+/// The broker's admin API (`[broker]`).
+#[derive(Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct BrokerApiConfig {
-    /// Base URL. Default `http://127.0.0.1:7400`.
+    /// Base URL. Default `https://127.0.0.1:7400`.
     #[serde(default = "default_broker_url")]
     pub url: String,
-    /// Bearer token (else env `TRIB_ADMIN_TOKEN`).
+    /// Bearer token (else `token_file`, env `TRIB_ADMIN_TOKEN`, or
+    /// `$CREDENTIALS_DIRECTORY/broker-token`). A configuration file holding
+    /// it must not be world-readable.
     #[serde(default)]
     pub token: Option<String>,
+    /// File holding the bearer token (must not be world-readable).
+    /// Exclusive with `token`.
+    #[serde(default)]
+    pub token_file: Option<PathBuf>,
+    /// The cluster CA (PEM) the broker's certificate must chain to;
+    /// required for an `https://` url (no system roots are trusted).
+    #[serde(default)]
+    pub ca: Option<PathBuf>,
+    /// Client certificate (PEM) presented to the broker; with `key`.
+    #[serde(default)]
+    pub cert: Option<PathBuf>,
+    /// Private key (PEM, not world-readable) of `cert`.
+    #[serde(default)]
+    pub key: Option<PathBuf>,
+}
+
+impl std::fmt::Debug for BrokerApiConfig {
+    /// Every setting except the token's value (`<redacted>`).
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BrokerApiConfig")
+            .field("url", &self.url)
+            .field("token", &self.token.as_ref().map(|_| "<redacted>"))
+            .field("token_file", &self.token_file)
+            .field("ca", &self.ca)
+            .field("cert", &self.cert)
+            .field("key", &self.key)
+            .finish()
+    }
 }
 
 impl Default for BrokerApiConfig {
@@ -77,6 +113,41 @@ impl Default for BrokerApiConfig {
         BrokerApiConfig {
             url: default_broker_url(),
             token: None,
+            token_file: None,
+            ca: None,
+            cert: None,
+            key: None,
+        }
+    }
+}
+
+impl BrokerApiConfig {
+    /// The bearer token: `token`, else the contents of `token_file`, else
+    /// env `TRIB_ADMIN_TOKEN`, else `$CREDENTIALS_DIRECTORY/broker-token`
+    /// if it exists; empty if none.
+    ///
+    /// # Errors
+    /// [`TierError::Config`] if both `token` and `token_file` are set, or a
+    /// token file is world-readable, unreadable or empty.
+    pub fn resolve_token(&self) -> Result<String, TierError> {
+        let what = "broker token file";
+        let read = |path: &Path| {
+            broker_core::secrets::read_token_file(path, what)
+                .map_err(|e| TierError::Config(e.to_string()))
+        };
+        match (&self.token, &self.token_file) {
+            (Some(_), Some(_)) => Err(TierError::Config(
+                "broker.token and broker.token_file are exclusive: set one".into(),
+            )),
+            (Some(token), None) => Ok(token.clone()),
+            (None, Some(path)) => read(path),
+            (None, None) => match std::env::var("TRIB_ADMIN_TOKEN") {
+                Ok(token) => Ok(token),
+                Err(_) => match broker_core::secrets::credential_path("broker-token") {
+                    Some(path) => read(&path),
+                    None => Ok(String::new()),
+                },
+            },
         }
     }
 }
@@ -188,11 +259,21 @@ impl TierConfig {
     /// Reads a TOML file.
     ///
     /// # Errors
-    /// [`TierError::Config`] naming the file and the problem.
+    /// [`TierError::Config`] naming the file and the problem, also when
+    /// the file holds `broker.token` and every user may read it.
     pub fn from_file(path: &Path) -> Result<TierConfig, TierError> {
         let text = std::fs::read_to_string(path)
             .map_err(|e| TierError::Config(format!("{}: {e}", path.display())))?;
-        toml::from_str(&text).map_err(|e| TierError::Config(format!("{}: {e}", path.display())))
+        let config: TierConfig = toml::from_str(&text)
+            .map_err(|e| TierError::Config(format!("{}: {e}", path.display())))?;
+        if config.broker.token.is_some() {
+            broker_core::secrets::refuse_world_readable(
+                path,
+                "configuration file holding broker.token",
+            )
+            .map_err(|e| TierError::Config(e.to_string()))?;
+        }
+        Ok(config)
     }
 
     /// `{data_dir}/topics`.
@@ -230,6 +311,15 @@ impl TierConfig {
         if self.audit.interval_ms < 100 {
             return fail("audit.interval_ms must be at least 100");
         }
+        if self.broker.cert.is_some() != self.broker.key.is_some() {
+            return fail("broker.cert and broker.key go together");
+        }
+        if self.broker.url.to_ascii_lowercase().starts_with("https://") && self.broker.ca.is_none()
+        {
+            return fail(
+                "broker.url is https://: set broker.ca to the cluster CA that signed the broker's certificate",
+            );
+        }
         self.cold_retention.validate()?;
         Ok(())
     }
@@ -252,11 +342,67 @@ mod tests {
             .join("\n");
         let config: TierConfig = toml::from_str(&example).unwrap();
         assert_eq!(config.prefix, "/tributary");
-        assert_eq!(config.broker.token.as_deref(), Some("change-me"));
+        assert_eq!(config.broker.token, None);
+        assert_eq!(
+            config.broker.token_file.as_deref(),
+            Some(Path::new("/etc/tributary/broker-token"))
+        );
+        assert_eq!(
+            config.broker.ca.as_deref(),
+            Some(Path::new("/etc/tributary/ca.pem"))
+        );
         assert_eq!(config.upload, UploadTuning::default());
         assert_eq!(config.retry, RetryTuning::default());
         config.validate().unwrap();
         let err = toml::from_str::<TierConfig>("data_dir = \"/x\"\nbogus = 1\n").unwrap_err();
         assert!(err.to_string().contains("bogus"), "{err}");
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn tokens_in_world_readable_files_are_refused_and_never_shown() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let set_mode = |path: &Path, mode: u32| {
+            std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode)).unwrap();
+        };
+        let config = dir.path().join("tier.toml");
+        let base = "data_dir = \"/x\"\n[store]\nurl = \"/a\"\n[broker]\nurl = \"https://b:7400\"\nca = \"/ca.pem\"\n";
+        std::fs::write(&config, format!("{base}token = \"s3cret-token\"\n")).unwrap();
+        set_mode(&config, 0o644);
+        let err = TierConfig::from_file(&config).unwrap_err().to_string();
+        assert!(
+            err.contains(&format!("chmod 600 {}", config.display())),
+            "{err}"
+        );
+        set_mode(&config, 0o600);
+        let loaded = TierConfig::from_file(&config).unwrap();
+        loaded.validate().unwrap();
+        assert!(!format!("{loaded:?}").contains("s3cret"), "{loaded:?}");
+
+        let token = dir.path().join("broker-token");
+        std::fs::write(&token, "s3cret-token\n").unwrap();
+        set_mode(&token, 0o644);
+        std::fs::write(
+            &config,
+            format!("{base}token_file = \"{}\"\n", token.display()),
+        )
+        .unwrap();
+        set_mode(&config, 0o644); // no token inside: fine
+        let loaded = TierConfig::from_file(&config).unwrap();
+        let err = loaded.broker.resolve_token().unwrap_err().to_string();
+        assert!(
+            err.contains(&format!("chmod 600 {}", token.display())),
+            "{err}"
+        );
+        assert!(!err.contains("s3cret"), "{err}");
+        set_mode(&token, 0o600);
+        assert_eq!(loaded.broker.resolve_token().unwrap(), "s3cret-token");
+
+        // https:// without the CA is refused by validate().
+        let mut no_ca = loaded.clone();
+        no_ca.broker.ca = None;
+        let err = no_ca.validate().unwrap_err().to_string();
+        assert!(err.contains("broker.ca"), "{err}");
     }
 }

@@ -24,9 +24,22 @@ struct Cli {
     /// Storage prefix of keys and objects (default /tributary).
     #[arg(long)]
     prefix: Option<String>,
-    /// Base URL of the broker's admin API (default http://127.0.0.1:7400).
+    /// Base URL of the broker's admin API (default https://127.0.0.1:7400).
     #[arg(long, env = "TRIB_ADMIN_URL")]
     broker_url: Option<String>,
+    /// The cluster CA (PEM) the broker's certificate must chain to
+    /// (required for an https:// broker URL).
+    #[arg(long, env = "TRIB_CA")]
+    broker_ca: Option<PathBuf>,
+    /// Client certificate (PEM) presented to the broker; with --broker-key.
+    #[arg(long, env = "TRIB_CLIENT_CERT", requires = "broker_key")]
+    broker_cert: Option<PathBuf>,
+    /// Private key (PEM, not world-readable) of --broker-cert.
+    #[arg(long, env = "TRIB_CLIENT_KEY", requires = "broker_cert")]
+    broker_key: Option<PathBuf>,
+    /// File holding the bearer token (must not be world-readable).
+    #[arg(long, env = "TRIB_ADMIN_TOKEN_FILE")]
+    token_file: Option<PathBuf>,
     /// Bearer token of the admin API.
     #[arg(long, env = "TRIB_ADMIN_TOKEN", hide_env_values = true)]
     token: Option<String>,
@@ -78,6 +91,18 @@ fn load(cli: Cli) -> Result<TierConfig, String> {
     }
     if let Some(token) = cli.token {
         config.broker.token = Some(token);
+    }
+    if let Some(path) = cli.token_file {
+        config.broker.token_file = Some(path);
+    }
+    if let Some(ca) = cli.broker_ca {
+        config.broker.ca = Some(ca);
+    }
+    if let Some(cert) = cli.broker_cert {
+        config.broker.cert = Some(cert);
+    }
+    if let Some(key) = cli.broker_key {
+        config.broker.key = Some(key);
     }
     config.store = cli.store.or(config.store);
     if let Some(ms) = cli.poll_interval_ms {

@@ -99,15 +99,10 @@ impl RunReport {
 pub fn build(config: &TierConfig, faults: Faults) -> Result<Tiering, TierError> {
     config.validate()?;
     let keys = StorageKeys::new(&config.prefix)?;
-    let token = config
-        .broker
-        .token
-        .clone()
-        .or_else(|| std::env::var("TRIB_ADMIN_TOKEN").ok())
-        .unwrap_or_default();
+    let token = config.broker.resolve_token()?;
     Ok(Tiering {
         bucket: Bucket::open(&config.store)?,
-        broker: BrokerClient::new(&config.broker.url, &token, &keys)?,
+        broker: BrokerClient::from_config(&config.broker, &token, &keys)?,
         keys,
         topics_dir: config.topics_dir(),
         upload: config.upload.clone(),

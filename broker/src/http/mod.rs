@@ -2,11 +2,13 @@
 //! (the admin API, its storage endpoints, the consumer API): the one JSON
 //! body parser [`parse_json`], query strings ([`query`]), the bearer-token
 //! check ([`reject_unauthorized`], in `auth.rs`) and the JSON error response
-//! [`ApiError`] (in `error.rs`).
+//! [`ApiError`] (in `error.rs`), the client certificate identity
+//! [`PeerCertificate`] and the HTTPS listener ([`tls`]).
 
 mod auth;
 mod error;
 mod peer;
+pub mod tls;
 
 use axum::body::Bytes;
 use axum::extract::Query;
@@ -16,7 +18,6 @@ use serde::de::DeserializeOwned;
 
 pub(crate) use self::auth::reject_unauthorized;
 pub(crate) use self::error::{ApiError, ApiResult, ok};
-#[allow(unused_imports)] // used by the HTTPS listener and the auth layer
 pub use self::peer::PeerCertificate;
 
 /// Decodes a JSON request body, naming the offending field on failure.

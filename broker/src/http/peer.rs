@@ -10,7 +10,6 @@
 /// cluster CA. Absent on plain-HTTP (loopback) listeners and for clients
 /// without a certificate.
 #[derive(Debug, Clone, PartialEq, Eq)]
-#[allow(dead_code)] // constructed by the HTTPS listener, read by the auth layer
 pub struct PeerCertificate {
     /// The certificate's identity, e.g. `tier-1`.
     pub identity: String,

@@ -41,6 +41,17 @@ impl Node {
         }
     }
 
+    /// Node `id` run by `process` (a command of its own: environment,
+    /// logs).
+    pub fn from_proc(id: u64, config: PathBuf, admin: SocketAddr, process: Proc) -> Node {
+        Node {
+            id,
+            config,
+            admin,
+            process,
+        }
+    }
+
     pub fn start(&mut self) {
         self.process.start();
     }
@@ -55,7 +66,7 @@ impl Node {
     }
 
     pub fn url(&self, path: &str) -> String {
-        format!("http://{}/v1{path}", self.admin)
+        format!("https://{}/v1{path}", self.admin)
     }
 
     pub fn status(&self) -> Option<Value> {
@@ -63,12 +74,23 @@ impl Node {
     }
 }
 
+/// Development CA directories of the test brokers written so far (the
+/// brokers serve HTTPS; [`agent`] trusts these CAs only).
+static TRUSTED: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+
+/// Makes [`agent`] trust the development CA in `certs`.
+pub fn trust(certs: &Path) {
+    let mut trusted = TRUSTED.lock().unwrap_or_else(|e| e.into_inner());
+    if !trusted.iter().any(|d| d == certs) {
+        trusted.push(certs.to_path_buf());
+    }
+}
+
+/// An HTTPS agent trusting the CAs of every broker config written in this
+/// process; 40 s timeout, statuses are answers.
 pub fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .timeout_global(Some(Duration::from_secs(40)))
-        .http_status_as_error(false)
-        .build()
-        .into()
+    let trusted = TRUSTED.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    tributary_test_support::certs::https_agent_trusting(&trusted)
 }
 
 pub fn get_json(url: &str) -> Result<Value, String> {
@@ -159,7 +181,9 @@ logs_kept_after_snapshot = 5
         certs = certs.display(),
     );
     let path = dir.join(format!("broker-{id}.toml"));
-    std::fs::write(&path, text).expect("write config");
+    // It holds the admin token: the broker refuses it world-readable.
+    tributary_test_support::certs::write_private(&path, &text);
+    trust(certs);
     path
 }
 

@@ -74,13 +74,16 @@ pub fn write_configs(layout: &Layout, args: &Args) -> anyhow::Result<(SocketAddr
     ensure!(status.success(), "tribctl certs failed: {status}");
     let (raft, ingest) = (free_udp(), free_udp());
     let c = certs.display();
-    std::fs::write(
-        work.join("broker.toml"),
+    // Plain HTTP on loopback (the broker logs it); both files hold the
+    // token: mode 0600.
+    write_private(
+        &work.join("broker.toml"),
         format!(
             r#"node_id = 1
 data_dir = "{data}"
 raft_listen = "{raft}"
 admin_listen = "{admin}"
+admin_plain_http = true
 ingest_listen = "{ingest}"
 admin_token = "{TOKEN}"
 [tls]
@@ -121,8 +124,8 @@ intent = "audit_log"
             api = layout.edge_api,
         ),
     )?;
-    std::fs::write(
-        work.join("tier.toml"),
+    write_private(
+        &work.join("tier.toml"),
         format!(
             r#"data_dir = "{data}"
 poll_interval_ms = 1000
@@ -218,4 +221,18 @@ pub fn stop(summary: &mut Summary, name: &str, proc: &mut Proc) {
         let code = proc.terminate();
         summary.exit_codes.push((name.to_string(), code));
     }
+}
+
+/// Writes `text` to `path` with mode 0600: the broker and the tier service
+/// refuse a world-readable configuration file that holds a token.
+fn write_private(path: &std::path::Path, text: String) -> std::io::Result<()> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .open(path)?
+        .write_all(text.as_bytes())
 }
