@@ -1,10 +1,10 @@
 //! Request parsing and responses shared by every HTTP API of the broker
 //! (the admin API, its storage endpoints, the consumer API): the one JSON
-//! body parser [`parse_json`], query strings ([`query`]), the bearer-token
-//! check ([`reject_unauthorized`], in `auth.rs`) and the JSON error response
-//! [`ApiError`] (in `error.rs`).
+//! body parser [`parse_json`], query strings ([`query`]), the client
+//! certificate extension [`PeerCertificate`] and the JSON error response
+//! [`ApiError`] (in `error.rs`). Authentication and authorization live in
+//! [`crate::auth`].
 
-mod auth;
 mod error;
 mod peer;
 
@@ -14,9 +14,7 @@ use axum::extract::rejection::QueryRejection;
 use axum::http::StatusCode;
 use serde::de::DeserializeOwned;
 
-pub(crate) use self::auth::reject_unauthorized;
 pub(crate) use self::error::{ApiError, ApiResult, ok};
-#[allow(unused_imports)] // used by the HTTPS listener and the auth layer
 pub use self::peer::PeerCertificate;
 
 /// Decodes a JSON request body, naming the offending field on failure.
