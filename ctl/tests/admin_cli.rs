@@ -57,7 +57,7 @@ impl Server {
                 last_applied_index: Some(17),
                 ..StaticClusterView::single_leader("127.0.0.1:7500", 2).0
             })),
-            token: Arc::from(TOKEN),
+            auth: tributary_broker::auth::AuthState::new(store.clone(), Some(TOKEN.to_owned())),
         };
         let listener = runtime
             .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
