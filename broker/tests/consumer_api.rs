@@ -127,7 +127,10 @@ impl Harness {
             let service =
                 ConsumerService::new(topics, store_dyn, config, BROKER_ADDR.to_owned(), 1, clock);
             service.spawn_ticker();
-            let app = router(state.clone()).merge(tributary_broker::consumer::http::router(service, state.auth.clone()));
+            let app = router(state.clone()).merge(tributary_broker::consumer::http::router(
+                service,
+                state.auth.clone(),
+            ));
             tokio::spawn(async move { axum::serve(listener, app).await });
         });
         let raw = ureq::Agent::config_builder()

@@ -199,7 +199,7 @@ fn unauthorized(message: &str) -> Response {
         ApiError::new(StatusCode::UNAUTHORIZED, "unauthorized", message).into_response();
     response.headers_mut().insert(
         header::WWW_AUTHENTICATE,
-        HeaderValue::from_static("Bearer realm=\"tributary\""),
+        HeaderValue::from_static("Bearer realm=\"tributary-admin\""),
     );
     response
 }
@@ -275,7 +275,13 @@ pub async fn guard(
         .into_response();
     }
     let method = request.method().as_str().to_owned();
-    let action = format!("{method} {}", request.uri().path());
+    // Inside the nested `/v1` router the URI lacks the prefix: the original
+    // one has it.
+    let path = request
+        .extensions()
+        .get::<axum::extract::OriginalUri>()
+        .map_or_else(|| request.uri().path().to_owned(), |u| u.path().to_owned());
+    let action = format!("{method} {path}");
     let route = request
         .extensions()
         .get::<MatchedPath>()
