@@ -82,7 +82,8 @@ impl Harness {
                     state.auth.clone(),
                 )),
                 topics,
-            );
+            )
+            .layer(axum::middleware::from_fn(pretend_client_certificate));
             tokio::spawn(async move { axum::serve(listener, app).await });
         });
         let raw = ureq::Agent::config_builder()
@@ -190,6 +191,26 @@ impl Harness {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
+}
+
+/// Stands in for the HTTPS listener: a request with `x-test-peer: NAME`
+/// arrives as if over a connection whose client certificate has identity
+/// NAME.
+async fn pretend_client_certificate(
+    mut request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let identity = request
+        .headers()
+        .get("x-test-peer")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    if let Some(identity) = identity {
+        request
+            .extensions_mut()
+            .insert(tributary_broker::auth::PeerCertificate { identity });
+    }
+    next.run(request).await
 }
 
 /// A concrete path for a route template, in namespace `a`, topic `t`.
@@ -656,4 +677,43 @@ fn every_route_the_routers_declare_has_a_table_entry() {
         RULES.len(),
         "the table lists a route no router declares"
     );
+}
+
+#[test]
+fn a_client_certificate_authenticates_only_as_a_certificate_principal() {
+    let h = Harness::start();
+    let as_peer = |peer: &str, path: &str| {
+        let request = ureq::http::Request::builder()
+            .method("GET")
+            .uri(format!("{}{path}", h.base))
+            .header("x-test-peer", peer)
+            .body(())
+            .unwrap();
+        let response = h.raw.run(request).unwrap();
+        let status = response.status().as_u16();
+        let body: Value =
+            serde_json::from_str(&response.into_body().read_to_string().unwrap()).unwrap();
+        (status, body)
+    };
+    // Unknown identity: 401.
+    assert_eq!(as_peer("tier-7", "/v1/auth/whoami").0, 401);
+    // A token principal of that name does not make the certificate valid.
+    h.principal("tier-7");
+    assert_eq!(as_peer("tier-7", "/v1/auth/whoami").0, 401);
+    let reply = h.admin(
+        "POST",
+        "/v1/auth/principals",
+        json!({"name": "tier-8", "kind": "certificate"}),
+    );
+    assert_eq!(reply.status, 201, "{}", reply.body);
+    assert!(reply.body.get("token").is_none());
+    let (status, who) = as_peer("tier-8", "/v1/auth/whoami");
+    assert_eq!(status, 200, "{who}");
+    assert_eq!(who["name"], "tier-8");
+    assert_eq!(who["kind"], "certificate");
+    // Authenticated but without a binding: 403; with tier: storage works.
+    assert_eq!(as_peer("tier-8", "/v1/storage/topics").0, 403);
+    h.grant("tier-8", "tier", None);
+    assert_eq!(as_peer("tier-8", "/v1/storage/topics").0, 200);
+    assert_eq!(as_peer("tier-8", "/v1/auth/principals").0, 403);
 }

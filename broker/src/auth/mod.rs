@@ -48,7 +48,10 @@ use self::audit::{AuditRecord, AuditSink};
 use self::cache::AuthCache;
 use self::model::{BOOTSTRAP_ADMIN, Principal, Scope};
 use self::table::ScopeFrom;
-use crate::http::{ApiError, PeerCertificate};
+use crate::http::ApiError;
+/// The verified client certificate of a request (inserted by the HTTPS
+/// listener), re-exported for tests and embedders.
+pub use crate::http::PeerCertificate;
 
 /// Largest request body the guard reads to find a body-named scope (POST
 /// `/v1/topics`, `/v1/namespaces`, `/v1/storage/descriptors`).
