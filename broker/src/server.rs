@@ -171,25 +171,18 @@ pub async fn run(
             config.retention.max_age_ms,
         )
     });
-    // The audit log of admin actions: this broker's own central topic.
+    // The audit log of admin actions: this broker's own central topic,
+    // created in the background (start-up does not wait for a leader).
     let audit_task = match crate::auth::audit::audit_topic(config.node_id) {
         Ok(topic) => {
-            match crate::auth::audit::AuditSink::start(&*state.store, topics.clone(), topic.clone())
-                .await
-            {
-                Ok((sink, task)) => {
-                    state.auth.set_audit(sink);
-                    info!(%topic, "audit log of admin actions");
-                    Some(task)
-                }
-                Err(error) => {
-                    tracing::error!(%error, %topic, "audit log: cannot create the audit topic; admin actions are not audited");
-                    None
-                }
-            }
+            info!(%topic, "audit log of admin actions");
+            let (sink, task) =
+                crate::auth::audit::AuditSink::spawn(state.store.clone(), topics.clone(), topic);
+            state.auth.set_audit(sink);
+            Some(task)
         }
         Err(error) => {
-            tracing::error!(%error, "audit log: invalid topic name");
+            tracing::error!(%error, "audit log: invalid topic name; admin actions are not audited");
             None
         }
     };

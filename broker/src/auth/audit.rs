@@ -102,20 +102,22 @@ pub struct AuditSink {
 }
 
 impl AuditSink {
-    /// Creates `topic` (intent `audit_log`, not partitioned) if absent and
-    /// starts the task appending to it.
-    ///
-    /// # Errors
-    /// The catalog could not create the topic.
-    pub async fn start(
-        store: &dyn MetadataStore,
+    /// Starts the task that creates `topic` (intent `audit_log`, not
+    /// partitioned) if absent, retrying every second until the catalog
+    /// accepts it (a cluster without a leader yet), then appends queued
+    /// records to it. Records queue (up to [`AUDIT_QUEUE`]) meanwhile, so
+    /// start-up never waits for the metadata store.
+    pub fn spawn(
+        store: Arc<dyn MetadataStore>,
         topics: Arc<TopicStore>,
         topic: TopicName,
-    ) -> Result<(AuditSink, tokio::task::JoinHandle<()>), CatalogError> {
-        let spec = TopicSpec::new(topic.clone(), StreamIntent::AuditLog, 0)?;
-        Catalog::new(store).create_topic(&spec).await?;
+    ) -> (AuditSink, tokio::task::JoinHandle<()>) {
         let (tx, mut rx) = mpsc::channel::<AuditRecord>(AUDIT_QUEUE);
         let task = tokio::spawn(async move {
+            if let Err(error) = ensure_topic(&*store, &topic).await {
+                tracing::error!(%error, %topic, "audit log: invalid audit topic");
+                return;
+            }
             let mut pending = Vec::new();
             while rx.recv_many(&mut pending, 256).await > 0 {
                 let count = pending.len() as u64;
@@ -131,7 +133,7 @@ impl AuditSink {
                 }
             }
         });
-        Ok((AuditSink { tx }, task))
+        (AuditSink { tx }, task)
     }
 
     /// Queues `record` without waiting; a full queue drops it (logged,
@@ -140,6 +142,24 @@ impl AuditSink {
         if self.tx.try_send(record).is_err() {
             AUDIT.failures.fetch_add(1, Ordering::Relaxed);
             tracing::error!("audit log: queue full or closed, record dropped");
+        }
+    }
+}
+
+/// Creates the audit topic if absent, retrying transient failures every
+/// second.
+///
+/// # Errors
+/// Only a spec error (which retrying cannot fix).
+async fn ensure_topic(store: &dyn MetadataStore, topic: &TopicName) -> Result<(), CatalogError> {
+    let spec = TopicSpec::new(topic.clone(), StreamIntent::AuditLog, 0)?;
+    loop {
+        match Catalog::new(store).create_topic(&spec).await {
+            Ok(_) => return Ok(()),
+            Err(error) => {
+                tracing::warn!(%error, %topic, "audit log: cannot create the audit topic yet; retrying");
+                tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            }
         }
     }
 }
