@@ -17,6 +17,7 @@
 #![warn(missing_docs)]
 
 pub mod admin;
+pub mod auth;
 #[cfg(feature = "client")]
 pub mod client;
 pub mod consumer;

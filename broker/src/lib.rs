@@ -11,6 +11,7 @@
 //! WALs it appends to).
 
 pub mod admin;
+pub mod auth;
 pub mod budget;
 pub mod config;
 pub mod consumer;

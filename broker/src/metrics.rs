@@ -18,6 +18,8 @@
 //! | `tributary_broker_topic_tiered_offset` | gauge | `topic`: committed tiered offset (every offset below it is archived) |
 //! | `tributary_broker_topic_tier_backlog_records` | gauge | `topic`: high-water mark minus tiered offset |
 //! | `tributary_broker_unarchived_bytes` | gauge | none: local WAL bytes not covered by a committed tiered offset, all open topics (`crate::budget`) |
+//! | `tributary_broker_audit_records_total` | counter | none: audit records of admin actions appended |
+//! | `tributary_broker_audit_failures_total` | counter | none: audit records lost (append failed, queue full) |
 //! | `tributary_broker_budget_refusals_total` | counter | none: batches refused by the un-archived byte budget (edge streams and central publishes) |
 //! | `tributary_broker_damaged_ranges` | gauge | `topic`: damaged ranges of the local WAL not yet healed or skipped |
 //! | `tributary_broker_damaged_offsets` | gauge | `topic`: offsets in those ranges |
@@ -210,6 +212,19 @@ pub async fn render(state: &MetricsState) -> Result<String, std::fmt::Error> {
         "tributary_broker_unarchived_bytes",
         "Local WAL bytes not covered by a committed tiered offset (all open topics).",
         unarchived,
+    );
+    let (audited, audit_failures) = crate::auth::audit::AUDIT.snapshot();
+    counter(
+        &mut registry,
+        "tributary_broker_audit_records",
+        "Audit records of admin actions appended to this broker's audit topic.",
+        audited,
+    );
+    counter(
+        &mut registry,
+        "tributary_broker_audit_failures",
+        "Audit records lost: the append failed or the queue was full.",
+        audit_failures,
     );
     counter(
         &mut registry,

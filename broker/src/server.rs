@@ -82,10 +82,11 @@ pub async fn run(
     };
     let node = MetaNode::start(node_config, &tls).await?;
     let store = RaftMetadataStore::new(node.clone(), Arc::new(SystemClock));
+    let store: Arc<dyn broker_core::metadata::MetadataStore> = Arc::new(store);
     let state = AdminState {
-        store: Arc::new(store),
+        auth: crate::auth::AuthState::new(store.clone(), config.admin_token.clone()),
+        store,
         cluster: Arc::new(node.clone()),
-        token: Arc::from(config.admin_token.clone().unwrap_or_default()),
     };
     let topics = Arc::new(
         TopicStore::new(
@@ -174,7 +175,22 @@ pub async fn run(
             config.retention.max_age_ms,
         )
     });
-    let consumer_routes = crate::consumer::http::router(consumers.clone(), state.token.clone());
+    // The audit log of admin actions: this broker's own central topic,
+    // created in the background (start-up does not wait for a leader).
+    let audit_task = match crate::auth::audit::audit_topic(config.node_id) {
+        Ok(topic) => {
+            info!(%topic, "audit log of admin actions");
+            let (sink, task) =
+                crate::auth::audit::AuditSink::spawn(state.store.clone(), topics.clone(), topic);
+            state.auth.set_audit(sink);
+            Some(task)
+        }
+        Err(error) => {
+            tracing::error!(%error, "audit log: invalid topic name; admin actions are not audited");
+            None
+        }
+    };
+    let consumer_routes = crate::consumer::http::router(consumers.clone(), state.auth.clone());
     let metrics = crate::metrics::router(crate::metrics::MetricsState {
         cluster: state.cluster.clone(),
         store: state.store.clone(),
@@ -215,6 +231,9 @@ pub async fn run(
     ingest.close(0u32.into(), b"broker shutting down");
     ticker.abort();
     damage_task.abort();
+    if let Some(audit_task) = audit_task {
+        audit_task.abort();
+    }
     if let Some(retention) = retention {
         retention.abort();
     }

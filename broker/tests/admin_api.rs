@@ -61,7 +61,7 @@ impl Server {
         let state = AdminState {
             store: store.clone(),
             cluster: Arc::new(StaticClusterView(cluster_status())),
-            token: Arc::from(TOKEN),
+            auth: tributary_broker::auth::AuthState::new(store.clone(), Some(TOKEN.to_owned())),
         };
         let listener = runtime
             .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))

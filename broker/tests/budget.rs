@@ -83,7 +83,10 @@ fn central_publish_gets_507_at_the_budget_and_resumes_once_tiered() {
             1,
             Arc::new(SystemClock),
         );
-        let app = tributary_broker::consumer::http::router(service, Arc::from(TOKEN));
+        let app = tributary_broker::consumer::http::router(
+            service,
+            tributary_broker::auth::AuthState::new(store_dyn.clone(), Some(TOKEN.to_owned())),
+        );
         tokio::spawn(async move { axum::serve(listener, app).await });
     });
     let client = ConsumerClient::new(&base, TOKEN);

@@ -30,6 +30,8 @@ fn create_namespace(node: &Node, name: &str) {
     );
 }
 
+/// The namespaces the test created (not `_system`, which holds each
+/// broker's audit topic).
 fn namespaces(node: &Node) -> BTreeSet<String> {
     let body = get_json(&node.url("/namespaces")).expect("list namespaces");
     body["namespaces"]
@@ -37,6 +39,7 @@ fn namespaces(node: &Node) -> BTreeSet<String> {
         .expect("namespaces array")
         .iter()
         .filter_map(|v| v.as_str().map(str::to_string))
+        .filter(|name| name != "_system")
         .collect()
 }
 

@@ -116,7 +116,7 @@ impl Harness {
         let state = AdminState {
             store: store.clone(),
             cluster: Arc::new(StaticClusterView::single_leader("127.0.0.1:7401", 1)),
-            token: Arc::from(TOKEN),
+            auth: tributary_broker::auth::AuthState::new(store.clone(), Some(TOKEN.to_owned())),
         };
         let listener = runtime
             .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
@@ -127,9 +127,9 @@ impl Harness {
             let service =
                 ConsumerService::new(topics, store_dyn, config, BROKER_ADDR.to_owned(), 1, clock);
             service.spawn_ticker();
-            let app = router(state).merge(tributary_broker::consumer::http::router(
+            let app = router(state.clone()).merge(tributary_broker::consumer::http::router(
                 service,
-                Arc::from(TOKEN),
+                state.auth.clone(),
             ));
             tokio::spawn(async move { axum::serve(listener, app).await });
         });

@@ -87,7 +87,10 @@ impl Harness {
         let state = AdminState {
             store: self.store.clone(),
             cluster: Arc::new(StaticClusterView::single_leader("127.0.0.1:7401", 1)),
-            token: Arc::from(TOKEN),
+            auth: tributary_broker::auth::AuthState::new(
+                self.store.clone(),
+                Some(TOKEN.to_owned()),
+            ),
         };
         let listener = self
             .runtime
@@ -118,9 +121,9 @@ impl Harness {
             // writes (the broker's `[archive]`), whatever the consumers use.
             let app = with_storage_archive(
                 with_local_segments(
-                    router(state).merge(tributary_broker::consumer::http::router(
+                    router(state.clone()).merge(tributary_broker::consumer::http::router(
                         service,
-                        Arc::from(TOKEN),
+                        state.auth.clone(),
                     )),
                     topics,
                 ),

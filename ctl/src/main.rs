@@ -73,6 +73,9 @@ enum Command {
     /// Cluster status.
     #[command(subcommand)]
     Cluster(ClusterCommand),
+    /// Principals, tokens, role bindings and roles.
+    #[command(subcommand)]
+    Auth(commands::auth::AuthCommand),
     /// Browse, read, verify and export an archive bucket (no broker
     /// needed).
     Archive(archive::ArchiveArgs),
@@ -100,6 +103,7 @@ fn run(cli: &Cli, admin_url_given: bool) -> anyhow::Result<String> {
         Command::Namespaces(command) => commands::namespaces::run(&ctx, command)?,
         Command::Apply(args) => commands::apply::run(&ctx, args)?,
         Command::Cluster(command) => commands::cluster::run(&ctx, command)?,
+        Command::Auth(command) => commands::auth::run(&ctx, command)?,
         Command::Archive(args) => {
             let broker = archive::BrokerAccess {
                 admin_url: &cli.admin_url,

@@ -57,7 +57,7 @@ impl Server {
                 last_applied_index: Some(17),
                 ..StaticClusterView::single_leader("127.0.0.1:7500", 2).0
             })),
-            token: Arc::from(TOKEN),
+            auth: tributary_broker::auth::AuthState::new(store.clone(), Some(TOKEN.to_owned())),
         };
         let listener = runtime
             .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
@@ -639,4 +639,103 @@ fn certs_still_works() {
     for file in ["ca.pem", "broker-1.pem", "broker-1.key", "edge-edge1.pem"] {
         assert!(Path::new(&out).join(file).exists(), "{file}");
     }
+}
+
+#[test]
+fn auth_create_list_grant_whoami_revoke() {
+    let server = Server::start();
+    // Create with a role: the token is printed once, on stdout.
+    let created = server.json(&[
+        "auth",
+        "create",
+        "reader",
+        "--role",
+        "consumer",
+        "--namespace",
+        "shop",
+    ]);
+    let token = created["token"].as_str().unwrap().to_owned();
+    assert!(token.starts_with("trib.reader."), "{created}");
+    assert_eq!(created["principal"]["name"], "reader");
+    assert_eq!(created["principal"]["kind"], "token");
+    assert_eq!(created["binding"]["role"], "consumer");
+    assert_eq!(created["binding"]["namespace"], "shop");
+    let stored = server
+        .runtime
+        .block_on(server.store.get("/auth/principals/reader"))
+        .unwrap()
+        .unwrap();
+    assert!(
+        !stored.to_string().contains(&token),
+        "the token is stored hashed"
+    );
+
+    let text = server.ok(&["auth", "create", "tier-1", "--kind", "certificate"]);
+    assert_eq!(text, "created certificate principal tier-1\n");
+    let listed = server.ok(&["auth", "list"]);
+    let names: Vec<&str> = listed
+        .lines()
+        .map(|l| l.split_whitespace().next().unwrap())
+        .collect();
+    assert_eq!(names, ["reader", "tier-1"], "{listed}");
+    assert!(
+        listed.contains("reader  token  created by bootstrap-admin"),
+        "{listed}"
+    );
+
+    let granted = server.ok(&["auth", "grant", "tier-1", "--role", "tier"]);
+    assert!(
+        granted.starts_with("granted ") && granted.ends_with(" tier-1 tier (cluster-wide)\n"),
+        "{granted}"
+    );
+    let roles = server.ok(&["auth", "roles"]);
+    assert!(
+        roles.contains("tier (built-in): storage, topics_read\n"),
+        "{roles}"
+    );
+
+    // whoami with the new token.
+    let who = server
+        .command()
+        .env("TRIB_ADMIN_TOKEN", &token)
+        .args(["auth", "whoami", "--output", "json"])
+        .output()
+        .unwrap();
+    assert!(
+        who.status.success(),
+        "{}",
+        String::from_utf8_lossy(&who.stderr)
+    );
+    let who: Value = serde_json::from_slice(&who.stdout).unwrap();
+    assert_eq!(who["name"], "reader");
+    assert_eq!(who["bindings"][0]["namespace"], "shop");
+    // The consumer may not manage auth: a 403 naming the permission.
+    let refused: Run = server
+        .command()
+        .env("TRIB_ADMIN_TOKEN", &token)
+        .args(["auth", "list"])
+        .output()
+        .unwrap()
+        .into();
+    assert_ne!(refused.code, 0);
+    assert!(refused.stderr.contains("auth_manage"), "{}", refused.stderr);
+
+    assert_eq!(
+        server.ok(&["auth", "ungrant", "tier-1", "--role", "tier"]),
+        granted.replacen("granted", "removed", 1)
+    );
+    assert_eq!(
+        server.ok(&["auth", "revoke", "reader"]),
+        "revoked reader (1 binding(s) removed)\n"
+    );
+    let after: Run = server
+        .command()
+        .env("TRIB_ADMIN_TOKEN", &token)
+        .args(["auth", "whoami"])
+        .output()
+        .unwrap()
+        .into();
+    assert_ne!(after.code, 0);
+    assert_eq!(after.stderr, "error: invalid or revoked bearer token\n");
+    assert_eq!(server.json(&["auth", "bindings"])["bindings"], json!([]));
 }

@@ -338,7 +338,7 @@ fn ls_compares_the_bucket_with_the_raft_descriptors() {
     let state = AdminState {
         store: store.clone(),
         cluster: Arc::new(StaticClusterView::single_leader("127.0.0.1:1", 1)),
-        token: Arc::from(TOKEN),
+        auth: tributary_broker::auth::AuthState::new(store.clone(), Some(TOKEN.to_owned())),
     };
     let listener = runtime
         .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))

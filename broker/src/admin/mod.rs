@@ -2,11 +2,11 @@
 //! subscription failure policies, declarative `apply` and cluster status.
 //! Documented for operators, with curl examples, in `docs/admin-api.md`.
 //!
-//! Every route under `/v1` requires `Authorization: Bearer <token>`; the
-//! token is compared in constant time (for a given presented length), and a
-//! missing or wrong token is `401` with a JSON body and a
-//! `WWW-Authenticate: Bearer` header. An empty configured token refuses
-//! every request. `GET /health` needs no token.
+//! Every route under `/v1` passes the guard of [`crate::auth`]: a named
+//! token, the bootstrap `admin_token` or a certificate principal (else
+//! `401` with `WWW-Authenticate: Bearer`), holding the route's permission on
+//! the request's namespace (else `403 forbidden` naming the permission).
+//! `GET /health` needs no credentials.
 //!
 //! | method and path | what |
 //! |---|---|
@@ -41,13 +41,13 @@
 //! `topics.rs` (namespaces and topics), `policy.rs` (failure policies and
 //! their partial updates), `manifest.rs` (parsing and validating
 //! manifests), `apply.rs` (plan and apply), `cluster.rs` (cluster status).
-//! Request parsing and the token check are shared with the consumer API in
-//! `crate::http`.
+//! Request parsing is shared with the consumer API in `crate::http`; the
+//! guard and the `/v1/auth` endpoints live in `crate::auth`.
 //!
 //! Errors are JSON: `{"error": "<message>", "kind": "<kind>", "field":
 //! "<field>"?, …}` with `400 invalid_input` / `400 invalid_manifest` (bad
 //! input naming the field, or every manifest issue in `errors`), `401
-//! unauthorized`, `404 not_found`, `409 conflict` / `409 manifest_conflict`
+//! unauthorized`, `403 forbidden` (with `permission`), `404 not_found`, `409 conflict` / `409 manifest_conflict`
 //! (with `differences` or `errors`), `500 internal`, `501 not_supported`.
 //!
 //! The catalog semantics (what create and the failure policies do) live in
@@ -63,10 +63,8 @@ use std::future::Future;
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{Request, State};
 use axum::http::StatusCode;
-use axum::middleware::{self, Next};
-use axum::response::Response;
+use axum::middleware;
 use axum::routing::{get, post};
 use broker_core::catalog::CatalogError;
 use broker_core::metadata::MetadataStore;
@@ -75,7 +73,8 @@ use tributary_api::admin::PlanAction;
 use tributary_proto::intent::StreamIntent;
 use tributary_proto::keys::{NamespaceName, TopicName};
 
-use crate::http::{ApiError, reject_unauthorized};
+use crate::auth::AuthState;
+use crate::http::ApiError;
 
 pub use self::apply::{ApplyError, DEFAULT_MANIFEST_NAME, apply, plan};
 pub use self::cluster::{ClusterView, StaticClusterView};
@@ -97,9 +96,27 @@ pub struct AdminState {
     pub store: Arc<dyn MetadataStore>,
     /// Cluster status source.
     pub cluster: Arc<dyn ClusterView>,
-    /// The bearer token every `/v1` request must present. Empty refuses
-    /// every request.
-    pub token: Arc<str>,
+    /// Who may call what: the `/auth/` cache and the bootstrap token
+    /// ([`crate::auth`]).
+    pub auth: AuthState,
+}
+
+impl AdminState {
+    /// State over `store` whose only admin is the bootstrap token `token`
+    /// (the legacy `admin_token`; empty: none) plus the principals under
+    /// `/auth/` of `store`.
+    pub fn with_bootstrap_token(
+        store: Arc<dyn MetadataStore>,
+        cluster: Arc<dyn ClusterView>,
+        token: &str,
+    ) -> AdminState {
+        let auth = AuthState::new(store.clone(), Some(token.to_owned()));
+        AdminState {
+            store,
+            cluster,
+            auth,
+        }
+    }
 }
 
 impl std::fmt::Debug for AdminState {
@@ -138,12 +155,16 @@ pub fn router(state: AdminState) -> Router {
         .route("/apply", post(apply::apply_manifest))
         .route("/cluster/status", get(cluster::cluster_status))
         .merge(crate::storage::routes())
-        .route_layer(middleware::from_fn_with_state(state.clone(), require_token));
+        .route_layer(middleware::from_fn_with_state(
+            state.auth.clone(),
+            crate::auth::guard,
+        ));
     Router::new()
         .route("/health", get(health))
         .nest("/v1", v1)
         .fallback(not_found)
-        .with_state(state)
+        .with_state(state.clone())
+        .merge(crate::auth::http::router(state.auth, state.store))
 }
 
 /// the requests in flight.
@@ -203,13 +224,6 @@ impl From<CatalogError> for ApiError {
 pub(crate) fn topic_from_path(namespace: &str, topic: &str) -> Result<TopicName, ApiError> {
     let namespace = NamespaceName::new(namespace).map_err(|e| ApiError::name("namespace", e))?;
     TopicName::from_parts(&namespace, topic).map_err(|e| ApiError::name("topic", e))
-}
-
-async fn require_token(State(state): State<AdminState>, request: Request, next: Next) -> Response {
-    match reject_unauthorized(&request, &state.token) {
-        None => next.run(request).await,
-        Some(response) => response,
-    }
 }
 
 /// `{"status": "ok"}`, or `{"status": "degraded", "damaged_ranges": [...]}`

@@ -1,5 +1,5 @@
 //! The consumer HTTP API (axum), merged into the admin router and guarded
-//! by the same bearer token. Documented in `docs/consumer-api.md`.
+//! by the same auth layer ([`crate::auth`]). Documented in `docs/consumer-api.md`.
 //!
 //! | method and path | what |
 //! |---|---|
@@ -20,7 +20,7 @@
 //!
 //! Errors are JSON `{"error", "kind", "field"?}`: `400 invalid_input`,
 //! `400 offset_out_of_range` (with `log_start`, `high_water_mark`), `401
-//! unauthorized`, `404 not_found`, `409 subscription_busy | type_mismatch |
+//! unauthorized`, `403 forbidden` (with `permission`), `404 not_found`, `409 subscription_busy | type_mismatch |
 //! not_leased | writer_conflict`, `500 internal`, `503
 //! archive_not_configured` (an offset below the local WAL, no `[archive]`).
 
@@ -29,10 +29,10 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::rejection::QueryRejection;
-use axum::extract::{Path, Query, Request, State};
+use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Response};
+use axum::middleware;
+use axum::response::IntoResponse;
 use axum::routing::{get, post};
 use bytes::Bytes as RecordBytes;
 use serde::Deserialize;
@@ -46,18 +46,18 @@ use tributary_proto::Record;
 use tributary_proto::keys::{NamespaceName, TopicName};
 
 use super::{ConsumerError, ConsumerService, records};
-use crate::http::{ApiError, ApiResult, parse_json, reject_unauthorized};
+use crate::http::{ApiError, ApiResult, parse_json};
 
 #[derive(Clone)]
 struct Api {
     service: Arc<ConsumerService>,
-    token: Arc<str>,
 }
 
-/// The consumer routes (under `/v1`), requiring `Authorization: Bearer
-/// <token>` like the admin API (an empty token refuses every request).
-pub fn router(service: Arc<ConsumerService>, token: Arc<str>) -> Router {
-    let api = Api { service, token };
+/// The consumer routes (under `/v1`), behind the same guard as the admin
+/// API ([`crate::auth::guard`]: `consume`, `produce` or
+/// `subscriptions_manage` on the topic's namespace).
+pub fn router(service: Arc<ConsumerService>, auth: crate::auth::AuthState) -> Router {
+    let api = Api { service };
     let sub = "/v1/topics/{namespace}/{topic}/subscriptions/{subscription}";
     Router::new()
         .route(
@@ -76,7 +76,7 @@ pub fn router(service: Arc<ConsumerService>, token: Arc<str>) -> Router {
         .route(&format!("{sub}/pause"), post(pause))
         .route(&format!("{sub}/resume"), post(resume))
         .route(&format!("{sub}/replay-dlq"), post(replay_dlq))
-        .route_layer(middleware::from_fn_with_state(api.clone(), require_token))
+        .route_layer(middleware::from_fn_with_state(auth, crate::auth::guard))
         .with_state(api)
 }
 
@@ -132,14 +132,6 @@ fn topic_from_path(namespace: &str, topic: &str) -> Result<TopicName, ApiError> 
     let ns = NamespaceName::new(namespace)
         .map_err(|e| ApiError::invalid("namespace", format!("namespace: {e}")))?;
     TopicName::from_parts(&ns, topic).map_err(|e| ApiError::invalid("topic", format!("topic: {e}")))
-}
-
-/// The admin API's bearer-token check, on the same token.
-async fn require_token(State(api): State<Api>, request: Request, next: Next) -> Response {
-    match reject_unauthorized(&request, &api.token) {
-        None => next.run(request).await,
-        Some(response) => response,
-    }
 }
 
 fn check_receive(r: &ReceiveRequest) -> Result<(), ApiError> {

@@ -1,11 +1,10 @@
 //! Request parsing and responses shared by every HTTP API of the broker
 //! (the admin API, its storage endpoints, the consumer API): the one JSON
-//! body parser [`parse_json`], query strings ([`query`]), the bearer-token
-//! check ([`reject_unauthorized`], in `auth.rs`) and the JSON error response
-//! [`ApiError`] (in `error.rs`), the client certificate identity
-//! [`PeerCertificate`] and the HTTPS listener ([`tls`]).
+//! body parser [`parse_json`], query strings ([`query`]), the JSON error
+//! response [`ApiError`] (in `error.rs`), the client certificate identity
+//! [`PeerCertificate`] and the HTTPS listener ([`tls`]). Authentication and
+//! authorization live in [`crate::auth`].
 
-mod auth;
 mod error;
 mod peer;
 pub mod tls;
@@ -16,7 +15,6 @@ use axum::extract::rejection::QueryRejection;
 use axum::http::StatusCode;
 use serde::de::DeserializeOwned;
 
-pub(crate) use self::auth::reject_unauthorized;
 pub(crate) use self::error::{ApiError, ApiResult, ok};
 pub use self::peer::PeerCertificate;
 

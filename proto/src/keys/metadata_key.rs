@@ -6,8 +6,8 @@ use std::fmt;
 use std::str::FromStr;
 
 use super::{
-    BindingId, NameError, NamespaceName, RoleName, SubjectName, SubscriptionName, TopicName,
-    parse_canonical_u64, parse_padded_u64,
+    BindingId, NameError, NamespaceName, PrincipalName, RoleName, SubjectName, SubscriptionName,
+    TopicName, parse_canonical_u64, parse_padded_u64,
 };
 
 /// A key string that is not a well-formed Tributary key.
@@ -252,6 +252,12 @@ pub enum MetadataKey {
         /// Binding id.
         binding: BindingId,
     },
+    /// `/auth/principals/{name}`: a principal (never its token, only the
+    /// token's SHA-256).
+    AuthPrincipal {
+        /// Principal.
+        principal: PrincipalName,
+    },
     /// `/edge/checkpoints/{ns}/{topic}`: last replicated offset (u64).
     EdgeCheckpoint {
         /// The edge topic.
@@ -308,6 +314,9 @@ impl fmt::Display for MetadataKey {
             }
             MetadataKey::AuthRole { role } => write!(f, "/auth/roles/{role}"),
             MetadataKey::AuthBinding { binding } => write!(f, "/auth/bindings/{binding}"),
+            MetadataKey::AuthPrincipal { principal } => {
+                write!(f, "/auth/principals/{principal}")
+            }
             MetadataKey::EdgeCheckpoint { topic } => write!(f, "/edge/checkpoints{topic}"),
         }
     }
@@ -408,6 +417,9 @@ impl MetadataKey {
             },
             ["auth", "bindings", id] => MetadataKey::AuthBinding {
                 binding: name_in(key, id, BindingId::new)?,
+            },
+            ["auth", "principals", name] => MetadataKey::AuthPrincipal {
+                principal: name_in(key, name, PrincipalName::new)?,
             },
             ["edge", "checkpoints", ns, topic] => MetadataKey::EdgeCheckpoint {
                 topic: topic_in(key, ns, topic)?,

@@ -68,8 +68,8 @@ pub use metadata_key::{
     KeyParseError, MetadataKey, SubscriptionKey, TopicKey, parse_subscription_key, parse_topic,
 };
 pub use names::{
-    BindingId, NameError, NameErrorKind, NamePart, NamespaceName, RoleName, SubjectName,
-    SubscriptionName, TopicName,
+    BindingId, NameError, NameErrorKind, NamePart, NamespaceName, PrincipalName, RoleName,
+    SubjectName, SubscriptionName, TopicName,
 };
 pub use storage::{SegmentObject, StorageKey, StorageKeys};
 

@@ -1,5 +1,6 @@
 //! The validated names ([`TopicName`], [`NamespaceName`],
-//! [`SubscriptionName`], [`SubjectName`], [`RoleName`], [`BindingId`]) and
+//! [`SubscriptionName`], [`SubjectName`], [`RoleName`], [`BindingId`],
+//! [`PrincipalName`]) and
 //! their errors: the rule set in the [`super`] module doc.
 
 use std::fmt;
@@ -30,6 +31,8 @@ pub enum NamePart {
     Role,
     /// An RBAC binding id.
     Binding,
+    /// An RBAC principal name (a token holder or a certificate identity).
+    Principal,
     /// The storage path prefix, e.g. `/tributary`.
     StoragePrefix,
 }
@@ -44,6 +47,7 @@ impl fmt::Display for NamePart {
             NamePart::Subject => "schema subject",
             NamePart::Role => "role name",
             NamePart::Binding => "binding id",
+            NamePart::Principal => "principal name",
             NamePart::StoragePrefix => "storage prefix",
         })
     }
@@ -276,6 +280,12 @@ single_name!(
     /// A validated RBAC binding id.
     BindingId,
     NamePart::Binding
+);
+single_name!(
+    /// A validated RBAC principal name: a named token's holder or a client
+    /// certificate's identity.
+    PrincipalName,
+    NamePart::Principal
 );
 
 // ---------------------------------------------------------------------------

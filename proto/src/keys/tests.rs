@@ -186,7 +186,7 @@ fn topic_name_length_limit_is_255_bytes_in_total() {
 #[test]
 fn single_names_follow_the_same_rules() {
     type Check = fn(&str) -> Result<(), NameError>;
-    let checks: [(NamePart, Check); 5] = [
+    let checks: [(NamePart, Check); 6] = [
         (NamePart::Namespace, |s| NamespaceName::new(s).map(drop)),
         (NamePart::Subscription, |s| {
             SubscriptionName::new(s).map(drop)
@@ -194,6 +194,7 @@ fn single_names_follow_the_same_rules() {
         (NamePart::Subject, |s| SubjectName::new(s).map(drop)),
         (NamePart::Role, |s| RoleName::new(s).map(drop)),
         (NamePart::Binding, |s| BindingId::new(s).map(drop)),
+        (NamePart::Principal, |s| PrincipalName::new(s).map(drop)),
     ];
     for (part, check) in checks {
         assert_eq!(check("worker-pool.v2_A"), Ok(()), "{part}");
@@ -425,6 +426,21 @@ fn schema_auth_and_edge_keys() {
         auth::binding(&BindingId::new("b-1").unwrap()),
         "/auth/bindings/b-1"
     );
+    assert_eq!(
+        auth::principal(&PrincipalName::new("tier-1").unwrap()),
+        "/auth/principals/tier-1"
+    );
+    assert_eq!(
+        MetadataKey::parse("/auth/principals/tier-1").unwrap(),
+        MetadataKey::AuthPrincipal {
+            principal: PrincipalName::new("tier-1").unwrap()
+        }
+    );
+    assert!(MetadataKey::parse("/auth/principals/a/b").is_err());
+    assert!(MetadataKey::parse("/auth/principals/..").is_err());
+    assert_eq!(auth::principals_prefix(), "/auth/principals/");
+    assert_eq!(auth::roles_prefix(), "/auth/roles/");
+    assert_eq!(auth::bindings_prefix(), "/auth/bindings/");
     assert_eq!(auth::prefix(), "/auth/");
     assert_eq!(
         edge::checkpoint(&topic("/edge1/sensors")),
@@ -775,6 +791,11 @@ fn arb_metadata_key() -> impl Strategy<Value = MetadataKey> {
         name_part()
             .prop_map(|r| MetadataKey::AuthRole {
                 role: RoleName::new(&r).unwrap(),
+            })
+            .boxed(),
+        name_part()
+            .prop_map(|p| MetadataKey::AuthPrincipal {
+                principal: PrincipalName::new(&p).unwrap(),
             })
             .boxed(),
         name_part()

@@ -291,7 +291,7 @@ impl Harness {
         let state = AdminState {
             store: store.clone(),
             cluster: Arc::new(StaticClusterView::single_leader("127.0.0.1:1", 1)),
-            token: Arc::from(TOKEN),
+            auth: tributary_broker::auth::AuthState::new(store.clone(), Some(TOKEN.to_owned())),
         };
         let commits = Arc::new(CommitChecker::default());
         // The broker checks objects in the bucket the tier service writes

@@ -1,0 +1,147 @@
+//! [`AuthCache`]: every broker's copy of `/auth/` (principals, custom
+//! roles, bindings) as one immutable [`Snapshot`], loaded at start and
+//! rebuilt on every change the metadata store's watch reports (re-listed
+//! after a lagged watch). Raft applies a revocation on every member, so it
+//! reaches every broker's cache as fast as Raft replicates (well under a
+//! second on a healthy cluster).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock};
+
+use broker_core::metadata::{MetadataError, MetadataStore, WatchError};
+use tributary_api::auth::Binding;
+use tributary_proto::keys::auth;
+
+use super::model::{Permission, Snapshot, StoredPrincipal};
+
+/// The RBAC cache of one broker. Cheap to read ([`AuthCache::snapshot`]
+/// clones an `Arc`).
+pub struct AuthCache {
+    store: Arc<dyn MetadataStore>,
+    snapshot: RwLock<Arc<Snapshot>>,
+    generation: AtomicU64,
+    reload: tokio::sync::Mutex<()>,
+}
+
+impl std::fmt::Debug for AuthCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AuthCache")
+            .field("generation", &self.generation())
+            .finish_non_exhaustive()
+    }
+}
+
+impl AuthCache {
+    /// An empty cache over `store` (generation 0: not loaded yet).
+    pub fn new(store: Arc<dyn MetadataStore>) -> AuthCache {
+        AuthCache {
+            store,
+            snapshot: RwLock::new(Arc::new(Snapshot::default())),
+            generation: AtomicU64::new(0),
+            reload: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// The current snapshot.
+    pub fn snapshot(&self) -> Arc<Snapshot> {
+        match self.snapshot.read() {
+            Ok(guard) => guard.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// How many times the snapshot was rebuilt (0 before the first load).
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Acquire)
+    }
+
+    /// Loads the first snapshot if none was loaded yet.
+    ///
+    /// # Errors
+    /// The metadata store's list failed.
+    pub async fn ensure_loaded(&self) -> Result<(), MetadataError> {
+        if self.generation() == 0 {
+            self.reload().await?;
+        }
+        Ok(())
+    }
+
+    /// Re-lists `/auth/` and swaps in the new snapshot. Entries that do not
+    /// decode are skipped with a warning (fail closed: they grant nothing).
+    ///
+    /// # Errors
+    /// The metadata store's list failed; the old snapshot stays.
+    pub async fn reload(&self) -> Result<(), MetadataError> {
+        let _one_at_a_time = self.reload.lock().await;
+        let entries = self.store.list(&auth::prefix()).await?;
+        let mut snapshot = Snapshot::default();
+        for (key, value) in entries {
+            if let Some(name) = key.strip_prefix(&auth::principals_prefix()) {
+                match serde_json::from_value::<StoredPrincipal>(value) {
+                    Ok(p) if p.name == name => {
+                        snapshot.principals.insert(name.to_owned(), p);
+                    }
+                    _ => tracing::warn!(%key, "auth: skipping an undecodable principal"),
+                }
+            } else if let Some(name) = key.strip_prefix(&auth::roles_prefix()) {
+                match serde_json::from_value::<tributary_api::auth::RoleDefinition>(value) {
+                    Ok(role) => {
+                        let permissions = role
+                            .permissions
+                            .iter()
+                            .filter_map(|p| Permission::parse(p))
+                            .collect();
+                        snapshot.roles.insert(name.to_owned(), permissions);
+                    }
+                    Err(_) => tracing::warn!(%key, "auth: skipping an undecodable role"),
+                }
+            } else if let Some(id) = key.strip_prefix(&auth::bindings_prefix()) {
+                match serde_json::from_value::<Binding>(value) {
+                    Ok(binding) => {
+                        snapshot.bindings.insert(id.to_owned(), binding);
+                    }
+                    Err(_) => tracing::warn!(%key, "auth: skipping an undecodable binding"),
+                }
+            }
+        }
+        match self.snapshot.write() {
+            Ok(mut guard) => *guard = Arc::new(snapshot),
+            Err(poisoned) => *poisoned.into_inner() = Arc::new(snapshot),
+        }
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    }
+
+    /// Watches `/auth/` and reloads on every change (and after a lagged
+    /// watch), until the store closes. Watches first, then loads, so no
+    /// change between the two is missed.
+    pub fn spawn_watch(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
+        let cache = Arc::clone(self);
+        tokio::spawn(async move {
+            let mut watch = loop {
+                match cache.store.watch(&auth::prefix()).await {
+                    Ok(watch) => break watch,
+                    Err(error) => {
+                        tracing::warn!(%error, "auth: cannot watch /auth/; retrying");
+                        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+                    }
+                }
+            };
+            if let Err(error) = cache.reload().await {
+                tracing::warn!(%error, "auth: first load of /auth/ failed");
+            }
+            loop {
+                match watch.recv().await {
+                    Ok(_) | Err(WatchError::Lagged { .. }) => {
+                        // Drain what is queued, then rebuild once.
+                        while let Ok(Some(_)) = watch.try_recv() {}
+                        if let Err(error) = cache.reload().await {
+                            tracing::warn!(%error, "auth: reloading /auth/ failed");
+                        }
+                    }
+                    Err(WatchError::Closed) => return,
+                }
+            }
+        })
+    }
+}

@@ -1,0 +1,397 @@
+//! The `/v1/auth` endpoints (all `auth_manage` except `whoami`): principals
+//! (create shows a named token once; revoke deletes the principal and all
+//! its bindings in one Raft transaction), role bindings (ids deterministic,
+//! so a grant is idempotent), custom roles and `whoami`. Wire shapes in
+//! [`tributary_api::auth`]. After each write this broker reloads its cache
+//! at once; the others follow through their watch of `/auth/`.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::rejection::QueryRejection;
+use axum::extract::{Extension, Path, Query, State};
+use axum::http::StatusCode;
+use axum::middleware;
+use axum::routing::{delete, get, put};
+use axum::{Json, Router};
+use broker_core::metadata::{MetadataError, MetadataStore, Txn, TxnOutcome};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tributary_api::auth::{
+    Binding, BindingInfo, BindingList, CreatePrincipalRequest, CreatePrincipalResponse,
+    PrincipalInfo, PrincipalKind, PrincipalList, RoleDefinition, RoleInfo, RoleList, WhoAmI,
+};
+use tributary_proto::keys::{BindingId, NamespaceName, PrincipalName, RoleName, auth};
+
+use super::AuthState;
+use super::model::{
+    BOOTSTRAP_ADMIN, BUILT_IN_ROLES, Permission, Principal, StoredPrincipal, binding_id,
+    built_in_role, new_token, sha256_hex,
+};
+use crate::http::{ApiError, ApiResult, ok, parse_json, query};
+
+#[derive(Clone)]
+struct Api {
+    auth: AuthState,
+    store: Arc<dyn MetadataStore>,
+}
+
+/// The `/v1/auth` routes, behind the guard.
+pub fn router(auth: AuthState, store: Arc<dyn MetadataStore>) -> Router {
+    let api = Api {
+        auth: auth.clone(),
+        store,
+    };
+    Router::new()
+        .route(
+            "/v1/auth/principals",
+            get(list_principals).post(create_principal),
+        )
+        .route("/v1/auth/principals/{name}", delete(revoke_principal))
+        .route("/v1/auth/bindings", get(list_bindings).post(grant))
+        .route("/v1/auth/bindings/{id}", delete(ungrant))
+        .route("/v1/auth/roles", get(list_roles))
+        .route("/v1/auth/roles/{role}", put(put_role).delete(delete_role))
+        .route("/v1/auth/whoami", get(whoami))
+        .route_layer(middleware::from_fn_with_state(auth, super::guard))
+        .with_state(api)
+}
+
+fn internal(error: MetadataError) -> ApiError {
+    tracing::error!(%error, "auth API: metadata failure");
+    ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "internal",
+        error.to_string(),
+    )
+}
+
+fn conflict(message: impl Into<String>) -> ApiError {
+    ApiError::new(StatusCode::CONFLICT, "conflict", message)
+}
+
+fn not_found(message: impl Into<String>) -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "not_found", message)
+}
+
+impl Api {
+    async fn reload(&self) {
+        if let Err(error) = self.auth.cache().reload().await {
+            tracing::warn!(%error, "auth: reloading after a change failed; the watch retries");
+        }
+    }
+
+    async fn list<T: serde::de::DeserializeOwned>(
+        &self,
+        prefix: &str,
+    ) -> Result<Vec<(String, T)>, ApiError> {
+        let entries = self.store.list(prefix).await.map_err(internal)?;
+        Ok(entries
+            .into_iter()
+            .filter_map(|(key, value)| {
+                let name = key.strip_prefix(prefix)?.to_owned();
+                serde_json::from_value(value).ok().map(|v| (name, v))
+            })
+            .collect())
+    }
+}
+
+fn info(p: StoredPrincipal) -> PrincipalInfo {
+    PrincipalInfo {
+        name: p.name,
+        kind: p.kind,
+        created_at_ms: p.created_at_ms,
+        created_by: p.created_by,
+    }
+}
+
+async fn list_principals(State(api): State<Api>) -> ApiResult {
+    let principals = api
+        .list::<StoredPrincipal>(&auth::principals_prefix())
+        .await?
+        .into_iter()
+        .map(|(_, p)| info(p))
+        .collect();
+    ok(StatusCode::OK, PrincipalList { principals })
+}
+
+async fn create_principal(
+    State(api): State<Api>,
+    Extension(caller): Extension<Principal>,
+    body: Bytes,
+) -> ApiResult {
+    let request: CreatePrincipalRequest = parse_json(&body)?;
+    let name = PrincipalName::new(&request.name).map_err(|e| ApiError::name("name", e))?;
+    if name.as_str() == BOOTSTRAP_ADMIN {
+        return Err(conflict(format!(
+            "{BOOTSTRAP_ADMIN} is reserved for the configured admin_token"
+        ))
+        .with("field", json!("name")));
+    }
+    let token = match request.kind {
+        PrincipalKind::Token => Some(new_token(name.as_str()).map_err(|_| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                "the system random number generator failed",
+            )
+        })?),
+        PrincipalKind::Certificate => None,
+    };
+    let stored = StoredPrincipal {
+        name: name.to_string(),
+        kind: request.kind,
+        token_sha256: token.as_deref().map(|t| sha256_hex(t.as_bytes())),
+        created_at_ms: u64::try_from(broker_core::clock::now_ms()).unwrap_or(0),
+        created_by: caller.name,
+    };
+    let key = auth::principal(&name);
+    let value = serde_json::to_value(&stored).unwrap_or(Value::Null);
+    let outcome = api
+        .store
+        .txn(Txn::new().when_absent(&key).put(&key, value))
+        .await
+        .map_err(internal)?;
+    if !outcome.applied() {
+        return Err(conflict(format!(
+            "principal {name} exists: revoke it first"
+        )));
+    }
+    api.reload().await;
+    ok(
+        StatusCode::CREATED,
+        CreatePrincipalResponse {
+            principal: info(stored),
+            token,
+        },
+    )
+}
+
+async fn revoke_principal(State(api): State<Api>, Path(name): Path<String>) -> ApiResult {
+    let name = PrincipalName::new(&name).map_err(|e| ApiError::name("name", e))?;
+    if name.as_str() == BOOTSTRAP_ADMIN {
+        return Err(conflict(
+            "bootstrap-admin is the configured admin_token: remove it from the broker's configuration",
+        ));
+    }
+    let key = auth::principal(&name);
+    let Some(current) = api.store.get(&key).await.map_err(internal)? else {
+        return Err(not_found(format!("no principal {name}")));
+    };
+    let bindings = api.list::<Binding>(&auth::bindings_prefix()).await?;
+    let mut txn = Txn::new().when_equals(&key, current).delete(&key);
+    let mut removed = Vec::new();
+    for (id, binding) in bindings {
+        if binding.principal == name.as_str() {
+            txn = txn.delete(format!("{}{id}", auth::bindings_prefix()));
+            removed.push(id);
+        }
+    }
+    let outcome = api.store.txn(txn).await.map_err(internal)?;
+    if let TxnOutcome::ConditionFailed { .. } = outcome {
+        return Err(conflict(format!(
+            "principal {name} changed concurrently: retry"
+        )));
+    }
+    api.reload().await;
+    ok(
+        StatusCode::OK,
+        json!({"revoked": name, "bindings_removed": removed}),
+    )
+}
+
+#[derive(Deserialize)]
+struct BindingQuery {
+    principal: Option<String>,
+}
+
+async fn list_bindings(
+    State(api): State<Api>,
+    q: Result<Query<BindingQuery>, QueryRejection>,
+) -> ApiResult {
+    let q = query(q)?;
+    let bindings = api
+        .list::<Binding>(&auth::bindings_prefix())
+        .await?
+        .into_iter()
+        .filter(|(_, b)| q.principal.as_ref().is_none_or(|p| *p == b.principal))
+        .map(|(id, binding)| BindingInfo { id, binding })
+        .collect();
+    ok(StatusCode::OK, BindingList { bindings })
+}
+
+async fn role_exists(api: &Api, role: &str) -> Result<bool, ApiError> {
+    if built_in_role(role).is_some() {
+        return Ok(true);
+    }
+    let role = RoleName::new(role).map_err(|e| ApiError::name("role", e))?;
+    Ok(api
+        .store
+        .get(&auth::role(&role))
+        .await
+        .map_err(internal)?
+        .is_some())
+}
+
+async fn grant(State(api): State<Api>, body: Bytes) -> ApiResult {
+    let binding: Binding = parse_json(&body)?;
+    let principal =
+        PrincipalName::new(&binding.principal).map_err(|e| ApiError::name("principal", e))?;
+    if let Some(ns) = &binding.namespace {
+        NamespaceName::new(ns).map_err(|e| ApiError::name("namespace", e))?;
+    }
+    if binding.topic_prefix.is_some() && binding.namespace.is_none() {
+        return Err(ApiError::invalid(
+            "topic_prefix",
+            "topic_prefix: needs a namespace",
+        ));
+    }
+    if !role_exists(&api, &binding.role).await? {
+        return Err(not_found(format!("no role {}", binding.role)).with("field", json!("role")));
+    }
+    let principal_key = auth::principal(&principal);
+    let Some(current) = api.store.get(&principal_key).await.map_err(internal)? else {
+        return Err(
+            not_found(format!("no principal {principal}: create it first"))
+                .with("field", json!("principal")),
+        );
+    };
+    let id = binding_id(&binding);
+    let key = auth::binding(&BindingId::new(&id).map_err(|e| ApiError::name("id", e))?);
+    let value = serde_json::to_value(&binding).unwrap_or(Value::Null);
+    let outcome = api
+        .store
+        .txn(
+            Txn::new()
+                .when_equals(&principal_key, current)
+                .put(&key, value),
+        )
+        .await
+        .map_err(internal)?;
+    if !outcome.applied() {
+        return Err(conflict(format!(
+            "principal {principal} changed concurrently: retry"
+        )));
+    }
+    api.reload().await;
+    ok(StatusCode::CREATED, BindingInfo { id, binding })
+}
+
+async fn ungrant(State(api): State<Api>, Path(id): Path<String>) -> ApiResult {
+    let id = BindingId::new(&id).map_err(|e| ApiError::name("id", e))?;
+    if !api
+        .store
+        .delete(&auth::binding(&id))
+        .await
+        .map_err(internal)?
+    {
+        return Err(not_found(format!("no binding {id}")));
+    }
+    api.reload().await;
+    ok(StatusCode::OK, json!({"removed": id}))
+}
+
+fn names(permissions: &[Permission]) -> Vec<String> {
+    permissions.iter().map(|p| p.as_str().to_owned()).collect()
+}
+
+async fn list_roles(State(api): State<Api>) -> ApiResult {
+    let mut roles: Vec<RoleInfo> = BUILT_IN_ROLES
+        .iter()
+        .map(|(name, permissions)| RoleInfo {
+            name: (*name).to_owned(),
+            built_in: true,
+            permissions: names(permissions),
+        })
+        .collect();
+    for (name, role) in api.list::<RoleDefinition>(&auth::roles_prefix()).await? {
+        roles.push(RoleInfo {
+            name,
+            built_in: false,
+            permissions: role.permissions,
+        });
+    }
+    ok(StatusCode::OK, RoleList { roles })
+}
+
+async fn put_role(State(api): State<Api>, Path(role): Path<String>, body: Bytes) -> ApiResult {
+    let role = RoleName::new(&role).map_err(|e| ApiError::name("role", e))?;
+    if built_in_role(role.as_str()).is_some() {
+        return Err(conflict(format!(
+            "{role} is a built-in role and cannot be changed"
+        )));
+    }
+    let definition: RoleDefinition = parse_json(&body)?;
+    if let Some(bad) = definition
+        .permissions
+        .iter()
+        .find(|p| Permission::parse(p).is_none())
+    {
+        let valid: Vec<&str> = Permission::ALL.iter().map(|p| p.as_str()).collect();
+        return Err(ApiError::invalid(
+            "permissions",
+            format!("permissions: unknown permission {bad:?}"),
+        )
+        .with("valid_permissions", json!(valid)));
+    }
+    let value = serde_json::to_value(&definition).unwrap_or(Value::Null);
+    api.store
+        .put(&auth::role(&role), value)
+        .await
+        .map_err(internal)?;
+    api.reload().await;
+    ok(
+        StatusCode::OK,
+        RoleInfo {
+            name: role.to_string(),
+            built_in: false,
+            permissions: definition.permissions,
+        },
+    )
+}
+
+async fn delete_role(State(api): State<Api>, Path(role): Path<String>) -> ApiResult {
+    let role = RoleName::new(&role).map_err(|e| ApiError::name("role", e))?;
+    if built_in_role(role.as_str()).is_some() {
+        return Err(conflict(format!(
+            "{role} is a built-in role and cannot be deleted"
+        )));
+    }
+    let bound = api
+        .list::<Binding>(&auth::bindings_prefix())
+        .await?
+        .into_iter()
+        .filter(|(_, b)| b.role == role.as_str())
+        .count();
+    if bound > 0 {
+        return Err(conflict(format!(
+            "role {role} is used by {bound} binding(s): ungrant them first"
+        )));
+    }
+    if !api
+        .store
+        .delete(&auth::role(&role))
+        .await
+        .map_err(internal)?
+    {
+        return Err(not_found(format!("no role {role}")));
+    }
+    api.reload().await;
+    ok(StatusCode::OK, json!({"removed": role}))
+}
+
+async fn whoami(State(api): State<Api>, Extension(caller): Extension<Principal>) -> Json<WhoAmI> {
+    let snapshot = api.auth.cache().snapshot();
+    let bindings = snapshot
+        .bindings_of(&caller.name)
+        .map(|(id, binding)| BindingInfo {
+            id: id.clone(),
+            binding: binding.clone(),
+        })
+        .collect();
+    Json(WhoAmI {
+        name: caller.name,
+        kind: caller.kind.to_owned(),
+        bindings,
+    })
+}

@@ -1,0 +1,721 @@
+//! The auth layer over real HTTP on 127.0.0.1 (admin, storage, consumer and
+//! auth routers in one process over a redb store and real topic WALs):
+//! every route of the permission table answers 401 without credentials,
+//! 403 naming the permission (and changes nothing) for a principal lacking
+//! it, and runs for one holding it; namespace scopes; roles; revocation;
+//! the audit topic; and every route the routers declare has a table entry.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use broker_core::catalog::{Catalog, TopicSpec};
+use broker_core::clock::SystemClock;
+use broker_core::metadata::MetadataStore;
+use broker_core::metadata::redb::RedbStore;
+use serde_json::{Value, json};
+use tributary_broker::admin::{AdminState, StaticClusterView, router};
+use tributary_broker::auth::audit::{AuditRecord, AuditSink, audit_topic};
+use tributary_broker::auth::table::{RULES, lookup};
+use tributary_broker::consumer::{ConsumerConfig, ConsumerService};
+use tributary_broker::replication::topics::TopicStore;
+use tributary_broker::storage::with_local_segments;
+use tributary_proto::Limits;
+
+const BOOTSTRAP: &str = "auth-test-bootstrap-token";
+
+struct Harness {
+    runtime: tokio::runtime::Runtime,
+    store: Arc<RedbStore>,
+    base: String,
+    raw: ureq::Agent,
+    _dir: tempfile::TempDir,
+}
+
+struct Reply {
+    status: u16,
+    body: Value,
+}
+
+impl Harness {
+    fn start() -> Harness {
+        let dir = tempfile::tempdir().unwrap();
+        let store =
+            Arc::new(RedbStore::open(dir.path().join("meta.redb"), Arc::new(SystemClock)).unwrap());
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let topics = Arc::new(TopicStore::new(
+            dir.path().join("topics"),
+            store.clone(),
+            Limits::default(),
+        ));
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let store_dyn: Arc<dyn MetadataStore> = store.clone();
+        runtime.block_on(async {
+            let state = AdminState::with_bootstrap_token(
+                store_dyn.clone(),
+                Arc::new(StaticClusterView::single_leader("127.0.0.1:7401", 1)),
+                BOOTSTRAP,
+            );
+            let (sink, _task) =
+                AuditSink::spawn(store_dyn.clone(), topics.clone(), audit_topic(1).unwrap());
+            state.auth.set_audit(sink);
+            let service = ConsumerService::new(
+                topics.clone(),
+                store_dyn.clone(),
+                ConsumerConfig::default(),
+                "127.0.0.1:7400".to_owned(),
+                1,
+                Arc::new(SystemClock),
+            );
+            let app = with_local_segments(
+                router(state.clone()).merge(tributary_broker::consumer::http::router(
+                    service,
+                    state.auth.clone(),
+                )),
+                topics,
+            )
+            .layer(axum::middleware::from_fn(pretend_client_certificate));
+            tokio::spawn(async move { axum::serve(listener, app).await });
+        });
+        let raw = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .max_idle_connections(0)
+            .max_idle_connections_per_host(0)
+            .build()
+            .into();
+        Harness {
+            runtime,
+            store,
+            base,
+            raw,
+            _dir: dir,
+        }
+    }
+
+    fn request(&self, method: &str, path: &str, token: Option<&str>, body: Option<&str>) -> Reply {
+        let mut builder = ureq::http::Request::builder()
+            .method(method)
+            .uri(format!("{}{path}", self.base));
+        if let Some(token) = token {
+            builder = builder.header("Authorization", format!("Bearer {token}"));
+        }
+        if body.is_some() {
+            builder = builder.header("Content-Type", "application/json");
+        }
+        let response = match body {
+            Some(body) => self.raw.run(builder.body(body.to_owned()).unwrap()),
+            None => self.raw.run(builder.body(()).unwrap()),
+        }
+        .unwrap();
+        let status = response.status().as_u16();
+        let text = response.into_body().read_to_string().unwrap();
+        let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        Reply { status, body }
+    }
+
+    fn admin(&self, method: &str, path: &str, body: Value) -> Reply {
+        let body = (!body.is_null()).then(|| body.to_string());
+        self.request(method, path, Some(BOOTSTRAP), body.as_deref())
+    }
+
+    /// Creates token principal `name` and returns its token.
+    fn principal(&self, name: &str) -> String {
+        let reply = self.admin(
+            "POST",
+            "/v1/auth/principals",
+            json!({"name": name, "kind": "token"}),
+        );
+        assert_eq!(reply.status, 201, "{}", reply.body);
+        reply.body["token"].as_str().unwrap().to_owned()
+    }
+
+    fn grant(&self, principal: &str, role: &str, namespace: Option<&str>) -> String {
+        let mut body = json!({"principal": principal, "role": role});
+        if let Some(ns) = namespace {
+            body["namespace"] = json!(ns);
+        }
+        let reply = self.admin("POST", "/v1/auth/bindings", body);
+        assert_eq!(reply.status, 201, "{}", reply.body);
+        reply.body["id"].as_str().unwrap().to_owned()
+    }
+
+    fn create_topic(&self, name: &str, intent: &str) {
+        let spec = TopicSpec::parse(name, intent, 0).unwrap();
+        self.runtime
+            .block_on(Catalog::new(self.store.as_ref()).create_topic(&spec))
+            .unwrap();
+    }
+
+    /// Every metadata key and value except the audit topic's own keys.
+    fn metadata(&self) -> BTreeMap<String, Value> {
+        self.runtime
+            .block_on(self.store.list("/"))
+            .unwrap()
+            .into_iter()
+            .filter(|(key, _)| !key.contains("/_system/"))
+            .collect()
+    }
+
+    /// The audit records once exactly `expected` are stored (polled with a
+    /// deadline), in offset order.
+    fn audit_records(&self, expected: usize) -> Vec<AuditRecord> {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let reply = self.admin(
+                "GET",
+                "/v1/topics/_system/audit-broker-1/records?max_messages=1000",
+                Value::Null,
+            );
+            // 404 until the background task has created the topic.
+            let messages = match reply.status {
+                200 => reply.body["messages"].as_array().unwrap().clone(),
+                404 => Vec::new(),
+                _ => panic!("{} {}", reply.status, reply.body),
+            };
+            if messages.len() >= expected || Instant::now() > deadline {
+                return messages
+                    .iter()
+                    .map(|m| {
+                        let record: AuditRecord =
+                            serde_json::from_str(m["value"].as_str().unwrap()).unwrap();
+                        assert_eq!(m["key"].as_str(), Some(record.principal.as_str()));
+                        record
+                    })
+                    .collect();
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+/// Stands in for the HTTPS listener: a request with `x-test-peer: NAME`
+/// arrives as if over a connection whose client certificate has identity
+/// NAME.
+async fn pretend_client_certificate(
+    mut request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let identity = request
+        .headers()
+        .get("x-test-peer")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    if let Some(identity) = identity {
+        request
+            .extensions_mut()
+            .insert(tributary_broker::auth::PeerCertificate { identity });
+    }
+    next.run(request).await
+}
+
+/// A concrete path for a route template, in namespace `a`, topic `t`.
+fn concrete(template: &str) -> String {
+    template
+        .replace("{namespace}", "a")
+        .replace("{topic}", "t")
+        .replace("{subscription}", "s")
+        .replace("{start}", "0")
+        .replace("{name}", "someone")
+        .replace("{id}", "0123456789abcdef0123456789abcdef")
+        .replace("{role}", "custom-role")
+}
+
+/// A plausible body for a route (scope fields name namespace `a`).
+fn body_for(method: &str, template: &str) -> Option<String> {
+    if method == "GET" || method == "DELETE" {
+        return None;
+    }
+    let body = match template {
+        "/v1/namespaces" => json!({"name": "a"}),
+        "/v1/topics" => json!({"name": "/a/new-topic", "intent": "task_queue"}),
+        "/v1/storage/descriptors" => json!({"topic": "/a/t"}),
+        "/v1/apply" => return Some("namespaces: [a]".to_owned()),
+        _ => json!({}),
+    };
+    Some(body.to_string())
+}
+
+#[test]
+fn every_route_is_401_without_credentials_403_without_the_permission_and_runs_with_it() {
+    let h = Harness::start();
+    h.create_topic("/a/t", "task_queue");
+    let nobody = h.principal("nobody");
+    let mut holders: BTreeMap<&str, String> = BTreeMap::new();
+    for rule in RULES {
+        let path = concrete(rule.path);
+        let body = body_for(rule.method, rule.path);
+        let what = format!("{} {}", rule.method, rule.path);
+
+        let before = h.metadata();
+        let missing = h.request(rule.method, &path, None, body.as_deref());
+        assert_eq!(missing.status, 401, "{what}: {}", missing.body);
+        assert_eq!(missing.body["kind"], "unauthorized", "{what}");
+        let forged = format!("trib.nobody.{}", "0".repeat(64));
+        let wrong = h.request(rule.method, &path, Some(&forged), body.as_deref());
+        assert_eq!(wrong.status, 401, "{what}: {}", wrong.body);
+
+        let Some(permission) = rule.permission else {
+            let reply = h.request(rule.method, &path, Some(&nobody), body.as_deref());
+            assert_eq!(reply.status, 200, "{what}: {}", reply.body);
+            continue;
+        };
+        let refused = h.request(rule.method, &path, Some(&nobody), body.as_deref());
+        assert_eq!(refused.status, 403, "{what}: {}", refused.body);
+        assert_eq!(refused.body["kind"], "forbidden", "{what}");
+        assert_eq!(refused.body["permission"], permission.as_str(), "{what}");
+        assert!(
+            refused.body["error"].as_str().unwrap().contains(&format!(
+                "principal nobody lacks permission {}",
+                permission.as_str()
+            )),
+            "{what}: {}",
+            refused.body
+        );
+        assert_eq!(
+            h.metadata(),
+            before,
+            "{what}: a refused request changed metadata"
+        );
+
+        // A principal holding exactly this permission, cluster-wide.
+        let token = holders
+            .entry(permission.as_str())
+            .or_insert_with(|| {
+                let name = permission.as_str().replace('_', "-");
+                let reply = h.admin(
+                    "PUT",
+                    &format!("/v1/auth/roles/only-{name}"),
+                    json!({"permissions": [permission.as_str()]}),
+                );
+                assert_eq!(reply.status, 200, "{}", reply.body);
+                let token = h.principal(&format!("holder-{name}"));
+                h.grant(&format!("holder-{name}"), &format!("only-{name}"), None);
+                token
+            })
+            .clone();
+        let allowed = h.request(rule.method, &path, Some(&token), body.as_deref());
+        assert!(
+            allowed.status != 401 && allowed.status != 403,
+            "{what}: holder of {permission} refused: {} {}",
+            allowed.status,
+            allowed.body
+        );
+    }
+}
+
+#[test]
+fn a_consumer_of_namespace_a_reads_a_but_not_b_and_tier_cannot_create_topics() {
+    let h = Harness::start();
+    h.create_topic("/a/jobs", "task_queue");
+    h.create_topic("/b/jobs", "task_queue");
+    let publish = json!({"records": [{"value": "one"}, {"value": "two"}]});
+    for ns in ["a", "b"] {
+        let reply = h.admin(
+            "POST",
+            &format!("/v1/topics/{ns}/jobs/records"),
+            publish.clone(),
+        );
+        assert_eq!(reply.status, 200, "{}", reply.body);
+    }
+    let consumer = h.principal("reader-a");
+    h.grant("reader-a", "consumer", Some("a"));
+    let peek = |ns: &str| {
+        h.request(
+            "GET",
+            &format!("/v1/topics/{ns}/jobs/records?max_messages=10"),
+            Some(&consumer),
+            None,
+        )
+    };
+    let a = peek("a");
+    assert_eq!(a.status, 200, "{}", a.body);
+    let values: Vec<&str> = a.body["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["value"].as_str().unwrap())
+        .collect();
+    assert_eq!(values, ["one", "two"]);
+    let b = peek("b");
+    assert_eq!(b.status, 403, "{}", b.body);
+    assert_eq!(
+        b.body,
+        json!({
+            "kind": "forbidden",
+            "error": "principal reader-a lacks permission consume on topic /b/jobs",
+            "permission": "consume",
+            "namespace": "b",
+        })
+    );
+    // Listing topics of a is allowed; a cluster-wide list is not.
+    let list_a = h.request("GET", "/v1/topics?namespace=a", Some(&consumer), None);
+    assert_eq!(list_a.status, 200, "{}", list_a.body);
+    let list_all = h.request("GET", "/v1/topics", Some(&consumer), None);
+    assert_eq!(list_all.status, 403, "{}", list_all.body);
+    // A consumer may not publish.
+    let produce = h.request(
+        "POST",
+        "/v1/topics/a/jobs/records",
+        Some(&consumer),
+        Some(&publish.to_string()),
+    );
+    assert_eq!(produce.status, 403);
+    assert_eq!(produce.body["permission"], "produce");
+
+    // tier: storage yes, topic creation no (and the topic does not appear).
+    let tier = h.principal("tier-1");
+    h.grant("tier-1", "tier", None);
+    let storage = h.request("GET", "/v1/storage/topics", Some(&tier), None);
+    assert_eq!(storage.status, 200, "{}", storage.body);
+    let create = h.request(
+        "POST",
+        "/v1/topics",
+        Some(&tier),
+        Some(&json!({"name": "/a/sneaky", "intent": "task_queue"}).to_string()),
+    );
+    assert_eq!(create.status, 403, "{}", create.body);
+    assert_eq!(create.body["permission"], "topics_write");
+    assert_eq!(create.body["namespace"], "a");
+    let described = h.admin("GET", "/v1/topics/a/sneaky", Value::Null);
+    assert_eq!(described.status, 404, "{}", described.body);
+
+    // A namespace-scoped writer creates topics in its namespace only.
+    let writer = h.principal("writer-a");
+    let reply = h.admin(
+        "PUT",
+        "/v1/auth/roles/topic-writer",
+        json!({"permissions": ["topics_write"]}),
+    );
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    h.grant("writer-a", "topic-writer", Some("a"));
+    let ok = h.request(
+        "POST",
+        "/v1/topics",
+        Some(&writer),
+        Some(&json!({"name": "/a/orders", "intent": "task_queue"}).to_string()),
+    );
+    assert_eq!(ok.status, 201, "{}", ok.body);
+    let other = h.request(
+        "POST",
+        "/v1/topics",
+        Some(&writer),
+        Some(&json!({"name": "/b/orders", "intent": "task_queue"}).to_string()),
+    );
+    assert_eq!(other.status, 403, "{}", other.body);
+    assert_eq!(
+        h.admin("GET", "/v1/topics/b/orders", Value::Null).status,
+        404
+    );
+}
+
+#[test]
+fn revocation_grants_and_roles_are_managed_through_the_auth_api() {
+    let h = Harness::start();
+    let token = h.principal("ops");
+    assert!(token.starts_with("trib.ops.") && token.len() == "trib.ops.".len() + 64);
+    // Stored hashed, never in plain text.
+    let stored = h.metadata()["/auth/principals/ops"].clone();
+    assert!(!stored.to_string().contains(&token[9..]), "{stored}");
+    assert_eq!(stored["kind"], "token");
+    assert_eq!(stored["created_by"], "bootstrap-admin");
+    assert_eq!(stored["token_sha256"].as_str().unwrap().len(), 64);
+
+    let id = h.grant("ops", "admin", None);
+    assert_eq!(h.grant("ops", "admin", None), id, "a grant is idempotent");
+    let who = h.request("GET", "/v1/auth/whoami", Some(&token), None);
+    assert_eq!(who.status, 200);
+    assert_eq!(who.body["name"], "ops");
+    assert_eq!(who.body["kind"], "token");
+    assert_eq!(who.body["bindings"].as_array().unwrap().len(), 1);
+    // The named admin manages auth itself.
+    let created = h.request(
+        "POST",
+        "/v1/auth/principals",
+        Some(&token),
+        Some(&json!({"name": "edge-gw", "kind": "certificate"}).to_string()),
+    );
+    assert_eq!(created.status, 201, "{}", created.body);
+    assert!(created.body.get("token").is_none());
+    assert_eq!(created.body["principal"]["created_by"], "ops");
+    // Duplicates, built-in roles, unknown permissions and roles are refused.
+    assert_eq!(
+        h.admin("POST", "/v1/auth/principals", json!({"name": "ops"}))
+            .status,
+        409
+    );
+    assert_eq!(
+        h.admin(
+            "POST",
+            "/v1/auth/principals",
+            json!({"name": "bootstrap-admin"})
+        )
+        .status,
+        409
+    );
+    assert_eq!(
+        h.admin("PUT", "/v1/auth/roles/admin", json!({"permissions": []}))
+            .status,
+        409
+    );
+    let bad = h.admin(
+        "PUT",
+        "/v1/auth/roles/x",
+        json!({"permissions": ["everything"]}),
+    );
+    assert_eq!(bad.status, 400);
+    assert_eq!(bad.body["field"], "permissions");
+    let no_role = h.admin(
+        "POST",
+        "/v1/auth/bindings",
+        json!({"principal": "ops", "role": "nope"}),
+    );
+    assert_eq!(no_role.status, 404);
+    let roles = h.admin("GET", "/v1/auth/roles", Value::Null);
+    let names: Vec<&str> = roles.body["roles"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["admin", "tier", "consumer", "producer"]);
+
+    // Revoke: the principal and all its bindings go in one transaction.
+    let revoked = h.admin("DELETE", "/v1/auth/principals/ops", Value::Null);
+    assert_eq!(revoked.status, 200, "{}", revoked.body);
+    assert_eq!(revoked.body["bindings_removed"], json!([id]));
+    assert!(
+        !h.metadata()
+            .keys()
+            .any(|k| k.starts_with("/auth/bindings/"))
+    );
+    let after = h.request("GET", "/v1/auth/whoami", Some(&token), None);
+    assert_eq!(after.status, 401, "{}", after.body);
+    // Re-creating the name gives a new token; the old one stays dead.
+    let fresh = h.principal("ops");
+    assert_ne!(fresh, token);
+    assert_eq!(
+        h.request("GET", "/v1/auth/whoami", Some(&token), None)
+            .status,
+        401
+    );
+    assert_eq!(
+        h.request("GET", "/v1/auth/whoami", Some(&fresh), None)
+            .status,
+        200
+    );
+}
+
+#[test]
+fn the_audit_topic_holds_one_record_per_admin_action_with_the_principal() {
+    let h = Harness::start();
+    // 1: create a principal (bootstrap-admin), 2: grant it.
+    let token = h.principal("auditor");
+    h.grant("auditor", "consumer", Some("a"));
+    // Not audited: reads.
+    assert_eq!(
+        h.request("GET", "/v1/auth/whoami", Some(&token), None)
+            .status,
+        200
+    );
+    assert_eq!(h.admin("GET", "/v1/namespaces", Value::Null).status, 200);
+    // 3: refused (403) topic creation by auditor.
+    let refused = h.request(
+        "POST",
+        "/v1/topics",
+        Some(&token),
+        Some(&json!({"name": "/a/x", "intent": "task_queue"}).to_string()),
+    );
+    assert_eq!(refused.status, 403);
+    // 4: refused (401) with a forged token naming "mallory".
+    let forged = format!("trib.mallory.{}", "a".repeat(64));
+    assert_eq!(
+        h.request(
+            "POST",
+            "/v1/namespaces",
+            Some(&forged),
+            Some(r#"{"name":"z"}"#)
+        )
+        .status,
+        401
+    );
+    // 5: a namespace created by the bootstrap admin.
+    assert_eq!(
+        h.admin("POST", "/v1/namespaces", json!({"name": "a"}))
+            .status,
+        201
+    );
+    let records = h.audit_records(5);
+    // Nothing else arrives.
+    std::thread::sleep(Duration::from_millis(200));
+    assert_eq!(h.audit_records(5).len(), 5);
+    let summary: Vec<(&str, &str, &str, u16, &str)> = records
+        .iter()
+        .map(|r| {
+            (
+                r.principal.as_str(),
+                r.action.as_str(),
+                r.route.as_str(),
+                r.status,
+                r.outcome.as_str(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        summary,
+        [
+            (
+                "bootstrap-admin",
+                "POST /v1/auth/principals",
+                "/v1/auth/principals",
+                201,
+                "ok"
+            ),
+            (
+                "bootstrap-admin",
+                "POST /v1/auth/bindings",
+                "/v1/auth/bindings",
+                201,
+                "ok"
+            ),
+            ("auditor", "POST /v1/topics", "/v1/topics", 403, "refused"),
+            (
+                "mallory",
+                "POST /v1/namespaces",
+                "/v1/namespaces",
+                401,
+                "refused"
+            ),
+            (
+                "bootstrap-admin",
+                "POST /v1/namespaces",
+                "/v1/namespaces",
+                201,
+                "ok"
+            ),
+        ]
+    );
+    assert_eq!(records[2].namespace.as_deref(), Some("a"));
+    assert_eq!(records[2].topic.as_deref(), Some("x"));
+    assert_eq!(records[2].kind.as_deref(), Some("forbidden"));
+    assert_eq!(records[3].kind.as_deref(), Some("unauthorized"));
+    assert_eq!(records[4].namespace.as_deref(), Some("a"));
+    // Never a token.
+    let all = serde_json::to_string(&records).unwrap();
+    assert!(!all.contains(&token[13..]) && !all.contains(BOOTSTRAP));
+}
+
+/// Every `.route(...)` of the four routers, with its methods, read from
+/// their source: a new route without a table entry fails here.
+#[test]
+fn every_route_the_routers_declare_has_a_table_entry() {
+    let sources = [
+        ("/v1", include_str!("../src/admin/mod.rs")),
+        ("/v1", include_str!("../src/storage/http.rs")),
+        ("", include_str!("../src/consumer/http.rs")),
+        ("", include_str!("../src/auth/http.rs")),
+    ];
+    let sub = "/v1/topics/{namespace}/{topic}/subscriptions/{subscription}";
+    let mut seen = 0;
+    for (prefix, source) in sources {
+        let mut rest = source;
+        while let Some(at) = rest.find(".route(") {
+            let call = &rest[at + ".route(".len()..];
+            // The call's extent: up to the matching parenthesis.
+            let mut depth = 1;
+            let mut end = 0;
+            for (i, ch) in call.char_indices() {
+                match ch {
+                    '(' => depth += 1,
+                    ')' => depth -= 1,
+                    _ => {}
+                }
+                if depth == 0 {
+                    end = i;
+                    break;
+                }
+            }
+            let call = &call[..end];
+            rest = &rest[at + 7 + end..];
+            let literal = call.split('"').nth(1).unwrap_or_default();
+            let path = if call.trim_start().starts_with("sub,") {
+                sub.to_owned()
+            } else if call.trim_start().starts_with("&format!(") {
+                literal.replace("{sub}", sub)
+            } else if literal.starts_with("/v1/") || literal == "/health" {
+                literal.to_owned()
+            } else {
+                format!("{prefix}{literal}")
+            };
+            if path == "/health" {
+                continue;
+            }
+            let methods: Vec<&str> = ["get", "post", "put", "patch", "delete"]
+                .into_iter()
+                .filter(|m| {
+                    call.match_indices(&format!("{m}("))
+                        .any(|(i, _)| i == 0 || !call.as_bytes()[i - 1].is_ascii_alphanumeric())
+                })
+                .collect();
+            assert!(!methods.is_empty(), "no method in .route({call})");
+            for method in methods {
+                let method = method.to_ascii_uppercase();
+                assert!(
+                    lookup(&method, &path).is_some(),
+                    "{method} {path} has no entry in the permission table"
+                );
+                seen += 1;
+            }
+        }
+    }
+    assert_eq!(
+        seen,
+        RULES.len(),
+        "the table lists a route no router declares"
+    );
+}
+
+#[test]
+fn a_client_certificate_authenticates_only_as_a_certificate_principal() {
+    let h = Harness::start();
+    let as_peer = |peer: &str, path: &str| {
+        let request = ureq::http::Request::builder()
+            .method("GET")
+            .uri(format!("{}{path}", h.base))
+            .header("x-test-peer", peer)
+            .body(())
+            .unwrap();
+        let response = h.raw.run(request).unwrap();
+        let status = response.status().as_u16();
+        let body: Value =
+            serde_json::from_str(&response.into_body().read_to_string().unwrap()).unwrap();
+        (status, body)
+    };
+    // Unknown identity: 401.
+    assert_eq!(as_peer("tier-7", "/v1/auth/whoami").0, 401);
+    // A token principal of that name does not make the certificate valid.
+    h.principal("tier-7");
+    assert_eq!(as_peer("tier-7", "/v1/auth/whoami").0, 401);
+    let reply = h.admin(
+        "POST",
+        "/v1/auth/principals",
+        json!({"name": "tier-8", "kind": "certificate"}),
+    );
+    assert_eq!(reply.status, 201, "{}", reply.body);
+    assert!(reply.body.get("token").is_none());
+    let (status, who) = as_peer("tier-8", "/v1/auth/whoami");
+    assert_eq!(status, 200, "{who}");
+    assert_eq!(who["name"], "tier-8");
+    assert_eq!(who["kind"], "certificate");
+    // Authenticated but without a binding: 403; with tier: storage works.
+    assert_eq!(as_peer("tier-8", "/v1/storage/topics").0, 403);
+    h.grant("tier-8", "tier", None);
+    assert_eq!(as_peer("tier-8", "/v1/storage/topics").0, 200);
+    assert_eq!(as_peer("tier-8", "/v1/auth/principals").0, 403);
+}
