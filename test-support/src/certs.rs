@@ -75,6 +75,14 @@ pub fn https_agent(dir: &Path) -> ureq::Agent {
 /// # Panics
 /// If a CA file is missing or malformed.
 pub fn https_agent_trusting(dirs: &[std::path::PathBuf]) -> ureq::Agent {
+    https_agent_with_timeout(dirs, Duration::from_secs(40))
+}
+
+/// [`https_agent_trusting`] with requests timing out after `timeout`.
+///
+/// # Panics
+/// If a CA file is missing or malformed.
+pub fn https_agent_with_timeout(dirs: &[std::path::PathBuf], timeout: Duration) -> ureq::Agent {
     let mut roots: Vec<ureq::tls::Certificate<'static>> = Vec::new();
     for dir in dirs {
         let ca = dir.join("ca.pem");
@@ -87,7 +95,7 @@ pub fn https_agent_trusting(dirs: &[std::path::PathBuf]) -> ureq::Agent {
         assert!(roots.len() > before, "{}: no certificate", ca.display());
     }
     ureq::Agent::config_builder()
-        .timeout_global(Some(Duration::from_secs(40)))
+        .timeout_global(Some(timeout))
         .http_status_as_error(false)
         .tls_config(
             ureq::tls::TlsConfig::builder()

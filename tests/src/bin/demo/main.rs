@@ -117,7 +117,7 @@ fn run(args: &Args) -> anyhow::Result<Summary> {
         .arg("--config")
         .arg(config_arg("edge.toml"));
     let mut edge = layout.logged("edge-agent", edge_cmd)?;
-    let agent = http();
+    let agent = http(&layout);
 
     eprintln!("demo: work directory {}", work.display());
     broker.start();
@@ -125,6 +125,7 @@ fn run(args: &Args) -> anyhow::Result<Summary> {
     wait_until("broker admin API up", Duration::from_secs(60), || {
         get_json(&agent, &health, None).is_some()
     })?;
+    processes::create_tier_principal(&layout)?;
     tier.start();
     edge.start();
     let edge_health = format!("http://{}/health", layout.edge_api);

@@ -34,7 +34,18 @@ impl Layout {
     }
 
     pub fn admin_url(&self) -> String {
-        format!("http://{}", self.admin)
+        format!("https://{}", self.admin)
+    }
+
+    /// The development CA the demo's certificates chain to.
+    pub fn ca(&self) -> PathBuf {
+        self.work.join("certs").join("ca.pem")
+    }
+
+    /// The file holding the tier service's named token (mode 0600),
+    /// written once the broker is up ([`create_tier_principal`]).
+    pub fn tier_token_file(&self) -> PathBuf {
+        self.work.join("tier-token")
     }
 
     /// `command` as process `name`, both streams appended to
@@ -74,8 +85,9 @@ pub fn write_configs(layout: &Layout, args: &Args) -> anyhow::Result<(SocketAddr
     ensure!(status.success(), "tribctl certs failed: {status}");
     let (raft, ingest) = (free_udp(), free_udp());
     let c = certs.display();
-    // Plain HTTP on loopback (the broker logs it); both files hold the
-    // token: mode 0600.
+    // The admin API over HTTPS with the demo CA; the broker's config holds
+    // the bootstrap admin token: mode 0600. The tier service gets a named
+    // token of role `tier` once the broker is up.
     write_private(
         &work.join("broker.toml"),
         format!(
@@ -83,7 +95,6 @@ pub fn write_configs(layout: &Layout, args: &Args) -> anyhow::Result<(SocketAddr
 data_dir = "{data}"
 raft_listen = "{raft}"
 admin_listen = "{admin}"
-admin_plain_http = true
 ingest_listen = "{ingest}"
 admin_token = "{TOKEN}"
 [tls]
@@ -124,20 +135,22 @@ intent = "audit_log"
             api = layout.edge_api,
         ),
     )?;
-    write_private(
-        &work.join("tier.toml"),
+    std::fs::write(
+        work.join("tier.toml"),
         format!(
             r#"data_dir = "{data}"
 poll_interval_ms = 1000
 metrics_listen = "{metrics}"
 [broker]
 url = "{url}"
-token = "{TOKEN}"
+ca = "{c}/ca.pem"
+token_file = "{token_file}"
 [store]
 url = "{archive}"
 "#,
             data = work.join("broker").display(),
             url = layout.admin_url(),
+            token_file = layout.tier_token_file().display(),
             archive = work.join("archive").display(),
             metrics = free_tcp(),
         ),
@@ -145,12 +158,41 @@ url = "{archive}"
     Ok((raft, ingest))
 }
 
-pub fn http() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .timeout_global(Some(Duration::from_secs(120)))
-        .http_status_as_error(false)
-        .build()
-        .into()
+/// Creates the tier service's principal `tier-1` with role `tier` through
+/// `tribctl auth create` (as the bootstrap admin) and writes its token,
+/// shown once, to [`Layout::tier_token_file`] with mode 0600.
+pub fn create_tier_principal(layout: &Layout) -> anyhow::Result<()> {
+    let output = Command::new(layout.bin("tribctl"))
+        .arg("--admin-url")
+        .arg(layout.admin_url())
+        .arg("--ca")
+        .arg(layout.ca())
+        .env("TRIB_ADMIN_TOKEN", TOKEN)
+        .args(["--output", "json"])
+        .args(["auth", "create", "tier-1", "--role", "tier"])
+        .output()
+        .context("running tribctl auth create")?;
+    ensure!(
+        output.status.success(),
+        "tribctl auth create tier-1 failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let created: Value = serde_json::from_slice(&output.stdout)
+        .context("tribctl auth create --output json: not JSON")?;
+    let token = created["token"]
+        .as_str()
+        .ok_or_else(|| anyhow::anyhow!("tribctl auth create printed no token"))?;
+    write_private(&layout.tier_token_file(), format!("{token}\n"))?;
+    Ok(())
+}
+
+/// An agent for the broker's HTTPS admin API (trusting only the demo CA)
+/// and the edge's plain local API.
+pub fn http(layout: &Layout) -> ureq::Agent {
+    tributary_test_support::certs::https_agent_with_timeout(
+        &[layout.work.join("certs")],
+        Duration::from_secs(120),
+    )
 }
 
 pub fn get_json(agent: &ureq::Agent, url: &str, token: Option<&str>) -> Option<Value> {
