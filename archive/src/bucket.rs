@@ -37,7 +37,10 @@ pub fn install_crypto_provider() {
 /// standard `AWS_*` environment variables (`AWS_ACCESS_KEY_ID`,
 /// `AWS_SECRET_ACCESS_KEY`, `AWS_SESSION_TOKEN`, `AWS_REGION`,
 /// `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`, ...).
-#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, clap::Args)]
+///
+/// `Debug` shows `<redacted>` for the secret access key and the session
+/// token, so a logged configuration carries no credential.
+#[derive(Clone, Default, PartialEq, Eq, Deserialize, clap::Args)]
 #[serde(deny_unknown_fields)]
 pub struct StoreConfig {
     /// The bucket: a local directory path, `file:///path` or `s3://bucket`.
@@ -85,6 +88,25 @@ pub struct StoreConfig {
     #[arg(long = "s3-retry-timeout-ms")]
     #[serde(default)]
     pub retry_timeout_ms: Option<u64>,
+}
+
+impl std::fmt::Debug for StoreConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let redact = |secret: &Option<String>| secret.as_ref().map(|_| "<redacted>");
+        f.debug_struct("StoreConfig")
+            .field("url", &self.url)
+            .field("endpoint", &self.endpoint)
+            .field("region", &self.region)
+            .field("path_style", &self.path_style)
+            .field("allow_http", &self.allow_http)
+            .field("access_key_id", &self.access_key_id)
+            .field("secret_access_key", &redact(&self.secret_access_key))
+            .field("session_token", &redact(&self.session_token))
+            .field("request_timeout_ms", &self.request_timeout_ms)
+            .field("max_retries", &self.max_retries)
+            .field("retry_timeout_ms", &self.retry_timeout_ms)
+            .finish()
+    }
 }
 
 impl StoreConfig {
@@ -434,5 +456,26 @@ impl Bucket {
             .collect();
         out.sort();
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_output_never_shows_the_secret_key_or_session_token() {
+        let config = StoreConfig {
+            url: Some("s3://archive".into()),
+            access_key_id: Some("AKIDEXAMPLE".into()),
+            secret_access_key: Some("wJalrXUtnFEMI-secret".into()),
+            session_token: Some("session-secret".into()),
+            ..StoreConfig::default()
+        };
+        let shown = format!("{config:?}");
+        assert!(shown.contains("AKIDEXAMPLE"), "{shown}");
+        assert!(shown.contains("<redacted>"), "{shown}");
+        assert!(!shown.contains("wJalrXUtnFEMI-secret"), "{shown}");
+        assert!(!shown.contains("session-secret"), "{shown}");
     }
 }
