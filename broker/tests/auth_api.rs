@@ -606,6 +606,18 @@ fn the_audit_topic_holds_one_record_per_admin_action_with_the_principal() {
     assert_eq!(records[2].kind.as_deref(), Some("forbidden"));
     assert_eq!(records[3].kind.as_deref(), Some("unauthorized"));
     assert_eq!(records[4].namespace.as_deref(), Some("a"));
+    // What an auth action acted on is named.
+    assert_eq!(
+        records[0].target.as_deref(),
+        Some("principal auditor (token)")
+    );
+    let binding = records[1].target.as_deref().unwrap_or_default();
+    assert!(
+        binding.starts_with("binding ")
+            && binding.ends_with(": auditor role consumer on namespace a"),
+        "{binding}"
+    );
+    assert_eq!(records[2].target, None);
     // Never a token.
     let all = serde_json::to_string(&records).unwrap();
     assert!(!all.contains(&token[13..]) && !all.contains(BOOTSTRAP));

@@ -55,6 +55,11 @@ pub struct AuditRecord {
     /// The topic acted on (after the namespace), when named.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topic: Option<String>,
+    /// What the action named besides a topic, set by the handler: the
+    /// principal created (`principal tier-1 (token)`), the binding granted
+    /// (`binding <id>: tier-1 role tier on namespace plant1`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
     /// The HTTP status answered.
     pub status: u16,
     /// `ok` (2xx), `refused` (401/403) or `failed` (anything else).
@@ -63,6 +68,11 @@ pub struct AuditRecord {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub kind: Option<String>,
 }
+
+/// A response extension a handler sets to name what it acted on (see
+/// [`AuditRecord::target`]); the guard copies it into the audit record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AuditTarget(pub String);
 
 /// Counters of the audit log, process-wide.
 #[derive(Debug)]

@@ -24,6 +24,7 @@ use tributary_api::auth::{
 use tributary_proto::keys::{BindingId, NamespaceName, PrincipalName, RoleName, auth};
 
 use super::AuthState;
+use super::audit::AuditTarget;
 use super::model::{
     BOOTSTRAP_ADMIN, BUILT_IN_ROLES, Permission, Principal, StoredPrincipal, binding_id,
     built_in_role, new_token, sha256_hex,
@@ -158,13 +159,33 @@ async fn create_principal(
         )));
     }
     api.reload().await;
-    ok(
-        StatusCode::CREATED,
-        CreatePrincipalResponse {
-            principal: info(stored),
-            token,
-        },
+    let target = format!("principal {name} ({})", kind_name(request.kind));
+    with_target(
+        ok(
+            StatusCode::CREATED,
+            CreatePrincipalResponse {
+                principal: info(stored),
+                token,
+            },
+        ),
+        target,
     )
+}
+
+fn kind_name(kind: PrincipalKind) -> &'static str {
+    match kind {
+        PrincipalKind::Token => "token",
+        PrincipalKind::Certificate => "certificate",
+    }
+}
+
+/// `response` with the [`AuditTarget`] the guard copies into the audit
+/// record.
+fn with_target(response: ApiResult, target: String) -> ApiResult {
+    response.map(|mut response| {
+        response.extensions_mut().insert(AuditTarget(target));
+        response
+    })
 }
 
 async fn revoke_principal(State(api): State<Api>, Path(name): Path<String>) -> ApiResult {
@@ -274,7 +295,16 @@ async fn grant(State(api): State<Api>, body: Bytes) -> ApiResult {
         )));
     }
     api.reload().await;
-    ok(StatusCode::CREATED, BindingInfo { id, binding })
+    let on = match (&binding.namespace, &binding.topic_prefix) {
+        (Some(ns), Some(prefix)) => format!("namespace {ns}, topics {prefix}*"),
+        (Some(ns), None) => format!("namespace {ns}"),
+        _ => "the cluster".to_owned(),
+    };
+    let target = format!(
+        "binding {id}: {} role {} on {on}",
+        binding.principal, binding.role
+    );
+    with_target(ok(StatusCode::CREATED, BindingInfo { id, binding }), target)
 }
 
 async fn ungrant(State(api): State<Api>, Path(id): Path<String>) -> ApiResult {

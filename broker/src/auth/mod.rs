@@ -293,7 +293,12 @@ pub async fn guard(
     let rule = table::lookup(&method, &route);
     let audited = rule.is_none_or(|r| r.audited);
     let audit = state.audit().filter(|_| audited);
-    let record = |principal: &str, kind: &str, scope: &Scope, status: StatusCode| {
+    let record = |principal: &str, kind: &str, scope: &Scope, response: &Response| {
+        let status = response.status();
+        let target = response
+            .extensions()
+            .get::<audit::AuditTarget>()
+            .map(|t| t.0.clone());
         if let Some(sink) = &audit {
             let code = status.as_u16();
             let (outcome, refusal) = match code {
@@ -310,6 +315,7 @@ pub async fn guard(
                 route: route.clone(),
                 namespace: scope.namespace.clone(),
                 topic: scope.topic.clone(),
+                target,
                 status: code,
                 outcome: outcome.to_owned(),
                 kind: refusal.map(str::to_owned),
@@ -320,7 +326,7 @@ pub async fn guard(
         Ok(principal) => principal,
         Err(who) => {
             let response = unauthorized(who.message);
-            record(&who.name, "unknown", &Scope::default(), response.status());
+            record(&who.name, "unknown", &Scope::default(), &response);
             return response;
         }
     };
@@ -335,7 +341,7 @@ pub async fn guard(
             &principal.name,
             principal.kind,
             &Scope::default(),
-            response.status(),
+            &response,
         );
         return response;
     };
@@ -362,13 +368,13 @@ pub async fn guard(
             .with("permission", json!(permission.as_str()))
             .with("namespace", json!(scope.namespace))
             .into_response();
-            record(&principal.name, principal.kind, &scope, response.status());
+            record(&principal.name, principal.kind, &scope, &response);
             return response;
         }
     }
     let (name, kind) = (principal.name.clone(), principal.kind);
     request.extensions_mut().insert(principal);
     let response = next.run(request).await;
-    record(&name, kind, &scope, response.status());
+    record(&name, kind, &scope, &response);
     response
 }
