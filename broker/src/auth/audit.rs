@@ -97,6 +97,18 @@ pub static AUDIT: AuditStats = AuditStats {
     failures: AtomicU64::new(0),
 };
 
+/// True for an audit topic (`/_system/audit-broker-{id}`) given as
+/// namespace and topic. The guard does not audit the tier service's
+/// successful storage calls on these topics: each would append a record to
+/// the topic whose archiving it is, so an idle broker would seal, archive
+/// and audit one segment per `segment_max_age_ms` forever.
+pub fn is_audit_topic(namespace: Option<&str>, topic: Option<&str>) -> bool {
+    namespace == Some(AUDIT_NAMESPACE) && topic.is_some_and(|t| t.starts_with("audit-broker-"))
+}
+
+/// The namespace of the audit topics.
+pub const AUDIT_NAMESPACE: &str = "_system";
+
 /// The audit topic of broker `node_id`: `/_system/audit-broker-{node_id}`.
 ///
 /// # Errors
