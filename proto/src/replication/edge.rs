@@ -33,7 +33,7 @@
 
 use std::collections::VecDeque;
 
-use super::frame::{ErrorCode, Frame, Hello, HoleCause, PROTOCOL_VERSION};
+use super::frame::{ErrorCode, Frame, Hello, HoleCause, PROTOCOL_VERSION, Redirect};
 use crate::batch::BatchHeader;
 use crate::intent::ExpandedStreamSettings;
 
@@ -76,6 +76,13 @@ pub enum EdgeEvent {
     /// frame after the datagram, or the reverse) or superseded by a later
     /// one: nothing to record.
     AlreadyAcked,
+    /// Everything below `archived_offset` is committed in the archive
+    /// (clamped to what this stream saw acknowledged): local retention may
+    /// delete below it. It only rises; a lower value is not reported again.
+    Archived {
+        /// Exclusive end of the archived range.
+        archived_offset: u64,
+    },
     /// The broker's copy of `first_offset..end_offset` (acknowledged) is
     /// damaged: answer with [`EdgeStream::answer_refetch`].
     Refetch {
@@ -134,6 +141,10 @@ pub enum EdgeError {
         /// First local offset.
         local_start: u64,
     },
+    /// The broker does not own the topic; `Redirect` names the broker
+    /// that does. Not a failure: open the topic's stream there.
+    #[error("topic owned by broker {} at {} (epoch {})", .0.broker_id, .0.ingest_addr, .0.epoch)]
+    Redirected(Redirect),
     /// The broker broke the protocol.
     #[error("protocol violation: {0}")]
     Protocol(String),
@@ -163,6 +174,8 @@ pub struct EdgeStream {
     acked: u64,
     /// Highest `Ack` frame on the stream (which must rise strictly).
     stream_acked: u64,
+    /// Highest archived offset the broker reported on this stream.
+    archived: u64,
     in_flight: VecDeque<InFlight>,
     in_flight_bytes: usize,
     /// Refetch requests not yet answered, oldest first, with the next
@@ -186,6 +199,7 @@ impl EdgeStream {
             next_send: 0,
             acked: 0,
             stream_acked: 0,
+            archived: 0,
             in_flight: VecDeque::new(),
             in_flight_bytes: 0,
             refetches: VecDeque::new(),
@@ -235,6 +249,19 @@ impl EdgeStream {
                 Ok(EdgeEvent::Resumed {
                     from: high_water_mark,
                 })
+            }
+            (State::AwaitWelcome, Frame::Redirect(redirect)) => {
+                Err(EdgeError::Redirected(redirect))
+            }
+            (State::Streaming, Frame::Archived { archived_offset }) => {
+                // An `Ack` still in flight on the other path may be below
+                // it: count only what this stream saw acknowledged.
+                let archived_offset = archived_offset.min(self.acked);
+                if archived_offset <= self.archived {
+                    return Ok(EdgeEvent::AlreadyAcked);
+                }
+                self.archived = archived_offset;
+                Ok(EdgeEvent::Archived { archived_offset })
             }
             (State::Streaming, Frame::Ack { next_offset }) => {
                 if next_offset <= self.stream_acked || next_offset > self.sent_end() {
@@ -469,5 +496,7 @@ fn frame_name(frame: &Frame) -> &'static str {
         Frame::Refetch { .. } => "refetch",
         Frame::Repair { .. } => "repair",
         Frame::RefetchUnavailable { .. } => "refetch_unavailable",
+        Frame::Redirect(_) => "redirect",
+        Frame::Archived { .. } => "archived",
     }
 }

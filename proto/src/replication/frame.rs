@@ -20,7 +20,20 @@
 //! 9 RefetchUnavailable u64 first_offset | u64 end_offset | u64 log_start
 //!            (edge → broker): the edge holds no readable copy of the range
 //!            (its log starts at log_start, or its own copy is damaged)
+//! 10 Redirect JSON {"broker_id":2,"ingest_addr":"host:port","epoch":7}
+//!            (broker → edge, instead of Welcome): another broker owns the
+//!            topic; open the stream there. The stream then ends.
+//! 11 Archived u64 archived_offset (broker → edge, any time after Welcome):
+//!            everything below it is committed in the archive; the edge may
+//!            delete its local copy below it
 //! ```
+//!
+//! Protocol version 2 added `Redirect`, `Archived` and the
+//! `UnsupportedProtocol` error code. A broker refuses a `Hello` of another
+//! version with `Error` code 10 (`UnsupportedProtocol`) naming both
+//! versions, so an old edge stops with a clear error instead of trimming
+//! its log on acknowledgements alone; a version-1 broker refuses a
+//! version-2 `Hello` with its own "protocol 2 not supported".
 //!
 //! A `Refetch` names exactly a damaged range of the central WAL, below what
 //! the broker acknowledged. The edge answers each, in the order asked, with
@@ -54,8 +67,9 @@ use crate::batch::{DecodeError, EncodedBatch};
 use crate::intent::ExpandedStreamSettings;
 use crate::limits::Limits;
 
-/// Protocol version carried in `Hello`.
-pub const PROTOCOL_VERSION: u32 = 1;
+/// Protocol version carried in `Hello`: 2 since topic ownership
+/// (`Redirect`, `Archived`).
+pub const PROTOCOL_VERSION: u32 = 2;
 /// Bytes of the frame header (length + type).
 pub const FRAME_HEADER_BYTES: usize = 5;
 /// Room for non-batch payload in a frame, bytes (Hello JSON, error text).
@@ -70,6 +84,8 @@ const HOLE: u8 = 6;
 const REFETCH: u8 = 7;
 const REPAIR: u8 = 8;
 const REFETCH_UNAVAILABLE: u8 = 9;
+const REDIRECT: u8 = 10;
+const ARCHIVED: u8 = 11;
 /// Bytes of a `Hole` payload before its reason.
 const HOLE_FIXED_BYTES: usize = 17;
 
@@ -149,9 +165,13 @@ pub enum ErrorCode {
     TooLarge,
     /// The topic exists centrally with other settings.
     Conflict,
-    /// The broker cannot serve now (metadata unavailable, storage failed);
-    /// the edge retries later.
+    /// The broker cannot serve now (metadata unavailable, storage failed,
+    /// the topic has no owner yet, the broker lost its lease); the edge
+    /// retries later.
     Unavailable,
+    /// The `Hello`'s protocol version is not the broker's
+    /// ([`PROTOCOL_VERSION`]): upgrade the older side.
+    UnsupportedProtocol,
     /// A code this build does not know.
     Unknown(u16),
 }
@@ -168,6 +188,7 @@ impl ErrorCode {
             ErrorCode::TooLarge => 7,
             ErrorCode::Conflict => 8,
             ErrorCode::Unavailable => 9,
+            ErrorCode::UnsupportedProtocol => 10,
             ErrorCode::Unknown(code) => code,
         }
     }
@@ -183,6 +204,7 @@ impl ErrorCode {
             7 => ErrorCode::TooLarge,
             8 => ErrorCode::Conflict,
             9 => ErrorCode::Unavailable,
+            10 => ErrorCode::UnsupportedProtocol,
             other => ErrorCode::Unknown(other),
         }
     }
@@ -192,6 +214,19 @@ impl ErrorCode {
     pub fn is_retryable(self) -> bool {
         matches!(self, ErrorCode::Unavailable)
     }
+}
+
+/// Where the owner of a topic takes its stream: the payload of
+/// [`Frame::Redirect`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Redirect {
+    /// The owning broker's id.
+    pub broker_id: u64,
+    /// Its ingest address, `host:port` (as it registered it at
+    /// `/cluster/brokers/{id}/state`).
+    pub ingest_addr: String,
+    /// The ownership epoch of that assignment.
+    pub epoch: u64,
 }
 
 /// How a batch travels on the wire.
@@ -269,6 +304,14 @@ pub enum Frame {
         end_offset: u64,
         /// The edge WAL's first offset now.
         log_start: u64,
+    },
+    /// Broker → edge, instead of `Welcome`: another broker owns the topic.
+    Redirect(Redirect),
+    /// Broker → edge: everything below `archived_offset` is committed in
+    /// the archive (the end of the topic's committed descriptors).
+    Archived {
+        /// Exclusive end of the archived range.
+        archived_offset: u64,
     },
 }
 
@@ -384,6 +427,16 @@ impl Frame {
                 out.put_u64_le(*first_offset);
                 out.put_u64_le(*end_offset);
                 out.put_u64_le(*log_start);
+            }
+            Frame::Redirect(redirect) => {
+                out.put_u8(REDIRECT);
+                // Serializing plain data structures cannot fail.
+                let json = serde_json::to_vec(redirect).unwrap_or_default();
+                out.put_slice(&json);
+            }
+            Frame::Archived { archived_offset } => {
+                out.put_u8(ARCHIVED);
+                out.put_u64_le(*archived_offset);
             }
         }
         let length = (out.len() - start - 4) as u32;
@@ -535,6 +588,25 @@ pub fn decode(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Frame>, Fram
                     end_offset,
                     log_start: body.get_u64_le(),
                 }
+            }
+        }
+        REDIRECT => {
+            let redirect: Redirect =
+                serde_json::from_slice(&body).map_err(|e| malformed("redirect", &e.to_string()))?;
+            if redirect.ingest_addr.is_empty() || redirect.ingest_addr.len() > 1024 {
+                return Err(malformed(
+                    "redirect",
+                    "ingest_addr empty or over 1024 bytes",
+                ));
+            }
+            Frame::Redirect(redirect)
+        }
+        ARCHIVED => {
+            if body.len() != 8 {
+                return Err(malformed("archived", "payload is not 8 bytes"));
+            }
+            Frame::Archived {
+                archived_offset: body.get_u64_le(),
             }
         }
         ACK => {
@@ -864,7 +936,7 @@ mod tests {
     fn bad_frames_are_typed_errors() {
         let limits = Limits::default();
         let cases: Vec<(Vec<u8>, &str)> = vec![
-            (vec![1, 0, 0, 0, 10], "unknown frame type 10"),
+            (vec![1, 0, 0, 0, 42], "unknown frame type 42"),
             (vec![0, 0, 0, 0], "frame without a type"),
             (vec![3, 0, 0, 0, WELCOME, 1, 2], "welcome"),
             (vec![2, 0, 0, 0, BATCH, 7], "unknown wire codec 7"),

@@ -26,8 +26,8 @@
 //!    the archive). Neither is acknowledged.
 
 use super::frame::{
-    AckDatagram, BatchFrameError, ErrorCode, Frame, Hello, HoleCause, PROTOCOL_VERSION, WireCodec,
-    open_batch,
+    AckDatagram, BatchFrameError, ErrorCode, Frame, Hello, HoleCause, PROTOCOL_VERSION, Redirect,
+    WireCodec, open_batch,
 };
 use crate::batch::DecodeError;
 use crate::batch::EncodedBatch;
@@ -178,10 +178,16 @@ impl IngestStream {
             (State::AwaitHello, Frame::Hello(hello)) => {
                 if hello.protocol != PROTOCOL_VERSION {
                     return refuse(
-                        ErrorCode::Malformed,
+                        ErrorCode::UnsupportedProtocol,
                         format!(
-                            "protocol {} not supported (this broker speaks {PROTOCOL_VERSION})",
-                            hello.protocol
+                            "the edge speaks replication protocol {} and this broker {PROTOCOL_VERSION}; \
+                             upgrade the {} (protocol 2 carries topic ownership and the archived offset)",
+                            hello.protocol,
+                            if hello.protocol < PROTOCOL_VERSION {
+                                "edge agent"
+                            } else {
+                                "broker"
+                            }
                         ),
                     );
                 }
@@ -385,6 +391,28 @@ impl IngestStream {
     /// Refetch requests sent and not fully answered.
     pub fn pending_refetches(&self) -> usize {
         self.refetches.len()
+    }
+
+    /// The `Redirect` frame to send instead of the welcome when another
+    /// broker owns the topic; the stream is then closed (finish it after
+    /// sending).
+    pub fn redirect(&mut self, redirect: Redirect) -> Frame {
+        self.state = State::Closed;
+        Frame::Redirect(redirect)
+    }
+
+    /// The `Archived` frame telling the edge that everything below
+    /// `archived_offset` is committed in the archive; `None` before the
+    /// welcome or above what the stream accepted (the edge would refuse it:
+    /// an archive end above a new owner's high-water mark is clamped by the
+    /// caller).
+    pub fn archived(&self, archived_offset: u64) -> Option<Frame> {
+        match self.state {
+            State::Streaming { expected } if archived_offset <= expected => {
+                Some(Frame::Archived { archived_offset })
+            }
+            _ => None,
+        }
     }
 
     /// The welcome frame once the topic is open with `high_water_mark`.

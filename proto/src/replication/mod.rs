@@ -14,6 +14,8 @@ pub mod ingest;
 #[cfg(test)]
 mod hole_tests;
 #[cfg(test)]
+mod ownership_tests;
+#[cfg(test)]
 mod refetch_tests;
 #[cfg(test)]
 mod tests;

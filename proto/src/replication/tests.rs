@@ -164,8 +164,8 @@ impl Sim {
                 self.checkpoint = next_offset;
             }
             Ok(EdgeEvent::AlreadyAcked) => {}
-            Ok(other @ EdgeEvent::Refetch { .. }) => {
-                panic!("no refetch in this simulation: {other:?}")
+            Ok(other @ (EdgeEvent::Refetch { .. } | EdgeEvent::Archived { .. })) => {
+                panic!("no refetch or archive in this simulation: {other:?}")
             }
             Err(e) => panic!("edge error: {e}"),
         }
