@@ -11,6 +11,8 @@
 //!   (`seeds/000_d502aacc865e81b1.txt`).
 //! - [`replication`]: the edge → broker wire frames and the two per-stream
 //!   state machines ([`replication::edge::EdgeStream`], [`replication::ingest::IngestStream`]).
+//! - [`cluster`]: topic ownership values under `/cluster/*` and the load
+//!   manager's placement rules.
 //! - [`dispatch`]: which consumer of a subscription gets which message.
 //!
 //! Everything here takes time as an argument (`now: Instant`, `now_ms: u64`)
@@ -22,6 +24,7 @@
 
 pub mod archive;
 pub mod batch;
+pub mod cluster;
 pub mod dispatch;
 pub mod intent;
 pub mod keys;
