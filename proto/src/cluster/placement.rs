@@ -73,6 +73,13 @@ pub struct Change {
     pub assignment: Assignment,
 }
 
+impl Change {
+    /// The broker that owned the topic before, if any.
+    pub fn previous_owner(&self) -> Option<u64> {
+        self.previous.owner()
+    }
+}
+
 fn change(topic: &TopicName, previous: Previous, to: u64, reason: &str, now_ms: u64) -> Change {
     Change {
         topic: topic.clone(),
