@@ -297,7 +297,8 @@ async fn drive_stream(
                             stats.stream_acks.fetch_add(1, Ordering::Relaxed);
                             acked_tx.send_replace(Some(next_offset));
                         }
-                        EdgeEvent::AlreadyAcked => {}
+                        // Recorded by the edge's retention (engineer E's part).
+                        EdgeEvent::AlreadyAcked | EdgeEvent::Archived { .. } => {}
                         EdgeEvent::Refetch { first_offset, end_offset } => {
                             info!(topic = %topic.name(), first_offset, end_offset, "broker asks to re-send a range its copy of is damaged");
                             answer_refetches(&mut send, &mut stream, wal, config.compress).await?;
