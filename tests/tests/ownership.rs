@@ -274,3 +274,134 @@ fn twenty_broker_kills_and_an_edge_kill_lose_and_duplicate_nothing() {
     }
     assert_eq!(fleet.edge.terminate(), Some(0), "edge-agent exit");
 }
+
+/// An nftables table that drops every UDP datagram to or from `port` on
+/// this host (loopback included) until dropped: cuts one broker's Raft
+/// traffic (its one QUIC endpoint sends and receives on `raft_listen`).
+/// Requires `nft` (Debian `nftables`, installed by `.ci/run`) and root; the
+/// test fails without them.
+struct RaftCut {
+    table: String,
+}
+
+impl RaftCut {
+    fn new(port: u16) -> RaftCut {
+        let table = format!("tributary_test_{}_{port}", std::process::id());
+        let script = format!(
+            "add table inet {table}\n\
+             add chain inet {table} out {{ type filter hook output priority 0 ; }}\n\
+             add rule inet {table} out udp dport {port} drop\n\
+             add rule inet {table} out udp sport {port} drop\n"
+        );
+        let mut child = Command::new("nft")
+            .args(["-f", "-"])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .expect("nft (install nftables; the partition test needs it and root)");
+        use std::io::Write as _;
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(script.as_bytes())
+            .expect("nft script");
+        assert!(
+            child.wait().expect("nft").success(),
+            "nft refused the rules"
+        );
+        RaftCut { table }
+    }
+}
+
+impl Drop for RaftCut {
+    fn drop(&mut self) {
+        let _ = Command::new("nft")
+            .args(["delete", "table", "inet", &self.table])
+            .status();
+    }
+}
+
+/// The committed archive end of `topic` as a broker reports it
+/// (`tiered_offset` of the storage API).
+fn tiered_offset(fleet: &Fleet, via: u64, topic: &str) -> Option<u64> {
+    let url = format!(
+        "{}/v1/storage/topics{topic}/segments",
+        fleet.nodes[(via - 1) as usize].url()
+    );
+    let mut response = ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(5)))
+        .http_status_as_error(false)
+        .build()
+        .new_agent()
+        .get(&url)
+        .header(
+            "Authorization",
+            &format!("Bearer {}", tributary_tests::fleet::TOKEN),
+        )
+        .call()
+        .ok()?;
+    let value: serde_json::Value = response.body_mut().read_json().ok()?;
+    Some(value["tiered_offset"].as_u64().unwrap_or(0))
+}
+
+#[test]
+fn a_partitioned_owner_lets_the_edge_trim_nothing_and_the_cluster_converges() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut fleet = Fleet::new(dir.path(), &TOPICS, "", "");
+    fleet.start_all();
+    let stop = Arc::new(AtomicBool::new(false));
+    let publishing = publisher(
+        fleet.edge_api,
+        stop.clone(),
+        50,
+        Duration::from_millis(50),
+        start(),
+    );
+    wait_acknowledged(fleet.edge_api, READINGS, 1000, Duration::from_secs(60));
+    let (owner, epoch) = wait_for_owner(&fleet, READINGS, None, Duration::from_secs(30));
+    let other = if owner == 1 { 2 } else { 1 };
+    let cut = RaftCut::new(fleet.nodes[(owner - 1) as usize].raft.port());
+    // The owner keeps running and the edge still reaches it, but it cannot
+    // renew its lease: it stops acknowledging, another broker takes over.
+    let cut_at = Instant::now();
+    let (new_owner, _) = wait_for_owner(
+        &fleet,
+        READINGS,
+        Some((owner, epoch)),
+        Duration::from_secs(30),
+    );
+    eprintln!(
+        "partition: broker {owner} cut off; broker {new_owner} owns the topic after {:?}",
+        cut_at.elapsed()
+    );
+    // During the cut the edge never deletes what the archive lacks.
+    while cut_at.elapsed() < Duration::from_secs(20) {
+        if let (Some(state), Some(archived)) = (
+            tributary_tests::fleet::edge_get(fleet.edge_api, &format!("/v1/topics{READINGS}")),
+            tiered_offset(&fleet, other, READINGS),
+        ) {
+            let log_start = state["log_start_offset"].as_u64().unwrap_or(0);
+            assert!(
+                log_start <= archived,
+                "the edge trimmed to {log_start} while the archive holds only up to {archived}"
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    drop(cut);
+    std::thread::sleep(Duration::from_secs(5));
+    stop.store(true, Ordering::Relaxed);
+    let published = publishing.join().expect("publisher");
+    for (topic, end) in &published {
+        wait_acknowledged(fleet.edge_api, topic, *end, Duration::from_secs(120));
+        for via in 1..=3 {
+            check_exactly_once(&fleet, via, topic, *end, &format!("healed-{via}"));
+        }
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    verify_archive(&fleet);
+    for node in &mut fleet.nodes {
+        node.tier.kill();
+    }
+    assert_eq!(fleet.edge.terminate(), Some(0), "edge-agent exit");
+}
