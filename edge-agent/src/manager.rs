@@ -12,6 +12,7 @@
 //! | `/topics/{ns}/{topic}/intent` | [`tributary_proto::intent::ExpandedStreamSettings`] (configured topics) |
 //! | `/topics/{ns}/{topic}/delivery` | `"Reliable"` / `"NonReliable"` |
 //! | `/edge/checkpoints/{ns}/{topic}` | next offset acknowledged by the broker (JSON number) |
+//! | `/edge/archived/{ns}/{topic}` | offset below which the broker reported everything archived (JSON number); with `retain_until = "archived"` retention deletes only below the smaller of it and the checkpoint |
 //!
 //! A configured topic is created with its intent on first start; an unknown
 //! topic is created on its first publish with the broker fallback (no
@@ -325,6 +326,7 @@ impl TopicManager {
             ring_records: configured
                 .and_then(|t| t.realtime_ring_records)
                 .unwrap_or(self.config.realtime_ring_records),
+            retain_until: self.config.retain_until(name),
         };
         let checkpoint: Option<u64> = self
             .store
@@ -332,6 +334,12 @@ impl TopicManager {
             .await
             .map_err(CatalogError::from)?;
         let acknowledged = checkpoint.unwrap_or(0);
+        let archived: Option<u64> = self
+            .store
+            .get_as(&keys::edge::archived(name))
+            .await
+            .map_err(CatalogError::from)?;
+        let archived = archived.unwrap_or(0);
         let persistence = settings
             .intent
             .as_ref()
@@ -345,6 +353,7 @@ impl TopicManager {
             limits: self.config.limits,
             clock: self.clock.clone(),
             acknowledged,
+            archived,
         };
         let dir = self.topic_dir(name);
         if persistence == Persistence::InMemory {
@@ -376,6 +385,8 @@ impl TopicManager {
             segment_max_bytes = wal.config().segment_max_bytes,
             high_water_mark = wal.high_water_mark(),
             acknowledged,
+            archived,
+            retain_until = policy.retain_until.as_str(),
             bytes = wal.size_bytes(),
             "durable topic opened"
         );
@@ -530,28 +541,62 @@ impl TopicManager {
         Ok(topic.acknowledge(next_offset).await?)
     }
 
-    /// Writes every checkpoint that changed since the last call, batched
-    /// into few metadata transactions; returns how many were written.
+    /// The replicator's report: the broker says every record of `name`
+    /// below `archived_offset` is committed in the archive. Raises the
+    /// archived offset (persisted at `/edge/archived/{ns}/{topic}` by the
+    /// next [`TopicManager::flush_checkpoints`]) and, with
+    /// `retain_until = "archived"`, deletes the WAL segments now entirely
+    /// below the smaller of it and the checkpoint. Returns the bytes freed.
     ///
     /// # Errors
-    /// [`TopicError::Metadata`]; the unwritten checkpoints stay pending.
+    /// [`TopicError::NotFound`], [`TopicError::Ack`].
+    pub async fn on_archived(&self, name: &TopicName, archived_offset: u64) -> Result<u64, TopicError> {
+        let topic = self.topic(name).ok_or_else(|| TopicError::NotFound {
+            topic: name.clone(),
+        })?;
+        Ok(topic.archive(archived_offset).await?)
+    }
+
+    /// Writes every checkpoint and archived offset that changed since the
+    /// last call, batched into few metadata transactions; returns how many
+    /// were written.
+    ///
+    /// # Errors
+    /// [`TopicError::Metadata`]; the unwritten values stay pending.
     pub async fn flush_checkpoints(&self) -> Result<usize, TopicError> {
-        let dirty: Vec<(Arc<Topic>, u64)> = self
+        let dirty: Vec<(Arc<Topic>, Option<u64>, Option<u64>)> = self
             .topics()
             .into_iter()
-            .filter_map(|t| t.take_dirty_checkpoint().map(|offset| (t, offset)))
+            .filter_map(|t| {
+                let checkpoint = t.take_dirty_checkpoint();
+                let archived = t.take_dirty_archived();
+                (checkpoint.is_some() || archived.is_some()).then_some((t, checkpoint, archived))
+            })
             .collect();
         let mut written = 0;
         for (i, chunk) in dirty.chunks(CHECKPOINTS_PER_TXN).enumerate() {
-            let txn = chunk.iter().fold(Txn::new(), |txn, (topic, offset)| {
-                txn.put(
-                    keys::edge::checkpoint(topic.name()),
-                    serde_json::json!(offset),
-                )
-            });
+            let txn = chunk
+                .iter()
+                .fold(Txn::new(), |mut txn, (topic, checkpoint, archived)| {
+                    if let Some(offset) = checkpoint {
+                        txn = txn.put(
+                            keys::edge::checkpoint(topic.name()),
+                            serde_json::json!(offset),
+                        );
+                    }
+                    if let Some(offset) = archived {
+                        txn = txn.put(keys::edge::archived(topic.name()), serde_json::json!(offset));
+                    }
+                    txn
+                });
             if let Err(e) = self.store.txn(txn).await.map(drop) {
-                for (topic, _) in &dirty[i * CHECKPOINTS_PER_TXN..] {
-                    topic.mark_checkpoint_dirty();
+                for (topic, checkpoint, archived) in &dirty[i * CHECKPOINTS_PER_TXN..] {
+                    if checkpoint.is_some() {
+                        topic.mark_checkpoint_dirty();
+                    }
+                    if archived.is_some() {
+                        topic.mark_archived_dirty();
+                    }
                 }
                 return Err(e.into());
             }
