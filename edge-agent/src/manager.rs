@@ -550,7 +550,11 @@ impl TopicManager {
     ///
     /// # Errors
     /// [`TopicError::NotFound`], [`TopicError::Ack`].
-    pub async fn on_archived(&self, name: &TopicName, archived_offset: u64) -> Result<u64, TopicError> {
+    pub async fn on_archived(
+        &self,
+        name: &TopicName,
+        archived_offset: u64,
+    ) -> Result<u64, TopicError> {
         let topic = self.topic(name).ok_or_else(|| TopicError::NotFound {
             topic: name.clone(),
         })?;
@@ -585,7 +589,10 @@ impl TopicManager {
                         );
                     }
                     if let Some(offset) = archived {
-                        txn = txn.put(keys::edge::archived(topic.name()), serde_json::json!(offset));
+                        txn = txn.put(
+                            keys::edge::archived(topic.name()),
+                            serde_json::json!(offset),
+                        );
                     }
                     txn
                 });

@@ -45,7 +45,8 @@ fn dir_bytes(dir: &Path) -> u64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_full_topic_refuses_with_507_loses_nothing_and_an_unarchived_tail_holds_it_full_until_archived() {
+async fn a_full_topic_refuses_with_507_loses_nothing_and_an_unarchived_tail_holds_it_full_until_archived()
+ {
     const LIMIT: u64 = 262_144;
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(dir.path());
@@ -134,7 +135,12 @@ async fn a_full_topic_refuses_with_507_loses_nothing_and_an_unarchived_tail_hold
     assert_eq!(wal.size_bytes(), used);
     assert_eq!(topic.stats().disk_used_bytes, used);
     assert_eq!(topic.stats().backlog_bytes, 0, "acknowledged: no backlog");
-    let held = full(manager.publish(&name("/e1/t"), records(next)).await.unwrap_err());
+    let held = full(
+        manager
+            .publish(&name("/e1/t"), records(next))
+            .await
+            .unwrap_err(),
+    );
     assert_eq!((held.used_bytes, held.batch_bytes), (used, batch));
     let r = post(addr, "/v1/topics/e1/t/batch", &[], body.as_bytes()).await;
     assert_eq!(r.status, 507, "{}", r.text);

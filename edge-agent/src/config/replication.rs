@@ -91,7 +91,9 @@ impl ReplicationSettings {
     /// [`MIN_KEEP_ALIVE_MS`], an idle timeout above [`MAX_IDLE_TIMEOUT_MS`],
     /// or an idle timeout not at least twice the keep-alive (one lost PING
     /// would end the connection).
-    pub fn resolve(file: Option<ReplicationFileConfig>) -> Result<ReplicationSettings, ConfigError> {
+    pub fn resolve(
+        file: Option<ReplicationFileConfig>,
+    ) -> Result<ReplicationSettings, ConfigError> {
         let file = file.unwrap_or_default();
         let keep_alive_ms = file.keep_alive_ms.unwrap_or(DEFAULT_KEEP_ALIVE_MS);
         let idle_timeout_ms = file.idle_timeout_ms.unwrap_or(DEFAULT_IDLE_TIMEOUT_MS);

@@ -487,12 +487,15 @@ fn on_stream_end(
     let now = tokio::time::Instant::now().into_std();
     match error {
         StreamError::Edge(EdgeError::Redirected(redirect)) => {
-            let decision = shared.routing.with(|t| {
-                t.on_redirect(topic, redirect.broker_id, &redirect.ingest_addr, now)
-            });
+            let decision = shared
+                .routing
+                .with(|t| t.on_redirect(topic, redirect.broker_id, &redirect.ingest_addr, now));
             match decision {
                 RedirectDecision::Follow { addr, announce } => {
-                    shared.stats.redirects_followed.fetch_add(1, Ordering::Relaxed);
+                    shared
+                        .stats
+                        .redirects_followed
+                        .fetch_add(1, Ordering::Relaxed);
                     if announce {
                         info!(
                             topic,

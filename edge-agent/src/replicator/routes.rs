@@ -193,7 +193,11 @@ mod tests {
             }
         );
         assert_eq!(table.target("/e1/t"), Some("b2:7100"));
-        assert_eq!(table.target("/e1/u"), None, "other topics stay on bootstrap");
+        assert_eq!(
+            table.target("/e1/u"),
+            None,
+            "other topics stay on bootstrap"
+        );
         table.on_resumed("/e1/t");
         // The same owner again (after a fallback): followed, not announced.
         assert!(table.fall_back("/e1/t"));

@@ -107,8 +107,14 @@ pub(super) async fn supervise(shared: Shared, mut shutdown: watch::Receiver<bool
 /// One connection to the owner at `addr`, for the topics routed there.
 async fn run_owner_connection(shared: Shared, addr: String, mut shutdown: watch::Receiver<bool>) {
     let mut connected_at = None;
-    let outcome =
-        connect_and_replicate(&shared, &addr, Some(&addr), &mut connected_at, &mut shutdown).await;
+    let outcome = connect_and_replicate(
+        &shared,
+        &addr,
+        Some(&addr),
+        &mut connected_at,
+        &mut shutdown,
+    )
+    .await;
     match outcome {
         Ok(Ended::Shutdown | Ended::TopicsGone | Ended::Unneeded) => {}
         Err(e) => {

@@ -44,7 +44,8 @@ impl Topic {
             return Ok(0);
         }
         self.archived_dirty.store(true, Ordering::SeqCst);
-        if self.policy.retain_until != RetainUntil::Archived || !matches!(self.log, TopicLog::Wal(_))
+        if self.policy.retain_until != RetainUntil::Archived
+            || !matches!(self.log, TopicLog::Wal(_))
         {
             return Ok(0);
         }
