@@ -102,6 +102,10 @@ checkpoint_interval_ms = 200
 cert = "{certs}/edge-plant1.pem"
 key = "{certs}/edge-plant1.key"
 ca = "{certs}/ca.pem"
+# A pair runs no tier service: nothing is ever archived, so the edge
+# deletes what the broker acknowledged (before archived offsets).
+[replication]
+retain_until = "acknowledged"
 [[topics]]
 name = "{TOPIC}"
 intent = "{intent}"
