@@ -320,8 +320,7 @@ async fn drive_stream(
                             debug!(topic = %topic.name(), archived_offset, "broker reports the topic archived");
                             acked_tx.send_modify(|p| p.archived = Some(archived_offset));
                         }
-                        // Recorded by the edge's retention (engineer E's part).
-                        EdgeEvent::AlreadyAcked | EdgeEvent::Archived { .. } => {}
+                        EdgeEvent::AlreadyAcked => {}
                         EdgeEvent::Refetch { first_offset, end_offset } => {
                             info!(topic = %topic.name(), first_offset, end_offset, "broker asks to re-send a range its copy of is damaged");
                             answer_refetches(&mut send, &mut stream, wal, config.compress).await?;
