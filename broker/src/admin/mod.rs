@@ -156,6 +156,10 @@ pub fn router(state: AdminState) -> Router {
         .route("/cluster/status", get(cluster::cluster_status))
         .merge(crate::storage::routes())
         .route_layer(middleware::from_fn_with_state(
+            state.store.clone(),
+            crate::http::owner_route::owner_route,
+        ))
+        .route_layer(middleware::from_fn_with_state(
             state.auth.clone(),
             crate::auth::guard,
         ));
