@@ -65,7 +65,7 @@ pub(crate) fn answer_for(method: &str, template: &str) -> Option<Answer> {
         return (!(method == "GET" && rest == "/segments")).then_some(Answer::Conflict);
     }
     let rest = template.strip_prefix(TOPIC)?;
-    if rest.is_empty() || rest.ends_with("/failure-policy") {
+    if rest.is_empty() || rest == "/move" || rest.ends_with("/failure-policy") {
         return None;
     }
     Some(Answer::Redirect)
