@@ -150,7 +150,10 @@ pub fn router(state: AdminState) -> Router {
             "/topics/{namespace}/{topic}/skip-damaged",
             post(topics::skip_damaged),
         )
-        .route("/topics/{namespace}/{topic}/move", post(ownership::move_topic))
+        .route(
+            "/topics/{namespace}/{topic}/move",
+            post(ownership::move_topic),
+        )
         .route(
             "/topics/{namespace}/{topic}/subscriptions/{subscription}/failure-policy",
             get(policy::get_failure_policy)

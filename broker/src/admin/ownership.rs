@@ -102,10 +102,7 @@ pub(super) async fn move_topic(
 
 /// `POST /v1/cluster/rebalance {"dry_run", "max_moves"}`: `200`
 /// [`RebalanceResponse`] (an empty body counts as `{}`).
-pub(super) async fn rebalance(
-    cluster: Option<Extension<Arc<Cluster>>>,
-    body: Bytes,
-) -> ApiResult {
+pub(super) async fn rebalance(cluster: Option<Extension<Arc<Cluster>>>, body: Bytes) -> ApiResult {
     let cluster = cluster_of(cluster)?;
     let request: RebalanceRequest = if body.is_empty() {
         RebalanceRequest {
