@@ -202,6 +202,10 @@ pub struct TopicDescription {
     /// The broker a topic is assigned to
     /// (`/cluster/brokers/{id}/{ns}/{topic}`), `None` when unassigned.
     pub broker_id: Option<u64>,
+    /// The ownership epoch of that assignment (absent from brokers that
+    /// predate ownership).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub epoch: Option<u64>,
     /// Partition count, 0 = non-partitioned.
     pub partitions: u32,
     /// The partition topics.

@@ -10,6 +10,12 @@
 //! status of 400 or above ([`ClientError::Api`] with the server's `error`
 //! message, its `kind` when it sends one, and the whole JSON body), or a
 //! response that is not the documented JSON ([`ClientError::BadResponse`]).
+//!
+//! # Redirects
+//! A broker answers a request about a topic another broker owns with `307`
+//! and the owner's URL; [`HttpClient::request`] follows it itself (same
+//! method, body and bearer token; at most [`MAX_REDIRECTS`] hops; https
+//! only to https; [`ClientError::Redirect`] otherwise).
 
 use std::time::Duration;
 
@@ -24,6 +30,11 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// Largest response body read, bytes (a peek of 1,000 large records).
 pub const MAX_RESPONSE_BYTES: u64 = 256 << 20;
+
+/// Most `307`/`308` redirects one call follows (a broker that does not own
+/// a topic redirects to its owner: one hop; more means ownership is
+/// moving under the call).
+pub const MAX_REDIRECTS: usize = 5;
 
 /// Why a call failed.
 #[derive(Debug, thiserror::Error)]
@@ -69,6 +80,15 @@ pub enum ClientError {
         /// for fields particular to one endpoint (`errors` of a manifest,
         /// `field` of an invalid input).
         body: Value,
+    },
+    /// A `307`/`308` redirect not followed: no usable `Location`, more
+    /// than [`MAX_REDIRECTS`] hops, or from `https://` to another scheme.
+    #[error("redirect from {url} not followed: {reason}")]
+    Redirect {
+        /// The URL that answered with the redirect.
+        url: String,
+        /// Why it was not followed.
+        reason: String,
     },
     /// A response that is not the JSON the API documents.
     #[error("{url} answered {status} with an unexpected body: {detail}")]
@@ -222,6 +242,7 @@ impl HttpClient {
         #[allow(unused_mut)]
         let mut config = ureq::Agent::config_builder()
             .http_status_as_error(false)
+            .max_redirects(0)
             .timeout_global(Some(timeout));
         #[cfg(feature = "tls")]
         {
@@ -285,6 +306,7 @@ impl HttpClient {
     ) -> Result<HttpClient, ClientError> {
         let agent = ureq::Agent::config_builder()
             .http_status_as_error(false)
+            .max_redirects(0)
             .timeout_global(Some(timeout))
             .tls_config(tls_config(tls)?)
             .build()
@@ -304,8 +326,16 @@ impl HttpClient {
     /// `method path` with `query` pairs, extra `headers` and an optional
     /// `body`; the JSON response of a status below 400.
     ///
+    /// A `307 Temporary Redirect` or `308 Permanent Redirect` (a broker
+    /// that does not own the topic names its owner) is followed here, not
+    /// by ureq: the same method, body, headers and bearer token go to the
+    /// `Location` (ureq would drop `Authorization` on a cross-port hop), at
+    /// most [`MAX_REDIRECTS`] hops, over the same TLS configuration, and
+    /// never from `https://` to anything else.
+    ///
     /// # Errors
-    /// [`ClientError`].
+    /// [`ClientError`]; [`ClientError::Redirect`] for a redirect not
+    /// followed.
     pub fn request(
         &self,
         method: Method,
@@ -314,16 +344,65 @@ impl HttpClient {
         headers: &[(&str, &str)],
         body: Option<Body<'_>>,
     ) -> Result<Value, ClientError> {
-        let url = format!("{}{path}", self.base_url);
-        let response = match method {
-            Method::Get => self.decorate(self.agent.get(&url), query, headers).call(),
-            Method::Delete => self
-                .decorate(self.agent.delete(&url), query, headers)
-                .call(),
+        let mut url = format!("{}{path}", self.base_url);
+        // The query is part of the first URL only: a `Location` carries it.
+        let mut query = query;
+        let mut hops = 0;
+        loop {
+            let response = self.send_once(method, &url, query, headers, body);
+            let location = match &response {
+                Ok(r) if matches!(r.status().as_u16(), 307 | 308) => r
+                    .headers()
+                    .get("location")
+                    .map(|v| v.to_str().map(str::to_owned)),
+                _ => None,
+            };
+            let Some(location) = location else {
+                return finish(&url, response);
+            };
+            let refuse = |reason: String| ClientError::Redirect {
+                url: url.clone(),
+                reason,
+            };
+            let location =
+                location.map_err(|_| refuse("the Location header is not text".into()))?;
+            hops += 1;
+            if hops > MAX_REDIRECTS {
+                return Err(refuse(format!(
+                    "more than {MAX_REDIRECTS} redirects (last to {location})"
+                )));
+            }
+            let next = resolve(&url, &location).ok_or_else(|| {
+                refuse(format!(
+                    "Location {location:?} is not an http(s) URL or path"
+                ))
+            })?;
+            if is_https(&url) && !is_https(&next) {
+                return Err(refuse(format!(
+                    "refusing to follow an https request to {next}"
+                )));
+            }
+            url = next;
+            query = &[];
+        }
+    }
+
+    /// One request to `url`, no redirect followed.
+    fn send_once(
+        &self,
+        method: Method,
+        url: &str,
+        query: &[(&str, &str)],
+        headers: &[(&str, &str)],
+        body: Option<Body<'_>>,
+    ) -> Result<ureq::http::Response<ureq::Body>, ureq::Error> {
+        match method {
+            Method::Get => self.decorate(self.agent.get(url), query, headers).call(),
+            Method::Delete => self.decorate(self.agent.delete(url), query, headers).call(),
             Method::Post | Method::Patch => {
                 let request = match method {
-                    Method::Post => self.agent.post(&url),
-                    _ => self.agent.patch(&url),
+                    Method::Post => self.agent.post(url),
+                    _ => self.agent.patch(url),
                 };
                 let request = self.decorate(request, query, headers);
                 match body {
@@ -331,8 +410,7 @@ impl HttpClient {
                     None => request.send_empty(),
                 }
             }
-        };
-        finish(&url, response)
+        }
     }
 
     /// `request` with the bearer token, `headers` and `query` pairs.
@@ -413,6 +491,28 @@ impl HttpClient {
     }
 }
 
+fn is_https(url: &str) -> bool {
+    url.get(..8)
+        .is_some_and(|s| s.eq_ignore_ascii_case("https://"))
+}
+
+/// `location` (absolute `http(s)://…`, or an absolute path `/…` on the
+/// origin of `base`) as a URL; `None` for anything else.
+fn resolve(base: &str, location: &str) -> Option<String> {
+    let lower = location.get(..8).unwrap_or(location).to_ascii_lowercase();
+    if lower.starts_with("https://") || lower.starts_with("http://") {
+        return Some(location.to_owned());
+    }
+    if !location.starts_with('/') || location.starts_with("//") {
+        return None;
+    }
+    let scheme_end = base.find("://")? + 3;
+    let origin_end = base[scheme_end..]
+        .find('/')
+        .map_or(base.len(), |i| scheme_end + i);
+    Some(format!("{}{location}", &base[..origin_end]))
+}
+
 fn decode<R: DeserializeOwned>(url: &str, value: Value) -> Result<R, ClientError> {
     serde_json::from_value(value).map_err(|e| ClientError::BadResponse {
         url: url.to_owned(),
@@ -463,4 +563,27 @@ fn finish(
         let shown: String = text.chars().take(200).collect();
         bad(format!("{e}: {shown:?}"))
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn locations_resolve_against_the_origin() {
+        let base = "https://127.0.0.1:7400/v1/topics/a/b/records?offset=1";
+        assert_eq!(
+            resolve(base, "/v1/x?y=1").as_deref(),
+            Some("https://127.0.0.1:7400/v1/x?y=1")
+        );
+        assert_eq!(
+            resolve(base, "https://127.0.0.1:7410/v1/x").as_deref(),
+            Some("https://127.0.0.1:7410/v1/x")
+        );
+        assert_eq!(resolve("http://h:1", "/p").as_deref(), Some("http://h:1/p"));
+        assert_eq!(resolve(base, "//evil/x"), None);
+        assert_eq!(resolve(base, "relative/x"), None);
+        assert_eq!(resolve(base, "ftp://h/x"), None);
+        assert!(is_https("HTTPS://h") && !is_https("http://h"));
+    }
 }

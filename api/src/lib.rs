@@ -3,6 +3,8 @@
 //!
 //! - [`admin`]: shapes of the broker's admin API read by more than one crate
 //!   (`docs/admin-api.md`);
+//! - [`cluster`]: the topic-ownership endpoints of the admin API (brokers,
+//!   moves, rebalancing);
 //! - [`consumer`]: the consumer API's requests and responses
 //!   (`docs/consumer-api.md`);
 //! - [`client`] (feature `client`): a blocking JSON client over ureq with
@@ -20,6 +22,7 @@ pub mod admin;
 pub mod auth;
 #[cfg(feature = "client")]
 pub mod client;
+pub mod cluster;
 pub mod consumer;
 #[cfg(feature = "client")]
 pub mod consumer_client;

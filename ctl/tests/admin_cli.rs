@@ -146,7 +146,7 @@ fn create_describe_list_delete() {
     assert_eq!(
         server.ok(&["topics", "describe", "/default/agent-jobs"]),
         "Topic: /default/agent-jobs\n\
-         Broker ID: unassigned\n\
+         Owner: unassigned\n\
          Delivery: Reliable\n\
          Intent: task_queue (delivery=reliable, wal_sync=fsync_batch, max_retries=5, \
          backoff_ms=1000, poison_policy=dead_letter, dlq=/default/agent-jobs-dlq)\n\
@@ -158,7 +158,10 @@ fn create_describe_list_delete() {
     server.runtime.block_on(async {
         server
             .store
-            .put("/cluster/brokers/1/default/agent-jobs", json!({}))
+            .put(
+                "/cluster/brokers/1/default/agent-jobs",
+                json!({"epoch": 3, "assigned_at_ms": 1, "reason": "new_topic"}),
+            )
             .await
             .unwrap();
         Catalog::new(&*server.store)
@@ -172,7 +175,7 @@ fn create_describe_list_delete() {
     assert_eq!(
         server.ok(&["topics", "describe", "/default/agent-jobs"]),
         "Topic: /default/agent-jobs\n\
-         Broker ID: 1\n\
+         Owner: broker 1 (epoch 3)\n\
          Delivery: Reliable\n\
          Intent: task_queue (delivery=reliable, wal_sync=fsync_batch, max_retries=5, \
          backoff_ms=1000, poison_policy=dead_letter, dlq=/default/agent-jobs-dlq)\n\
@@ -181,6 +184,7 @@ fn create_describe_list_delete() {
     );
     let described = server.json(&["topics", "describe", "/default/agent-jobs"]);
     assert_eq!(described["broker_id"], json!(1));
+    assert_eq!(described["epoch"], json!(3));
     assert_eq!(described["intent"]["wal_sync_mode"], json!("fsync_batch"));
     assert_eq!(
         described["subscriptions"][0]["failure_policy"]["max_redelivery_count"],

@@ -332,7 +332,7 @@ fn ls_compares_the_bucket_with_the_raft_descriptors() {
         let index = runtime.block_on(archive.open(object)).unwrap();
         let d = SegmentDescriptor::from_footer(index.footer(), object.key.clone(), 1);
         runtime
-            .block_on(commit_descriptor(&*store, &keys, &topic, &d))
+            .block_on(commit_descriptor(&*store, &keys, &topic, &d, None))
             .unwrap();
     }
     let state = AdminState {

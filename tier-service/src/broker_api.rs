@@ -37,6 +37,13 @@ pub struct CommittedSegments {
     /// sends none.
     #[serde(default)]
     pub missing: Vec<MissingMark>,
+    /// Whether this broker serves the topic now (a broker of a cluster);
+    /// `None` from a broker without topic ownership (it owns everything).
+    #[serde(default)]
+    pub owned_here: Option<bool>,
+    /// The topic's owner, if it has one (a broker of a cluster).
+    #[serde(default)]
+    pub owner: Option<u64>,
 }
 
 /// The archive audit's mark of a committed descriptor whose object is
@@ -104,8 +111,11 @@ impl BrokerClient {
     /// [`TierError::Config`] if the HTTP client cannot be built.
     pub fn new(base_url: &str, token: &str, keys: &StorageKeys) -> Result<BrokerClient, TierError> {
         install_crypto_provider();
+        // No redirects: the tier service commits through its own broker
+        // only (which answers 409 not_owner, never a redirect).
         let http = reqwest::Client::builder()
             .timeout(REQUEST_TIMEOUT)
+            .redirect(reqwest::redirect::Policy::none())
             .build()
             .map_err(|e| TierError::Config(format!("HTTP client: {e}")))?;
         Ok(BrokerClient::with_http(http, base_url, token, keys))
@@ -132,6 +142,7 @@ impl BrokerClient {
             .map_err(|e| TierError::Config(format!("[broker] TLS: {e}")))?;
         let http = reqwest::Client::builder()
             .timeout(REQUEST_TIMEOUT)
+            .redirect(reqwest::redirect::Policy::none())
             .use_preconfigured_tls(tls)
             .build()
             .map_err(|e| TierError::Config(format!("HTTP client: {e}")))?;

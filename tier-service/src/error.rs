@@ -67,6 +67,28 @@ pub enum TierError {
         /// What failed.
         reason: String,
     },
+    /// The archive already holds an object at `key` whose bytes differ
+    /// from the local segment, and a committed descriptor names it: the
+    /// committed bytes are never replaced, the segment is refused.
+    #[error(
+        "archive object {key} is committed with other bytes than the local segment ({reason}); not replaced, segment refused"
+    )]
+    ObjectConflict {
+        /// Object key.
+        key: String,
+        /// What differs.
+        reason: String,
+    },
+    /// The broker beside this tier service does not own the topic now
+    /// (another broker does, or its lease lapsed): nothing is uploaded or
+    /// committed for it.
+    #[error("topic {topic} is not owned by this broker{}", owner.map(|o| format!(" (owner: broker {o})")).unwrap_or_default())]
+    NotOwner {
+        /// The topic.
+        topic: String,
+        /// Its owner, when it has one.
+        owner: Option<u64>,
+    },
     /// Another tier service holds the data directory's lock.
     #[error("another tier service is running on {} (lock held)", path.display())]
     Locked {
@@ -86,6 +108,29 @@ impl TierError {
             TierError::Verify { .. } => true,
             _ => false,
         }
+    }
+
+    /// True when the broker does not own the topic now ([`TierError::NotOwner`],
+    /// or a `409 not_owner` from the storage API): the topic is skipped.
+    pub fn is_not_owner(&self) -> bool {
+        match self {
+            TierError::NotOwner { .. } => true,
+            TierError::Broker { status, kind, .. } => {
+                *status == Some(409) && kind.as_deref() == Some("not_owner")
+            }
+            _ => false,
+        }
+    }
+
+    /// True for a create-if-absent write refused because the key exists.
+    pub(crate) fn is_already_exists(&self) -> bool {
+        matches!(
+            self,
+            TierError::Bucket(BucketError::Store {
+                source: object_store::Error::AlreadyExists { .. },
+                ..
+            })
+        )
     }
 
     pub(crate) fn store(

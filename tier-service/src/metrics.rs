@@ -17,6 +17,8 @@
 //! | `tributary_tier_reconcile_errors_total` | counter | errors and missing objects found by start-up reconciliation |
 //! | `tributary_tier_sealed_segments` | gauge | local sealed segments found by the last pass |
 //! | `tributary_tier_archive_reuploads_total` | counter | objects the archive audit found missing or damaged and uploaded again from the local WAL |
+//! | `tributary_tier_skipped_not_owner_total` | counter | topic passes skipped because another broker owns the topic (nothing uploaded) |
+//! | `tributary_tier_object_conflicts_total` | counter | segments refused because a committed object at their key holds other bytes (never replaced) |
 //! | `tributary_tier_archive_missing_segments` | gauge | committed segments the last archive audit found missing or damaged with no local copy (lost from the archive) |
 //! | `tributary_tier_backlog_age_seconds` | gauge | age of the oldest sealed segment the last pass left uncommitted (0: no backlog) |
 //! | `tributary_tier_damaged_segments` | gauge | local sealed segments the last pass found damaged (CRC) and did not upload |
@@ -61,6 +63,8 @@ pub struct TierStats {
     sealed: AtomicU64,
     backlog: AtomicU64,
     reuploads: AtomicU64,
+    skipped_not_owner: AtomicU64,
+    object_conflicts: AtomicU64,
     missing: AtomicU64,
     damaged: AtomicU64,
     /// Backlog age of the last pass, ms; `u64::MAX`: no backlog.
@@ -83,6 +87,8 @@ pub static STATS: TierStats = TierStats {
     sealed: AtomicU64::new(0),
     backlog: AtomicU64::new(0),
     reuploads: AtomicU64::new(0),
+    skipped_not_owner: AtomicU64::new(0),
+    object_conflicts: AtomicU64::new(0),
     missing: AtomicU64::new(0),
     damaged: AtomicU64::new(0),
     backlog_age_ms: AtomicU64::new(u64::MAX),
@@ -123,6 +129,10 @@ impl TierStats {
             .fetch_add(pass.errors.len() as u64, Ordering::Relaxed);
         self.trimmed
             .fetch_add(pass.trimmed_segments, Ordering::Relaxed);
+        self.skipped_not_owner
+            .fetch_add(pass.skipped_not_owner, Ordering::Relaxed);
+        self.object_conflicts
+            .fetch_add(pass.object_conflicts, Ordering::Relaxed);
         self.sealed.store(pass.sealed_segments, Ordering::Relaxed);
         self.backlog_age_ms
             .store(pass.backlog_age_ms.unwrap_or(u64::MAX), Ordering::Relaxed);
@@ -242,6 +252,16 @@ impl TierStats {
                 "tributary_tier_archive_reuploads",
                 "Objects the archive audit found missing or damaged and uploaded again from the local WAL.",
                 load(&self.reuploads),
+            ),
+            (
+                "tributary_tier_skipped_not_owner",
+                "Topic passes skipped because another broker owns the topic (nothing uploaded).",
+                load(&self.skipped_not_owner),
+            ),
+            (
+                "tributary_tier_object_conflicts",
+                "Segments refused because a committed archive object at their key holds other bytes (never replaced).",
+                load(&self.object_conflicts),
             ),
         ] {
             let metric: Counter<u64> = Counter::default();
@@ -363,6 +383,8 @@ mod tests {
             "tributary_tier_upload_stalled 0",
             "tributary_tier_archive_missing_segments 0",
             "tributary_tier_archive_reuploads_total 0",
+            "tributary_tier_skipped_not_owner_total 0",
+            "tributary_tier_object_conflicts_total 0",
         ] {
             assert!(
                 text.lines().any(|l| l == line),

@@ -2,14 +2,22 @@
 //! under the broker's data directory:
 //!
 //! 1. pick up a sealed segment (its `.index` exists: immutable);
-//! 2. upload it under its deterministic key (an object already there is
-//!    kept if it is exactly the one this segment makes, else replaced);
+//! 2. upload it under its deterministic key, create-if-absent: an object
+//!    already there is kept if it is exactly the one this segment makes;
+//!    one with other bytes is never replaced when a committed descriptor
+//!    names it (the segment is refused, [`TierError::ObjectConflict`]),
+//!    and replaced only when it is an uncommitted leftover;
 //! 3. verify the stored object (size, and index + footer byte for byte,
 //!    which carry the batches CRC; optionally the whole batches region);
 //! 4. commit its descriptor and `segments/cur` in one Raft transaction,
 //!    through the broker's admin API;
 //! 5. ask the broker to apply local retention, whose safe offset is the
 //!    committed tiered offset the broker reads from Raft itself.
+//!
+//! Only topics the broker beside it owns now are tiered: one owned by
+//! another broker (the storage API says `owned_here: false`, or answers
+//! `409 not_owner`) is skipped quietly, nothing uploaded
+//! ([`PassReport::skipped_not_owner`]).
 //!
 //! Segments of a topic go strictly in offset order, and a topic stops at
 //! its first failing segment (the broker refuses a descriptor that does not
@@ -34,7 +42,7 @@ use crate::broker_api::BrokerClient;
 use crate::error::TierError;
 use crate::faults::Faults;
 use crate::upload::{
-    UploadTuning, expected_tail_with_holes, holes_in_segment, upload_segment_with_holes,
+    UploadTuning, expected_tail_with_holes, holes_in_segment, upload_segment_with_mode,
     verify_object,
 };
 use tributary_archive::bucket::Bucket;
@@ -99,6 +107,11 @@ pub struct PassReport {
     /// Per topic while it is tiered: seal ages (ms) of its sealed segments
     /// not committed when the pass began, in offset order.
     pub pending_ages_ms: Vec<u64>,
+    /// Topics skipped because another broker owns them (nothing uploaded).
+    pub skipped_not_owner: u64,
+    /// Segments refused because a committed object with other bytes is at
+    /// their key ([`TierError::ObjectConflict`]).
+    pub object_conflicts: u64,
 }
 
 /// The tiering pipeline and everything it needs.
@@ -193,6 +206,11 @@ impl Tiering {
             report.seal_to_commit_ms.extend(r.seal_to_commit_ms);
             report.trimmed_segments += r.trimmed_segments;
             report.retired.extend(r.retired);
+            report.skipped_not_owner += r.skipped_not_owner;
+            if let Err(TierError::ObjectConflict { key, reason }) = &result {
+                report.object_conflicts += 1;
+                error!(%topic, key, reason, "ARCHIVE OBJECT CONFLICT: a committed object at this segment's key holds other bytes; it is not replaced and the segment is refused");
+            }
             // Segments are committed in offset order: after a failure the
             // oldest left is the first pending one not committed.
             let left = if result.is_err() || *shutdown.borrow() {
@@ -237,7 +255,46 @@ impl Tiering {
     /// # Errors
     /// The first step that failed after its retries, or an inconsistency
     /// between the local segments and the committed descriptors.
+    ///
+    /// A topic the broker does not own now is skipped (`Ok`, counted in
+    /// [`PassReport::skipped_not_owner`], logged at debug): nothing is
+    /// uploaded, committed or trimmed for it.
     pub async fn tier_topic(
+        &self,
+        topic: &TopicName,
+        dir: &Path,
+        report: &mut PassReport,
+        shutdown: &watch::Receiver<bool>,
+    ) -> Result<(), TierError> {
+        match self.tier_owned_topic(topic, dir, report, shutdown).await {
+            Err(e) if e.is_not_owner() => {
+                debug!(%topic, error = %e, "not owned by this broker: skipped, nothing uploaded");
+                report.skipped_not_owner += 1;
+                Ok(())
+            }
+            other => other,
+        }
+    }
+
+    /// The committed descriptors of `topic`, or [`TierError::NotOwner`]
+    /// when the broker says it does not own the topic now.
+    async fn owned_segments(
+        &self,
+        topic: &TopicName,
+    ) -> Result<crate::broker_api::CommittedSegments, TierError> {
+        let committed = self
+            .retry("list descriptors", || self.broker.segments(topic))
+            .await?;
+        if committed.owned_here == Some(false) {
+            return Err(TierError::NotOwner {
+                topic: topic.to_string(),
+                owner: committed.owner,
+            });
+        }
+        Ok(committed)
+    }
+
+    async fn tier_owned_topic(
         &self,
         topic: &TopicName,
         dir: &Path,
@@ -249,9 +306,7 @@ impl Tiering {
         if sealed.is_empty() {
             return self.cold_pass(topic, report, shutdown).await;
         }
-        let committed = self
-            .retry("list descriptors", || self.broker.segments(topic))
-            .await?;
+        let committed = self.owned_segments(topic).await?;
         let by_start: BTreeMap<u64, SegmentDescriptor> = committed
             .segments
             .into_iter()
@@ -343,9 +398,7 @@ impl Tiering {
         if self.cold.limits_for(topic) == crate::cold::ColdLimits::default() || *shutdown.borrow() {
             return Ok(());
         }
-        let committed = self
-            .retry("list descriptors", || self.broker.segments(topic))
-            .await?;
+        let committed = self.owned_segments(topic).await?;
         let removed = crate::cold::apply(self, topic, &committed.segments, now_ms()).await?;
         report.retired.extend(removed);
         Ok(())
@@ -384,7 +437,7 @@ impl Tiering {
         self.faults.hit("before_upload");
         let started = Instant::now();
         let (tail, uploaded) = self
-            .retry("upload", || self.store_object(&key, segment, holes))
+            .retry("upload", || self.store_object(topic, &key, segment, holes))
             .await?;
         if uploaded {
             report.uploaded_bytes += tail.footer.object_bytes();
@@ -413,47 +466,89 @@ impl Tiering {
     }
 
     /// Steps 2 and 3: makes the object at `key` exactly the one `segment`
-    /// builds, verified. Returns its tail and whether it was uploaded now
-    /// (false: a verified object was already there).
+    /// builds, verified, without ever replacing a committed object.
+    /// Returns its tail and whether it was uploaded now (false: a verified
+    /// object was already there).
     async fn store_object(
         &self,
+        topic: &TopicName,
         key: &str,
         segment: &SealedSegment,
         holes: &[HoleRange],
     ) -> Result<(ArchiveTail, bool), TierError> {
+        let mut create = true;
         if self.bucket.head(key).await?.is_some() {
-            let expected = expected_tail_with_holes(segment, holes).await?;
-            match verify_object(&self.bucket, key, &expected, self.upload.full_verify).await {
-                Ok(()) => {
-                    info!(
-                        key,
-                        "object already stored and verified; not uploading again"
-                    );
-                    self.faults.hit("after_verify");
-                    return Ok((expected, false));
-                }
-                Err(TierError::Verify { reason, .. }) => {
-                    warn!(
-                        key,
-                        reason, "stored object differs from the local segment; uploading again"
-                    );
-                }
-                Err(e) => return Err(e),
+            match self.existing_object(topic, key, segment, holes).await? {
+                Some(tail) => return Ok((tail, false)),
+                None => create = false,
             }
         }
-        let tail = upload_segment_with_holes(
+        let tail = match upload_segment_with_mode(
             &self.bucket,
             key,
             segment,
             holes,
             &self.upload,
             &self.faults,
+            create,
         )
-        .await?;
+        .await
+        {
+            Ok(tail) => tail,
+            // Another writer created it meanwhile: judge what it wrote.
+            Err(e) if e.is_already_exists() => {
+                match self.existing_object(topic, key, segment, holes).await? {
+                    Some(tail) => return Ok((tail, false)),
+                    None => return Err(e),
+                }
+            }
+            Err(e) => return Err(e),
+        };
         self.faults.hit("after_upload");
         verify_object(&self.bucket, key, &tail, self.upload.full_verify).await?;
         self.faults.hit("after_verify");
         Ok((tail, true))
+    }
+
+    /// An object is already at `key`: its tail when it is exactly the one
+    /// `segment` builds (an idempotent redo); `None` when it differs but
+    /// no committed descriptor names it (a leftover of an upload that was
+    /// never committed: replaced); [`TierError::ObjectConflict`] when it
+    /// differs and is committed.
+    async fn existing_object(
+        &self,
+        topic: &TopicName,
+        key: &str,
+        segment: &SealedSegment,
+        holes: &[HoleRange],
+    ) -> Result<Option<ArchiveTail>, TierError> {
+        let expected = expected_tail_with_holes(segment, holes).await?;
+        match verify_object(&self.bucket, key, &expected, self.upload.full_verify).await {
+            Ok(()) => {
+                info!(
+                    key,
+                    "object already stored and verified; not uploading again"
+                );
+                self.faults.hit("after_verify");
+                Ok(Some(expected))
+            }
+            Err(TierError::Verify { reason, .. }) => {
+                let committed = self.owned_segments(topic).await?;
+                if committed.segments.iter().any(|d| d.object_id == key) {
+                    return Err(TierError::ObjectConflict {
+                        key: key.to_owned(),
+                        reason,
+                    });
+                }
+                warn!(
+                    key,
+                    reason,
+                    "an uncommitted object with other bytes is at the key (an upload never committed); replacing it"
+                );
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
     }
 }
 

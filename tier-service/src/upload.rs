@@ -212,6 +212,28 @@ pub async fn upload_segment_with_holes(
     tuning: &UploadTuning,
     faults: &Faults,
 ) -> Result<ArchiveTail, TierError> {
+    upload_segment_with_mode(bucket, key, segment, holes, tuning, faults, false).await
+}
+
+/// As [`upload_segment_with_holes`]; with `create`, only if no object is
+/// at `key` (never replacing one): a single PUT is create-if-absent in the
+/// store (`PutMode::Create`: atomic on a local directory and on S3, which
+/// object_store sends as `If-None-Match: *`); a multipart upload (no
+/// conditional complete in object_store) checks that the key is still
+/// absent just before completing, and is aborted otherwise.
+///
+/// # Errors
+/// As [`upload_segment_with_holes`]; with `create`, a store
+/// `AlreadyExists` error when the key exists.
+pub async fn upload_segment_with_mode(
+    bucket: &Bucket,
+    key: &str,
+    segment: &SealedSegment,
+    holes: &[HoleRange],
+    tuning: &UploadTuning,
+    faults: &Faults,
+    create: bool,
+) -> Result<ArchiveTail, TierError> {
     let mut file = SegmentFile::open(segment).await?;
     let mut builder = builder_for(segment, holes)?;
     if segment.bytes < tuning.multipart_threshold_bytes {
@@ -228,7 +250,7 @@ pub async fn upload_segment_with_holes(
         check_against_seal(segment, &tail.footer)?;
         parts.push(Bytes::from(tail.bytes.clone()));
         bucket
-            .put(key, parts.into_iter().collect::<PutPayload>(), false)
+            .put(key, parts.into_iter().collect::<PutPayload>(), create)
             .await?;
         return Ok(tail);
     }
@@ -272,6 +294,14 @@ pub async fn upload_segment_with_holes(
         }
         while let Some(done) = inflight.join_next().await {
             joined(done, key)?;
+        }
+        if create && bucket.head(key).await?.is_some() {
+            return Err(TierError::store("complete multipart", key)(
+                object_store::Error::AlreadyExists {
+                    path: key.to_owned(),
+                    source: "an object appeared at the key during the upload".into(),
+                },
+            ));
         }
         upload.complete().await.map_err(|e| match e {
             // An earlier attempt of this request may have completed the

@@ -251,14 +251,15 @@ impl Catalog<'_> {
         let partitions = self.marker(topic).await?;
         let settings = self.load_settings(topic).await?;
         let mut broker_id = None;
+        let mut epoch = None;
         for &id in broker_candidates {
-            if self
+            if let Some(assignment) = self
                 .store
                 .get(&keys::cluster::broker_assignment(id, topic))
                 .await?
-                .is_some()
             {
                 broker_id = Some(id);
+                epoch = assignment.get("epoch").and_then(serde_json::Value::as_u64);
                 break;
             }
         }
@@ -291,6 +292,7 @@ impl Catalog<'_> {
         Ok(TopicDescription {
             topic: topic.clone(),
             broker_id,
+            epoch,
             partitions,
             partition_topics,
             delivery: settings.delivery,

@@ -49,6 +49,22 @@ impl ClusterView for MetaNode {
     }
 }
 
-pub(super) async fn cluster_status(State(state): State<AdminState>) -> ApiResult {
-    ok(StatusCode::OK, state.cluster.status())
+/// `GET /v1/cluster/status`: the Raft status, plus `brokers` (each
+/// broker's lease and load, [`super::ownership`]) with topic ownership.
+pub(super) async fn cluster_status(
+    State(state): State<AdminState>,
+    cluster: Option<axum::extract::Extension<std::sync::Arc<crate::cluster::Cluster>>>,
+) -> ApiResult {
+    let mut value = serde_json::to_value(state.cluster.status()).map_err(|e| {
+        crate::http::ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
+    })?;
+    if let (Some(axum::extract::Extension(cluster)), Some(object)) =
+        (cluster, value.as_object_mut())
+    {
+        object.insert(
+            "brokers".into(),
+            serde_json::json!(super::ownership::brokers(&cluster)),
+        );
+    }
+    ok(StatusCode::OK, value)
 }

@@ -22,7 +22,9 @@
 //! | `PUT …/failure-policy` | replace the policy (full body) |
 //! | `PATCH …/failure-policy` | change some fields, keep the rest |
 //! | `POST /v1/apply[?dry_run=true][&file=name]` | apply a YAML manifest (request body) |
-//! | `GET /v1/cluster/status` | leader, members, term, last applied index |
+//! | `GET /v1/cluster/status` | leader, members, term, last applied index; `brokers` (lease, topics owned) |
+//! | `POST /v1/topics/{ns}/{topic}/move` | body `{"to": N}`: give the topic to broker N (new epoch) |
+//! | `POST /v1/cluster/rebalance` | body `{"dry_run"?, "max_moves"?}`: even out topic counts; the planned moves |
 //! | `GET /v1/storage/topics[?prefix=/tributary]` | topics with tiered segments: count, `cur`, tiered offset |
 //! | `GET /v1/storage/topics/{ns}/{topic}/segments[?prefix=]` | a topic's segment descriptors, `cur`, tiered offset |
 //! | `POST /v1/storage/descriptors[?prefix=]` | commit `{"topic", "descriptor"}`: descriptor + `segments/cur` in one Raft txn |
@@ -40,7 +42,8 @@
 //! Files: this one (state, router, the catalog's errors as responses),
 //! `topics.rs` (namespaces and topics), `policy.rs` (failure policies and
 //! their partial updates), `manifest.rs` (parsing and validating
-//! manifests), `apply.rs` (plan and apply), `cluster.rs` (cluster status).
+//! manifests), `apply.rs` (plan and apply), `cluster.rs` (cluster status),
+//! `ownership.rs` (brokers, moves, rebalancing).
 //! Request parsing is shared with the consumer API in `crate::http`; the
 //! guard and the `/v1/auth` endpoints live in `crate::auth`.
 //!
@@ -56,6 +59,7 @@
 mod apply;
 mod cluster;
 mod manifest;
+mod ownership;
 mod policy;
 mod topics;
 
@@ -147,6 +151,10 @@ pub fn router(state: AdminState) -> Router {
             post(topics::skip_damaged),
         )
         .route(
+            "/topics/{namespace}/{topic}/move",
+            post(ownership::move_topic),
+        )
+        .route(
             "/topics/{namespace}/{topic}/subscriptions/{subscription}/failure-policy",
             get(policy::get_failure_policy)
                 .put(policy::put_failure_policy)
@@ -154,7 +162,12 @@ pub fn router(state: AdminState) -> Router {
         )
         .route("/apply", post(apply::apply_manifest))
         .route("/cluster/status", get(cluster::cluster_status))
+        .route("/cluster/rebalance", post(ownership::rebalance))
         .merge(crate::storage::routes())
+        .route_layer(middleware::from_fn_with_state(
+            state.store.clone(),
+            crate::http::owner_route::owner_route,
+        ))
         .route_layer(middleware::from_fn_with_state(
             state.auth.clone(),
             crate::auth::guard,

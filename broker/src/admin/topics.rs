@@ -88,13 +88,22 @@ pub(super) async fn create_topic(State(state): State<AdminState>, body: Bytes) -
 pub(super) async fn describe_topic(
     State(state): State<AdminState>,
     damage: Option<Extension<Arc<DamageService>>>,
+    cluster: Option<Extension<Arc<crate::cluster::Cluster>>>,
     Path((namespace, topic)): Path<(String, String)>,
 ) -> ApiResult {
     let topic = topic_from_path(&namespace, &topic)?;
     let candidates: Vec<u64> = state.cluster.status().members.keys().copied().collect();
-    let description = Catalog::new(&*state.store)
+    let mut description = Catalog::new(&*state.store)
         .describe(&topic, &candidates)
         .await?;
+    // Any broker answers from Raft; the owner is this broker's view of
+    // `/cluster/*` (kept by a watch), which also knows brokers that are
+    // not Raft voters.
+    if let Some(Extension(cluster)) = &cluster {
+        let owner = cluster.owner(&topic);
+        description.broker_id = owner.map(|(b, _)| b);
+        description.epoch = owner.map(|(_, e)| e);
+    }
     let mut value = serde_json::to_value(&description)
         .map_err(|e| ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string()))?;
     if let (Some(Extension(damage)), Some(object)) = (damage, value.as_object_mut()) {

@@ -112,6 +112,14 @@ pub const RULES: &[Rule] = &[
     ),
     rule("POST", "/v1/apply", TopicsWrite, Cluster, true),
     rule("GET", "/v1/cluster/status", ClusterRead, Cluster, false),
+    rule("POST", "/v1/cluster/rebalance", TopicsWrite, Cluster, true),
+    rule(
+        "POST",
+        "/v1/topics/{namespace}/{topic}/move",
+        TopicsWrite,
+        Path,
+        true,
+    ),
     // Storage API (the tier service).
     rule("GET", "/v1/storage/topics", Storage, Cluster, false),
     rule(

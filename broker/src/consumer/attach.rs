@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use broker_core::catalog::Catalog;
-use broker_core::metadata::{Txn, TxnOutcome};
+use broker_core::metadata::TxnOutcome;
 use broker_core::wal::Wal;
 use serde_json::json;
 use tokio::sync::{Mutex, Notify};
@@ -193,11 +193,14 @@ impl ConsumerService {
                 };
                 let meta_json = serde_json::to_value(&meta)
                     .map_err(|e| ConsumerError::Internal(e.to_string()))?;
-                let txn = Txn::new()
+                let (txn, fence_key) = self.fenced_txn(topic)?;
+                let txn = txn
                     .when_absent(meta_key.clone())
                     .put(meta_key.clone(), meta_json)
                     .put(cursor_key.clone(), json!(cursor));
-                match self.store.txn(txn).await? {
+                let outcome = self.store.txn(txn).await?;
+                Self::check_fenced(topic, &outcome, fence_key.as_deref())?;
+                match outcome {
                     TxnOutcome::Applied => {}
                     TxnOutcome::ConditionFailed { .. } => {
                         return Err(ConsumerError::Conflict {

@@ -114,6 +114,7 @@ impl ConsumerService {
                 .headers
                 .push(((*name).to_string(), Bytes::from(value)));
         }
+        self.check_dead_letter_owner(&dlq).await?;
         let ack = self.topics.append_central(&dlq, vec![record], true).await?;
         Ok(ack.base_offset)
     }
@@ -213,7 +214,7 @@ impl ConsumerService {
             let ack = self.topics.append_central(topic, replay, false).await?;
             offsets = (ack.base_offset..ack.base_offset + count).collect();
         }
-        self.store.put(&cursor_key, json!(end)).await?;
+        self.put_fenced(topic, &cursor_key, json!(end)).await?;
         info!(%topic, subscription = %name, dlq = %dlq, replayed = offsets.len(), "replayed dead-lettered messages");
         Ok(ReplayResponse {
             dead_letter_topic: dlq.to_string(),

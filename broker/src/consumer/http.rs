@@ -57,6 +57,7 @@ struct Api {
 /// API ([`crate::auth::guard`]: `consume`, `produce` or
 /// `subscriptions_manage` on the topic's namespace).
 pub fn router(service: Arc<ConsumerService>, auth: crate::auth::AuthState) -> Router {
+    let store = service.store.clone();
     let api = Api { service };
     let sub = "/v1/topics/{namespace}/{topic}/subscriptions/{subscription}";
     Router::new()
@@ -76,6 +77,10 @@ pub fn router(service: Arc<ConsumerService>, auth: crate::auth::AuthState) -> Ro
         .route(&format!("{sub}/pause"), post(pause))
         .route(&format!("{sub}/resume"), post(resume))
         .route(&format!("{sub}/replay-dlq"), post(replay_dlq))
+        .route_layer(middleware::from_fn_with_state(
+            store,
+            crate::http::owner_route::owner_route,
+        ))
         .route_layer(middleware::from_fn_with_state(auth, crate::auth::guard))
         .with_state(api)
 }

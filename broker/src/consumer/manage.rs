@@ -56,12 +56,12 @@ impl ConsumerService {
                 self.stored_meta(topic, &name).await?;
                 let wal = self.topics.open_existing(topic, false).await?;
                 let cursor = self.start_cursor(topic, &wal, start).await?;
-                self.store
-                    .put(
-                        &keys::topics::subscription_cursor(topic, &name),
-                        json!(cursor),
-                    )
-                    .await?;
+                self.put_fenced(
+                    topic,
+                    &keys::topics::subscription_cursor(topic, &name),
+                    json!(cursor),
+                )
+                .await?;
                 info!(%topic, subscription = %name, cursor, "seek (subscription not loaded)");
                 Ok(cursor)
             }

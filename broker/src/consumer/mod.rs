@@ -37,6 +37,7 @@ mod attach;
 mod damage;
 mod dead_letter;
 mod delivery;
+mod fence;
 pub mod http;
 mod manage;
 pub mod records;
@@ -251,6 +252,9 @@ pub struct ConsumerService {
     next_consumer: AtomicU64,
     /// The archive for tiered reads ([`ConsumerService::set_archive`]).
     archive: std::sync::OnceLock<tributary_archive::Archive>,
+    /// Topic ownership: fences cursor writes and dead-letter copies
+    /// ([`ConsumerService::set_cluster`]).
+    cluster: std::sync::OnceLock<Arc<crate::cluster::Cluster>>,
     /// Every timing rule (sessions, leases, long polls, cursor batching)
     /// reads this.
     clock: Arc<dyn Clock>,
@@ -291,6 +295,7 @@ impl ConsumerService {
             subs: Mutex::default(),
             next_consumer: AtomicU64::new(first_id),
             archive: std::sync::OnceLock::new(),
+            cluster: std::sync::OnceLock::new(),
             clock,
         })
     }
@@ -403,7 +408,7 @@ impl ConsumerService {
     async fn persist(&self, sub: &Sub, st: &mut Subscription, force: bool) {
         if let Some(cursor) = st.poll_persist(self.now_ms(), force) {
             let key = keys::topics::subscription_cursor(&sub.topic, &sub.name);
-            if let Err(e) = self.store.put(&key, json!(cursor)).await {
+            if let Err(e) = self.put_fenced(&sub.topic, &key, json!(cursor)).await {
                 error!(topic = %sub.topic, subscription = %sub.name, cursor, error = %e, "persisting the cursor failed; it is retried with the next acknowledgement");
             }
         }

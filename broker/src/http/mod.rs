@@ -6,6 +6,7 @@
 //! authorization live in [`crate::auth`].
 
 mod error;
+pub(crate) mod owner_route;
 mod peer;
 pub mod tls;
 

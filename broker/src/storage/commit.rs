@@ -2,7 +2,7 @@
 //! uploaded, with `segments/cur`, in one transaction, and only when it
 //! continues the committed segments.
 
-use broker_core::metadata::{MetadataStore, Txn, TxnOutcome};
+use broker_core::metadata::{MetadataStore, Precondition, Txn, TxnOutcome};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tributary_proto::archive::SegmentDescriptor;
@@ -39,15 +39,20 @@ const COMMIT_ATTEMPTS_MAX: usize = 8;
 /// - a descriptor past `cur` must start exactly at the `cur`
 ///   descriptor's next offset (no gap, no overlap), so every offset below
 ///   the tiered offset is in a committed segment; one below `cur` (a
-///   repair) must not overlap its neighbours and leaves `cur` alone.
+///   repair) must not overlap its neighbours and leaves `cur` alone;
+/// - with a `fence` (the owner's assignment,
+///   [`crate::cluster::Cluster::fence`]), the transaction applies only
+///   while it holds: a broker that lost the topic commits nothing.
 ///
 /// # Errors
-/// [`StorageError`] as above; metadata errors.
+/// [`StorageError`] as above; [`StorageError::Refused`] with kind
+/// `not_owner` when the fence fails; metadata errors.
 pub async fn commit_descriptor(
     store: &dyn MetadataStore,
     keys: &StorageKeys,
     topic: &TopicName,
     descriptor: &SegmentDescriptor,
+    fence: Option<&Precondition>,
 ) -> Result<(CommitOutcome, TieredState), StorageError> {
     descriptor
         .validate()
@@ -121,7 +126,7 @@ pub async fn commit_descriptor(
             }
             (None, _) => true,
         };
-        let mut txn = Txn::new().when_absent(key.clone());
+        let mut txn = fenced(fence).when_absent(key.clone());
         txn = match &cur_value {
             Some(v) => txn.when_equals(cur_key.clone(), v.clone()),
             None => txn.when_absent(cur_key.clone()),
@@ -145,10 +150,38 @@ pub async fn commit_descriptor(
                 };
                 return Ok((CommitOutcome::Committed, state));
             }
-            TxnOutcome::ConditionFailed { .. } => continue,
+            TxnOutcome::ConditionFailed { key: failed, .. } => {
+                check_fence(fence, &failed, topic)?;
+                continue;
+            }
         }
     }
     Err(StorageError::Contended)
+}
+
+/// A transaction whose first precondition is `fence`, if any.
+pub(crate) fn fenced(fence: Option<&Precondition>) -> Txn {
+    let mut txn = Txn::new();
+    txn.preconditions.extend(fence.cloned());
+    txn
+}
+
+/// `Err(Refused{kind: "not_owner"})` when the precondition that failed on
+/// `failed_key` is the ownership `fence`.
+pub(crate) fn check_fence(
+    fence: Option<&Precondition>,
+    failed_key: &str,
+    topic: &TopicName,
+) -> Result<(), StorageError> {
+    match fence {
+        Some(fence) if fence.key == failed_key => Err(StorageError::Refused {
+            kind: "not_owner",
+            message: format!(
+                "this broker no longer owns {topic} at the epoch it wrote with ({failed_key} changed); nothing was written"
+            ),
+        }),
+        _ => Ok(()),
+    }
 }
 
 #[cfg(test)]
@@ -203,7 +236,7 @@ mod tests {
         runtime.block_on(async {
             assert_eq!(tiered_offset(&store, &keys, &topic).await.unwrap(), None);
             let first = descriptor(&keys, &topic, 0, 99);
-            let (outcome, state) = commit_descriptor(&store, &keys, &topic, &first)
+            let (outcome, state) = commit_descriptor(&store, &keys, &topic, &first, None)
                 .await
                 .unwrap();
             assert_eq!(outcome, CommitOutcome::Committed);
@@ -211,7 +244,7 @@ mod tests {
             // A redo with another created_at is the same object.
             let mut again = first.clone();
             again.created_at_ms = 99;
-            let (outcome, _) = commit_descriptor(&store, &keys, &topic, &again)
+            let (outcome, _) = commit_descriptor(&store, &keys, &topic, &again, None)
                 .await
                 .unwrap();
             assert_eq!(outcome, CommitOutcome::Unchanged);
@@ -219,7 +252,7 @@ mod tests {
             let mut other = first.clone();
             other.batches_crc32c ^= 1;
             assert!(matches!(
-                commit_descriptor(&store, &keys, &topic, &other).await,
+                commit_descriptor(&store, &keys, &topic, &other, None).await,
                 Err(StorageError::Conflict { .. })
             ));
             // Gaps and overlaps past cur are refused.
@@ -227,14 +260,14 @@ mod tests {
                 let d = descriptor(&keys, &topic, start, end);
                 assert!(
                     matches!(
-                        commit_descriptor(&store, &keys, &topic, &d).await,
+                        commit_descriptor(&store, &keys, &topic, &d, None).await,
                         Err(StorageError::NotContiguous { .. })
                     ),
                     "{start}..={end}"
                 );
             }
             let second = descriptor(&keys, &topic, 100, 149);
-            let (_, state) = commit_descriptor(&store, &keys, &topic, &second)
+            let (_, state) = commit_descriptor(&store, &keys, &topic, &second, None)
                 .await
                 .unwrap();
             assert_eq!(state.tiered_offset, Some(150));
@@ -250,7 +283,7 @@ mod tests {
             let mut wrong = descriptor(&keys, &topic, 150, 199);
             wrong.object_id = "elsewhere.seg".into();
             assert!(matches!(
-                commit_descriptor(&store, &keys, &topic, &wrong).await,
+                commit_descriptor(&store, &keys, &topic, &wrong, None).await,
                 Err(StorageError::Invalid(_))
             ));
         });

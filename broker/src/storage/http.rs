@@ -23,6 +23,8 @@ use super::{
     verified_trim_offset,
 };
 use crate::admin::{AdminState, topic_from_path};
+use crate::cluster::Cluster;
+use crate::http::owner_route::fence_for;
 use crate::http::{ApiError, ApiResult, ok, parse_json, query};
 
 /// The storage routes, relative to `/v1`.
@@ -133,6 +135,7 @@ async fn list_storage_topics(
 
 async fn list_segments(
     State(state): State<AdminState>,
+    cluster: Option<Extension<Arc<Cluster>>>,
     Path((namespace, topic)): Path<(String, String)>,
     params: Result<Query<PrefixQuery>, QueryRejection>,
 ) -> ApiResult {
@@ -148,6 +151,17 @@ async fn list_segments(
     });
     if let Some(below) = retired_below(&*state.store, &keys, &topic).await? {
         body["retired_below"] = json!(below);
+    }
+    // Ownership (a cluster): the tier service uploads and commits only a
+    // topic its broker serves now (`owned_here`).
+    if let Some(Extension(cluster)) = &cluster {
+        let (owner, epoch) = cluster.owner(&topic).unzip();
+        body["owner"] = json!(owner);
+        body["epoch"] = json!(epoch);
+        // (A path call: the auth table test parses this file for router
+        // calls, and a method call would read as one.)
+        let route = Cluster::route(cluster, &topic);
+        body["owned_here"] = json!(matches!(route, crate::cluster::Route::Local { .. }));
     }
     // Declared holes (Raft `/topics/{ns}/{topic}/holes/`): the tier service
     // puts those inside a segment's offsets into its archive object.
@@ -197,6 +211,7 @@ async fn wal_view(
 
 async fn post_descriptor(
     State(state): State<AdminState>,
+    cluster: Option<Extension<Arc<Cluster>>>,
     segments: Option<Extension<Arc<dyn LocalSegments>>>,
     archive: Option<Extension<StorageArchive>>,
     params: Result<Query<PrefixQuery>, QueryRejection>,
@@ -205,6 +220,8 @@ async fn post_descriptor(
     let keys = storage_keys(params)?;
     let request: CommitRequest = parse_json(&body)?;
     let topic = TopicName::new(&request.topic).map_err(|e| ApiError::name("topic", e))?;
+    let cluster = cluster.map(|Extension(c)| c);
+    let fence = fence_for(cluster.as_ref(), &topic)?;
     let segments = segments.map(|Extension(s)| s);
     let wal = wal_view(segments.as_ref(), &topic).await?;
     let archive = archive.map(|Extension(StorageArchive(a))| a);
@@ -215,6 +232,7 @@ async fn post_descriptor(
         &request.descriptor,
         wal.as_ref(),
         archive.as_deref(),
+        fence.as_ref(),
     )
     .await?;
     if outcome == CommitOutcome::Committed {
@@ -299,6 +317,7 @@ async fn trim_topic(
 
 async fn unload_topic(
     State(state): State<AdminState>,
+    cluster: Option<Extension<Arc<Cluster>>>,
     segments: Option<Extension<Arc<dyn LocalSegments>>>,
     Path((namespace, topic)): Path<(String, String)>,
     params: Result<Query<PrefixQuery>, QueryRejection>,
@@ -306,6 +325,8 @@ async fn unload_topic(
     let topic = topic_from_path(&namespace, &topic)?;
     let keys = storage_keys(params)?;
     let segments = local_segments(segments)?;
+    let cluster = cluster.map(|Extension(c)| c);
+    let fence = fence_for(cluster.as_ref(), &topic)?;
     let sealed = segments
         .seal(&topic)
         .await
@@ -318,6 +339,7 @@ async fn unload_topic(
         sealed.next_offset,
         broker_id,
         now_ms(),
+        fence.as_ref(),
     )
     .await?
     {

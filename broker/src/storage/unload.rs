@@ -2,10 +2,11 @@
 //! `{prefix}/storage/topics/{ns}/{topic}/state`), written by
 //! [`unload_step`] once everything the broker stored is committed.
 
-use broker_core::metadata::{MetadataStore, Txn, TxnOutcome};
+use broker_core::metadata::{MetadataStore, Precondition, TxnOutcome};
 use serde::{Deserialize, Serialize};
 use tributary_proto::keys::{StorageKeys, TopicName};
 
+use super::commit::{check_fence, fenced};
 use super::{StorageError, tiered_state};
 
 /// The sealed mobility marker of a topic, at
@@ -45,11 +46,13 @@ pub enum UnloadOutcome {
 /// One step of an unload: with the local WAL sealed up to `local_next`
 /// (`None`: no local WAL), writes the `state` marker once the committed
 /// tiered offset reaches it, guarded by `segments/cur` so a concurrent
-/// commit cannot slip in between the check and the write.
+/// commit cannot slip in between the check and the write, and by `fence`
+/// (the owner's assignment) when given.
 ///
 /// # Errors
 /// [`StorageError::Contended`] if `segments/cur` moved meanwhile (call
-/// again); metadata errors.
+/// again); [`StorageError::Refused`] `not_owner` when the fence fails;
+/// metadata errors.
 pub async fn unload_step(
     store: &dyn MetadataStore,
     keys: &StorageKeys,
@@ -57,6 +60,7 @@ pub async fn unload_step(
     local_next: Option<u64>,
     broker_id: u64,
     now_ms: i64,
+    fence: Option<&Precondition>,
 ) -> Result<UnloadOutcome, StorageError> {
     let cur_key = keys.segments_cur(topic);
     let cur_value = store.get(&cur_key).await?;
@@ -78,13 +82,17 @@ pub async fn unload_step(
         timestamp: now_ms,
     };
     let value = serde_json::to_value(&state).map_err(|e| StorageError::Invalid(e.to_string()))?;
+    let txn = fenced(fence);
     let txn = match cur_value {
-        Some(v) => Txn::new().when_equals(cur_key, v),
-        None => Txn::new().when_absent(cur_key),
+        Some(v) => txn.when_equals(cur_key, v),
+        None => txn.when_absent(cur_key),
     }
     .put(keys.topic_state(topic), value);
     match store.txn(txn).await? {
         TxnOutcome::Applied => Ok(UnloadOutcome::Unloaded(state)),
-        TxnOutcome::ConditionFailed { .. } => Err(StorageError::Contended),
+        TxnOutcome::ConditionFailed { key, .. } => {
+            check_fence(fence, &key, topic)?;
+            Err(StorageError::Contended)
+        }
     }
 }

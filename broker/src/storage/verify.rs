@@ -156,7 +156,8 @@ pub async fn check_against_wal(
 /// ([`check_against_wal`]; `wal` is `None` when this broker does not hold
 /// the topic's WAL) and the object in `archive` ([`verify_object`];
 /// `None` without `[archive]`). An idempotent redo of a committed
-/// descriptor is answered without them.
+/// descriptor is answered without them. `fence` as in
+/// [`commit_descriptor`].
 ///
 /// # Errors
 /// As [`commit_descriptor`], plus the refusals of this module.
@@ -167,6 +168,7 @@ pub async fn commit_verified(
     descriptor: &SegmentDescriptor,
     wal: Option<&WalView>,
     archive: Option<&Archive>,
+    fence: Option<&broker_core::metadata::Precondition>,
 ) -> Result<(CommitOutcome, TieredState), StorageError> {
     let committed = store
         .get(&keys.segment_descriptor(topic, descriptor.start_offset))
@@ -195,7 +197,7 @@ pub async fn commit_verified(
         check_against_wal(store, keys, topic, descriptor, wal).await?;
         verify_object(archive, descriptor).await?;
     }
-    commit_descriptor(store, keys, topic, descriptor).await
+    commit_descriptor(store, keys, topic, descriptor, fence).await
 }
 
 /// The offset below which a trim may delete `topic`'s local sealed

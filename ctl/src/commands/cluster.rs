@@ -1,18 +1,34 @@
-//! `tribctl cluster status`: the Raft cluster as the broker sees it
-//! (leader, term, members, applied/snapshot/purged indexes).
+//! `tribctl cluster …`: `status`, the Raft cluster as the broker sees it
+//! (leader, term, members, applied/snapshot/purged indexes) and the brokers
+//! with their lease and topic counts; `rebalance`, evening out topic counts
+//! across live brokers.
 
 use std::collections::BTreeMap;
 
 use clap::Subcommand;
 use serde::Deserialize;
+use tributary_api::client::Method;
+use tributary_api::cluster::{BrokerView, RebalanceRequest, RebalanceResponse};
 
 use super::{CommandError, Context};
 
 /// `tribctl cluster …`.
 #[derive(Debug, Subcommand)]
 pub enum ClusterCommand {
-    /// Leader, term, members, last applied index.
+    /// Leader, term, members, last applied index; brokers with their lease
+    /// age, topics owned and lifecycle.
     Status,
+    /// Move topics from the most to the least loaded live brokers (topic
+    /// counts, with the load manager's hysteresis), e.g. after a broker
+    /// joined. Admin API `POST /v1/cluster/rebalance`.
+    Rebalance {
+        /// Only print the moves; change nothing.
+        #[arg(long)]
+        dry_run: bool,
+        /// Most moves (default 16).
+        #[arg(long)]
+        max_moves: Option<usize>,
+    },
 }
 
 /// The cluster status as the admin API returns it (a mirror of the
@@ -30,6 +46,30 @@ struct ClusterStatus {
     #[serde(default)]
     purged_index: Option<u64>,
     state: String,
+    /// Absent from a broker without topic ownership.
+    #[serde(default)]
+    brokers: Option<Vec<BrokerView>>,
+}
+
+/// The brokers table of `cluster status`.
+fn brokers_text(brokers: &[BrokerView]) -> String {
+    let mut text = format!(
+        "Brokers:\n  {:<4} {:<22} {:<30} {:<5} {:>13} {:>6} {}\n",
+        "ID", "INGEST", "ADMIN URL", "LIVE", "LEASE AGE MS", "TOPICS", "LIFECYCLE"
+    );
+    for b in brokers {
+        text.push_str(&format!(
+            "  {:<4} {:<22} {:<30} {:<5} {:>13} {:>6} {}\n",
+            b.broker_id,
+            b.ingest_addr,
+            b.admin_url,
+            if b.live { "yes" } else { "no" },
+            b.lease_age_ms,
+            b.topics_owned,
+            b.lifecycle
+        ));
+    }
+    text
 }
 
 /// Runs `tribctl cluster …`.
@@ -57,6 +97,47 @@ pub fn run(ctx: &Context<'_>, command: &ClusterCommand) -> Result<String, Comman
                 );
                 for (id, addr) in &s.members {
                     text.push_str(&format!("  {id} {addr}\n"));
+                }
+                if let Some(brokers) = &s.brokers {
+                    text.push_str(&brokers_text(brokers));
+                }
+                text
+            })
+        }
+        ClusterCommand::Rebalance { dry_run, max_moves } => {
+            let body = RebalanceRequest {
+                dry_run: *dry_run,
+                max_moves: *max_moves,
+            };
+            let value = client.send_json(
+                Method::Post,
+                "/v1/cluster/rebalance",
+                &serde_json::json!(body),
+            )?;
+            ctx.render(value, |r: RebalanceResponse| {
+                let verb = if r.dry_run { "would move" } else { "moved" };
+                let mut text = String::new();
+                for m in &r.moves {
+                    let from = m
+                        .from
+                        .map_or_else(|| "no owner".to_owned(), |b| format!("broker {b}"));
+                    text.push_str(&format!(
+                        "{verb} {} from {from} to broker {} (epoch {})\n",
+                        m.topic, m.to, m.epoch
+                    ));
+                }
+                if r.moves.is_empty() {
+                    text.push_str("balanced: nothing to move\n");
+                } else {
+                    text.push_str(&format!(
+                        "{} topic(s) {}\n",
+                        r.moves.len(),
+                        if r.dry_run {
+                            "would move (dry run)"
+                        } else {
+                            "moved"
+                        }
+                    ));
                 }
                 text
             })

@@ -7,8 +7,9 @@
 //!
 //! Text formats (stable, tested in `ctl/tests/`):
 //! - `topics describe` follows the seed's sample output
-//!   (`seeds/000_d502aacc865e81b1.txt`): `Topic`, `Broker ID`, `Delivery`,
-//!   `Intent` lines, then `Partitions` and `Subscriptions`.
+//!   (`seeds/000_d502aacc865e81b1.txt`): `Topic`, `Owner` (the seed's
+//!   `Broker ID`, with the ownership epoch), `Delivery`, `Intent` lines,
+//!   then `Partitions` and `Subscriptions`.
 //! - `apply` prints one line per plan item, `{action:<9} {kind} {name}
 //!   ({intent}, {partitions})`, then a summary line.
 

@@ -1,5 +1,5 @@
-//! `tribctl topics …`: create, describe, list, delete, peek and unload
-//! topics; the subscription commands of the group (failure policies, seek,
+//! `tribctl topics …`: create, describe, list, delete, peek, move and
+//! unload topics; the subscription commands of the group (failure policies, seek,
 //! dead-letter replay) are in [`super::subscriptions`].
 
 use clap::Subcommand;
@@ -9,6 +9,7 @@ use tributary_api::admin::{
     CreateOutcome, DeleteOutcome, PlanAction, TopicDescription, TopicListEntry,
 };
 use tributary_api::client::Method;
+use tributary_api::cluster::{MoveRequest, MoveResponse};
 use tributary_api::consumer::ReceiveResponse;
 use tributary_proto::keys::{NamespaceName, TopicName};
 
@@ -112,6 +113,18 @@ pub enum TopicsCommand {
         /// How long to wait for the tier service, ms.
         #[arg(long, default_value_t = 120_000)]
         wait_ms: u64,
+    },
+    /// Give a topic to another broker (a new ownership epoch): the owner
+    /// stops serving it, edges are redirected on their next stream, the
+    /// new owner continues at the archive's end and the edge re-sends the
+    /// rest from its retained log. Admin API `POST
+    /// /v1/topics/{ns}/{topic}/move`.
+    Move {
+        /// Topic name (each `-part-N` partition moves on its own).
+        topic: String,
+        /// The broker that is to own it (its node id).
+        #[arg(long)]
+        to: u64,
     },
     /// Give up on a damaged range of a topic that neither the edge nor the
     /// archive can supply again (see `topics describe`): record it in Raft
@@ -292,6 +305,19 @@ pub fn run(ctx: &Context<'_>, command: &TopicsCommand) -> Result<String, Command
                 )
             })
         }
+        TopicsCommand::Move { topic, to } => {
+            let path = format!("{}/move", topic_path(topic)?);
+            let value = client.send_json(Method::Post, &path, &json!(MoveRequest { to: *to }))?;
+            ctx.render(value, |m: MoveResponse| {
+                let from = m
+                    .from
+                    .map_or_else(|| "no owner".to_owned(), |b| format!("broker {b}"));
+                format!(
+                    "moved {} from {from} to broker {} (epoch {})\n",
+                    m.topic, m.to, m.epoch
+                )
+            })
+        }
         TopicsCommand::Delete { topic } => {
             let value = client.delete(&topic_path(topic)?)?;
             ctx.render(value, |d: DeleteOutcome| {
@@ -437,11 +463,15 @@ fn peek_text(topic: &str, r: &ReceiveResponse) -> String {
     out
 }
 
-/// The seed's `describe` sample format, then partitions and subscriptions.
+/// The seed's `describe` sample format (its `Broker ID` line is `Owner:
+/// broker N (epoch E)`, or `unassigned`), then partitions and
+/// subscriptions.
 fn describe_text(d: &TopicDescription) -> String {
-    let broker = d
-        .broker_id
-        .map_or_else(|| "unassigned".to_owned(), |id| id.to_string());
+    let owner = match (d.broker_id, d.epoch) {
+        (Some(id), Some(epoch)) => format!("broker {id} (epoch {epoch})"),
+        (Some(id), None) => format!("broker {id}"),
+        (None, _) => "unassigned".to_owned(),
+    };
     let subscriptions = if d.subscriptions.is_empty() {
         "none".to_owned()
     } else {
@@ -452,7 +482,7 @@ fn describe_text(d: &TopicDescription) -> String {
             .join(", ")
     };
     format!(
-        "Topic: {}\nBroker ID: {broker}\nDelivery: {}\nIntent: {}\nPartitions: {}\n\
+        "Topic: {}\nOwner: {owner}\nDelivery: {}\nIntent: {}\nPartitions: {}\n\
          Subscriptions: {subscriptions}\n",
         d.topic, d.delivery, d.intent_summary, d.partitions
     )

@@ -248,6 +248,9 @@ pub struct Harness {
     pub commits: Arc<CommitChecker>,
     /// The bucket the stand-in broker checks objects in.
     pub archive: SharedArchive,
+    /// With [`Harness::with_cluster`]: brokers 1 (serving this API) and 2
+    /// (a lease only), sharing the metadata store.
+    pub clusters: Vec<Arc<tributary_broker::cluster::Cluster>>,
     _dir: tempfile::TempDir,
 }
 
@@ -258,6 +261,24 @@ impl Harness {
 
     /// With `retention` false the broker keeps tiered segments locally.
     pub fn with_retention(topics: &[&str], retention: bool) -> Harness {
+        Harness::build(topics, retention, false)
+    }
+
+    /// As [`Harness::new`], the stand-in broker being broker 1 of a
+    /// cluster with topic ownership (its `Extension<Arc<Cluster>>`), and a
+    /// broker 2 holding a lease; both leases are live on return. No topic
+    /// has an owner yet.
+    pub fn with_cluster(topics: &[&str]) -> Harness {
+        let h = Harness::build(topics, true, true);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while h.clusters[0].brokers().iter().filter(|b| b.live).count() < 2 {
+            assert!(std::time::Instant::now() < deadline, "leases not live");
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        h
+    }
+
+    fn build(topics: &[&str], retention: bool, cluster: bool) -> Harness {
         let dir = tempfile::tempdir().unwrap();
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -301,7 +322,35 @@ impl Harness {
             tributary_archive::Bucket::local(bucket_dir.clone()).unwrap(),
             StorageKeys::default(),
         ))));
-        let app = with_local_segments(router(state), wals.clone())
+        let clusters: Vec<Arc<tributary_broker::cluster::Cluster>> = if cluster {
+            (1..=2u64)
+                .map(|id| {
+                    use tributary_broker::cluster::{Cluster, ClusterConfig};
+                    let cluster = Cluster::new(
+                        id,
+                        store.clone(),
+                        Arc::new(broker_core::clock::SystemClock),
+                        ClusterConfig {
+                            heartbeat_ms: 100,
+                            ..ClusterConfig::new(
+                                format!("127.0.0.1:{}", 7700 + id),
+                                format!("http://127.0.0.1:{}", 7800 + id),
+                            )
+                        },
+                    );
+                    runtime.spawn(tributary_broker::cluster::lease::run(cluster.clone()));
+                    runtime.spawn(cluster.clone().follow());
+                    cluster
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
+        let mut app = with_local_segments(router(state), wals.clone());
+        if let Some(cluster) = clusters.first() {
+            app = app.layer(axum::Extension(cluster.clone()));
+        }
+        let app = app
             .layer(axum::middleware::from_fn_with_state(
                 archive.clone(),
                 with_archive,
@@ -325,6 +374,7 @@ impl Harness {
             topics,
             commits,
             archive,
+            clusters,
             _dir: dir,
         }
     }

@@ -1,0 +1,138 @@
+//! Fencing of the consumer's central writes by topic ownership: cursor
+//! writes (and the other subscription keys written while serving) carry
+//! the owner's precondition ([`crate::cluster::Cluster::fence`]), so a
+//! broker that lost a topic writes nothing for it; dead-letter copies go
+//! only to a dead-letter topic this broker owns. Without a cluster
+//! ([`ConsumerService::set_cluster`] never called) nothing is fenced.
+
+use std::sync::Arc;
+
+use broker_core::metadata::{Precondition, Txn, TxnOutcome};
+use serde_json::Value;
+use tributary_proto::keys::TopicName;
+
+use super::{ConsumerError, ConsumerService};
+use crate::cluster::{Cluster, Route};
+
+/// A `409 not_owner` refusal.
+fn not_owner(message: String) -> ConsumerError {
+    ConsumerError::Conflict {
+        kind: "not_owner",
+        message,
+    }
+}
+
+impl ConsumerService {
+    /// Fences central writes by `cluster`'s ownership (a broker of a
+    /// cluster). Only the first call counts.
+    pub fn set_cluster(&self, cluster: Arc<Cluster>) {
+        let _ = self.cluster.set(cluster);
+    }
+
+    /// The precondition of a central write about `topic`: `None` without a
+    /// cluster.
+    ///
+    /// # Errors
+    /// `409 not_owner` when this broker does not serve `topic` now.
+    pub(super) fn fence(&self, topic: &TopicName) -> Result<Option<Precondition>, ConsumerError> {
+        let Some(cluster) = self.cluster.get() else {
+            return Ok(None);
+        };
+        match cluster.route(topic) {
+            Route::Local { epoch } => cluster.fence(topic, epoch).map(Some).ok_or_else(|| {
+                not_owner(format!("broker {} no longer owns {topic}", cluster.me()))
+            }),
+            Route::Remote(owner) => Err(not_owner(format!(
+                "topic {topic} is owned by broker {} (epoch {})",
+                owner.broker_id, owner.epoch
+            ))),
+            Route::Unassigned { reason } => Err(not_owner(reason)),
+        }
+    }
+
+    /// `txn` with `topic`'s fence as its first precondition.
+    ///
+    /// # Errors
+    /// As [`ConsumerService::fence`].
+    pub(super) fn fenced_txn(
+        &self,
+        topic: &TopicName,
+    ) -> Result<(Txn, Option<String>), ConsumerError> {
+        let fence = self.fence(topic)?;
+        let key = fence.as_ref().map(|f| f.key.clone());
+        let mut txn = Txn::new();
+        txn.preconditions.extend(fence);
+        Ok((txn, key))
+    }
+
+    /// `Err(not_owner)` when `outcome` failed on the fence `fence_key`.
+    pub(super) fn check_fenced(
+        topic: &TopicName,
+        outcome: &TxnOutcome,
+        fence_key: Option<&str>,
+    ) -> Result<(), ConsumerError> {
+        match outcome {
+            TxnOutcome::ConditionFailed { key, .. } if Some(key.as_str()) == fence_key => {
+                Err(not_owner(format!(
+                    "this broker lost ownership of {topic} ({key} changed); nothing was written"
+                )))
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// Puts `value` at `key` (a key under `topic`) only while this broker
+    /// owns `topic`.
+    ///
+    /// # Errors
+    /// `409 not_owner`; metadata errors.
+    pub(super) async fn put_fenced(
+        &self,
+        topic: &TopicName,
+        key: &str,
+        value: Value,
+    ) -> Result<(), ConsumerError> {
+        let (txn, fence_key) = self.fenced_txn(topic)?;
+        if fence_key.is_none() {
+            self.store.put(key, value).await?;
+            return Ok(());
+        }
+        let outcome = self.store.txn(txn.put(key, value)).await?;
+        Self::check_fenced(topic, &outcome, fence_key.as_deref())
+    }
+
+    /// Whether a dead-letter copy may be appended to `dlq` here: always
+    /// without a cluster; with one, only when this broker owns `dlq` (a
+    /// dead-letter topic nobody owns yet is queued, preferring this broker,
+    /// and the copy is retried on a later tick).
+    ///
+    /// # Errors
+    /// `409 not_owner`: the copy stays pending (not dead-lettered yet).
+    pub(super) async fn check_dead_letter_owner(
+        &self,
+        dlq: &TopicName,
+    ) -> Result<(), ConsumerError> {
+        let Some(cluster) = self.cluster.get() else {
+            return Ok(());
+        };
+        match cluster.route(dlq) {
+            Route::Local { .. } => Ok(()),
+            Route::Remote(owner) => Err(not_owner(format!(
+                "dead-letter topic {dlq} is owned by broker {} (epoch {}); the copy is not written here",
+                owner.broker_id, owner.epoch
+            ))),
+            Route::Unassigned { reason } => {
+                if cluster.owner(dlq).is_none()
+                    && let Err(e) = cluster
+                        .ensure_placed(dlq, Some(cluster.me()), "dead_letter")
+                        .await
+                {
+                    tracing::warn!(%dlq, error = %e, "cannot queue the dead-letter topic for an owner");
+                }
+                Err(not_owner(format!(
+                    "dead-letter topic {dlq} has no owner yet ({reason}); the copy is retried"
+                )))
+            }
+        }
+    }
+}
