@@ -100,6 +100,11 @@ enum Out {
     Gate(Arc<crate::cluster::Cluster>, TopicName, u64),
 }
 
+/// Longest wait for a topic to open for an edge's `Hello` (metadata reads
+/// and writes through Raft, the first owner's assignment): past it the
+/// stream is refused as `Unavailable` and the edge tries again.
+const OPEN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// How often an open stream re-checks its topic's ownership and the
 /// committed archive's end (`Archived` frames), besides ownership changes.
 const ARCHIVE_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
@@ -282,7 +287,17 @@ async fn handle_stream(
             };
             match ingest.on_frame(frame) {
                 IngestAction::Open(hello, topic) => {
-                    match topics.open_for_edge(&topic, hello.settings.as_ref()).await {
+                    let opened = tokio::time::timeout(
+                        OPEN_TIMEOUT,
+                        topics.open_for_edge(&topic, hello.settings.as_ref()),
+                    )
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(TopicError::NoOwner(format!(
+                            "opening {topic} took over {OPEN_TIMEOUT:?} (metadata unavailable?)"
+                        )))
+                    });
+                    match opened {
                         Ok(opened) => {
                             let welcome = ingest.welcome(opened.high_water_mark());
                             info!(edge = %identity, %topic, resume = opened.high_water_mark(), "edge stream opened");
@@ -426,8 +441,23 @@ async fn handle_stream(
                 }
             } => {
                 archive_due = Some(tokio::time::Instant::now() + ARCHIVE_CHECK);
+                // A lease goes stale with time, not only with a change.
+                if let (Some((cluster, epoch, _)), Some(topic)) = (&ownership, &opened_topic)
+                    && cluster.route(topic) != (crate::cluster::Route::Local { epoch: *epoch })
+                {
+                    break Some(refusal(
+                        ErrorCode::Unavailable,
+                        format!("broker {} no longer serves {topic} at epoch {epoch}; reconnect to its owner", cluster.me()),
+                    ));
+                }
+                // Bounded: a broker cut off from the Raft majority must
+                // keep noticing that it lost the topic.
                 if let Some(topic) = &opened_topic
-                    && let Ok(Some(end)) = crate::storage::tiered_offset(topics.store().as_ref(), topics.storage_keys(), topic).await
+                    && let Ok(Ok(Some(end))) = tokio::time::timeout(
+                        ARCHIVE_CHECK,
+                        crate::storage::tiered_offset(topics.store().as_ref(), topics.storage_keys(), topic),
+                    )
+                    .await
                     && end > archived_sent
                     && let Some(frame) = ingest.archived(end)
                 {

@@ -342,6 +342,18 @@ impl TopicStore {
         topic: &TopicName,
         settings: Option<&ExpandedStreamSettings>,
     ) -> Result<Arc<Wal>, TopicError> {
+        // Decided locally first: a redirect, or a broker without a fresh
+        // lease, answers without a Raft round trip (which a broker cut off
+        // from the majority could not finish).
+        if let Some(cluster) = self.cluster.get() {
+            match cluster.route(topic) {
+                crate::cluster::Route::Remote(owner) => return Err(TopicError::NotOwner(owner)),
+                crate::cluster::Route::Unassigned { reason } if !cluster.lease_fresh() => {
+                    return Err(TopicError::NoOwner(reason));
+                }
+                _ => {}
+            }
+        }
         let catalog = Catalog::new(self.store.as_ref());
         let loaded = match catalog.load_settings(topic).await {
             Ok(loaded) => loaded,
