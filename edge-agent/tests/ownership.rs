@@ -721,3 +721,58 @@ async fn with_retain_until_acknowledged_a_welcome_below_the_deleted_range_stops_
     agent.shutdown().await.unwrap();
     broker.stop();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_gone_silent_is_noticed_within_the_idle_timeout_and_the_next_broker_takes_over() {
+    use tributary_test_support::relay::{LinkConfig, Relay, RelayConfig};
+    let dir = tempfile::tempdir().unwrap();
+    let certs = certs(dir.path());
+    let first = Broker::start(&certs, 1, Arc::new(|_| Answer::Accept));
+    let second = Broker::start(&certs, 2, Arc::new(|_| Answer::Accept));
+    // The first broker is reached through a relay the test can cut: its
+    // host vanishes without a word (no close, no reset).
+    let relay = Relay::start(
+        RelayConfig::symmetric(7, LinkConfig::perfect()),
+        first.addr.parse().unwrap(),
+    )
+    .unwrap();
+    let mut c = agent_config(dir.path(), &certs, &[&first, &second]);
+    c.brokers[0] = relay.addr().to_string();
+    let agent = start(c).await;
+    publish(&agent, "t", &records("a", 5)).await;
+    wait_until("acknowledged by the first broker", WAIT, async || {
+        stat(&agent, "t", "acknowledged_offset").await == 5
+    })
+    .await;
+    relay.cut();
+    let cut_at = tokio::time::Instant::now();
+    publish(&agent, "t", &records("b", 3)).await;
+    wait_until("acknowledged by the second broker", WAIT, async || {
+        stat(&agent, "t", "acknowledged_offset").await == 8
+    })
+    .await;
+    let took = cut_at.elapsed();
+    // The default idle timeout is 5 s (keep-alive 1 s), then the next
+    // bootstrap broker: well under the old 30 s.
+    assert!(
+        took >= Duration::from_secs(4) && took < Duration::from_secs(9),
+        "failover took {took:?}"
+    );
+    let metrics = get(agent.local_addr(), "/metrics").await.text;
+    assert_eq!(
+        metric(
+            &metrics,
+            "tributary_edge_replication_connections_lost_total{reason=\"timed_out\"}"
+        ),
+        Some(1),
+        "{metrics}"
+    );
+    // The second broker had nothing: it got everything, exactly once,
+    // from the retained log (nothing was archived, so nothing was deleted).
+    assert_eq!(ranges(&second.batches("/e1/t")), [(0, 5), (5, 8)]);
+    assert_eq!(ranges(&first.batches("/e1/t")), [(0, 5)]);
+    agent.shutdown().await.unwrap();
+    relay.shutdown();
+    first.stop();
+    second.stop();
+}
