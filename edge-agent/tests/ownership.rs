@@ -776,3 +776,60 @@ async fn a_broker_gone_silent_is_noticed_within_the_idle_timeout_and_the_next_br
     first.stop();
     second.stop();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_whose_connection_fails_sends_its_topics_back_to_bootstrap() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = certs(dir.path());
+    // The "owner" closes every connection right after its handshake.
+    let tls = TlsIdentity::load(&broker_paths(&certs, 2)).unwrap();
+    let server = tls.quic_server(ALPN_REPLICATION).unwrap();
+    let closer = quinn::Endpoint::server(server, "127.0.0.1:0".parse().unwrap()).unwrap();
+    let closed = Arc::new(AtomicU64::new(0));
+    let closer_task = {
+        let (closer, closed) = (closer.clone(), closed.clone());
+        tokio::spawn(async move {
+            while let Some(incoming) = closer.accept().await {
+                if let Ok(conn) = incoming.await {
+                    closed.fetch_add(1, Ordering::SeqCst);
+                    conn.close(1u32.into(), b"going away");
+                }
+            }
+        })
+    };
+    let redirect = Redirect {
+        broker_id: 2,
+        ingest_addr: closer.local_addr().unwrap().to_string(),
+        epoch: 4,
+    };
+    let hellos = Arc::new(AtomicU64::new(0));
+    let seen = hellos.clone();
+    // Redirects the first Hello there; owns the topic after that.
+    let bootstrap = Broker::start(
+        &certs,
+        1,
+        Arc::new(move |_| match seen.fetch_add(1, Ordering::SeqCst) {
+            0 => Answer::Redirect(redirect.clone()),
+            _ => Answer::Accept,
+        }),
+    );
+    let agent = start(agent_config(dir.path(), &certs, &[&bootstrap])).await;
+    publish(&agent, "t", &records("a", 7)).await;
+    wait_until(
+        "/e1/t acknowledged by the bootstrap broker",
+        WAIT,
+        async || stat(&agent, "t", "acknowledged_offset").await == 7,
+    )
+    .await;
+    assert_eq!(
+        closed.load(Ordering::SeqCst),
+        1,
+        "the owner was dialled once"
+    );
+    assert_eq!(bootstrap.hellos(), ["/e1/t", "/e1/t"]);
+    assert_eq!(ranges(&bootstrap.batches("/e1/t")), [(0, 7)]);
+    agent.shutdown().await.unwrap();
+    closer_task.abort();
+    closer.close(0u32.into(), b"done");
+    bootstrap.stop();
+}
