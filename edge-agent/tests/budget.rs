@@ -450,3 +450,63 @@ async fn overshoot_stays_within_one_percent() {
     drop((drop_wal, refuse_wal));
     agent.shutdown().await.unwrap();
 }
+
+/// `drop_oldest` on a topic held full by an acknowledged but un-archived
+/// tail (`retain_until = "archived"`) drops exactly as before: the oldest
+/// sealed segment, counted and listed; its records are not counted as lost
+/// (the broker holds them). An `Archived` report then deletes what it
+/// covers without counting it as dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drop_oldest_with_an_unarchived_tail_drops_and_counts_as_before_and_archived_deletes_the_rest()
+ {
+    const LIMIT: u64 = 8192;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.limits = small_limits();
+    let mut t = topic("/e1/t", StreamIntent::EventStream);
+    t.disk_budget_bytes = Some(LIMIT);
+    t.full_policy = FullPolicy::DropOldest;
+    cfg.topics = vec![t];
+    let agent = start(cfg).await;
+    let limits = agent.config().limits;
+    let manager = agent.topics().clone();
+    let topic = manager.topic(&name("/e1/t")).unwrap();
+    let wal = topic.wal().unwrap();
+    let len = value_len_for(500, &limits);
+    for i in 0..16 {
+        manager
+            .publish(&name("/e1/t"), vec![record(&value(i, len))])
+            .await
+            .unwrap();
+    }
+    // Everything acknowledged, nothing archived: nothing deleted.
+    let outcome = manager.on_acknowledged(&name("/e1/t"), 16).await.unwrap();
+    assert_eq!(outcome.deleted_segments, []);
+    assert_eq!(wal.size_bytes(), 8000);
+    // The next batch does not fit: the oldest sealed segment goes.
+    manager
+        .publish(&name("/e1/t"), vec![record(&value(16, len))])
+        .await
+        .unwrap();
+    let stats = topic.stats();
+    assert_eq!(
+        stats.recent_dropped_ranges,
+        [DroppedRange {
+            start_offset: 0,
+            end_offset: 4,
+            lost_records: 0,
+            bytes: 2000,
+        }]
+    );
+    assert_eq!((stats.dropped_segments, stats.dropped_records), (1, 0));
+    assert_eq!(stats.log_start_offset, 4);
+    // Archived up to 12: segments 4..8 and 8..12 go, not counted as drops.
+    let freed = manager.on_archived(&name("/e1/t"), 12).await.unwrap();
+    assert_eq!(freed, 4000);
+    let stats = topic.stats();
+    assert_eq!((stats.dropped_segments, stats.log_start_offset), (1, 12));
+    assert_eq!(stats.disk_used_bytes, wal.size_bytes());
+    assert_eq!(manager.agent_budget().used_bytes(), wal.size_bytes());
+    drop((topic, wal));
+    agent.shutdown().await.unwrap();
+}

@@ -721,3 +721,115 @@ async fn with_retain_until_acknowledged_a_welcome_below_the_deleted_range_stops_
     agent.shutdown().await.unwrap();
     broker.stop();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broker_gone_silent_is_noticed_within_the_idle_timeout_and_the_next_broker_takes_over() {
+    use tributary_test_support::relay::{LinkConfig, Relay, RelayConfig};
+    let dir = tempfile::tempdir().unwrap();
+    let certs = certs(dir.path());
+    let first = Broker::start(&certs, 1, Arc::new(|_| Answer::Accept));
+    let second = Broker::start(&certs, 2, Arc::new(|_| Answer::Accept));
+    // The first broker is reached through a relay the test can cut: its
+    // host vanishes without a word (no close, no reset).
+    let relay = Relay::start(
+        RelayConfig::symmetric(7, LinkConfig::perfect()),
+        first.addr.parse().unwrap(),
+    )
+    .unwrap();
+    let mut c = agent_config(dir.path(), &certs, &[&first, &second]);
+    c.brokers[0] = relay.addr().to_string();
+    let agent = start(c).await;
+    publish(&agent, "t", &records("a", 5)).await;
+    wait_until("acknowledged by the first broker", WAIT, async || {
+        stat(&agent, "t", "acknowledged_offset").await == 5
+    })
+    .await;
+    relay.cut();
+    let cut_at = tokio::time::Instant::now();
+    publish(&agent, "t", &records("b", 3)).await;
+    wait_until("acknowledged by the second broker", WAIT, async || {
+        stat(&agent, "t", "acknowledged_offset").await == 8
+    })
+    .await;
+    let took = cut_at.elapsed();
+    // The default idle timeout is 5 s (keep-alive 1 s), then the next
+    // bootstrap broker: well under the old 30 s.
+    assert!(
+        took >= Duration::from_secs(4) && took < Duration::from_secs(9),
+        "failover took {took:?}"
+    );
+    let metrics = get(agent.local_addr(), "/metrics").await.text;
+    assert_eq!(
+        metric(
+            &metrics,
+            "tributary_edge_replication_connections_lost_total{reason=\"timed_out\"}"
+        ),
+        Some(1),
+        "{metrics}"
+    );
+    // The second broker had nothing: it got everything, exactly once,
+    // from the retained log (nothing was archived, so nothing was deleted).
+    assert_eq!(ranges(&second.batches("/e1/t")), [(0, 5), (5, 8)]);
+    assert_eq!(ranges(&first.batches("/e1/t")), [(0, 5)]);
+    agent.shutdown().await.unwrap();
+    relay.shutdown();
+    first.stop();
+    second.stop();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_owner_whose_connection_fails_sends_its_topics_back_to_bootstrap() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = certs(dir.path());
+    // The "owner" closes every connection right after its handshake.
+    let tls = TlsIdentity::load(&broker_paths(&certs, 2)).unwrap();
+    let server = tls.quic_server(ALPN_REPLICATION).unwrap();
+    let closer = quinn::Endpoint::server(server, "127.0.0.1:0".parse().unwrap()).unwrap();
+    let closed = Arc::new(AtomicU64::new(0));
+    let closer_task = {
+        let (closer, closed) = (closer.clone(), closed.clone());
+        tokio::spawn(async move {
+            while let Some(incoming) = closer.accept().await {
+                if let Ok(conn) = incoming.await {
+                    closed.fetch_add(1, Ordering::SeqCst);
+                    conn.close(1u32.into(), b"going away");
+                }
+            }
+        })
+    };
+    let redirect = Redirect {
+        broker_id: 2,
+        ingest_addr: closer.local_addr().unwrap().to_string(),
+        epoch: 4,
+    };
+    let hellos = Arc::new(AtomicU64::new(0));
+    let seen = hellos.clone();
+    // Redirects the first Hello there; owns the topic after that.
+    let bootstrap = Broker::start(
+        &certs,
+        1,
+        Arc::new(move |_| match seen.fetch_add(1, Ordering::SeqCst) {
+            0 => Answer::Redirect(redirect.clone()),
+            _ => Answer::Accept,
+        }),
+    );
+    let agent = start(agent_config(dir.path(), &certs, &[&bootstrap])).await;
+    publish(&agent, "t", &records("a", 7)).await;
+    wait_until(
+        "/e1/t acknowledged by the bootstrap broker",
+        WAIT,
+        async || stat(&agent, "t", "acknowledged_offset").await == 7,
+    )
+    .await;
+    assert_eq!(
+        closed.load(Ordering::SeqCst),
+        1,
+        "the owner was dialled once"
+    );
+    assert_eq!(bootstrap.hellos(), ["/e1/t", "/e1/t"]);
+    assert_eq!(ranges(&bootstrap.batches("/e1/t")), [(0, 7)]);
+    agent.shutdown().await.unwrap();
+    closer_task.abort();
+    closer.close(0u32.into(), b"done");
+    bootstrap.stop();
+}

@@ -374,15 +374,14 @@ async fn connect_and_replicate(
     info!(broker = %addr, owner_connection = target.is_some(), "connected to broker");
     let routes = Arc::new(AckRoutes::default());
     let datagrams = tokio::spawn(route_ack_datagrams(conn.clone(), routes.clone()));
-    let mut running: HashMap<String, tokio::task::JoinHandle<Result<(), StreamError>>> =
-        HashMap::new();
+    // The stream tasks, and which topic each one runs: a task that ends is
+    // seen at once (a redirect is followed without waiting for a tick).
+    let mut running: tokio::task::JoinSet<Result<(), StreamError>> = tokio::task::JoinSet::new();
+    let mut running_topics: HashMap<tokio::task::Id, String> = HashMap::new();
     let mut not_before: HashMap<String, tokio::time::Instant> = HashMap::new();
     let mut reports = StreamReports::default();
     let mut topic_changes = shared.topics.watch_topics();
     let mut route_changes = shared.routing.subscribe();
-    // Each stream task says here when it ends, so a redirect is followed
-    // at once.
-    let (ended_tx, mut ended_rx) = tokio::sync::mpsc::unbounded_channel::<()>();
     let ended = loop {
         let now = tokio::time::Instant::now();
         for topic in shared.topics.topics() {
@@ -390,17 +389,8 @@ async fn connect_and_replicate(
                 continue; // realtime: not replicated
             };
             let name = topic.name().as_str().to_string();
-            if running.get(&name).is_some_and(|h| !h.is_finished()) {
+            if running_topics.values().any(|t| *t == name) {
                 continue;
-            }
-            if let Some(ended) = running.remove(&name) {
-                match ended.await {
-                    Ok(Ok(())) | Err(_) => {}
-                    Ok(Err(e)) => {
-                        let wait = on_stream_end(shared, &name, &e, target, &mut reports);
-                        not_before.insert(name.clone(), now + wait);
-                    }
-                }
             }
             if !shared.routing.runs_on(&name, target, now.into_std())
                 || not_before.get(&name).is_some_and(|at| now < *at)
@@ -412,16 +402,15 @@ async fn connect_and_replicate(
                 conn: conn.clone(),
                 ack_routes: routes.clone(),
             };
-            let (manager, config, stats, pacer, routing, ended_tx) = (
+            let (manager, config, stats, pacer, routing) = (
                 shared.topics.clone(),
                 shared.config.clone(),
                 shared.stats.clone(),
                 shared.pacer.clone(),
                 shared.routing.clone(),
-                ended_tx.clone(),
             );
-            let task = tokio::spawn(async move {
-                let result = replicate_topic(
+            let task = running.spawn(async move {
+                replicate_topic(
                     &connection,
                     &topic,
                     &wal,
@@ -431,11 +420,9 @@ async fn connect_and_replicate(
                     pacer,
                     &routing,
                 )
-                .await;
-                let _ = ended_tx.send(());
-                result
+                .await
             });
-            running.insert(name, task);
+            running_topics.insert(task.id(), name);
         }
         if let Some(target) = target
             && running.is_empty()
@@ -444,6 +431,20 @@ async fn connect_and_replicate(
             break Ok(Ended::Unneeded);
         }
         tokio::select! {
+            Some(joined) = running.join_next_with_id() => {
+                // A panicked task is the runtime's to report; its topic
+                // starts again at the next pass.
+                let (id, result) = match joined {
+                    Ok((id, result)) => (id, Some(result)),
+                    Err(e) => (e.id(), None),
+                };
+                if let Some(name) = running_topics.remove(&id)
+                    && let Some(Err(e)) = result
+                {
+                    let wait = on_stream_end(shared, &name, &e, target, &mut reports);
+                    not_before.insert(name, tokio::time::Instant::now() + wait);
+                }
+            }
             reason = conn.closed() => {
                 let loss = LossReason::of(&reason);
                 shared.stats.connections_lost[loss as usize].fetch_add(1, Ordering::Relaxed);
@@ -456,7 +457,6 @@ async fn connect_and_replicate(
                 }
             }
             _ = route_changes.changed() => {}
-            _ = ended_rx.recv() => {}
             // Restart streams whose wait is over.
             () = tokio::time::sleep(RETRYABLE_RESTART) => {}
             () = stopped(shutdown) => break Ok(Ended::Shutdown),
@@ -465,9 +465,7 @@ async fn connect_and_replicate(
     // Every stream ends once the connection is closed; wait for them (and
     // so for their read-ahead and checkpoint tasks) before returning.
     conn.close(0u32.into(), b"edge shutting down");
-    for (_, task) in running.drain() {
-        let _ = task.await;
-    }
+    while running.join_next().await.is_some() {}
     let _ = datagrams.await;
     ended
 }
