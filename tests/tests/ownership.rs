@@ -405,3 +405,147 @@ fn a_partitioned_owner_lets_the_edge_trim_nothing_and_the_cluster_converges() {
     }
     assert_eq!(fleet.edge.terminate(), Some(0), "edge-agent exit");
 }
+
+/// Reads `topic` through broker `via` until its cursor reaches `end`,
+/// attaching again whenever the session is lost (its broker stopped
+/// owning the topic): what a consumer application does. Returns every
+/// offset's value and how many records were delivered again after a
+/// re-attach (allowed: the stored cursor trails the acknowledgements a
+/// little); a redelivered record must carry the same value.
+fn follow(
+    fleet: &Fleet,
+    via: u64,
+    topic: &str,
+    subscription: &str,
+    end: &std::sync::atomic::AtomicU64,
+) -> (BTreeMap<u64, String>, u64) {
+    use tributary_api::consumer::{AttachRequest, StartPosition, SubscriptionType};
+    let client = fleet.consumer(via);
+    let attach = AttachRequest {
+        subscription_type: SubscriptionType::Exclusive,
+        start: StartPosition::Earliest,
+        ..AttachRequest::default()
+    };
+    let mut records = BTreeMap::new();
+    let mut redelivered = 0;
+    let deadline = Instant::now() + Duration::from_secs(240);
+    let mut session = None;
+    let mut cursor = 0;
+    while cursor < end.load(Ordering::Relaxed) || end.load(Ordering::Relaxed) == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "consumer through broker {via} stuck at {cursor}"
+        );
+        let Some(id) = session else {
+            match client.attach(topic, subscription, &attach) {
+                Ok(s) => {
+                    cursor = s.cursor;
+                    session = Some(s.consumer_id);
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(200)),
+            }
+            continue;
+        };
+        let got = match client.read(topic, subscription, id, 500, 300) {
+            Ok(got) => got,
+            Err(_) => {
+                session = None;
+                continue;
+            }
+        };
+        let mut last = None;
+        for m in got.messages {
+            last = Some(m.offset);
+            let value = m.value.unwrap_or_default();
+            match records.get(&m.offset) {
+                Some(first) => {
+                    assert_eq!(
+                        first, &value,
+                        "offset {} redelivered with another value",
+                        m.offset
+                    );
+                    redelivered += 1;
+                }
+                None => {
+                    records.insert(m.offset, value);
+                }
+            }
+        }
+        cursor = got.cursor;
+        if let Some(last) = last {
+            match client.ack_up_to(topic, subscription, id, last) {
+                Ok(acked) => cursor = acked.cursor,
+                Err(_) => session = None,
+            }
+        }
+    }
+    (records, redelivered)
+}
+
+#[test]
+fn a_topic_moved_under_load_loses_nothing_and_consumers_anywhere_agree() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut fleet = Fleet::new(dir.path(), &TOPICS, "", "");
+    fleet.start_all();
+    let stop = Arc::new(AtomicBool::new(false));
+    let publishing = publisher(
+        fleet.edge_api,
+        stop.clone(),
+        50,
+        Duration::from_millis(50),
+        start(),
+    );
+    wait_acknowledged(fleet.edge_api, READINGS, 1000, Duration::from_secs(60));
+    let (owner, epoch) = wait_for_owner(&fleet, READINGS, None, Duration::from_secs(30));
+    let other = 1 + owner % 3;
+    let target = 1 + other % 3;
+    let end = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let fleet = Arc::new(fleet);
+    let consumers: Vec<_> = [(owner, "at-owner"), (other, "at-other")]
+        .into_iter()
+        .map(|(via, name)| {
+            let (fleet, end) = (fleet.clone(), end.clone());
+            std::thread::spawn(move || follow(&fleet, via, READINGS, name, &end))
+        })
+        .collect();
+    std::thread::sleep(Duration::from_secs(3));
+    let out = Command::new(bin_path("tribctl"))
+        .args(["--admin-url", &fleet.nodes[(other - 1) as usize].url()])
+        .args(["--token", tributary_tests::fleet::TOKEN])
+        .args(["topics", "move", READINGS, "--to", &target.to_string()])
+        .env_remove("TRIB_ADMIN_URL")
+        .output()
+        .expect("tribctl topics move");
+    assert!(out.status.success(), "tribctl topics move: {out:?}");
+    let (moved_to, moved_epoch) = wait_for_owner(
+        &fleet,
+        READINGS,
+        Some((owner, epoch)),
+        Duration::from_secs(30),
+    );
+    assert_eq!((moved_to, moved_epoch), (target, epoch + 1));
+    std::thread::sleep(Duration::from_secs(5));
+    stop.store(true, Ordering::Relaxed);
+    let published = publishing.join().expect("publisher");
+    let total = published[READINGS];
+    wait_acknowledged(fleet.edge_api, READINGS, total, Duration::from_secs(120));
+    end.store(total, Ordering::Relaxed);
+    let mut seen = Vec::new();
+    for consumer in consumers {
+        let (records, redelivered) = consumer.join().expect("consumer");
+        assert_eq!(records.len() as u64, total, "every record, once");
+        for (offset, value) in &records {
+            assert_eq!(value, &format!("{READINGS}-{offset}"));
+        }
+        eprintln!(
+            "consumer: {} records, {redelivered} delivered again after a re-attach",
+            records.len()
+        );
+        seen.push(records);
+    }
+    assert_eq!(
+        seen[0], seen[1],
+        "a consumer through a non-owner reads what one at the owner reads"
+    );
+    check_exactly_once(&fleet, target, READINGS, total, "after-move");
+}

@@ -278,7 +278,13 @@ impl TopicStore {
         };
         for topic in self.layout.unmarked_topics() {
             if cluster.owner(&topic).is_none() {
-                info!(%topic, "local data from before topic ownership: asking to own it");
+                let archived =
+                    crate::storage::tiered_offset(self.store.as_ref(), &self.storage_keys, &topic)
+                        .await
+                        .ok()
+                        .flatten()
+                        .unwrap_or(0);
+                tracing::warn!(%topic, archived_offset = archived, "local data from before topic ownership (upgrade): this broker asks to own the topic and keeps its copy; edges of the old version may already have deleted what lies above the archived offset, so until the tier service archives it this broker holds the only copy");
                 if let Err(e) = cluster
                     .ensure_placed(&topic, Some(cluster.me()), "local_data")
                     .await
