@@ -1,6 +1,7 @@
 //! The main job under test: the `demo` driver (what `scripts/demo` runs)
 //! with the debug binaries on the first 5,000 rows of the real data set,
-//! broker outage included.
+//! broker outage included: on one broker (SIGTERM mid-replay) and on three
+//! (the readings topic's owner SIGKILLed mid-replay).
 //!
 //! The data set comes from `TRIB_DEMO_CSV` (`.ci/run` sets it after
 //! `scripts/fetch-demo-data`), else from the cache that script fills. A
@@ -36,6 +37,25 @@ fn data_set() -> PathBuf {
 
 #[test]
 fn demo_replays_5000_rows_through_an_outage_with_every_count_equal() {
+    let s = run_demo(1);
+    // The broker twice (mid-replay and at the end), the tier service, the
+    // edge: each stopped with exit 0 on SIGTERM.
+    let exits = s["exit_codes"].as_array().expect("exit codes");
+    assert_eq!(exits.len(), 4, "{s:#}");
+}
+
+#[test]
+fn demo_on_three_brokers_survives_a_sigkill_of_the_owner_with_every_count_equal() {
+    let s = run_demo(3);
+    // The killed owner is not stopped mid-replay: the edge, three tier
+    // services and three brokers at the end, each exit 0 on SIGTERM.
+    let exits = s["exit_codes"].as_array().expect("exit codes");
+    assert_eq!(exits.len(), 7, "{s:#}");
+}
+
+/// Runs the demo on the first [`ROWS`] rows with `brokers` brokers and
+/// checks every count; returns the summary.
+fn run_demo(brokers: u64) -> Value {
     let csv = data_set();
     let dir = tempfile::tempdir().expect("tempdir");
     let work = dir.path().join("work");
@@ -52,6 +72,7 @@ fn demo_replays_5000_rows_through_an_outage_with_every_count_equal() {
         .arg("--work-dir")
         .arg(&work)
         .args(["--rows", &ROWS.to_string(), "--outage-ms", "2000"])
+        .args(["--brokers", &brokers.to_string()])
         .arg("--summary-json")
         .arg(&summary_path)
         .output()
@@ -95,14 +116,13 @@ fn demo_replays_5000_rows_through_an_outage_with_every_count_equal() {
         }
     }
     // The outage happened, lasted at least --outage-ms, and every process
-    // (the broker twice) stopped with exit 0 on SIGTERM.
+    // stopped with exit 0 on SIGTERM.
     assert!(
         s["broker_outage_ms"].as_u64().unwrap_or_default() >= 2000,
         "{s:#}"
     );
     assert!(s["reconnects"].as_u64().unwrap_or_default() >= 1, "{s:#}");
     let exits = s["exit_codes"].as_array().expect("exit codes");
-    assert_eq!(exits.len(), 4, "{s:#}");
     assert!(exits.iter().all(|e| e[1] == 0), "{s:#}");
     // zstd on the wire: fewer bytes than the batches replicated.
     let (wire, raw) = (
@@ -112,6 +132,7 @@ fn demo_replays_5000_rows_through_an_outage_with_every_count_equal() {
     assert!(wire > 0 && wire < raw, "wire {wire}, raw {raw}");
     // The work directory holds the archive the summary counted.
     assert!(work.join("archive").is_dir());
+    s
 }
 
 #[test]

@@ -4,7 +4,6 @@
 //! is SIGKILLed with its tier service (a lost host), and the others take
 //! over its topics.
 
-use anyhow::Context as _;
 use tributary_test_support::process::Proc;
 
 use crate::READINGS;
@@ -63,9 +62,18 @@ impl Central {
             self.down = Some(0);
             return Ok(());
         }
-        let owner = layout
-            .owner(READINGS)
-            .context("no broker has opened the readings topic as owner")?;
+        // The owner marks the topic when the edge's stream first opens it.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        let owner = loop {
+            if let Some(owner) = layout.owner(READINGS) {
+                break owner;
+            }
+            anyhow::ensure!(
+                std::time::Instant::now() < deadline,
+                "no broker opened {READINGS} as owner within 60 s"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        };
         eprintln!(
             "demo: SIGKILL of broker {owner}, the owner of {READINGS}, and its tier service; the others take over"
         );

@@ -262,6 +262,9 @@ pub fn replay(
         }
         Ok(())
     })();
+    // On an error above the reader may be blocked sending the next batch:
+    // closing the channel lets it end.
+    drop(rx);
     let input = match reader.join() {
         Ok(result) => result,
         Err(_) => Err(anyhow!("the CSV reader panicked")),
