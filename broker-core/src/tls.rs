@@ -268,12 +268,32 @@ impl TlsIdentity {
 }
 
 /// Transport settings shared by all Tributary QUIC endpoints: keepalive every
-/// 5 s, idle timeout 30 s, otherwise quinn's defaults (Cubic congestion
-/// control).
+/// [`KEEP_ALIVE`], idle timeout [`IDLE_TIMEOUT`], otherwise quinn's defaults
+/// (Cubic congestion control).
+///
+/// The idle timeout in effect on a connection is the smaller of both
+/// sides' (RFC 9000 §10.1): an edge agent asks for less (5 s by default,
+/// its `[replication] idle_timeout_ms`) and pings more often (1 s), so it
+/// notices a dead broker within seconds; the broker keeps these values for
+/// clients that ask for nothing shorter (consumers, tribctl).
 pub fn transport_config() -> quinn::TransportConfig {
+    transport_config_with(KEEP_ALIVE, IDLE_TIMEOUT)
+}
+
+/// Keep-alive interval of [`transport_config`].
+pub const KEEP_ALIVE: Duration = Duration::from_secs(5);
+/// Idle timeout of [`transport_config`].
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// [`transport_config`] with another keep-alive interval and idle timeout
+/// (an idle timeout beyond QUIC's varint range is left at quinn's default).
+pub fn transport_config_with(
+    keep_alive: Duration,
+    idle_timeout: Duration,
+) -> quinn::TransportConfig {
     let mut transport = quinn::TransportConfig::default();
-    transport.keep_alive_interval(Some(Duration::from_secs(5)));
-    if let Ok(idle) = quinn::IdleTimeout::try_from(Duration::from_secs(30)) {
+    transport.keep_alive_interval(Some(keep_alive));
+    if let Ok(idle) = quinn::IdleTimeout::try_from(idle_timeout) {
         transport.max_idle_timeout(Some(idle));
     }
     transport

@@ -117,7 +117,48 @@ pub struct BrokerConfig {
     /// set. See [`crate::budget`].
     #[serde(default)]
     pub budget: crate::budget::BudgetConfig,
+    /// Topic ownership: lease timing and the addresses other brokers
+    /// redirect to (`[cluster]`); see [`crate::cluster`].
+    #[serde(default)]
+    pub cluster: ClusterTuning,
 }
+
+/// `[cluster]`: the broker's lease and advertised addresses.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ClusterTuning {
+    /// Lease time to live, ms. Default 5000. A dead broker's topics move
+    /// within about this plus one heartbeat.
+    pub lease_ttl_ms: u64,
+    /// Lease renewal and load-manager interval, ms. Default 1000.
+    pub heartbeat_ms: u64,
+    /// A broker stops serving its topics this long before its lease could
+    /// lapse, ms: the wall-clock skew tolerated between brokers. Default
+    /// 1500.
+    pub lease_margin_ms: u64,
+    /// The ingest address edges are redirected to. Default `ingest_listen`.
+    pub advertised_ingest: Option<String>,
+    /// The admin API base URL consumers are redirected to. Default
+    /// `https://{admin_listen}` (`http://` with `admin_plain_http`).
+    pub advertised_admin_url: Option<String>,
+}
+
+impl Default for ClusterTuning {
+    fn default() -> Self {
+        ClusterTuning {
+            lease_ttl_ms: 5000,
+            heartbeat_ms: 1000,
+            lease_margin_ms: 1500,
+            advertised_ingest: None,
+            advertised_admin_url: None,
+        }
+    }
+}
+
+/// Default `[wal] segment_max_age_ms`: central segments seal after a
+/// minute, so the archive (and with it what edges may delete) trails a
+/// quiet topic by about a minute plus the tier service's interval.
+pub const DEFAULT_SEGMENT_MAX_AGE_MS: u64 = 60_000;
 
 impl std::fmt::Debug for BrokerConfig {
     /// Every setting except the admin token's value (`<redacted>`).
@@ -142,6 +183,7 @@ impl std::fmt::Debug for BrokerConfig {
             .field("archive", &self.archive)
             .field("retention", &self.retention)
             .field("budget", &self.budget)
+            .field("cluster", &self.cluster)
             .finish()
     }
 }
@@ -188,7 +230,7 @@ pub struct WalTuning {
     /// Seal a topic's active segment this long after its first write in
     /// this process, ms, so the tier service (which only uploads sealed
     /// segments) archives the tail of a quiet topic within a bounded time.
-    /// Default none: segments seal only at 64 MiB.
+    /// Default [`DEFAULT_SEGMENT_MAX_AGE_MS`] (one minute).
     pub segment_max_age_ms: Option<u64>,
     /// Rate of the background CRC check of sealed segments, bytes/s
     /// (default 4 MiB/s; 0 turns it off: damage is then found by reads
@@ -352,6 +394,16 @@ impl BrokerConfig {
             return Err(ConfigError::Invalid {
                 field: "wal.segment_max_age_ms",
                 reason: "must be at least 1 (or left out)".into(),
+            });
+        }
+        let c = &self.cluster;
+        if c.heartbeat_ms == 0 || c.lease_margin_ms + c.heartbeat_ms >= c.lease_ttl_ms {
+            return Err(ConfigError::Invalid {
+                field: "cluster.lease_ttl_ms",
+                reason: format!(
+                    "must exceed lease_margin_ms + heartbeat_ms ({} + {} ms), and heartbeat_ms must be at least 1",
+                    c.lease_margin_ms, c.heartbeat_ms
+                ),
             });
         }
         if self.retention.interval_ms == Some(0) {

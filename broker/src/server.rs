@@ -94,13 +94,79 @@ pub async fn run(
             state.store.clone(),
             Limits::default(),
         )
-        .with_segment_max_age(
+        .with_segment_max_age(Some(std::time::Duration::from_millis(
             config
                 .wal
                 .segment_max_age_ms
-                .map(std::time::Duration::from_millis),
-        ),
+                .unwrap_or(crate::config::DEFAULT_SEGMENT_MAX_AGE_MS),
+        )))
+        .with_storage_keys(match &config.archive {
+            Some(archive) => {
+                tributary_proto::keys::StorageKeys::new(&archive.prefix).map_err(|e| {
+                    crate::config::ConfigError::Invalid {
+                        field: "archive.prefix",
+                        reason: e.to_string(),
+                    }
+                })?
+            }
+            None => tributary_proto::keys::StorageKeys::default(),
+        }),
     );
+    // Topic ownership: this broker's lease, the view of `/cluster/*`, the
+    // load manager (acting only while this node leads Raft).
+    let cluster = crate::cluster::Cluster::new(
+        config.node_id,
+        state.store.clone(),
+        Arc::new(SystemClock),
+        crate::cluster::ClusterConfig {
+            lease_ttl_ms: config.cluster.lease_ttl_ms,
+            heartbeat_ms: config.cluster.heartbeat_ms,
+            lease_margin_ms: config.cluster.lease_margin_ms,
+            ingest_addr: config
+                .cluster
+                .advertised_ingest
+                .clone()
+                .unwrap_or_else(|| config.ingest_listen.to_string()),
+            admin_url: config
+                .cluster
+                .advertised_admin_url
+                .clone()
+                .unwrap_or_else(|| {
+                    let scheme = if config.admin_plain_http {
+                        "http"
+                    } else {
+                        "https"
+                    };
+                    format!("{scheme}://{}", config.admin_listen)
+                }),
+        },
+    );
+    topics.set_cluster(cluster.clone());
+    let cluster_tasks = {
+        let leader_node = node.clone();
+        let me = config.node_id;
+        let is_leader: crate::cluster::manager::IsLeader =
+            Arc::new(move || leader_node.status().leader == Some(me));
+        let follower = tokio::spawn(cluster.clone().follow());
+        let lease = tokio::spawn(crate::cluster::lease::run(cluster.clone()));
+        let manager = tokio::spawn(crate::cluster::manager::run(cluster.clone(), is_leader));
+        let releaser = {
+            let (cluster, topics) = (cluster.clone(), topics.clone());
+            tokio::spawn(async move {
+                let mut changes = cluster.subscribe();
+                topics.place_unmarked().await;
+                loop {
+                    topics.release_lost().await;
+                    if changes.changed().await.is_err() {
+                        break;
+                    }
+                    // Coalesce bursts of changes.
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+            })
+        };
+        [follower, lease, manager, releaser]
+    };
     let ingest_server = tls.quic_server(ALPN_REPLICATION)?;
     let ingest = crate::replication::quic::server_endpoint(
         ingest_server,
@@ -158,6 +224,8 @@ pub async fn run(
     if let Some(archive) = &archive {
         consumers.set_archive(archive.clone());
     }
+    // Cursor writes and dead-letter copies are fenced by ownership.
+    consumers.set_cluster(cluster.clone());
     let ticker = consumers.spawn_ticker();
     let _budget = if config.budget.enabled() {
         let budget =
@@ -201,7 +269,8 @@ pub async fn run(
         router(state).merge(metrics).merge(consumer_routes),
         topics.clone(),
     )
-    .layer(axum::Extension(damage.clone()));
+    .layer(axum::Extension(damage.clone()))
+    .layer(axum::Extension(cluster.clone()));
     // Descriptor commits and trims check objects in the archive; without
     // `[archive]` both are refused (`archive_not_configured`).
     match archive {
@@ -227,6 +296,21 @@ pub async fn run(
     });
     info!("shutting down");
     broker_core::service::notify_stopping();
+    // Hand this broker's topics to the others before going (bounded): edges
+    // are redirected and consumers follow, instead of waiting out the lease.
+    match tokio::time::timeout(std::time::Duration::from_secs(5), cluster.drain()).await {
+        Ok(Ok(0)) => {}
+        Ok(Ok(moved)) => info!(moved, "handed topics over to other brokers"),
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "handing topics over failed; they move when the lease lapses")
+        }
+        Err(_) => {
+            tracing::warn!("handing topics over timed out; the rest move when the lease lapses")
+        }
+    }
+    for task in cluster_tasks {
+        task.abort();
+    }
     watchdog.abort();
     ingest.close(0u32.into(), b"broker shutting down");
     ticker.abort();

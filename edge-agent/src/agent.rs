@@ -252,6 +252,8 @@ impl Agent {
                 let mut replicator_config = ReplicatorConfig::new(config.brokers.clone());
                 replicator_config.bandwidth_cap_bytes_per_s = config.bandwidth_cap_bytes_per_s;
                 replicator_config.congestion_controller = config.congestion_controller;
+                replicator_config.keep_alive = config.replication.keep_alive;
+                replicator_config.idle_timeout = config.replication.idle_timeout;
                 Some(tokio::spawn(replicator::run(
                     replicator_config,
                     tls,

@@ -19,6 +19,13 @@ use tributary_proto::limits::BATCH_BYTES_CEILING;
 
 use crate::budget::FullPolicy;
 
+mod replication;
+
+pub use replication::{
+    DEFAULT_IDLE_TIMEOUT_MS, DEFAULT_KEEP_ALIVE_MS, ReplicationFileConfig, ReplicationSettings,
+    RetainUntil,
+};
+
 /// The QUIC congestion controller of the replication connection.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -146,6 +153,8 @@ pub struct FileConfig {
     pub max_topics: Option<u32>,
     /// Interval between checkpoint writes, ms.
     pub checkpoint_interval_ms: Option<u64>,
+    /// `[replication]`: keep-alive, idle timeout, `retain_until`.
+    pub replication: Option<ReplicationFileConfig>,
     /// Explicitly configured topics.
     #[serde(default)]
     pub topics: Vec<TopicFileConfig>,
@@ -177,6 +186,9 @@ pub struct TopicFileConfig {
     pub full_policy: Option<FullPolicy>,
     /// Ring capacity, records (realtime topics only).
     pub realtime_ring_records: Option<u32>,
+    /// This topic's `retain_until` (durable topics only); default
+    /// `replication.retain_until`.
+    pub retain_until: Option<RetainUntil>,
 }
 
 /// Values from flags and the environment; `None` leaves the file's value.
@@ -217,6 +229,9 @@ pub struct TopicConfig {
     /// Ring capacity for a realtime topic, records; `None`: the agent
     /// default.
     pub realtime_ring_records: Option<u32>,
+    /// This topic's `retain_until`; `None`: the agent's
+    /// [`ReplicationSettings::retain_until`].
+    pub retain_until: Option<RetainUntil>,
 }
 
 /// The validated configuration of an agent.
@@ -247,6 +262,8 @@ pub struct AgentConfig {
     pub max_topics: u32,
     /// Interval between checkpoint writes.
     pub checkpoint_interval: Duration,
+    /// `[replication]`: keep-alive, idle timeout, default `retain_until`.
+    pub replication: ReplicationSettings,
     /// Configured topics.
     pub topics: Vec<TopicConfig>,
 }
@@ -269,6 +286,7 @@ impl AgentConfig {
             limits: Limits::default(),
             max_topics: DEFAULT_MAX_TOPICS,
             checkpoint_interval: Duration::from_millis(DEFAULT_CHECKPOINT_INTERVAL_MS),
+            replication: ReplicationSettings::default(),
             topics: Vec::new(),
         }
     }
@@ -326,6 +344,7 @@ impl AgentConfig {
                 .map_err(|r| ConfigError::invalid(format!("brokers[{i}]"), r))?;
         }
         let limits = resolve_limits(file.max_record_bytes, file.max_batch_bytes)?;
+        let replication = ReplicationSettings::resolve(file.replication)?;
         let disk_budget_bytes = overrides.disk_budget_bytes.or(file.disk_budget_bytes);
         if let Some(budget) = disk_budget_bytes {
             check_budget(budget, &limits)
@@ -404,6 +423,7 @@ impl AgentConfig {
             limits,
             max_topics,
             checkpoint_interval: Duration::from_millis(checkpoint_ms),
+            replication,
             topics,
         })
     }
@@ -411,6 +431,13 @@ impl AgentConfig {
     /// The configured topic `name`, if any.
     pub fn topic(&self, name: &TopicName) -> Option<&TopicConfig> {
         self.topics.iter().find(|t| &t.name == name)
+    }
+
+    /// The `retain_until` of topic `name`: its own, else the agent's.
+    pub fn retain_until(&self, name: &TopicName) -> RetainUntil {
+        self.topic(name)
+            .and_then(|t| t.retain_until)
+            .unwrap_or(self.replication.retain_until)
     }
 }
 
@@ -606,6 +633,7 @@ fn resolve_topic(
         for (set, what) in [
             (topic.disk_budget_bytes.is_some(), "disk_budget_bytes"),
             (topic.full_policy.is_some(), "full_policy"),
+            (topic.retain_until.is_some(), "retain_until"),
         ] {
             if set {
                 return Err(ConfigError::invalid(
@@ -639,6 +667,7 @@ fn resolve_topic(
         disk_budget_bytes: topic.disk_budget_bytes,
         full_policy: topic.full_policy.unwrap_or_default(),
         realtime_ring_records: topic.realtime_ring_records,
+        retain_until: topic.retain_until,
     })
 }
 

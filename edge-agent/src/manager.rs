@@ -12,6 +12,7 @@
 //! | `/topics/{ns}/{topic}/intent` | [`tributary_proto::intent::ExpandedStreamSettings`] (configured topics) |
 //! | `/topics/{ns}/{topic}/delivery` | `"Reliable"` / `"NonReliable"` |
 //! | `/edge/checkpoints/{ns}/{topic}` | next offset acknowledged by the broker (JSON number) |
+//! | `/edge/archived/{ns}/{topic}` | offset below which the broker reported everything archived (JSON number); with `retain_until = "archived"` retention deletes only below the smaller of it and the checkpoint |
 //!
 //! A configured topic is created with its intent on first start; an unknown
 //! topic is created on its first publish with the broker fallback (no
@@ -51,6 +52,10 @@ use crate::recovery::FaultReport;
 use crate::topic::{
     AckError, AckRelease, PublishAck, PublishError, Topic, TopicParts, TopicPolicy, TopicStats,
 };
+
+mod rebuild;
+
+use self::rebuild::recreate_wal_topics;
 
 /// Subdirectory of the data directory holding `{ns}/{topic}/` per topic.
 pub const TOPICS_DIR: &str = "topics";
@@ -325,6 +330,7 @@ impl TopicManager {
             ring_records: configured
                 .and_then(|t| t.realtime_ring_records)
                 .unwrap_or(self.config.realtime_ring_records),
+            retain_until: self.config.retain_until(name),
         };
         let checkpoint: Option<u64> = self
             .store
@@ -332,6 +338,12 @@ impl TopicManager {
             .await
             .map_err(CatalogError::from)?;
         let acknowledged = checkpoint.unwrap_or(0);
+        let archived: Option<u64> = self
+            .store
+            .get_as(&keys::edge::archived(name))
+            .await
+            .map_err(CatalogError::from)?;
+        let archived = archived.unwrap_or(0);
         let persistence = settings
             .intent
             .as_ref()
@@ -345,6 +357,7 @@ impl TopicManager {
             limits: self.config.limits,
             clock: self.clock.clone(),
             acknowledged,
+            archived,
         };
         let dir = self.topic_dir(name);
         if persistence == Persistence::InMemory {
@@ -376,6 +389,8 @@ impl TopicManager {
             segment_max_bytes = wal.config().segment_max_bytes,
             high_water_mark = wal.high_water_mark(),
             acknowledged,
+            archived,
+            retain_until = policy.retain_until.as_str(),
             bytes = wal.size_bytes(),
             "durable topic opened"
         );
@@ -530,28 +545,69 @@ impl TopicManager {
         Ok(topic.acknowledge(next_offset).await?)
     }
 
-    /// Writes every checkpoint that changed since the last call, batched
-    /// into few metadata transactions; returns how many were written.
+    /// The replicator's report: the broker says every record of `name`
+    /// below `archived_offset` is committed in the archive. Raises the
+    /// archived offset (persisted at `/edge/archived/{ns}/{topic}` by the
+    /// next [`TopicManager::flush_checkpoints`]) and, with
+    /// `retain_until = "archived"`, deletes the WAL segments now entirely
+    /// below the smaller of it and the checkpoint. Returns the bytes freed.
     ///
     /// # Errors
-    /// [`TopicError::Metadata`]; the unwritten checkpoints stay pending.
+    /// [`TopicError::NotFound`], [`TopicError::Ack`].
+    pub async fn on_archived(
+        &self,
+        name: &TopicName,
+        archived_offset: u64,
+    ) -> Result<u64, TopicError> {
+        let topic = self.topic(name).ok_or_else(|| TopicError::NotFound {
+            topic: name.clone(),
+        })?;
+        Ok(topic.archive(archived_offset).await?)
+    }
+
+    /// Writes every checkpoint and archived offset that changed since the
+    /// last call, batched into few metadata transactions; returns how many
+    /// were written.
+    ///
+    /// # Errors
+    /// [`TopicError::Metadata`]; the unwritten values stay pending.
     pub async fn flush_checkpoints(&self) -> Result<usize, TopicError> {
-        let dirty: Vec<(Arc<Topic>, u64)> = self
+        let dirty: Vec<(Arc<Topic>, Option<u64>, Option<u64>)> = self
             .topics()
             .into_iter()
-            .filter_map(|t| t.take_dirty_checkpoint().map(|offset| (t, offset)))
+            .filter_map(|t| {
+                let checkpoint = t.take_dirty_checkpoint();
+                let archived = t.take_dirty_archived();
+                (checkpoint.is_some() || archived.is_some()).then_some((t, checkpoint, archived))
+            })
             .collect();
         let mut written = 0;
         for (i, chunk) in dirty.chunks(CHECKPOINTS_PER_TXN).enumerate() {
-            let txn = chunk.iter().fold(Txn::new(), |txn, (topic, offset)| {
-                txn.put(
-                    keys::edge::checkpoint(topic.name()),
-                    serde_json::json!(offset),
-                )
-            });
+            let txn = chunk
+                .iter()
+                .fold(Txn::new(), |mut txn, (topic, checkpoint, archived)| {
+                    if let Some(offset) = checkpoint {
+                        txn = txn.put(
+                            keys::edge::checkpoint(topic.name()),
+                            serde_json::json!(offset),
+                        );
+                    }
+                    if let Some(offset) = archived {
+                        txn = txn.put(
+                            keys::edge::archived(topic.name()),
+                            serde_json::json!(offset),
+                        );
+                    }
+                    txn
+                });
             if let Err(e) = self.store.txn(txn).await.map(drop) {
-                for (topic, _) in &dirty[i * CHECKPOINTS_PER_TXN..] {
-                    topic.mark_checkpoint_dirty();
+                for (topic, checkpoint, archived) in &dirty[i * CHECKPOINTS_PER_TXN..] {
+                    if checkpoint.is_some() {
+                        topic.mark_checkpoint_dirty();
+                    }
+                    if archived.is_some() {
+                        topic.mark_archived_dirty();
+                    }
                 }
                 return Err(e.into());
             }
@@ -640,65 +696,6 @@ pub fn topic_dir(data_dir: &Path, topic: &TopicName) -> PathBuf {
         .join(TOPICS_DIR)
         .join(topic.namespace())
         .join(topic.topic())
-}
-
-/// Recreates, with the implicit-topic defaults, every topic of this edge's
-/// namespace that has a WAL directory (`{data_dir}/topics/{ns}/{topic}/`
-/// holding segment files) but no stored settings: the metadata store lost
-/// them (damaged and replaced, or deleted). Configured topics were created
-/// from the configuration just before. Returns the topics recreated.
-async fn recreate_wal_topics(
-    config: &AgentConfig,
-    catalog: &Catalog<'_>,
-) -> Result<Vec<TopicName>, OpenError> {
-    let namespace_dir = config
-        .data_dir
-        .join(TOPICS_DIR)
-        .join(config.edge_id.as_str());
-    let entries = match std::fs::read_dir(&namespace_dir) {
-        Ok(entries) => entries,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => {
-            warn!(dir = %namespace_dir.display(), error = %e, "cannot list the topic directories; topics without stored settings are not recreated");
-            return Ok(Vec::new());
-        }
-    };
-    let mut recreated = Vec::new();
-    for entry in entries.flatten() {
-        let dir = entry.path();
-        if !dir.is_dir() {
-            continue;
-        }
-        let Some(topic) = entry.file_name().to_str().map(str::to_owned) else {
-            continue;
-        };
-        let Ok(name) = TopicName::new(&format!("/{}/{topic}", config.edge_id.as_str())) else {
-            warn!(dir = %dir.display(), "directory under topics/ is not a topic name; ignored");
-            continue;
-        };
-        let has_segments = std::fs::read_dir(&dir).is_ok_and(|files| {
-            files.flatten().any(|f| {
-                f.file_name()
-                    .to_str()
-                    .is_some_and(|n| n.ends_with(broker_core::wal::segment::LOG_SUFFIX))
-            })
-        });
-        if !has_segments {
-            continue;
-        }
-        let outcome = catalog.create_implicit(&name, false).await?;
-        if outcome.created {
-            warn!(
-                topic = %name,
-                dir = %dir.display(),
-                "topic found on disk without stored settings (the metadata store lost them): \
-                 recreated with the implicit-topic defaults; its records are kept"
-            );
-            recreated.push(name);
-        }
-    }
-    recreated.sort();
-    Ok(recreated)
 }
 
 /// The WAL configuration of a durable topic: the stored sync mode, the

@@ -28,6 +28,9 @@
 //! | `tributary_edge_replication_connections_lost_total` | counter | `reason`: `reset` (the broker restarted: stateless reset), `timed_out` (idle timeout), `closed` (closed by the broker), `other` |
 //! | `tributary_edge_replication_raw_bytes_total` | counter | none: record batch bytes sent, before wire compression |
 //! | `tributary_edge_replication_wire_bytes_total` | counter | none: batch frame bytes sent (after zstd) |
+//! | `tributary_edge_replication_redirects_total` | counter | none: redirects to a topic's owner followed |
+//! | `tributary_edge_replication_redirect_loops_total` | counter | none: topics held back after more than 4 redirects without a Welcome |
+//! | `tributary_edge_unarchived_records` | gauge | `topic` (WAL topics: acknowledged offset minus archived offset) |
 //!
 //! Counters count since the agent started.
 
@@ -141,6 +144,15 @@ const FAMILIES: &[Family] = &[
         },
     },
     Family {
+        name: "tributary_edge_unarchived_records",
+        kind: "gauge",
+        help: "Records acknowledged by the broker but not yet reported archived (WAL topics): acknowledged offset minus archived offset; with retain_until = archived the edge keeps them.",
+        value: |t| {
+            (t.ring_capacity_records.is_none())
+                .then(|| t.acknowledged_offset.saturating_sub(t.archived_offset))
+        },
+    },
+    Family {
         name: "tributary_edge_replication_lag_records",
         kind: "gauge",
         help: "Records not yet acknowledged by the broker: high-water mark minus acknowledged offset (WAL topics).",
@@ -174,6 +186,16 @@ pub fn render_replication(out: &mut String, stats: &ReplicationStats) {
             "tributary_edge_replication_wire_bytes_total",
             "Batch frame bytes sent to the broker (after zstd when smaller).",
             stats.wire_bytes_sent.load(Ordering::Relaxed),
+        ),
+        (
+            "tributary_edge_replication_redirects_total",
+            "Redirects to a topic's owner followed (a broker that does not own the topic named the one that does).",
+            stats.redirects_followed.load(Ordering::Relaxed),
+        ),
+        (
+            "tributary_edge_replication_redirect_loops_total",
+            "Times a topic followed too many redirects without a Welcome and was held back.",
+            stats.redirect_loops.load(Ordering::Relaxed),
         ),
     ] {
         header(out, name, "counter", help);
@@ -350,6 +372,8 @@ mod tests {
             high_water_mark: 10,
             log_start_offset: 2,
             acknowledged_offset: 4,
+            archived_offset: 0,
+            retain_until: "archived",
             backlog_records: 6,
             backlog_bytes: 600,
             wal_bytes: 1000,

@@ -13,8 +13,10 @@
 //!
 //! # Deletion
 //! Segments of a durable topic are deleted in two places only:
-//! [`Topic::acknowledge`] (the broker acknowledged them: WAL retention with
-//! `safe_offset` = the acknowledged offset and `retention_max_bytes` 0) and,
+//! [`Topic::acknowledge`] and [`Topic::archive`] (WAL retention with
+//! `safe_offset` = [`Topic::safe_offset`]: the acknowledged offset, or with
+//! `retain_until = "archived"` (the default) the smaller of it and the
+//! archived offset, and `retention_max_bytes` 0) and,
 //! for `full_policy = drop_oldest`, when a batch does not fit (the oldest
 //! sealed segment, acknowledged or not; each drop is logged with
 //! `tracing::warn!` and counted).
@@ -35,9 +37,11 @@ use tributary_proto::keys::TopicName;
 use tributary_proto::{Codec, EncodedBatch, Limits, Record, RecordBatch};
 
 use crate::budget::{self, BudgetExceeded, BudgetScope, ByteBudget, FullPolicy};
+use crate::config::RetainUntil;
 use crate::recovery::{FaultReport, Reopener};
 use crate::ring::RealtimeRing;
 
+mod archive;
 mod damage;
 mod errors;
 mod reopen;
@@ -110,6 +114,12 @@ pub struct TopicStats {
     pub log_start_offset: u64,
     /// Next offset acknowledged by the broker (the checkpoint).
     pub acknowledged_offset: u64,
+    /// Offset below which the broker reported everything committed in the
+    /// archive (`/edge/archived/{ns}/{topic}`).
+    pub archived_offset: u64,
+    /// `archived` or `acknowledged`: below which offset local retention
+    /// deletes.
+    pub retain_until: &'static str,
     /// Records not yet acknowledged and still held.
     pub backlog_records: u64,
     /// Bytes not yet acknowledged: WAL segments holding an unacknowledged
@@ -160,6 +170,8 @@ pub struct TopicPolicy {
     pub full_policy: FullPolicy,
     /// Ring capacity for realtime topics, records.
     pub ring_records: u32,
+    /// Below which offset sealed segments may be deleted.
+    pub retain_until: RetainUntil,
 }
 
 #[derive(Debug, Default)]
@@ -197,6 +209,10 @@ pub struct Topic {
     acknowledged: AtomicU64,
     /// The acknowledged offset changed since the checkpoint was written.
     checkpoint_dirty: AtomicBool,
+    /// Archived offset the broker reported; only grows.
+    archived: AtomicU64,
+    /// The archived offset changed since it was written.
+    archived_dirty: AtomicBool,
     counters: Counters,
     dropped_ranges: Mutex<VecDeque<DroppedRange>>,
     /// Serializes `drop_oldest` so concurrent publishers drop one segment
@@ -220,6 +236,7 @@ pub(crate) struct TopicParts {
     pub limits: Limits,
     pub clock: Arc<dyn Clock>,
     pub acknowledged: u64,
+    pub archived: u64,
 }
 
 impl std::fmt::Debug for Topic {
@@ -271,6 +288,8 @@ impl Topic {
             clock: parts.clock,
             acknowledged: AtomicU64::new(parts.acknowledged),
             checkpoint_dirty: AtomicBool::new(false),
+            archived: AtomicU64::new(parts.archived),
+            archived_dirty: AtomicBool::new(false),
             counters: Counters::default(),
             dropped_ranges: Mutex::new(VecDeque::new()),
             room: tokio::sync::Mutex::new(()),
@@ -547,7 +566,7 @@ impl Topic {
     /// Records that the broker durably holds every record below
     /// `next_offset`: raises the checkpoint (written to the local store by
     /// the agent's checkpoint task, batched) and deletes the WAL segments
-    /// entirely below it (realtime: releases the ring's records). An offset
+    /// entirely below [`Topic::safe_offset`] (realtime: releases the ring's records). An offset
     /// below the current checkpoint changes nothing.
     ///
     /// # Errors
@@ -578,7 +597,7 @@ impl Topic {
             TopicLog::Wal(_) => {
                 if let Some(wal) = self.wal() {
                     let report = self
-                        .delete_sealed_below(&wal, acknowledged_offset)
+                        .delete_sealed_below(&wal, self.safe_offset())
                         .await
                         .map_err(|source| AckError::Wal {
                             topic: self.name.clone(),
@@ -622,6 +641,8 @@ impl Topic {
             high_water_mark: 0,
             log_start_offset: 0,
             acknowledged_offset: acknowledged,
+            archived_offset: self.archived_offset(),
+            retain_until: self.policy.retain_until.as_str(),
             backlog_records: 0,
             backlog_bytes: 0,
             wal_bytes: 0,

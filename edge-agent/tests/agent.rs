@@ -124,6 +124,8 @@ async fn publish_one_and_batch_with_exact_offsets_and_bytes() {
         "high_water_mark": 5,
         "log_start_offset": 0,
         "acknowledged_offset": 0,
+        "archived_offset": 0,
+        "retain_until": "archived",
         "backlog_records": 5,
         "backlog_bytes": bytes_in,
         "wal_bytes": bytes_in,

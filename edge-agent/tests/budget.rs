@@ -45,7 +45,8 @@ fn dir_bytes(dir: &Path) -> u64 {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_full_topic_refuses_with_507_loses_nothing_and_resumes_after_ack() {
+async fn a_full_topic_refuses_with_507_loses_nothing_and_an_unarchived_tail_holds_it_full_until_archived()
+ {
     const LIMIT: u64 = 262_144;
     let dir = tempfile::tempdir().unwrap();
     let mut cfg = config(dir.path());
@@ -126,11 +127,36 @@ async fn a_full_topic_refuses_with_507_loses_nothing_and_resumes_after_ack() {
     assert_eq!(stats.dropped_records, 0);
     assert_eq!(stats.backlog_bytes, used);
 
-    // The broker acknowledges everything: sealed segments go, space returns.
+    // The broker acknowledges everything but has archived nothing yet: with
+    // retain_until = "archived" (the default) every segment stays, counted
+    // against the budget, and the topic still refuses exactly as before.
     let outcome = manager.on_acknowledged(&name("/e1/t"), next).await.unwrap();
-    let sealed_before: u64 = outcome.deleted_segments.iter().map(|s| s.2).sum();
-    assert_eq!(outcome.deleted_segments.first().map(|s| s.0), Some(0));
-    assert_eq!(wal.size_bytes(), used - sealed_before);
+    assert_eq!(outcome.deleted_segments, []);
+    assert_eq!(wal.size_bytes(), used);
+    assert_eq!(topic.stats().disk_used_bytes, used);
+    assert_eq!(topic.stats().backlog_bytes, 0, "acknowledged: no backlog");
+    let held = full(
+        manager
+            .publish(&name("/e1/t"), records(next))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!((held.used_bytes, held.batch_bytes), (used, batch));
+    let r = post(addr, "/v1/topics/e1/t/batch", &[], body.as_bytes()).await;
+    assert_eq!(r.status, 507, "{}", r.text);
+    assert_eq!(r.body["used_bytes"], json!(used));
+    assert_eq!(read_wal(&agent, "/e1/t", 0).len() as u64, next);
+    assert_eq!(topic.stats().refused_records, 5 + 6 + 5 + 6);
+    assert_eq!(topic.stats().dropped_records, 0);
+
+    // The broker reports everything archived: sealed segments go, space
+    // returns.
+    let freed = manager.on_archived(&name("/e1/t"), next).await.unwrap();
+    let sealed_before = wal.sealed_segments().iter().map(|s| s.bytes).sum::<u64>();
+    assert_eq!(sealed_before, 0);
+    assert!(freed > 0);
+    assert_eq!(wal.size_bytes(), used - freed);
+    assert_eq!(topic.stats().archived_offset, next);
     assert_eq!(wal.sealed_segments().len(), 0);
     assert_eq!(topic.stats().disk_used_bytes, wal.size_bytes());
     assert_eq!(manager.agent_budget().used_bytes(), wal.size_bytes());
@@ -267,7 +293,9 @@ async fn the_agent_budget_is_shared_and_drop_oldest_seals_the_active_segment() {
     let mut cfg = config(dir.path());
     cfg.limits = small_limits();
     cfg.disk_budget_bytes = Some(AGENT_LIMIT);
-    let a = topic("/e1/a", StreamIntent::EventStream);
+    // Today's retention (delete once acknowledged) for /e1/a, per topic.
+    let mut a = topic("/e1/a", StreamIntent::EventStream);
+    a.retain_until = Some(tributary_edge::config::RetainUntil::Acknowledged);
     let mut b = topic("/e1/b", StreamIntent::EventStream);
     b.full_policy = FullPolicy::DropOldest;
     cfg.topics = vec![a, b];
@@ -420,5 +448,65 @@ async fn overshoot_stays_within_one_percent() {
     let on_disk = dir_bytes(&dir.path().join("topics/e1/refuse"));
     assert!(on_disk <= LIMIT + LIMIT / 100, "{on_disk}");
     drop((drop_wal, refuse_wal));
+    agent.shutdown().await.unwrap();
+}
+
+/// `drop_oldest` on a topic held full by an acknowledged but un-archived
+/// tail (`retain_until = "archived"`) drops exactly as before: the oldest
+/// sealed segment, counted and listed; its records are not counted as lost
+/// (the broker holds them). An `Archived` report then deletes what it
+/// covers without counting it as dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drop_oldest_with_an_unarchived_tail_drops_and_counts_as_before_and_archived_deletes_the_rest()
+ {
+    const LIMIT: u64 = 8192;
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config(dir.path());
+    cfg.limits = small_limits();
+    let mut t = topic("/e1/t", StreamIntent::EventStream);
+    t.disk_budget_bytes = Some(LIMIT);
+    t.full_policy = FullPolicy::DropOldest;
+    cfg.topics = vec![t];
+    let agent = start(cfg).await;
+    let limits = agent.config().limits;
+    let manager = agent.topics().clone();
+    let topic = manager.topic(&name("/e1/t")).unwrap();
+    let wal = topic.wal().unwrap();
+    let len = value_len_for(500, &limits);
+    for i in 0..16 {
+        manager
+            .publish(&name("/e1/t"), vec![record(&value(i, len))])
+            .await
+            .unwrap();
+    }
+    // Everything acknowledged, nothing archived: nothing deleted.
+    let outcome = manager.on_acknowledged(&name("/e1/t"), 16).await.unwrap();
+    assert_eq!(outcome.deleted_segments, []);
+    assert_eq!(wal.size_bytes(), 8000);
+    // The next batch does not fit: the oldest sealed segment goes.
+    manager
+        .publish(&name("/e1/t"), vec![record(&value(16, len))])
+        .await
+        .unwrap();
+    let stats = topic.stats();
+    assert_eq!(
+        stats.recent_dropped_ranges,
+        [DroppedRange {
+            start_offset: 0,
+            end_offset: 4,
+            lost_records: 0,
+            bytes: 2000,
+        }]
+    );
+    assert_eq!((stats.dropped_segments, stats.dropped_records), (1, 0));
+    assert_eq!(stats.log_start_offset, 4);
+    // Archived up to 12: segments 4..8 and 8..12 go, not counted as drops.
+    let freed = manager.on_archived(&name("/e1/t"), 12).await.unwrap();
+    assert_eq!(freed, 4000);
+    let stats = topic.stats();
+    assert_eq!((stats.dropped_segments, stats.log_start_offset), (1, 12));
+    assert_eq!(stats.disk_used_bytes, wal.size_bytes());
+    assert_eq!(manager.agent_budget().used_bytes(), wal.size_bytes());
+    drop((topic, wal));
     agent.shutdown().await.unwrap();
 }

@@ -88,6 +88,14 @@ damage_wait_ms = 3000
         let edge_api = free_tcp();
         let edge_data = dir.join("edge");
         let edge_config = dir.join("edge.toml");
+        // Through a relay (a lossy, thin link) the edge keeps the thin-link
+        // settings of docs/edge-agent.md: a short cut must not end the
+        // connection (the default 5 s idle timeout is for failover).
+        let thin_link = if edge_brokers.is_some() {
+            "keep_alive_ms = 5000\nidle_timeout_ms = 30000\n"
+        } else {
+            ""
+        };
         let brokers = edge_brokers.unwrap_or_else(|| ingest.to_string());
         std::fs::write(
             &edge_config,
@@ -102,7 +110,11 @@ checkpoint_interval_ms = 200
 cert = "{certs}/edge-plant1.pem"
 key = "{certs}/edge-plant1.key"
 ca = "{certs}/ca.pem"
-[[topics]]
+# A pair runs no tier service: nothing is ever archived, so the edge
+# deletes what the broker acknowledged (before archived offsets).
+[replication]
+retain_until = "acknowledged"
+{thin_link}[[topics]]
 name = "{TOPIC}"
 intent = "{intent}"
 {topic_extra}

@@ -18,6 +18,7 @@ pub async fn run(cluster: Arc<Cluster>) {
     let started_at_ms = cluster.clock.now_ms();
     let heartbeat = Duration::from_millis(cluster.config.heartbeat_ms.max(10));
     let mut failing = false;
+    let mut ever_renewed = false;
     let mut last_bytes = 0u64;
     let mut last_at = cluster.clock.now();
     loop {
@@ -53,9 +54,18 @@ pub async fn run(cluster: Arc<Cluster>) {
                 if failing {
                     tracing::info!(broker = cluster.me, "lease renewed again");
                     failing = false;
+                } else if !ever_renewed {
+                    tracing::info!(
+                        broker = cluster.me,
+                        ttl_ms = cluster.config.lease_ttl_ms,
+                        "broker lease registered"
+                    );
                 }
+                ever_renewed = true;
                 cluster.lease_renewed(started);
             }
+            // Before the first renewal the Raft group may still be electing.
+            Ok(Err(_)) | Err(_) if !ever_renewed => {}
             Ok(Err(e)) if !failing => {
                 failing = true;
                 tracing::warn!(broker = cluster.me, error = %e, "cannot renew the broker lease; its topics stop being served when it lapses");

@@ -24,6 +24,7 @@ use broker_core::wal::{AppendAtOutcome, PendingAppend, Wal, WalError};
 use bytes::{Bytes, BytesMut};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
+use tributary_proto::keys::TopicName;
 use tributary_proto::limits::Limits;
 use tributary_proto::replication::ack_repeat::AckRepeats;
 use tributary_proto::replication::frame::{self, ErrorCode, Frame};
@@ -93,7 +94,20 @@ enum Out {
     /// An acknowledgement of everything below this offset, already durable
     /// (a declared hole).
     Stored(u64),
+    /// From now on acknowledge only while this broker serves `topic` at
+    /// `epoch` (cluster ownership): a broker whose lease is no longer
+    /// fresh, or that lost the topic, stops acknowledging.
+    Gate(Arc<crate::cluster::Cluster>, TopicName, u64),
 }
+
+/// Longest wait for a topic to open for an edge's `Hello` (metadata reads
+/// and writes through Raft, the first owner's assignment): past it the
+/// stream is refused as `Unavailable` and the edge tries again.
+const OPEN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// How often an open stream re-checks its topic's ownership and the
+/// committed archive's end (`Archived` frames), besides ownership changes.
+const ARCHIVE_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
 
 fn refusal(code: ErrorCode, message: impl Into<String>) -> Frame {
     Frame::Error {
@@ -128,6 +142,7 @@ async fn write_loop(
 ) {
     let mut repeats = AckRepeats::default();
     let mut bytes = BytesMut::new();
+    let mut gate: Option<(Arc<crate::cluster::Cluster>, TopicName, u64)> = None;
     loop {
         let repeat_due = repeats.next_due();
         let item = tokio::select! {
@@ -145,6 +160,10 @@ async fn write_loop(
         let frame = match item {
             Out::Acknowledger(new) => {
                 acks = new;
+                continue;
+            }
+            Out::Gate(cluster, topic, epoch) => {
+                gate = Some((cluster, topic, epoch));
                 continue;
             }
             Out::Frame(frame) => frame,
@@ -170,7 +189,27 @@ async fn write_loop(
                 ack.frame
             }
         };
-        let last = matches!(frame, Frame::Error { .. });
+        if matches!(frame, Frame::Ack { .. })
+            && let Some((cluster, topic, epoch)) = &gate
+            && cluster.route(topic) != (crate::cluster::Route::Local { epoch: *epoch })
+        {
+            // Not acknowledged: the edge keeps the batch and re-sends it to
+            // whoever owns the topic next.
+            let frame = refusal(
+                ErrorCode::Unavailable,
+                format!(
+                    "broker {} no longer serves {topic} at epoch {epoch}: {:?}",
+                    cluster.me(),
+                    cluster.route(topic)
+                ),
+            );
+            warn!(%topic, epoch, "stopped acknowledging: this broker no longer holds the topic or a fresh lease");
+            bytes.clear();
+            frame.encode(&mut bytes);
+            let _ = send.write_all(&bytes).await;
+            break;
+        }
+        let last = matches!(frame, Frame::Error { .. } | Frame::Redirect(_));
         bytes.clear();
         frame.encode(&mut bytes);
         if send.write_all(&bytes).await.is_err() {
@@ -222,6 +261,15 @@ async fn handle_stream(
     let mut refetches: Option<(mpsc::Receiver<(u64, u64)>, RouteGuard)> = None;
     // Batches re-sent so far for the oldest refetch request.
     let mut repairs: Vec<tributary_proto::batch::EncodedBatch> = Vec::new();
+    // Cluster ownership of the open topic: its epoch, and ownership changes.
+    let mut ownership: Option<(
+        Arc<crate::cluster::Cluster>,
+        u64,
+        tokio::sync::watch::Receiver<u64>,
+    )> = None;
+    // When to check the committed archive's end next, and the last end sent.
+    let mut archive_due: Option<tokio::time::Instant> = None;
+    let mut archived_sent = 0u64;
     let mut buf = BytesMut::with_capacity(READ_BUFFER_BYTES);
     let mut chunks: [Bytes; READ_CHUNKS] = std::array::from_fn(|_| Bytes::new());
     let refused = 'stream: loop {
@@ -239,13 +287,23 @@ async fn handle_stream(
             };
             match ingest.on_frame(frame) {
                 IngestAction::Open(hello, topic) => {
-                    match topics.open_for_edge(&topic, hello.settings.as_ref()).await {
+                    let opened = tokio::time::timeout(
+                        OPEN_TIMEOUT,
+                        topics.open_for_edge(&topic, hello.settings.as_ref()),
+                    )
+                    .await
+                    .unwrap_or_else(|_| {
+                        Err(TopicError::NoOwner(format!(
+                            "opening {topic} took over {OPEN_TIMEOUT:?} (metadata unavailable?)"
+                        )))
+                    });
+                    match opened {
                         Ok(opened) => {
                             let welcome = ingest.welcome(opened.high_water_mark());
                             info!(edge = %identity, %topic, resume = opened.high_water_mark(), "edge stream opened");
                             wal = Some(opened);
                             refetches = Some(damage.register_stream(&topic));
-                            opened_topic = Some(topic);
+                            opened_topic = Some(topic.clone());
                             let acks = Out::Acknowledger(ingest.acknowledger(stream_id));
                             if out.send(acks).await.is_err() {
                                 break 'stream None;
@@ -253,6 +311,27 @@ async fn handle_stream(
                             if out.send(Out::Frame(welcome)).await.is_err() {
                                 break 'stream None;
                             }
+                            if let (Some(cluster), Some(epoch)) =
+                                (topics.cluster(), topics.opened_epoch(&topic))
+                            {
+                                let gate = Out::Gate(cluster.clone(), topic.clone(), epoch);
+                                if out.send(gate).await.is_err() {
+                                    break 'stream None;
+                                }
+                                ownership = Some((cluster.clone(), epoch, cluster.subscribe()));
+                            }
+                            archive_due = Some(tokio::time::Instant::now());
+                        }
+                        Err(TopicError::NotOwner(owner)) => {
+                            info!(edge = %identity, %topic, owner = owner.broker_id, epoch = owner.epoch, "redirecting an edge stream to the topic's owner");
+                            let redirect =
+                                ingest.redirect(tributary_proto::replication::frame::Redirect {
+                                    broker_id: owner.broker_id,
+                                    ingest_addr: owner.ingest_addr,
+                                    epoch: owner.epoch,
+                                });
+                            let _ = out.send(Out::Frame(redirect)).await;
+                            break 'stream None;
                         }
                         Err(e @ TopicError::Conflict { .. }) => {
                             break 'stream Some(refusal(ErrorCode::Conflict, e.to_string()));
@@ -333,6 +412,59 @@ async fn handle_stream(
                     && out.send(Out::Frame(frame)).await.is_err()
                 {
                     break None;
+                }
+                continue;
+            }
+            changed = async {
+                match ownership.as_mut() {
+                    Some((_, _, changes)) => changes.changed().await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                if changed.is_err() {
+                    ownership = None;
+                }
+                if let (Some((cluster, epoch, _)), Some(topic)) = (&ownership, &opened_topic)
+                    && cluster.route(topic) != (crate::cluster::Route::Local { epoch: *epoch })
+                {
+                    break Some(refusal(
+                        ErrorCode::Unavailable,
+                        format!("broker {} no longer serves {topic} at epoch {epoch}; reconnect to its owner", cluster.me()),
+                    ));
+                }
+                continue;
+            }
+            () = async {
+                match archive_due {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            } => {
+                archive_due = Some(tokio::time::Instant::now() + ARCHIVE_CHECK);
+                // A lease goes stale with time, not only with a change.
+                if let (Some((cluster, epoch, _)), Some(topic)) = (&ownership, &opened_topic)
+                    && cluster.route(topic) != (crate::cluster::Route::Local { epoch: *epoch })
+                {
+                    break Some(refusal(
+                        ErrorCode::Unavailable,
+                        format!("broker {} no longer serves {topic} at epoch {epoch}; reconnect to its owner", cluster.me()),
+                    ));
+                }
+                // Bounded: a broker cut off from the Raft majority must
+                // keep noticing that it lost the topic.
+                if let Some(topic) = &opened_topic
+                    && let Ok(Ok(Some(end))) = tokio::time::timeout(
+                        ARCHIVE_CHECK,
+                        crate::storage::tiered_offset(topics.store().as_ref(), topics.storage_keys(), topic),
+                    )
+                    .await
+                    && end > archived_sent
+                    && let Some(frame) = ingest.archived(end)
+                {
+                    archived_sent = end;
+                    if out.send(Out::Frame(frame)).await.is_err() {
+                        break None;
+                    }
                 }
                 continue;
             }

@@ -9,4 +9,5 @@ pub mod damage;
 mod holes;
 pub mod ingest;
 pub mod quic;
+pub mod takeover;
 pub mod topics;

@@ -50,6 +50,13 @@ pub enum TopicError {
     /// The WAL could not be opened (storage problem).
     #[error("topic WAL: {0}")]
     Wal(#[from] WalError),
+    /// Another broker owns the topic (cluster ownership): redirect there.
+    #[error("topic owned by broker {} (epoch {}) at {}", .0.broker_id, .0.epoch, .0.ingest_addr)]
+    NotOwner(crate::cluster::Owner),
+    /// Nobody serves the topic now (no owner yet, the owner's lease
+    /// lapsed, or this broker's own lease is not fresh): retry shortly.
+    #[error("no owner: {0}")]
+    NoOwner(String),
     /// The central topic exists with other settings than the edge's.
     #[error(
         "topic {topic} exists centrally with intent {central}, the edge sends {edge}; \
@@ -101,18 +108,184 @@ pub struct TopicStore {
     open: Mutex<HashMap<TopicName, Arc<Wal>>>,
     /// The un-archived byte budget, when `[budget]` sets one.
     budget: std::sync::OnceLock<Arc<crate::budget::Budget>>,
+    /// Topic ownership; without it (single-process tests) every topic is
+    /// this broker's.
+    cluster: std::sync::OnceLock<Arc<crate::cluster::Cluster>>,
+    /// The epoch each open WAL was opened under.
+    epochs: std::sync::Mutex<HashMap<TopicName, u64>>,
+    /// Ownership markers and quarantine beside `dir`.
+    layout: super::takeover::Layout,
+    /// Where the committed archive's end (`segments/cur`) is read.
+    storage_keys: tributary_proto::keys::StorageKeys,
 }
+
+/// Longest wait for a topic's first owner when it is opened.
+const OWNER_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl TopicStore {
     /// Topics under `dir`, metadata in `store`, batches limited by `limits`.
     pub fn new(dir: PathBuf, store: Arc<dyn MetadataStore>, limits: Limits) -> TopicStore {
         TopicStore {
+            layout: super::takeover::Layout::beside(&dir),
             dir,
             store,
             limits,
             segment_max_age: None,
             open: Mutex::default(),
             budget: std::sync::OnceLock::new(),
+            cluster: std::sync::OnceLock::new(),
+            epochs: std::sync::Mutex::default(),
+            storage_keys: tributary_proto::keys::StorageKeys::default(),
+        }
+    }
+
+    /// Reads the committed archive's end under `keys` (the `[archive]`
+    /// prefix) when a new owner starts a topic.
+    #[must_use]
+    pub fn with_storage_keys(mut self, keys: tributary_proto::keys::StorageKeys) -> TopicStore {
+        self.storage_keys = keys;
+        self
+    }
+
+    /// The metadata store.
+    pub fn store(&self) -> &Arc<dyn MetadataStore> {
+        &self.store
+    }
+
+    /// The storage keys of the archive.
+    pub fn storage_keys(&self) -> &tributary_proto::keys::StorageKeys {
+        &self.storage_keys
+    }
+
+    /// Serves only the topics `cluster` says this broker owns; `false`
+    /// (and nothing changes) when one is installed already.
+    pub fn set_cluster(&self, cluster: Arc<crate::cluster::Cluster>) -> bool {
+        self.cluster.set(cluster).is_ok()
+    }
+
+    /// The installed ownership state, if any.
+    pub fn cluster(&self) -> Option<&Arc<crate::cluster::Cluster>> {
+        self.cluster.get()
+    }
+
+    /// The epoch under which this broker serves `topic`: `None` without
+    /// cluster ownership; waits up to [`OWNER_WAIT`] for a new topic's
+    /// first owner (queuing it for the load manager).
+    ///
+    /// # Errors
+    /// [`TopicError::NotOwner`], [`TopicError::NoOwner`].
+    pub async fn owned_epoch(&self, topic: &TopicName) -> Result<Option<u64>, TopicError> {
+        let Some(cluster) = self.cluster.get() else {
+            return Ok(None);
+        };
+        if let crate::cluster::Route::Local { epoch } = cluster.route(topic) {
+            return Ok(Some(epoch));
+        }
+        if cluster.owner(topic).is_none()
+            && let Err(e) = cluster.ensure_placed(topic, None, "new_topic").await
+        {
+            return Err(TopicError::NoOwner(e.to_string()));
+        }
+        match cluster.wait_route(topic, OWNER_WAIT).await {
+            crate::cluster::Route::Local { epoch } => Ok(Some(epoch)),
+            crate::cluster::Route::Remote(owner) => Err(TopicError::NotOwner(owner)),
+            crate::cluster::Route::Unassigned { reason } => Err(TopicError::NoOwner(reason)),
+        }
+    }
+
+    /// The epoch the open WAL of `topic` was opened under.
+    pub fn opened_epoch(&self, topic: &TopicName) -> Option<u64> {
+        self.epochs
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .get(topic)
+            .copied()
+    }
+
+    /// The open WAL of `topic` if it is healthy and was opened under
+    /// `epoch`; a WAL of another epoch is dropped from `open`.
+    fn current(
+        &self,
+        open: &mut HashMap<TopicName, Arc<Wal>>,
+        topic: &TopicName,
+        epoch: Option<u64>,
+    ) -> Option<Arc<Wal>> {
+        if epoch.is_some() && self.opened_epoch(topic) != epoch {
+            if open.remove(topic).is_some() {
+                info!(%topic, epoch = ?epoch, "reopening the topic under a new ownership epoch");
+            }
+            return None;
+        }
+        healthy(open, topic)
+    }
+
+    /// Closes the WALs of topics this broker no longer serves (another
+    /// owner, or a lapsed lease) and quarantines local copies of topics
+    /// another broker owns at a later epoch. Called on every ownership
+    /// change.
+    pub async fn release_lost(&self) {
+        let Some(cluster) = self.cluster.get() else {
+            return;
+        };
+        let mut open = self.open.lock().await;
+        let lost: Vec<TopicName> = open
+            .keys()
+            .filter(|t| {
+                !matches!(cluster.route(t), crate::cluster::Route::Local { epoch } if Some(epoch) == self.opened_epoch(t))
+            })
+            .cloned()
+            .collect();
+        for topic in lost {
+            if let Some(wal) = open.remove(&topic) {
+                info!(%topic, high_water_mark = wal.high_water_mark(), "this broker no longer serves the topic; its WAL is closed");
+            }
+        }
+        for (topic, marked) in self.layout.marked_topics() {
+            if open.contains_key(&topic) {
+                continue;
+            }
+            if let Some((owner, epoch)) = cluster.owner(&topic)
+                && owner != cluster.me()
+                && epoch > marked
+            {
+                self.quarantine(
+                    &topic,
+                    Some(marked),
+                    &format!("broker {owner} owns it at epoch {epoch}"),
+                );
+            }
+        }
+    }
+
+    fn quarantine(&self, topic: &TopicName, stale_epoch: Option<u64>, why: &str) {
+        let now = broker_core::clock::now_ms().max(0) as u64;
+        match self.layout.quarantine(topic, stale_epoch, now) {
+            Ok(to) => {
+                tracing::warn!(%topic, stale_epoch = ?stale_epoch, quarantined = %to.display(), "{why}: this broker's local copy is stale; quarantined it (never served, uploaded or resumed)")
+            }
+            Err(e) => {
+                tracing::error!(%topic, error = %e, "{why}: quarantining the stale local copy failed")
+            }
+        }
+    }
+
+    /// Topics with local data from before ownership existed: queued for
+    /// the load manager with this broker preferred (the upgrade path), so
+    /// the broker holding a topic's only central copy keeps it.
+    pub async fn place_unmarked(&self) {
+        let Some(cluster) = self.cluster.get() else {
+            return;
+        };
+        for topic in self.layout.unmarked_topics() {
+            if cluster.owner(&topic).is_none() {
+                info!(%topic, "local data from before topic ownership: asking to own it");
+                if let Err(e) = cluster
+                    .ensure_placed(&topic, Some(cluster.me()), "local_data")
+                    .await
+                {
+                    tracing::warn!(%topic, error = %e, "queuing a topic with local data failed");
+                }
+            }
         }
     }
 
@@ -169,7 +342,18 @@ impl TopicStore {
         topic: &TopicName,
         settings: Option<&ExpandedStreamSettings>,
     ) -> Result<Arc<Wal>, TopicError> {
-        let mut open = self.open.lock().await;
+        // Decided locally first: a redirect, or a broker without a fresh
+        // lease, answers without a Raft round trip (which a broker cut off
+        // from the majority could not finish).
+        if let Some(cluster) = self.cluster.get() {
+            match cluster.route(topic) {
+                crate::cluster::Route::Remote(owner) => return Err(TopicError::NotOwner(owner)),
+                crate::cluster::Route::Unassigned { reason } if !cluster.lease_fresh() => {
+                    return Err(TopicError::NoOwner(reason));
+                }
+                _ => {}
+            }
+        }
         let catalog = Catalog::new(self.store.as_ref());
         let loaded = match catalog.load_settings(topic).await {
             Ok(loaded) => loaded,
@@ -200,10 +384,12 @@ impl TopicStore {
             });
         }
         self.claim_writer(topic, Writer::Edge).await?;
-        if let Some(wal) = healthy(&mut open, topic) {
+        let epoch = self.owned_epoch(topic).await?;
+        let mut open = self.open.lock().await;
+        if let Some(wal) = self.current(&mut open, topic, epoch) {
             return Ok(wal);
         }
-        let wal = Arc::new(self.open_wal(topic, loaded.wal_sync_mode)?);
+        let wal = Arc::new(self.open_wal(topic, loaded.wal_sync_mode, epoch).await?);
         self.reapply_skipped(topic, &wal).await?;
         open.insert(topic.clone(), wal.clone());
         Ok(wal)
@@ -284,7 +470,8 @@ impl TopicStore {
         topic: &TopicName,
         create_implicit: bool,
     ) -> Result<Arc<Wal>, TopicError> {
-        if let Some(wal) = healthy(&mut *self.open.lock().await, topic) {
+        let epoch = self.owned_epoch(topic).await?;
+        if let Some(wal) = self.current(&mut *self.open.lock().await, topic, epoch) {
             return Ok(wal);
         }
         let catalog = Catalog::new(self.store.as_ref());
@@ -297,10 +484,10 @@ impl TopicStore {
             other => other?,
         };
         let mut open = self.open.lock().await;
-        if let Some(wal) = healthy(&mut open, topic) {
+        if let Some(wal) = self.current(&mut open, topic, epoch) {
             return Ok(wal);
         }
-        let wal = Arc::new(self.open_wal(topic, loaded.wal_sync_mode)?);
+        let wal = Arc::new(self.open_wal(topic, loaded.wal_sync_mode, epoch).await?);
         self.reapply_skipped(topic, &wal).await?;
         open.insert(topic.clone(), wal.clone());
         Ok(wal)
@@ -408,8 +595,63 @@ impl TopicStore {
         Ok(())
     }
 
-    fn open_wal(&self, topic: &TopicName, sync_mode: SyncMode) -> Result<Wal, WalError> {
+    /// Opens the WAL of `topic`; as owner at `epoch`, first decides what
+    /// to do with the local copy ([`super::takeover`]).
+    async fn open_wal(
+        &self,
+        topic: &TopicName,
+        sync_mode: SyncMode,
+        epoch: Option<u64>,
+    ) -> Result<Wal, TopicError> {
+        let mut initial_offset = 0;
+        if let Some(epoch) = epoch {
+            use super::takeover::Decision;
+            let has_data = self.layout.has_data(topic);
+            let marker = self.layout.marker(topic);
+            let decision = super::takeover::decide(has_data, marker, epoch);
+            if let Decision::Quarantine { stale_epoch } = decision {
+                self.quarantine(
+                    topic,
+                    stale_epoch,
+                    &format!("opening as owner at epoch {epoch}"),
+                );
+            }
+            if matches!(decision, Decision::Fresh | Decision::Quarantine { .. }) {
+                let dir = self.wal_dir(topic);
+                if dir.exists() {
+                    // No segment in it: only a leftover mark or index.
+                    std::fs::remove_dir_all(&dir).map_err(|e| WalError::Io {
+                        op: "remove stale dir",
+                        path: dir.clone(),
+                        source: e,
+                    })?;
+                }
+                initial_offset =
+                    super::takeover::start_offset(self.store.as_ref(), &self.storage_keys, topic)
+                        .await
+                        .map_err(|e| {
+                            TopicError::NoOwner(format!("reading the archive's end: {e}"))
+                        })?;
+                info!(%topic, epoch, start_offset = initial_offset, "taking over the topic: a new local WAL starts at the committed archive's end");
+            } else if decision == Decision::Adopt {
+                info!(%topic, epoch, "adopting local data from before topic ownership");
+            }
+            if decision != Decision::Resume {
+                self.layout
+                    .write_marker(topic, epoch)
+                    .map_err(|e| WalError::Io {
+                        op: "write ownership marker",
+                        path: self.dir.clone(),
+                        source: e,
+                    })?;
+            }
+            self.epochs
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .insert(topic.clone(), epoch);
+        }
         let config = WalConfig {
+            initial_offset,
             sync_mode,
             limits: self.limits,
             // Local retention deletes a sealed segment as soon as it is
@@ -420,7 +662,7 @@ impl TopicStore {
             segment_max_age: self.segment_max_age,
             ..WalConfig::default()
         };
-        Wal::open(self.wal_dir(topic), config)
+        Ok(Wal::open(self.wal_dir(topic), config)?)
     }
 
     /// Every open topic with its WAL (for `/metrics`).

@@ -419,3 +419,82 @@ fn load_reports_unreadable_files() {
         "{err}"
     );
 }
+
+#[test]
+fn replication_settings_parse_with_a_per_topic_retain_until() {
+    let defaults = resolve(MINIMAL).unwrap().replication;
+    assert_eq!(defaults.keep_alive, Duration::from_secs(1));
+    assert_eq!(defaults.idle_timeout, Duration::from_secs(5));
+    assert_eq!(defaults.retain_until, RetainUntil::Archived);
+    let config = resolve(&format!(
+        "{MINIMAL}[replication]\nkeep_alive_ms = 2000\nidle_timeout_ms = 30000\nretain_until = \"acknowledged\"\n\n\
+         [[topics]]\nname = \"/e1/audit\"\nintent = \"audit_log\"\nretain_until = \"archived\"\n\n\
+         [[topics]]\nname = \"/e1/events\"\nintent = \"event_stream\"\n"
+    ))
+    .unwrap();
+    assert_eq!(
+        config.replication,
+        ReplicationSettings {
+            keep_alive: Duration::from_secs(2),
+            idle_timeout: Duration::from_secs(30),
+            retain_until: RetainUntil::Acknowledged,
+        }
+    );
+    let name = |s: &str| TopicName::new(s).unwrap();
+    assert_eq!(
+        config.retain_until(&name("/e1/audit")),
+        RetainUntil::Archived
+    );
+    assert_eq!(
+        config.retain_until(&name("/e1/events")),
+        RetainUntil::Acknowledged
+    );
+    assert_eq!(
+        config.retain_until(&name("/e1/implicit")),
+        RetainUntil::Acknowledged
+    );
+}
+
+#[test]
+fn bad_replication_settings_are_refused_naming_the_key() {
+    let err = parse("[replication]\nretain_until = \"forever\"\n").unwrap_err();
+    assert_eq!(err.field(), Some("replication.retain_until"));
+    assert!(
+        err.to_string()
+            .contains("unknown variant `forever`, expected `archived` or `acknowledged`"),
+        "{err}"
+    );
+    let err = parse("[replication]\nidle_timeout = 5000\n").unwrap_err();
+    assert_eq!(err.field(), Some("replication.idle_timeout"));
+    let err = parse("[replication]\nkeep_alive_ms = \"1s\"\n").unwrap_err();
+    assert_eq!(err.field(), Some("replication.keep_alive_ms"));
+    for (text, field, reason) in [
+        (
+            "keep_alive_ms = 50",
+            "replication.keep_alive_ms",
+            "50 is below 100 ms",
+        ),
+        (
+            "idle_timeout_ms = 1500",
+            "replication.idle_timeout_ms",
+            "1500 ms must be at least twice replication.keep_alive_ms (1000 ms)",
+        ),
+        (
+            "idle_timeout_ms = 600001",
+            "replication.idle_timeout_ms",
+            "600001 is above 600000 ms",
+        ),
+    ] {
+        let (got_field, got_reason) = invalid_field(&format!("{MINIMAL}[replication]\n{text}\n"));
+        assert_eq!(got_field, field, "{text}");
+        assert!(got_reason.starts_with(reason), "{text}: {got_reason}");
+    }
+    let (field, reason) = invalid_field(&format!(
+        "{MINIMAL}[[topics]]\nname = \"/e1/hb\"\nintent = \"realtime\"\nretain_until = \"archived\"\n"
+    ));
+    assert_eq!(field, "topics[0].retain_until");
+    assert!(
+        reason.contains("does not apply to the realtime intent"),
+        "{reason}"
+    );
+}

@@ -19,7 +19,8 @@
 //! - A failure is a warning once per distinct reason (until a connection
 //!   works), so an operator sees why nothing replicates without a line per
 //!   retry.
-//! - Topic streams that ended are restarted every [`STREAM_RESTART`]; a
+//! - Topic streams that ended are restarted after [`STREAM_RESTART`]
+//!   ([`RETRYABLE_RESTART`] after a retryable refusal); a
 //!   stream that keeps failing the same way for a reason that needs an
 //!   operator warns once per connection ([`StreamReports`]).
 
@@ -32,9 +33,16 @@ use backon::{BackoffBuilder, ExponentialBackoff, ExponentialBuilder};
 /// small again after it.
 pub const WORKING_CONNECTION: Duration = Duration::from_secs(10);
 
-/// How often topic streams that ended (refused for a retryable reason, a
-/// WAL failure) are restarted on a connection.
+/// How long a topic stream that ended for a reason that needs an operator
+/// (a refusal that is not retryable, a WAL failure) waits before it is
+/// restarted on a connection.
 pub const STREAM_RESTART: Duration = Duration::from_secs(5);
+
+/// How long a topic stream refused for a retryable reason (`Unavailable`:
+/// the topic has no owner yet, or its owner lost its lease) waits before
+/// it is restarted: short, so a failover takes about a lease, not a lease
+/// plus 5 s.
+pub const RETRYABLE_RESTART: Duration = Duration::from_secs(1);
 
 /// First reconnect delay (before jitter).
 pub const MIN_BACKOFF: Duration = Duration::from_millis(100);

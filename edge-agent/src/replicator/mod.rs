@@ -1,7 +1,20 @@
-//! The replicator: one QUIC connection (mutual TLS) to the broker, one
+//! The replicator: one QUIC connection (mutual TLS) to a bootstrap broker,
+//! one more per distinct owner a topic was redirected to, and one
 //! long-lived stream per durable topic, driving
 //! `tributary_proto::replication::edge::EdgeStream`.
 //!
+//! - `brokers = [...]` is a bootstrap list. A broker that does not own a
+//!   topic answers its `Hello` with a `Redirect` naming the owner's ingest
+//!   address; the topic's stream then runs on a connection to that address
+//!   (one per distinct address, shared by the topics routed there). Where
+//!   each topic runs, how many hops it may follow and the fallback to the
+//!   bootstrap connection are decided by the I/O-free [`routes`] table;
+//!   `targets` is the tokio shell around the owner connections.
+//! - Keep-alive 1 s and idle timeout 5 s by default
+//!   (`[replication] keep_alive_ms`, `idle_timeout_ms`): a dead broker is
+//!   noticed within seconds. A stream refused for a retryable reason
+//!   (`Unavailable`: no owner yet, lease lost) is retried after
+//!   [`link::RETRYABLE_RESTART`] (1 s), so a failover is quick.
 //! - On every (re)connect the broker's `Welcome` says where to resume; the
 //!   local checkpoint is only a record of what was acknowledged.
 //! - Batches are the WAL's record batches sent verbatim (zstd on the wire
@@ -29,13 +42,16 @@
 //!   task, and the tasks each started, is awaited before [`run`] returns, so
 //!   no WAL or metadata-store handle outlives the replicator.
 //!
-//! Modules: [`link`] (the per-link state machine), [`pacing`] (the
+//! Modules: [`link`] (the per-link state machine), [`routes`] (where each
+//! topic runs), `targets` (the owner connections), [`pacing`] (the
 //! bandwidth cap's token bucket), `stream` (one topic's stream: read-ahead,
-//! sending, checkpoints).
+//! sending, checkpoints, archived offsets).
 
 pub mod link;
 mod pacing;
+pub mod routes;
 mod stream;
+mod targets;
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -48,9 +64,11 @@ use tokio::sync::watch;
 use tracing::{debug, info, warn};
 use tributary_proto::replication::edge::{EdgeError, Window};
 
-use self::link::{AttemptReport, Jitter, Link, STREAM_RESTART, StreamReports};
+use self::link::{AttemptReport, Jitter, Link, RETRYABLE_RESTART, STREAM_RESTART, StreamReports};
 use self::pacing::Pacer;
+use self::routes::RedirectDecision;
 use self::stream::{AckRoutes, BrokerConnection, replicate_topic, route_ack_datagrams};
+use self::targets::Routing;
 use crate::config::CongestionController;
 use crate::declared_rate::DeclaredRateFactory;
 use crate::manager::TopicManager;
@@ -58,8 +76,13 @@ use crate::manager::TopicManager;
 /// Settings of the replicator.
 #[derive(Debug, Clone)]
 pub struct ReplicatorConfig {
-    /// Broker ingest addresses (`host:port`), tried in order.
+    /// Bootstrap broker ingest addresses (`host:port`), tried in order.
     pub brokers: Vec<String>,
+    /// QUIC keep-alive interval. Default 1 s.
+    pub keep_alive: Duration,
+    /// QUIC idle timeout (the connection uses the smaller of this and the
+    /// broker's). Default 5 s.
+    pub idle_timeout: Duration,
     /// Batches/bytes in flight per stream.
     pub window: Window,
     /// Compress batches with zstd on the wire when smaller.
@@ -77,6 +100,8 @@ impl ReplicatorConfig {
     pub fn new(brokers: Vec<String>) -> ReplicatorConfig {
         ReplicatorConfig {
             brokers,
+            keep_alive: Duration::from_millis(crate::config::DEFAULT_KEEP_ALIVE_MS),
+            idle_timeout: Duration::from_millis(crate::config::DEFAULT_IDLE_TIMEOUT_MS),
             window: Window::default(),
             compress: true,
             bandwidth_cap_bytes_per_s: None,
@@ -104,6 +129,11 @@ pub struct ReplicationStats {
     /// Acknowledgements that advanced a topic's acknowledged offset and
     /// arrived first as a QUIC datagram.
     pub datagram_acks: std::sync::atomic::AtomicU64,
+    /// `Redirect`s followed to a topic's owner.
+    pub redirects_followed: std::sync::atomic::AtomicU64,
+    /// Redirect loops (more than [`routes::MAX_REDIRECT_HOPS`] hops without
+    /// a `Welcome`) that held a topic back.
+    pub redirect_loops: std::sync::atomic::AtomicU64,
 }
 
 /// Why an established connection to the broker ended.
@@ -112,8 +142,8 @@ pub enum LossReason {
     /// The broker answered with a stateless reset (RFC 9000 §10.3): it
     /// restarted and no longer knows the connection.
     Reset,
-    /// No packet from the broker within the idle timeout (30 s): the link
-    /// or the broker is gone.
+    /// No packet from the broker within the idle timeout (5 s by
+    /// default): the link or the broker is gone.
     TimedOut,
     /// The broker closed the connection (shutdown, refusal).
     Closed,
@@ -170,7 +200,8 @@ pub async fn run(
     stats: Arc<ReplicationStats>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let mut transport = broker_core::tls::transport_config();
+    let mut transport =
+        broker_core::tls::transport_config_with(config.keep_alive, config.idle_timeout);
     match (
         config.congestion_controller,
         config.bandwidth_cap_bytes_per_s,
@@ -208,6 +239,15 @@ pub async fn run(
     let pacer = config
         .bandwidth_cap_bytes_per_s
         .map(|r| Arc::new(Pacer::new(r.max(1), tokio::time::Instant::now())));
+    let shared = Shared {
+        endpoint: endpoint.clone(),
+        config: config.clone(),
+        topics,
+        stats,
+        pacer,
+        routing: Arc::new(Routing::default()),
+    };
+    let owners = tokio::spawn(targets::supervise(shared.clone(), shutdown.clone()));
     let mut link = Link::new(config.brokers.clone(), config.max_backoff, Jitter::Random);
     loop {
         if *shutdown.borrow() {
@@ -218,20 +258,11 @@ pub async fn run(
             break;
         };
         let mut connected_at = None;
-        let outcome = connect_and_replicate(
-            &endpoint,
-            &addr,
-            &config,
-            &topics,
-            &stats,
-            pacer.clone(),
-            &mut connected_at,
-            &mut shutdown,
-        )
-        .await;
+        let outcome =
+            connect_and_replicate(&shared, &addr, None, &mut connected_at, &mut shutdown).await;
         let outcome = match outcome {
             Ok(Ended::Shutdown) => break,
-            Ok(Ended::TopicsGone) => Ok(()),
+            Ok(Ended::TopicsGone | Ended::Unneeded) => Ok(()),
             Err(e) => Err(e),
         };
         let reason = outcome.as_ref().err().map(ToString::to_string);
@@ -258,8 +289,24 @@ pub async fn run(
             () = stopped(&mut shutdown) => break,
         }
     }
+    if !*shutdown.borrow() {
+        // No bootstrap broker: nothing can be redirected either.
+        owners.abort();
+    }
+    let _ = owners.await;
     endpoint.close(0u32.into(), b"edge shutting down");
     endpoint.wait_idle().await;
+}
+
+/// What every connection of the replicator shares.
+#[derive(Clone)]
+struct Shared {
+    endpoint: quinn::Endpoint,
+    config: ReplicatorConfig,
+    topics: Arc<TopicManager>,
+    stats: Arc<ReplicationStats>,
+    pacer: Option<Arc<Pacer>>,
+    routing: Arc<Routing>,
 }
 
 /// Resolves once shutdown began (or the agent that would signal it is
@@ -283,6 +330,8 @@ enum Ended {
     Shutdown,
     /// The topic manager is gone (nothing left to replicate).
     TopicsGone,
+    /// An owner connection no topic is routed to any more.
+    Unneeded,
 }
 
 /// Dials `addr` and completes the handshake (at most [`CONNECT_TIMEOUT`]).
@@ -302,63 +351,103 @@ async fn connect(endpoint: &quinn::Endpoint, addr: &str) -> Result<quinn::Connec
 }
 
 /// One connection: dials `addr`, then runs one stream task per durable
-/// topic (restarting those that ended every [`STREAM_RESTART`], starting
-/// new topics' at once) until the connection is lost or shutdown begins.
-/// Either way every stream task has ended when it returns.
-#[allow(clippy::too_many_arguments)]
+/// topic routed to it (`target`: the owner address it was dialled as;
+/// `None`: the bootstrap connection, for the topics with no route),
+/// restarting those that ended ([`RETRYABLE_RESTART`] after a retryable
+/// refusal, else [`STREAM_RESTART`]) and starting new topics' at once,
+/// until the connection is lost, shutdown begins or (an owner connection)
+/// no topic is routed to it any more. Every stream task has ended when it
+/// returns.
 async fn connect_and_replicate(
-    endpoint: &quinn::Endpoint,
+    shared: &Shared,
     addr: &str,
-    config: &ReplicatorConfig,
-    topics: &Arc<TopicManager>,
-    stats: &Arc<ReplicationStats>,
-    pacer: Option<Arc<Pacer>>,
+    target: Option<&str>,
     connected_at: &mut Option<tokio::time::Instant>,
     shutdown: &mut watch::Receiver<bool>,
 ) -> Result<Ended, StreamError> {
     let conn = tokio::select! {
-        conn = connect(endpoint, addr) => conn?,
+        conn = connect(&shared.endpoint, addr) => conn?,
         () = stopped(shutdown) => return Ok(Ended::Shutdown),
     };
     *connected_at = Some(tokio::time::Instant::now());
-    stats.connects.fetch_add(1, Ordering::Relaxed);
-    info!(broker = %addr, "connected to broker");
+    shared.stats.connects.fetch_add(1, Ordering::Relaxed);
+    info!(broker = %addr, owner_connection = target.is_some(), "connected to broker");
     let routes = Arc::new(AckRoutes::default());
     let datagrams = tokio::spawn(route_ack_datagrams(conn.clone(), routes.clone()));
-    let mut running: HashMap<String, tokio::task::JoinHandle<Result<(), StreamError>>> =
-        HashMap::new();
+    // The stream tasks, and which topic each one runs: a task that ends is
+    // seen at once (a redirect is followed without waiting for a tick).
+    let mut running: tokio::task::JoinSet<Result<(), StreamError>> = tokio::task::JoinSet::new();
+    let mut running_topics: HashMap<tokio::task::Id, String> = HashMap::new();
+    let mut not_before: HashMap<String, tokio::time::Instant> = HashMap::new();
     let mut reports = StreamReports::default();
-    let mut topic_changes = topics.watch_topics();
+    let mut topic_changes = shared.topics.watch_topics();
+    let mut route_changes = shared.routing.subscribe();
     let ended = loop {
-        for topic in topics.topics() {
+        let now = tokio::time::Instant::now();
+        for topic in shared.topics.topics() {
             let Some(wal) = topic.wal() else {
                 continue; // realtime: not replicated
             };
             let name = topic.name().as_str().to_string();
-            if running.get(&name).is_some_and(|h| !h.is_finished()) {
+            if running_topics.values().any(|t| *t == name) {
                 continue;
             }
-            if let Some(ended) = running.remove(&name) {
-                match ended.await {
-                    Ok(Ok(())) | Err(_) => {}
-                    Ok(Err(e)) => report_stream_end(&name, &e, &mut reports),
-                }
+            if !shared.routing.runs_on(&name, target, now.into_std())
+                || not_before.get(&name).is_some_and(|at| now < *at)
+            {
+                continue;
             }
+            not_before.remove(&name);
             let connection = BrokerConnection {
                 conn: conn.clone(),
                 ack_routes: routes.clone(),
             };
-            let (manager, config, stats, pacer) =
-                (topics.clone(), config.clone(), stats.clone(), pacer.clone());
-            let task = tokio::spawn(async move {
-                replicate_topic(&connection, &topic, &wal, &manager, &config, &stats, pacer).await
+            let (manager, config, stats, pacer, routing) = (
+                shared.topics.clone(),
+                shared.config.clone(),
+                shared.stats.clone(),
+                shared.pacer.clone(),
+                shared.routing.clone(),
+            );
+            let task = running.spawn(async move {
+                replicate_topic(
+                    &connection,
+                    &topic,
+                    &wal,
+                    &manager,
+                    &config,
+                    &stats,
+                    pacer,
+                    &routing,
+                )
+                .await
             });
-            running.insert(name, task);
+            running_topics.insert(task.id(), name);
+        }
+        if let Some(target) = target
+            && running.is_empty()
+            && !shared.routing.is_wanted(target)
+        {
+            break Ok(Ended::Unneeded);
         }
         tokio::select! {
+            Some(joined) = running.join_next_with_id() => {
+                // A panicked task is the runtime's to report; its topic
+                // starts again at the next pass.
+                let (id, result) = match joined {
+                    Ok((id, result)) => (id, Some(result)),
+                    Err(e) => (e.id(), None),
+                };
+                if let Some(name) = running_topics.remove(&id)
+                    && let Some(Err(e)) = result
+                {
+                    let wait = on_stream_end(shared, &name, &e, target, &mut reports);
+                    not_before.insert(name, tokio::time::Instant::now() + wait);
+                }
+            }
             reason = conn.closed() => {
                 let loss = LossReason::of(&reason);
-                stats.connections_lost[loss as usize].fetch_add(1, Ordering::Relaxed);
+                shared.stats.connections_lost[loss as usize].fetch_add(1, Ordering::Relaxed);
                 info!(broker = %addr, reason = loss.label(), error = %reason, "connection to broker lost");
                 break Err(StreamError::Connection(reason.to_string()));
             }
@@ -367,25 +456,96 @@ async fn connect_and_replicate(
                     break Ok(Ended::TopicsGone);
                 }
             }
-            // Restart streams that ended (refused for a retryable reason).
-            () = tokio::time::sleep(STREAM_RESTART) => {}
+            _ = route_changes.changed() => {}
+            // Restart streams whose wait is over.
+            () = tokio::time::sleep(RETRYABLE_RESTART) => {}
             () = stopped(shutdown) => break Ok(Ended::Shutdown),
         }
     };
     // Every stream ends once the connection is closed; wait for them (and
     // so for their read-ahead and checkpoint tasks) before returning.
     conn.close(0u32.into(), b"edge shutting down");
-    for (_, task) in running.drain() {
-        let _ = task.await;
-    }
+    while running.join_next().await.is_some() {}
     let _ = datagrams.await;
     ended
+}
+
+/// A topic's stream on the connection dialled as `target` ended with
+/// `error`: follows a redirect, sends the topic back to the bootstrap
+/// connection when its owner refused it for a retryable reason, logs the
+/// rest ([`report_stream_end`]). Returns how long to wait before the
+/// stream starts again on this connection.
+fn on_stream_end(
+    shared: &Shared,
+    topic: &str,
+    error: &StreamError,
+    target: Option<&str>,
+    reports: &mut StreamReports,
+) -> Duration {
+    let now = tokio::time::Instant::now().into_std();
+    match error {
+        StreamError::Edge(EdgeError::Redirected(redirect)) => {
+            let decision = shared
+                .routing
+                .with(|t| t.on_redirect(topic, redirect.broker_id, &redirect.ingest_addr, now));
+            match decision {
+                RedirectDecision::Follow { addr, announce } => {
+                    shared
+                        .stats
+                        .redirects_followed
+                        .fetch_add(1, Ordering::Relaxed);
+                    if announce {
+                        info!(
+                            topic,
+                            broker_id = redirect.broker_id,
+                            epoch = redirect.epoch,
+                            "topic owned by broker {} at {addr}; replicating there",
+                            redirect.broker_id
+                        );
+                    } else {
+                        debug!(topic, broker_id = redirect.broker_id, %addr, "redirected to the owner");
+                    }
+                }
+                RedirectDecision::Loop { loops, delay, .. } => {
+                    shared.stats.redirect_loops.fetch_add(1, Ordering::Relaxed);
+                    if loops == 1 {
+                        warn!(
+                            topic,
+                            last_owner = redirect.broker_id,
+                            "more than {} redirects without a Welcome (brokers disagree on the owner, or the owner keeps failing); retrying from the bootstrap brokers in {delay:?}",
+                            routes::MAX_REDIRECT_HOPS
+                        );
+                    } else {
+                        debug!(topic, loops, ?delay, "redirect loop again");
+                    }
+                }
+            }
+            Duration::ZERO
+        }
+        StreamError::Edge(EdgeError::Refused { code, message })
+            if code.is_retryable() && target.is_some() =>
+        {
+            if shared.routing.with(|t| t.fall_back(topic)) {
+                info!(topic, owner = target.unwrap_or_default(), %message, "the owner refused the topic for now; back to the bootstrap brokers");
+            }
+            Duration::ZERO
+        }
+        StreamError::Edge(EdgeError::Refused { code, .. }) if code.is_retryable() => {
+            report_stream_end(topic, error, reports);
+            RETRYABLE_RESTART
+        }
+        _ => {
+            report_stream_end(topic, error, reports);
+            STREAM_RESTART
+        }
+    }
 }
 
 /// Logs why a topic's stream ended. What needs an operator (a refusal, a
 /// broker ahead of the local log, local data missing, a protocol or WAL
 /// failure) is a warning, once per distinct error and connection
-/// ([`StreamReports`]); the stream is retried every 5 s meanwhile. A lost
+/// ([`StreamReports`]); the stream is retried every 5 s meanwhile (1 s
+/// after a retryable refusal, which is a debug line). A lost
 /// connection is reported by the connection, not by each stream.
 fn report_stream_end(topic: &str, error: &StreamError, reports: &mut StreamReports) {
     let needs_operator = match error {

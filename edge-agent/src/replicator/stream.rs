@@ -2,7 +2,7 @@
 //! glue around `tributary_proto::replication::edge::EdgeStream`): the
 //! read-ahead task that reads and compresses WAL batches, the sending loop
 //! (window, pacing, acknowledgements from `Ack` frames and datagrams), and
-//! the checkpoint task. [`replicate_topic`] returns only after every task
+//! the checkpoint task (acknowledged and archived offsets). [`replicate_topic`] returns only after every task
 //! it started has ended, so no WAL or topic-manager handle outlives it.
 
 use std::collections::HashMap;
@@ -20,6 +20,7 @@ use tributary_proto::replication::edge::{EdgeError, EdgeEvent, EdgeStream, Refet
 use tributary_proto::replication::frame::{self, AckDatagram, ErrorCode, HoleCause};
 
 use super::pacing::Pacer;
+use super::targets::Routing;
 use super::{ReplicationStats, ReplicatorConfig, StreamError};
 use crate::manager::TopicManager;
 use crate::topic::Topic;
@@ -168,8 +169,9 @@ fn hole_for(next: u64, range: &UnreadableRange) -> Outgoing {
 /// overlap: the read-ahead task reads WAL batches and compresses them on a
 /// blocking thread (bounded by [`READ_AHEAD_BYTES`]); this task writes
 /// frames while the window admits them and reads acknowledgements; a
-/// checkpoint task records acknowledged offsets (coalesced, so a slow
-/// retention pass never holds up sending).
+/// checkpoint task records acknowledged and archived offsets (coalesced,
+/// so a slow retention pass never holds up sending).
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn replicate_topic(
     connection: &BrokerConnection,
     topic: &Arc<Topic>,
@@ -178,10 +180,11 @@ pub(super) async fn replicate_topic(
     config: &ReplicatorConfig,
     stats: &Arc<ReplicationStats>,
     pacer: Option<Arc<Pacer>>,
+    routing: &Routing,
 ) -> Result<(), StreamError> {
-    // Acknowledged offsets go to the checkpoint task; it ends once the
-    // sender is dropped, after recording the last one.
-    let (acked_tx, acked_rx) = watch::channel(None::<u64>);
+    // Acknowledged and archived offsets go to the checkpoint task; it ends
+    // once the sender is dropped, after recording the last ones.
+    let (acked_tx, acked_rx) = watch::channel(Progress::default());
     let recorder = tokio::spawn(record_acknowledgements(
         topics.clone(),
         topic.clone(),
@@ -196,6 +199,7 @@ pub(super) async fn replicate_topic(
         config,
         stats,
         pacer,
+        routing,
         &acked_tx,
         &mut read_ahead,
     )
@@ -234,7 +238,8 @@ async fn drive_stream(
     config: &ReplicatorConfig,
     stats: &Arc<ReplicationStats>,
     pacer: Option<Arc<Pacer>>,
-    acked_tx: &watch::Sender<Option<u64>>,
+    routing: &Routing,
+    acked_tx: &watch::Sender<Progress>,
     read_ahead: &mut Option<ReadAhead>,
 ) -> Result<(), StreamError> {
     let conn_err = |e: &dyn std::fmt::Display| StreamError::Connection(e.to_string());
@@ -274,7 +279,21 @@ async fn drive_stream(
                     let hwm = wal.high_water_mark();
                     match stream.on_frame(frame, start, hwm)? {
                         EdgeEvent::Resumed { from } => {
+                            routing.resumed(topic.name().as_str());
                             info!(topic = %topic.name(), from, local_hwm = hwm, "replication resumed");
+                            let checkpoint = topic.acknowledged_offset();
+                            if from < checkpoint {
+                                // A new owner after a failover starts at the
+                                // archive's end: the retained log has the
+                                // rest, same offsets, same bytes.
+                                info!(
+                                    topic = %topic.name(),
+                                    from,
+                                    checkpoint,
+                                    "broker resumes at {from} below the checkpoint {checkpoint} (new owner); resending {} records",
+                                    checkpoint - from
+                                );
+                            }
                             let (tx, frames) = mpsc::channel(READ_AHEAD_FRAMES);
                             let task = tokio::spawn(read_ahead_loop(
                                 wal.clone(),
@@ -291,11 +310,15 @@ async fn drive_stream(
                             // the edge (before its checkpoint was written)
                             // would stay "unacknowledged" until the next
                             // record is sent, and forever if none comes.
-                            acked_tx.send_replace(Some(from));
+                            acked_tx.send_modify(|p| p.acked = Some(from));
                         }
                         EdgeEvent::Acked { next_offset } => {
                             stats.stream_acks.fetch_add(1, Ordering::Relaxed);
-                            acked_tx.send_replace(Some(next_offset));
+                            acked_tx.send_modify(|p| p.acked = Some(next_offset));
+                        }
+                        EdgeEvent::Archived { archived_offset } => {
+                            debug!(topic = %topic.name(), archived_offset, "broker reports the topic archived");
+                            acked_tx.send_modify(|p| p.archived = Some(archived_offset));
                         }
                         EdgeEvent::AlreadyAcked => {}
                         EdgeEvent::Refetch { first_offset, end_offset } => {
@@ -309,7 +332,7 @@ async fn drive_stream(
                 let next_offset = *datagram_acks.borrow_and_update();
                 if let EdgeEvent::Acked { next_offset } = stream.on_datagram_ack(next_offset)? {
                     stats.datagram_acks.fetch_add(1, Ordering::Relaxed);
-                    acked_tx.send_replace(Some(next_offset));
+                    acked_tx.send_modify(|p| p.acked = Some(next_offset));
                 }
             }
             prepared = async {
@@ -617,21 +640,42 @@ async fn read_ahead_loop(
     }
 }
 
-/// Records each acknowledged offset (the newest one when several arrive
-/// while a previous one is being recorded): checkpoint, then local WAL
-/// retention.
+/// What the broker reported on a stream, for the checkpoint task.
+#[derive(Debug, Clone, Copy, Default)]
+struct Progress {
+    /// Highest acknowledged offset (`Welcome`, `Ack`, datagram).
+    acked: Option<u64>,
+    /// Highest archived offset (`Archived`).
+    archived: Option<u64>,
+}
+
+/// Records each acknowledged and archived offset (the newest ones when
+/// several arrive while previous ones are being recorded): checkpoint,
+/// archived offset, then local WAL retention.
 async fn record_acknowledgements(
     topics: Arc<TopicManager>,
     topic: Arc<Topic>,
-    mut acked: watch::Receiver<Option<u64>>,
+    mut progress: watch::Receiver<Progress>,
 ) {
+    let mut recorded = Progress::default();
     loop {
-        let closed = acked.changed().await.is_err();
-        let next_offset = *acked.borrow_and_update();
-        if let Some(next_offset) = next_offset
-            && let Err(e) = topics.on_acknowledged(topic.name(), next_offset).await
+        let closed = progress.changed().await.is_err();
+        let now = *progress.borrow_and_update();
+        if let Some(next_offset) = now.acked
+            && now.acked != recorded.acked
         {
-            warn!(topic = %topic.name(), error = %e, "recording the acknowledgement");
+            recorded.acked = now.acked;
+            if let Err(e) = topics.on_acknowledged(topic.name(), next_offset).await {
+                warn!(topic = %topic.name(), error = %e, "recording the acknowledgement");
+            }
+        }
+        if let Some(archived_offset) = now.archived
+            && now.archived != recorded.archived
+        {
+            recorded.archived = now.archived;
+            if let Err(e) = topics.on_archived(topic.name(), archived_offset).await {
+                warn!(topic = %topic.name(), error = %e, "recording the archived offset");
+            }
         }
         if closed {
             return;

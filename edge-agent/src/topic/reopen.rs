@@ -88,7 +88,7 @@ impl Topic {
     /// directory (recovery decides what is on disk and truncates a partial
     /// write at the end), seals the active segment when the disk is full
     /// and the broker acknowledged records of it ([`should_seal`]), runs
-    /// retention at the acknowledged offset and then accepts publishes
+    /// retention at the safe offset ([`Topic::safe_offset`]) and then accepts publishes
     /// again. Returns whether the WAL was reopened. A failed attempt
     /// schedules the next one (backoff).
     pub async fn recover_if_due(&self) -> bool {
@@ -158,7 +158,9 @@ impl Topic {
             .last()
             .map_or_else(|| wal.log_start_offset(), |s| s.next_offset);
         let active_bytes = new_size.saturating_sub(sealed_bytes);
-        let acknowledged = self.acknowledged_offset();
+        // What retention may delete: below the acknowledged offset, or with
+        // retain_until = "archived" below the archived one too.
+        let acknowledged = self.safe_offset();
         if should_seal(kind, active_base, active_bytes, acknowledged) {
             if let Err(e) = wal.roll().await {
                 self.attempt_failed(&e, "sealing the active segment to free space failed");

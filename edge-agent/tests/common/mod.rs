@@ -33,6 +33,7 @@ pub fn topic(name: &str, intent: StreamIntent) -> TopicConfig {
         disk_budget_bytes: None,
         full_policy: FullPolicy::Refuse,
         realtime_ring_records: None,
+        retain_until: None,
     }
 }
 

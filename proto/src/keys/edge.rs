@@ -14,3 +14,12 @@ pub fn checkpoint(topic: &TopicName) -> String {
 pub fn checkpoints_prefix() -> String {
     "/edge/checkpoints/".to_owned()
 }
+
+/// `/edge/archived/{ns}/{topic}`: the topic's archived offset (JSON
+/// number), beside its checkpoint.
+pub fn archived(topic: &TopicName) -> String {
+    MetadataKey::EdgeArchived {
+        topic: topic.clone(),
+    }
+    .to_string()
+}

@@ -263,6 +263,12 @@ pub enum MetadataKey {
         /// The edge topic.
         topic: TopicName,
     },
+    /// `/edge/archived/{ns}/{topic}`: the archived offset the broker last
+    /// reported (u64): everything below it is committed in the archive.
+    EdgeArchived {
+        /// The edge topic.
+        topic: TopicName,
+    },
 }
 
 impl fmt::Display for MetadataKey {
@@ -318,6 +324,7 @@ impl fmt::Display for MetadataKey {
                 write!(f, "/auth/principals/{principal}")
             }
             MetadataKey::EdgeCheckpoint { topic } => write!(f, "/edge/checkpoints{topic}"),
+            MetadataKey::EdgeArchived { topic } => write!(f, "/edge/archived{topic}"),
         }
     }
 }
@@ -424,6 +431,9 @@ impl MetadataKey {
             ["edge", "checkpoints", ns, topic] => MetadataKey::EdgeCheckpoint {
                 topic: topic_in(key, ns, topic)?,
             },
+            ["edge", "archived", ns, topic] => MetadataKey::EdgeArchived {
+                topic: topic_in(key, ns, topic)?,
+            },
             _ => return Err(unknown()),
         };
         Ok(parsed)
@@ -436,7 +446,8 @@ impl MetadataKey {
             | MetadataKey::Unassigned { topic }
             | MetadataKey::NamespaceTopic { topic }
             | MetadataKey::Topic { topic, .. }
-            | MetadataKey::EdgeCheckpoint { topic } => Some(topic),
+            | MetadataKey::EdgeCheckpoint { topic }
+            | MetadataKey::EdgeArchived { topic } => Some(topic),
             _ => None,
         }
     }
@@ -462,7 +473,8 @@ pub fn parse_topic(key: &str) -> Result<TopicName, KeyParseError> {
         | MetadataKey::Unassigned { topic }
         | MetadataKey::NamespaceTopic { topic }
         | MetadataKey::Topic { topic, .. }
-        | MetadataKey::EdgeCheckpoint { topic } => Ok(topic),
+        | MetadataKey::EdgeCheckpoint { topic }
+        | MetadataKey::EdgeArchived { topic } => Ok(topic),
         _ => Err(KeyParseError::Unknown {
             key: key.to_owned(),
             expected: "topic-carrying",

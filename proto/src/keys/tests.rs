@@ -806,6 +806,9 @@ fn arb_metadata_key() -> impl Strategy<Value = MetadataKey> {
         arb_topic()
             .prop_map(|topic| MetadataKey::EdgeCheckpoint { topic })
             .boxed(),
+        arb_topic()
+            .prop_map(|topic| MetadataKey::EdgeArchived { topic })
+            .boxed(),
     ])
 }
 

@@ -1,8 +1,9 @@
 //! `demo`: Tributary's main job on real data, run by `scripts/demo`.
 //!
-//! Starts a single-node broker (embedded Raft), a tier service on a local
-//! directory and an edge agent `plant1`, all on 127.0.0.1 under one work
-//! directory, then replays the UCI "Individual household electric power
+//! Starts a single-node broker (embedded Raft) — or, with `--brokers 3`, a
+//! three-broker cluster with a tier service beside each — a tier service on
+//! a local directory and an edge agent `plant1` given every broker's
+//! address, all on 127.0.0.1 under one work directory, then replays the UCI "Individual household electric power
 //! consumption" readings (Hebrail & Berard, UCI Machine Learning
 //! Repository) through the edge's NDJSON batch endpoint:
 //! - every row as one JSON record on `/plant1/household-power`
@@ -10,14 +11,16 @@
 //! - one summary record per day on `/plant1/household-power-daily`
 //!   (`audit_log`), keyed by the date.
 //!
-//! In the middle it stops the broker (SIGTERM), keeps publishing, and starts
-//! it again. At the end it waits until the edge's checkpoints and the
+//! In the middle it stops the broker (SIGTERM) — in a cluster it SIGKILLs
+//! the owner of the readings topic instead, and the others take over —
+//! keeps publishing, and starts it again. At the end it waits until the edge's checkpoints and the
 //! committed tiered offsets reach every record, stops everything (SIGTERM,
 //! exit 0 expected), counts the central topics' WALs, runs `tribctl archive
 //! verify` on the bucket (no broker involved), reads the whole archive back
 //! and compares it record by record with the CSV. It prints a summary and
 //! exits 1 if any count disagrees.
 
+mod central;
 mod options;
 mod processes;
 mod replay;
@@ -94,23 +97,24 @@ fn run(args: &Args) -> anyhow::Result<Summary> {
         );
     }
     ensure!(args.batch_rows > 0, "--batch-rows must be at least 1");
+    ensure!(
+        matches!(args.brokers, 1 | 3),
+        "--brokers must be 1 or 3 (a majority must survive the owner's SIGKILL)"
+    );
     check_header(&args.csv)?;
     prepare_work_dir(&args.work_dir)?;
     let work = std::path::absolute(&args.work_dir)?;
+    let admins: Vec<_> = (0..args.brokers).map(|_| free_tcp()).collect();
     let layout = Layout {
         work: work.clone(),
         bins,
-        admin: free_tcp(),
+        admin: admins[0],
+        admins,
         edge_api: free_tcp(),
     };
     write_configs(&layout, args)?;
     let config_arg = |name: &str| work.join(name);
-    let mut broker_cmd = Command::new(layout.bin("broker"));
-    broker_cmd.arg("--config").arg(config_arg("broker.toml"));
-    let mut broker = layout.logged("broker", broker_cmd)?;
-    let mut tier_cmd = Command::new(layout.bin("tier-service"));
-    tier_cmd.arg("--config").arg(config_arg("tier.toml"));
-    let mut tier = layout.logged("tier-service", tier_cmd)?;
+    let mut central = central::Central::new(&layout)?;
     let mut edge_cmd = Command::new(layout.bin("edge-agent"));
     edge_cmd
         .arg("run")
@@ -120,25 +124,38 @@ fn run(args: &Args) -> anyhow::Result<Summary> {
     let agent = http(&layout);
 
     eprintln!("demo: work directory {}", work.display());
-    broker.start();
-    let health = format!("{}/health", layout.admin_url());
-    wait_until("broker admin API up", Duration::from_secs(60), || {
-        get_json(&agent, &health, None).is_some()
-    })?;
+    for broker in &mut central.brokers {
+        broker.start();
+    }
+    for admin in &layout.admins {
+        let health = format!("https://{admin}/health");
+        wait_until("broker admin API up", Duration::from_secs(60), || {
+            get_json(&agent, &health, None).is_some()
+        })?;
+    }
     processes::create_tier_principal(&layout)?;
-    tier.start();
+    for tier in &mut central.tiers {
+        tier.start();
+    }
     edge.start();
     let edge_health = format!("http://{}/health", layout.edge_api);
     wait_until("edge API up", Duration::from_secs(60), || {
         get_json(&agent, &edge_health, None).is_some()
     })?;
     eprintln!(
-        "demo: broker (admin {}), tier service, edge agent plant1 (API {}) running",
-        layout.admin, layout.edge_api
+        "demo: {} (admin {}), tier service{}, edge agent plant1 (API {}) running",
+        if args.brokers == 1 {
+            "broker".to_owned()
+        } else {
+            format!("{} brokers", args.brokers)
+        },
+        layout.admin,
+        if args.brokers == 1 { "" } else { "s" },
+        layout.edge_api
     );
 
     let mut summary = Summary::default();
-    let input = replay::replay(args, &agent, &layout, &mut broker, &mut summary)?;
+    let input = replay::replay(args, &agent, &layout, &mut central, &mut summary)?;
     summary.rows_read = input.rows;
     summary.csv_bytes = input.csv_bytes;
     summary.value_bytes = input.value_bytes;
@@ -192,13 +209,12 @@ fn run(args: &Args) -> anyhow::Result<Summary> {
 
     // Stop everything gracefully; each must exit 0.
     stop(&mut summary, "edge-agent", &mut edge);
-    stop(&mut summary, "tier-service", &mut tier);
-    stop(&mut summary, "broker", &mut broker);
+    central.stop_all(&mut summary);
 
-    // The central topics, read from the broker's WALs after it stopped;
+    // The central topics, read from the owners' WALs after they stopped;
     // then the archive: `tribctl archive verify` (no broker), then every
     // record.
-    verify::central_counts(&work, [&mut readings, &mut daily])?;
+    verify::central_counts(&layout, [&mut readings, &mut daily])?;
     verify::archive(
         &work,
         &layout,

@@ -40,6 +40,11 @@ pub struct Args {
     /// Longest wait for replication and tiering after the replay, s.
     #[arg(long, default_value_t = 600)]
     pub settle_timeout_s: u64,
+    /// Brokers in the central cluster: 1 (single-node Raft; stopped with
+    /// SIGTERM mid-replay) or 3 (one Raft group, a tier service beside each;
+    /// the owner of the readings topic is SIGKILLed mid-replay).
+    #[arg(long, default_value_t = 1)]
+    pub brokers: u64,
     /// Also write the summary as JSON to this file.
     #[arg(long)]
     pub summary_json: Option<PathBuf>,

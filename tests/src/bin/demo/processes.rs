@@ -24,7 +24,10 @@ const MARKER: &str = ".tributary-demo";
 pub struct Layout {
     pub work: PathBuf,
     pub bins: PathBuf,
+    /// Broker 1's admin API.
     pub admin: SocketAddr,
+    /// Every broker's admin API, by node id − 1.
+    pub admins: Vec<SocketAddr>,
     pub edge_api: SocketAddr,
 }
 
@@ -35,6 +38,56 @@ impl Layout {
 
     pub fn admin_url(&self) -> String {
         format!("https://{}", self.admin)
+    }
+
+    /// Brokers in the cluster.
+    pub fn brokers(&self) -> u64 {
+        self.admins.len() as u64
+    }
+
+    /// Broker `id`'s data directory: `broker` for a single broker,
+    /// `broker-{id}` in a cluster.
+    pub fn broker_data(&self, id: u64) -> PathBuf {
+        if self.brokers() == 1 {
+            self.work.join("broker")
+        } else {
+            self.work.join(format!("broker-{id}"))
+        }
+    }
+
+    /// Broker `id`'s configuration file (`broker.toml` for a single one).
+    pub fn broker_config(&self, id: u64) -> PathBuf {
+        if self.brokers() == 1 {
+            self.work.join("broker.toml")
+        } else {
+            self.work.join(format!("broker-{id}.toml"))
+        }
+    }
+
+    /// Tier service `id`'s configuration file (`tier.toml` for a single one).
+    pub fn tier_config(&self, id: u64) -> PathBuf {
+        if self.brokers() == 1 {
+            self.work.join("tier.toml")
+        } else {
+            self.work.join(format!("tier-{id}.toml"))
+        }
+    }
+
+    /// The broker owning `topic` now: the highest epoch among the
+    /// ownership markers (`{data}/ownership/{ns}/{topic}`) the brokers
+    /// write when they open a topic as owner.
+    pub fn owner(&self, topic: &str) -> Option<u64> {
+        (1..=self.brokers())
+            .filter_map(|id| {
+                let path = self
+                    .broker_data(id)
+                    .join("ownership")
+                    .join(topic.trim_start_matches('/'));
+                let v: Value = serde_json::from_slice(&std::fs::read(path).ok()?).ok()?;
+                Some((v["epoch"].as_u64()?, id))
+            })
+            .max()
+            .map(|(_, id)| id)
     }
 
     /// The development CA the demo's certificates chain to.
@@ -73,51 +126,95 @@ pub fn prepare_work_dir(dir: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub fn write_configs(layout: &Layout, args: &Args) -> anyhow::Result<(SocketAddr, SocketAddr)> {
+pub fn write_configs(layout: &Layout, args: &Args) -> anyhow::Result<()> {
     let work = &layout.work;
     let certs = work.join("certs");
-    let status = Command::new(layout.bin("tribctl"))
-        .args(["certs", "--broker", "1", "--edge", "plant1", "--out"])
+    let mut certs_cmd = Command::new(layout.bin("tribctl"));
+    certs_cmd.arg("certs");
+    for id in 1..=layout.brokers() {
+        certs_cmd.args(["--broker", &id.to_string()]);
+    }
+    let status = certs_cmd
+        .args(["--edge", "plant1", "--out"])
         .arg(&certs)
         .stdout(std::process::Stdio::null())
         .status()
         .context("running tribctl certs")?;
     ensure!(status.success(), "tribctl certs failed: {status}");
-    let (raft, ingest) = (free_udp(), free_udp());
     let c = certs.display();
-    // The admin API over HTTPS with the demo CA; the broker's config holds
-    // the bootstrap admin token: mode 0600. The tier service gets a named
-    // token of role `tier` once the broker is up.
-    write_private(
-        &work.join("broker.toml"),
-        format!(
-            r#"node_id = 1
+    let rafts: Vec<SocketAddr> = (0..layout.brokers()).map(|_| free_udp()).collect();
+    let ingests: Vec<SocketAddr> = (0..layout.brokers()).map(|_| free_udp()).collect();
+    // A cluster lists its Raft members; a single broker is its own.
+    let members = if layout.brokers() == 1 {
+        String::new()
+    } else {
+        let list: String = rafts
+            .iter()
+            .enumerate()
+            .map(|(i, addr)| format!("{} = \"{addr}\"\n", i + 1))
+            .collect();
+        format!("[members]\n{list}")
+    };
+    // The admin API over HTTPS with the demo CA; a broker's config holds
+    // the bootstrap admin token: mode 0600. The tier services get a named
+    // token of role `tier` once the brokers are up.
+    for id in 1..=layout.brokers() {
+        let i = (id - 1) as usize;
+        write_private(
+            &layout.broker_config(id),
+            format!(
+                r#"node_id = {id}
 data_dir = "{data}"
 raft_listen = "{raft}"
 admin_listen = "{admin}"
 ingest_listen = "{ingest}"
 admin_token = "{TOKEN}"
 [tls]
-cert = "{c}/broker-1.pem"
-key = "{c}/broker-1.key"
+cert = "{c}/broker-{id}.pem"
+key = "{c}/broker-{id}.key"
 ca = "{c}/ca.pem"
+{members}
 [wal]
 segment_max_age_ms = {age}
 [archive.store]
 url = "{archive}"
 "#,
-            data = work.join("broker").display(),
-            admin = layout.admin,
-            age = args.segment_age_ms,
-            archive = work.join("archive").display(),
-        ),
-    )?;
+                data = layout.broker_data(id).display(),
+                raft = rafts[i],
+                admin = layout.admins[i],
+                ingest = ingests[i],
+                age = args.segment_age_ms,
+                archive = work.join("archive").display(),
+            ),
+        )?;
+        std::fs::write(
+            layout.tier_config(id),
+            format!(
+                r#"data_dir = "{data}"
+poll_interval_ms = 1000
+metrics_listen = "{metrics}"
+[broker]
+url = "https://{admin}"
+ca = "{c}/ca.pem"
+token_file = "{token_file}"
+[store]
+url = "{archive}"
+"#,
+                data = layout.broker_data(id).display(),
+                admin = layout.admins[i],
+                token_file = layout.tier_token_file().display(),
+                archive = work.join("archive").display(),
+                metrics = free_tcp(),
+            ),
+        )?;
+    }
+    let brokers: Vec<String> = ingests.iter().map(|a| format!("\"{a}\"")).collect();
     std::fs::write(
         work.join("edge.toml"),
         format!(
             r#"data_dir = "{data}"
 edge_id = "plant1"
-brokers = ["{ingest}"]
+brokers = [{brokers}]
 local_api = "{api}"
 checkpoint_interval_ms = 200
 [tls]
@@ -133,29 +230,10 @@ intent = "audit_log"
 "#,
             data = work.join("edge").display(),
             api = layout.edge_api,
+            brokers = brokers.join(", "),
         ),
     )?;
-    std::fs::write(
-        work.join("tier.toml"),
-        format!(
-            r#"data_dir = "{data}"
-poll_interval_ms = 1000
-metrics_listen = "{metrics}"
-[broker]
-url = "{url}"
-ca = "{c}/ca.pem"
-token_file = "{token_file}"
-[store]
-url = "{archive}"
-"#,
-            data = work.join("broker").display(),
-            url = layout.admin_url(),
-            token_file = layout.tier_token_file().display(),
-            archive = work.join("archive").display(),
-            metrics = free_tcp(),
-        ),
-    )?;
-    Ok((raft, ingest))
+    Ok(())
 }
 
 /// Creates the tier service's principal `tier-1` with role `tier` through

@@ -10,9 +10,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, anyhow, ensure};
 use serde_json::Value;
-use tributary_test_support::process::Proc;
 use tributary_tests::demo::{self, DaySummary, Tally};
 
+use crate::central::Central;
 use crate::options::Args;
 use crate::processes::{Layout, edge_topic};
 use crate::summary::{Summary, fmt_count};
@@ -184,7 +184,7 @@ pub fn replay(
     args: &Args,
     agent: &ureq::Agent,
     layout: &Layout,
-    broker: &mut Proc,
+    central: &mut Central,
     summary: &mut Summary,
 ) -> anyhow::Result<Input> {
     // Replay: a reader thread parses and builds bodies; this thread posts
@@ -205,7 +205,7 @@ pub fn replay(
     let mut last_report = Instant::now();
     let replay_started = Instant::now();
     let restart = |summary: &mut Summary,
-                   broker: &mut Proc,
+                   central: &mut Central,
                    since: Instant,
                    at: u64,
                    now_published: u64|
@@ -213,7 +213,7 @@ pub fn replay(
         let (hwm, acked, _) = edge_topic(agent, layout, READINGS).unwrap_or_default();
         summary.backlog_at_restart = hwm.saturating_sub(acked);
         summary.published_during_outage = now_published - at;
-        broker.start();
+        central.restart();
         summary.broker_outage_ms = since.elapsed().as_millis() as u64;
         eprintln!(
             "demo: broker started again after {:.1} s; {} records were published meanwhile, backlog at the edge {}",
@@ -237,23 +237,17 @@ pub fn replay(
             }
             let published = offsets.0;
             match outage {
-                None if broker.is_running() && published >= stop_at.max(1) => {
-                    eprintln!(
-                        "demo: stopping the broker (SIGTERM) after {} records; the edge keeps accepting",
-                        fmt_count(published)
-                    );
-                    let code = broker.terminate();
-                    summary
-                        .exit_codes
-                        .push(("broker (mid-replay stop)".into(), code));
+                None if !central.is_down() && published >= stop_at.max(1) => {
+                    eprintln!("demo: {} records published", fmt_count(published));
+                    central.outage(layout, summary)?;
                     outage = Some((Instant::now(), published));
                 }
                 Some((since, at))
-                    if !broker.is_running()
+                    if central.is_down()
                         && published >= restart_at
                         && since.elapsed() >= Duration::from_millis(args.outage_ms) =>
                 {
-                    restart(summary, broker, since, at, published)?;
+                    restart(summary, central, since, at, published)?;
                 }
                 _ => {}
             }
@@ -275,11 +269,11 @@ pub fn replay(
     replay?;
     let input = input?;
     if let Some((since, at)) = outage
-        && !broker.is_running()
+        && central.is_down()
     {
         let rest = Duration::from_millis(args.outage_ms).saturating_sub(since.elapsed());
         std::thread::sleep(rest);
-        restart(summary, broker, since, at, offsets.0)?;
+        restart(summary, central, since, at, offsets.0)?;
     }
     summary.replay_s = replay_started.elapsed().as_secs_f64();
     Ok(input)

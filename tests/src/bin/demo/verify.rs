@@ -17,13 +17,18 @@ use crate::processes::Layout;
 use crate::summary::TopicCounts;
 use crate::{DAILY, READINGS};
 
-/// Counts each topic's records in the broker's WAL under `work` (the broker
-/// must be stopped).
-pub fn central_counts(work: &Path, topics: [&mut TopicCounts; 2]) -> anyhow::Result<()> {
+/// Counts each topic's records in its owner's WAL (the broker must be
+/// stopped): its high-water mark. A new owner's WAL starts at the archive's
+/// end, so its high-water mark counts the whole topic.
+pub fn central_counts(layout: &Layout, topics: [&mut TopicCounts; 2]) -> anyhow::Result<()> {
     for counts in topics {
         let topic = TopicName::new(&counts.topic).map_err(|e| anyhow!("{e}"))?;
-        let dir = work
-            .join("broker/topics")
+        let owner = layout
+            .owner(&counts.topic)
+            .ok_or_else(|| anyhow!("no broker owns {}", counts.topic))?;
+        let dir = layout
+            .broker_data(owner)
+            .join("topics")
             .join(topic.namespace())
             .join(topic.topic());
         let wal = Wal::open(&dir, WalConfig::default())

@@ -1,0 +1,272 @@
+//! What a broker does with its local copy of a topic when it opens the
+//! topic as owner at epoch `E`, and with copies of topics another broker
+//! owns.
+//!
+//! Each local WAL has an ownership marker,
+//! `{data_dir}/ownership/{ns}/{topic}` (JSON `{"epoch": E}`, written
+//! atomically), naming the epoch under which it was written. Opening as
+//! owner at epoch `E` ([`decide`]):
+//!
+//! | local WAL | marker | action |
+//! |---|---|---|
+//! | none or empty | any | start fresh at the topic's start offset |
+//! | holds data | `E` | resume it (a restart within the same ownership) |
+//! | holds data | none, `E == 1` | adopt it: data from before ownership existed, and nobody else ever owned the topic |
+//! | holds data | other, or none with `E > 1` | quarantine it, start fresh |
+//!
+//! The **start offset** of a fresh WAL is the end of the topic's committed
+//! archive (`segments/cur`) or the `state` marker's `next_offset` after a
+//! graceful unload, whichever is higher: nothing below it is lost (it is in
+//! the archive) and an edge re-sends everything above it from its retained
+//! log ("two copies until archived"), with the same offsets and bytes.
+//!
+//! A quarantined copy is moved to
+//! `{data_dir}/quarantine/{ns}/{topic}.epoch-{e}.{ms}`: never served,
+//! uploaded or resumed, kept for an operator to inspect or delete.
+
+use std::path::{Path, PathBuf};
+
+use broker_core::metadata::MetadataStore;
+use broker_core::wal::storage::{FsStorage, Storage, write_file_atomic};
+use serde::{Deserialize, Serialize};
+use tributary_proto::keys::{StorageKeys, TopicName};
+
+/// The marker's content.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OwnershipMarker {
+    /// The epoch the local WAL was written under.
+    pub epoch: u64,
+}
+
+/// What to do with the local copy when opening at an epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Open the local WAL as it is.
+    Resume,
+    /// Open the local WAL (pre-ownership data) and mark it.
+    Adopt,
+    /// No local data: create the WAL at the start offset.
+    Fresh,
+    /// Move the local copy (written under `stale_epoch`, `None`: unmarked)
+    /// aside, then start fresh.
+    Quarantine {
+        /// The marker's epoch.
+        stale_epoch: Option<u64>,
+    },
+}
+
+/// The table in the module docs.
+pub fn decide(has_data: bool, marker: Option<u64>, epoch: u64) -> Decision {
+    match (has_data, marker) {
+        (false, _) => Decision::Fresh,
+        (true, Some(e)) if e == epoch => Decision::Resume,
+        (true, None) if epoch == 1 => Decision::Adopt,
+        (true, stale_epoch) => Decision::Quarantine { stale_epoch },
+    }
+}
+
+/// Paths of a broker's ownership markers and quarantine.
+#[derive(Debug, Clone)]
+pub struct Layout {
+    /// `{data_dir}/topics`.
+    pub topics: PathBuf,
+    /// `{data_dir}/ownership`.
+    pub markers: PathBuf,
+    /// `{data_dir}/quarantine`.
+    pub quarantine: PathBuf,
+}
+
+impl Layout {
+    /// The layout beside the topics directory `topics_dir`.
+    pub fn beside(topics_dir: &Path) -> Layout {
+        let root = topics_dir.parent().unwrap_or(topics_dir).to_path_buf();
+        Layout {
+            topics: topics_dir.to_path_buf(),
+            markers: root.join("ownership"),
+            quarantine: root.join("quarantine"),
+        }
+    }
+
+    fn wal_dir(&self, topic: &TopicName) -> PathBuf {
+        self.topics.join(topic.namespace()).join(topic.topic())
+    }
+
+    fn marker_path(&self, topic: &TopicName) -> PathBuf {
+        self.markers.join(topic.namespace()).join(topic.topic())
+    }
+
+    /// Whether the local WAL directory holds any segment file.
+    pub fn has_data(&self, topic: &TopicName) -> bool {
+        std::fs::read_dir(self.wal_dir(topic)).is_ok_and(|entries| {
+            entries.flatten().any(|e| {
+                matches!(
+                    broker_core::wal::segment::parse_file_name(&e.file_name().to_string_lossy()),
+                    Some(broker_core::wal::segment::WalFile::Log(_))
+                )
+            })
+        })
+    }
+
+    /// The marker's epoch, if a readable marker exists.
+    pub fn marker(&self, topic: &TopicName) -> Option<u64> {
+        let bytes = std::fs::read(self.marker_path(topic)).ok()?;
+        match serde_json::from_slice::<OwnershipMarker>(&bytes) {
+            Ok(marker) => Some(marker.epoch),
+            Err(e) => {
+                tracing::warn!(%topic, error = %e, "ownership marker does not decode; treating the local copy as unmarked");
+                None
+            }
+        }
+    }
+
+    /// Writes the marker for `epoch` (atomically, durable).
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub fn write_marker(&self, topic: &TopicName, epoch: u64) -> std::io::Result<()> {
+        let path = self.marker_path(topic);
+        let storage = FsStorage;
+        if let Some(parent) = path.parent() {
+            storage.create_dir_all(parent)?;
+        }
+        let bytes = serde_json::to_vec(&OwnershipMarker { epoch }).unwrap_or_default();
+        write_file_atomic(&storage, &path, &bytes)
+    }
+
+    /// Moves the local WAL of `topic` into the quarantine and removes its
+    /// marker; returns where it went.
+    ///
+    /// # Errors
+    /// I/O errors.
+    pub fn quarantine(
+        &self,
+        topic: &TopicName,
+        stale_epoch: Option<u64>,
+        now_ms: u64,
+    ) -> std::io::Result<PathBuf> {
+        let storage = FsStorage;
+        let dir = self.quarantine.join(topic.namespace());
+        storage.create_dir_all(&dir)?;
+        let to = dir.join(format!(
+            "{}.epoch-{}.{now_ms}",
+            topic.topic(),
+            stale_epoch.map_or_else(|| "none".to_owned(), |e| e.to_string())
+        ));
+        let from = self.wal_dir(topic);
+        storage.rename(&from, &to)?;
+        storage.sync_dir(&dir)?;
+        if let Some(parent) = from.parent() {
+            storage.sync_dir(parent)?;
+        }
+        let marker = self.marker_path(topic);
+        if marker.exists() {
+            storage.remove(&marker)?;
+        }
+        Ok(to)
+    }
+
+    /// Every topic with a local WAL directory and a marker.
+    pub fn marked_topics(&self) -> Vec<(TopicName, u64)> {
+        let mut out = Vec::new();
+        let Ok(namespaces) = std::fs::read_dir(&self.markers) else {
+            return out;
+        };
+        for ns in namespaces.flatten() {
+            let Ok(files) = std::fs::read_dir(ns.path()) else {
+                continue;
+            };
+            for file in files.flatten() {
+                let name = format!(
+                    "/{}/{}",
+                    ns.file_name().to_string_lossy(),
+                    file.file_name().to_string_lossy()
+                );
+                if let Ok(topic) = TopicName::new(&name)
+                    && let Some(epoch) = self.marker(&topic)
+                {
+                    out.push((topic, epoch));
+                }
+            }
+        }
+        out
+    }
+
+    /// Every topic with a local WAL holding data but no marker (written
+    /// before ownership existed).
+    pub fn unmarked_topics(&self) -> Vec<TopicName> {
+        let mut out = Vec::new();
+        let Ok(namespaces) = std::fs::read_dir(&self.topics) else {
+            return out;
+        };
+        for ns in namespaces.flatten() {
+            let Ok(dirs) = std::fs::read_dir(ns.path()) else {
+                continue;
+            };
+            for dir in dirs.flatten() {
+                let name = format!(
+                    "/{}/{}",
+                    ns.file_name().to_string_lossy(),
+                    dir.file_name().to_string_lossy()
+                );
+                if let Ok(topic) = TopicName::new(&name)
+                    && self.has_data(&topic)
+                    && self.marker(&topic).is_none()
+                {
+                    out.push(topic);
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Where a fresh WAL of `topic` starts: the committed archive's end or the
+/// unload `state`'s `next_offset`, whichever is higher (0 for a new topic).
+///
+/// # Errors
+/// Metadata errors, a malformed `segments/cur` or `state`.
+pub async fn start_offset(
+    store: &dyn MetadataStore,
+    keys: &StorageKeys,
+    topic: &TopicName,
+) -> Result<u64, crate::storage::StorageError> {
+    let archived = crate::storage::tiered_offset(store, keys, topic)
+        .await?
+        .unwrap_or(0);
+    let unloaded = match store.get(&keys.topic_state(topic)).await? {
+        Some(v) => v["next_offset"].as_u64().unwrap_or(0),
+        None => 0,
+    };
+    Ok(archived.max(unloaded))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Decision, decide};
+
+    #[test]
+    fn the_local_copy_is_resumed_only_under_its_own_epoch() {
+        assert_eq!(decide(false, None, 4), Decision::Fresh);
+        assert_eq!(decide(false, Some(2), 4), Decision::Fresh);
+        assert_eq!(decide(true, Some(4), 4), Decision::Resume);
+        assert_eq!(decide(true, None, 1), Decision::Adopt);
+        assert_eq!(
+            decide(true, None, 2),
+            Decision::Quarantine { stale_epoch: None }
+        );
+        assert_eq!(
+            decide(true, Some(3), 4),
+            Decision::Quarantine {
+                stale_epoch: Some(3)
+            }
+        );
+        // A marker above the assignment's epoch (a view that lags) is not
+        // this ownership either.
+        assert_eq!(
+            decide(true, Some(5), 4),
+            Decision::Quarantine {
+                stale_epoch: Some(5)
+            }
+        );
+    }
+}

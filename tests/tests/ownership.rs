@@ -1,0 +1,407 @@
+//! Topic ownership across three real brokers (a tier service beside each,
+//! one local-directory archive) and one edge agent given all three
+//! addresses, publishing NDJSON throughout:
+//! - the owner SIGKILLed and kept down two minutes, then restarted: one
+//!   central copy (archive + the owner's WAL) holds every acknowledged
+//!   record exactly once, offsets contiguous, values as published, through
+//!   any broker; the archive verifies; the restarted broker serves no
+//!   divergent copy;
+//! - a kill loop: 20 SIGKILLs across the brokers at random moments (a
+//!   majority always up) and one of the edge: 0 lost, 0 duplicated, 0 gaps.
+
+use std::collections::BTreeMap;
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use rand::{RngExt, SeedableRng};
+use tributary_test_support::process::bin_path;
+use tributary_tests::fleet::{
+    Fleet, consume_all, edge_offsets, ndjson, publish_ndjson, wait_acknowledged,
+};
+
+const READINGS: &str = "/plant1/readings";
+const AUDIT: &str = "/plant1/audit";
+const TOPICS: [(&str, &str); 2] = [(READINGS, "event_stream"), (AUDIT, "audit_log")];
+
+/// Publishes batches of `batch` records to every topic every `every` until
+/// `stop`, from the offsets in `next`; returns the records published per
+/// topic. A refused batch (a
+/// full disk budget) is retried, so topic `t`'s record `i` is always
+/// `{t}-{i}` at offset `i`.
+fn publisher(
+    api: std::net::SocketAddr,
+    stop: Arc<AtomicBool>,
+    batch: u64,
+    every: Duration,
+    mut next: BTreeMap<&'static str, u64>,
+) -> std::thread::JoinHandle<BTreeMap<&'static str, u64>> {
+    std::thread::spawn(move || {
+        while !stop.load(Ordering::Relaxed) {
+            for (topic, _) in TOPICS {
+                let from = next[topic];
+                match publish_ndjson(api, topic, ndjson(topic, from, batch)) {
+                    Ok((base, end)) => {
+                        assert_eq!(base, from, "{topic}: the edge assigned another offset");
+                        next.insert(topic, end);
+                    }
+                    Err(e) => eprintln!("publish to {topic} at {from} refused (retrying): {e}"),
+                }
+            }
+            std::thread::sleep(every);
+        }
+        next
+    })
+}
+
+/// Every topic at offset 0.
+fn start() -> BTreeMap<&'static str, u64> {
+    TOPICS.iter().map(|(t, _)| (*t, 0)).collect()
+}
+
+/// Every record of `topic` read from offset 0 through broker `via`
+/// equals what was published: offsets 0..end, each once, value `{topic}-{i}`.
+fn check_exactly_once(fleet: &Fleet, via: u64, topic: &str, end: u64, subscription: &str) {
+    let client = fleet.consumer(via);
+    let records = consume_all(&client, topic, subscription, end, Duration::from_secs(120));
+    assert_eq!(
+        records.len() as u64,
+        end,
+        "{topic} through broker {via}: record count"
+    );
+    for (i, (offset, value)) in records.iter().enumerate() {
+        assert_eq!(
+            *offset, i as u64,
+            "{topic} through broker {via}: offsets not contiguous"
+        );
+        assert_eq!(
+            value,
+            &format!("{topic}-{offset}"),
+            "{topic} at {offset} through broker {via}"
+        );
+    }
+}
+
+/// `tribctl archive verify` on the archive directory: every object
+/// self-consistent, descriptors and objects agree, no overlapping ranges.
+fn verify_archive(fleet: &Fleet) {
+    let out = Command::new(bin_path("tribctl"))
+        .args(["--output", "json", "archive", "--bucket"])
+        .arg(&fleet.archive)
+        .arg("verify")
+        .output()
+        .expect("tribctl archive verify");
+    assert!(
+        out.status.success(),
+        "archive verify: {}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn wait_for_owner(
+    fleet: &Fleet,
+    topic: &str,
+    not: Option<(u64, u64)>,
+    limit: Duration,
+) -> (u64, u64) {
+    let deadline = Instant::now() + limit;
+    loop {
+        if let Some(owner) = fleet.marked_owner(topic)
+            && not.is_none_or(|(id, epoch)| owner.0 != id && owner.1 > epoch)
+        {
+            return owner;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{topic}: no new owner within {limit:?} (was {not:?})"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn an_owner_killed_for_two_minutes_loses_and_duplicates_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut fleet = Fleet::new(dir.path(), &TOPICS, "", "");
+    fleet.start_all();
+    let stop = Arc::new(AtomicBool::new(false));
+    let publishing = publisher(
+        fleet.edge_api,
+        stop.clone(),
+        50,
+        Duration::from_millis(50),
+        start(),
+    );
+    wait_acknowledged(fleet.edge_api, READINGS, 1000, Duration::from_secs(60));
+    let (owner, epoch) = wait_for_owner(&fleet, READINGS, None, Duration::from_secs(30));
+    let acked_at_kill = edge_offsets(fleet.edge_api, READINGS).map_or(0, |(_, a)| a);
+    fleet.node(owner).kill();
+    let killed = Instant::now();
+    // A new owner takes the topic and acknowledges what the edge re-sends.
+    let (new_owner, new_epoch) = wait_for_owner(
+        &fleet,
+        READINGS,
+        Some((owner, epoch)),
+        Duration::from_secs(30),
+    );
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while edge_offsets(fleet.edge_api, READINGS).map_or(0, |(_, a)| a) <= acked_at_kill {
+        assert!(
+            Instant::now() < deadline,
+            "no acknowledgement after the failover"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    eprintln!(
+        "failover: broker {owner} (epoch {epoch}) → broker {new_owner} (epoch {new_epoch}), first new acknowledgement after {:?}",
+        killed.elapsed()
+    );
+    // Down two minutes, publishing throughout; then back.
+    std::thread::sleep(Duration::from_secs(120).saturating_sub(killed.elapsed()));
+    fleet.node(owner).start();
+    std::thread::sleep(Duration::from_secs(10));
+    stop.store(true, Ordering::Relaxed);
+    let published = publishing.join().expect("publisher");
+    for (topic, end) in &published {
+        wait_acknowledged(fleet.edge_api, topic, *end, Duration::from_secs(120));
+    }
+    for (topic, end) in &published {
+        // Through the restarted broker (a redirect when it does not own the
+        // topic) and through another.
+        check_exactly_once(&fleet, owner, topic, *end, "after-restart");
+        let other = if owner == 1 { 2 } else { 1 };
+        check_exactly_once(&fleet, other, topic, *end, "through-other");
+    }
+    // Everything sealed reaches the archive; it verifies.
+    std::thread::sleep(Duration::from_secs(3));
+    verify_archive(&fleet);
+    // The restarted broker holds no live copy of a topic it does not own.
+    for (topic, _) in TOPICS {
+        let (current, _) = fleet.marked_owner(topic).expect("an owner");
+        if current != owner {
+            let marker = fleet.nodes[(owner - 1) as usize]
+                .data
+                .join("ownership")
+                .join(topic.trim_start_matches('/'));
+            assert!(
+                !marker.exists(),
+                "broker {owner} still marks a copy of {topic}"
+            );
+        }
+    }
+    for node in &mut fleet.nodes {
+        node.tier.kill();
+    }
+    assert_eq!(fleet.edge.terminate(), Some(0), "edge-agent exit");
+}
+
+#[test]
+fn twenty_broker_kills_and_an_edge_kill_lose_and_duplicate_nothing() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut fleet = Fleet::new(dir.path(), &TOPICS, "", "");
+    fleet.start_all();
+    let stop = Arc::new(AtomicBool::new(false));
+    let mut publishing = Some(publisher(
+        fleet.edge_api,
+        stop.clone(),
+        20,
+        Duration::from_millis(30),
+        start(),
+    ));
+    wait_acknowledged(fleet.edge_api, READINGS, 200, Duration::from_secs(60));
+    let mut rng = rand::rngs::StdRng::seed_from_u64(18);
+    for kill in 0..20u32 {
+        // Mostly the owner of a topic, sometimes another broker.
+        let target = match (
+            kill % 3,
+            fleet.marked_owner(if kill % 2 == 0 { READINGS } else { AUDIT }),
+        ) {
+            (0 | 1, Some((owner, _))) => owner,
+            _ => rng.random_range(1..=3),
+        };
+        std::thread::sleep(Duration::from_millis(rng.random_range(200..2500)));
+        fleet.node(target).kill();
+        std::thread::sleep(Duration::from_millis(rng.random_range(500..4000)));
+        fleet.node(target).start();
+        if kill == 10 {
+            // The edge too: stop publishing, SIGKILL it, restart it.
+            stop.store(true, Ordering::Relaxed);
+            let published_before_edge_kill = publishing
+                .take()
+                .expect("publisher")
+                .join()
+                .expect("publisher");
+            fleet.edge.kill();
+            fleet.edge.start();
+            stop.store(false, Ordering::Relaxed);
+            let deadline = Instant::now() + Duration::from_secs(30);
+            while edge_offsets(fleet.edge_api, READINGS).is_none() {
+                assert!(Instant::now() < deadline, "edge API not back");
+                std::thread::sleep(Duration::from_millis(50));
+            }
+            // Publishing resumes where the edge's log ends.
+            for (topic, end) in &published_before_edge_kill {
+                let (hwm, _) = edge_offsets(fleet.edge_api, topic).expect("offsets");
+                assert_eq!(
+                    hwm, *end,
+                    "{topic}: the edge lost acknowledged-by-API records in its crash"
+                );
+            }
+            publishing = Some(publisher(
+                fleet.edge_api,
+                stop.clone(),
+                20,
+                Duration::from_millis(30),
+                published_before_edge_kill.clone(),
+            ));
+        }
+    }
+    stop.store(true, Ordering::Relaxed);
+    let published = publishing
+        .take()
+        .expect("publisher")
+        .join()
+        .expect("publisher");
+    for (topic, end) in &published {
+        wait_acknowledged(fleet.edge_api, topic, *end, Duration::from_secs(120));
+        check_exactly_once(&fleet, 1 + (*end % 3), topic, *end, "after-kills");
+    }
+    verify_archive(&fleet);
+    for node in &mut fleet.nodes {
+        node.tier.kill();
+    }
+    assert_eq!(fleet.edge.terminate(), Some(0), "edge-agent exit");
+}
+
+/// An nftables table that drops every UDP datagram to or from `port` on
+/// this host (loopback included) until dropped: cuts one broker's Raft
+/// traffic (its one QUIC endpoint sends and receives on `raft_listen`).
+/// Requires `nft` (Debian `nftables`, installed by `.ci/run`) and root; the
+/// test fails without them.
+struct RaftCut {
+    table: String,
+}
+
+impl RaftCut {
+    fn new(port: u16) -> RaftCut {
+        let table = format!("tributary_test_{}_{port}", std::process::id());
+        let script = format!(
+            "add table inet {table}\n\
+             add chain inet {table} out {{ type filter hook output priority 0 ; }}\n\
+             add rule inet {table} out udp dport {port} drop\n\
+             add rule inet {table} out udp sport {port} drop\n"
+        );
+        let mut child = Command::new("nft")
+            .args(["-f", "-"])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .expect("nft (install nftables; the partition test needs it and root)");
+        use std::io::Write as _;
+        child
+            .stdin
+            .take()
+            .expect("stdin")
+            .write_all(script.as_bytes())
+            .expect("nft script");
+        assert!(
+            child.wait().expect("nft").success(),
+            "nft refused the rules"
+        );
+        RaftCut { table }
+    }
+}
+
+impl Drop for RaftCut {
+    fn drop(&mut self) {
+        let _ = Command::new("nft")
+            .args(["delete", "table", "inet", &self.table])
+            .status();
+    }
+}
+
+/// The committed archive end of `topic` as a broker reports it
+/// (`tiered_offset` of the storage API).
+fn tiered_offset(fleet: &Fleet, via: u64, topic: &str) -> Option<u64> {
+    let url = format!(
+        "{}/v1/storage/topics{topic}/segments",
+        fleet.nodes[(via - 1) as usize].url()
+    );
+    let mut response = ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(5)))
+        .http_status_as_error(false)
+        .build()
+        .new_agent()
+        .get(&url)
+        .header(
+            "Authorization",
+            &format!("Bearer {}", tributary_tests::fleet::TOKEN),
+        )
+        .call()
+        .ok()?;
+    let value: serde_json::Value = response.body_mut().read_json().ok()?;
+    Some(value["tiered_offset"].as_u64().unwrap_or(0))
+}
+
+#[test]
+fn a_partitioned_owner_lets_the_edge_trim_nothing_and_the_cluster_converges() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut fleet = Fleet::new(dir.path(), &TOPICS, "", "");
+    fleet.start_all();
+    let stop = Arc::new(AtomicBool::new(false));
+    let publishing = publisher(
+        fleet.edge_api,
+        stop.clone(),
+        50,
+        Duration::from_millis(50),
+        start(),
+    );
+    wait_acknowledged(fleet.edge_api, READINGS, 1000, Duration::from_secs(60));
+    let (owner, epoch) = wait_for_owner(&fleet, READINGS, None, Duration::from_secs(30));
+    let other = if owner == 1 { 2 } else { 1 };
+    let cut = RaftCut::new(fleet.nodes[(owner - 1) as usize].raft.port());
+    // The owner keeps running and the edge still reaches it, but it cannot
+    // renew its lease: it stops acknowledging, another broker takes over.
+    let cut_at = Instant::now();
+    let (new_owner, _) = wait_for_owner(
+        &fleet,
+        READINGS,
+        Some((owner, epoch)),
+        Duration::from_secs(30),
+    );
+    eprintln!(
+        "partition: broker {owner} cut off; broker {new_owner} owns the topic after {:?}",
+        cut_at.elapsed()
+    );
+    // During the cut the edge never deletes what the archive lacks.
+    while cut_at.elapsed() < Duration::from_secs(20) {
+        if let (Some(state), Some(archived)) = (
+            tributary_tests::fleet::edge_get(fleet.edge_api, &format!("/v1/topics{READINGS}")),
+            tiered_offset(&fleet, other, READINGS),
+        ) {
+            let log_start = state["log_start_offset"].as_u64().unwrap_or(0);
+            assert!(
+                log_start <= archived,
+                "the edge trimmed to {log_start} while the archive holds only up to {archived}"
+            );
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    drop(cut);
+    std::thread::sleep(Duration::from_secs(5));
+    stop.store(true, Ordering::Relaxed);
+    let published = publishing.join().expect("publisher");
+    for (topic, end) in &published {
+        wait_acknowledged(fleet.edge_api, topic, *end, Duration::from_secs(120));
+        for via in 1..=3 {
+            check_exactly_once(&fleet, via, topic, *end, &format!("healed-{via}"));
+        }
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    verify_archive(&fleet);
+    for node in &mut fleet.nodes {
+        node.tier.kill();
+    }
+    assert_eq!(fleet.edge.terminate(), Some(0), "edge-agent exit");
+}
