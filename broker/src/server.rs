@@ -224,6 +224,8 @@ pub async fn run(
     if let Some(archive) = &archive {
         consumers.set_archive(archive.clone());
     }
+    // Cursor writes and dead-letter copies are fenced by ownership.
+    consumers.set_cluster(cluster.clone());
     let ticker = consumers.spawn_ticker();
     let _budget = if config.budget.enabled() {
         let budget =
@@ -294,6 +296,9 @@ pub async fn run(
     });
     info!("shutting down");
     broker_core::service::notify_stopping();
+    // Cursors first, while this broker still owns its topics (the writes
+    // are fenced by ownership: after the hand-over they would be refused).
+    consumers.persist_all().await;
     // Hand this broker's topics to the others before going (bounded): edges
     // are redirected and consumers follow, instead of waiting out the lease.
     match tokio::time::timeout(std::time::Duration::from_secs(5), cluster.drain()).await {
@@ -319,7 +324,6 @@ pub async fn run(
     if let Some(retention) = retention {
         retention.abort();
     }
-    consumers.persist_all().await;
     topics.close_all().await;
     node.shutdown().await;
     result

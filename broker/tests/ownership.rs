@@ -746,3 +746,49 @@ fn a_dead_letter_copy_to_a_topic_owned_elsewhere_is_not_written() {
     assert_eq!(copied.messages[0].value.as_deref(), Some("poison"));
     assert!(h.has_log(1, DLQ) && !h.has_log(0, DLQ));
 }
+
+#[test]
+fn a_stored_cursor_past_the_high_water_mark_is_clamped_on_attach() {
+    let h = Harness::start();
+    h.create_topic(EVENTS, "event_stream");
+    h.assign(EVENTS, 1, 1);
+    assert_eq!(h.publish(0, EVENTS, &["a", "b"]), (0, 2));
+    // A durable subscription whose stored cursor is past the log (the old
+    // owner acknowledged records this owner never had).
+    let name = TopicName::new(EVENTS).unwrap();
+    let sub = SubscriptionName::new("s").unwrap();
+    h.runtime.block_on(async {
+        h.store
+            .put(
+                &tributary_proto::keys::topics::subscription(&name, &sub),
+                json!({"type": "exclusive", "durable": true, "paused": false, "created_ms": 1}),
+            )
+            .await
+            .unwrap();
+        h.store
+            .put(
+                &tributary_proto::keys::topics::subscription_cursor(&name, &sub),
+                json!(40),
+            )
+            .await
+            .unwrap();
+    });
+    let client = &h.brokers[0].client;
+    let attached = client
+        .attach(
+            EVENTS,
+            "s",
+            &AttachRequest {
+                subscription_type: SubscriptionType::Exclusive,
+                ..AttachRequest::default()
+            },
+        )
+        .unwrap();
+    assert_eq!(attached.cursor, 2, "clamped to the high-water mark");
+    assert_eq!(h.publish(0, EVENTS, &["c"]), (2, 3));
+    let got = client
+        .receive(EVENTS, "s", attached.consumer_id, 10, 2000)
+        .unwrap();
+    let offsets: Vec<u64> = got.messages.iter().map(|m| m.offset).collect();
+    assert_eq!(offsets, vec![2], "the record appended next is delivered");
+}

@@ -424,3 +424,99 @@ fn uploads_through_a_faulty_s3_finish_and_commit_only_stored_objects() {
         assert!(h.wal(topic).sealed_segments().is_empty(), "{topic}");
     }
 }
+
+/// Create-if-absent on S3: object_store sends `If-None-Match: *`, so a
+/// second create of a key is refused by the store itself; and the tiering
+/// path never replaces a committed object whose bytes differ.
+#[test]
+fn uploads_through_s3_never_replace_a_committed_object() {
+    let moto = Moto::start();
+    let endpoint = moto.endpoint();
+    let h = Harness::with_retention(&["/s3/create"], false);
+    h.runtime.block_on(async {
+        tributary_archive::install_crypto_provider();
+        let status = reqwest::Client::new()
+            .put(format!("{endpoint}/{BUCKET}"))
+            .send()
+            .await
+            .unwrap()
+            .status();
+        assert!(status.is_success(), "create bucket: {status}");
+    });
+    let bucket = Bucket::open(&store_config(&endpoint)).unwrap();
+    h.runtime.block_on(async {
+        bucket
+            .put("probe/key", Bytes::from_static(b"first").into(), true)
+            .await
+            .unwrap();
+        let second = bucket
+            .put("probe/key", Bytes::from_static(b"second").into(), true)
+            .await;
+        assert!(
+            matches!(
+                &second,
+                Err(tributary_archive::BucketError::Store {
+                    source: object_store::Error::AlreadyExists { .. }
+                        | object_store::Error::Precondition { .. },
+                    ..
+                })
+            ),
+            "S3 create-if-absent: {second:?}"
+        );
+        let (bytes, size) = bucket.get_suffix("probe/key", 5).await.unwrap();
+        assert_eq!((bytes.as_ref(), size), (&b"first"[..], 5));
+    });
+
+    h.write(300, 25);
+    h.set_archive(bucket.clone());
+    let mut config = h.tier_config();
+    config.store = store_config(&endpoint);
+    config.upload.part_size_bytes = 5 * 1024 * 1024;
+    config.upload.multipart_threshold_bytes = 5 * 1024 * 1024;
+    let report = h
+        .runtime
+        .block_on(service::run(
+            config.clone(),
+            Faults::none(),
+            true,
+            std::future::pending(),
+        ))
+        .unwrap();
+    assert!(!report.has_errors(), "{report:?}");
+    let topic = h.topics[0].clone();
+    let descriptors = h.descriptors(&topic);
+    let first = descriptors[0].clone();
+    // Other bytes at the committed key (another writer's).
+    let other = Bytes::from(vec![7u8; usize::try_from(first.size).unwrap()]);
+    h.runtime
+        .block_on(bucket.put(&first.object_id, other.clone().into(), false))
+        .unwrap();
+    let tiering = service::build(&config, Faults::none()).unwrap();
+    let dir = h
+        .data_dir
+        .join("topics")
+        .join(topic.namespace())
+        .join(topic.topic());
+    let sealed = broker_core::wal::list_sealed_segments(&dir).unwrap();
+    let segment = sealed
+        .iter()
+        .find(|s| s.base_offset == first.start_offset)
+        .unwrap();
+    let mut pass = tributary_tier::tiering::PassReport::default();
+    let result = h
+        .runtime
+        .block_on(tiering.tier_segment(&topic, segment, &mut pass));
+    assert!(
+        matches!(
+            &result,
+            Err(tributary_tier::TierError::ObjectConflict { .. })
+        ),
+        "{result:?}"
+    );
+    let (stored, size) = h
+        .runtime
+        .block_on(bucket.get_suffix(&first.object_id, 16))
+        .unwrap();
+    assert_eq!(size, first.size);
+    assert_eq!(stored.as_ref(), &other[other.len() - 16..], "replaced");
+}

@@ -10,7 +10,7 @@ use broker_core::metadata::TxnOutcome;
 use broker_core::wal::Wal;
 use serde_json::json;
 use tokio::sync::{Mutex, Notify};
-use tracing::info;
+use tracing::{info, warn};
 use tributary_api::admin::PolicySource;
 use tributary_api::consumer::{AttachRequest, AttachResponse, StartPosition};
 use tributary_proto::dispatch::Dispatcher;
@@ -178,6 +178,17 @@ impl ConsumerService {
                         ConsumerError::Internal(format!("stored cursor at {cursor_key} is {value}"))
                     })?,
                     None => self.start_cursor(topic, &wal, request.start).await?,
+                };
+                // A new owner of a central-written topic continues at the
+                // archive's end: a cursor stored past its high-water mark
+                // (records the old owner acknowledged but lost) would skip
+                // the records appended next. Clamp it.
+                let hwm = wal.high_water_mark();
+                let cursor = if cursor > hwm {
+                    warn!(%topic, subscription = %name, stored = cursor, high_water_mark = hwm, "stored cursor is past the high-water mark (records lost with a previous owner?); clamped to the high-water mark");
+                    hwm
+                } else {
+                    cursor
                 };
                 let view = catalog.attach_subscription(topic, name).await?;
                 (meta, cursor, (view.policy, view.source), true, false)
