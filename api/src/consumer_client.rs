@@ -280,6 +280,29 @@ impl ConsumerClient {
         )
     }
 
+    /// Publishes records centrally and returns only once they are also
+    /// committed in the archive (`?ack=archived`), waiting at most
+    /// `max_wait_ms` on the broker: for central-written topics, which have
+    /// no edge copy (`docs/consumer-api.md`).
+    ///
+    /// # Errors
+    /// [`ClientError`]; `504 archive_pending` when the archive did not
+    /// commit them in time (they are stored: do not publish them again).
+    pub fn publish_archived(
+        &self,
+        topic: &str,
+        records: Vec<PublishRecord>,
+        max_wait_ms: u64,
+    ) -> Result<PublishResponse, ClientError> {
+        self.post(
+            &format!(
+                "{}/records?ack=archived&max_wait_ms={max_wait_ms}",
+                topic_path(topic)
+            ),
+            &PublishRequest { records },
+        )
+    }
+
     /// Reads records of `topic` from `offset` without a subscription.
     ///
     /// # Errors

@@ -549,3 +549,87 @@ fn a_topic_moved_under_load_loses_nothing_and_consumers_anywhere_agree() {
     );
     check_exactly_once(&fleet, target, READINGS, total, "after-move");
 }
+
+fn record(value: &str) -> tributary_api::consumer::PublishRecord {
+    tributary_api::consumer::PublishRecord {
+        value: Some(value.to_owned()),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn central_appends_through_any_broker_share_one_log_and_can_wait_for_the_archive() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut fleet = Fleet::new(dir.path(), &TOPICS, "", "");
+    fleet.start_all();
+    const JOBS: &str = "/plant1/jobs";
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let mut r = agent
+        .post(format!("{}/v1/topics", fleet.nodes[0].url()))
+        .header(
+            "Authorization",
+            format!("Bearer {}", tributary_tests::fleet::TOKEN),
+        )
+        .send_json(serde_json::json!({"name": JOBS, "intent": "task_queue", "partitions": 0}))
+        .expect("create topic");
+    assert_eq!(
+        r.status().as_u16(),
+        201,
+        "{}",
+        r.body_mut().read_to_string().unwrap_or_default()
+    );
+    // Three records through broker 1 and two through broker 3: one log
+    // (the non-owner redirects, the client follows), offsets 0..5.
+    let mut ranges = Vec::new();
+    for (via, values) in [(1, vec!["a", "b", "c"]), (3, vec!["d", "e"])] {
+        let client = fleet.consumer(via);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let response = loop {
+            match client.publish(JOBS, values.iter().map(|v| record(v)).collect()) {
+                Ok(response) => break response,
+                Err(e) => {
+                    assert!(
+                        Instant::now() < deadline,
+                        "publish through broker {via}: {e}"
+                    );
+                    std::thread::sleep(Duration::from_millis(200));
+                }
+            }
+        };
+        ranges.push((response.base_offset, response.next_offset));
+    }
+    assert_eq!(ranges, vec![(0, 3), (3, 5)]);
+    for via in 1..=3 {
+        let got = fleet.consumer(via).peek(JOBS, Some(0), 10).expect("peek");
+        let values: Vec<String> = got.messages.into_iter().filter_map(|m| m.value).collect();
+        assert_eq!(values, ["a", "b", "c", "d", "e"], "through broker {via}");
+    }
+    // ack=archived returns once the records are committed in the archive.
+    let response = fleet
+        .consumer(2)
+        .publish_archived(JOBS, vec![record("f")], 60_000)
+        .expect("publish ack=archived");
+    assert_eq!((response.base_offset, response.next_offset), (5, 6));
+    let archived = tiered_offset(&fleet, 2, JOBS).expect("tiered offset");
+    assert!(
+        archived >= 6,
+        "answered before the archive committed: {archived}"
+    );
+    // Without tier services it times out with 504 archive_pending: stored,
+    // not archived, and says so.
+    for node in &mut fleet.nodes {
+        node.tier.kill();
+    }
+    let err = fleet
+        .consumer(1)
+        .publish_archived(JOBS, vec![record("g")], 1_500)
+        .expect_err("no tier service: no archive commit");
+    let text = err.to_string();
+    assert!(text.contains("not committed in the archive"), "{text}");
+    let got = fleet.consumer(1).peek(JOBS, Some(6), 10).expect("peek");
+    assert_eq!(got.messages.len(), 1, "the record is stored once");
+    assert_eq!(fleet.edge.terminate(), Some(0), "edge-agent exit");
+}

@@ -309,12 +309,38 @@ async fn replay_dlq(State(api): State<Api>, Path((ns, topic, sub)): SubPath) -> 
 /// Most records in one central publish.
 const MAX_PUBLISH_RECORDS: usize = 10_000;
 
+/// `?ack=` of a publish: `durable` (default: the records are durable on
+/// the topic's owner per its sync mode) or `archived` (also committed in
+/// the archive, waited for up to `max_wait_ms`, default 120000).
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PublishQuery {
+    #[serde(default)]
+    ack: PublishAck,
+    #[serde(default = "default_archive_wait")]
+    max_wait_ms: u64,
+}
+
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+enum PublishAck {
+    #[default]
+    Durable,
+    Archived,
+}
+
+fn default_archive_wait() -> u64 {
+    120_000
+}
+
 async fn publish(
     State(api): State<Api>,
     Path((ns, topic)): Path<(String, String)>,
+    query: Result<Query<PublishQuery>, QueryRejection>,
     body: Bytes,
 ) -> ApiResult {
     let topic = topic_from_path(&ns, &topic)?;
+    let Query(q) = query.map_err(|r| ApiError::invalid("query", r.body_text()))?;
     let r: PublishRequest = parse_json(&body)?;
     if r.records.is_empty() || r.records.len() > MAX_PUBLISH_RECORDS {
         return Err(ApiError::invalid(
@@ -356,6 +382,27 @@ async fn publish(
     }
     let count = u32::try_from(out.len()).unwrap_or(u32::MAX);
     let (base_offset, next_offset) = api.service.publish(&topic, out).await?;
+    if q.ack == PublishAck::Archived
+        && !api
+            .service
+            .wait_archived(
+                &topic,
+                next_offset,
+                std::time::Duration::from_millis(q.max_wait_ms),
+            )
+            .await?
+    {
+        return Err(ApiError::new(
+            StatusCode::GATEWAY_TIMEOUT,
+            "archive_pending",
+            format!(
+                "records {base_offset}..{next_offset} of {topic} are durable on its owner but not committed in the archive after {} ms (is the tier service running?); do not re-publish them",
+                q.max_wait_ms
+            ),
+        )
+        .with("base_offset", json!(base_offset))
+        .with("next_offset", json!(next_offset)));
+    }
     ok(PublishResponse {
         base_offset,
         next_offset,

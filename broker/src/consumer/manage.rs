@@ -235,6 +235,39 @@ impl ConsumerService {
         Ok((ack.base_offset, ack.next_offset))
     }
 
+    /// Waits until the committed archive of `topic` (`segments/cur`)
+    /// reaches `next_offset`, at most `limit`: the `ack=archived` publish
+    /// of a central-written topic, which has no edge copy. Returns whether
+    /// it did.
+    ///
+    /// # Errors
+    /// [`ConsumerError::Internal`] for a malformed `segments/cur`.
+    pub async fn wait_archived(
+        &self,
+        topic: &TopicName,
+        next_offset: u64,
+        limit: std::time::Duration,
+    ) -> Result<bool, ConsumerError> {
+        let deadline = tokio::time::Instant::now() + limit;
+        loop {
+            let archived = crate::storage::tiered_offset(
+                self.topics.store().as_ref(),
+                self.topics.storage_keys(),
+                topic,
+            )
+            .await
+            .map_err(|e| ConsumerError::Internal(e.to_string()))?
+            .unwrap_or(0);
+            if archived >= next_offset {
+                return Ok(true);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Ok(false);
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+        }
+    }
+
     /// Up to `max` records of `topic` from `offset` (default: the log start).
     ///
     /// # Errors

@@ -170,19 +170,26 @@ impl TopicStore {
 
     /// The epoch under which this broker serves `topic`: `None` without
     /// cluster ownership; waits up to [`OWNER_WAIT`] for a new topic's
-    /// first owner (queuing it for the load manager).
+    /// first owner (queuing it for the load manager, with this broker
+    /// preferred when `prefer_self`: a topic written centrally, such as a
+    /// dead-letter topic, then lives where it is written).
     ///
     /// # Errors
     /// [`TopicError::NotOwner`], [`TopicError::NoOwner`].
-    pub async fn owned_epoch(&self, topic: &TopicName) -> Result<Option<u64>, TopicError> {
+    pub async fn owned_epoch(
+        &self,
+        topic: &TopicName,
+        prefer_self: bool,
+    ) -> Result<Option<u64>, TopicError> {
         let Some(cluster) = self.cluster.get() else {
             return Ok(None);
         };
         if let crate::cluster::Route::Local { epoch } = cluster.route(topic) {
             return Ok(Some(epoch));
         }
+        let prefer = prefer_self.then(|| cluster.me());
         if cluster.owner(topic).is_none()
-            && let Err(e) = cluster.ensure_placed(topic, None, "new_topic").await
+            && let Err(e) = cluster.ensure_placed(topic, prefer, "new_topic").await
         {
             return Err(TopicError::NoOwner(e.to_string()));
         }
@@ -390,7 +397,7 @@ impl TopicStore {
             });
         }
         self.claim_writer(topic, Writer::Edge).await?;
-        let epoch = self.owned_epoch(topic).await?;
+        let epoch = self.owned_epoch(topic, false).await?;
         let mut open = self.open.lock().await;
         if let Some(wal) = self.current(&mut open, topic, epoch) {
             return Ok(wal);
@@ -476,7 +483,7 @@ impl TopicStore {
         topic: &TopicName,
         create_implicit: bool,
     ) -> Result<Arc<Wal>, TopicError> {
-        let epoch = self.owned_epoch(topic).await?;
+        let epoch = self.owned_epoch(topic, true).await?;
         if let Some(wal) = self.current(&mut *self.open.lock().await, topic, epoch) {
             return Ok(wal);
         }
