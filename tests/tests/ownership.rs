@@ -607,6 +607,21 @@ fn central_appends_through_any_broker_share_one_log_and_can_wait_for_the_archive
         let values: Vec<String> = got.messages.into_iter().filter_map(|m| m.value).collect();
         assert_eq!(values, ["a", "b", "c", "d", "e"], "through broker {via}");
     }
+    // A centrally written topic has no edge copy: it is not moved while its
+    // owner lives (a new owner would start at the archive's end).
+    let mut r = agent
+        .post(format!("{}/v1/topics{JOBS}/move", fleet.nodes[0].url()))
+        .header(
+            "Authorization",
+            format!("Bearer {}", tributary_tests::fleet::TOKEN),
+        )
+        .send_json(
+            serde_json::json!({"to": 1 + fleet.marked_owner(JOBS).map_or(1, |(o, _)| o % 3)}),
+        )
+        .expect("move request");
+    let body = r.body_mut().read_to_string().unwrap_or_default();
+    assert_eq!(r.status().as_u16(), 409, "{body}");
+    assert!(body.contains("central_written"), "{body}");
     // ack=archived returns once the records are committed in the archive.
     let response = fleet
         .consumer(2)

@@ -66,6 +66,7 @@ fn cluster_error(err: ClusterError) -> ApiError {
         ClusterError::Move(MoveError::Pinned { .. }) => "pinned",
         ClusterError::Move(_) => "move_refused",
         ClusterError::Contended(_) => "contended",
+        ClusterError::CentralWritten(_) => "central_written",
         _ => {
             tracing::error!(error = %err, "admin API: ownership change failed");
             return ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message);

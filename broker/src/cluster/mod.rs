@@ -129,6 +129,15 @@ pub enum ClusterError {
     /// The placement rules refuse the move.
     #[error(transparent)]
     Move(#[from] tributary_proto::cluster::placement::MoveError),
+    /// The topic is written centrally (no edge copy): a new owner would
+    /// start at the archive's end and strand what is not archived yet, so
+    /// it moves only when its owner dies (see `docs/architecture.md`).
+    #[error(
+        "topic {0} is written centrally (consumer-API appends, dead-letter copies): it has no edge copy, \
+         and a new owner would start at the archive's end, stranding records not archived yet; \
+         it is not moved while its owner lives"
+    )]
+    CentralWritten(TopicName),
     /// Another writer changed the topic's ownership first.
     #[error("ownership of {0} changed meanwhile; retry")]
     Contended(TopicName),
@@ -497,6 +506,9 @@ impl Cluster {
     /// # Errors
     /// [`ClusterError::Move`] when the rules refuse; as [`Cluster::apply_change`].
     pub async fn move_topic(&self, topic: &TopicName, to: u64) -> Result<u64, ClusterError> {
+        if self.is_central_written(topic).await? {
+            return Err(ClusterError::CentralWritten(topic.clone()));
+        }
         let snapshot = self.read().snapshot(self.clock.now_ms());
         let change = tributary_proto::cluster::placement::plan_move(
             &snapshot,
@@ -509,8 +521,9 @@ impl Cluster {
         Ok(change.assignment.epoch)
     }
 
-    /// The moves that would even out topic counts (at most `max_moves`);
-    /// carried out unless `dry_run`.
+    /// The moves that would even out topic counts (at most `max_moves`),
+    /// leaving centrally written topics where they are; carried out unless
+    /// `dry_run`.
     ///
     /// # Errors
     /// As [`Cluster::apply_change`].
@@ -532,8 +545,9 @@ impl Cluster {
     }
 
     /// Hands every topic of this broker to the others (SIGTERM): marks it
-    /// draining and applies [`tributary_proto::cluster::placement::plan_drain`].
-    /// Returns how many topics moved.
+    /// draining and applies [`tributary_proto::cluster::placement::plan_drain`],
+    /// except to centrally written topics (they stay, and move only if the
+    /// broker stays down past its lease). Returns how many topics moved.
     ///
     /// # Errors
     /// As [`Cluster::apply_change`].
@@ -544,6 +558,10 @@ impl Cluster {
         let changes = tributary_proto::cluster::placement::plan_drain(&snapshot, self.me, now);
         let mut moved = 0;
         for change in &changes {
+            if self.is_central_written(&change.topic).await? {
+                tracing::info!(topic = %change.topic, "keeping a centrally written topic through the restart: it moves only if this broker stays down past its lease");
+                continue;
+            }
             match self.apply_change(change).await {
                 Ok(()) => moved += 1,
                 Err(ClusterError::Contended(_)) => {}
@@ -551,6 +569,18 @@ impl Cluster {
             }
         }
         Ok(moved)
+    }
+}
+
+impl Cluster {
+    /// Whether `topic` is written centrally (its central writer marker
+    /// `/topics/{ns}/{topic}/producers/1` exists).
+    async fn is_central_written(&self, topic: &TopicName) -> Result<bool, ClusterError> {
+        let key = tributary_proto::keys::topics::producer(
+            topic,
+            crate::replication::topics::CENTRAL_PRODUCER_ID,
+        );
+        Ok(self.store.get(&key).await?.is_some())
     }
 }
 

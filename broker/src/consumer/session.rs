@@ -130,6 +130,10 @@ pub(crate) struct Subscription {
     pending_dead_letters: Vec<(u64, u32, String)>,
     last_policy_refresh_ms: i64,
     removed: bool,
+    /// A session was ever attached: an ephemeral subscription ends only
+    /// after its last session did, never between its creation and the
+    /// attach that created it (a tick may run in between).
+    ever_attached: bool,
     /// The damaged range delivery waits or is blocked at.
     damage: Option<DamageWait>,
 }
@@ -154,6 +158,7 @@ impl Subscription {
             pending_dead_letters: Vec::new(),
             last_policy_refresh_ms: now_ms,
             removed: false,
+            ever_attached: false,
             damage: None,
         }
     }
@@ -316,6 +321,7 @@ impl Subscription {
         }
         let replaced = same_name.map(|old| (old, self.detach(now_ms, old)));
         let consumer = next_id();
+        self.ever_attached = true;
         self.sessions.insert(
             consumer,
             Session {
@@ -389,7 +395,7 @@ impl Subscription {
     /// Ends an ephemeral subscription whose last session ended: returns
     /// true once (the shell then forgets it).
     pub fn end_if_unused(&mut self) -> bool {
-        if self.durable || self.removed || !self.sessions.is_empty() {
+        if self.durable || self.removed || !self.ever_attached || !self.sessions.is_empty() {
             return false;
         }
         self.removed = true;
@@ -647,6 +653,11 @@ mod tests {
     #[test]
     fn an_ephemeral_subscription_ends_when_its_last_session_expires() {
         let mut sub = subscription(SubscriptionType::Shared, false, 3);
+        // Created, not yet attached (a tick between the two steps of an
+        // attach): it does not end. Under a loaded test run this removed
+        // the subscription its attach was about to join.
+        assert_eq!(sub.tick(0).map(|t| t.expired), Some(vec![]));
+        assert!(!sub.end_if_unused());
         assert_eq!(
             sub.attach(0, SubscriptionType::Shared, None, || 1),
             attached(1, true)

@@ -346,6 +346,12 @@ async fn handle_stream(
                         break 'stream Some(refusal(ErrorCode::Malformed, "batch before open"));
                     };
                     crate::metrics::INGEST.on_batch(batch.header().record_count, batch.len());
+                    if let Some(cluster) = topics.cluster() {
+                        // The load the lease reports (`bytes_in_per_s`).
+                        cluster
+                            .bytes_in
+                            .fetch_add(batch.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                    }
                     // The un-archived byte budget (`crate::budget`): refused
                     // before it is written; the edge keeps it and retries.
                     if let Some(topic) = &opened_topic
