@@ -570,7 +570,7 @@ fn a_stale_owner_commits_no_descriptor_and_writes_no_state() {
     assert!(h.cluster(1).fence(&name, 0).is_none(), "wrong epoch");
     assert!(h.cluster(0).fence(&name, 1).is_none(), "not the owner");
     h.runtime
-        .block_on(h.cluster(0).move_topic(&name, 1))
+        .block_on(h.cluster(0).move_topic_forced(&name, 1))
         .unwrap();
     h.wait_routed(EVENTS, 1, 2);
     let d = descriptor(&keys, &name);
@@ -672,7 +672,7 @@ fn a_stale_owner_writes_no_cursor() {
     assert_eq!(cursor(), Some(json!(2)));
     client.ack(EVENTS, "s", consumer, &[2]).unwrap();
     h.runtime
-        .block_on(h.cluster(0).move_topic(&name, 1))
+        .block_on(h.cluster(0).move_topic_forced(&name, 1))
         .unwrap();
     h.wait_routed(EVENTS, 1, 2);
     // Moved away: its cursor write (3) is refused in Raft.
@@ -734,7 +734,7 @@ fn a_dead_letter_copy_to_a_topic_owned_elsewhere_is_not_written() {
     // Once broker 2 owns the dead-letter topic the copy is made.
     let dlq = TopicName::new(DLQ).unwrap();
     h.runtime
-        .block_on(h.cluster(0).move_topic(&dlq, 2))
+        .block_on(h.cluster(0).move_topic_forced(&dlq, 2))
         .unwrap();
     h.wait_routed(DLQ, 2, 2);
     h.wait_until("the copy is made and the message finished", || {

@@ -509,6 +509,17 @@ impl Cluster {
         if self.is_central_written(topic).await? {
             return Err(ClusterError::CentralWritten(topic.clone()));
         }
+        self.move_topic_forced(topic, to).await
+    }
+
+    /// [`Cluster::move_topic`] without the check for centrally written
+    /// topics: the new owner starts at the archive's end and what the old
+    /// owner had not archived stays in its quarantine. For tests that need
+    /// a stale owner, and operators who accept that.
+    ///
+    /// # Errors
+    /// As [`Cluster::move_topic`], never [`ClusterError::CentralWritten`].
+    pub async fn move_topic_forced(&self, topic: &TopicName, to: u64) -> Result<u64, ClusterError> {
         let snapshot = self.read().snapshot(self.clock.now_ms());
         let change = tributary_proto::cluster::placement::plan_move(
             &snapshot,

@@ -247,6 +247,13 @@ async fn handle_stream(
     limits: Limits,
 ) {
     let (out, out_rx) = mpsc::channel::<Out>(PIPELINE_DEPTH);
+    // A broker whose lease is stale closes the edge's whole connection (not
+    // only this stream), so the edge tries its next bootstrap broker
+    // instead of asking this one again and again: the owner it could name
+    // is unknown to it, cut off from the Raft majority.
+    let connection = conn.clone();
+    let lease_stale = |topics: &TopicStore| topics.cluster().is_some_and(|c| !c.lease_fresh());
+    let mut close_connection = false;
     let mut ingest = IngestStream::new(identity.clone(), limits);
     let stream_id = u64::from(send.id());
     let writer = tokio::spawn(write_loop(
@@ -335,6 +342,10 @@ async fn handle_stream(
                         }
                         Err(e @ TopicError::Conflict { .. }) => {
                             break 'stream Some(refusal(ErrorCode::Conflict, e.to_string()));
+                        }
+                        Err(e @ TopicError::NoOwner(_)) if lease_stale(&topics) => {
+                            close_connection = true;
+                            break 'stream Some(refusal(ErrorCode::Unavailable, e.to_string()));
                         }
                         Err(e) => {
                             break 'stream Some(refusal(ErrorCode::Unavailable, e.to_string()));
@@ -433,6 +444,7 @@ async fn handle_stream(
                 if let (Some((cluster, epoch, _)), Some(topic)) = (&ownership, &opened_topic)
                     && cluster.route(topic) != (crate::cluster::Route::Local { epoch: *epoch })
                 {
+                    close_connection = !cluster.lease_fresh();
                     break Some(refusal(
                         ErrorCode::Unavailable,
                         format!("broker {} no longer serves {topic} at epoch {epoch}; reconnect to its owner", cluster.me()),
@@ -451,6 +463,7 @@ async fn handle_stream(
                 if let (Some((cluster, epoch, _)), Some(topic)) = (&ownership, &opened_topic)
                     && cluster.route(topic) != (crate::cluster::Route::Local { epoch: *epoch })
                 {
+                    close_connection = !cluster.lease_fresh();
                     break Some(refusal(
                         ErrorCode::Unavailable,
                         format!("broker {} no longer serves {topic} at epoch {epoch}; reconnect to its owner", cluster.me()),
@@ -511,4 +524,7 @@ async fn handle_stream(
     }
     drop(out);
     let _ = writer.await;
+    if close_connection {
+        connection.close(2u32.into(), b"broker lost its lease");
+    }
 }
