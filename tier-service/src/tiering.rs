@@ -444,9 +444,29 @@ impl Tiering {
             report.upload_time += started.elapsed();
         }
         let descriptor = SegmentDescriptor::from_footer(&tail.footer, key.clone(), now_ms());
-        let reply = self
+        let reply = match self
             .retry("commit", || self.broker.commit(topic, &descriptor))
-            .await?;
+            .await
+        {
+            Ok(reply) => reply,
+            // The broker lost the topic between the upload and the commit:
+            // the object this pass created is committed by nobody, and
+            // would overlap the new owner's objects for every reader of the
+            // bucket. Remove it (it was created here, create-if-absent, so
+            // no committed descriptor names it).
+            Err(e) if e.is_not_owner() && uploaded => {
+                match self.bucket.delete(&key).await {
+                    Ok(()) => {
+                        info!(%topic, key, "the broker lost the topic before the commit; removed the uncommitted object")
+                    }
+                    Err(d) => {
+                        tracing::warn!(%topic, key, error = %d, "the broker lost the topic before the commit; removing the uncommitted object failed")
+                    }
+                }
+                return Err(e);
+            }
+            Err(e) => return Err(e),
+        };
         report.committed += 1;
         if let Some(ms) = ms_since_modified(&segment.index_path) {
             report.seal_to_commit_ms.push(ms);
