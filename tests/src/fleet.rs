@@ -365,9 +365,16 @@ pub fn consume_all(
             Instant::now() < deadline,
             "consumer of {topic} stuck at {cursor} (end {end})"
         );
+        // A broker may answer 503 no_owner (Retry-After) for a moment, e.g.
+        // while its view of the leases catches up after a restart: retry,
+        // as a consumer does, until the deadline.
         let got = match client.read(topic, subscription, session.consumer_id, 1000, 500) {
             Ok(got) => got,
-            Err(e) => panic!("read {topic} at {cursor}: {e}"),
+            Err(e) => {
+                assert!(Instant::now() < deadline, "read {topic} at {cursor}: {e}");
+                std::thread::sleep(Duration::from_millis(500));
+                continue;
+            }
         };
         let mut last = None;
         for m in got.messages {
