@@ -224,6 +224,31 @@ async fn write_loop(
     let _ = send.stopped().await;
 }
 
+/// The refusal that ends a stream whose topic this broker no longer serves
+/// at the epoch it opened it under (another owner, or a stale lease), and
+/// whether the lease is stale (then the whole connection is closed).
+fn ownership_lost(
+    ownership: Option<&(
+        Arc<crate::cluster::Cluster>,
+        u64,
+        tokio::sync::watch::Receiver<u64>,
+    )>,
+    topic: Option<&TopicName>,
+) -> Option<(Frame, bool)> {
+    let ((cluster, epoch, _), topic) = (ownership?, topic?);
+    if cluster.route(topic) == (crate::cluster::Route::Local { epoch: *epoch }) {
+        return None;
+    }
+    let frame = refusal(
+        ErrorCode::Unavailable,
+        format!(
+            "broker {} no longer serves {topic} at epoch {epoch}; reconnect to its owner",
+            cluster.me()
+        ),
+    );
+    Some((frame, !cluster.lease_fresh()))
+}
+
 /// The runtime's clock (paused in tests that pause it), for [`AckRepeats`].
 fn now() -> std::time::Instant {
     tokio::time::Instant::now().into_std()
@@ -441,14 +466,9 @@ async fn handle_stream(
                 if changed.is_err() {
                     ownership = None;
                 }
-                if let (Some((cluster, epoch, _)), Some(topic)) = (&ownership, &opened_topic)
-                    && cluster.route(topic) != (crate::cluster::Route::Local { epoch: *epoch })
-                {
-                    close_connection = !cluster.lease_fresh();
-                    break Some(refusal(
-                        ErrorCode::Unavailable,
-                        format!("broker {} no longer serves {topic} at epoch {epoch}; reconnect to its owner", cluster.me()),
-                    ));
+                if let Some((frame, stale)) = ownership_lost(ownership.as_ref(), opened_topic.as_ref()) {
+                    close_connection = stale;
+                    break Some(frame);
                 }
                 continue;
             }
@@ -460,14 +480,9 @@ async fn handle_stream(
             } => {
                 archive_due = Some(tokio::time::Instant::now() + ARCHIVE_CHECK);
                 // A lease goes stale with time, not only with a change.
-                if let (Some((cluster, epoch, _)), Some(topic)) = (&ownership, &opened_topic)
-                    && cluster.route(topic) != (crate::cluster::Route::Local { epoch: *epoch })
-                {
-                    close_connection = !cluster.lease_fresh();
-                    break Some(refusal(
-                        ErrorCode::Unavailable,
-                        format!("broker {} no longer serves {topic} at epoch {epoch}; reconnect to its owner", cluster.me()),
-                    ));
+                if let Some((frame, stale)) = ownership_lost(ownership.as_ref(), opened_topic.as_ref()) {
+                    close_connection = stale;
+                    break Some(frame);
                 }
                 // Bounded: a broker cut off from the Raft majority must
                 // keep noticing that it lost the topic.
