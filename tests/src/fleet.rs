@@ -95,6 +95,9 @@ impl Fleet {
             .enumerate()
             .map(|(i, addr)| format!("{} = \"{addr}\"\n", i + 1))
             .collect();
+        // Raft keeps its default timings (250 ms heartbeats): with faster
+        // ones, a loaded two-core CI machine misses AppendEntries deadlines
+        // often enough to let a healthy owner's lease lapse.
         let mut nodes = Vec::new();
         for id in 1..=3u64 {
             let admin = free_tcp();
@@ -117,10 +120,6 @@ key = "{certs}/broker-{id}.key"
 ca = "{certs}/ca.pem"
 [members]
 {members}
-[raft]
-heartbeat_ms = 100
-election_timeout_min_ms = 500
-election_timeout_max_ms = 1000
 [wal]
 segment_max_age_ms = 1000
 [archive.store]
@@ -334,8 +333,18 @@ pub fn wait_acknowledged(api: SocketAddr, topic: &str, target: u64, limit: Durat
 
 /// Reads `topic` from the earliest offset with a fresh exclusive
 /// subscription through `client` until `end`, acknowledging as it goes:
-/// every record's value by offset. Panics on an offset delivered twice, or
-/// when the cursor stops moving for `limit`.
+/// every record's value by offset.
+///
+/// It behaves as a consumer of a cluster must: a `503 no_owner` answer
+/// (Retry-After; the owner's lease lapsed or the topic is moving) is retried
+/// after a pause, and a `404` for the session (the topic moved and the new
+/// owner never saw this consumer) re-attaches under the same subscription,
+/// which resumes from the cursor stored in Raft. Records past that cursor
+/// may then come again (at-least-once for what was never acknowledged):
+/// such a redelivery must carry the value first delivered.
+///
+/// Panics on an offset delivered twice within one session, a redelivery
+/// with another value, or when the cursor stops moving for `limit`.
 pub fn consume_all(
     client: &ConsumerClient,
     topic: &str,
@@ -349,51 +358,77 @@ pub fn consume_all(
         ..AttachRequest::default()
     };
     let deadline = Instant::now() + limit;
-    let session = loop {
-        match client.attach(topic, subscription, &attach) {
-            Ok(session) => break session,
-            Err(e) => {
-                assert!(Instant::now() < deadline, "attach to {topic}: {e}");
-                std::thread::sleep(Duration::from_millis(200));
-            }
-        }
+    let pause = |what: &str, e: &dyn std::fmt::Display| {
+        assert!(Instant::now() < deadline, "{what} {topic}: {e}");
+        std::thread::sleep(Duration::from_millis(300));
     };
     let mut records = BTreeMap::new();
-    let mut cursor = session.cursor;
-    while cursor < end {
-        assert!(
-            Instant::now() < deadline,
-            "consumer of {topic} stuck at {cursor} (end {end})"
-        );
-        // A broker may answer 503 no_owner (Retry-After) for a moment, e.g.
-        // while its view of the leases catches up after a restart: retry,
-        // as a consumer does, until the deadline.
-        let got = match client.read(topic, subscription, session.consumer_id, 1000, 500) {
-            Ok(got) => got,
+    let mut redelivered = 0u64;
+    'session: loop {
+        let session = match client.attach(topic, subscription, &attach) {
+            Ok(session) => session,
             Err(e) => {
-                assert!(Instant::now() < deadline, "read {topic} at {cursor}: {e}");
-                std::thread::sleep(Duration::from_millis(500));
-                continue;
+                pause("attach to", &e);
+                continue 'session;
             }
         };
-        let mut last = None;
-        for m in got.messages {
-            last = Some(m.offset);
+        let mut this_session = std::collections::BTreeSet::new();
+        let mut cursor = session.cursor;
+        while cursor < end {
             assert!(
-                records
-                    .insert(m.offset, m.value.unwrap_or_default())
-                    .is_none(),
-                "offset {} of {topic} delivered twice",
-                m.offset
+                Instant::now() < deadline,
+                "consumer of {topic} stuck at {cursor} (end {end})"
             );
+            let got = match client.read(topic, subscription, session.consumer_id, 1000, 500) {
+                Ok(got) => got,
+                Err(e) if e.status() == Some(503) => {
+                    pause("read", &e);
+                    continue;
+                }
+                Err(e) => {
+                    pause("read (re-attaching)", &e);
+                    continue 'session;
+                }
+            };
+            let mut last = None;
+            for m in got.messages {
+                last = Some(m.offset);
+                assert!(
+                    this_session.insert(m.offset),
+                    "offset {} of {topic} delivered twice in one session",
+                    m.offset
+                );
+                let value = m.value.unwrap_or_default();
+                if let Some(first) = records.insert(m.offset, value.clone()) {
+                    assert_eq!(
+                        first, value,
+                        "offset {} of {topic} redelivered with another value",
+                        m.offset
+                    );
+                    redelivered += 1;
+                }
+            }
+            cursor = got.cursor;
+            let Some(last) = last else { continue };
+            // The records are held: acknowledge them, retrying while the
+            // owner is briefly unavailable.
+            loop {
+                match client.ack_up_to(topic, subscription, session.consumer_id, last) {
+                    Ok(acked) => {
+                        cursor = acked.cursor;
+                        break;
+                    }
+                    Err(e) if e.status() == Some(503) => pause("ack", &e),
+                    Err(e) => {
+                        pause("ack (re-attaching)", &e);
+                        continue 'session;
+                    }
+                }
+            }
         }
-        cursor = got.cursor;
-        if let Some(last) = last {
-            cursor = client
-                .ack_up_to(topic, subscription, session.consumer_id, last)
-                .expect("ack up to")
-                .cursor;
+        if redelivered > 0 {
+            eprintln!("{topic}: {redelivered} unacknowledged records redelivered after a re-attach");
         }
+        return records;
     }
-    records
 }
