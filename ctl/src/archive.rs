@@ -4,7 +4,8 @@
 //! - `ls [TOPIC]`: topics, or a topic's segments with their footers;
 //!   `--compare-broker` also lists the Raft descriptors through the admin
 //!   API and reports every disagreement with the bucket.
-//! - `cat TOPIC`: records as JSON lines, from an offset or a timestamp.
+//! - `cat TOPIC`: records as JSON lines ([`lines`]), from an offset or a
+//!   timestamp (ms or RFC 3339).
 //! - `verify [TOPIC...]`: every checksum of every object, offset continuity
 //!   across objects, record counts; exit status 1 if anything is damaged.
 //!   `--against-descriptors` (needs `--admin-url`) also compares with the
@@ -14,36 +15,30 @@
 //!   Declared holes an object carries are listed (`declared hole a..b`),
 //!   not counted as damage; `cat` and `export` say on stderr when they
 //!   step over one.
-//! - `export TOPIC --out FILE`: a range as JSON lines or raw record batches.
-//!
-//! Record lines: `{"topic", "offset", "timestamp_ms", "key", "headers":
-//! [{"name", "value"}], "value"}`; a key, header value or value that is not
-//! valid UTF-8 is written as `key_b64` / `value_b64` (standard base64)
-//! instead. A missing key is `"key": null`.
+//! - `export TOPIC --out FILE`: a range as JSON lines, CSV, Parquet (with
+//!   optional typed columns from JSON values) or raw record batches
+//!   ([`export`]).
 
 use std::collections::BTreeMap;
-use std::fs::File;
 use std::io::{BufWriter, IsTerminal, Write};
-use std::ops::ControlFlow;
-use std::path::PathBuf;
 
 use anyhow::{Context as _, anyhow, bail};
-use base64::Engine as _;
-use clap::{Args, Subcommand, ValueEnum};
+use clap::{Args, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
-use serde_json::{Map, Value, json};
-use tributary_archive::reader::{
-    Archive, ArchivedRecord, SegmentObjectInfo, SegmentVerdict, Start,
-};
+use serde_json::{Value, json};
+use tributary_archive::reader::{Archive, SegmentObjectInfo, SegmentVerdict, Start};
 use tributary_archive::{Bucket, StoreConfig};
-use tributary_proto::archive::{ArchiveError, Footer, HoleRange};
-use tributary_proto::batch::Record;
+use tributary_proto::archive::{Footer, HoleRange};
 use tributary_proto::keys::{StorageKeys, TopicName};
 
 use crate::client::AdminClient;
 
 mod descriptors;
+mod export;
+mod lines;
 use crate::commands::OutputFormat;
+use export::ExportArgs;
+use lines::{Limits, RecordSink, ValueAs};
 
 /// `tribctl archive` options.
 #[derive(Debug, Args)]
@@ -69,7 +64,15 @@ enum ArchiveCommand {
         compare_broker: bool,
     },
     /// Print records as JSON lines.
-    Cat(RangeArgs),
+    Cat {
+        #[command(flatten)]
+        range: RangeArgs,
+        /// How values are written: `auto` embeds a value that is JSON as
+        /// JSON, else UTF-8 text as a string, else `value_b64`; `json`
+        /// requires JSON; `string` never embeds; `base64` always encodes.
+        #[arg(long, value_enum, default_value_t = ValueAs::Auto)]
+        value_as: ValueAs,
+    },
     /// Verify every checksum and offset continuity.
     Verify {
         /// Topics; without any, every topic in the bucket (and, with
@@ -82,25 +85,14 @@ enum ArchiveCommand {
         #[arg(long)]
         against_descriptors: bool,
     },
-    /// Export a range of records to a file.
+    /// Export a range of records to a file (JSON lines, CSV, Parquet or
+    /// raw batches).
     Export {
         #[command(flatten)]
         range: RangeArgs,
-        /// Output file.
-        #[arg(long)]
-        out: PathBuf,
-        /// `jsonl`: record lines as `cat` prints them. `batches`: the
-        /// record batches verbatim (FORMAT.md layout), whole batches, so the
-        /// first and last may hold records just outside the range.
-        #[arg(long, value_enum, default_value_t = ExportFormat::Jsonl)]
-        format: ExportFormat,
+        #[command(flatten)]
+        args: ExportArgs,
     },
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum ExportFormat {
-    Jsonl,
-    Batches,
 }
 
 #[derive(Debug, Args)]
@@ -111,8 +103,9 @@ struct RangeArgs {
     #[arg(long, conflicts_with = "from_timestamp")]
     from_offset: Option<u64>,
     /// Start at the first record (in offset order) with a timestamp at or
-    /// after this, ms since the Unix epoch.
-    #[arg(long)]
+    /// after this: ms since the Unix epoch, or RFC 3339
+    /// (`2006-12-16T17:24:00Z`).
+    #[arg(long, value_parser = parse_timestamp)]
     from_timestamp: Option<i64>,
     /// Last offset, inclusive.
     #[arg(long)]
@@ -134,6 +127,17 @@ impl RangeArgs {
     fn topic(&self) -> anyhow::Result<TopicName> {
         parse_topic(&self.topic)
     }
+
+    fn limits(&self) -> Limits {
+        Limits {
+            to_offset: self.to_offset,
+            max_records: self.max_records,
+        }
+    }
+}
+
+fn parse_timestamp(s: &str) -> Result<i64, String> {
+    tributary_lakehouse::time::parse_timestamp_arg(s)
 }
 
 fn parse_topic(name: &str) -> anyhow::Result<TopicName> {
@@ -187,13 +191,13 @@ pub fn run(
                 )
                 .await
             }
-            ArchiveCommand::Cat(range) => {
+            ArchiveCommand::Cat { range, value_as } => {
                 let topic = range.topic()?;
-                let mut sink = RecordSink::new(&topic, range, &mut out);
+                let mut sink = RecordSink::new(&topic, range.limits(), *value_as, &mut out);
                 archive
                     .read_with_holes(&topic, range.start(), &mut |r| sink.take(r), &mut say_hole)
                     .await?;
-                sink.finish()
+                sink.finish().map(|_| ())
             }
             ArchiveCommand::Verify {
                 topics,
@@ -211,11 +215,7 @@ pub fn run(
                 let topics = descriptors::topics(&archive, &keys, topics, broker).await?;
                 verify(&archive, &topics, Some((&keys, broker)), output, &mut out).await
             }
-            ArchiveCommand::Export {
-                range,
-                out: path,
-                format,
-            } => export(&archive, range, path, *format).await,
+            ArchiveCommand::Export { range, args } => export::export(&archive, range, args).await,
         }
     });
     match result.and_then(|()| out.flush().map_err(anyhow::Error::from)) {
@@ -431,170 +431,6 @@ fn compare_with_broker(
         }
     }
     Ok(out)
-}
-
-// ---------------------------------------------------------------------------
-// cat / export as JSON lines
-// ---------------------------------------------------------------------------
-
-fn bytes_field(map: &mut Map<String, Value>, name: &str, bytes: &[u8]) {
-    match std::str::from_utf8(bytes) {
-        Ok(text) => {
-            map.insert(name.to_owned(), Value::String(text.to_owned()));
-        }
-        Err(_) => {
-            map.insert(
-                format!("{name}_b64"),
-                Value::String(base64::engine::general_purpose::STANDARD.encode(bytes)),
-            );
-        }
-    }
-}
-
-/// One record as a JSON line (see the module doc).
-pub fn record_json(topic: &TopicName, offset: u64, record: &Record) -> Value {
-    let mut map = Map::new();
-    map.insert("topic".into(), json!(topic));
-    map.insert("offset".into(), json!(offset));
-    map.insert("timestamp_ms".into(), json!(record.timestamp_ms));
-    match &record.key {
-        Some(key) => bytes_field(&mut map, "key", key),
-        None => {
-            map.insert("key".into(), Value::Null);
-        }
-    }
-    let headers: Vec<Value> = record
-        .headers
-        .iter()
-        .map(|(name, value)| {
-            let mut h = Map::new();
-            h.insert("name".into(), json!(name));
-            bytes_field(&mut h, "value", value);
-            Value::Object(h)
-        })
-        .collect();
-    map.insert("headers".into(), Value::Array(headers));
-    bytes_field(&mut map, "value", &record.value);
-    Value::Object(map)
-}
-
-/// Writes records within a range's limits; remembers the first write error.
-struct RecordSink<'a> {
-    topic: &'a TopicName,
-    to_offset: Option<u64>,
-    max_records: Option<u64>,
-    written: u64,
-    out: &'a mut dyn Write,
-    error: Option<std::io::Error>,
-}
-
-impl<'a> RecordSink<'a> {
-    fn new(topic: &'a TopicName, range: &RangeArgs, out: &'a mut dyn Write) -> RecordSink<'a> {
-        RecordSink {
-            topic,
-            to_offset: range.to_offset,
-            max_records: range.max_records,
-            written: 0,
-            out,
-            error: None,
-        }
-    }
-
-    fn take(&mut self, r: ArchivedRecord) -> ControlFlow<()> {
-        if self.to_offset.is_some_and(|to| r.offset > to)
-            || self.max_records.is_some_and(|max| self.written >= max)
-        {
-            return ControlFlow::Break(());
-        }
-        let line = record_json(self.topic, r.offset, &r.record);
-        let result = serde_json::to_writer(&mut *self.out, &line)
-            .map_err(std::io::Error::from)
-            .and_then(|()| self.out.write_all(b"\n"));
-        match result {
-            Ok(()) => {
-                self.written += 1;
-                ControlFlow::Continue(())
-            }
-            Err(e) => {
-                self.error = Some(e);
-                ControlFlow::Break(())
-            }
-        }
-    }
-
-    fn finish(self) -> anyhow::Result<()> {
-        match self.error {
-            Some(e) => Err(e.into()),
-            None => Ok(()),
-        }
-    }
-}
-
-async fn export(
-    archive: &Archive,
-    range: &RangeArgs,
-    path: &PathBuf,
-    format: ExportFormat,
-) -> anyhow::Result<()> {
-    let topic = range.topic()?;
-    let file = File::create(path).with_context(|| format!("create {}", path.display()))?;
-    let mut writer = BufWriter::new(file);
-    let bar = record_progress("export");
-    let records = match format {
-        ExportFormat::Jsonl => {
-            let mut sink = RecordSink::new(&topic, range, &mut writer);
-            archive
-                .read_with_holes(
-                    &topic,
-                    range.start(),
-                    &mut |r| {
-                        bar.inc(1);
-                        sink.take(r)
-                    },
-                    &mut say_hole,
-                )
-                .await?;
-            let written = sink.written;
-            sink.finish()?;
-            written
-        }
-        ExportFormat::Batches => {
-            let mut written = 0u64;
-            let mut error = None;
-            archive
-                .read_batches_with_holes(
-                    &topic,
-                    range.start(),
-                    &mut |batch| {
-                        if range.to_offset.is_some_and(|to| batch.base_offset() > to)
-                            || range.max_records.is_some_and(|m| written >= m)
-                        {
-                            return Ok(ControlFlow::Break(()));
-                        }
-                        if let Err(e) = writer.write_all(batch.as_bytes()) {
-                            error = Some(e);
-                            return Ok::<_, ArchiveError>(ControlFlow::Break(()));
-                        }
-                        bar.inc(u64::from(batch.record_count()));
-                        written += u64::from(batch.record_count());
-                        Ok(ControlFlow::Continue(()))
-                    },
-                    &mut say_hole,
-                )
-                .await?;
-            if let Some(e) = error {
-                return Err(e.into());
-            }
-            written
-        }
-    };
-    writer.flush()?;
-    bar.finish_and_clear();
-    eprintln!(
-        "exported {records} records of {topic} to {}",
-        path.display()
-    );
-    Ok(())
 }
 
 // ---------------------------------------------------------------------------

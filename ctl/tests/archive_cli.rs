@@ -4,15 +4,15 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use broker_core::wal::{Wal, WalConfig};
+mod support;
+use support::tribctl;
+
 use bytes::Bytes;
 use serde_json::Value;
 use tributary_archive::Bucket;
-use tributary_proto::batch::{Codec, EncodedBatch, Record};
+use tributary_proto::batch::{EncodedBatch, Record};
 use tributary_proto::keys::{StorageKeys, TopicName};
 use tributary_proto::limits::Limits;
-use tributary_tier::faults::Faults;
-use tributary_tier::upload::{UploadTuning, upload_segment};
 
 const TOPIC: &str = "/plant/press-7";
 
@@ -36,68 +36,8 @@ fn record(offset: u64) -> Record {
     }
 }
 
-/// Writes `count` records into a WAL with small segments, seals them all,
-/// uploads every segment into `bucket`, returns (key, start, end) per
-/// object.
 fn build_bucket(dir: &Path, bucket: &Path, count: u64) -> Vec<(String, u64, u64)> {
-    let runtime = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .unwrap();
-    let topic = TopicName::new(TOPIC).unwrap();
-    let config = WalConfig {
-        limits: Limits {
-            max_record_bytes: 16 * 1024,
-            max_batch_bytes: 64 * 1024,
-        },
-        segment_max_bytes: 64 * 1024,
-        max_pending_bytes: 1024 * 1024,
-        ..WalConfig::default()
-    };
-    let wal = Wal::open(dir.join("wal"), config).unwrap();
-    runtime.block_on(async {
-        let mut offset = 0;
-        while offset < count {
-            let n = (count - offset).min(20);
-            let records = (offset..offset + n).map(record).collect();
-            let codec = if offset % 40 == 0 {
-                Codec::Zstd
-            } else {
-                Codec::None
-            };
-            wal.append(records, codec).await.unwrap();
-            offset += n;
-        }
-        wal.roll().await.unwrap();
-    });
-    let bucket = Bucket::local(bucket.to_path_buf()).unwrap();
-    let keys = StorageKeys::default();
-    let mut out = Vec::new();
-    for segment in wal.sealed_segments() {
-        let key = keys.segment_object(&topic, segment.base_offset, segment.next_offset - 1);
-        runtime
-            .block_on(upload_segment(
-                &bucket,
-                &key,
-                &segment,
-                &UploadTuning::default(),
-                &Faults::none(),
-            ))
-            .unwrap();
-        out.push((key, segment.base_offset, segment.next_offset - 1));
-    }
-    out
-}
-
-fn tribctl(bucket: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tribctl"))
-        .arg("archive")
-        .arg("--bucket")
-        .arg(bucket)
-        .args(args)
-        .env_remove("TRIB_ARCHIVE_BUCKET")
-        .output()
-        .unwrap()
+    support::build_bucket(dir, bucket, TOPIC, count, record)
 }
 
 fn stdout(o: &Output) -> String {

@@ -1,0 +1,496 @@
+//! `tribctl archive export`: a range of a topic's archived records to a
+//! file, as JSON lines, CSV, Parquet or the raw record batches.
+//!
+//! The file appears only when the export is complete: it is written as
+//! `{out}.partial` and renamed, so an interrupted or refused export leaves
+//! no half file under the name a reader would open.
+//!
+//! Parquet ([`tributary_lakehouse::table`] has the layout): columns
+//! `offset`, `timestamp`, `key`, `headers`, `value`; with `--json-columns
+//! FIELD:TYPE,...` (or `--json-columns infer`: from the first
+//! `--infer-rows` values) the value's fields become typed columns and
+//! `_extra`. A value that does not fit stops the export with an error
+//! naming its offset, unless `--rejected FILE` is given: such records go
+//! there (Parquet: `offset`, `timestamp`, `key`, `headers`, `value`,
+//! `_reason`) and the export goes on.
+//!
+//! CSV: a header line, then `offset,timestamp,timestamp_ms,key,key_b64,
+//! headers,value,value_b64`; `timestamp` is RFC 3339, `headers` a JSON
+//! array of `{"name","value"}`, and a key or value that is not UTF-8 is in
+//! the `_b64` column (standard base64) with the text column empty.
+
+use std::fs::File;
+use std::io::{BufWriter, Write};
+use std::ops::ControlFlow;
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, anyhow, bail};
+use base64::Engine as _;
+use clap::{Args, ValueEnum};
+use indicatif::ProgressBar;
+use tributary_archive::reader::{Archive, ArchivedRecord};
+use tributary_lakehouse::schema::DEFAULT_INFER_ROWS;
+use tributary_lakehouse::{JsonColumns, Layout, ParquetOptions, TableError, TableWriter};
+use tributary_proto::archive::ArchiveError;
+use tributary_proto::keys::TopicName;
+
+use super::lines::{Limits, RecordSink, ValueAs};
+use super::{RangeArgs, record_progress, say_hole};
+
+/// Output formats of `export`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ExportFormat {
+    /// Record lines as `cat` prints them.
+    Jsonl,
+    /// Comma-separated values with a header line.
+    Csv,
+    /// Apache Parquet, zstd-compressed.
+    Parquet,
+    /// The record batches verbatim (FORMAT.md layout), whole batches, so
+    /// the first and last may hold records just outside the range.
+    Batches,
+}
+
+/// Options of `export` besides the range.
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// Output file.
+    #[arg(long)]
+    out: PathBuf,
+    /// Output format.
+    #[arg(long, value_enum, default_value_t = ExportFormat::Jsonl)]
+    format: ExportFormat,
+    /// How values are written in `jsonl` (see `cat`).
+    #[arg(long, value_enum, default_value_t = ValueAs::Auto)]
+    value_as: ValueAs,
+    /// Parquet only: typed columns from JSON object values, as
+    /// `FIELD:TYPE,...` (types bool, int64, double, string, timestamp,
+    /// json), or `infer` to infer them from the first `--infer-rows` values.
+    #[arg(long)]
+    json_columns: Option<String>,
+    /// Values `--json-columns infer` looks at.
+    #[arg(long, default_value_t = DEFAULT_INFER_ROWS)]
+    infer_rows: usize,
+    /// Parquet with `--json-columns`: write records whose value does not
+    /// fit here (Parquet, with `_reason`) instead of stopping the export.
+    #[arg(long)]
+    rejected: Option<PathBuf>,
+    /// Parquet: largest row group, rows.
+    #[arg(long, default_value_t = ParquetOptions::default().row_group_rows)]
+    row_group_rows: usize,
+}
+
+/// A file written as `{path}.partial` and renamed into place by
+/// [`Staged::commit`]; removed if dropped before.
+struct Staged {
+    path: PathBuf,
+    partial: PathBuf,
+    done: bool,
+}
+
+impl Staged {
+    fn create(path: &Path) -> anyhow::Result<(Staged, BufWriter<File>)> {
+        let mut partial = path.as_os_str().to_owned();
+        partial.push(".partial");
+        let partial = PathBuf::from(partial);
+        let file =
+            File::create(&partial).with_context(|| format!("create {}", partial.display()))?;
+        let staged = Staged {
+            path: path.to_owned(),
+            partial,
+            done: false,
+        };
+        Ok((staged, BufWriter::new(file)))
+    }
+
+    fn commit(mut self, writer: BufWriter<File>) -> anyhow::Result<()> {
+        let file = writer.into_inner().map_err(|e| e.into_error())?;
+        file.sync_all()
+            .with_context(|| format!("sync {}", self.partial.display()))?;
+        std::fs::rename(&self.partial, &self.path)
+            .with_context(|| format!("rename to {}", self.path.display()))?;
+        self.done = true;
+        Ok(())
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        if !self.done {
+            let _ = std::fs::remove_file(&self.partial);
+        }
+    }
+}
+
+/// Runs `export`.
+///
+/// # Errors
+/// Option conflicts, archive reads, output errors, a value that does not
+/// fit `--json-columns` (without `--rejected`).
+pub async fn export(archive: &Archive, range: &RangeArgs, args: &ExportArgs) -> anyhow::Result<()> {
+    if args.format != ExportFormat::Parquet
+        && (args.json_columns.is_some() || args.rejected.is_some())
+    {
+        bail!("--json-columns and --rejected apply to --format parquet");
+    }
+    if args.rejected.is_some() && args.json_columns.is_none() {
+        bail!("--rejected needs --json-columns: only typed columns can refuse a value");
+    }
+    let topic = range.topic()?;
+    let limits = range.limits();
+    let bar = record_progress("export");
+    let (staged, mut writer) = Staged::create(&args.out)?;
+    let mut rejected_file = None;
+    let records = match args.format {
+        ExportFormat::Jsonl => {
+            let mut sink = RecordSink::new(&topic, limits, args.value_as, &mut writer);
+            read(archive, &topic, range, &bar, &mut |r| sink.take(r)).await?;
+            sink.finish()?
+        }
+        ExportFormat::Csv => {
+            let mut sink = CsvSink::new(limits, &mut writer);
+            read(archive, &topic, range, &bar, &mut |r| sink.take(r)).await?;
+            sink.finish()?
+        }
+        ExportFormat::Parquet => {
+            let rejected = match &args.rejected {
+                Some(path) => Some(Staged::create(path)?),
+                None => None,
+            };
+            let (rejected_staged, rejected_writer) = rejected.unzip();
+            let mut sink = ParquetSink::new(&topic, limits, args, &mut writer, rejected_writer)?;
+            read(archive, &topic, range, &bar, &mut |r| sink.take(r)).await?;
+            let (written, rejected_writer) = sink.finish()?;
+            if let (Some(staged), Some((w, count))) = (rejected_staged, rejected_writer) {
+                rejected_file = Some((staged, w, count));
+            }
+            written
+        }
+        ExportFormat::Batches => batches(archive, &topic, range, &bar, &mut writer).await?,
+    };
+    bar.finish_and_clear();
+    staged.commit(writer)?;
+    let mut said = format!(
+        "exported {records} records of {topic} to {}",
+        args.out.display()
+    );
+    if let Some((staged, w, count)) = rejected_file {
+        staged.commit(w)?;
+        if let Some(path) = &args.rejected {
+            said.push_str(&format!(
+                "; {count} records did not fit: {}",
+                path.display()
+            ));
+        }
+    }
+    eprintln!("{said}");
+    Ok(())
+}
+
+async fn read(
+    archive: &Archive,
+    topic: &TopicName,
+    range: &RangeArgs,
+    bar: &ProgressBar,
+    take: &mut dyn FnMut(ArchivedRecord) -> ControlFlow<()>,
+) -> anyhow::Result<()> {
+    archive
+        .read_with_holes(
+            topic,
+            range.start(),
+            &mut |r| {
+                bar.inc(1);
+                take(r)
+            },
+            &mut say_hole,
+        )
+        .await?;
+    Ok(())
+}
+
+async fn batches(
+    archive: &Archive,
+    topic: &TopicName,
+    range: &RangeArgs,
+    bar: &ProgressBar,
+    writer: &mut BufWriter<File>,
+) -> anyhow::Result<u64> {
+    let limits = range.limits();
+    let mut written = 0u64;
+    let mut error = None;
+    archive
+        .read_batches_with_holes(
+            topic,
+            range.start(),
+            &mut |batch| {
+                if limits.past(batch.base_offset(), written) {
+                    return Ok(ControlFlow::Break(()));
+                }
+                if let Err(e) = writer.write_all(batch.as_bytes()) {
+                    error = Some(e);
+                    return Ok::<_, ArchiveError>(ControlFlow::Break(()));
+                }
+                bar.inc(u64::from(batch.record_count()));
+                written += u64::from(batch.record_count());
+                Ok(ControlFlow::Continue(()))
+            },
+            &mut say_hole,
+        )
+        .await?;
+    match error {
+        Some(e) => Err(e.into()),
+        None => Ok(written),
+    }
+}
+
+/// CSV rows (see the module doc).
+struct CsvSink<'a> {
+    csv: csv::Writer<&'a mut BufWriter<File>>,
+    limits: Limits,
+    written: u64,
+    error: Option<anyhow::Error>,
+}
+
+impl<'a> CsvSink<'a> {
+    fn new(limits: Limits, out: &'a mut BufWriter<File>) -> CsvSink<'a> {
+        CsvSink {
+            csv: csv::Writer::from_writer(out),
+            limits,
+            written: 0,
+            error: None,
+        }
+    }
+
+    fn row(&mut self, r: &ArchivedRecord) -> anyhow::Result<()> {
+        if self.written == 0 {
+            self.csv.write_record([
+                "offset",
+                "timestamp",
+                "timestamp_ms",
+                "key",
+                "key_b64",
+                "headers",
+                "value",
+                "value_b64",
+            ])?;
+        }
+        let (key, key_b64) = match &r.record.key {
+            Some(k) => text_or_b64(k),
+            None => (String::new(), String::new()),
+        };
+        let headers: Vec<serde_json::Value> = r
+            .record
+            .headers
+            .iter()
+            .map(|(name, v)| match std::str::from_utf8(v) {
+                Ok(t) => serde_json::json!({ "name": name, "value": t }),
+                Err(_) => serde_json::json!({ "name": name, "value_b64": b64(v) }),
+            })
+            .collect();
+        let (value, value_b64) = text_or_b64(&r.record.value);
+        self.csv.write_record([
+            r.offset.to_string(),
+            tributary_lakehouse::time::rfc3339_ms(r.record.timestamp_ms).unwrap_or_default(),
+            r.record.timestamp_ms.to_string(),
+            key,
+            key_b64,
+            serde_json::Value::Array(headers).to_string(),
+            value,
+            value_b64,
+        ])?;
+        Ok(())
+    }
+
+    fn take(&mut self, r: ArchivedRecord) -> ControlFlow<()> {
+        if self.limits.past(r.offset, self.written) {
+            return ControlFlow::Break(());
+        }
+        match self.row(&r) {
+            Ok(()) => {
+                self.written += 1;
+                ControlFlow::Continue(())
+            }
+            Err(e) => {
+                self.error = Some(e);
+                ControlFlow::Break(())
+            }
+        }
+    }
+
+    fn finish(mut self) -> anyhow::Result<u64> {
+        if let Some(e) = self.error {
+            return Err(e);
+        }
+        self.csv.flush()?;
+        Ok(self.written)
+    }
+}
+
+fn b64(bytes: &[u8]) -> String {
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
+
+fn text_or_b64(bytes: &[u8]) -> (String, String) {
+    match std::str::from_utf8(bytes) {
+        Ok(t) => (t.to_owned(), String::new()),
+        Err(_) => (String::new(), b64(bytes)),
+    }
+}
+
+type Out<'a> = &'a mut BufWriter<File>;
+
+/// Parquet rows; with `--json-columns infer` the first values are held
+/// until the columns are known.
+struct ParquetSink<'a> {
+    topic: &'a TopicName,
+    limits: Limits,
+    options: ParquetOptions,
+    /// `Some(n)`: inferring from the first `n` values.
+    infer_rows: Option<usize>,
+    held: Vec<ArchivedRecord>,
+    out: Option<Out<'a>>,
+    writer: Option<TableWriter<Out<'a>>>,
+    rejected_out: Option<BufWriter<File>>,
+    rejected: Option<TableWriter<BufWriter<File>>>,
+    layout: Option<Layout>,
+    written: u64,
+    error: Option<anyhow::Error>,
+}
+
+impl<'a> ParquetSink<'a> {
+    fn new(
+        topic: &'a TopicName,
+        limits: Limits,
+        args: &ExportArgs,
+        out: Out<'a>,
+        rejected_out: Option<BufWriter<File>>,
+    ) -> anyhow::Result<ParquetSink<'a>> {
+        let (layout, infer_rows) = match args.json_columns.as_deref() {
+            None => (Some(Layout::Raw), None),
+            Some("infer") => (None, Some(args.infer_rows.max(1))),
+            Some(spec) => (
+                Some(Layout::Json(
+                    JsonColumns::parse_list(spec).map_err(|e| anyhow!("--json-columns: {e}"))?,
+                )),
+                None,
+            ),
+        };
+        let options = ParquetOptions {
+            row_group_rows: args.row_group_rows,
+            metadata: vec![("tributary.topic".into(), topic.to_string())],
+            ..ParquetOptions::default()
+        };
+        Ok(ParquetSink {
+            topic,
+            limits,
+            options,
+            infer_rows,
+            held: Vec::new(),
+            out: Some(out),
+            writer: None,
+            rejected_out,
+            rejected: None,
+            layout,
+            written: 0,
+            error: None,
+        })
+    }
+
+    /// Opens the writers once the layout is known.
+    fn open(&mut self) -> anyhow::Result<()> {
+        let layout = match self.layout.take() {
+            Some(layout) => layout,
+            None => {
+                let columns =
+                    JsonColumns::infer(self.held.iter().map(|r| (r.offset, &r.record.value[..])))
+                        .map_err(|e| anyhow!("--json-columns infer: {e}"))?;
+                let names: Vec<String> = columns
+                    .columns()
+                    .iter()
+                    .map(|c| format!("{}:{}", c.name, c.ty))
+                    .collect();
+                eprintln!("inferred columns of {}: {}", self.topic, names.join(","));
+                Layout::Json(columns)
+            }
+        };
+        let out = self
+            .out
+            .take()
+            .ok_or_else(|| anyhow!("parquet writer opened twice"))?;
+        self.writer = Some(TableWriter::new(out, layout, &self.options)?);
+        if let Some(out) = self.rejected_out.take() {
+            self.rejected = Some(TableWriter::new(out, Layout::Rejected, &self.options)?);
+        }
+        for r in std::mem::take(&mut self.held) {
+            self.write(&r)?;
+        }
+        Ok(())
+    }
+
+    fn write(&mut self, r: &ArchivedRecord) -> anyhow::Result<()> {
+        let Some(writer) = self.writer.as_mut() else {
+            bail!("parquet writer not open");
+        };
+        match writer.push(r.offset, &r.record) {
+            Ok(()) => Ok(()),
+            Err(TableError::Row(e)) => match self.rejected.as_mut() {
+                Some(rejected) => {
+                    rejected.push_with_reason(r.offset, &r.record, &e.reason)?;
+                    Ok(())
+                }
+                None => Err(anyhow!(
+                    "{e}: the value does not fit --json-columns (give --rejected FILE to write such records apart)"
+                )),
+            },
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    fn step(&mut self, r: ArchivedRecord) -> anyhow::Result<()> {
+        if self.writer.is_some() {
+            return self.write(&r);
+        }
+        self.held.push(r);
+        let enough = self.infer_rows.is_none_or(|n| self.held.len() >= n);
+        if enough { self.open() } else { Ok(()) }
+    }
+
+    fn take(&mut self, r: ArchivedRecord) -> ControlFlow<()> {
+        if self.limits.past(r.offset, self.written) {
+            return ControlFlow::Break(());
+        }
+        match self.step(r) {
+            Ok(()) => {
+                self.written += 1;
+                ControlFlow::Continue(())
+            }
+            Err(e) => {
+                self.error = Some(e);
+                ControlFlow::Break(())
+            }
+        }
+    }
+
+    /// Records taken (typed and rejected), and the rejected writer's
+    /// output with its row count.
+    #[allow(clippy::type_complexity)]
+    fn finish(mut self) -> anyhow::Result<(u64, Option<(BufWriter<File>, u64)>)> {
+        if let Some(e) = self.error.take() {
+            return Err(e);
+        }
+        if self.writer.is_none() {
+            self.open()?;
+        }
+        if let Some(writer) = self.writer.take() {
+            writer.finish()?;
+        }
+        let rejected = match self.rejected.take() {
+            Some(w) => {
+                let count = w.rows();
+                Some((w.finish()?, count))
+            }
+            None => None,
+        };
+        Ok((self.written, rejected))
+    }
+}

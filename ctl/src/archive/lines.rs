@@ -1,0 +1,189 @@
+//! Record lines (`cat`, `export --format jsonl`): one JSON object per
+//! record, and how its value is written ([`ValueAs`]).
+//!
+//! `{"topic", "offset", "timestamp_ms", "timestamp", "key", "headers":
+//! [{"name", "value"}], "value"}`: `timestamp` is RFC 3339 in UTC with
+//! milliseconds beside the epoch ms. A key or header value that is not
+//! valid UTF-8 is written as `key_b64` / `value_b64` (standard base64)
+//! instead; a missing key is `"key": null`. The value as [`ValueAs`] says.
+
+use std::io::Write;
+use std::ops::ControlFlow;
+
+use base64::Engine as _;
+use clap::ValueEnum;
+use serde_json::{Map, Value, json};
+use tributary_archive::reader::ArchivedRecord;
+use tributary_proto::batch::Record;
+use tributary_proto::keys::TopicName;
+
+/// How a record's value is written in a line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, ValueEnum)]
+pub enum ValueAs {
+    /// A value that is JSON is embedded as JSON (`"value": {"p": 4.2}`);
+    /// otherwise valid UTF-8 is a string, anything else `value_b64`.
+    #[default]
+    Auto,
+    /// Every value must be JSON and is embedded as JSON; one that is not
+    /// stops the output with an error naming its offset.
+    Json,
+    /// Valid UTF-8 as a string (JSON text stays a string), else `value_b64`.
+    String,
+    /// Always `value_b64`.
+    Base64,
+}
+
+fn b64(bytes: &[u8]) -> Value {
+    Value::String(base64::engine::general_purpose::STANDARD.encode(bytes))
+}
+
+/// `bytes` under `name` when UTF-8, else base64 under `{name}_b64`.
+fn bytes_field(map: &mut Map<String, Value>, name: &str, bytes: &[u8]) {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => {
+            map.insert(name.to_owned(), Value::String(text.to_owned()));
+        }
+        Err(_) => {
+            map.insert(format!("{name}_b64"), b64(bytes));
+        }
+    }
+}
+
+/// One record as a JSON line (see the module doc).
+///
+/// # Errors
+/// With [`ValueAs::Json`], a message naming the offset of a value that is
+/// not JSON.
+pub fn record_json(
+    topic: &TopicName,
+    offset: u64,
+    record: &Record,
+    value_as: ValueAs,
+) -> Result<Value, String> {
+    let mut map = Map::new();
+    map.insert("topic".into(), json!(topic));
+    map.insert("offset".into(), json!(offset));
+    map.insert("timestamp_ms".into(), json!(record.timestamp_ms));
+    map.insert(
+        "timestamp".into(),
+        json!(tributary_lakehouse::time::rfc3339_ms(record.timestamp_ms)),
+    );
+    match &record.key {
+        Some(key) => bytes_field(&mut map, "key", key),
+        None => {
+            map.insert("key".into(), Value::Null);
+        }
+    }
+    let headers: Vec<Value> = record
+        .headers
+        .iter()
+        .map(|(name, value)| {
+            let mut h = Map::new();
+            h.insert("name".into(), json!(name));
+            bytes_field(&mut h, "value", value);
+            Value::Object(h)
+        })
+        .collect();
+    map.insert("headers".into(), Value::Array(headers));
+    match value_as {
+        ValueAs::Auto => match serde_json::from_slice::<Value>(&record.value) {
+            Ok(v) => {
+                map.insert("value".into(), v);
+            }
+            Err(_) => bytes_field(&mut map, "value", &record.value),
+        },
+        ValueAs::Json => {
+            let v = serde_json::from_slice::<Value>(&record.value).map_err(|e| {
+                format!("offset {offset}: the value is not JSON ({e}); use --value-as auto, string or base64")
+            })?;
+            map.insert("value".into(), v);
+        }
+        ValueAs::String => bytes_field(&mut map, "value", &record.value),
+        ValueAs::Base64 => {
+            map.insert("value_b64".into(), b64(&record.value));
+        }
+    }
+    Ok(Value::Object(map))
+}
+
+/// Where a range ends: an inclusive last offset and a record count.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Limits {
+    /// Last offset, inclusive.
+    pub to_offset: Option<u64>,
+    /// Records at most.
+    pub max_records: Option<u64>,
+}
+
+impl Limits {
+    /// Whether a record at `offset` is past the range, `written` taken.
+    pub fn past(&self, offset: u64, written: u64) -> bool {
+        self.to_offset.is_some_and(|to| offset > to)
+            || self.max_records.is_some_and(|max| written >= max)
+    }
+}
+
+/// Writes record lines within a range's limits; remembers the first error.
+pub struct RecordSink<'a> {
+    topic: &'a TopicName,
+    limits: Limits,
+    value_as: ValueAs,
+    /// Records written.
+    pub written: u64,
+    out: &'a mut dyn Write,
+    error: Option<anyhow::Error>,
+}
+
+impl<'a> RecordSink<'a> {
+    /// A sink writing to `out`.
+    pub fn new(
+        topic: &'a TopicName,
+        limits: Limits,
+        value_as: ValueAs,
+        out: &'a mut dyn Write,
+    ) -> RecordSink<'a> {
+        RecordSink {
+            topic,
+            limits,
+            value_as,
+            written: 0,
+            out,
+            error: None,
+        }
+    }
+
+    /// Takes one record; `Break` past the range or on an error.
+    pub fn take(&mut self, r: ArchivedRecord) -> ControlFlow<()> {
+        if self.limits.past(r.offset, self.written) {
+            return ControlFlow::Break(());
+        }
+        let result = record_json(self.topic, r.offset, &r.record, self.value_as)
+            .map_err(anyhow::Error::msg)
+            .and_then(|line| {
+                serde_json::to_writer(&mut *self.out, &line)?;
+                self.out.write_all(b"\n")?;
+                Ok(())
+            });
+        match result {
+            Ok(()) => {
+                self.written += 1;
+                ControlFlow::Continue(())
+            }
+            Err(e) => {
+                self.error = Some(e);
+                ControlFlow::Break(())
+            }
+        }
+    }
+
+    /// The first error, if any.
+    ///
+    /// # Errors
+    /// What stopped the output.
+    pub fn finish(self) -> anyhow::Result<u64> {
+        match self.error {
+            Some(e) => Err(e),
+            None => Ok(self.written),
+        }
+    }
+}

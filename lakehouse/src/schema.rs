@@ -1,0 +1,506 @@
+//! Typed columns from JSON values: a declared or inferred list of
+//! `field → type`, and the check that one record's value fits it.
+//!
+//! A value fits when it is a JSON object whose fields named in the schema
+//! have the declared type (or are `null` / absent: every typed column is
+//! nullable). Fields the schema does not name are kept, as a JSON object,
+//! in the `_extra` column — never dropped (the "rescued data" idea of
+//! lakehouse loaders). A value that is not a JSON object, or a field of
+//! the wrong type, does not fit: the caller sends the record to the
+//! `_rejected` output with the reason.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use serde_json::{Map, Value};
+
+/// Names of the fixed columns every table has; a JSON field may not take one.
+pub const FIXED_COLUMNS: [&str; 7] = [
+    "offset",
+    "timestamp",
+    "key",
+    "headers",
+    "value",
+    "_extra",
+    "_reason",
+];
+
+/// How many values [`JsonColumns::infer`] looks at by default.
+pub const DEFAULT_INFER_ROWS: usize = 1000;
+
+/// The type of one typed column.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ColumnType {
+    /// JSON `true`/`false` → Parquet BOOLEAN.
+    Bool,
+    /// A JSON integer that fits i64 → INT64.
+    Int64,
+    /// Any JSON number → DOUBLE.
+    Double,
+    /// A JSON string → UTF-8 string.
+    String,
+    /// An RFC 3339 string or an integer of ms since the Unix epoch →
+    /// timestamp (ms, UTC).
+    Timestamp,
+    /// Any JSON value, stored as its JSON text (UTF-8 string).
+    Json,
+}
+
+impl ColumnType {
+    /// The canonical name (`bool`, `int64`, `double`, `string`,
+    /// `timestamp`, `json`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ColumnType::Bool => "bool",
+            ColumnType::Int64 => "int64",
+            ColumnType::Double => "double",
+            ColumnType::String => "string",
+            ColumnType::Timestamp => "timestamp",
+            ColumnType::Json => "json",
+        }
+    }
+}
+
+impl fmt::Display for ColumnType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for ColumnType {
+    type Err = SchemaError;
+
+    /// Accepts the canonical names and the usual aliases (`boolean`,
+    /// `int`/`i64`/`long`, `float`/`float64`/`f64`, `str`/`utf8`,
+    /// `timestamp_ms`).
+    fn from_str(s: &str) -> Result<ColumnType, SchemaError> {
+        Ok(match s.trim().to_ascii_lowercase().as_str() {
+            "bool" | "boolean" => ColumnType::Bool,
+            "int64" | "int" | "i64" | "long" | "integer" => ColumnType::Int64,
+            "double" | "float" | "float64" | "f64" => ColumnType::Double,
+            "string" | "str" | "utf8" | "text" => ColumnType::String,
+            "timestamp" | "timestamp_ms" => ColumnType::Timestamp,
+            "json" => ColumnType::Json,
+            other => {
+                return Err(SchemaError::UnknownType {
+                    ty: other.to_owned(),
+                });
+            }
+        })
+    }
+}
+
+/// One typed column.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Column {
+    /// Column name (the JSON field's name, or `value_{name}` when an
+    /// inferred field collides with a fixed column).
+    pub name: String,
+    /// The JSON field it reads.
+    pub field: String,
+    /// Its type.
+    #[serde(rename = "type")]
+    pub ty: ColumnType,
+}
+
+/// Errors of declaring or inferring a schema.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SchemaError {
+    /// A type name that is not one of [`ColumnType`]'s.
+    #[error("unknown column type `{ty}` (expected bool, int64, double, string, timestamp or json)")]
+    UnknownType {
+        /// The name given.
+        ty: String,
+    },
+    /// A declared field whose name is a fixed column.
+    #[error("field `{field}` has the name of a fixed column ({})", FIXED_COLUMNS.join(", "))]
+    Collision {
+        /// The field.
+        field: String,
+    },
+    /// A field declared twice.
+    #[error("field `{field}` is declared twice")]
+    Duplicate {
+        /// The field.
+        field: String,
+    },
+    /// A `field:type` list that does not parse.
+    #[error("column list `{spec}`: {reason}")]
+    Spec {
+        /// The list given.
+        spec: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// Inference met a value that is not a JSON object.
+    #[error("cannot infer columns: the value at offset {offset} is not a JSON object ({reason})")]
+    NotObject {
+        /// Its offset.
+        offset: u64,
+        /// What it is instead.
+        reason: String,
+    },
+    /// Inference saw no value at all, or no field.
+    #[error("cannot infer columns: {0}")]
+    Nothing(String),
+}
+
+/// Why one record's value does not fit the schema (the row goes to
+/// `_rejected`, or an export stops, naming the offset).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("offset {offset}: {reason}")]
+pub struct RowError {
+    /// The record's offset.
+    pub offset: u64,
+    /// What does not fit.
+    pub reason: String,
+}
+
+/// One typed cell of a fitted row.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Cell {
+    /// Absent or `null`.
+    Null,
+    /// A boolean.
+    Bool(bool),
+    /// An integer.
+    Int(i64),
+    /// A number.
+    Double(f64),
+    /// A string (also a `json` column's text).
+    Str(String),
+    /// A timestamp, ms since the Unix epoch.
+    Timestamp(i64),
+}
+
+/// A fitted value: one cell per column, in column order, and the fields
+/// the schema does not name (a JSON object's text), if any.
+#[derive(Debug, Clone, PartialEq)]
+pub struct FittedRow {
+    /// Cells in [`JsonColumns::columns`] order.
+    pub cells: Vec<Cell>,
+    /// `_extra`: the other fields, as a JSON object.
+    pub extra: Option<String>,
+}
+
+/// An ordered list of typed columns read from JSON object values.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct JsonColumns {
+    columns: Vec<Column>,
+}
+
+impl JsonColumns {
+    /// Declared columns, `field → type`, in the order given.
+    ///
+    /// # Errors
+    /// [`SchemaError`] for an unknown type, a duplicate field, a field
+    /// named like a fixed column, or an empty list.
+    pub fn declared<'a>(
+        fields: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Result<JsonColumns, SchemaError> {
+        let mut columns: Vec<Column> = Vec::new();
+        for (field, ty) in fields {
+            let field = field.trim();
+            if FIXED_COLUMNS.contains(&field) {
+                return Err(SchemaError::Collision {
+                    field: field.to_owned(),
+                });
+            }
+            if columns.iter().any(|c| c.field == field) {
+                return Err(SchemaError::Duplicate {
+                    field: field.to_owned(),
+                });
+            }
+            columns.push(Column {
+                name: field.to_owned(),
+                field: field.to_owned(),
+                ty: ty.parse()?,
+            });
+        }
+        if columns.is_empty() {
+            return Err(SchemaError::Nothing("no column declared".into()));
+        }
+        Ok(JsonColumns { columns })
+    }
+
+    /// Parses `field:type,field:type` (the `--json-columns` form).
+    ///
+    /// # Errors
+    /// [`SchemaError::Spec`] for an entry without `:`, else as
+    /// [`JsonColumns::declared`].
+    pub fn parse_list(spec: &str) -> Result<JsonColumns, SchemaError> {
+        let mut pairs = Vec::new();
+        for entry in spec.split(',').filter(|e| !e.trim().is_empty()) {
+            let (field, ty) = entry.split_once(':').ok_or_else(|| SchemaError::Spec {
+                spec: spec.to_owned(),
+                reason: format!("`{entry}` is not `field:type`"),
+            })?;
+            if field.trim().is_empty() {
+                return Err(SchemaError::Spec {
+                    spec: spec.to_owned(),
+                    reason: format!("`{entry}` has an empty field name"),
+                });
+            }
+            pairs.push((field, ty));
+        }
+        JsonColumns::declared(pairs)
+    }
+
+    /// Infers columns from `values` (offset, value bytes), which must all be
+    /// JSON objects: one column per field seen, ordered by field name (byte
+    /// order, so the same values always give the same columns); a field's type is
+    /// `int64` if every non-null value is an integer, `double` if they are
+    /// numbers, `bool`/`string` if all are, and `json` otherwise (objects,
+    /// arrays, mixed kinds). A field seen only as `null` is a `string`.
+    ///
+    /// # Errors
+    /// [`SchemaError::NotObject`] naming the first value that is not a JSON
+    /// object; [`SchemaError::Nothing`] when no value or no field was seen.
+    pub fn infer<'a>(
+        values: impl IntoIterator<Item = (u64, &'a [u8])>,
+    ) -> Result<JsonColumns, SchemaError> {
+        let mut kinds: BTreeMap<String, Option<ColumnType>> = BTreeMap::new();
+        let mut seen = 0usize;
+        for (offset, bytes) in values {
+            seen += 1;
+            let object =
+                parse_object(bytes).map_err(|reason| SchemaError::NotObject { offset, reason })?;
+            for (field, value) in object {
+                let kind = kinds.entry(field).or_default();
+                *kind = merge(*kind, &value);
+            }
+        }
+        if seen == 0 {
+            return Err(SchemaError::Nothing("no value to infer from".into()));
+        }
+        if kinds.is_empty() {
+            return Err(SchemaError::Nothing(
+                "every value is an empty JSON object".into(),
+            ));
+        }
+        let columns = kinds
+            .into_iter()
+            .map(|(field, ty)| {
+                let name = if FIXED_COLUMNS.contains(&field.as_str()) {
+                    format!("value_{field}")
+                } else {
+                    field.clone()
+                };
+                Column {
+                    name,
+                    field,
+                    ty: ty.unwrap_or(ColumnType::String),
+                }
+            })
+            .collect();
+        Ok(JsonColumns { columns })
+    }
+
+    /// The columns, in order.
+    pub fn columns(&self) -> &[Column] {
+        &self.columns
+    }
+
+    /// Fits one record's value to the columns.
+    ///
+    /// # Errors
+    /// [`RowError`] naming `offset` and the reason: not JSON, not an
+    /// object, or a field of another type (the first such field).
+    pub fn fit(&self, offset: u64, value: &[u8]) -> Result<FittedRow, RowError> {
+        let mut object = parse_object(value).map_err(|reason| RowError { offset, reason })?;
+        let mut cells = Vec::with_capacity(self.columns.len());
+        for column in &self.columns {
+            let cell = match object.remove(&column.field) {
+                None | Some(Value::Null) => Cell::Null,
+                Some(v) => cell(column.ty, &v).ok_or_else(|| RowError {
+                    offset,
+                    reason: format!(
+                        "field `{}` is {} where the column is {}",
+                        column.field,
+                        describe(&v),
+                        column.ty
+                    ),
+                })?,
+            };
+            cells.push(cell);
+        }
+        let extra = if object.is_empty() {
+            None
+        } else {
+            Some(Value::Object(object).to_string())
+        };
+        Ok(FittedRow { cells, extra })
+    }
+}
+
+/// The value as a JSON object, or why not.
+fn parse_object(bytes: &[u8]) -> Result<Map<String, Value>, String> {
+    match serde_json::from_slice::<Value>(bytes) {
+        Ok(Value::Object(map)) => Ok(map),
+        Ok(other) => Err(format!(
+            "the value is {}, not a JSON object",
+            describe(&other)
+        )),
+        Err(e) => Err(format!("the value is not JSON: {e}")),
+    }
+}
+
+/// A JSON value's kind, for messages.
+fn describe(v: &Value) -> String {
+    match v {
+        Value::Null => "null".into(),
+        Value::Bool(_) => "a boolean".into(),
+        Value::Number(n) if n.is_i64() || n.is_u64() => format!("the integer {n}"),
+        Value::Number(n) => format!("the number {n}"),
+        Value::String(s) if s.len() <= 40 => format!("the string {s:?}"),
+        Value::String(_) => "a string".into(),
+        Value::Array(_) => "an array".into(),
+        Value::Object(_) => "an object".into(),
+    }
+}
+
+/// The type inference gives `v` alone (`None` for `null`).
+fn kind_of(v: &Value) -> Option<ColumnType> {
+    match v {
+        Value::Null => None,
+        Value::Bool(_) => Some(ColumnType::Bool),
+        Value::Number(n) if n.is_i64() => Some(ColumnType::Int64),
+        Value::Number(_) => Some(ColumnType::Double),
+        Value::String(_) => Some(ColumnType::String),
+        Value::Array(_) | Value::Object(_) => Some(ColumnType::Json),
+    }
+}
+
+/// Widens the type seen so far with one more value.
+fn merge(so_far: Option<ColumnType>, v: &Value) -> Option<ColumnType> {
+    use ColumnType::{Double, Int64, Json};
+    match (so_far, kind_of(v)) {
+        (t, None) | (None, t) => t,
+        (Some(a), Some(b)) if a == b => Some(a),
+        (Some(Int64), Some(Double)) | (Some(Double), Some(Int64)) => Some(Double),
+        _ => Some(Json),
+    }
+}
+
+/// `v` as a cell of type `ty`, if it fits.
+fn cell(ty: ColumnType, v: &Value) -> Option<Cell> {
+    match (ty, v) {
+        (ColumnType::Bool, Value::Bool(b)) => Some(Cell::Bool(*b)),
+        (ColumnType::Int64, Value::Number(n)) => n.as_i64().map(Cell::Int),
+        (ColumnType::Double, Value::Number(n)) => n.as_f64().map(Cell::Double),
+        (ColumnType::String, Value::String(s)) => Some(Cell::Str(s.clone())),
+        (ColumnType::Timestamp, Value::Number(n)) => n.as_i64().map(Cell::Timestamp),
+        (ColumnType::Timestamp, Value::String(s)) => {
+            crate::time::parse_rfc3339_ms(s).ok().map(Cell::Timestamp)
+        }
+        (ColumnType::Json, v) => Some(Cell::Str(v.to_string())),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn declared_lists_parse_and_refuse_bad_entries() {
+        let cols = JsonColumns::parse_list("a:double, b:int,c:str").expect("parses");
+        let types: Vec<_> = cols
+            .columns()
+            .iter()
+            .map(|c| (c.name.as_str(), c.ty))
+            .collect();
+        assert_eq!(
+            types,
+            [
+                ("a", ColumnType::Double),
+                ("b", ColumnType::Int64),
+                ("c", ColumnType::String)
+            ]
+        );
+        assert!(matches!(
+            JsonColumns::parse_list("a"),
+            Err(SchemaError::Spec { .. })
+        ));
+        assert!(matches!(
+            JsonColumns::parse_list("a:decimal"),
+            Err(SchemaError::UnknownType { .. })
+        ));
+        assert!(matches!(
+            JsonColumns::parse_list("offset:int64"),
+            Err(SchemaError::Collision { .. })
+        ));
+        assert!(matches!(
+            JsonColumns::parse_list("a:int64,a:double"),
+            Err(SchemaError::Duplicate { .. })
+        ));
+        assert!(matches!(
+            JsonColumns::parse_list(""),
+            Err(SchemaError::Nothing(_))
+        ));
+    }
+
+    #[test]
+    fn inference_widens_numbers_and_falls_back_to_json() {
+        let values: Vec<(u64, &[u8])> = vec![
+            (0, br#"{"n":1,"x":1,"s":"a","o":null,"offset":3}"#),
+            (1, br#"{"n":2,"x":1.5,"s":2,"b":true}"#),
+        ];
+        let cols = JsonColumns::infer(values).expect("infers");
+        let got: Vec<_> = cols
+            .columns()
+            .iter()
+            .map(|c| (c.name.as_str(), c.field.as_str(), c.ty))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("b", "b", ColumnType::Bool),
+                ("n", "n", ColumnType::Int64),
+                ("o", "o", ColumnType::String),
+                ("value_offset", "offset", ColumnType::Int64),
+                ("s", "s", ColumnType::Json),
+                ("x", "x", ColumnType::Double),
+            ]
+        );
+        let err = JsonColumns::infer(vec![(7u64, &b"[1]"[..])]).expect_err("array");
+        assert!(err.to_string().contains("offset 7"), "{err}");
+        assert!(JsonColumns::infer(Vec::<(u64, &[u8])>::new()).is_err());
+    }
+
+    #[test]
+    fn fitting_types_cells_keeps_extra_fields_and_names_the_offset_of_a_misfit() {
+        let cols = JsonColumns::parse_list("p:double,n:int64,t:timestamp,j:json").expect("ok");
+        let row = cols
+            .fit(
+                5,
+                br#"{"p":3,"n":-2,"t":"2006-12-16T17:24:00Z","j":[1],"other":"x"}"#,
+            )
+            .expect("fits");
+        assert_eq!(
+            row.cells,
+            [
+                Cell::Double(3.0),
+                Cell::Int(-2),
+                Cell::Timestamp(1_166_289_840_000),
+                Cell::Str("[1]".into())
+            ]
+        );
+        assert_eq!(row.extra.as_deref(), Some(r#"{"other":"x"}"#));
+        let empty = cols.fit(6, b"{}").expect("all absent");
+        assert!(empty.cells.iter().all(|c| *c == Cell::Null) && empty.extra.is_none());
+        let err = cols.fit(9, br#"{"n":1.5}"#).expect_err("float in int64");
+        assert_eq!(err.offset, 9);
+        assert!(err.reason.contains("field `n`"), "{err}");
+        let err = cols.fit(10, b"not json").expect_err("not json");
+        assert!(
+            err.to_string()
+                .starts_with("offset 10: the value is not JSON")
+        );
+        let err = cols.fit(11, b"42").expect_err("not an object");
+        assert!(err.reason.contains("not a JSON object"), "{err}");
+    }
+}
