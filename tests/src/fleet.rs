@@ -427,7 +427,9 @@ pub fn consume_all(
             }
         }
         if redelivered > 0 {
-            eprintln!("{topic}: {redelivered} unacknowledged records redelivered after a re-attach");
+            eprintln!(
+                "{topic}: {redelivered} unacknowledged records redelivered after a re-attach"
+            );
         }
         return records;
     }
