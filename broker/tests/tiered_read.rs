@@ -167,6 +167,7 @@ impl Harness {
             topic_concurrency: 1,
             faults: Arc::new(Faults::none()),
             cold: Default::default(),
+            lakehouse: Default::default(),
         };
         let (_tx, rx) = tokio::sync::watch::channel(false);
         self.runtime.block_on(tiering.run_pass(&rx))

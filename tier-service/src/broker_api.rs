@@ -44,6 +44,10 @@ pub struct CommittedSegments {
     /// The topic's owner, if it has one (a broker of a cluster).
     #[serde(default)]
     pub owner: Option<u64>,
+    /// The lakehouse writer's progress (`{"next_offset", "layout"}`), if
+    /// it ever wrote the topic.
+    #[serde(default)]
+    pub lakehouse: Option<Value>,
 }
 
 /// The archive audit's mark of a committed descriptor whose object is
@@ -299,6 +303,26 @@ impl BrokerClient {
             }) => Ok(()),
             Err(e) => Err(e),
         }
+    }
+
+    /// Records the lakehouse writer's progress of `topic` (`{"next_offset",
+    /// "layout"}`) in Raft.
+    ///
+    /// # Errors
+    /// [`TierError::Broker`]: `409` `lakehouse_regress`, `beyond_archive`,
+    /// `layout_fixed` or `not_owner` when refused.
+    pub async fn put_lakehouse(
+        &self,
+        topic: &TopicName,
+        progress: &Value,
+    ) -> Result<(), TierError> {
+        let url = self.url(&format!("/topics{topic}/lakehouse"));
+        self.send(
+            "record lakehouse progress",
+            self.http.put(url).json(progress),
+        )
+        .await
+        .map(|_| ())
     }
 
     /// Asks the broker to apply local retention to `topic` with its

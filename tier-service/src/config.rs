@@ -45,6 +45,12 @@
 //!                                        # long without a commit while a
 //!                                        # backlog exists
 //!
+//! [lakehouse]                            # Parquet files of selected topics
+//! topics = []                            # e.g. ["/plant1/*"]; default none
+//! # infer = true                         # typed columns from JSON objects
+//! # [lakehouse.columns."/plant1/power"]  # or declared per topic
+//! # Voltage = "double"
+//!
 //! [retry]
 //! attempts_max = 6
 //! min_delay_ms = 200
@@ -209,6 +215,10 @@ pub struct TierConfig {
     /// The continuous archive audit ([`crate::audit`]).
     #[serde(default)]
     pub audit: AuditConfig,
+    /// The continuous lakehouse writer ([`crate::lakehouse`]); off unless
+    /// `topics` selects some.
+    #[serde(default)]
+    pub lakehouse: crate::lakehouse::LakehouseConfig,
 }
 
 /// `[audit]`: how often the archive audit checks every committed
@@ -253,6 +263,7 @@ impl TierConfig {
             retry: RetryTuning::default(),
             cold_retention: ColdRetention::default(),
             audit: AuditConfig::default(),
+            lakehouse: crate::lakehouse::LakehouseConfig::default(),
         }
     }
 
@@ -321,6 +332,7 @@ impl TierConfig {
             );
         }
         self.cold_retention.validate()?;
+        self.lakehouse.validate()?;
         Ok(())
     }
 }

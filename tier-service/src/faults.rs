@@ -12,6 +12,8 @@
 //! | `after_trim` | the broker applied retention |
 //! | `reconcile_after_adopt` | reconciliation committed an orphan's descriptor |
 //! | `retention_after_descriptor_delete` | cold retention removed a descriptor, not yet its object |
+//! | `lakehouse_after_put` | the lakehouse writer stored one Parquet file of a segment |
+//! | `lakehouse_before_progress` | a segment's Parquet files stored, progress not recorded |
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -20,7 +22,7 @@ use std::sync::Mutex;
 pub const FAULT_ENV: &str = "TRIB_TIER_FAULT";
 
 /// Every known fault point.
-pub const FAULT_POINTS: [&str; 8] = [
+pub const FAULT_POINTS: [&str; 10] = [
     "before_upload",
     "mid_upload",
     "after_upload",
@@ -29,6 +31,8 @@ pub const FAULT_POINTS: [&str; 8] = [
     "after_trim",
     "reconcile_after_adopt",
     "retention_after_descriptor_delete",
+    "lakehouse_after_put",
+    "lakehouse_before_progress",
 ];
 
 /// Armed fault points and how often each was reached.

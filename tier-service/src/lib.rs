@@ -35,6 +35,7 @@ pub mod cold;
 pub mod config;
 pub mod error;
 pub mod faults;
+pub mod lakehouse;
 pub mod metrics;
 pub mod reconcile;
 pub mod service;

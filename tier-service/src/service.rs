@@ -109,6 +109,7 @@ pub fn build(config: &TierConfig, faults: Faults) -> Result<Tiering, TierError> 
         retry: config.retry.clone(),
         topic_concurrency: config.topic_concurrency,
         cold: config.cold_retention.clone(),
+        lakehouse: config.lakehouse.clone(),
         faults: Arc::new(faults),
     })
 }

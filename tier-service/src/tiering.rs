@@ -112,6 +112,10 @@ pub struct PassReport {
     /// Segments refused because a committed object with other bytes is at
     /// their key ([`TierError::ObjectConflict`]).
     pub object_conflicts: u64,
+    /// Parquet files the lakehouse writer stored (dated and `_rejected`).
+    pub lakehouse_files: u64,
+    /// Records written to `_rejected` files (they did not fit the columns).
+    pub lakehouse_rejected: u64,
 }
 
 /// The tiering pipeline and everything it needs.
@@ -135,6 +139,8 @@ pub struct Tiering {
     pub faults: Arc<Faults>,
     /// Cold retention of the archive.
     pub cold: crate::cold::ColdRetention,
+    /// The continuous lakehouse writer (`[lakehouse]`).
+    pub lakehouse: crate::lakehouse::LakehouseConfig,
 }
 
 impl Tiering {
@@ -207,6 +213,8 @@ impl Tiering {
             report.trimmed_segments += r.trimmed_segments;
             report.retired.extend(r.retired);
             report.skipped_not_owner += r.skipped_not_owner;
+            report.lakehouse_files += r.lakehouse_files;
+            report.lakehouse_rejected += r.lakehouse_rejected;
             if let Err(TierError::ObjectConflict { key, reason }) = &result {
                 report.object_conflicts += 1;
                 error!(%topic, key, reason, "ARCHIVE OBJECT CONFLICT: a committed object at this segment's key holds other bytes; it is not replaced and the segment is refused");
@@ -278,7 +286,7 @@ impl Tiering {
 
     /// The committed descriptors of `topic`, or [`TierError::NotOwner`]
     /// when the broker says it does not own the topic now.
-    async fn owned_segments(
+    pub(crate) async fn owned_segments(
         &self,
         topic: &TopicName,
     ) -> Result<crate::broker_api::CommittedSegments, TierError> {
@@ -304,7 +312,7 @@ impl Tiering {
         let sealed = sealed_segments(dir).await?;
         report.sealed_segments += sealed.len() as u64;
         if sealed.is_empty() {
-            return self.cold_pass(topic, report, shutdown).await;
+            return self.after_tiering(topic, report, shutdown).await;
         }
         let committed = self.owned_segments(topic).await?;
         let by_start: BTreeMap<u64, SegmentDescriptor> = committed
@@ -385,6 +393,17 @@ impl Tiering {
             }
             self.faults.hit("after_trim");
         }
+        self.after_tiering(topic, report, shutdown).await
+    }
+
+    /// The lakehouse writer, then cold retention, for `topic`.
+    async fn after_tiering(
+        &self,
+        topic: &TopicName,
+        report: &mut PassReport,
+        shutdown: &watch::Receiver<bool>,
+    ) -> Result<(), TierError> {
+        crate::lakehouse::pass(self, topic, report, &|| *shutdown.borrow()).await?;
         self.cold_pass(topic, report, shutdown).await
     }
 
@@ -400,6 +419,18 @@ impl Tiering {
         }
         let committed = self.owned_segments(topic).await?;
         let removed = crate::cold::apply(self, topic, &committed.segments, now_ms()).await?;
+        // The lakehouse files of the retired segments go too.
+        let retired_through = removed
+            .iter()
+            .filter_map(|key| self.keys.parse_segment_object(key).ok())
+            .map(|o| o.end_offset)
+            .max();
+        if let Some(end) = retired_through {
+            let files = crate::lakehouse::sweep(self, topic, end).await?;
+            if files > 0 {
+                info!(%topic, through = end, files, "cold retention removed the lakehouse files of retired segments");
+            }
+        }
         report.retired.extend(removed);
         Ok(())
     }

@@ -171,6 +171,13 @@ pub const RULES: &[Rule] = &[
         Path,
         true,
     ),
+    rule(
+        "PUT",
+        "/v1/storage/topics/{namespace}/{topic}/lakehouse",
+        Storage,
+        Path,
+        true,
+    ),
     // Consumer API: data plane (not audited) and subscription management.
     rule(
         "GET",

@@ -49,6 +49,10 @@ pub(crate) fn routes() -> Router<AdminState> {
             "/storage/topics/{namespace}/{topic}/missing/{start}",
             put(mark_missing).delete(clear_missing),
         )
+        .route(
+            "/storage/topics/{namespace}/{topic}/lakehouse",
+            put(super::lakehouse::put_progress),
+        )
 }
 
 /// Storage errors as responses: `400 invalid_input` (field `descriptor`),
@@ -95,11 +99,11 @@ impl From<StorageError> for ApiError {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct PrefixQuery {
+pub(super) struct PrefixQuery {
     prefix: Option<String>,
 }
 
-fn storage_keys(
+pub(super) fn storage_keys(
     params: Result<Query<PrefixQuery>, QueryRejection>,
 ) -> Result<StorageKeys, ApiError> {
     match query(params)?.prefix {
@@ -151,6 +155,15 @@ async fn list_segments(
     });
     if let Some(below) = retired_below(&*state.store, &keys, &topic).await? {
         body["retired_below"] = json!(below);
+    }
+    // The lakehouse writer's progress, if it ever wrote this topic.
+    if let Some(progress) = state
+        .store
+        .get(&keys.lakehouse(&topic))
+        .await
+        .map_err(StorageError::from)?
+    {
+        body["lakehouse"] = progress;
     }
     // Ownership (a cluster): the tier service uploads and commits only a
     // topic its broker serves now (`owned_here`).

@@ -21,6 +21,7 @@
 
 mod commit;
 mod http;
+mod lakehouse;
 mod local;
 pub mod retention;
 mod retire;

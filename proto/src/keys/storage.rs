@@ -51,6 +51,13 @@ pub enum StorageKey {
         /// Start offset of the descriptor whose object is missing.
         start_offset: u64,
     },
+    /// `{prefix}/storage/topics/{ns}/{topic}/lakehouse`: the lakehouse
+    /// writer's progress, `{"next_offset": N, "layout": ...}`: every record
+    /// of the committed segments below N is in the topic's Parquet files.
+    Lakehouse {
+        /// Topic.
+        topic: TopicName,
+    },
 }
 
 /// A parsed segment object key.
@@ -160,6 +167,53 @@ impl StorageKeys {
         })
     }
 
+    /// `{prefix}/storage/topics/{ns}/{topic}/lakehouse`: the lakehouse
+    /// writer's progress.
+    pub fn lakehouse(&self, topic: &TopicName) -> String {
+        self.key(&StorageKey::Lakehouse {
+            topic: topic.clone(),
+        })
+    }
+
+    /// `{prefix}/lakehouse/{ns}/{topic}/` without the leading `/`: every
+    /// Parquet object the lakehouse writer made for a topic.
+    pub fn lakehouse_objects_prefix(&self, topic: &TopicName) -> String {
+        format!("{}/lakehouse{topic}/", self.object_prefix())
+    }
+
+    /// The Parquet object of the records dated `date` (`YYYY-MM-DD`, UTC)
+    /// of the segment `start_offset..=end_offset`:
+    /// `{prefix}/lakehouse/{ns}/{topic}/date={date}/{start:020}-{end:020}.parquet`
+    /// without the leading `/` (a Hive-style partition).
+    pub fn lakehouse_object(
+        &self,
+        topic: &TopicName,
+        date: &str,
+        start_offset: u64,
+        end_offset: u64,
+    ) -> String {
+        format!(
+            "{}date={date}/{start_offset:020}-{end_offset:020}.parquet",
+            self.lakehouse_objects_prefix(topic)
+        )
+    }
+
+    /// The Parquet object of the records of segment
+    /// `start_offset..=end_offset` that did not fit the topic's typed
+    /// columns: `{prefix}/lakehouse/{ns}/{topic}/_rejected/{start:020}-{end:020}.parquet`
+    /// (a leading `_` keeps it out of Hive-style dataset reads).
+    pub fn lakehouse_rejected_object(
+        &self,
+        topic: &TopicName,
+        start_offset: u64,
+        end_offset: u64,
+    ) -> String {
+        format!(
+            "{}_rejected/{start_offset:020}-{end_offset:020}.parquet",
+            self.lakehouse_objects_prefix(topic)
+        )
+    }
+
     /// `{prefix}/storage/topics/{ns}/{topic}/missing/`: lists the missing
     /// marks in offset order.
     pub fn missing_prefix(&self, topic: &TopicName) -> String {
@@ -182,6 +236,7 @@ impl StorageKeys {
                 topic,
                 start_offset,
             } => format!("{}/missing/{start_offset:020}", self.topic_root(topic)),
+            StorageKey::Lakehouse { topic } => format!("{}/lakehouse", self.topic_root(topic)),
         }
     }
 
@@ -231,6 +286,9 @@ impl StorageKeys {
             [ns, topic, "missing", start] => Ok(StorageKey::Missing {
                 topic: topic_in(key, ns, topic)?,
                 start_offset: padded(key, "start_offset", start)?,
+            }),
+            [ns, topic, "lakehouse"] => Ok(StorageKey::Lakehouse {
+                topic: topic_in(key, ns, topic)?,
             }),
             _ => Err(unknown()),
         }

@@ -1,0 +1,493 @@
+//! The continuous lakehouse writer: after tiering, every committed segment
+//! of a selected topic becomes Parquet files in the bucket, one per UTC
+//! date of its records (Hive-style partitions), readable by DuckDB,
+//! pandas, Spark or Trino straight from the bucket:
+//!
+//! `{prefix}/lakehouse/{ns}/{topic}/date=YYYY-MM-DD/{start:020}-{end:020}.parquet`
+//!
+//! where `start..=end` are the segment's offsets (so a file names the
+//! segment it came from; its rows are that segment's records of that
+//! date). Records that do not fit the topic's typed columns go to
+//! `{prefix}/lakehouse/{ns}/{topic}/_rejected/{start:020}-{end:020}.parquet`
+//! with their reason — never dropped.
+//!
+//! Per segment, in offset order (the same discipline as tiering):
+//! 1. read the segment's records from its archived object (the committed
+//!    copy, so the files hold exactly what the archive holds);
+//! 2. write each date's file, then the rejected file, overwriting: the
+//!    same records and layout give the same bytes, so a redo stores the
+//!    same objects (fault point `lakehouse_after_put` after the first);
+//! 3. record the progress (`next_offset` = the segment's end + 1, and the
+//!    layout) in Raft through the broker (fault point
+//!    `lakehouse_before_progress` just before), which refuses progress
+//!    that goes back, passes the archive, or changes a fixed layout.
+//!
+//! A crash between any two steps is repaired by the next pass redoing the
+//! segment: no row is in two files (a row's file is fixed by its segment
+//! and date) and none is skipped (progress moves only after the files).
+//!
+//! The layout is decided once per topic, at its first segment with
+//! records, and then fixed (in Raft): the columns declared for the topic
+//! in `[lakehouse.columns]`, else (with `infer = true`, the default)
+//! columns inferred from that segment's first `infer_rows` values when
+//! they are JSON objects, else the raw layout (`value` as bytes).
+//!
+//! Cold retention removes the Parquet files of the segments it retires
+//! ([`sweep`]).
+
+use std::collections::BTreeMap;
+use std::ops::ControlFlow;
+
+use serde::{Deserialize, Serialize};
+use tracing::{info, warn};
+use tributary_archive::reader::{Archive, ArchivedRecord, Start};
+use tributary_lakehouse::schema::DEFAULT_INFER_ROWS;
+use tributary_lakehouse::time::utc_date;
+use tributary_lakehouse::{JsonColumns, Layout, ParquetOptions, TableError, TableWriter};
+use tributary_proto::archive::SegmentDescriptor;
+use tributary_proto::keys::TopicName;
+
+use crate::error::TierError;
+use crate::tiering::{PassReport, Tiering};
+
+/// `[lakehouse]` of the configuration.
+///
+/// ```toml
+/// [lakehouse]
+/// topics = ["/plant1/*", "/plant2/power"]   # default: none
+/// infer = true                              # infer typed columns from JSON objects
+/// infer_rows = 1000
+/// row_group_rows = 131072
+/// [lakehouse.columns."/plant1/power"]       # declared columns of one topic
+/// Global_active_power = "double"
+/// Voltage = "double"
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LakehouseConfig {
+    /// Topics written as Parquet: `/ns/topic`, `/ns/*` (every topic of a
+    /// namespace) or `*` (every topic). Default none: the writer is off.
+    pub topics: Vec<String>,
+    /// Infer typed columns from a topic's first values when they are JSON
+    /// objects (default true); false keeps the raw layout unless columns
+    /// are declared.
+    pub infer: bool,
+    /// Values inference looks at. Default 1000.
+    pub infer_rows: usize,
+    /// Largest row group, rows. Default 131,072.
+    pub row_group_rows: usize,
+    /// Declared columns per topic (`field = "type"`; types bool, int64,
+    /// double, string, timestamp, json), in field-name order.
+    pub columns: BTreeMap<String, BTreeMap<String, String>>,
+}
+
+impl Default for LakehouseConfig {
+    fn default() -> Self {
+        LakehouseConfig {
+            topics: Vec::new(),
+            infer: true,
+            infer_rows: DEFAULT_INFER_ROWS,
+            row_group_rows: ParquetOptions::default().row_group_rows,
+            columns: BTreeMap::new(),
+        }
+    }
+}
+
+impl LakehouseConfig {
+    /// Whether `topic` is written as Parquet.
+    pub fn selects(&self, topic: &TopicName) -> bool {
+        let name = topic.as_str();
+        self.topics.iter().any(|p| match p.strip_suffix('*') {
+            Some("") => true,
+            Some(prefix) => name.starts_with(prefix),
+            None => p == name,
+        })
+    }
+
+    /// Checks the patterns and declared columns.
+    ///
+    /// # Errors
+    /// [`TierError::Config`] naming the bad entry.
+    pub fn validate(&self) -> Result<(), TierError> {
+        for p in &self.topics {
+            let ok = p == "*"
+                || p.strip_suffix("/*")
+                    .is_some_and(|ns| ns.starts_with('/') && !ns[1..].contains('/'))
+                || TopicName::new(p).is_ok();
+            if !ok {
+                return Err(TierError::Config(format!(
+                    "lakehouse.topics: `{p}` is not /ns/topic, /ns/* or *"
+                )));
+            }
+        }
+        for topic in self.columns.keys() {
+            self.declared(topic)?;
+        }
+        if self.infer_rows == 0 || self.row_group_rows == 0 {
+            return Err(TierError::Config(
+                "lakehouse.infer_rows and lakehouse.row_group_rows must be at least 1".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    fn declared(&self, topic: &str) -> Result<Option<JsonColumns>, TierError> {
+        let Some(fields) = self.columns.get(topic) else {
+            return Ok(None);
+        };
+        JsonColumns::declared(fields.iter().map(|(f, t)| (f.as_str(), t.as_str())))
+            .map(Some)
+            .map_err(|e| TierError::Config(format!("lakehouse.columns.\"{topic}\": {e}")))
+    }
+}
+
+/// A topic's layout as recorded in Raft with the progress.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+pub enum StoredLayout {
+    /// `value` as bytes.
+    Raw,
+    /// Typed columns.
+    Json {
+        /// The columns.
+        columns: JsonColumns,
+    },
+}
+
+impl StoredLayout {
+    fn layout(&self) -> Layout {
+        match self {
+            StoredLayout::Raw => Layout::Raw,
+            StoredLayout::Json { columns } => Layout::Json(columns.clone()),
+        }
+    }
+}
+
+/// The progress value in Raft (`{prefix}/storage/topics/{ns}/{topic}/lakehouse`).
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+pub struct Progress {
+    /// Every record of the committed segments below this offset is written.
+    pub next_offset: u64,
+    /// The fixed layout; `None` until a segment with records was written.
+    #[serde(default)]
+    pub layout: Option<StoredLayout>,
+}
+
+/// Writes the committed segments of `topic` not yet written (module doc).
+/// Stops between segments once `stop()` says so.
+///
+/// # Errors
+/// Bucket, broker and Parquet errors after their retries; the next pass
+/// redoes the segment that failed.
+pub async fn pass(
+    tiering: &Tiering,
+    topic: &TopicName,
+    report: &mut PassReport,
+    stop: &(dyn Fn() -> bool + Sync),
+) -> Result<(), TierError> {
+    let config = &tiering.lakehouse;
+    if !config.selects(topic) {
+        return Ok(());
+    }
+    let committed = tiering.owned_segments(topic).await?;
+    let mut progress: Progress = match &committed.lakehouse {
+        Some(v) => serde_json::from_value(v.clone()).map_err(|e| TierError::Inconsistent {
+            topic: topic.to_string(),
+            reason: format!("lakehouse progress {v} does not parse: {e}"),
+        })?,
+        None => Progress::default(),
+    };
+    let retired_below = committed.retired_below.unwrap_or(0);
+    if progress.next_offset < retired_below {
+        warn!(%topic, next = progress.next_offset, retired_below, "cold retention retired segments before the lakehouse writer reached them; they are not written");
+    }
+    let archive = Archive::new(tiering.bucket.clone(), tiering.keys.clone());
+    let mut segments = committed.segments;
+    segments.sort_by_key(|d| d.start_offset);
+    let from = progress.next_offset.max(retired_below);
+    for d in segments.iter().filter(|d| d.end_offset >= from) {
+        if stop() {
+            return Ok(());
+        }
+        if d.start_offset < progress.next_offset {
+            return Err(TierError::Inconsistent {
+                topic: topic.to_string(),
+                reason: format!(
+                    "lakehouse progress {} is inside segment {}..={}",
+                    progress.next_offset, d.start_offset, d.end_offset
+                ),
+            });
+        }
+        let records = read_segment(&archive, topic, d).await?;
+        if progress.layout.is_none() && !records.is_empty() {
+            progress.layout = Some(choose_layout(config, topic, &records)?);
+        }
+        let (files, rejected) = match &progress.layout {
+            Some(layout) => write_segment(tiering, topic, d, layout, &records).await?,
+            None => (0, 0),
+        };
+        tiering.faults.hit("lakehouse_before_progress");
+        progress.next_offset = d.next_offset();
+        let value = serde_json::to_value(&progress).map_err(|e| TierError::Inconsistent {
+            topic: topic.to_string(),
+            reason: e.to_string(),
+        })?;
+        tiering
+            .retry("record lakehouse progress", || {
+                tiering.broker.put_lakehouse(topic, &value)
+            })
+            .await?;
+        report.lakehouse_files += files;
+        report.lakehouse_rejected += rejected;
+        info!(%topic, start = d.start_offset, end = d.end_offset, records = records.len(), files, rejected, "segment written to the lakehouse");
+    }
+    Ok(())
+}
+
+/// The records of segment `d`, from its archived object.
+///
+/// The archive reader's callbacks are not `Send`, so the read runs on a
+/// blocking thread that drives it on the service's runtime.
+async fn read_segment(
+    archive: &Archive,
+    topic: &TopicName,
+    d: &SegmentDescriptor,
+) -> Result<Vec<ArchivedRecord>, TierError> {
+    let (archive, topic, d) = (archive.clone(), topic.clone(), d.clone());
+    let handle = tokio::runtime::Handle::current();
+    let name = topic.to_string();
+    tokio::task::spawn_blocking(move || handle.block_on(read_segment_here(&archive, &topic, &d)))
+        .await
+        .map_err(|e| TierError::Inconsistent {
+            topic: name,
+            reason: format!("archive read task: {e}"),
+        })?
+}
+
+async fn read_segment_here(
+    archive: &Archive,
+    topic: &TopicName,
+    d: &SegmentDescriptor,
+) -> Result<Vec<ArchivedRecord>, TierError> {
+    let mut records = Vec::new();
+    archive
+        .read_with_holes(
+            topic,
+            Start::Offset(d.start_offset),
+            &mut |r| {
+                if r.offset > d.end_offset {
+                    return ControlFlow::Break(());
+                }
+                records.push(r);
+                ControlFlow::Continue(())
+            },
+            &mut |_| {},
+        )
+        .await
+        .map_err(|e| TierError::Inconsistent {
+            topic: topic.to_string(),
+            reason: format!(
+                "reading archived segment {}..={}: {e}",
+                d.start_offset, d.end_offset
+            ),
+        })?;
+    Ok(records)
+}
+
+fn choose_layout(
+    config: &LakehouseConfig,
+    topic: &TopicName,
+    records: &[ArchivedRecord],
+) -> Result<StoredLayout, TierError> {
+    if let Some(columns) = config.declared(topic.as_str())? {
+        return Ok(StoredLayout::Json { columns });
+    }
+    if !config.infer {
+        return Ok(StoredLayout::Raw);
+    }
+    let sample = records
+        .iter()
+        .take(config.infer_rows)
+        .map(|r| (r.offset, &r.record.value[..]));
+    match JsonColumns::infer(sample) {
+        Ok(columns) => {
+            info!(%topic, columns = ?columns.columns(), "lakehouse columns inferred and fixed");
+            Ok(StoredLayout::Json { columns })
+        }
+        Err(e) => {
+            info!(%topic, reason = %e, "lakehouse layout: raw values");
+            Ok(StoredLayout::Raw)
+        }
+    }
+}
+
+/// Writes one segment's files; returns (files written, rejected rows).
+async fn write_segment(
+    tiering: &Tiering,
+    topic: &TopicName,
+    d: &SegmentDescriptor,
+    layout: &StoredLayout,
+    records: &[ArchivedRecord],
+) -> Result<(u64, u64), TierError> {
+    let options = ParquetOptions {
+        row_group_rows: tiering.lakehouse.row_group_rows,
+        metadata: vec![
+            ("tributary.topic".into(), topic.to_string()),
+            (
+                "tributary.segment".into(),
+                format!("{}-{}", d.start_offset, d.end_offset),
+            ),
+        ],
+        ..ParquetOptions::default()
+    };
+    let parquet = |e: TableError| TierError::Inconsistent {
+        topic: topic.to_string(),
+        reason: format!(
+            "parquet of segment {}..={}: {e}",
+            d.start_offset, d.end_offset
+        ),
+    };
+    let mut by_date: BTreeMap<String, Vec<&ArchivedRecord>> = BTreeMap::new();
+    for r in records {
+        by_date
+            .entry(utc_date(r.record.timestamp_ms))
+            .or_default()
+            .push(r);
+    }
+    let mut rejected: Vec<(&ArchivedRecord, String)> = Vec::new();
+    let mut files = 0;
+    for (date, rows) in by_date {
+        let mut writer =
+            TableWriter::new(Vec::new(), layout.layout(), &options).map_err(parquet)?;
+        for r in rows {
+            match writer.push(r.offset, &r.record) {
+                Ok(()) => {}
+                Err(TableError::Row(e)) => rejected.push((r, e.reason)),
+                Err(e) => return Err(parquet(e)),
+            }
+        }
+        if writer.rows() == 0 {
+            continue;
+        }
+        let bytes = writer.finish().map_err(parquet)?;
+        let key = tiering
+            .keys
+            .lakehouse_object(topic, &date, d.start_offset, d.end_offset);
+        put(tiering, &key, bytes).await?;
+        files += 1;
+        tiering.faults.hit("lakehouse_after_put");
+    }
+    let count = rejected.len() as u64;
+    if !rejected.is_empty() {
+        rejected.sort_by_key(|(r, _)| r.offset);
+        let mut writer =
+            TableWriter::new(Vec::new(), Layout::Rejected, &options).map_err(parquet)?;
+        for (r, why) in &rejected {
+            writer
+                .push_with_reason(r.offset, &r.record, why)
+                .map_err(parquet)?;
+        }
+        let key = tiering
+            .keys
+            .lakehouse_rejected_object(topic, d.start_offset, d.end_offset);
+        put(tiering, &key, writer.finish().map_err(parquet)?).await?;
+        files += 1;
+        warn!(%topic, start = d.start_offset, end = d.end_offset, rejected = count, key, "records that do not fit the lakehouse columns written to _rejected");
+    }
+    Ok((files, count))
+}
+
+async fn put(tiering: &Tiering, key: &str, bytes: Vec<u8>) -> Result<(), TierError> {
+    let bytes = bytes::Bytes::from(bytes);
+    tiering
+        .retry("put parquet", || {
+            tiering.bucket.put(key, bytes.clone().into(), false)
+        })
+        .await
+}
+
+/// Cold retention: removes the Parquet files of the segments that end at
+/// or below `retired_through` (their descriptors are retired). Idempotent.
+///
+/// # Errors
+/// Bucket errors after their retries.
+pub async fn sweep(
+    tiering: &Tiering,
+    topic: &TopicName,
+    retired_through: u64,
+) -> Result<u64, TierError> {
+    let prefix = tiering.keys.lakehouse_objects_prefix(topic);
+    let objects = tiering
+        .retry("list lakehouse files", || tiering.bucket.list(&prefix))
+        .await?;
+    let mut removed = 0;
+    for object in objects {
+        let key = object.location.to_string();
+        let Some(end) = segment_end(&key) else {
+            continue;
+        };
+        if end <= retired_through {
+            tiering
+                .retry("delete lakehouse file", || tiering.bucket.delete(&key))
+                .await?;
+            removed += 1;
+        }
+    }
+    Ok(removed)
+}
+
+/// The segment end offset a lakehouse file name carries
+/// (`…/{start:020}-{end:020}.parquet`).
+fn segment_end(key: &str) -> Option<u64> {
+    let name = key.rsplit('/').next()?.strip_suffix(".parquet")?;
+    let (start, end) = name.split_once('-')?;
+    (start.len() == 20 && end.len() == 20)
+        .then(|| end.parse().ok())
+        .flatten()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn patterns_select_topics_and_bad_ones_are_named() {
+        let config = LakehouseConfig {
+            topics: vec!["/plant1/*".into(), "/plant2/power".into()],
+            ..LakehouseConfig::default()
+        };
+        let t = |s: &str| TopicName::new(s).expect("topic");
+        assert!(config.selects(&t("/plant1/a")));
+        assert!(config.selects(&t("/plant2/power")));
+        assert!(!config.selects(&t("/plant2/other")));
+        assert!(!config.selects(&t("/plant10/a")));
+        assert!(config.validate().is_ok());
+        let bad = LakehouseConfig {
+            topics: vec!["plant1".into()],
+            ..LakehouseConfig::default()
+        };
+        assert!(bad.validate().unwrap_err().to_string().contains("`plant1`"));
+        let mut cols = LakehouseConfig::default();
+        cols.columns.insert(
+            "/p/t".into(),
+            BTreeMap::from([("x".into(), "decimal".into())]),
+        );
+        let err = cols.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("lakehouse.columns.\"/p/t\"") && err.contains("decimal"),
+            "{err}"
+        );
+        assert!(LakehouseConfig::default().selects(&t("/a/b")) == false);
+    }
+
+    #[test]
+    fn file_names_carry_the_segment_end() {
+        assert_eq!(
+            segment_end(
+                "t/lakehouse/p/t/date=2006-12-16/00000000000000000000-00000000000000000099.parquet"
+            ),
+            Some(99)
+        );
+        assert_eq!(segment_end("t/lakehouse/p/t/other.parquet"), None);
+    }
+}

@@ -1,0 +1,307 @@
+//! The continuous lakehouse writer, with the real `tier-service` binary
+//! against the stand-in broker (the real storage router over a real
+//! metadata store):
+//! - killed at each step of the Parquet write and run again, every
+//!   archived record is in exactly one Parquet file (dated or `_rejected`),
+//!   in the partition of its date, none skipped, and the progress in Raft
+//!   reaches the tiered offset;
+//! - the layout is fixed by the first segment and the broker refuses
+//!   progress that goes back or changes it;
+//! - against moto (S3), pyarrow's S3 filesystem reads the `date=`
+//!   partitions back with the same counts (needs `TRIB_TEST_PYTHON`, a
+//!   python with pyarrow; `./scripts/test` installs one).
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs::File;
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+
+use arrow_array::Array;
+use arrow_array::cast::AsArray;
+use arrow_array::types::{Float64Type, Int64Type, TimestampMillisecondType, UInt64Type};
+use bytes::Bytes;
+use common::Harness;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use tributary_proto::batch::{Codec, Record};
+use tributary_proto::keys::{StorageKeys, TopicName};
+
+const TOPIC: &str = "/plant/lake";
+/// 2006-12-16T00:00:00Z.
+const DAY0_MS: i64 = 1_166_227_200_000;
+/// One record every 45 minutes: segments span dates.
+const STEP_MS: i64 = 45 * 60_000;
+
+/// JSON objects; every 97th (from 60, past the 50 values inference looks at) has a string where `n` is an integer.
+fn lake_record(offset: u64) -> Record {
+    let value = if offset % 97 == 60 {
+        format!(r#"{{"n":"bad","p":{offset}.25}}"#)
+    } else {
+        format!(
+            r#"{{"n":{offset},"p":{offset}.25,"site":"s{}"}}"#,
+            offset % 3
+        )
+    };
+    Record {
+        timestamp_ms: DAY0_MS + offset as i64 * STEP_MS,
+        key: Some(Bytes::from(format!("k{}", offset % 4))),
+        headers: vec![("unit".into(), Bytes::from_static(b"kW"))],
+        value: Bytes::from(value),
+    }
+}
+
+/// Appends `count` records in batches of 30 and seals them.
+fn write(h: &Harness, topic: &TopicName, count: u64) {
+    let wal = h.wal(topic);
+    h.runtime.block_on(async {
+        let mut left = count;
+        while left > 0 {
+            let n = left.min(30);
+            let base = wal.next_offset();
+            wal.append((base..base + n).map(lake_record).collect(), Codec::Zstd)
+                .await
+                .unwrap();
+            left -= n;
+        }
+        wal.roll().await.unwrap();
+    });
+}
+
+fn config_file(h: &Harness, dir: &Path) -> std::path::PathBuf {
+    let path = dir.join("tier.toml");
+    std::fs::write(
+        &path,
+        format!(
+            "data_dir = \"{}\"\n[lakehouse]\ntopics = [\"/plant/*\"]\ninfer_rows = 50\nrow_group_rows = 40\n",
+            h.data_dir.display()
+        ),
+    )
+    .unwrap();
+    path
+}
+
+fn run_tier(h: &Harness, config: &Path, fault: Option<&str>) -> bool {
+    let mut cmd = h.tier_command();
+    cmd.arg("--config").arg(config);
+    if let Some(fault) = fault {
+        cmd.env("TRIB_TIER_FAULT", fault);
+    }
+    let out = cmd.output().unwrap();
+    if out.status.signal().is_some() {
+        return true;
+    }
+    assert!(
+        out.status.success(),
+        "tier-service ({fault:?}) failed: {}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    false
+}
+
+/// One row read back from a lakehouse file.
+#[derive(Debug, Clone, PartialEq)]
+struct Row {
+    offset: u64,
+    timestamp: i64,
+    n: Option<i64>,
+    p: Option<f64>,
+}
+
+/// Every Parquet file under the topic's lakehouse prefix: (key relative to
+/// the bucket, rows).
+fn lakehouse_files(h: &Harness, topic: &TopicName) -> BTreeMap<String, Vec<Row>> {
+    let prefix = StorageKeys::default().lakehouse_objects_prefix(topic);
+    let mut out = BTreeMap::new();
+    let root = h.bucket_dir.join(&prefix);
+    let mut dirs = vec![root.clone()];
+    while let Some(dir) = dirs.pop() {
+        let Ok(entries) = std::fs::read_dir(&dir) else {
+            continue;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            if path.is_dir() {
+                dirs.push(path);
+                continue;
+            }
+            let name = path.strip_prefix(&root).unwrap().display().to_string();
+            if !name.ends_with(".parquet") {
+                continue; // an object store staging file
+            }
+            let reader = ParquetRecordBatchReaderBuilder::try_new(File::open(&path).unwrap())
+                .unwrap()
+                .build()
+                .unwrap();
+            let mut rows = Vec::new();
+            for batch in reader {
+                let b = batch.unwrap();
+                let o = b
+                    .column_by_name("offset")
+                    .unwrap()
+                    .as_primitive::<UInt64Type>();
+                let t = b
+                    .column_by_name("timestamp")
+                    .unwrap()
+                    .as_primitive::<TimestampMillisecondType>();
+                let n = b
+                    .column_by_name("n")
+                    .map(|c| c.as_primitive::<Int64Type>().clone());
+                let p = b
+                    .column_by_name("p")
+                    .map(|c| c.as_primitive::<Float64Type>().clone());
+                for i in 0..b.num_rows() {
+                    rows.push(Row {
+                        offset: o.value(i),
+                        timestamp: t.value(i),
+                        n: n.as_ref().filter(|c| !c.is_null(i)).map(|c| c.value(i)),
+                        p: p.as_ref().filter(|c| !c.is_null(i)).map(|c| c.value(i)),
+                    });
+                }
+            }
+            out.insert(name, rows);
+        }
+    }
+    out
+}
+
+/// Every offset below `end` in exactly one file, in its date's partition,
+/// typed values as written; misfits only in `_rejected`.
+fn check_exactly_once(files: &BTreeMap<String, Vec<Row>>, end: u64) {
+    let mut seen = BTreeSet::new();
+    for (name, rows) in files {
+        for row in rows {
+            assert!(
+                seen.insert(row.offset),
+                "offset {} in two files",
+                row.offset
+            );
+            assert_eq!(row.timestamp, lake_record(row.offset).timestamp_ms);
+            if let Some(date) = name.strip_prefix("date=") {
+                let want = tributary_lakehouse::time::utc_date(row.timestamp);
+                assert!(
+                    date.starts_with(&format!("{want}/")),
+                    "{} in {name}",
+                    row.offset
+                );
+                assert_ne!(row.offset % 97, 60, "a misfit in {name}");
+                assert_eq!(row.n, Some(row.offset as i64));
+                assert_eq!(row.p, Some(row.offset as f64 + 0.25));
+            } else {
+                assert!(name.starts_with("_rejected/"), "{name}");
+                assert_eq!(row.offset % 97, 60, "{} rejected", row.offset);
+            }
+        }
+    }
+    let want: BTreeSet<u64> = (0..end).collect();
+    assert_eq!(seen.len(), want.len(), "rows vs records");
+    assert_eq!(seen, want);
+}
+
+fn progress(h: &Harness, topic: &TopicName) -> serde_json::Value {
+    h.runtime
+        .block_on(async {
+            use broker_core::metadata::MetadataStore as _;
+            h.store.get(&StorageKeys::default().lakehouse(topic)).await
+        })
+        .unwrap()
+        .unwrap_or_default()
+}
+
+#[test]
+fn killed_at_each_parquet_step_every_record_lands_in_exactly_one_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let h = Harness::new(&[TOPIC]);
+    let topic = h.topics[0].clone();
+    let config = config_file(&h, dir.path());
+    let mut written = 0;
+    let mut crashes = 0;
+    for round in 1..=2u32 {
+        for point in ["lakehouse_after_put", "lakehouse_before_progress"] {
+            write(&h, &topic, 150);
+            written += 150;
+            if run_tier(&h, &config, Some(&format!("{point}:{round}"))) {
+                crashes += 1;
+            }
+            // What is written so far is never in two files.
+            let files = lakehouse_files(&h, &topic);
+            let mut seen = BTreeSet::new();
+            for rows in files.values() {
+                for r in rows {
+                    assert!(seen.insert(r.offset), "{point}:{round}: {} twice", r.offset);
+                }
+            }
+        }
+    }
+    assert!(crashes >= 3, "only {crashes} runs crashed");
+    assert!(!run_tier(&h, &config, None));
+    let files = lakehouse_files(&h, &topic);
+    check_exactly_once(&files, written);
+    assert!(
+        files.keys().any(|k| k.starts_with("date=2006-12-17/")),
+        "{:?}",
+        files.keys()
+    );
+    let p = progress(&h, &topic);
+    assert_eq!(p["next_offset"], written);
+    assert_eq!(p["layout"]["kind"], "json", "{p}");
+
+    // The broker keeps the rules: no going back, no other layout, nothing
+    // past the archive.
+    let client = tributary_tier::broker_api::BrokerClient::new(
+        &h.base_url,
+        common::TOKEN,
+        &StorageKeys::default(),
+    )
+    .unwrap();
+    let refuse = |value: serde_json::Value, kind: &str| {
+        let err = h
+            .runtime
+            .block_on(client.put_lakehouse(&topic, &value))
+            .expect_err("refused");
+        assert!(err.to_string().contains(kind), "{err}");
+    };
+    refuse(
+        serde_json::json!({"next_offset": 10, "layout": p["layout"]}),
+        "lakehouse_regress",
+    );
+    refuse(
+        serde_json::json!({"next_offset": written, "layout": {"kind": "raw"}}),
+        "layout_fixed",
+    );
+    refuse(
+        serde_json::json!({"next_offset": written + 1, "layout": p["layout"]}),
+        "beyond_archive",
+    );
+    // A redo of everything rewrites the same bytes under the same keys.
+    let before: BTreeMap<String, Vec<u8>> = files
+        .keys()
+        .map(|k| {
+            let path = h
+                .bucket_dir
+                .join(StorageKeys::default().lakehouse_objects_prefix(&topic))
+                .join(k);
+            (k.clone(), std::fs::read(path).unwrap())
+        })
+        .collect();
+    h.runtime.block_on(async {
+        use broker_core::metadata::MetadataStore as _;
+        h.store
+            .delete(&StorageKeys::default().lakehouse(&topic))
+            .await
+            .unwrap();
+    });
+    assert!(!run_tier(&h, &config, None));
+    for (k, bytes) in &before {
+        let path = h
+            .bucket_dir
+            .join(StorageKeys::default().lakehouse_objects_prefix(&topic))
+            .join(k);
+        assert_eq!(
+            &std::fs::read(path).unwrap(),
+            bytes,
+            "{k} rewritten with other bytes"
+        );
+    }
+}
