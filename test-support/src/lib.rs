@@ -11,6 +11,8 @@
 //!   object-store faults;
 //! - [`moto`]: the moto S3 server (`TRIB_TEST_MOTO_SERVER`), failing loudly
 //!   when it is missing;
+//! - [`python`]: a python with pyarrow and duckdb (`TRIB_TEST_PYTHON`)
+//!   for reading Parquet back, failing loudly when it is missing;
 //! - [`metadata_suite`]: the behaviour suite every `MetadataStore` passes;
 //! - [`loop_fs`]: a small loop-mounted ext4 filesystem to fill until
 //!   `ENOSPC` and free again (needs root, mkfs.ext4, mount, losetup).
@@ -23,4 +25,5 @@ pub mod metadata_suite;
 pub mod moto;
 pub mod ports;
 pub mod process;
+pub mod python;
 pub mod relay;

@@ -305,3 +305,89 @@ fn killed_at_each_parquet_step_every_record_lands_in_exactly_one_file() {
         );
     }
 }
+
+#[test]
+fn on_s3_pyarrow_reads_the_date_partitions_back_with_the_same_counts() {
+    use tributary_archive::{Bucket, StoreConfig};
+    let python = tributary_test_support::python::python_with(&["pyarrow"]);
+    let moto = tributary_test_support::moto::Moto::start();
+    let endpoint = moto.endpoint();
+    let bucket_name = "tributary-lake";
+    let store = StoreConfig {
+        url: Some(format!("s3://{bucket_name}")),
+        endpoint: Some(endpoint.clone()),
+        region: Some("us-east-1".into()),
+        path_style: Some(true),
+        allow_http: Some(true),
+        access_key_id: Some("testing".into()),
+        secret_access_key: Some("testing".into()),
+        session_token: None,
+        ..StoreConfig::default()
+    };
+    let h = Harness::with_retention(&[TOPIC], false);
+    let topic = h.topics[0].clone();
+    h.runtime.block_on(async {
+        tributary_archive::install_crypto_provider();
+        let status = reqwest::Client::new()
+            .put(format!("{endpoint}/{bucket_name}"))
+            .send()
+            .await
+            .unwrap()
+            .status();
+        assert!(status.is_success(), "create bucket: {status}");
+    });
+    h.set_archive(Bucket::open(&store).unwrap());
+    write(&h, &topic, 400);
+    let mut config = h.tier_config();
+    config.store = store;
+    config.upload.part_size_bytes = 5 * 1024 * 1024;
+    config.upload.multipart_threshold_bytes = 5 * 1024 * 1024;
+    config.lakehouse.topics = vec![TOPIC.into()];
+    config.lakehouse.infer_rows = 50;
+    let report = h
+        .runtime
+        .block_on(tributary_tier::service::run(
+            config,
+            tributary_tier::faults::Faults::none(),
+            true,
+            std::future::pending(),
+        ))
+        .unwrap();
+    assert!(!report.has_errors(), "{report:?}");
+    assert_eq!(progress(&h, &topic)["next_offset"], 400);
+
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/py/lakehouse_s3.py");
+    let path = StorageKeys::default().lakehouse_objects_prefix(&topic);
+    let out = std::process::Command::new(python)
+        .arg(script)
+        .arg(moto.addr().to_string())
+        .arg(bucket_name)
+        .arg(path.trim_end_matches('/'))
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // The dataset is the dated files: every record but the misfits.
+    let typed: Vec<u64> = (0..400).filter(|o| o % 97 != 60).collect();
+    let mut by_date = BTreeMap::new();
+    for o in &typed {
+        *by_date
+            .entry(tributary_lakehouse::time::utc_date(lake_record(*o).timestamp_ms))
+            .or_insert(0u64) += 1;
+    }
+    assert_eq!(got["rows"], typed.len());
+    assert_eq!(got["distinct"], typed.len());
+    assert_eq!((got["min"].as_u64(), got["max"].as_u64()), (Some(0), Some(399)));
+    assert_eq!(got["by_date"], serde_json::json!(by_date));
+    assert_eq!(got["sum_n"], typed.iter().sum::<u64>());
+    let columns: Vec<&str> = got["columns"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|c| c.as_str())
+        .collect();
+    assert_eq!(
+        columns,
+        ["offset", "timestamp", "key", "headers", "n", "p", "site", "_extra", "date"]
+    );
+}
