@@ -13,6 +13,9 @@ use std::process::Command;
 use serde_json::Value;
 use tributary_test_support::process::bin_path;
 
+#[path = "demo/lakehouse.rs"]
+mod lakehouse;
+
 const ROWS: u64 = 5_000;
 /// Days touched by the first 5,000 minutes from 2006-12-16 17:24.
 const DAYS: u64 = 5;
@@ -37,16 +40,17 @@ fn data_set() -> PathBuf {
 
 #[test]
 fn demo_replays_5000_rows_through_an_outage_with_every_count_equal() {
-    let s = run_demo(1);
+    let (s, dir) = run_demo(1);
     // The broker twice (mid-replay and at the end), the tier service, the
     // edge: each stopped with exit 0 on SIGTERM.
     let exits = s["exit_codes"].as_array().expect("exit codes");
     assert_eq!(exits.len(), 4, "{s:#}");
+    lakehouse::check_parquet_export(&dir.path().join("work/archive"), &data_set(), ROWS);
 }
 
 #[test]
 fn demo_on_three_brokers_survives_a_sigkill_of_the_owner_with_every_count_equal() {
-    let s = run_demo(3);
+    let (s, _dir) = run_demo(3);
     // The killed owner is not stopped mid-replay: the edge, three tier
     // services and three brokers at the end, each exit 0 on SIGTERM.
     let exits = s["exit_codes"].as_array().expect("exit codes");
@@ -54,8 +58,9 @@ fn demo_on_three_brokers_survives_a_sigkill_of_the_owner_with_every_count_equal(
 }
 
 /// Runs the demo on the first [`ROWS`] rows with `brokers` brokers and
-/// checks every count; returns the summary.
-fn run_demo(brokers: u64) -> Value {
+/// checks every count; returns the summary and the directory holding its
+/// work directory (`work/`, with `work/archive`).
+fn run_demo(brokers: u64) -> (Value, tempfile::TempDir) {
     let csv = data_set();
     let dir = tempfile::tempdir().expect("tempdir");
     let work = dir.path().join("work");
@@ -132,7 +137,7 @@ fn run_demo(brokers: u64) -> Value {
     assert!(wire > 0 && wire < raw, "wire {wire}, raw {raw}");
     // The work directory holds the archive the summary counted.
     assert!(work.join("archive").is_dir());
-    s
+    (s, dir)
 }
 
 #[test]
