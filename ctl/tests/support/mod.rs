@@ -1,6 +1,6 @@
 //! Shared by the archive CLI tests: a local bucket built by the tier
 //! service's upload path from real WAL segments, and running `tribctl`.
-#![allow(dead_code)]
+#![allow(dead_code, clippy::too_many_arguments)]
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -23,6 +23,22 @@ pub fn build_bucket(
     count: u64,
     record: fn(u64) -> Record,
 ) -> Vec<(String, u64, u64)> {
+    build_bucket_with(dir, bucket, topic, count, &record, 20, 64 * 1024, None)
+}
+
+/// [`build_bucket`] with batches of `per_batch` records, each compressed
+/// with `codec` (`None`: zstd every other batch), and segments of
+/// `segment_max_bytes`.
+pub fn build_bucket_with(
+    dir: &Path,
+    bucket: &Path,
+    topic: &str,
+    count: u64,
+    record: &dyn Fn(u64) -> Record,
+    per_batch: u64,
+    segment_max_bytes: u64,
+    codec: Option<Codec>,
+) -> Vec<(String, u64, u64)> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -33,21 +49,21 @@ pub fn build_bucket(
             max_record_bytes: 16 * 1024,
             max_batch_bytes: 64 * 1024,
         },
-        segment_max_bytes: 64 * 1024,
-        max_pending_bytes: 1024 * 1024,
+        segment_max_bytes,
+        max_pending_bytes: 64 * 1024 * 1024,
         ..WalConfig::default()
     };
     let wal = Wal::open(dir.join("wal"), config).unwrap();
     runtime.block_on(async {
         let mut offset = 0;
         while offset < count {
-            let n = (count - offset).min(20);
+            let n = (count - offset).min(per_batch);
             let records = (offset..offset + n).map(record).collect();
-            let codec = if offset % 40 == 0 {
+            let codec = codec.unwrap_or(if (offset / per_batch).is_multiple_of(2) {
                 Codec::Zstd
             } else {
                 Codec::None
-            };
+            });
             wal.append(records, codec).await.unwrap();
             offset += n;
         }
