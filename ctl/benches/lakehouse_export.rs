@@ -29,9 +29,12 @@ fn data_set() -> PathBuf {
     if let Some(path) = std::env::var_os("TRIB_DEMO_CSV") {
         return PathBuf::from(path);
     }
-    let out = Command::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../scripts/fetch-demo-data"))
-        .output()
-        .expect("run scripts/fetch-demo-data");
+    let out = Command::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../scripts/fetch-demo-data"
+    ))
+    .output()
+    .expect("run scripts/fetch-demo-data");
     assert!(out.status.success(), "fetch-demo-data failed");
     PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
 }
@@ -121,7 +124,10 @@ fn main() {
     for (name, args) in [
         ("jsonl", vec!["--format", "jsonl"]),
         ("parquet (raw value)", vec!["--format", "parquet"]),
-        ("parquet (typed columns)", vec!["--format", "parquet", "--json-columns", "infer"]),
+        (
+            "parquet (typed columns)",
+            vec!["--format", "parquet", "--json-columns", "infer"],
+        ),
     ] {
         let out = dir.path().join("out");
         let started = Instant::now();

@@ -33,7 +33,7 @@
 //! they are JSON objects, else the raw layout (`value` as bytes).
 //!
 //! Cold retention removes the Parquet files of the segments it retires
-//! ([`sweep`]).
+//! ([`sweep_below`]).
 
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
@@ -406,16 +406,32 @@ async fn put(tiering: &Tiering, key: &str, bytes: Vec<u8>) -> Result<(), TierErr
         .await
 }
 
-/// Cold retention: removes the Parquet files of the segments that end at
-/// or below `retired_through` (their descriptors are retired). Idempotent.
+/// Per bucket and topic, the retired low mark already swept by this
+/// process (a sweep lists the topic's lakehouse files: once per mark).
+static SWEPT: std::sync::Mutex<BTreeMap<(String, String), u64>> =
+    std::sync::Mutex::new(BTreeMap::new());
+
+/// Cold retention: removes the Parquet files of the segments below
+/// `below` (the retired low mark: their descriptors are gone). Idempotent;
+/// lists the topic's files once per new mark (and once after a restart,
+/// which repairs a crash between a retirement and its sweep).
 ///
 /// # Errors
 /// Bucket errors after their retries.
-pub async fn sweep(
+pub async fn sweep_below(
     tiering: &Tiering,
     topic: &TopicName,
-    retired_through: u64,
+    below: u64,
 ) -> Result<u64, TierError> {
+    let id = (tiering.bucket.description().to_owned(), topic.to_string());
+    let done = SWEPT
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .get(&id)
+        .copied();
+    if done.is_some_and(|d| d >= below) {
+        return Ok(0);
+    }
     let prefix = tiering.keys.lakehouse_objects_prefix(topic);
     let objects = tiering
         .retry("list lakehouse files", || tiering.bucket.list(&prefix))
@@ -423,15 +439,19 @@ pub async fn sweep(
     let mut removed = 0;
     for object in objects {
         let key = object.location.to_string();
-        let Some(end) = segment_end(&key) else {
-            continue;
-        };
-        if end <= retired_through {
+        if segment_end(&key).is_some_and(|end| end < below) {
             tiering
                 .retry("delete lakehouse file", || tiering.bucket.delete(&key))
                 .await?;
             removed += 1;
         }
+    }
+    SWEPT
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .insert(id, below);
+    if removed > 0 {
+        info!(%topic, below, files = removed, "cold retention removed the lakehouse files of retired segments");
     }
     Ok(removed)
 }

@@ -419,17 +419,16 @@ impl Tiering {
         }
         let committed = self.owned_segments(topic).await?;
         let removed = crate::cold::apply(self, topic, &committed.segments, now_ms()).await?;
-        // The lakehouse files of the retired segments go too.
-        let retired_through = removed
+        // The lakehouse files of retired segments go too (also those a
+        // crash between the retirement and this sweep left).
+        let below = removed
             .iter()
             .filter_map(|key| self.keys.parse_segment_object(key).ok())
-            .map(|o| o.end_offset)
+            .map(|o| o.end_offset + 1)
+            .chain(committed.retired_below)
             .max();
-        if let Some(end) = retired_through {
-            let files = crate::lakehouse::sweep(self, topic, end).await?;
-            if files > 0 {
-                info!(%topic, through = end, files, "cold retention removed the lakehouse files of retired segments");
-            }
+        if let Some(below) = below {
+            crate::lakehouse::sweep_below(self, topic, below).await?;
         }
         report.retired.extend(removed);
         Ok(())

@@ -365,19 +365,28 @@ fn on_s3_pyarrow_reads_the_date_partitions_back_with_the_same_counts() {
         .arg(path.trim_end_matches('/'))
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let got: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     // The dataset is the dated files: every record but the misfits.
     let typed: Vec<u64> = (0..400).filter(|o| o % 97 != 60).collect();
     let mut by_date = BTreeMap::new();
     for o in &typed {
         *by_date
-            .entry(tributary_lakehouse::time::utc_date(lake_record(*o).timestamp_ms))
+            .entry(tributary_lakehouse::time::utc_date(
+                lake_record(*o).timestamp_ms,
+            ))
             .or_insert(0u64) += 1;
     }
     assert_eq!(got["rows"], typed.len());
     assert_eq!(got["distinct"], typed.len());
-    assert_eq!((got["min"].as_u64(), got["max"].as_u64()), (Some(0), Some(399)));
+    assert_eq!(
+        (got["min"].as_u64(), got["max"].as_u64()),
+        (Some(0), Some(399))
+    );
     assert_eq!(got["by_date"], serde_json::json!(by_date));
     assert_eq!(got["sum_n"], typed.iter().sum::<u64>());
     let columns: Vec<&str> = got["columns"]
@@ -388,6 +397,60 @@ fn on_s3_pyarrow_reads_the_date_partitions_back_with_the_same_counts() {
         .collect();
     assert_eq!(
         columns,
-        ["offset", "timestamp", "key", "headers", "n", "p", "site", "_extra", "date"]
+        [
+            "offset",
+            "timestamp",
+            "key",
+            "headers",
+            "n",
+            "p",
+            "site",
+            "_extra",
+            "date"
+        ]
+    );
+}
+
+#[test]
+fn cold_retention_removes_the_parquet_files_of_retired_segments() {
+    let h = Harness::new(&[TOPIC]);
+    let topic = h.topics[0].clone();
+    // Three segments (each write seals one).
+    for _ in 0..3 {
+        write(&h, &topic, 100);
+    }
+    let mut config = h.tier_config();
+    config.lakehouse.topics = vec!["/plant/*".into()];
+    config.lakehouse.infer_rows = 50;
+    let run = |config: tributary_tier::TierConfig| {
+        let report = h
+            .runtime
+            .block_on(tributary_tier::service::run(
+                config,
+                tributary_tier::faults::Faults::none(),
+                true,
+                std::future::pending(),
+            ))
+            .unwrap();
+        assert!(!report.has_errors(), "{report:?}");
+    };
+    run(config.clone());
+    let descriptors = h.descriptors(&topic);
+    assert!(descriptors.len() >= 3, "{descriptors:?}");
+    check_exactly_once(&lakehouse_files(&h, &topic), 300);
+    // Every record is from 2006: a one-day limit retires all but the
+    // newest segment, and their Parquet files with them.
+    config.cold_retention.max_age_ms = Some(86_400_000);
+    run(config);
+    let kept = h.descriptors(&topic);
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    let files = lakehouse_files(&h, &topic);
+    let offsets: BTreeSet<u64> = files.values().flatten().map(|r| r.offset).collect();
+    let want: BTreeSet<u64> = (kept[0].start_offset..=kept[0].end_offset).collect();
+    assert_eq!(
+        offsets,
+        want,
+        "only the kept segment's rows remain: {:?}",
+        files.keys()
     );
 }

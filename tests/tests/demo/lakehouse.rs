@@ -79,12 +79,19 @@ pub fn check_parquet_export(archive: &Path, csv: &Path, rows: u64) {
         .args(CHANNELS)
         .output()
         .expect("run python");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let got: Value = serde_json::from_slice(&out.stdout).expect("json");
 
     assert_eq!(got["raw_rows"], rows);
     assert_eq!(got["raw_distinct"], rows);
-    assert_eq!(got["raw_offsets_in_order"], serde_json::json!([0, 1, 2, rows - 1]));
+    assert_eq!(
+        got["raw_offsets_in_order"],
+        serde_json::json!([0, 1, 2, rows - 1])
+    );
     let values = archived_values(archive);
     assert_eq!(values.len() as u64, rows);
     let b64 = base64::engine::general_purpose::STANDARD;
@@ -94,7 +101,10 @@ pub fn check_parquet_export(archive: &Path, csv: &Path, rows: u64) {
         .iter()
         .map(|v| b64.decode(v.as_str().expect("b64")).expect("base64"))
         .collect();
-    assert!(parquet_values == values, "Parquet values differ from the archive's");
+    assert!(
+        parquet_values == values,
+        "Parquet values differ from the archive's"
+    );
 
     assert_eq!(got["typed_rows"], rows);
     assert_eq!(got["typed_distinct"], rows);
