@@ -454,3 +454,59 @@ fn cold_retention_removes_the_parquet_files_of_retired_segments() {
         files.keys()
     );
 }
+
+#[test]
+fn a_topic_of_binary_values_is_written_raw_and_its_layout_stays_raw() {
+    let mut h = Harness::new(&[]);
+    let topic = h.add_topic("/plant/blobs", common::wal_config(true));
+    let wal = h.wal(&topic);
+    let value = |o: u64| Bytes::from(vec![0xff, 0x00, o as u8]);
+    h.runtime.block_on(async {
+        let records = (0..40)
+            .map(|o| Record {
+                timestamp_ms: DAY0_MS,
+                key: None,
+                headers: Vec::new(),
+                value: value(o),
+            })
+            .collect();
+        wal.append(records, Codec::None).await.unwrap();
+        wal.roll().await.unwrap();
+    });
+    let mut config = h.tier_config();
+    config.lakehouse.topics = vec!["*".into()];
+    let report = h
+        .runtime
+        .block_on(tributary_tier::service::run(
+            config,
+            tributary_tier::faults::Faults::none(),
+            true,
+            std::future::pending(),
+        ))
+        .unwrap();
+    assert!(!report.has_errors(), "{report:?}");
+    assert_eq!(
+        progress(&h, &topic)["layout"],
+        serde_json::json!({"kind": "raw"})
+    );
+    let prefix = StorageKeys::default().lakehouse_objects_prefix(&topic);
+    let path = h
+        .bucket_dir
+        .join(&prefix)
+        .join("date=2006-12-16/00000000000000000000-00000000000000000039.parquet");
+    let reader = ParquetRecordBatchReaderBuilder::try_new(File::open(&path).unwrap())
+        .unwrap()
+        .build()
+        .unwrap();
+    let mut got = Vec::new();
+    for batch in reader {
+        let b = batch.unwrap();
+        let v = b
+            .column_by_name("value")
+            .unwrap()
+            .as_binary::<i32>()
+            .clone();
+        got.extend((0..v.len()).map(|i| v.value(i).to_vec()));
+    }
+    assert_eq!(got, (0..40).map(|o| value(o).to_vec()).collect::<Vec<_>>());
+}
