@@ -78,7 +78,7 @@ enum Command {
     Auth(commands::auth::AuthCommand),
     /// Browse, read, verify and export an archive bucket (no broker
     /// needed).
-    Archive(archive::ArchiveArgs),
+    Archive(Box<archive::ArchiveArgs>),
 }
 
 fn run(cli: &Cli, admin_url_given: bool) -> anyhow::Result<String> {

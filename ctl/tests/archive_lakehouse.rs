@@ -30,12 +30,14 @@ fn record(offset: u64) -> Record {
         _ => format!(
             r#"{{"p":{}.5,"n":{offset},"site":"{}"}}"#,
             offset,
-            if offset % 2 == 0 { "a" } else { "b" }
+            if offset.is_multiple_of(2) { "a" } else { "b" }
         ),
     };
     Record {
         timestamp_ms: BASE_MS + offset as i64 * 60_000,
-        key: (offset % 3 == 0).then(|| Bytes::from(format!("k{offset}"))),
+        key: offset
+            .is_multiple_of(3)
+            .then(|| Bytes::from(format!("k{offset}"))),
         headers: vec![("unit".into(), Bytes::from_static(b"kW"))],
         value: Bytes::from(value),
     }

@@ -497,7 +497,7 @@ mod tests {
             err.contains("lakehouse.columns.\"/p/t\"") && err.contains("decimal"),
             "{err}"
         );
-        assert!(LakehouseConfig::default().selects(&t("/a/b")) == false);
+        assert!(!LakehouseConfig::default().selects(&t("/a/b")));
     }
 
     #[test]
