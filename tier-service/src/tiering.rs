@@ -403,8 +403,16 @@ impl Tiering {
         report: &mut PassReport,
         shutdown: &watch::Receiver<bool>,
     ) -> Result<(), TierError> {
-        crate::lakehouse::pass(self, topic, report, &|| *shutdown.borrow()).await?;
-        self.cold_pass(topic, report, shutdown).await
+        let lakehouse = crate::lakehouse::pass(self, topic, report, &|| *shutdown.borrow()).await;
+        if let Err(e) = &lakehouse
+            && e.is_not_owner()
+        {
+            return lakehouse;
+        }
+        // A failing lakehouse write does not hold cold retention back (the
+        // error is still this topic's result for the pass).
+        self.cold_pass(topic, report, shutdown).await?;
+        lakehouse
     }
 
     /// Cold retention for `topic`, when it has limits.
