@@ -885,6 +885,18 @@ proptest! {
             keys.parse(&missing),
             Ok(StorageKey::Missing { topic: t.clone(), start_offset: start })
         );
+        prop_assert_eq!(
+            keys.parse(&keys.lakehouse(&t)),
+            Ok(StorageKey::Lakehouse { topic: t.clone() })
+        );
+        let file = keys.lakehouse_object(&t, "2006-12-16", start, start.saturating_add(9));
+        prop_assert!(file.starts_with(&keys.lakehouse_objects_prefix(&t)));
+        prop_assert!(!file.starts_with('/'));
+        let name = format!("/date=2006-12-16/{start:020}-{:020}.parquet", start.saturating_add(9));
+        prop_assert!(file.ends_with(&name));
+        let rejected = keys.lakehouse_rejected_object(&t, start, start.saturating_add(9));
+        let name = format!("/_rejected/{start:020}-{:020}.parquet", start.saturating_add(9));
+        prop_assert!(rejected.ends_with(&name));
         let cur = StorageKeys::segments_cur_value(start);
         prop_assert_eq!(StorageKeys::parse_segments_cur_value(&cur), Ok(start));
         prop_assert!(descriptor.ends_with(&cur));
