@@ -310,29 +310,105 @@ impl JsonColumns {
     /// [`RowError`] naming `offset` and the reason: not JSON, not an
     /// object, or a field of another type (the first such field).
     pub fn fit(&self, offset: u64, value: &[u8]) -> Result<FittedRow, RowError> {
-        let mut object = parse_object(value).map_err(|reason| RowError { offset, reason })?;
-        let mut cells = Vec::with_capacity(self.columns.len());
-        for column in &self.columns {
-            let cell = match object.remove(&column.field) {
-                None | Some(Value::Null) => Cell::Null,
-                Some(v) => cell(column.ty, &v).ok_or_else(|| RowError {
-                    offset,
-                    reason: format!(
-                        "field `{}` is {} where the column is {}",
-                        column.field,
-                        describe(&v),
-                        column.ty
-                    ),
-                })?,
-            };
-            cells.push(cell);
+        // One pass: each named field straight into its cell, the others
+        // kept for `_extra`. A value that is not a JSON object is parsed
+        // again (rare) only to say what it is.
+        let mut de = serde_json::Deserializer::from_slice(value);
+        let parsed = serde::Deserializer::deserialize_map(
+            &mut de,
+            RowVisitor {
+                columns: &self.columns,
+            },
+        )
+        .and_then(|row| de.end().map(|()| row));
+        match parsed {
+            Ok(Ok((cells, extra))) => Ok(FittedRow {
+                cells,
+                extra: (!extra.is_empty()).then(|| Value::Object(extra).to_string()),
+            }),
+            Ok(Err(reason)) => Err(RowError { offset, reason }),
+            Err(e) => Err(RowError {
+                offset,
+                reason: parse_object(value).err().unwrap_or_else(|| e.to_string()),
+            }),
         }
-        let extra = if object.is_empty() {
-            None
-        } else {
-            Some(Value::Object(object).to_string())
-        };
-        Ok(FittedRow { cells, extra })
+    }
+}
+
+/// A field name, borrowed from the input when it has no escapes.
+struct Key<'a>(std::borrow::Cow<'a, str>);
+
+impl<'de> serde::Deserialize<'de> for Key<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl<'de> serde::de::Visitor<'de> for KeyVisitor {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a field name")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(std::borrow::Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Key<'de>, E> {
+                Ok(Key(std::borrow::Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Key<'de>, E> {
+                Ok(Key(std::borrow::Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(KeyVisitor)
+    }
+}
+
+/// Reads one JSON object into cells (`Ok(Err(reason))`: a field of another
+/// type; the rest of the object is still consumed).
+struct RowVisitor<'c> {
+    columns: &'c [Column],
+}
+
+type Fitted = Result<(Vec<Cell>, Map<String, Value>), String>;
+
+impl<'de> serde::de::Visitor<'de> for RowVisitor<'_> {
+    type Value = Fitted;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a JSON object")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Fitted, A::Error> {
+        let mut cells = vec![Cell::Null; self.columns.len()];
+        let mut extra = Map::new();
+        let mut misfit = None;
+        while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
+            let value: Value = map.next_value()?;
+            match self.columns.iter().position(|c| c.field == key) {
+                Some(i) => {
+                    let column = &self.columns[i];
+                    cells[i] = match cell(column.ty, &value) {
+                        _ if value.is_null() => Cell::Null,
+                        Some(c) => c,
+                        None => {
+                            misfit.get_or_insert_with(|| {
+                                format!(
+                                    "field `{}` is {} where the column is {}",
+                                    column.field,
+                                    describe(&value),
+                                    column.ty
+                                )
+                            });
+                            Cell::Null
+                        }
+                    };
+                }
+                None => {
+                    extra.insert(key.into_owned(), value);
+                }
+            }
+        }
+        Ok(match misfit {
+            Some(reason) => Err(reason),
+            None => Ok((cells, extra)),
+        })
     }
 }
 
@@ -490,6 +566,13 @@ mod tests {
             ]
         );
         assert_eq!(row.extra.as_deref(), Some(r#"{"other":"x"}"#));
+        let nulls = cols.fit(7, br#"{"j":null,"p":null}"#).expect("nulls");
+        assert_eq!(
+            nulls.cells,
+            [Cell::Null, Cell::Null, Cell::Null, Cell::Null]
+        );
+        let err = cols.fit(8, br#"{"p":1} x"#).expect_err("trailing bytes");
+        assert!(err.reason.contains("not JSON"), "{err}");
         let empty = cols.fit(6, b"{}").expect("all absent");
         assert!(empty.cells.iter().all(|c| *c == Cell::Null) && empty.extra.is_none());
         let err = cols.fit(9, br#"{"n":1.5}"#).expect_err("float in int64");

@@ -15,6 +15,11 @@
 //! JSON object, null when none) for [`Layout::Json`]; `value` and
 //! `_reason` (Utf8) for [`Layout::Rejected`].
 //!
+//! Encodings: `offset` and `timestamp` delta-encoded, `key` front-coded
+//! (DELTA_BYTE_ARRAY), `key` and `value` without a dictionary; typed
+//! columns with a dictionary that falls back to delta (integers, strings)
+//! or byte-stream-split (doubles) when it outgrows its page.
+//!
 //! The file is zstd-compressed, with statistics on every column (min/max
 //! of `offset` and `timestamp` per row group and page let readers skip),
 //! and row groups of at most [`ParquetOptions::row_group_rows`] rows. The
@@ -31,9 +36,10 @@ use arrow_array::builder::{
 use arrow_array::{ArrayRef, RecordBatch};
 use arrow_schema::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use parquet::arrow::ArrowWriter;
-use parquet::basic::{Compression, ZstdLevel};
+use parquet::basic::{Compression, Encoding, ZstdLevel};
 use parquet::file::metadata::KeyValue;
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use parquet::schema::types::ColumnPath;
 use tributary_proto::batch::Record;
 
 use crate::schema::{Cell, ColumnType, JsonColumns, RowError};
@@ -230,12 +236,41 @@ impl<W: Write + Send> TableWriter<W> {
             .iter()
             .map(|(k, v)| KeyValue::new(k.clone(), v.clone()))
             .collect();
-        let props = WriterProperties::builder()
+        let mut props = WriterProperties::builder()
             .set_compression(Compression::ZSTD(ZstdLevel::try_new(options.zstd_level)?))
             .set_max_row_group_row_count(Some(options.row_group_rows.max(1)))
             .set_statistics_enabled(EnabledStatistics::Page)
-            .set_key_value_metadata((!metadata.is_empty()).then_some(metadata))
-            .build();
+            .set_key_value_metadata((!metadata.is_empty()).then_some(metadata));
+        // Offsets and timestamps rise by small steps: delta-encoded they
+        // take a few bits each. Keys and values are mostly distinct, so a
+        // dictionary only costs time; keys (device ids, date-times) share
+        // prefixes with their neighbours: front-coded (DELTA_BYTE_ARRAY).
+        for (column, encoding) in [
+            ("offset", Some(Encoding::DELTA_BINARY_PACKED)),
+            ("timestamp", Some(Encoding::DELTA_BINARY_PACKED)),
+            ("key", Some(Encoding::DELTA_BYTE_ARRAY)),
+            ("value", None),
+        ] {
+            let path = ColumnPath::from(column);
+            props = props.set_column_dictionary_enabled(path.clone(), false);
+            if let Some(encoding) = encoding {
+                props = props.set_column_encoding(path, encoding);
+            }
+        }
+        // Typed columns keep their dictionary (readings repeat values);
+        // one that outgrows it falls back to an encoding that suits it.
+        if let Layout::Json(columns) = &layout {
+            for c in columns.columns() {
+                let fallback = match c.ty {
+                    ColumnType::String | ColumnType::Json => Encoding::DELTA_BYTE_ARRAY,
+                    ColumnType::Int64 | ColumnType::Timestamp => Encoding::DELTA_BINARY_PACKED,
+                    ColumnType::Double => Encoding::BYTE_STREAM_SPLIT,
+                    ColumnType::Bool => continue,
+                };
+                props = props.set_column_encoding(ColumnPath::from(c.name.as_str()), fallback);
+            }
+        }
+        let props = props.build();
         let writer = ArrowWriter::try_new(out, schema.clone(), Some(props))?;
         let tail = match layout {
             Layout::Raw => Tail::Raw(BinaryBuilder::new()),
