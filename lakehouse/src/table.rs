@@ -20,7 +20,7 @@
 //! columns with a dictionary that falls back to delta (integers, strings)
 //! or byte-stream-split (doubles) when it outgrows its page.
 //!
-//! The file is zstd-compressed, with statistics on every column (min/max
+//! The file is zstd-compressed (level 1 by default), with statistics on every column (min/max
 //! of `offset` and `timestamp` per row group and page let readers skip),
 //! and row groups of at most [`ParquetOptions::row_group_rows`] rows. The
 //! same records with the same options give the same bytes, so a retried
@@ -65,7 +65,9 @@ pub struct ParquetOptions {
     /// telemetry-sized records, so a reader fetching one group by HTTP
     /// range from S3 reads little it does not need.
     pub row_group_rows: usize,
-    /// zstd level, 1..=22. Default 3.
+    /// zstd level, 1..=22. Default 1: the fastest, and on typed columns
+    /// (mostly dictionary- and delta-encoded) within a few percent of
+    /// level 3's size.
     pub zstd_level: i32,
     /// Key-value metadata written in the footer (topic, offsets).
     pub metadata: Vec<(String, String)>,
@@ -75,7 +77,7 @@ impl Default for ParquetOptions {
     fn default() -> Self {
         ParquetOptions {
             row_group_rows: 131_072,
-            zstd_level: 3,
+            zstd_level: 1,
             metadata: Vec::new(),
         }
     }
