@@ -330,10 +330,14 @@ async fn health(ApiManager(manager): ApiManager) -> Response {
 async fn metrics_text(
     ApiManager(manager): ApiManager,
     replication: Option<axum::Extension<Arc<ReplicationStats>>>,
+    mqtt: Option<axum::Extension<Arc<crate::mqtt::MqttStats>>>,
 ) -> Response {
     let mut text = metrics::render(&manager.stats());
     if let Some(axum::Extension(replication)) = replication {
         metrics::render_replication(&mut text, &replication);
+    }
+    if let Some(axum::Extension(mqtt)) = mqtt {
+        mqtt.render(&mut text);
     }
     ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response()
 }

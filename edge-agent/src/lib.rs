@@ -40,6 +40,7 @@ pub mod config;
 pub mod declared_rate;
 pub mod manager;
 pub mod metrics;
+pub mod mqtt;
 pub mod ndjson;
 pub mod recovery;
 pub mod replicator;
