@@ -173,12 +173,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
             }
         };
         if first {
-            // Before a CONNECT was accepted the answer is a CONNACK in the
-            // client's claimed version: 3.1.1 format for an unknown level.
+            // Before a CONNECT was accepted only an unsupported protocol
+            // level is answered (a 3.1.1 CONNACK, return code 1, which
+            // every version understands); anything else is just closed.
             if matches!(e, DecodeError::BadProtocol(_)) {
                 self.version = Version::V311;
+                return close(Reason::Success, format!("refused CONNECT: {e}"))
+                    .with_connack(reason);
             }
-            return close(Reason::Success, format!("refused CONNECT: {e}")).with_connack(reason);
+            return close(Reason::Success, format!("refused CONNECT: {e}"));
         }
         close(reason, e.to_string())
     }
