@@ -72,7 +72,7 @@ pub fn python() -> PathBuf {
 
 /// The paho publisher: one JSON argument (host, port, client_id, protocol
 /// 3|5, qos, count, topic, prefix, out, clean, user_props, content_type,
-/// username, password, inflight, deadline_s). Publishes `count` messages
+/// username, password, inflight, pace_s between publishes, deadline_s). Publishes `count` messages
 /// `{prefix}{i}`, riding out agent restarts (paho reconnects and resends
 /// unacknowledged messages with DUP), and writes to `out` one line per
 /// message: `acked {i}` or `refused {i} {reason code}`, then `done`.
@@ -94,7 +94,7 @@ c.reconnect_delay_set(0.05, 0.2)
 if a.get("username") is not None:
     c.username_pw_set(a["username"], a.get("password"))
 lock = threading.Lock()
-mids, done, lines = {}, set(), []
+mids, outcome = {}, {}
 connected = threading.Event()
 
 def on_connect(client, userdata, flags, reason_code, properties):
@@ -102,13 +102,12 @@ def on_connect(client, userdata, flags, reason_code, properties):
         connected.set()
 
 def on_publish(client, userdata, mid, reason_code, properties):
+    # Called from paho's network thread with paho's own locks held: only
+    # record the outcome (never call into paho while holding `lock`).
+    rc = reason_code.value if hasattr(reason_code, "value") else int(reason_code)
     with lock:
-        seq = mids.get(mid)
-        if seq is None or seq in done:
-            return
-        done.add(seq)
-        rc = reason_code.value if hasattr(reason_code, "value") else int(reason_code)
-        lines.append(f"refused {seq} {rc}" if rc >= 0x80 else f"acked {seq}")
+        if mid not in outcome:
+            outcome[mid] = rc
 
 c.on_connect = on_connect
 c.on_publish = on_publish
@@ -130,25 +129,34 @@ for i in range(a["count"]):
             props.UserProperty = (k, v)
         if a.get("content_type"):
             props.ContentType = a["content_type"]
+    info = c.publish(a["topic"], f'{a["prefix"]}{i}'.encode(), qos=a["qos"], properties=props)
+    mids[info.mid] = i
+    if a["qos"] == 0:
+        info.wait_for_publish(10)
+    if a.get("pace_s"):
+        time.sleep(a["pace_s"])
+
+def settled():
     with lock:
-        info = c.publish(a["topic"], f'{a["prefix"]}{i}'.encode(), qos=a["qos"], properties=props)
-        mids[info.mid] = i
-        if a["qos"] == 0:
-            done.add(i)
-            lines.append(f"acked {i}")
+        return a["qos"] == 0 or sum(1 for m in mids if m in outcome) == a["count"]
+
 deadline = time.time() + a.get("deadline_s", 120)
-while time.time() < deadline:
-    with lock:
-        if len(done) == a["count"]:
-            break
+while time.time() < deadline and not settled():
     time.sleep(0.02)
 time.sleep(0.2)
 c.disconnect()
 c.loop_stop()
+lines, n = [], 0
+with lock:
+    for mid, i in sorted(mids.items(), key=lambda kv: kv[1]):
+        rc = outcome.get(mid, 0 if a["qos"] == 0 else None)
+        if rc is None:
+            continue
+        n += 1
+        lines.append(f"refused {i} {rc}" if rc >= 0x80 else f"acked {i}")
 with open(a["out"], "w") as f:
-    with lock:
-        f.write("\n".join(lines + ["done"]) + "\n")
-sys.exit(0 if len(done) == a["count"] else 1)
+    f.write("\n".join(lines + ["done"]) + "\n")
+sys.exit(0 if n == a["count"] else 1)
 "#;
 
 /// An edge agent without brokers (records stay in its WAL) with `[mqtt]`

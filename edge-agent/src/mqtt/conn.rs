@@ -283,6 +283,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
             warn!(error = %e, "mqtt session could not be opened");
             close(Reason::Success, e.to_string()).with_connack(Reason::UnspecifiedError)
         })?;
+        if persistent && !present {
+            // Stored at once, so a reconnect after a crash finds it.
+            session.save(&shared.manager).await.map_err(|e| {
+                warn!(error = %e, "mqtt session could not be saved");
+                close(Reason::Success, e.to_string()).with_connack(Reason::UnspecifiedError)
+            })?;
+        }
         self.send(&Outbound::ConnAck {
             session_present: present,
             reason: Reason::Success,

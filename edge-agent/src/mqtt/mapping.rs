@@ -7,10 +7,10 @@ use tributary_proto::keys::TopicName;
 
 /// Header holding the MQTT topic a record was published to.
 pub const HEADER_MQTT_TOPIC: &str = "mqtt.topic";
-/// Header holding an MQTT 5 content type.
-pub const HEADER_CONTENT_TYPE: &str = "mqtt.content_type";
-/// Prefix of headers holding MQTT 5 user properties (`mqtt.up.{name}`).
-pub const HEADER_USER_PROPERTY_PREFIX: &str = "mqtt.up.";
+/// Header holding an MQTT 5 content type. MQTT 5 user properties become
+/// headers of their own name and value (as `x-trib-h-{name}` does on the
+/// HTTP path).
+pub const HEADER_CONTENT_TYPE: &str = "content-type";
 
 /// A parsed MQTT topic filter.
 #[derive(Debug, Clone, PartialEq, Eq)]
