@@ -66,10 +66,8 @@ pub async fn run(
                     s = store(&p, &rules, &manager, &stats) => s,
                     _ = stop.wait_for(|&s| s) => return,
                 };
-                if stored {
-                    if let Err(e) = client.try_ack(&p) {
-                        warn!(error = %e, "mqtt bridge: acknowledging failed (the broker resends)");
-                    }
+                if stored && let Err(e) = client.try_ack(&p) {
+                    warn!(error = %e, "mqtt bridge: acknowledging failed (the broker resends)");
                 }
             }
             Ok(_) => {}
