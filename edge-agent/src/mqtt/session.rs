@@ -46,6 +46,7 @@ pub enum Qos2State {
 
 /// The persisted part of a session.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct SessionData {
     /// The client id.
     pub client_id: String,
