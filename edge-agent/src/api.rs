@@ -7,7 +7,7 @@
 //! | `POST /v1/topics/{ns}/{topic}/batch` | publish an NDJSON batch ([`crate::ndjson`]), all or nothing |
 //! | `GET /v1/topics` | every topic with its counters ([`AgentStats`]) |
 //! | `GET /v1/topics/{ns}/{topic}` | one topic ([`crate::topic::TopicStats`]) |
-//! | `GET /health` | `{"status":"ok",...}`; `"degraded"` with `faults` naming each topic whose WAL is latched (a full disk) and its path, and `damaged` naming each unreadable offset range of a WAL (topic, `first_offset`, `end_offset`, `kind`, `reason`); 503 while shutting down |
+//! | `GET /health` | `{"status":"ok",...}` with `replication` (`state` connected / disconnected / not_configured, `connected_broker`, `last_error`, per-topic `lag_records`); `"degraded"` with `faults` naming each topic whose WAL is latched (a full disk) and its path, and `damaged` naming each unreadable offset range of a WAL (topic, `first_offset`, `end_offset`, `kind`, `reason`); 503 while shutting down |
 //! | `GET /metrics` | Prometheus text ([`crate::metrics`]) |
 //!
 //! Publish responses are sent once the batch is durable per the topic's
@@ -278,7 +278,10 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
     )
 }
 
-async fn health(ApiManager(manager): ApiManager) -> Response {
+async fn health(
+    ApiManager(manager): ApiManager,
+    replication: Option<axum::Extension<Arc<ReplicationStats>>>,
+) -> Response {
     let faults = manager.faults();
     let damaged: Vec<Value> = manager
         .stats()
@@ -323,8 +326,41 @@ async fn health(ApiManager(manager): ApiManager) -> Response {
         "topics": manager.topics().len(),
         "faults": faults,
         "damaged": damaged,
+        "replication": replication_health(&manager, replication.as_deref()),
     });
     (status, axum::Json(body)).into_response()
+}
+
+/// `/health`'s `replication`: `state` (`not_configured`, `connected`,
+/// `disconnected`), the connected broker, the last error and each topic's
+/// lag (records published but not yet acknowledged by the broker).
+fn replication_health(manager: &TopicManager, stats: Option<&Arc<ReplicationStats>>) -> Value {
+    let configured = !manager.config().brokers.is_empty() && manager.config().tls.is_some();
+    let link = stats.map(|s| s.link_status()).unwrap_or_default();
+    let state = match (configured, &link.connected_broker) {
+        (false, _) => "not_configured",
+        (true, Some(_)) => "connected",
+        (true, None) => "disconnected",
+    };
+    let lag: Vec<Value> = manager
+        .stats()
+        .topics
+        .iter()
+        .map(|t| {
+            json!({
+                "topic": t.name.as_str(),
+                "high_water_mark": t.high_water_mark,
+                "acknowledged_offset": t.acknowledged_offset,
+                "lag_records": t.high_water_mark.saturating_sub(t.acknowledged_offset),
+            })
+        })
+        .collect();
+    json!({
+        "state": state,
+        "connected_broker": link.connected_broker,
+        "last_error": link.last_error,
+        "topics": lag,
+    })
 }
 
 async fn metrics_text(
