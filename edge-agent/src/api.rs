@@ -463,16 +463,26 @@ async fn publish_record(
             ApiError::new(StatusCode::BAD_REQUEST, format!("body: {reason}"))
         }
     })?;
+    let mut parts: Vec<&[u8]> = vec![raw_query.as_deref().unwrap_or("").as_bytes()];
+    for (n, v) in &record_headers {
+        parts.push(n.as_bytes());
+        parts.push(v);
+    }
+    parts.push(&value);
+    let fp = crate::idempotency::fingerprint(&parts);
     let record = Record {
         timestamp_ms,
         key: query.key.map(|k| Bytes::from(k.into_bytes())),
         headers: record_headers,
         value,
     };
-    let ack = manager
-        .publish(&name, vec![record])
-        .await
-        .map_err(|e| publish_error(e, None))?;
+    let ack = idempotent(&manager, &name, &headers, fp, async {
+        manager
+            .publish(&name, vec![record])
+            .await
+            .map_err(|e| publish_error(e, None))
+    })
+    .await?;
     debug!(topic = %name, base_offset = ack.base_offset, "published one record");
     Ok(axum::Json(PublishResponse::new(&name, ack)))
 }
@@ -508,12 +518,69 @@ async fn publish_batch(
             NdjsonError::Empty => err,
         }
     })?;
-    let ack = manager
-        .publish(&name, parsed.records)
-        .await
-        .map_err(|e| publish_error(e, Some(&parsed.lines)))?;
+    let fp = crate::idempotency::fingerprint(&[b"batch", &body]);
+    let ack = idempotent(&manager, &name, &headers, fp, async {
+        manager
+            .publish(&name, parsed.records)
+            .await
+            .map_err(|e| publish_error(e, Some(&parsed.lines)))
+    })
+    .await?;
     debug!(topic = %name, base_offset = ack.base_offset, count = ack.count, "published a batch");
     Ok(axum::Json(PublishResponse::new(&name, ack)))
+}
+
+/// Runs `publish` unless the request carries an `Idempotency-Key` already
+/// used on `name`: then the remembered answer (same request, fingerprint
+/// `fp`) or 409 (another request). See [`crate::idempotency`].
+async fn idempotent(
+    manager: &TopicManager,
+    name: &TopicName,
+    headers: &HeaderMap,
+    fp: String,
+    publish: impl std::future::Future<Output = Result<PublishAck, ApiError>>,
+) -> Result<PublishAck, ApiError> {
+    use crate::idempotency as idem;
+    let Some(key) = headers.get(idem::HEADER) else {
+        return publish.await;
+    };
+    let key = key.to_str().map_err(|_| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("header {}: not visible ASCII", idem::HEADER),
+        )
+    })?;
+    idem::check_key(key).map_err(|m| ApiError::new(StatusCode::BAD_REQUEST, m))?;
+    let store_key = idem::store_key(name, key);
+    let lock = idem::LOCKS.get(&store_key);
+    let _serial = lock.lock().await;
+    let internal = |e: broker_core::metadata::MetadataError| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("idempotency key store: {e}"),
+        )
+    };
+    if let Some(used) = idem::lookup(manager, &store_key).await.map_err(internal)? {
+        if used.fingerprint != fp {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                format!("{} {key:?} was used on {name} for another request within the last 24 h; nothing stored", idem::HEADER),
+            )
+            .with_kind("idempotency_key_reused")
+            .with("base_offset", json!(used.base_offset)));
+        }
+        debug!(topic = %name, key, "idempotent retry: answering the original offsets");
+        return Ok(PublishAck {
+            base_offset: used.base_offset,
+            next_offset: used.next_offset,
+            count: used.count,
+        });
+    }
+    let ack = publish.await?;
+    if let Err(e) = idem::remember(manager, &store_key, fp, &ack).await {
+        error!(error = %e, topic = %name, "the idempotency key could not be stored; a retry would store the records again");
+    }
+    Ok(ack)
 }
 
 enum BodyError {

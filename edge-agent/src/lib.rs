@@ -38,6 +38,7 @@ pub mod budget;
 pub mod client;
 pub mod config;
 pub mod declared_rate;
+pub mod idempotency;
 pub mod manager;
 pub mod metrics;
 pub mod mqtt;
