@@ -11,7 +11,8 @@
 //! | `GET /metrics` | Prometheus text ([`crate::metrics`]) |
 //!
 //! Publish responses are sent once the batch is durable per the topic's
-//! sync mode. Every error is JSON `{"error": "..."}` with more fields where
+//! sync mode. Both publish routes honour `Idempotency-Key`
+//! ([`crate::idempotency`]; 409 `idempotency_key_reused`). Every error is JSON `{"error": "..."}` with more fields where
 //! useful: 400 bad input (naming the field or NDJSON line), 403 a topic
 //! outside the edge's namespace or over `max_topics`, 404 unknown topic or
 //! route, 413 over `max_record_bytes` / `max_batch_bytes`, 503 shutting
