@@ -154,6 +154,24 @@ async fn qos2_resends_after_a_restart_are_stored_exactly_once() {
     c.send(Packet::PubRel(v4::PubRel::new(10))).await;
     assert_eq!(c.recv().await, Packet::PubComp(v4::PubComp::new(10)));
     c.send(Packet::Disconnect).await;
+    // The connection saves its session when it ends.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let stored = agent
+            .topics()
+            .store()
+            .get(&edge::mqtt_session("dev"))
+            .await
+            .unwrap();
+        if stored.is_some_and(|s| s["qos2"] == json!({})) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "session not saved at the end"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
 
     let values: Vec<Bytes> = read_wal(&agent, "/e1/t", 0)
         .into_iter()

@@ -69,6 +69,9 @@ struct Conn<'a, S> {
     out: BytesMut,
     version: Version,
     shared: &'a Shared,
+    /// QoS 2 ids first received on this connection and not yet released:
+    /// the receive-maximum quota.
+    new_qos2: std::collections::HashSet<u16>,
 }
 
 /// Serves one accepted connection to its end.
@@ -82,6 +85,7 @@ where
         out: BytesMut::with_capacity(256),
         version: Version::V5,
         shared: &shared,
+        new_qos2: Default::default(),
     };
     match conn.run(stop).await {
         Ok(()) => debug!(%peer, "mqtt connection closed"),
@@ -217,6 +221,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
         };
         // The session (QoS 2 state) stays for the next connection with
         // this client id, persistent or not; a clean start drops it.
+        if session.persistent
+            && let Err(e) = session.save(&self.shared.manager).await
+        {
+            warn!(error = %e, "mqtt session could not be saved at the end of its connection");
+        }
         *slot.session.lock().await = Some(session);
         result
     }
@@ -312,10 +321,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
         match packet {
             Inbound::Publish(p) => self.publish(p, session).await?,
             Inbound::PubRel(pkid) => {
+                self.new_qos2.remove(&pkid);
+                // Forgotten in memory; on disk with the next save (a stale
+                // entry is harmless: see `publish`).
                 let found = session.data.qos2.remove(&pkid).is_some();
-                if found {
-                    self.save(session).await?;
-                }
                 let reason = if found {
                     Reason::Success
                 } else {
@@ -396,7 +405,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
         let client_id = session.data.client_id.clone();
         let mut from = None;
         if p.qos == 2 {
-            match session.data.qos2.get(&p.pkid) {
+            // Only a resend (DUP) can be a message already stored: a client
+            // sets DUP on every resend, so without it an entry left for
+            // this id is from an earlier, completed message (its PUBREL
+            // is persisted lazily) and the message is new.
+            match session.data.qos2.get(&p.pkid).filter(|_| p.dup) {
                 Some(Qos2State::Received) => {
                     stats.count(&stats.qos2_duplicates);
                     return self.send(&Outbound::PubRec(p.pkid, Reason::Success)).await;
@@ -407,23 +420,30 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
                     if stored {
                         stats.count(&stats.qos2_duplicates);
                         session.data.qos2.insert(p.pkid, Qos2State::Received);
-                        self.save(session).await?;
                         return self.send(&Outbound::PubRec(p.pkid, Reason::Success)).await;
                     }
                 }
                 None => {
-                    if session.data.qos2.len() >= usize::from(shared.config.receive_maximum) {
+                    // MQTT 5 §4.9: the quota is per network connection;
+                    // ids left from an earlier connection do not count.
+                    if self.version == Version::V5
+                        && self.new_qos2.len() >= usize::from(shared.config.receive_maximum)
+                    {
                         return Err(close(
                             Reason::ReceiveMaximumExceeded,
                             "more QoS 2 publishes in flight than the receive maximum",
                         ));
                     }
+                    self.new_qos2.insert(p.pkid);
                 }
             }
             if session.persistent {
                 let hwm = match shared.manager.get_or_create(&topic).await {
                     Ok(t) => t.high_water_mark(),
-                    Err(e) => return self.publish_failed(&p, e).await,
+                    Err(e) => {
+                        self.new_qos2.remove(&p.pkid);
+                        return self.publish_failed(&p, e).await;
+                    }
                 };
                 from = Some(hwm);
                 session.data.qos2.insert(
@@ -451,6 +471,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
                 stats.add(&stats.bytes_stored, bytes);
             }
             Err(e) => {
+                self.new_qos2.remove(&p.pkid);
                 if from.is_some() {
                     session.data.qos2.remove(&p.pkid);
                     self.save(session).await?;
@@ -464,8 +485,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
                 self.send(&Outbound::PubAck(p.pkid, Reason::Success)).await
             }
             2 => {
+                // In memory only: the `pending` entry already on disk finds
+                // the record in the WAL after a crash (one store commit per
+                // message, not three).
                 session.data.qos2.insert(p.pkid, Qos2State::Received);
-                self.save(session).await?;
                 self.send(&Outbound::PubRec(p.pkid, Reason::Success)).await
             }
             _ => Ok(()),

@@ -3,16 +3,19 @@
 //! store at `/edge/mqtt/sessions/{hex client id}` so that a resend after
 //! an agent crash is recognised.
 //!
-//! Exactly-once across a crash works in three steps per QoS 2 PUBLISH of
-//! a persistent session: (1) the entry `pending {topic, from}` is
-//! committed, `from` being the topic's high-water mark before the append;
-//! (2) the record is appended with the headers `mqtt.client_id` and
-//! `mqtt.packet_id` and awaited durable; (3) the entry becomes `received`
-//! and PUBREC is sent. A resend of a `received` id is answered PUBREC
-//! without storing; a resend of a `pending` id (the agent died between
-//! (1) and (3)) scans the topic's WAL from `from` for a record with the
-//! client's id and packet id: found, it is not stored again. PUBREL
-//! deletes the entry (then the id may be reused).
+//! Exactly-once across a crash, per QoS 2 PUBLISH of a persistent
+//! session: (1) the entry `pending {topic, from}` is committed (the one
+//! store commit per message), `from` being the topic's high-water mark
+//! before the append; (2) the record is appended with the headers
+//! `mqtt.client_id` and `mqtt.packet_id` and awaited durable; (3) the entry
+//! becomes `received` in memory and PUBREC is sent. A resend (DUP) of a
+//! `received` id is answered PUBREC without storing; a resend of a
+//! `pending` id (after a restart) scans the topic's WAL from `from` for a
+//! record with the client's id and packet id: found, it is not stored
+//! again. PUBREL forgets the id in memory; the session is written again
+//! with the next message and when the connection ends. An entry left on
+//! disk for a released id is harmless: a new message with that id comes
+//! without DUP and replaces it.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};

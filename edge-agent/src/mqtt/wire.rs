@@ -232,9 +232,18 @@ pub fn decode(version: Version, buf: &mut BytesMut, max: u32) -> Result<Inbound,
         Version::V311 => v4::Packet::read(buf, max as usize)
             .map(from_v4)
             .map_err(|e| fix_max(v4_error(e), max)),
-        Version::V5 => v5::Packet::read(buf, Some(max))
-            .map(from_v5)
-            .map_err(|e| fix_max(v5_error(e), max)),
+        Version::V5 => {
+            // MQTT 5 §3.14.2.1: a DISCONNECT with reason 0x00 and no
+            // properties may have remaining length 0 (paho sends that);
+            // rumqttc 0.25's v5 reader refuses it (`PayloadRequired`).
+            if buf.starts_with(&[0xE0, 0x00]) {
+                let _ = buf.split_to(2);
+                return Ok(Inbound::Disconnect);
+            }
+            v5::Packet::read(buf, Some(max))
+                .map(from_v5)
+                .map_err(|e| fix_max(v5_error(e), max))
+        }
     }
 }
 
@@ -505,5 +514,80 @@ fn v5_packet(packet: &Outbound) -> v5::Packet {
         Outbound::Disconnect(reason) => {
             v5::Packet::Disconnect(v5::Disconnect::new(v5_disconnect(reason)))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round_trip(version: Version, packet: &Outbound) -> BytesMut {
+        let mut out = BytesMut::new();
+        encode(version, packet, &mut out);
+        out
+    }
+
+    #[test]
+    fn acknowledgements_are_what_the_codec_reads_back() {
+        let bytes = round_trip(Version::V311, &Outbound::PubAck(7, Reason::Success));
+        assert_eq!(&bytes[..], &[0x40, 2, 0, 7]);
+        let mut bytes = round_trip(Version::V5, &Outbound::PubAck(7, Reason::QuotaExceeded));
+        match v5::Packet::read(&mut bytes, None).expect("decodes") {
+            v5::Packet::PubAck(ack) => {
+                assert_eq!((ack.pkid, ack.reason), (7, v5::PubAckReason::QuotaExceeded));
+            }
+            other => panic!("{other:?}"),
+        }
+        let mut bytes = round_trip(
+            Version::V5,
+            &Outbound::ConnAck {
+                session_present: true,
+                reason: Reason::Success,
+                receive_maximum: 16,
+                max_packet_bytes: 4096,
+            },
+        );
+        match v5::Packet::read(&mut bytes, None).expect("decodes") {
+            v5::Packet::ConnAck(ack) => {
+                assert!(ack.session_present);
+                let p = ack.properties.expect("properties");
+                assert_eq!((p.receive_max, p.max_packet_size), (Some(16), Some(4096)));
+            }
+            other => panic!("{other:?}"),
+        }
+        // 3.1.1 has no DISCONNECT from the server: nothing is written.
+        assert!(round_trip(Version::V311, &Outbound::Disconnect(Reason::ProtocolError)).is_empty());
+    }
+
+    #[test]
+    fn first_packet_picks_the_version_and_refuses_other_levels() {
+        let v311 = [0x10, 12, 0, 4, b'M', b'Q', b'T', b'T', 4, 2, 0, 60, 0, 0];
+        let mut buf = BytesMut::from(&v311[..]);
+        let (version, packet) = decode_first(&mut buf, 1024).expect("CONNECT");
+        assert_eq!(version, Version::V311);
+        assert!(matches!(packet, Inbound::Connect(c) if c.clean_start && c.session_expiry_s == 0));
+        assert!(buf.is_empty());
+        let mut half = BytesMut::from(&v311[..5]);
+        assert_eq!(decode_first(&mut half, 1024), Err(DecodeError::Incomplete));
+        assert_eq!(half.len(), 5, "an incomplete packet is left in the buffer");
+        let mut level3 = v311;
+        level3[8] = 3;
+        let mut buf = BytesMut::from(&level3[..]);
+        assert_eq!(
+            decode_first(&mut buf, 1024),
+            Err(DecodeError::BadProtocol(Some(3)))
+        );
+        let mut buf = BytesMut::from(&v311[..]);
+        assert!(matches!(
+            decode_first(&mut buf, 8),
+            Err(DecodeError::TooLarge { size: 12, max: 8 })
+        ));
+    }
+
+    #[test]
+    fn an_empty_v5_disconnect_is_a_disconnect() {
+        let mut buf = BytesMut::from(&[0xE0u8, 0x00, 0xC0, 0x00][..]);
+        assert_eq!(decode(Version::V5, &mut buf, 1024), Ok(Inbound::Disconnect));
+        assert_eq!(decode(Version::V5, &mut buf, 1024), Ok(Inbound::PingReq));
     }
 }
