@@ -58,6 +58,9 @@ pub enum AgentError {
     /// Opening the topics failed.
     #[error(transparent)]
     Open(#[from] OpenError),
+    /// The MQTT listener could not start.
+    #[error(transparent)]
+    Mqtt(#[from] crate::mqtt::MqttError),
     /// The local API address could not be bound.
     #[error("local_api {addr}: {source}")]
     Bind {
@@ -130,6 +133,7 @@ pub struct Agent {
     recovery: JoinHandle<()>,
     replicator: Option<JoinHandle<()>>,
     replication: Arc<ReplicationStats>,
+    mqtt: Option<crate::mqtt::MqttServer>,
 }
 
 impl Agent {
@@ -192,10 +196,21 @@ impl Agent {
         })?;
         let (shutdown, _) = watch::channel(false);
         let replication = Arc::new(ReplicationStats::default());
+        let mqtt = match &config.mqtt {
+            Some(mqtt) => Some(
+                crate::mqtt::MqttServer::start(mqtt.clone(), manager.clone(), shutdown.subscribe())
+                    .await?,
+            ),
+            None => None,
+        };
         let server = {
             let mut stop = shutdown.subscribe();
-            // `/metrics` reads the replication counters from this extension.
-            let app = api::router(&manager).layer(axum::Extension(replication.clone()));
+            // `/metrics` reads the replication (and MQTT) counters from
+            // these extensions.
+            let mut app = api::router(&manager).layer(axum::Extension(replication.clone()));
+            if let Some(mqtt) = &mqtt {
+                app = app.layer(axum::Extension(mqtt.stats.clone()));
+            }
             tokio::spawn(async move {
                 axum::serve(listener, app)
                     .with_graceful_shutdown(async move {
@@ -279,6 +294,7 @@ impl Agent {
             recovery,
             replicator,
             replication,
+            mqtt,
         })
     }
 
@@ -286,6 +302,11 @@ impl Agent {
     /// report acknowledgements.
     pub fn topics(&self) -> &Arc<TopicManager> {
         &self.manager
+    }
+
+    /// Address of the MQTT listener, when `[mqtt]` is configured.
+    pub fn mqtt_addr(&self) -> Option<SocketAddr> {
+        self.mqtt.as_ref().map(|m| m.local_addr)
     }
 
     /// Replication counters: connections, raw and wire bytes sent.
@@ -326,6 +347,9 @@ impl Agent {
             Ok(result) => result.map_err(AgentError::Server),
             Err(e) => Err(AgentError::Server(std::io::Error::other(e))),
         };
+        if let Some(mqtt) = self.mqtt {
+            mqtt.join().await;
+        }
         let _ = self.checkpoints.await;
         let _ = self.recovery.await;
         if let Some(replicator) = self.replicator {

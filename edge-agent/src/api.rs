@@ -7,11 +7,12 @@
 //! | `POST /v1/topics/{ns}/{topic}/batch` | publish an NDJSON batch ([`crate::ndjson`]), all or nothing |
 //! | `GET /v1/topics` | every topic with its counters ([`AgentStats`]) |
 //! | `GET /v1/topics/{ns}/{topic}` | one topic ([`crate::topic::TopicStats`]) |
-//! | `GET /health` | `{"status":"ok",...}`; `"degraded"` with `faults` naming each topic whose WAL is latched (a full disk) and its path, and `damaged` naming each unreadable offset range of a WAL (topic, `first_offset`, `end_offset`, `kind`, `reason`); 503 while shutting down |
+//! | `GET /health` | `{"status":"ok",...}` with `replication` (`state` connected / disconnected / not_configured, `connected_broker`, `last_error`, per-topic `lag_records`); `"degraded"` with `faults` naming each topic whose WAL is latched (a full disk) and its path, and `damaged` naming each unreadable offset range of a WAL (topic, `first_offset`, `end_offset`, `kind`, `reason`); 503 while shutting down |
 //! | `GET /metrics` | Prometheus text ([`crate::metrics`]) |
 //!
 //! Publish responses are sent once the batch is durable per the topic's
-//! sync mode. Every error is JSON `{"error": "..."}` with more fields where
+//! sync mode. Both publish routes honour `Idempotency-Key`
+//! ([`crate::idempotency`]; 409 `idempotency_key_reused`). Every error is JSON `{"error": "..."}` with more fields where
 //! useful: 400 bad input (naming the field or NDJSON line), 403 a topic
 //! outside the edge's namespace or over `max_topics`, 404 unknown topic or
 //! route, 413 over `max_record_bytes` / `max_batch_bytes`, 503 shutting
@@ -278,7 +279,10 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
     )
 }
 
-async fn health(ApiManager(manager): ApiManager) -> Response {
+async fn health(
+    ApiManager(manager): ApiManager,
+    replication: Option<axum::Extension<Arc<ReplicationStats>>>,
+) -> Response {
     let faults = manager.faults();
     let damaged: Vec<Value> = manager
         .stats()
@@ -323,17 +327,54 @@ async fn health(ApiManager(manager): ApiManager) -> Response {
         "topics": manager.topics().len(),
         "faults": faults,
         "damaged": damaged,
+        "replication": replication_health(&manager, replication.as_deref()),
     });
     (status, axum::Json(body)).into_response()
+}
+
+/// `/health`'s `replication`: `state` (`not_configured`, `connected`,
+/// `disconnected`), the connected broker, the last error and each topic's
+/// lag (records published but not yet acknowledged by the broker).
+fn replication_health(manager: &TopicManager, stats: Option<&Arc<ReplicationStats>>) -> Value {
+    let configured = !manager.config().brokers.is_empty() && manager.config().tls.is_some();
+    let link = stats.map(|s| s.link_status()).unwrap_or_default();
+    let state = match (configured, &link.connected_broker) {
+        (false, _) => "not_configured",
+        (true, Some(_)) => "connected",
+        (true, None) => "disconnected",
+    };
+    let lag: Vec<Value> = manager
+        .stats()
+        .topics
+        .iter()
+        .map(|t| {
+            json!({
+                "topic": t.name.as_str(),
+                "high_water_mark": t.high_water_mark,
+                "acknowledged_offset": t.acknowledged_offset,
+                "lag_records": t.high_water_mark.saturating_sub(t.acknowledged_offset),
+            })
+        })
+        .collect();
+    json!({
+        "state": state,
+        "connected_broker": link.connected_broker,
+        "last_error": link.last_error,
+        "topics": lag,
+    })
 }
 
 async fn metrics_text(
     ApiManager(manager): ApiManager,
     replication: Option<axum::Extension<Arc<ReplicationStats>>>,
+    mqtt: Option<axum::Extension<Arc<crate::mqtt::MqttStats>>>,
 ) -> Response {
     let mut text = metrics::render(&manager.stats());
     if let Some(axum::Extension(replication)) = replication {
         metrics::render_replication(&mut text, &replication);
+    }
+    if let Some(axum::Extension(mqtt)) = mqtt {
+        mqtt.render(&mut text);
     }
     ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response()
 }
@@ -423,16 +464,26 @@ async fn publish_record(
             ApiError::new(StatusCode::BAD_REQUEST, format!("body: {reason}"))
         }
     })?;
+    let mut parts: Vec<&[u8]> = vec![raw_query.as_deref().unwrap_or("").as_bytes()];
+    for (n, v) in &record_headers {
+        parts.push(n.as_bytes());
+        parts.push(v);
+    }
+    parts.push(&value);
+    let fp = crate::idempotency::fingerprint(&parts);
     let record = Record {
         timestamp_ms,
         key: query.key.map(|k| Bytes::from(k.into_bytes())),
         headers: record_headers,
         value,
     };
-    let ack = manager
-        .publish(&name, vec![record])
-        .await
-        .map_err(|e| publish_error(e, None))?;
+    let ack = idempotent(&manager, &name, &headers, fp, async {
+        manager
+            .publish(&name, vec![record])
+            .await
+            .map_err(|e| publish_error(e, None))
+    })
+    .await?;
     debug!(topic = %name, base_offset = ack.base_offset, "published one record");
     Ok(axum::Json(PublishResponse::new(&name, ack)))
 }
@@ -468,12 +519,69 @@ async fn publish_batch(
             NdjsonError::Empty => err,
         }
     })?;
-    let ack = manager
-        .publish(&name, parsed.records)
-        .await
-        .map_err(|e| publish_error(e, Some(&parsed.lines)))?;
+    let fp = crate::idempotency::fingerprint(&[b"batch", &body]);
+    let ack = idempotent(&manager, &name, &headers, fp, async {
+        manager
+            .publish(&name, parsed.records)
+            .await
+            .map_err(|e| publish_error(e, Some(&parsed.lines)))
+    })
+    .await?;
     debug!(topic = %name, base_offset = ack.base_offset, count = ack.count, "published a batch");
     Ok(axum::Json(PublishResponse::new(&name, ack)))
+}
+
+/// Runs `publish` unless the request carries an `Idempotency-Key` already
+/// used on `name`: then the remembered answer (same request, fingerprint
+/// `fp`) or 409 (another request). See [`crate::idempotency`].
+async fn idempotent(
+    manager: &TopicManager,
+    name: &TopicName,
+    headers: &HeaderMap,
+    fp: String,
+    publish: impl std::future::Future<Output = Result<PublishAck, ApiError>>,
+) -> Result<PublishAck, ApiError> {
+    use crate::idempotency as idem;
+    let Some(key) = headers.get(idem::HEADER) else {
+        return publish.await;
+    };
+    let key = key.to_str().map_err(|_| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("header {}: not visible ASCII", idem::HEADER),
+        )
+    })?;
+    idem::check_key(key).map_err(|m| ApiError::new(StatusCode::BAD_REQUEST, m))?;
+    let store_key = idem::store_key(name, key);
+    let lock = idem::LOCKS.get(&store_key);
+    let _serial = lock.lock().await;
+    let internal = |e: broker_core::metadata::MetadataError| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("idempotency key store: {e}"),
+        )
+    };
+    if let Some(used) = idem::lookup(manager, &store_key).await.map_err(internal)? {
+        if used.fingerprint != fp {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                format!("{} {key:?} was used on {name} for another request within the last 24 h; nothing stored", idem::HEADER),
+            )
+            .with_kind("idempotency_key_reused")
+            .with("base_offset", json!(used.base_offset)));
+        }
+        debug!(topic = %name, key, "idempotent retry: answering the original offsets");
+        return Ok(PublishAck {
+            base_offset: used.base_offset,
+            next_offset: used.next_offset,
+            count: used.count,
+        });
+    }
+    let ack = publish.await?;
+    if let Err(e) = idem::remember(manager, &store_key, fp, &ack).await {
+        error!(error = %e, topic = %name, "the idempotency key could not be stored; a retry would store the records again");
+    }
+    Ok(ack)
 }
 
 enum BodyError {

@@ -158,6 +158,8 @@ pub struct FileConfig {
     /// Explicitly configured topics.
     #[serde(default)]
     pub topics: Vec<TopicFileConfig>,
+    /// `[mqtt]`: the MQTT listener and bridge (off when absent).
+    pub mqtt: Option<crate::mqtt::MqttFileConfig>,
 }
 
 /// `[tls]` of the file.
@@ -266,6 +268,8 @@ pub struct AgentConfig {
     pub replication: ReplicationSettings,
     /// Configured topics.
     pub topics: Vec<TopicConfig>,
+    /// `[mqtt]`, validated; `None`: no MQTT listener.
+    pub mqtt: Option<crate::mqtt::MqttConfig>,
 }
 
 impl AgentConfig {
@@ -288,6 +292,7 @@ impl AgentConfig {
             checkpoint_interval: Duration::from_millis(DEFAULT_CHECKPOINT_INTERVAL_MS),
             replication: ReplicationSettings::default(),
             topics: Vec::new(),
+            mqtt: None,
         }
     }
 
@@ -407,7 +412,12 @@ impl AgentConfig {
                 ),
             ));
         }
+        let mqtt = match file.mqtt {
+            Some(m) => Some(crate::mqtt::MqttConfig::resolve(m, &edge_id)?),
+            None => None,
+        };
         Ok(AgentConfig {
+            mqtt,
             data_dir,
             edge_id,
             brokers,

@@ -160,7 +160,11 @@ async fn publish_one_and_batch_with_exact_offsets_and_bytes() {
     assert_eq!(health.status, 200);
     assert_eq!(
         health.body,
-        json!({"status": "ok", "edge_id": "e1", "topics": 1, "faults": [], "damaged": []})
+        json!({"status": "ok", "edge_id": "e1", "topics": 1, "faults": [], "damaged": [],
+               "replication": {"state": "not_configured", "connected_broker": null,
+                               "last_error": null, "topics": [{"topic": "/e1/t",
+                               "high_water_mark": 5, "acknowledged_offset": 0,
+                               "lag_records": 5}]}})
     );
 
     let metrics = get(addr, "/metrics").await;

@@ -23,4 +23,24 @@ fn the_raspberry_pi_example_loads() {
     assert_eq!(config.edge_id.as_str(), "plant1");
     assert_eq!(config.topics.len(), 3);
     assert_eq!(config.bandwidth_cap_bytes_per_s, Some(65_536));
+    let mqtt = config.mqtt.expect("[mqtt]");
+    assert_eq!(mqtt.max_connections, 64);
+    assert_eq!(mqtt.rules.len(), 2);
+    assert!(mqtt.rules[0].filter.matches("plant/press-4/audit"));
+}
+
+#[test]
+fn mqtt_config_errors_name_the_field() {
+    let text = "data_dir = \"/tmp/x\"\nedge_id = \"plant1\"\n[mqtt]\n[[mqtt.topics]]\nfilter = \"a/#/b\"\ntopic = \"/plant1/t\"\n";
+    let file = tributary_edge::config::parse_file(Path::new("edge.toml"), text).expect("parses");
+    let err = AgentConfig::resolve(file, &Overrides::default()).expect_err("bad filter");
+    assert_eq!(err.field(), Some("mqtt.topics[0].filter"), "{err}");
+    let text = "data_dir = \"/tmp/x\"\nedge_id = \"plant1\"\n[mqtt]\n[[mqtt.topics]]\nfilter = \"a/#\"\ntopic = \"/plant2/t\"\n";
+    let file = tributary_edge::config::parse_file(Path::new("edge.toml"), text).expect("parses");
+    let err = AgentConfig::resolve(file, &Overrides::default()).expect_err("foreign namespace");
+    assert_eq!(err.field(), Some("mqtt.topics[0].topic"), "{err}");
+    let text = "data_dir = \"/tmp/x\"\nedge_id = \"plant1\"\n[mqtt]\nlisten = \"127.0.0.1:1883\"\n";
+    let file = tributary_edge::config::parse_file(Path::new("edge.toml"), text).expect("parses");
+    let err = AgentConfig::resolve(file, &Overrides::default()).expect_err("no rules");
+    assert_eq!(err.field(), Some("mqtt.topics"), "{err}");
 }

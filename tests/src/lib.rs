@@ -4,3 +4,4 @@ pub mod cluster;
 pub mod crash;
 pub mod demo;
 pub mod fleet;
+pub mod mqtt;

@@ -134,6 +134,29 @@ pub struct ReplicationStats {
     /// Redirect loops (more than [`routes::MAX_REDIRECT_HOPS`] hops without
     /// a `Welcome`) that held a topic back.
     pub redirect_loops: std::sync::atomic::AtomicU64,
+    /// The bootstrap connection's state, for `/health`.
+    pub link: std::sync::Mutex<LinkStatus>,
+}
+
+/// What `/health` says about replication.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LinkStatus {
+    /// The broker the replicator is connected to now, if any.
+    pub connected_broker: Option<String>,
+    /// The last connection failure (`broker: error`), kept after a
+    /// reconnect until the next failure replaces it.
+    pub last_error: Option<String>,
+}
+
+impl ReplicationStats {
+    /// A copy of the link state.
+    pub fn link_status(&self) -> LinkStatus {
+        self.link.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn set_link(&self, f: impl FnOnce(&mut LinkStatus)) {
+        f(&mut self.link.lock().unwrap_or_else(|p| p.into_inner()));
+    }
 }
 
 /// Why an established connection to the broker ended.
@@ -271,6 +294,12 @@ pub async fn run(
             connected_at.map(tokio::time::Instant::into_std),
             reason.as_deref(),
         );
+        shared.stats.set_link(|l| {
+            l.connected_broker = None;
+            if let Some(reason) = &reason {
+                l.last_error = Some(format!("{addr}: {reason}"));
+            }
+        });
         let reason = reason.unwrap_or_default();
         match retry.report {
             AttemptReport::NewFailure => {
@@ -371,6 +400,11 @@ async fn connect_and_replicate(
     };
     *connected_at = Some(tokio::time::Instant::now());
     shared.stats.connects.fetch_add(1, Ordering::Relaxed);
+    if target.is_none() {
+        shared
+            .stats
+            .set_link(|l| l.connected_broker = Some(addr.to_owned()));
+    }
     info!(broker = %addr, owner_connection = target.is_some(), "connected to broker");
     let routes = Arc::new(AckRoutes::default());
     let datagrams = tokio::spawn(route_ack_datagrams(conn.clone(), routes.clone()));

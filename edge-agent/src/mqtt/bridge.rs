@@ -1,0 +1,133 @@
+//! Bridge mode: the agent is a client of a local broker (Mosquitto on the
+//! gateway) with a persistent session (`clean_session = false`), subscribes
+//! to `[mqtt.bridge] subscriptions` with QoS 1 and acknowledges each
+//! message (manual acks) only after [`TopicManager::publish`] returned,
+//! i.e. once its record is durable. A message the agent did not
+//! acknowledge (it crashed, the disk budget is full) stays queued in the
+//! local broker's session and is delivered again: at least once, nothing
+//! lost; a crash between the append and the PUBACK stores it twice.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use rumqttc::{AsyncClient, Event, MqttOptions, Packet, QoS};
+use tokio::sync::watch;
+use tracing::{info, warn};
+use tributary_proto::Record;
+
+use super::config::BridgeConfig;
+use super::mapping::{self, HEADER_MQTT_TOPIC, MappingRule};
+use super::stats::MqttStats;
+use crate::manager::TopicManager;
+
+/// Pause before retrying a publish the agent refused (a full budget).
+const RETRY: Duration = Duration::from_millis(500);
+
+/// Runs the bridge until `stop` turns true.
+pub async fn run(
+    config: BridgeConfig,
+    rules: Vec<MappingRule>,
+    manager: Arc<TopicManager>,
+    stats: Arc<MqttStats>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut options = MqttOptions::new(config.client_id.clone(), config.host.clone(), config.port);
+    options.set_clean_session(false);
+    options.set_manual_acks(true);
+    options.set_keep_alive(Duration::from_secs(30));
+    let limit = manager.config().limits.max_record_bytes as usize + 65_536;
+    options.set_max_packet_size(limit, 65_536);
+    if let Some((user, password)) = &config.login {
+        options.set_credentials(user.clone(), password.clone());
+    }
+    let (client, mut events) = AsyncClient::new(options, 256);
+    let mut failing = false;
+    loop {
+        let event = tokio::select! {
+            e = events.poll() => e,
+            _ = stop.wait_for(|&s| s) => {
+                let _ = client.try_disconnect();
+                return;
+            }
+        };
+        match event {
+            Ok(Event::Incoming(Packet::ConnAck(ack))) => {
+                failing = false;
+                info!(broker = %format!("{}:{}", config.host, config.port), session_present = ack.session_present, "mqtt bridge connected");
+                for filter in &config.subscriptions {
+                    if let Err(e) = client.try_subscribe(filter.clone(), QoS::AtLeastOnce) {
+                        warn!(error = %e, filter, "mqtt bridge: subscribe failed");
+                    }
+                }
+            }
+            Ok(Event::Incoming(Packet::Publish(p))) => {
+                let stored = tokio::select! {
+                    s = store(&p, &rules, &manager, &stats) => s,
+                    _ = stop.wait_for(|&s| s) => return,
+                };
+                if stored && let Err(e) = client.try_ack(&p) {
+                    warn!(error = %e, "mqtt bridge: acknowledging failed (the broker resends)");
+                }
+            }
+            Ok(_) => {}
+            Err(e) => {
+                stats.count(&stats.bridge_errors);
+                if !failing {
+                    warn!(error = %e, "mqtt bridge: connection to the local broker failed; retrying every second");
+                    failing = true;
+                }
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
+                    _ = stop.wait_for(|&s| s) => return,
+                }
+            }
+        }
+    }
+}
+
+/// Stores one bridged message, retrying while the agent refuses it;
+/// `true` once durable (or unmapped: acknowledged and counted, as nothing
+/// could ever store it).
+async fn store(
+    p: &rumqttc::Publish,
+    rules: &[MappingRule],
+    manager: &TopicManager,
+    stats: &MqttStats,
+) -> bool {
+    let Some(topic) = mapping::map_topic(rules, &p.topic).cloned() else {
+        stats.count(&stats.unmapped_refused);
+        super::stats::log_unmapped_once(&stats.unmapped_logged, &p.topic);
+        return true;
+    };
+    let record = Record {
+        timestamp_ms: manager.now_ms(),
+        key: None,
+        headers: vec![(
+            HEADER_MQTT_TOPIC.to_owned(),
+            Bytes::copy_from_slice(p.topic.as_bytes()),
+        )],
+        value: p.payload.clone(),
+    };
+    let mut logged = false;
+    loop {
+        match manager.publish(&topic, vec![record.clone()]).await {
+            Ok(_) => {
+                stats.count(&stats.bridge_records);
+                stats.count(&stats.records_stored);
+                stats.add(&stats.bytes_stored, p.payload.len() as u64);
+                return true;
+            }
+            Err(e) => {
+                if !logged {
+                    warn!(error = %e, topic = %topic, "mqtt bridge: the agent refused a message; not acknowledged, retrying");
+                    logged = true;
+                }
+                if manager.is_closing() {
+                    return false;
+                }
+                tokio::time::sleep(RETRY).await;
+            }
+        }
+    }
+}

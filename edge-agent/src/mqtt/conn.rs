@@ -1,0 +1,590 @@
+//! One MQTT connection: CONNECT, then PUBLISH/PUBREL/PINGREQ until
+//! DISCONNECT, a protocol error, the keep-alive timeout, a take-over or
+//! the agent's shutdown. Packets are handled in order, one at a time: a
+//! PUBACK (QoS 1) or PUBREC (QoS 2) is written only after
+//! [`TopicManager::publish`] returned, i.e. once the record is durable per
+//! its topic's sync mode. The agent's group commit batches records of
+//! different connections into one write.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::watch;
+use tracing::{debug, info, warn};
+use tributary_proto::Record;
+
+use super::MqttConfig;
+use super::mapping::{self, HEADER_CONTENT_TYPE, HEADER_MQTT_TOPIC};
+use super::session::{
+    HEADER_CLIENT_ID, HEADER_PACKET_ID, Qos2State, Session, SessionSlot, SessionStore, stored_since,
+};
+use super::stats::MqttStats;
+use super::wire::{self, ConnectIn, DecodeError, Inbound, Outbound, PublishIn, Reason, Version};
+use crate::manager::{TopicError, TopicManager};
+use crate::topic::PublishError;
+
+/// Time a client has to send its CONNECT.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// A write (an acknowledgement) that does not finish in this time ends
+/// the connection: a client that never reads cannot hold the agent.
+pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest client id accepted, bytes.
+pub const MAX_CLIENT_ID_BYTES: usize = 256;
+
+/// What the listener shares with every connection.
+#[derive(Debug)]
+pub struct Shared {
+    /// The topics.
+    pub manager: Arc<TopicManager>,
+    /// `[mqtt]`.
+    pub config: MqttConfig,
+    /// Counters.
+    pub stats: Arc<MqttStats>,
+    /// Live sessions.
+    pub sessions: SessionStore,
+}
+
+/// Why a connection ends early: the reason sent in a DISCONNECT (5.0;
+/// `Success` sends none), a log line, and for a refused CONNECT the
+/// CONNACK reason.
+struct Close {
+    reason: Reason,
+    why: String,
+    connack: Option<Reason>,
+}
+
+fn close(reason: Reason, why: impl Into<String>) -> Close {
+    Close {
+        reason,
+        why: why.into(),
+        connack: None,
+    }
+}
+
+struct Conn<'a, S> {
+    stream: S,
+    buf: BytesMut,
+    out: BytesMut,
+    version: Version,
+    shared: &'a Shared,
+    /// QoS 2 ids first received on this connection and not yet released:
+    /// the receive-maximum quota.
+    new_qos2: std::collections::HashSet<u16>,
+}
+
+/// Serves one accepted connection to its end.
+pub async fn serve<S>(stream: S, peer: String, shared: Arc<Shared>, stop: watch::Receiver<bool>)
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let mut conn = Conn {
+        stream,
+        buf: BytesMut::with_capacity(4096),
+        out: BytesMut::with_capacity(256),
+        version: Version::V5,
+        shared: &shared,
+        new_qos2: Default::default(),
+    };
+    match conn.run(stop).await {
+        Ok(()) => debug!(%peer, "mqtt connection closed"),
+        Err(close) => {
+            debug!(%peer, reason = close.reason as u8, why = %close.why, "mqtt connection ended");
+            if close.reason != Reason::Success {
+                conn.send(&Outbound::Disconnect(close.reason)).await.ok();
+            }
+        }
+    }
+    let _ = conn.stream.shutdown().await;
+}
+
+impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
+    async fn send(&mut self, packet: &Outbound) -> Result<(), Close> {
+        self.out.clear();
+        wire::encode(self.version, packet, &mut self.out);
+        if self.out.is_empty() {
+            return Ok(());
+        }
+        let write = async {
+            self.stream.write_all(&self.out).await?;
+            self.stream.flush().await
+        };
+        match tokio::time::timeout(WRITE_TIMEOUT, write).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(e)) => Err(close(Reason::Success, format!("write: {e}"))),
+            Err(_) => {
+                self.shared.stats.count(&self.shared.stats.slow_clients);
+                Err(close(
+                    Reason::Success,
+                    "the client does not read: write timed out",
+                ))
+            }
+        }
+    }
+
+    /// Reads until a packet decodes (or `wait` passes, or EOF).
+    async fn next(&mut self, wait: Option<Duration>, first: bool) -> Result<Inbound, Close> {
+        let max = self.shared.config.max_packet_bytes;
+        loop {
+            let decoded = if first {
+                wire::decode_first(&mut self.buf, max).map(|(v, p)| {
+                    self.version = v;
+                    p
+                })
+            } else {
+                wire::decode(self.version, &mut self.buf, max)
+            };
+            match decoded {
+                Ok(packet) => return Ok(packet),
+                Err(DecodeError::Incomplete) => {}
+                Err(e) => return Err(self.decode_failure(e, first)),
+            }
+            let read = self.stream.read_buf(&mut self.buf);
+            let n = match wait {
+                Some(wait) => match tokio::time::timeout(wait, read).await {
+                    Ok(r) => r,
+                    Err(_) => {
+                        return Err(close(
+                            Reason::Success,
+                            "keep-alive timeout: nothing received",
+                        ));
+                    }
+                },
+                None => read.await,
+            }
+            .map_err(|e| close(Reason::Success, format!("read: {e}")))?;
+            if n == 0 {
+                return Err(close(Reason::Success, "the client closed the connection"));
+            }
+        }
+    }
+
+    fn decode_failure(&mut self, e: DecodeError, first: bool) -> Close {
+        let stats = &self.shared.stats;
+        let reason = match e {
+            DecodeError::TooLarge { .. } => {
+                stats.count(&stats.packets_too_large);
+                Reason::PacketTooLarge
+            }
+            DecodeError::BadProtocol(_) => {
+                stats.count(&stats.bad_protocol);
+                Reason::UnsupportedProtocolVersion
+            }
+            _ => {
+                stats.count(&stats.malformed_packets);
+                Reason::MalformedPacket
+            }
+        };
+        if first {
+            // Before a CONNECT was accepted only an unsupported protocol
+            // level is answered (a 3.1.1 CONNACK, return code 1, which
+            // every version understands); anything else is just closed.
+            if matches!(e, DecodeError::BadProtocol(_)) {
+                self.version = Version::V311;
+                return close(Reason::Success, format!("refused CONNECT: {e}"))
+                    .with_connack(reason);
+            }
+            return close(Reason::Success, format!("refused CONNECT: {e}"));
+        }
+        close(reason, e.to_string())
+    }
+
+    async fn run(&mut self, mut stop: watch::Receiver<bool>) -> Result<(), Close> {
+        let first = self.next(Some(CONNECT_TIMEOUT), true).await;
+        let connect = match first {
+            Ok(Inbound::Connect(c)) => c,
+            Ok(_) => return Err(close(Reason::Success, "first packet is not CONNECT")),
+            Err(close) => return self.refuse_connect(close).await,
+        };
+        let (slot, mut session) = match self.accept(&connect).await {
+            Ok(s) => s,
+            Err(close) => return self.refuse_connect(close).await,
+        };
+        let wait = (connect.keep_alive_s > 0)
+            .then(|| Duration::from_millis(u64::from(connect.keep_alive_s) * 1500));
+        let result = loop {
+            let packet = tokio::select! {
+                p = self.next(wait, false) => p,
+                _ = slot.kick.notified() => break Err(close(Reason::Success, "session taken over")),
+                _ = stop.wait_for(|&s| s) => break Err(close(Reason::ServerShuttingDown, "agent shutting down")),
+            };
+            let packet = match packet {
+                Ok(p) => p,
+                Err(close) => break Err(close),
+            };
+            match self.handle(packet, &connect.client_id, &mut session).await {
+                Ok(true) => {}
+                Ok(false) => break Ok(()),
+                Err(close) => break Err(close),
+            }
+        };
+        // The session (QoS 2 state) stays for the next connection with
+        // this client id, persistent or not; a clean start drops it.
+        if session.persistent
+            && let Err(e) = session.save(&self.shared.manager).await
+        {
+            warn!(error = %e, "mqtt session could not be saved at the end of its connection");
+        }
+        *slot.session.lock().await = Some(session);
+        result
+    }
+
+    async fn refuse_connect(&mut self, refused: Close) -> Result<(), Close> {
+        match refused.connack {
+            Some(reason) => {
+                self.send(&Outbound::ConnAck {
+                    session_present: false,
+                    reason,
+                    receive_maximum: 0,
+                    max_packet_bytes: 0,
+                })
+                .await?;
+                Err(close(Reason::Success, refused.why))
+            }
+            None => Err(refused),
+        }
+    }
+
+    async fn accept(&mut self, c: &ConnectIn) -> Result<(Arc<SessionSlot>, Session), Close> {
+        let shared = self.shared;
+        if let Some(credentials) = &shared.config.credentials {
+            let ok = c
+                .login
+                .as_ref()
+                .is_some_and(|(u, p)| credentials.get(u).is_some_and(|want| want == p));
+            if !ok {
+                shared.stats.count(&shared.stats.auth_failures);
+                let who = c.login.as_ref().map(|(u, _)| u.as_str()).unwrap_or("");
+                warn!(client_id = %c.client_id, username = %who, "mqtt CONNECT refused: bad username or password");
+                return Err(close(Reason::Success, "bad username or password")
+                    .with_connack(Reason::BadUserNameOrPassword));
+            }
+        }
+        let persistent = c.session_expiry_s > 0;
+        if c.client_id.len() > MAX_CLIENT_ID_BYTES || (c.client_id.is_empty() && persistent) {
+            return Err(
+                close(Reason::Success, "client id refused").with_connack(Reason::ClientIdNotValid)
+            );
+        }
+        let client_id = if c.client_id.is_empty() {
+            format!("\0anonymous-{}", shared.stats.next_anonymous())
+        } else {
+            c.client_id.clone()
+        };
+        let slot = shared.sessions.slot(&client_id);
+        slot.kick.notify_waiters();
+        let lock = tokio::time::timeout(Duration::from_secs(5), slot.session.lock()).await;
+        let mut guard = lock.map_err(|_| {
+            close(Reason::Success, "session still held").with_connack(Reason::ServerBusy)
+        })?;
+        let current = guard.take();
+        drop(guard);
+        let (session, present) = SessionStore::open(
+            &shared.manager,
+            current,
+            &client_id,
+            c.clean_start,
+            persistent,
+        )
+        .await
+        .map_err(|e| {
+            warn!(error = %e, "mqtt session could not be opened");
+            close(Reason::Success, e.to_string()).with_connack(Reason::UnspecifiedError)
+        })?;
+        if persistent && !present {
+            // Stored at once, so a reconnect after a crash finds it.
+            session.save(&shared.manager).await.map_err(|e| {
+                warn!(error = %e, "mqtt session could not be saved");
+                close(Reason::Success, e.to_string()).with_connack(Reason::UnspecifiedError)
+            })?;
+        }
+        self.send(&Outbound::ConnAck {
+            session_present: present,
+            reason: Reason::Success,
+            receive_maximum: shared.config.receive_maximum,
+            max_packet_bytes: shared.config.max_packet_bytes,
+        })
+        .await?;
+        shared.stats.count(&shared.stats.connections_accepted);
+        debug!(client_id = %client_id, version = ?self.version, persistent, session_present = present, "mqtt client connected");
+        Ok((slot, session))
+    }
+
+    /// Handles one packet; `Ok(false)` at DISCONNECT.
+    async fn handle(
+        &mut self,
+        packet: Inbound,
+        client_id: &str,
+        session: &mut Session,
+    ) -> Result<bool, Close> {
+        match packet {
+            Inbound::Publish(p) => self.publish(p, session).await?,
+            Inbound::PubRel(pkid) => {
+                self.new_qos2.remove(&pkid);
+                // Forgotten in memory; on disk with the next save (a stale
+                // entry is harmless: see `publish`).
+                let found = session.data.qos2.remove(&pkid).is_some();
+                let reason = if found {
+                    Reason::Success
+                } else {
+                    Reason::PacketIdNotFound
+                };
+                self.send(&Outbound::PubComp(pkid, reason)).await?;
+            }
+            Inbound::PingReq => self.send(&Outbound::PingResp).await?,
+            Inbound::Disconnect => return Ok(false),
+            Inbound::Subscribe(pkid, n) => {
+                self.shared
+                    .stats
+                    .count(&self.shared.stats.subscribe_refused);
+                debug!(
+                    client_id,
+                    "SUBSCRIBE refused: the agent's listener only ingests"
+                );
+                self.send(&Outbound::SubAckRefused(pkid, n)).await?;
+            }
+            Inbound::Unsubscribe(pkid, n) => self.send(&Outbound::UnsubAck(pkid, n)).await?,
+            Inbound::Connect(_) | Inbound::Unexpected(_) => {
+                let what = match packet {
+                    Inbound::Unexpected(w) => w,
+                    _ => "a second CONNECT",
+                };
+                return Err(close(Reason::ProtocolError, format!("unexpected {what}")));
+            }
+        }
+        Ok(true)
+    }
+
+    async fn save(&self, session: &Session) -> Result<(), Close> {
+        session.save(&self.shared.manager).await.map_err(|e| {
+            warn!(error = %e, "mqtt session could not be saved; closing the connection (the client resends)");
+            close(Reason::UnspecifiedError, e.to_string())
+        })
+    }
+
+    /// An acknowledgement of a refused publish: a reason code (5.0), or
+    /// for 3.1.1, which has none, the connection is closed unacknowledged.
+    async fn refuse(&mut self, p: &PublishIn, reason: Reason, why: String) -> Result<(), Close> {
+        match (self.version, p.qos) {
+            (Version::V5, 1) => self.send(&Outbound::PubAck(p.pkid, reason)).await,
+            (Version::V5, 2) => self.send(&Outbound::PubRec(p.pkid, reason)).await,
+            _ => Err(close(reason, why)),
+        }
+    }
+
+    async fn publish(&mut self, p: PublishIn, session: &mut Session) -> Result<(), Close> {
+        let shared = self.shared;
+        let stats = &shared.stats;
+        stats.count(&stats.publishes[usize::from(p.qos.min(2))]);
+        if p.topic_alias.is_some() {
+            return Err(close(
+                Reason::TopicAliasInvalid,
+                "topic aliases are not supported (topic alias maximum 0)",
+            ));
+        }
+        let Ok(mqtt_topic) = std::str::from_utf8(&p.topic) else {
+            stats.count(&stats.malformed_packets);
+            return Err(close(Reason::MalformedPacket, "topic name is not UTF-8"));
+        };
+        if let Err(why) = mapping::check_topic_name(mqtt_topic) {
+            stats.count(&stats.malformed_packets);
+            return Err(close(Reason::TopicNameInvalid, why));
+        }
+        let Some(topic) = mapping::map_topic(&shared.config.rules, mqtt_topic).cloned() else {
+            stats.count(&stats.unmapped_refused);
+            super::stats::log_unmapped_once(&stats.unmapped_logged, mqtt_topic);
+            return self
+                .refuse(
+                    &p,
+                    Reason::TopicNameInvalid,
+                    format!("MQTT topic {mqtt_topic:?} matches no [[mqtt.topics]] rule"),
+                )
+                .await;
+        };
+        let client_id = session.data.client_id.clone();
+        let mut from = None;
+        if p.qos == 2 {
+            // Only a resend (DUP) can be a message already stored: a client
+            // sets DUP on every resend, so without it an entry left for
+            // this id is from an earlier, completed message (its PUBREL
+            // is persisted lazily) and the message is new.
+            match session.data.qos2.get(&p.pkid).filter(|_| p.dup) {
+                Some(Qos2State::Received) => {
+                    stats.count(&stats.qos2_duplicates);
+                    return self.send(&Outbound::PubRec(p.pkid, Reason::Success)).await;
+                }
+                Some(Qos2State::Pending { topic: t, from: f }) => {
+                    let stored = topic.as_str() == t
+                        && stored_since(&shared.manager, &topic, *f, &client_id, p.pkid);
+                    if stored {
+                        stats.count(&stats.qos2_duplicates);
+                        session.data.qos2.insert(p.pkid, Qos2State::Received);
+                        return self.send(&Outbound::PubRec(p.pkid, Reason::Success)).await;
+                    }
+                }
+                None => {
+                    // MQTT 5 §4.9: the quota is per network connection;
+                    // ids left from an earlier connection do not count.
+                    if self.version == Version::V5
+                        && self.new_qos2.len() >= usize::from(shared.config.receive_maximum)
+                    {
+                        return Err(close(
+                            Reason::ReceiveMaximumExceeded,
+                            "more QoS 2 publishes in flight than the receive maximum",
+                        ));
+                    }
+                    self.new_qos2.insert(p.pkid);
+                }
+            }
+            if session.persistent {
+                let hwm = match shared.manager.get_or_create(&topic).await {
+                    Ok(t) => t.high_water_mark(),
+                    Err(e) => {
+                        self.new_qos2.remove(&p.pkid);
+                        return self.publish_failed(&p, e).await;
+                    }
+                };
+                from = Some(hwm);
+                session.data.qos2.insert(
+                    p.pkid,
+                    Qos2State::Pending {
+                        topic: topic.as_str().to_owned(),
+                        from: hwm,
+                    },
+                );
+                self.save(session).await?;
+            }
+        }
+        if p.qos == 1 && p.dup && session.qos1_acked.contains(&p.pkid) {
+            stats.count(&stats.qos1_redeliveries);
+        }
+        let record = self.record(
+            &p,
+            mqtt_topic,
+            (from.is_some()).then_some((client_id.as_str(), p.pkid)),
+        );
+        let bytes = p.payload.len() as u64;
+        match shared.manager.publish(&topic, vec![record]).await {
+            Ok(_) => {
+                stats.count(&stats.records_stored);
+                stats.add(&stats.bytes_stored, bytes);
+            }
+            Err(e) => {
+                self.new_qos2.remove(&p.pkid);
+                if from.is_some() {
+                    session.data.qos2.remove(&p.pkid);
+                    self.save(session).await?;
+                }
+                return self.publish_failed(&p, e).await;
+            }
+        }
+        match p.qos {
+            1 => {
+                session.qos1_acked.insert(p.pkid);
+                self.send(&Outbound::PubAck(p.pkid, Reason::Success)).await
+            }
+            2 => {
+                // In memory only: the `pending` entry already on disk finds
+                // the record in the WAL after a crash (one store commit per
+                // message, not three).
+                session.data.qos2.insert(p.pkid, Qos2State::Received);
+                self.send(&Outbound::PubRec(p.pkid, Reason::Success)).await
+            }
+            _ => Ok(()),
+        }
+    }
+
+    fn record(&self, p: &PublishIn, mqtt_topic: &str, dedupe: Option<(&str, u16)>) -> Record {
+        let mut headers = Vec::with_capacity(2 + p.user_properties.len());
+        headers.push((
+            HEADER_MQTT_TOPIC.to_owned(),
+            Bytes::copy_from_slice(mqtt_topic.as_bytes()),
+        ));
+        if let Some(ct) = &p.content_type {
+            headers.push((
+                HEADER_CONTENT_TYPE.to_owned(),
+                Bytes::copy_from_slice(ct.as_bytes()),
+            ));
+        }
+        for (name, value) in &p.user_properties {
+            headers.push((name.clone(), Bytes::copy_from_slice(value.as_bytes())));
+        }
+        if let Some((client_id, pkid)) = dedupe {
+            headers.push((
+                HEADER_CLIENT_ID.to_owned(),
+                Bytes::copy_from_slice(client_id.as_bytes()),
+            ));
+            headers.push((HEADER_PACKET_ID.to_owned(), Bytes::from(pkid.to_string())));
+        }
+        Record {
+            timestamp_ms: self.shared.manager.now_ms(),
+            key: None,
+            headers,
+            value: p.payload.clone(),
+        }
+    }
+
+    async fn publish_failed(&mut self, p: &PublishIn, e: TopicError) -> Result<(), Close> {
+        let stats = &self.shared.stats;
+        let (reason, fatal) = match &e {
+            TopicError::Publish(PublishError::Full(_) | PublishError::DiskFull { .. })
+            | TopicError::TooManyTopics { .. } => {
+                stats.count(&stats.refused_full);
+                (Reason::QuotaExceeded, false)
+            }
+            TopicError::Publish(PublishError::TooLarge { .. }) => (Reason::PacketTooLarge, true),
+            TopicError::ShuttingDown | TopicError::Publish(PublishError::Closed { .. }) => {
+                (Reason::ServerShuttingDown, true)
+            }
+            _ => (Reason::UnspecifiedError, true),
+        };
+        info!(error = %e, "mqtt publish refused, not acknowledged");
+        if fatal {
+            return Err(close(reason, e.to_string()));
+        }
+        self.refuse(p, reason, e.to_string()).await
+    }
+}
+
+impl Close {
+    fn with_connack(mut self, reason: Reason) -> Close {
+        self.connack = Some(reason);
+        self
+    }
+}
+
+/// Answers a connection over `max_connections`: reads its CONNECT (for
+/// the protocol version) and refuses it with server busy (5.0 0x89,
+/// 3.1.1 return code 3 server unavailable).
+pub async fn refuse_busy<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S) {
+    let mut buf = BytesMut::with_capacity(512);
+    let read = async {
+        loop {
+            match wire::decode_first(&mut buf, 65_536) {
+                Ok((version, _)) => return Some(version),
+                Err(DecodeError::Incomplete) => {}
+                Err(_) => return None,
+            }
+            match stream.read_buf(&mut buf).await {
+                Ok(n) if n > 0 => {}
+                _ => return None,
+            }
+        }
+    };
+    if let Ok(Some(version)) = tokio::time::timeout(CONNECT_TIMEOUT, read).await {
+        let mut out = BytesMut::new();
+        wire::encode(
+            version,
+            &Outbound::ConnAck {
+                session_present: false,
+                reason: Reason::ServerBusy,
+                receive_maximum: 0,
+                max_packet_bytes: 0,
+            },
+            &mut out,
+        );
+        let _ = tokio::time::timeout(WRITE_TIMEOUT, stream.write_all(&out)).await;
+    }
+    let _ = stream.shutdown().await;
+}

@@ -1,0 +1,197 @@
+//! MQTT at the edge: a listener (MQTT 3.1.1 and 5.0, QoS 0/1/2) that maps
+//! MQTT topics to Tributary topics and acknowledges a PUBLISH only once its
+//! record is durable, and a bridge that subscribes to a local broker
+//! (Mosquitto on the gateway) and acknowledges each message to it only
+//! once durable. The codec and the bridge client are rumqttc's
+//! (`mqttbytes` v4/v5 and its event loop with manual acks).
+//!
+//! Modules: [`config`] (`[mqtt]`), [`mapping`] (topic filters, pure),
+//! [`wire`] (version-neutral packets over the codec), [`session`] (QoS 2
+//! state, persisted for persistent sessions), [`conn`] (one connection's
+//! state machine), [`bridge`], [`stats`]. User guide:
+//! `docs/edge-agent.md`, "MQTT".
+
+pub mod bridge;
+pub mod config;
+pub mod conn;
+pub mod mapping;
+pub mod session;
+pub mod stats;
+pub mod wire;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tracing::{debug, info, warn};
+
+pub use config::{MqttConfig, MqttFileConfig};
+pub use stats::MqttStats;
+
+use crate::manager::TopicManager;
+
+/// Error starting the listener.
+#[derive(Debug, thiserror::Error)]
+pub enum MqttError {
+    /// The listen address could not be bound.
+    #[error("mqtt: cannot listen on {addr}: {source}")]
+    Bind {
+        /// `mqtt.listen`.
+        addr: SocketAddr,
+        /// The failure.
+        #[source]
+        source: std::io::Error,
+    },
+    /// `[mqtt.tls]` could not be loaded.
+    #[error("mqtt.tls: {0}")]
+    Tls(String),
+}
+
+/// A running MQTT listener (and bridge).
+#[derive(Debug)]
+pub struct MqttServer {
+    /// Address bound (port 0 in the config picks a free one).
+    pub local_addr: SocketAddr,
+    /// Counters.
+    pub stats: Arc<MqttStats>,
+    accept: JoinHandle<()>,
+    bridge: Option<JoinHandle<()>>,
+}
+
+impl MqttServer {
+    /// Binds `config.listen` and serves until `stop` turns true; starts the
+    /// bridge when configured.
+    ///
+    /// # Errors
+    /// [`MqttError::Bind`], [`MqttError::Tls`].
+    pub async fn start(
+        config: MqttConfig,
+        manager: Arc<TopicManager>,
+        stop: watch::Receiver<bool>,
+    ) -> Result<MqttServer, MqttError> {
+        let tls = match &config.tls {
+            Some(paths) => Some(load_tls(paths)?),
+            None => None,
+        };
+        let listener =
+            TcpListener::bind(config.listen)
+                .await
+                .map_err(|source| MqttError::Bind {
+                    addr: config.listen,
+                    source,
+                })?;
+        let local_addr = listener.local_addr().map_err(|source| MqttError::Bind {
+            addr: config.listen,
+            source,
+        })?;
+        let stats = Arc::new(MqttStats::default());
+        let bridge = config.bridge.clone().map(|b| {
+            tokio::spawn(bridge::run(
+                b,
+                config.rules.clone(),
+                manager.clone(),
+                stats.clone(),
+                stop.clone(),
+            ))
+        });
+        let shared = Arc::new(conn::Shared {
+            manager,
+            config,
+            stats: stats.clone(),
+            sessions: Default::default(),
+        });
+        info!(listen = %local_addr, tls = tls.is_some(), "mqtt listener started");
+        let accept = tokio::spawn(accept_loop(listener, tls, shared, stop));
+        Ok(MqttServer {
+            local_addr,
+            stats,
+            accept,
+            bridge,
+        })
+    }
+
+    /// Waits for the accept loop and the bridge to end (after `stop`).
+    pub async fn join(self) {
+        let _ = self.accept.await;
+        if let Some(bridge) = self.bridge {
+            let _ = bridge.await;
+        }
+    }
+}
+
+fn load_tls(paths: &config::MqttTlsFileConfig) -> Result<tokio_rustls::TlsAcceptor, MqttError> {
+    let certs =
+        broker_core::tls::load_certs(&paths.cert).map_err(|e| MqttError::Tls(e.to_string()))?;
+    let key = broker_core::tls::load_key(&paths.key).map_err(|e| MqttError::Tls(e.to_string()))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let server = rustls::ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .map_err(|e| MqttError::Tls(e.to_string()))?
+        .with_no_client_auth()
+        .with_single_cert(certs, key)
+        .map_err(|e| MqttError::Tls(e.to_string()))?;
+    Ok(tokio_rustls::TlsAcceptor::from(Arc::new(server)))
+}
+
+/// Decrements the open-connection gauge when a connection task ends.
+struct OpenGuard(Arc<MqttStats>);
+
+impl Drop for OpenGuard {
+    fn drop(&mut self) {
+        self.0.connections_open.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+async fn accept_loop(
+    listener: TcpListener,
+    tls: Option<tokio_rustls::TlsAcceptor>,
+    shared: Arc<conn::Shared>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let max = u64::from(shared.config.max_connections);
+    loop {
+        let accepted = tokio::select! {
+            r = listener.accept() => r,
+            _ = stop.wait_for(|&s| s) => return,
+        };
+        let (socket, peer) = match accepted {
+            Ok(a) => a,
+            Err(e) => {
+                // Out of file descriptors, usually: back off a little.
+                warn!(error = %e, "mqtt accept failed");
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let _ = socket.set_nodelay(true);
+        let stats = shared.stats.clone();
+        let open = stats.connections_open.fetch_add(1, Ordering::Relaxed) + 1;
+        let guard = OpenGuard(stats.clone());
+        let (shared, stop, tls) = (shared.clone(), stop.clone(), tls.clone());
+        tokio::spawn(async move {
+            let _guard = guard;
+            let peer = peer.to_string();
+            if open > max {
+                stats.count(&stats.connections_refused_limit);
+                debug!(%peer, "mqtt connection refused: max_connections reached");
+                conn::refuse_busy(socket).await;
+                return;
+            }
+            match tls {
+                Some(acceptor) => {
+                    let handshake =
+                        tokio::time::timeout(conn::CONNECT_TIMEOUT, acceptor.accept(socket)).await;
+                    match handshake {
+                        Ok(Ok(stream)) => conn::serve(stream, peer, shared, stop).await,
+                        Ok(Err(e)) => debug!(%peer, error = %e, "mqtt TLS handshake failed"),
+                        Err(_) => debug!(%peer, "mqtt TLS handshake timed out"),
+                    }
+                }
+                None => conn::serve(socket, peer, shared, stop).await,
+            }
+        });
+    }
+}

@@ -1,0 +1,253 @@
+//! MQTT sessions: the QoS 2 packet ids a client has in flight, per client
+//! id, and (for persistent sessions) their copy in the agent's metadata
+//! store at `/edge/mqtt/sessions/{hex client id}` so that a resend after
+//! an agent crash is recognised.
+//!
+//! Exactly-once across a crash, per QoS 2 PUBLISH of a persistent
+//! session: (1) the entry `pending {topic, from}` is committed (the one
+//! store commit per message), `from` being the topic's high-water mark
+//! before the append; (2) the record is appended with the headers
+//! `mqtt.client_id` and `mqtt.packet_id` and awaited durable; (3) the entry
+//! becomes `received` in memory and PUBREC is sent. A resend (DUP) of a
+//! `received` id is answered PUBREC without storing; a resend of a
+//! `pending` id (after a restart) scans the topic's WAL from `from` for a
+//! record with the client's id and packet id: found, it is not stored
+//! again. PUBREL forgets the id in memory; the session is written again
+//! with the next message and when the connection ends. An entry left on
+//! disk for a released id is harmless: a new message with that id comes
+//! without DUP and replaces it.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use broker_core::metadata::{MetadataError, MetadataStore};
+use serde::{Deserialize, Serialize};
+use tokio::sync::Notify;
+use tributary_proto::keys::{TopicName, edge};
+
+use crate::manager::TopicManager;
+
+/// Header naming the client id of a QoS 2 record of a persistent session.
+pub const HEADER_CLIENT_ID: &str = "mqtt.client_id";
+/// Header holding the packet id of such a record (decimal).
+pub const HEADER_PACKET_ID: &str = "mqtt.packet_id";
+
+/// State of one QoS 2 packet id.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
+pub enum Qos2State {
+    /// Being stored (or stored, and the agent died before PUBREC).
+    Pending {
+        /// The Tributary topic.
+        topic: String,
+        /// High-water mark of the topic before the append.
+        from: u64,
+    },
+    /// Stored and PUBREC sent; waiting for PUBREL.
+    Received,
+}
+
+/// The persisted part of a session.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SessionData {
+    /// The client id.
+    pub client_id: String,
+    /// QoS 2 packet ids in flight.
+    pub qos2: BTreeMap<u16, Qos2State>,
+}
+
+/// One client's session.
+#[derive(Debug, Default)]
+pub struct Session {
+    /// Persisted in the metadata store (`clean_session = false` /
+    /// session expiry > 0).
+    pub persistent: bool,
+    /// QoS 2 state.
+    pub data: SessionData,
+    /// QoS 1 packet ids acknowledged on this session since the agent
+    /// started: a DUP resend of one is a counted redelivery.
+    pub qos1_acked: std::collections::HashSet<u16>,
+}
+
+/// Error of the session store.
+#[derive(Debug, thiserror::Error)]
+pub enum SessionError {
+    /// The metadata store failed.
+    #[error("mqtt session {client_id:?}: metadata store: {source}")]
+    Metadata {
+        /// The client.
+        client_id: String,
+        /// The failure.
+        #[source]
+        source: MetadataError,
+    },
+    /// A stored session could not be decoded.
+    #[error("mqtt session {client_id:?}: stored session unreadable: {reason}")]
+    Decode {
+        /// The client.
+        client_id: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// Live sessions of the agent, by client id.
+#[derive(Debug, Default)]
+pub struct SessionStore {
+    live: Mutex<HashMap<String, Arc<SessionSlot>>>,
+}
+
+/// The slot of one client id: its session and the kick that ends the
+/// connection holding it (session take-over).
+#[derive(Debug, Default)]
+pub struct SessionSlot {
+    /// The session, locked by the connection that owns it.
+    pub session: tokio::sync::Mutex<Option<Session>>,
+    /// Notified when a new connection takes the session over.
+    pub kick: Notify,
+}
+
+/// The key of `client_id`'s session.
+pub fn session_key(client_id: &str) -> String {
+    edge::mqtt_session(client_id)
+}
+
+impl SessionStore {
+    fn lock(&self) -> MutexGuard<'_, HashMap<String, Arc<SessionSlot>>> {
+        self.live.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The slot of `client_id` (created empty).
+    pub fn slot(&self, client_id: &str) -> Arc<SessionSlot> {
+        self.lock().entry(client_id.to_owned()).or_default().clone()
+    }
+
+    /// Loads (or starts) the session of `client_id` for a new connection:
+    /// with `clean_start` any stored session is deleted; `persistent`
+    /// says whether the new one is kept. Returns the session and whether
+    /// a stored one was resumed.
+    ///
+    /// # Errors
+    /// [`SessionError`].
+    pub async fn open(
+        manager: &TopicManager,
+        current: Option<Session>,
+        client_id: &str,
+        clean_start: bool,
+        persistent: bool,
+    ) -> Result<(Session, bool), SessionError> {
+        let key = session_key(client_id);
+        let meta = |source| SessionError::Metadata {
+            client_id: client_id.to_owned(),
+            source,
+        };
+        if clean_start {
+            manager.store().delete(&key).await.map_err(meta)?;
+            let mut session = Session {
+                persistent,
+                ..Session::default()
+            };
+            session.data.client_id = client_id.to_owned();
+            return Ok((session, false));
+        }
+        if let Some(mut live) = current {
+            live.persistent = persistent;
+            return Ok((live, true));
+        }
+        let stored = manager.store().get(&key).await.map_err(meta)?;
+        let (data, present) = match stored {
+            Some(value) => (
+                serde_json::from_value::<SessionData>(value).map_err(|e| SessionError::Decode {
+                    client_id: client_id.to_owned(),
+                    reason: e.to_string(),
+                })?,
+                true,
+            ),
+            None => (
+                SessionData {
+                    client_id: client_id.to_owned(),
+                    qos2: BTreeMap::new(),
+                },
+                false,
+            ),
+        };
+        Ok((
+            Session {
+                persistent,
+                data,
+                qos1_acked: Default::default(),
+            },
+            present,
+        ))
+    }
+}
+
+impl Session {
+    /// Writes the session to the metadata store (persistent sessions only;
+    /// one committed redb transaction).
+    ///
+    /// # Errors
+    /// [`SessionError::Metadata`].
+    pub async fn save(&self, manager: &TopicManager) -> Result<(), SessionError> {
+        if !self.persistent {
+            return Ok(());
+        }
+        let key = session_key(&self.data.client_id);
+        let value = serde_json::to_value(&self.data).map_err(|e| SessionError::Decode {
+            client_id: self.data.client_id.clone(),
+            reason: e.to_string(),
+        })?;
+        manager
+            .store()
+            .put(&key, value)
+            .await
+            .map_err(|source| SessionError::Metadata {
+                client_id: self.data.client_id.clone(),
+                source,
+            })
+    }
+}
+
+/// Whether the WAL of `topic` holds, at or above `from`, a record that
+/// `client_id` published with packet id `pkid` (a QoS 2 record stored
+/// before the agent died without recording it).
+pub fn stored_since(
+    manager: &TopicManager,
+    topic: &TopicName,
+    from: u64,
+    client_id: &str,
+    pkid: u16,
+) -> bool {
+    let Some(wal) = manager.topic(topic).and_then(|t| t.wal()) else {
+        return false;
+    };
+    let limits = manager.config().limits;
+    let pkid_text = pkid.to_string();
+    let mut next = from.max(wal.log_start_offset());
+    loop {
+        let batches = match wal.read(next, 1 << 20) {
+            Ok(b) if !b.is_empty() => b,
+            _ => return false,
+        };
+        for batch in batches {
+            next = batch.next_offset();
+            let Ok(decoded) = batch.decode(&limits) else {
+                continue;
+            };
+            let hit = decoded.records.iter().any(|r| {
+                let header = |name: &str| {
+                    r.headers
+                        .iter()
+                        .find(|(n, _)| n == name)
+                        .map(|(_, v)| v.as_ref())
+                };
+                header(HEADER_CLIENT_ID) == Some(client_id.as_bytes())
+                    && header(HEADER_PACKET_ID) == Some(pkid_text.as_bytes())
+            });
+            if hit {
+                return true;
+            }
+        }
+    }
+}

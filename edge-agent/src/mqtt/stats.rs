@@ -1,0 +1,195 @@
+//! Counters of the MQTT listener and bridge, rendered in `/metrics` as
+//! `tributary_edge_mqtt_*` (see `docs/edge-agent.md`, "MQTT").
+
+use std::collections::HashSet;
+use std::fmt::Write;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// The counters; every field is a monotonic count except
+/// `connections_open`.
+#[derive(Debug, Default)]
+pub struct MqttStats {
+    /// CONNECTs accepted.
+    pub connections_accepted: AtomicU64,
+    /// Connections refused because `max_connections` were open.
+    pub connections_refused_limit: AtomicU64,
+    /// Connections open now (gauge).
+    pub connections_open: AtomicU64,
+    /// CONNECTs refused for a bad username or password.
+    pub auth_failures: AtomicU64,
+    /// CONNECTs of an unsupported protocol name or level.
+    pub bad_protocol: AtomicU64,
+    /// Packets the codec refused as malformed.
+    pub malformed_packets: AtomicU64,
+    /// Packets over `max_packet_bytes`.
+    pub packets_too_large: AtomicU64,
+    /// PUBLISH packets received, by QoS.
+    pub publishes: [AtomicU64; 3],
+    /// Records stored from MQTT.
+    pub records_stored: AtomicU64,
+    /// Payload bytes stored from MQTT.
+    pub bytes_stored: AtomicU64,
+    /// PUBLISHes refused: the topic matches no rule.
+    pub unmapped_refused: AtomicU64,
+    /// PUBLISHes refused: a full disk budget or file system (0x97).
+    pub refused_full: AtomicU64,
+    /// QoS 1 resends (DUP) of a packet id already stored and acknowledged
+    /// on this session since the agent started: stored again.
+    pub qos1_redeliveries: AtomicU64,
+    /// QoS 2 resends of a packet id already stored: not stored again.
+    pub qos2_duplicates: AtomicU64,
+    /// SUBSCRIBEs refused.
+    pub subscribe_refused: AtomicU64,
+    /// Connections closed because the client did not read.
+    pub slow_clients: AtomicU64,
+    /// Messages the bridge stored and acknowledged to the local broker.
+    pub bridge_records: AtomicU64,
+    /// Bridge connection failures.
+    pub bridge_errors: AtomicU64,
+    /// Unmapped MQTT topics already logged (bounded).
+    pub unmapped_logged: Mutex<HashSet<String>>,
+    anonymous: AtomicU64,
+}
+
+impl MqttStats {
+    /// Adds one to `counter`.
+    pub fn count(&self, counter: &AtomicU64) {
+        counter.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Adds `n` to `counter`.
+    pub fn add(&self, counter: &AtomicU64, n: u64) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// A fresh number for a client that sent an empty client id.
+    pub fn next_anonymous(&self) -> u64 {
+        self.anonymous.fetch_add(1, Ordering::Relaxed)
+    }
+
+    /// Appends the Prometheus text of the counters to `out`.
+    pub fn render(&self, out: &mut String) {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        let counters: [(&str, &str, u64); 16] = [
+            (
+                "connections_total",
+                "MQTT CONNECTs accepted",
+                get(&self.connections_accepted),
+            ),
+            (
+                "connections_refused_limit_total",
+                "connections refused at max_connections",
+                get(&self.connections_refused_limit),
+            ),
+            (
+                "auth_failures_total",
+                "CONNECTs refused: bad username or password",
+                get(&self.auth_failures),
+            ),
+            (
+                "bad_protocol_total",
+                "CONNECTs of an unsupported protocol level",
+                get(&self.bad_protocol),
+            ),
+            (
+                "malformed_packets_total",
+                "packets refused as malformed",
+                get(&self.malformed_packets),
+            ),
+            (
+                "packets_too_large_total",
+                "packets over max_packet_bytes",
+                get(&self.packets_too_large),
+            ),
+            (
+                "records_total",
+                "records stored from MQTT",
+                get(&self.records_stored),
+            ),
+            (
+                "bytes_total",
+                "payload bytes stored from MQTT",
+                get(&self.bytes_stored),
+            ),
+            (
+                "unmapped_topic_total",
+                "PUBLISHes refused: topic matches no rule",
+                get(&self.unmapped_refused),
+            ),
+            (
+                "refused_full_total",
+                "PUBLISHes refused: disk budget or disk full",
+                get(&self.refused_full),
+            ),
+            (
+                "qos1_redeliveries_total",
+                "QoS 1 resends of an acknowledged packet id (stored again)",
+                get(&self.qos1_redeliveries),
+            ),
+            (
+                "qos2_duplicates_total",
+                "QoS 2 resends recognised (not stored again)",
+                get(&self.qos2_duplicates),
+            ),
+            (
+                "subscribe_refused_total",
+                "SUBSCRIBEs refused",
+                get(&self.subscribe_refused),
+            ),
+            (
+                "slow_clients_total",
+                "connections closed: the client did not read",
+                get(&self.slow_clients),
+            ),
+            (
+                "bridge_records_total",
+                "bridged messages stored and acknowledged",
+                get(&self.bridge_records),
+            ),
+            (
+                "bridge_errors_total",
+                "bridge connection errors",
+                get(&self.bridge_errors),
+            ),
+        ];
+        for (name, help, value) in counters {
+            let _ = writeln!(out, "# HELP tributary_edge_mqtt_{name} {help}.");
+            let _ = writeln!(out, "# TYPE tributary_edge_mqtt_{name} counter");
+            let _ = writeln!(out, "tributary_edge_mqtt_{name} {value}");
+        }
+        let _ = writeln!(
+            out,
+            "# HELP tributary_edge_mqtt_publishes_total PUBLISH packets received, by QoS."
+        );
+        let _ = writeln!(out, "# TYPE tributary_edge_mqtt_publishes_total counter");
+        for (qos, c) in self.publishes.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "tributary_edge_mqtt_publishes_total{{qos=\"{qos}\"}} {}",
+                get(c)
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP tributary_edge_mqtt_connections_open MQTT connections open."
+        );
+        let _ = writeln!(out, "# TYPE tributary_edge_mqtt_connections_open gauge");
+        let _ = writeln!(
+            out,
+            "tributary_edge_mqtt_connections_open {}",
+            get(&self.connections_open)
+        );
+    }
+}
+
+/// Most distinct unmapped topics logged; later ones are only counted.
+pub const UNMAPPED_LOG_LIMIT: usize = 1024;
+
+/// Logs `topic` as unmapped the first time it is seen.
+pub fn log_unmapped_once(logged: &Mutex<HashSet<String>>, topic: &str) {
+    let mut set = logged.lock().unwrap_or_else(|p| p.into_inner());
+    if set.len() < UNMAPPED_LOG_LIMIT && set.insert(topic.to_owned()) {
+        tracing::warn!(mqtt_topic = %topic, "MQTT PUBLISH refused: the topic matches no [[mqtt.topics]] rule (logged once per topic; counted in tributary_edge_mqtt_unmapped_topic_total)");
+    }
+}

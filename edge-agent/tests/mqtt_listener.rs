@@ -1,0 +1,204 @@
+//! The MQTT listener in process over real TCP and a real WAL and metadata
+//! store: the QoS 2 session state machine across a restart, including the
+//! crash window between the WAL append and recording the packet id.
+
+mod common;
+
+use broker_core::metadata::MetadataStore;
+use bytes::{Bytes, BytesMut};
+use common::*;
+use rumqttc::mqttbytes::QoS;
+use rumqttc::mqttbytes::v4::{self, Packet};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tributary_edge::mqtt::{MqttConfig, MqttFileConfig, config::MqttTopicFileConfig};
+use tributary_proto::batch::Record;
+use tributary_proto::intent::StreamIntent;
+use tributary_proto::keys::{NamespaceName, edge};
+
+fn mqtt_config() -> MqttConfig {
+    let file = MqttFileConfig {
+        listen: Some("127.0.0.1:0".parse().unwrap()),
+        topics: vec![MqttTopicFileConfig {
+            filter: "s/#".into(),
+            topic: "/e1/t".into(),
+        }],
+        ..MqttFileConfig::default()
+    };
+    MqttConfig::resolve(file, &NamespaceName::new("e1").unwrap()).unwrap()
+}
+
+struct Client {
+    stream: TcpStream,
+    buf: BytesMut,
+}
+
+impl Client {
+    async fn connect(addr: std::net::SocketAddr, id: &str, clean: bool) -> (Client, bool) {
+        let stream = TcpStream::connect(addr).await.unwrap();
+        let mut c = Client {
+            stream,
+            buf: BytesMut::new(),
+        };
+        let mut connect = v4::Connect::new(id);
+        connect.clean_session = clean;
+        c.send(Packet::Connect(connect)).await;
+        match c.recv().await {
+            Packet::ConnAck(ack) => {
+                assert_eq!(ack.code, v4::ConnectReturnCode::Success);
+                (c, ack.session_present)
+            }
+            other => panic!("expected CONNACK, got {other:?}"),
+        }
+    }
+
+    async fn send(&mut self, packet: Packet) {
+        let mut out = BytesMut::new();
+        packet.write(&mut out, 1 << 20).unwrap();
+        self.stream.write_all(&out).await.unwrap();
+    }
+
+    async fn recv(&mut self) -> Packet {
+        loop {
+            match Packet::read(&mut self.buf, 1 << 20) {
+                Ok(p) => return p,
+                Err(rumqttc::mqttbytes::Error::InsufficientBytes(_)) => {}
+                Err(e) => panic!("decode: {e}"),
+            }
+            let n = tokio::time::timeout(
+                std::time::Duration::from_secs(5),
+                self.stream.read_buf(&mut self.buf),
+            )
+            .await
+            .expect("an answer within 5 s")
+            .unwrap();
+            assert!(n > 0, "connection closed");
+        }
+    }
+
+    async fn publish_qos2(&mut self, pkid: u16, dup: bool, payload: &str) {
+        let mut p = v4::Publish::new("s/a", QoS::ExactlyOnce, payload.as_bytes().to_vec());
+        p.pkid = pkid;
+        p.dup = dup;
+        self.send(Packet::Publish(p)).await;
+        assert_eq!(self.recv().await, Packet::PubRec(v4::PubRec::new(pkid)));
+    }
+
+    async fn release(&mut self, pkid: u16) {
+        self.send(Packet::PubRel(v4::PubRel::new(pkid))).await;
+        assert_eq!(self.recv().await, Packet::PubComp(v4::PubComp::new(pkid)));
+    }
+}
+
+fn with_headers(value: &str, client: &str, pkid: u16) -> Record {
+    Record {
+        timestamp_ms: NOW_MS as i64,
+        key: None,
+        headers: vec![
+            ("mqtt.topic".into(), Bytes::from_static(b"s/a")),
+            (
+                "mqtt.client_id".into(),
+                Bytes::copy_from_slice(client.as_bytes()),
+            ),
+            ("mqtt.packet_id".into(), Bytes::from(pkid.to_string())),
+        ],
+        value: Bytes::copy_from_slice(value.as_bytes()),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn qos2_resends_after_a_restart_are_stored_exactly_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config
+        .topics
+        .push(topic("/e1/t", StreamIntent::EventStream));
+    config.mqtt = Some(mqtt_config());
+
+    // The state a SIGKILL leaves between the WAL append and recording the
+    // packet id: pkid 7's record is in the WAL, its entry still pending;
+    // pkid 9's entry is pending but its record never reached the WAL.
+    let agent = start(config.clone()).await;
+    agent
+        .topics()
+        .publish(&name("/e1/t"), vec![with_headers("seven", "dev", 7)])
+        .await
+        .unwrap();
+    let session = json!({"client_id": "dev", "qos2": {
+        "7": {"state": "pending", "topic": "/e1/t", "from": 0},
+        "9": {"state": "pending", "topic": "/e1/t", "from": 1},
+    }});
+    agent
+        .topics()
+        .store()
+        .put(&edge::mqtt_session("dev"), session)
+        .await
+        .unwrap();
+    agent.shutdown().await.unwrap();
+
+    let agent = start(config.clone()).await;
+    let addr = agent.mqtt_addr().expect("mqtt listener");
+    let (mut c, present) = Client::connect(addr, "dev", false).await;
+    assert!(present, "the stored session is resumed");
+    c.publish_qos2(7, true, "seven").await; // found in the WAL: not stored
+    c.publish_qos2(9, true, "nine").await; // not in the WAL: stored
+    c.publish_qos2(9, true, "nine").await; // now received: not stored
+    c.release(7).await;
+    c.release(9).await;
+    c.publish_qos2(10, false, "ten").await;
+    c.publish_qos2(10, true, "ten").await;
+    // A PUBREL for an id the agent does not know: PUBCOMP anyway (3.1.1
+    // has no reason code).
+    c.release(10).await;
+    c.send(Packet::PubRel(v4::PubRel::new(10))).await;
+    assert_eq!(c.recv().await, Packet::PubComp(v4::PubComp::new(10)));
+    c.send(Packet::Disconnect).await;
+    // The connection saves its session when it ends.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let stored = agent
+            .topics()
+            .store()
+            .get(&edge::mqtt_session("dev"))
+            .await
+            .unwrap();
+        if stored.is_some_and(|s| s["qos2"] == json!({})) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "session not saved at the end"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+
+    let values: Vec<Bytes> = read_wal(&agent, "/e1/t", 0)
+        .into_iter()
+        .map(|(_, r)| r.value)
+        .collect();
+    assert_eq!(values, vec!["seven", "nine", "ten"]);
+    let stored = agent
+        .topics()
+        .store()
+        .get(&edge::mqtt_session("dev"))
+        .await
+        .unwrap()
+        .expect("session stored");
+    assert_eq!(stored["qos2"], json!({}), "released ids are forgotten");
+    agent.shutdown().await.unwrap();
+
+    // A clean start drops the stored session.
+    let agent = start(config).await;
+    let (_c, present) = Client::connect(agent.mqtt_addr().unwrap(), "dev", true).await;
+    assert!(!present);
+    assert!(
+        agent
+            .topics()
+            .store()
+            .get(&edge::mqtt_session("dev"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+}

@@ -1,0 +1,279 @@
+//! MQTT helpers of the end-to-end tests (`tests/tests/mqtt.rs`): the
+//! external clients (Debian `mosquitto`, `mosquitto_pub`; PyPI `paho-mqtt`
+//! in the venv `.ci/run` installs, found like moto through an environment
+//! variable), a paho publisher script, an edge-only agent configuration with
+//! `[mqtt]`, and a WAL reader that keeps the records' headers.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use broker_core::wal::{Wal, WalConfig};
+use tributary_proto::Record;
+use tributary_test_support::ports::free_tcp;
+use tributary_test_support::process::{Proc, bin_path};
+
+use crate::cluster::child_log_filter;
+
+/// Names the Python interpreter that has `paho-mqtt` (default
+/// `/tmp/tributary-py/bin/python`, where `.ci/run` installs it).
+pub const PYTHON_ENV: &str = "TRIB_TEST_MQTT_PYTHON";
+
+/// The pinned paho-mqtt of `.ci/run` and `scripts/test`.
+pub const PAHO_VERSION: &str = "2.1.0";
+
+/// A Debian tool (`mosquitto`, `mosquitto_pub`) from `PATH`.
+///
+/// # Panics
+/// If it is missing: the test fails, saying how to install it.
+pub fn tool(name: &str) -> PathBuf {
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    for dir in std::env::split_paths(&path) {
+        let candidate = dir.join(name);
+        if candidate.is_file() {
+            return candidate;
+        }
+    }
+    for dir in ["/usr/sbin", "/usr/bin", "/sbin"] {
+        let candidate = Path::new(dir).join(name);
+        if candidate.is_file() {
+            return candidate;
+        }
+    }
+    panic!(
+        "this test needs {name} (Debian packages mosquitto and mosquitto-clients): \
+         apt-get install mosquitto mosquitto-clients (./.ci/run installs them)"
+    );
+}
+
+/// The Python with paho-mqtt.
+///
+/// # Panics
+/// If it is missing or cannot import paho: the test fails, saying how to
+/// install it.
+pub fn python() -> PathBuf {
+    let python = std::env::var_os(PYTHON_ENV)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("/tmp/tributary-py/bin/python"));
+    let ok = Command::new(&python)
+        .args(["-c", "import paho.mqtt.client"])
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(
+        ok,
+        "this test needs paho-mqtt: python3 -m venv /tmp/tributary-py && \
+         /tmp/tributary-py/bin/pip install 'paho-mqtt=={PAHO_VERSION}' (./.ci/run and \
+         ./scripts/test install it), or set {PYTHON_ENV} to a python that has it; \
+         {} cannot import it",
+        python.display()
+    );
+    python
+}
+
+/// The paho publisher: one JSON argument (host, port, client_id, protocol
+/// 3|5, qos, count, topic, prefix, out, clean, user_props, content_type,
+/// username, password, inflight, pace_s between publishes, deadline_s). Publishes `count` messages
+/// `{prefix}{i}`, riding out agent restarts (paho reconnects and resends
+/// unacknowledged messages with DUP), and writes to `out` one line per
+/// message: `acked {i}` or `refused {i} {reason code}`, then `done`.
+pub const PUBLISHER_PY: &str = r#"
+import json, sys, threading, time
+import paho.mqtt.client as mqtt
+from paho.mqtt.enums import CallbackAPIVersion
+from paho.mqtt.properties import Properties
+from paho.mqtt.packettypes import PacketTypes
+
+a = json.loads(sys.argv[1])
+v5 = a["protocol"] == 5
+kw = dict(client_id=a["client_id"], protocol=mqtt.MQTTv5 if v5 else mqtt.MQTTv311)
+if not v5:
+    kw["clean_session"] = a.get("clean", False)
+c = mqtt.Client(CallbackAPIVersion.VERSION2, **kw)
+c.max_inflight_messages_set(a.get("inflight", 20))
+c.reconnect_delay_set(0.05, 0.2)
+if a.get("username") is not None:
+    c.username_pw_set(a["username"], a.get("password"))
+lock = threading.Lock()
+mids, outcome = {}, {}
+connected = threading.Event()
+
+def on_connect(client, userdata, flags, reason_code, properties):
+    if not reason_code.is_failure:
+        connected.set()
+
+def on_publish(client, userdata, mid, reason_code, properties):
+    # Called from paho's network thread with paho's own locks held: only
+    # record the outcome (never call into paho while holding `lock`).
+    rc = reason_code.value if hasattr(reason_code, "value") else int(reason_code)
+    with lock:
+        if mid not in outcome:
+            outcome[mid] = rc
+
+c.on_connect = on_connect
+c.on_publish = on_publish
+if v5:
+    p = Properties(PacketTypes.CONNECT)
+    p.SessionExpiryInterval = 0 if a.get("clean", False) else 3600
+    c.connect_async(a["host"], a["port"], keepalive=30, clean_start=a.get("clean", False), properties=p)
+else:
+    c.connect_async(a["host"], a["port"], keepalive=30)
+c.loop_start()
+if not connected.wait(30):
+    print("not connected within 30 s", file=sys.stderr)
+    sys.exit(2)
+for i in range(a["count"]):
+    props = None
+    if v5 and (a.get("user_props") or a.get("content_type")):
+        props = Properties(PacketTypes.PUBLISH)
+        for k, v in (a.get("user_props") or {}).items():
+            props.UserProperty = (k, v)
+        if a.get("content_type"):
+            props.ContentType = a["content_type"]
+    info = c.publish(a["topic"], f'{a["prefix"]}{i}'.encode(), qos=a["qos"], properties=props)
+    mids[info.mid] = i
+    if a["qos"] == 0:
+        info.wait_for_publish(10)
+    if a.get("pace_s"):
+        time.sleep(a["pace_s"])
+
+def settled():
+    with lock:
+        return a["qos"] == 0 or sum(1 for m in mids if m in outcome) == a["count"]
+
+deadline = time.time() + a.get("deadline_s", 120)
+while time.time() < deadline and not settled():
+    time.sleep(0.02)
+time.sleep(0.2)
+c.disconnect()
+c.loop_stop()
+lines, n = [], 0
+with lock:
+    for mid, i in sorted(mids.items(), key=lambda kv: kv[1]):
+        rc = outcome.get(mid, 0 if a["qos"] == 0 else None)
+        if rc is None:
+            continue
+        n += 1
+        lines.append(f"refused {i} {rc}" if rc >= 0x80 else f"acked {i}")
+with open(a["out"], "w") as f:
+    f.write("\n".join(lines + ["done"]) + "\n")
+sys.exit(0 if n == a["count"] else 1)
+"#;
+
+/// An edge agent without brokers (records stay in its WAL) with `[mqtt]`
+/// on a free port: `mqtt_extra` is appended to the `[mqtt]` table (more
+/// fields, `[[mqtt.topics]]` rules, `[mqtt.bridge]`).
+pub struct MqttEdge {
+    /// The process.
+    pub edge: Proc,
+    /// Local HTTP API.
+    pub api: SocketAddr,
+    /// MQTT listener.
+    pub mqtt: SocketAddr,
+    /// Data directory.
+    pub data: PathBuf,
+}
+
+impl MqttEdge {
+    /// Writes `dir/edge.toml` (topic `/plant1/readings`, intent `intent`);
+    /// starts nothing.
+    pub fn new(dir: &Path, intent: &str, mqtt_extra: &str) -> MqttEdge {
+        let api = free_tcp();
+        let mqtt = free_tcp();
+        let data = dir.join("edge");
+        let config = dir.join("edge.toml");
+        std::fs::write(
+            &config,
+            format!(
+                r#"data_dir = "{data}"
+edge_id = "plant1"
+local_api = "{api}"
+checkpoint_interval_ms = 200
+
+[[topics]]
+name = "/plant1/readings"
+intent = "{intent}"
+
+[mqtt]
+listen = "{mqtt}"
+{mqtt_extra}
+"#,
+                data = data.display(),
+            ),
+        )
+        .expect("edge config");
+        let mut cmd = Command::new(bin_path("edge-agent"));
+        cmd.arg("run")
+            .arg("--config")
+            .arg(&config)
+            .env("RUST_LOG", child_log_filter());
+        MqttEdge {
+            edge: Proc::new("edge-agent", cmd),
+            api,
+            mqtt,
+            data,
+        }
+    }
+
+    /// Starts the agent and waits (10 s at most) for its MQTT port.
+    pub fn start(&mut self) {
+        self.edge.start();
+        tributary_test_support::process::wait_for_tcp(
+            "edge MQTT listener",
+            self.mqtt,
+            std::time::Duration::from_secs(10),
+        );
+    }
+
+    /// WAL directory of `/plant1/{topic}`.
+    pub fn wal_dir(&self, topic: &str) -> PathBuf {
+        self.data.join("topics/plant1").join(topic)
+    }
+}
+
+/// Every record of the WAL in `dir` with its offset, headers included. The
+/// process that owns the WAL must be stopped.
+pub fn read_records(dir: &Path) -> Vec<(u64, Record)> {
+    if !dir.exists() {
+        return Vec::new();
+    }
+    let wal = Wal::open(dir, WalConfig::default()).expect("open wal");
+    let mut out = Vec::new();
+    let mut from = wal.log_start_offset();
+    loop {
+        let batches = wal.read(from, 8 << 20).expect("read wal");
+        if batches.is_empty() {
+            return out;
+        }
+        for batch in batches {
+            let decoded = batch.decode(&wal.config().limits).expect("decode");
+            for (i, record) in decoded.records.into_iter().enumerate() {
+                out.push((decoded.base_offset + i as u64, record));
+            }
+            from = batch.next_offset();
+        }
+    }
+}
+
+/// The value of header `name` of `record`, as UTF-8.
+pub fn header<'a>(record: &'a Record, name: &str) -> Option<&'a str> {
+    record
+        .headers
+        .iter()
+        .find(|(n, _)| n == name)
+        .and_then(|(_, v)| std::str::from_utf8(v).ok())
+}
+
+/// Runs the paho publisher with `args` (JSON) and returns its exit status
+/// and the lines it wrote.
+pub fn run_publisher(args: &serde_json::Value, out: &Path) -> (bool, Vec<String>) {
+    let mut args = args.clone();
+    args["out"] = serde_json::json!(out.display().to_string());
+    let status = Command::new(python())
+        .arg("-c")
+        .arg(PUBLISHER_PY)
+        .arg(args.to_string())
+        .status()
+        .expect("run python");
+    let text = std::fs::read_to_string(out).unwrap_or_default();
+    (status.success(), text.lines().map(str::to_owned).collect())
+}
