@@ -388,7 +388,6 @@ impl<'a> ParquetSink<'a> {
             row_group_rows: args.row_group_rows,
             zstd_level: args.zstd_level,
             metadata: vec![("tributary.topic".into(), topic.to_string())],
-            ..ParquetOptions::default()
         };
         Ok(ParquetSink {
             topic,
