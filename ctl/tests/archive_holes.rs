@@ -3,7 +3,6 @@
 //! status is 0; the same gap without its declaration is damage (exit 1).
 
 use std::path::Path;
-use std::process::{Command, Output};
 
 use broker_core::wal::{Wal, WalConfig};
 use bytes::Bytes;
@@ -13,6 +12,9 @@ use tributary_proto::batch::{Codec, Record};
 use tributary_proto::keys::{StorageKeys, TopicName};
 use tributary_tier::faults::Faults;
 use tributary_tier::upload::{UploadTuning, upload_segment_with_holes};
+
+mod support;
+use support::tribctl;
 
 const TOPIC: &str = "/plant/holes";
 
@@ -69,17 +71,6 @@ fn build(dir: &Path, bucket: &Path) -> String {
         ))
         .unwrap();
     key
-}
-
-fn tribctl(bucket: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tribctl"))
-        .arg("archive")
-        .arg("--bucket")
-        .arg(bucket)
-        .args(args)
-        .env_remove("TRIB_ARCHIVE_BUCKET")
-        .output()
-        .unwrap()
 }
 
 fn text(bytes: &[u8]) -> String {
