@@ -38,7 +38,7 @@ mod export;
 mod lines;
 use crate::commands::OutputFormat;
 use export::ExportArgs;
-use lines::{Limits, RecordSink, ValueAs};
+use lines::{Limited, Limits, LineWriter, ValueAs};
 
 /// `tribctl archive` options.
 #[derive(Debug, Args)]
@@ -193,7 +193,12 @@ pub fn run(
             }
             ArchiveCommand::Cat { range, value_as } => {
                 let topic = range.topic()?;
-                let mut sink = RecordSink::new(&topic, range.limits(), *value_as, &mut out);
+                let lines = LineWriter {
+                    topic: &topic,
+                    value_as: *value_as,
+                    out: &mut out,
+                };
+                let mut sink = Limited::new(lines, range.limits());
                 archive
                     .read_with_holes(&topic, range.start(), &mut |r| sink.take(r), &mut say_hole)
                     .await?;

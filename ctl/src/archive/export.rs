@@ -34,7 +34,7 @@ use tributary_lakehouse::{JsonColumns, Layout, ParquetOptions, TableError, Table
 use tributary_proto::archive::ArchiveError;
 use tributary_proto::keys::TopicName;
 
-use super::lines::{Limits, RecordSink, ValueAs};
+use super::lines::{Limited, LineWriter, RecordWriter, ValueAs};
 use super::{RangeArgs, record_progress, say_hole};
 
 /// Output formats of `export`.
@@ -146,14 +146,21 @@ pub async fn export(archive: &Archive, range: &RangeArgs, args: &ExportArgs) -> 
     let mut rejected_file = None;
     let records = match args.format {
         ExportFormat::Jsonl => {
-            let mut sink = RecordSink::new(&topic, limits, args.value_as, &mut writer);
+            let lines = LineWriter {
+                topic: &topic,
+                value_as: args.value_as,
+                out: &mut writer,
+            };
+            let mut sink = Limited::new(lines, limits);
             read(archive, &topic, range, &bar, &mut |r| sink.take(r)).await?;
-            sink.finish()?
+            sink.finish()?.1
         }
         ExportFormat::Csv => {
-            let mut sink = CsvSink::new(limits, &mut writer);
+            let mut sink = Limited::new(CsvRows::new(&mut writer), limits);
             read(archive, &topic, range, &bar, &mut |r| sink.take(r)).await?;
-            sink.finish()?
+            let (mut rows, written) = sink.finish()?;
+            rows.csv.flush()?;
+            written
         }
         ExportFormat::Parquet => {
             let rejected = match &args.rejected {
@@ -161,9 +168,11 @@ pub async fn export(archive: &Archive, range: &RangeArgs, args: &ExportArgs) -> 
                 None => None,
             };
             let (rejected_staged, rejected_writer) = rejected.unzip();
-            let mut sink = ParquetSink::new(&topic, limits, args, &mut writer, rejected_writer)?;
+            let rows = ParquetRows::new(&topic, args, &mut writer, rejected_writer)?;
+            let mut sink = Limited::new(rows, limits);
             read(archive, &topic, range, &bar, &mut |r| sink.take(r)).await?;
-            let (written, rejected_writer) = sink.finish()?;
+            let (rows, written) = sink.finish()?;
+            let rejected_writer = rows.close()?;
             if let (Some(staged), Some((w, count))) = (rejected_staged, rejected_writer) {
                 rejected_file = Some((staged, w, count));
             }
@@ -253,25 +262,23 @@ async fn batches(
 }
 
 /// CSV rows (see the module doc).
-struct CsvSink<'a> {
+struct CsvRows<'a> {
     csv: csv::Writer<&'a mut BufWriter<File>>,
-    limits: Limits,
-    written: u64,
-    error: Option<anyhow::Error>,
+    header_written: bool,
 }
 
-impl<'a> CsvSink<'a> {
-    fn new(limits: Limits, out: &'a mut BufWriter<File>) -> CsvSink<'a> {
-        CsvSink {
+impl<'a> CsvRows<'a> {
+    fn new(out: &'a mut BufWriter<File>) -> CsvRows<'a> {
+        CsvRows {
             csv: csv::Writer::from_writer(out),
-            limits,
-            written: 0,
-            error: None,
+            header_written: false,
         }
     }
+}
 
-    fn row(&mut self, r: &ArchivedRecord) -> anyhow::Result<()> {
-        if self.written == 0 {
+impl RecordWriter for CsvRows<'_> {
+    fn write(&mut self, r: ArchivedRecord) -> anyhow::Result<()> {
+        if !std::mem::replace(&mut self.header_written, true) {
             self.csv.write_record([
                 "offset",
                 "timestamp",
@@ -309,30 +316,6 @@ impl<'a> CsvSink<'a> {
         ])?;
         Ok(())
     }
-
-    fn take(&mut self, r: ArchivedRecord) -> ControlFlow<()> {
-        if self.limits.past(r.offset, self.written) {
-            return ControlFlow::Break(());
-        }
-        match self.row(&r) {
-            Ok(()) => {
-                self.written += 1;
-                ControlFlow::Continue(())
-            }
-            Err(e) => {
-                self.error = Some(e);
-                ControlFlow::Break(())
-            }
-        }
-    }
-
-    fn finish(mut self) -> anyhow::Result<u64> {
-        if let Some(e) = self.error {
-            return Err(e);
-        }
-        self.csv.flush()?;
-        Ok(self.written)
-    }
 }
 
 fn b64(bytes: &[u8]) -> String {
@@ -350,9 +333,8 @@ type Out<'a> = &'a mut BufWriter<File>;
 
 /// Parquet rows; with `--json-columns infer` the first values are held
 /// until the columns are known.
-struct ParquetSink<'a> {
+struct ParquetRows<'a> {
     topic: &'a TopicName,
-    limits: Limits,
     options: ParquetOptions,
     /// `Some(n)`: inferring from the first `n` values.
     infer_rows: Option<usize>,
@@ -362,18 +344,15 @@ struct ParquetSink<'a> {
     rejected_out: Option<BufWriter<File>>,
     rejected: Option<TableWriter<BufWriter<File>>>,
     layout: Option<Layout>,
-    written: u64,
-    error: Option<anyhow::Error>,
 }
 
-impl<'a> ParquetSink<'a> {
+impl<'a> ParquetRows<'a> {
     fn new(
         topic: &'a TopicName,
-        limits: Limits,
         args: &ExportArgs,
         out: Out<'a>,
         rejected_out: Option<BufWriter<File>>,
-    ) -> anyhow::Result<ParquetSink<'a>> {
+    ) -> anyhow::Result<ParquetRows<'a>> {
         let (layout, infer_rows) = match args.json_columns.as_deref() {
             None => (Some(Layout::Raw), None),
             Some("infer") => (None, Some(args.infer_rows.max(1))),
@@ -389,9 +368,8 @@ impl<'a> ParquetSink<'a> {
             zstd_level: args.zstd_level,
             metadata: vec![("tributary.topic".into(), topic.to_string())],
         };
-        Ok(ParquetSink {
+        Ok(ParquetRows {
             topic,
-            limits,
             options,
             infer_rows,
             held: Vec::new(),
@@ -400,8 +378,6 @@ impl<'a> ParquetSink<'a> {
             rejected_out,
             rejected: None,
             layout,
-            written: 0,
-            error: None,
         })
     }
 
@@ -431,12 +407,12 @@ impl<'a> ParquetSink<'a> {
             self.rejected = Some(TableWriter::new(out, Layout::Rejected, &self.options)?);
         }
         for r in std::mem::take(&mut self.held) {
-            self.write(&r)?;
+            self.push(&r)?;
         }
         Ok(())
     }
 
-    fn write(&mut self, r: &ArchivedRecord) -> anyhow::Result<()> {
+    fn push(&mut self, r: &ArchivedRecord) -> anyhow::Result<()> {
         let Some(writer) = self.writer.as_mut() else {
             bail!("parquet writer not open");
         };
@@ -455,38 +431,9 @@ impl<'a> ParquetSink<'a> {
         }
     }
 
-    fn step(&mut self, r: ArchivedRecord) -> anyhow::Result<()> {
-        if self.writer.is_some() {
-            return self.write(&r);
-        }
-        self.held.push(r);
-        let enough = self.infer_rows.is_none_or(|n| self.held.len() >= n);
-        if enough { self.open() } else { Ok(()) }
-    }
-
-    fn take(&mut self, r: ArchivedRecord) -> ControlFlow<()> {
-        if self.limits.past(r.offset, self.written) {
-            return ControlFlow::Break(());
-        }
-        match self.step(r) {
-            Ok(()) => {
-                self.written += 1;
-                ControlFlow::Continue(())
-            }
-            Err(e) => {
-                self.error = Some(e);
-                ControlFlow::Break(())
-            }
-        }
-    }
-
-    /// Records taken (typed and rejected), and the rejected writer's
-    /// output with its row count.
-    #[allow(clippy::type_complexity)]
-    fn finish(mut self) -> anyhow::Result<(u64, Option<(BufWriter<File>, u64)>)> {
-        if let Some(e) = self.error.take() {
-            return Err(e);
-        }
+    /// Writes the footers; returns the rejected writer's output with its
+    /// row count.
+    fn close(mut self) -> anyhow::Result<Option<(BufWriter<File>, u64)>> {
         if self.writer.is_none() {
             self.open()?;
         }
@@ -500,6 +447,17 @@ impl<'a> ParquetSink<'a> {
             }
             None => None,
         };
-        Ok((self.written, rejected))
+        Ok(rejected)
+    }
+}
+
+impl RecordWriter for ParquetRows<'_> {
+    fn write(&mut self, r: ArchivedRecord) -> anyhow::Result<()> {
+        if self.writer.is_some() {
+            return self.push(&r);
+        }
+        self.held.push(r);
+        let enough = self.infer_rows.is_none_or(|n| self.held.len() >= n);
+        if enough { self.open() } else { Ok(()) }
     }
 }

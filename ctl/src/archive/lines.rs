@@ -123,31 +123,31 @@ impl Limits {
     }
 }
 
-/// Writes record lines within a range's limits; remembers the first error.
-pub struct RecordSink<'a> {
-    topic: &'a TopicName,
+/// Writes one record to an output: a line, a CSV row, a Parquet row.
+pub trait RecordWriter {
+    /// Writes `r`.
+    ///
+    /// # Errors
+    /// What stops the output.
+    fn write(&mut self, r: ArchivedRecord) -> anyhow::Result<()>;
+}
+
+/// Feeds records to a [`RecordWriter`] within a range's limits; remembers
+/// the first error.
+pub struct Limited<W> {
+    writer: W,
     limits: Limits,
-    value_as: ValueAs,
-    /// Records written.
-    pub written: u64,
-    out: &'a mut dyn Write,
+    written: u64,
     error: Option<anyhow::Error>,
 }
 
-impl<'a> RecordSink<'a> {
-    /// A sink writing to `out`.
-    pub fn new(
-        topic: &'a TopicName,
-        limits: Limits,
-        value_as: ValueAs,
-        out: &'a mut dyn Write,
-    ) -> RecordSink<'a> {
-        RecordSink {
-            topic,
+impl<W: RecordWriter> Limited<W> {
+    /// Records of `limits` into `writer`.
+    pub fn new(writer: W, limits: Limits) -> Limited<W> {
+        Limited {
+            writer,
             limits,
-            value_as,
             written: 0,
-            out,
             error: None,
         }
     }
@@ -157,14 +157,7 @@ impl<'a> RecordSink<'a> {
         if self.limits.past(r.offset, self.written) {
             return ControlFlow::Break(());
         }
-        let result = record_json(self.topic, r.offset, &r.record, self.value_as)
-            .map_err(anyhow::Error::msg)
-            .and_then(|line| {
-                serde_json::to_writer(&mut *self.out, &line)?;
-                self.out.write_all(b"\n")?;
-                Ok(())
-            });
-        match result {
+        match self.writer.write(r) {
             Ok(()) => {
                 self.written += 1;
                 ControlFlow::Continue(())
@@ -176,14 +169,34 @@ impl<'a> RecordSink<'a> {
         }
     }
 
-    /// The first error, if any.
+    /// The writer and the records it took.
     ///
     /// # Errors
-    /// What stopped the output.
-    pub fn finish(self) -> anyhow::Result<u64> {
+    /// The first error, which stopped the output.
+    pub fn finish(self) -> anyhow::Result<(W, u64)> {
         match self.error {
             Some(e) => Err(e),
-            None => Ok(self.written),
+            None => Ok((self.writer, self.written)),
         }
+    }
+}
+
+/// Record lines (see the module doc) into `out`.
+pub struct LineWriter<'a> {
+    /// The records' topic.
+    pub topic: &'a TopicName,
+    /// How values are written.
+    pub value_as: ValueAs,
+    /// The output.
+    pub out: &'a mut dyn Write,
+}
+
+impl RecordWriter for LineWriter<'_> {
+    fn write(&mut self, r: ArchivedRecord) -> anyhow::Result<()> {
+        let line = record_json(self.topic, r.offset, &r.record, self.value_as)
+            .map_err(anyhow::Error::msg)?;
+        serde_json::to_writer(&mut *self.out, &line)?;
+        self.out.write_all(b"\n")?;
+        Ok(())
     }
 }
