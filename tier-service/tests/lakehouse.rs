@@ -100,6 +100,16 @@ fn run_tier(h: &Harness, config: &Path, fault: Option<&str>) -> bool {
     false
 }
 
+/// Every record batch of the Parquet file at `path`.
+fn read_parquet(path: &Path) -> Vec<arrow_array::RecordBatch> {
+    ParquetRecordBatchReaderBuilder::try_new(File::open(path).unwrap())
+        .unwrap()
+        .build()
+        .unwrap()
+        .map(|b| b.unwrap())
+        .collect()
+}
+
 /// One row read back from a lakehouse file.
 #[derive(Debug, Clone, PartialEq)]
 struct Row {
@@ -130,13 +140,8 @@ fn lakehouse_files(h: &Harness, topic: &TopicName) -> BTreeMap<String, Vec<Row>>
             if !name.ends_with(".parquet") {
                 continue; // an object store staging file
             }
-            let reader = ParquetRecordBatchReaderBuilder::try_new(File::open(&path).unwrap())
-                .unwrap()
-                .build()
-                .unwrap();
             let mut rows = Vec::new();
-            for batch in reader {
-                let b = batch.unwrap();
+            for b in read_parquet(&path) {
                 let o = b
                     .column_by_name("offset")
                     .unwrap()
@@ -308,33 +313,16 @@ fn killed_at_each_parquet_step_every_record_lands_in_exactly_one_file() {
 
 #[test]
 fn on_s3_pyarrow_reads_the_date_partitions_back_with_the_same_counts() {
-    use tributary_archive::{Bucket, StoreConfig};
+    use tributary_archive::Bucket;
     let python = tributary_test_support::python::python_with(&["pyarrow"]);
     let moto = tributary_test_support::moto::Moto::start();
     let endpoint = moto.endpoint();
     let bucket_name = "tributary-lake";
-    let store = StoreConfig {
-        url: Some(format!("s3://{bucket_name}")),
-        endpoint: Some(endpoint.clone()),
-        region: Some("us-east-1".into()),
-        path_style: Some(true),
-        allow_http: Some(true),
-        access_key_id: Some("testing".into()),
-        secret_access_key: Some("testing".into()),
-        session_token: None,
-        ..StoreConfig::default()
-    };
+    let store = common::s3_store(&endpoint, bucket_name);
     let h = Harness::with_retention(&[TOPIC], false);
     let topic = h.topics[0].clone();
     h.runtime.block_on(async {
-        tributary_archive::install_crypto_provider();
-        let status = reqwest::Client::new()
-            .put(format!("{endpoint}/{bucket_name}"))
-            .send()
-            .await
-            .unwrap()
-            .status();
-        assert!(status.is_success(), "create bucket: {status}");
+        common::create_bucket(&endpoint, bucket_name).await;
     });
     h.set_archive(Bucket::open(&store).unwrap());
     write(&h, &topic, 400);
@@ -494,13 +482,8 @@ fn a_topic_of_binary_values_is_written_raw_and_its_layout_stays_raw() {
         .bucket_dir
         .join(&prefix)
         .join("date=2006-12-16/00000000000000000000-00000000000000000039.parquet");
-    let reader = ParquetRecordBatchReaderBuilder::try_new(File::open(&path).unwrap())
-        .unwrap()
-        .build()
-        .unwrap();
     let mut got = Vec::new();
-    for batch in reader {
-        let b = batch.unwrap();
+    for b in read_parquet(&path) {
         let v = b
             .column_by_name("value")
             .unwrap()

@@ -32,17 +32,7 @@ use tributary_tier::upload::{UploadTuning, upload_segment, verify_object};
 const BUCKET: &str = "tributary-test";
 
 fn store_config(endpoint: &str) -> StoreConfig {
-    StoreConfig {
-        url: Some(format!("s3://{BUCKET}")),
-        endpoint: Some(endpoint.to_owned()),
-        region: Some("us-east-1".into()),
-        path_style: Some(true),
-        allow_http: Some(true),
-        access_key_id: Some("testing".into()),
-        secret_access_key: Some("testing".into()),
-        session_token: None,
-        ..StoreConfig::default()
-    }
+    common::s3_store(endpoint, BUCKET)
 }
 
 #[test]
@@ -51,14 +41,7 @@ fn tiering_and_reading_through_s3() {
     let endpoint = moto.endpoint();
     let h = Harness::with_retention(&["/s3/line"], false);
     h.runtime.block_on(async {
-        tributary_archive::install_crypto_provider();
-        let status = reqwest::Client::new()
-            .put(format!("{endpoint}/{BUCKET}"))
-            .send()
-            .await
-            .unwrap()
-            .status();
-        assert!(status.is_success(), "create bucket: {status}");
+        common::create_bucket(&endpoint, BUCKET).await;
     });
     h.write(3000, 25);
     h.set_archive(Bucket::open(&store_config(&endpoint)).unwrap());
@@ -151,14 +134,7 @@ fn multipart_upload_of_a_large_segment_through_s3() {
             wal.append(records, Codec::None).await.unwrap();
         }
         wal.roll().await.unwrap();
-        tributary_archive::install_crypto_provider();
-        let status = reqwest::Client::new()
-            .put(format!("{endpoint}/{BUCKET}"))
-            .send()
-            .await
-            .unwrap()
-            .status();
-        assert!(status.is_success());
+        common::create_bucket(&endpoint, BUCKET).await;
     });
     let segment = wal.sealed_segments().remove(0);
     assert!(segment.bytes > 12 * 1024 * 1024);
@@ -260,14 +236,7 @@ fn uploads_through_a_faulty_s3_finish_and_commit_only_stored_objects() {
         },
     );
     h.runtime.block_on(async {
-        tributary_archive::install_crypto_provider();
-        let status = reqwest::Client::new()
-            .put(format!("{endpoint}/{BUCKET}"))
-            .send()
-            .await
-            .unwrap()
-            .status();
-        assert!(status.is_success(), "create bucket: {status}");
+        common::create_bucket(&endpoint, BUCKET).await;
     });
     // Small segments (single PUTs) on one topic, one ~11 MiB segment
     // (multipart, 3 parts of 5 MiB) on the other.
@@ -434,14 +403,7 @@ fn uploads_through_s3_never_replace_a_committed_object() {
     let endpoint = moto.endpoint();
     let h = Harness::with_retention(&["/s3/create"], false);
     h.runtime.block_on(async {
-        tributary_archive::install_crypto_provider();
-        let status = reqwest::Client::new()
-            .put(format!("{endpoint}/{BUCKET}"))
-            .send()
-            .await
-            .unwrap()
-            .status();
-        assert!(status.is_success(), "create bucket: {status}");
+        common::create_bucket(&endpoint, BUCKET).await;
     });
     let bucket = Bucket::open(&store_config(&endpoint)).unwrap();
     h.runtime.block_on(async {

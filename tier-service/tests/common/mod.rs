@@ -534,6 +534,34 @@ pub fn assert_contiguous(
     );
 }
 
+/// The store configuration of `bucket` on the S3 server (moto) at
+/// `endpoint`: path style, plain HTTP, test credentials.
+pub fn s3_store(endpoint: &str, bucket: &str) -> tributary_archive::StoreConfig {
+    tributary_archive::StoreConfig {
+        url: Some(format!("s3://{bucket}")),
+        endpoint: Some(endpoint.to_owned()),
+        region: Some("us-east-1".into()),
+        path_style: Some(true),
+        allow_http: Some(true),
+        access_key_id: Some("testing".into()),
+        secret_access_key: Some("testing".into()),
+        session_token: None,
+        ..tributary_archive::StoreConfig::default()
+    }
+}
+
+/// Creates `bucket` on the S3 server at `endpoint`.
+pub async fn create_bucket(endpoint: &str, bucket: &str) {
+    tributary_archive::install_crypto_provider();
+    let status = reqwest::Client::new()
+        .put(format!("{endpoint}/{bucket}"))
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert!(status.is_success(), "create bucket {bucket}: {status}");
+}
+
 pub fn path_str(p: &Path) -> String {
     p.display().to_string()
 }
