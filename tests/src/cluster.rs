@@ -13,6 +13,7 @@ use bytes::Bytes;
 use serde_json::Value;
 use tributary_api::consumer::{AttachRequest, Gap, StartPosition, SubscriptionType};
 use tributary_api::consumer_client::ConsumerClient;
+use tributary_proto::Record;
 use tributary_test_support::ports::{free_tcp, free_udp};
 use tributary_test_support::process::{Proc, bin_path};
 
@@ -350,10 +351,22 @@ fn agent() -> ureq::Agent {
         .into()
 }
 
-/// Every record of the WAL in `dir` as (offset, value, whole batch bytes
-/// identity), from its log start. Opens (and closes) the WAL: the process
-/// that owns it must be stopped.
+/// Every record of the WAL in `dir` as (offset, value), from its log
+/// start. Opens (and closes) the WAL: the process that owns it must be
+/// stopped.
 pub fn read_wal(dir: &Path) -> Vec<(u64, Bytes)> {
+    read_records(dir)
+        .into_iter()
+        .map(|(offset, record)| (offset, record.value))
+        .collect()
+}
+
+/// Every record of the WAL in `dir` with its offset, headers included. The
+/// process that owns the WAL must be stopped.
+pub fn read_records(dir: &Path) -> Vec<(u64, Record)> {
+    if !dir.exists() {
+        return Vec::new();
+    }
     let wal = Wal::open(dir, WalConfig::default()).expect("open wal");
     let mut out = Vec::new();
     let mut from = wal.log_start_offset();
@@ -365,7 +378,7 @@ pub fn read_wal(dir: &Path) -> Vec<(u64, Bytes)> {
         for batch in batches {
             let decoded = batch.decode(&wal.config().limits).expect("decode");
             for (i, record) in decoded.records.into_iter().enumerate() {
-                out.push((decoded.base_offset + i as u64, record.value));
+                out.push((decoded.base_offset + i as u64, record));
             }
             from = batch.next_offset();
         }

@@ -8,7 +8,6 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use broker_core::wal::{Wal, WalConfig};
 use tributary_proto::Record;
 use tributary_test_support::ports::free_tcp;
 use tributary_test_support::process::{Proc, bin_path};
@@ -230,29 +229,7 @@ listen = "{mqtt}"
     }
 }
 
-/// Every record of the WAL in `dir` with its offset, headers included. The
-/// process that owns the WAL must be stopped.
-pub fn read_records(dir: &Path) -> Vec<(u64, Record)> {
-    if !dir.exists() {
-        return Vec::new();
-    }
-    let wal = Wal::open(dir, WalConfig::default()).expect("open wal");
-    let mut out = Vec::new();
-    let mut from = wal.log_start_offset();
-    loop {
-        let batches = wal.read(from, 8 << 20).expect("read wal");
-        if batches.is_empty() {
-            return out;
-        }
-        for batch in batches {
-            let decoded = batch.decode(&wal.config().limits).expect("decode");
-            for (i, record) in decoded.records.into_iter().enumerate() {
-                out.push((decoded.base_offset + i as u64, record));
-            }
-            from = batch.next_offset();
-        }
-    }
-}
+pub use crate::cluster::read_records;
 
 /// The value of header `name` of `record`, as UTF-8.
 pub fn header<'a>(record: &'a Record, name: &str) -> Option<&'a str> {
