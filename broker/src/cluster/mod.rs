@@ -227,6 +227,32 @@ impl Cluster {
         renewed.is_some_and(|at| self.clock.now().saturating_duration_since(at) < fresh_for)
     }
 
+    /// Waits, at most `timeout`, for this broker's first lease after it
+    /// started; returns at once once any lease was ever renewed (a lease
+    /// that lapsed later is a partition or an overload, refused without
+    /// waiting). An edge that connects while a broker is still starting is
+    /// then served instead of being refused and reconnecting.
+    pub async fn wait_first_lease(&self, timeout: Duration) {
+        let mut changes = self.subscribe();
+        let deadline = tokio::time::Instant::now() + timeout;
+        loop {
+            let ever = self
+                .renewed
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .is_some();
+            if ever {
+                return;
+            }
+            if tokio::time::timeout_at(deadline, changes.changed())
+                .await
+                .map_or(true, |r| r.is_err())
+            {
+                return;
+            }
+        }
+    }
+
     pub(crate) fn lease_renewed(&self, started: Instant) {
         let was_fresh = self.lease_fresh();
         *self

@@ -122,6 +122,11 @@ pub struct TopicStore {
 /// Longest wait for a topic's first owner when it is opened.
 const OWNER_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
+/// Longest wait of a broker that has just started for its first lease
+/// before it answers an edge's `Hello` (then it refuses as it would without
+/// a lease).
+const FIRST_LEASE_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
 impl TopicStore {
     /// Topics under `dir`, metadata in `store`, batches limited by `limits`.
     pub fn new(dir: PathBuf, store: Arc<dyn MetadataStore>, limits: Limits) -> TopicStore {
@@ -359,6 +364,7 @@ impl TopicStore {
         // lease, answers without a Raft round trip (which a broker cut off
         // from the majority could not finish).
         if let Some(cluster) = self.cluster.get() {
+            cluster.wait_first_lease(FIRST_LEASE_WAIT).await;
             match cluster.route(topic) {
                 crate::cluster::Route::Remote(owner) => return Err(TopicError::NotOwner(owner)),
                 crate::cluster::Route::Unassigned { reason } if !cluster.lease_fresh() => {

@@ -207,14 +207,13 @@ fn run(args: &Args) -> anyhow::Result<Summary> {
     summary.reconnects =
         metric(&metrics, "tributary_edge_replication_reconnects_total").unwrap_or_default();
 
-    // Stop everything gracefully; each must exit 0.
+    // The central topics, as their owners count them.
+    verify::central_counts(&agent, &layout, [&mut readings, &mut daily])?;
+
+    // Stop everything gracefully; each must exit 0. Then the archive:
+    // `tribctl archive verify` (no broker), then every record.
     stop(&mut summary, "edge-agent", &mut edge);
     central.stop_all(&mut summary);
-
-    // The central topics, read from the owners' WALs after they stopped;
-    // then the archive: `tribctl archive verify` (no broker), then every
-    // record.
-    verify::central_counts(&layout, [&mut readings, &mut daily])?;
     verify::archive(
         &work,
         &layout,

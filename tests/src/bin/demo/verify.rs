@@ -1,39 +1,49 @@
-//! After everything stopped: the central topics counted from the broker's
-//! WALs, `tribctl archive verify` on the bucket (no broker involved), and
-//! every record read back from the archive and tallied against the CSV.
+//! The central topics counted by their owners (before the brokers stop),
+//! `tribctl archive verify` on the bucket (no broker involved), and every
+//! record read back from the archive and tallied against the CSV.
 
 use std::path::Path;
 use std::process::Command;
 
 use anyhow::{Context as _, anyhow};
-use broker_core::wal::{Wal, WalConfig};
 use serde_json::Value;
 use tributary_archive::reader::{Archive, Start};
 use tributary_archive::{Bucket, StoreConfig};
 use tributary_proto::keys::{StorageKeys, TopicName};
 use tributary_tests::demo::{Tally, TallyReport};
 
-use crate::processes::Layout;
+use crate::processes::{Layout, get_text, metric};
 use crate::summary::TopicCounts;
 use crate::{DAILY, READINGS};
 
-/// Counts each topic's records in its owner's WAL (the broker must be
-/// stopped): its high-water mark. A new owner's WAL starts at the archive's
-/// end, so its high-water mark counts the whole topic.
-pub fn central_counts(layout: &Layout, topics: [&mut TopicCounts; 2]) -> anyhow::Result<()> {
+/// Reads each topic's central record count while the brokers run (after
+/// everything was tiered): the highest `tributary_broker_topic_high_water_mark`
+/// a broker reports for it, which is its owner's (a broker closes the WAL of
+/// a topic it no longer serves, and a stale copy holds no more than the
+/// owner). A new owner's WAL starts at the archive's end, so its
+/// high-water mark counts the whole topic. It is read before the brokers
+/// stop because a graceful stop hands each topic to a broker still
+/// running, which opens its WAL only when an edge next connects.
+pub fn central_counts(
+    agent: &ureq::Agent,
+    layout: &Layout,
+    topics: [&mut TopicCounts; 2],
+) -> anyhow::Result<()> {
+    let expositions: Vec<String> = layout
+        .admins
+        .iter()
+        .filter_map(|admin| get_text(agent, &format!("https://{admin}/metrics")))
+        .collect();
     for counts in topics {
-        let topic = TopicName::new(&counts.topic).map_err(|e| anyhow!("{e}"))?;
-        let owner = layout
-            .owner(&counts.topic)
-            .ok_or_else(|| anyhow!("no broker owns {}", counts.topic))?;
-        let dir = layout
-            .broker_data(owner)
-            .join("topics")
-            .join(topic.namespace())
-            .join(topic.topic());
-        let wal = Wal::open(&dir, WalConfig::default())
-            .with_context(|| format!("opening the central WAL {}", dir.display()))?;
-        counts.central = wal.high_water_mark();
+        let name = format!(
+            "tributary_broker_topic_high_water_mark{{topic=\"{}\"}}",
+            counts.topic
+        );
+        counts.central = expositions
+            .iter()
+            .filter_map(|text| metric(text, &name))
+            .max()
+            .ok_or_else(|| anyhow!("no broker reports a high-water mark for {}", counts.topic))?;
     }
     Ok(())
 }
