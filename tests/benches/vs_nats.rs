@@ -60,11 +60,22 @@
 //!   most one poll interval of idle time is included. The time from the
 //!   central process's start is printed too.
 //!
+//! - **MQTT, 1 record per ack** (issue 20; [`mqtt`]): [`Settings::producers`]
+//!   MQTT 3.1.1 clients (rumqttc), each publishing one record with QoS 1 and
+//!   waiting for its PUBACK before the next, into the agent's `[mqtt]`
+//!   listener. Case `mqtt` compares it with JetStream's publish-with-ack
+//!   (the `publish` case's NATS side); case `mqtt_nats_mqtt` with the same
+//!   MQTT client and load against nats-server's own MQTT listener
+//!   (JetStream-backed, a file stream capturing the subject), so the
+//!   protocol is the same on both sides.
+//!
 //! Every loop is bounded in time and count. Settings come from the
 //! environment (see [`Settings::from_env`]).
 
 #[path = "common/mod.rs"]
 mod common;
+#[path = "vs_nats/mqtt.rs"]
+mod mqtt;
 
 use std::collections::VecDeque;
 use std::net::{SocketAddr, TcpStream};
@@ -159,7 +170,7 @@ struct Settings {
     rounds: usize,
     /// `BENCH_DURABILITY` [`fsync,page_cache`].
     durabilities: Vec<Durability>,
-    /// `BENCH_CASES` [`publish,publish_batch,replication`].
+    /// `BENCH_CASES` [`publish,publish_batch,replication,mqtt,mqtt_nats_mqtt`].
     cases: Vec<Case>,
 }
 
@@ -168,6 +179,10 @@ enum Case {
     Publish,
     PublishBatch,
     Replication,
+    /// MQTT QoS 1 into the agent against JetStream's publish-with-ack.
+    Mqtt,
+    /// MQTT QoS 1 into the agent against nats-server's MQTT listener.
+    MqttNatsMqtt,
 }
 
 impl Case {
@@ -179,6 +194,14 @@ impl Case {
                 s.producers, s.batch_records
             ),
             Case::Replication => format!("replication of {}", megabytes(s.backlog_bytes as f64)),
+            Case::Mqtt => format!(
+                "MQTT QoS 1 into the agent vs JetStream publish-with-ack, {} producers, 1 record per ack",
+                s.producers
+            ),
+            Case::MqttNatsMqtt => format!(
+                "MQTT QoS 1 into the agent vs nats-server's MQTT listener, {} producers, 1 record per ack",
+                s.producers
+            ),
         }
     }
 }
@@ -205,16 +228,18 @@ impl Settings {
             .collect();
         let cases = env_or(
             "BENCH_CASES",
-            "publish,publish_batch,replication".to_string(),
+            "publish,publish_batch,replication,mqtt,mqtt_nats_mqtt".to_string(),
         )
         .split(',')
         .map(|c| match c.trim() {
             "publish" => Case::Publish,
             "publish_batch" => Case::PublishBatch,
             "replication" => Case::Replication,
-            other => {
-                panic!("BENCH_CASES: unknown {other:?} (publish, publish_batch, replication)")
-            }
+            "mqtt" => Case::Mqtt,
+            "mqtt_nats_mqtt" => Case::MqttNatsMqtt,
+            other => panic!(
+                "BENCH_CASES: unknown {other:?} (publish, publish_batch, replication, mqtt, mqtt_nats_mqtt)"
+            ),
         })
         .collect();
         let s = Settings {
@@ -884,11 +909,14 @@ fn run_case(s: &Settings, case: Case, durability: Durability, round: usize) -> R
         Case::Publish => tributary_publish(s, durability, 1),
         Case::PublishBatch => tributary_publish(s, durability, s.batch_records),
         Case::Replication => tributary_replication(s, durability),
+        Case::Mqtt | Case::MqttNatsMqtt => mqtt::tributary_mqtt(s, durability),
     };
     let nats = || match case {
         Case::Publish => nats_publish(s, durability, 1),
         Case::PublishBatch => nats_publish(s, durability, s.batch_records),
         Case::Replication => nats_replication(s, durability),
+        Case::Mqtt => nats_publish(s, durability, 1),
+        Case::MqttNatsMqtt => mqtt::nats_mqtt(s, durability),
     };
     // Alternate the order between rounds, against drift.
     let (tributary, nats) = if round.is_multiple_of(2) {
