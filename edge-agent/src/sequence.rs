@@ -306,7 +306,6 @@ mod tests {
         assert_eq!(decide(&three(), 1, 2, "a"), duplicate(1, 2));
         assert_eq!(decide(&three(), 2, 4, "x"), duplicate(2, 4));
         assert_eq!(decide(&three(), 6, 8, "x"), duplicate(6, 8));
-        assert_eq!(duplicate(1, 2).clone(), duplicate(1, 2));
     }
 
     #[test]
