@@ -12,7 +12,10 @@
 //!
 //! Publish responses are sent once the batch is durable per the topic's
 //! sync mode. Both publish routes honour `Idempotency-Key`
-//! ([`crate::idempotency`]; 409 `idempotency_key_reused`). Every error is JSON `{"error": "..."}` with more fields where
+//! ([`crate::idempotency`]; 409 `idempotency_key_reused`); the batch route
+//! also NDJSON `producer_id` + `sequence` ([`crate::sequence`]; 409
+//! `sequence_reused`, `sequence_duplicate`, `sequence_gap`), but not both
+//! in one request (400). Every error is JSON `{"error": "..."}` with more fields where
 //! useful: 400 bad input (naming the field or NDJSON line), 403 a topic
 //! outside the edge's namespace or over `max_topics`, 404 unknown topic or
 //! route, 413 over `max_record_bytes` / `max_batch_bytes`, 503 shutting
@@ -519,14 +522,31 @@ async fn publish_batch(
             NdjsonError::Empty => err,
         }
     })?;
+    let ndjson::ParsedBatch {
+        records,
+        lines,
+        producer,
+    } = parsed;
     let fp = crate::idempotency::fingerprint(&[b"batch", &body]);
-    let ack = idempotent(&manager, &name, &headers, fp, async {
+    let publish = async {
         manager
-            .publish(&name, parsed.records)
+            .publish(&name, records)
             .await
-            .map_err(|e| publish_error(e, Some(&parsed.lines)))
-    })
-    .await?;
+            .map_err(|e| publish_error(e, Some(&lines)))
+    };
+    let ack = match producer {
+        Some(_) if headers.contains_key(crate::idempotency::HEADER) => {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "header {}: not with producer_id and sequence in the body; use one of the two per request",
+                    crate::idempotency::HEADER
+                ),
+            ));
+        }
+        Some(producer) => sequenced(&manager, &name, &producer, fp, publish).await?,
+        None => idempotent(&manager, &name, &headers, fp, publish).await?,
+    };
     debug!(topic = %name, base_offset = ack.base_offset, count = ack.count, "published a batch");
     Ok(axum::Json(PublishResponse::new(&name, ack)))
 }
@@ -555,13 +575,10 @@ async fn idempotent(
     let store_key = idem::store_key(name, key);
     let lock = idem::LOCKS.get(&store_key);
     let _serial = lock.lock().await;
-    let internal = |e: broker_core::metadata::MetadataError| {
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            format!("idempotency key store: {e}"),
-        )
-    };
-    if let Some(used) = idem::lookup(manager, &store_key).await.map_err(internal)? {
+    if let Some(used) = idem::lookup(manager, &store_key)
+        .await
+        .map_err(store_error)?
+    {
         if used.fingerprint != fp {
             return Err(ApiError::new(
                 StatusCode::CONFLICT,
@@ -580,6 +597,74 @@ async fn idempotent(
     let ack = publish.await?;
     if let Err(e) = idem::remember(manager, &store_key, fp, &ack).await {
         error!(error = %e, topic = %name, "the idempotency key could not be stored; a retry would store the records again");
+    }
+    Ok(ack)
+}
+
+/// 500 for a failed read of the idempotency store.
+fn store_error(e: broker_core::metadata::MetadataError) -> ApiError {
+    ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        format!("idempotency key store: {e}"),
+    )
+}
+
+/// Runs `publish` unless [`crate::sequence::decide`] says the batch of
+/// `producer` is a retry (the remembered answer) or refused (409). Requests
+/// of one producer on `name` run one after the other.
+async fn sequenced(
+    manager: &TopicManager,
+    name: &TopicName,
+    producer: &ndjson::Producer,
+    fp: String,
+    publish: impl std::future::Future<Output = Result<PublishAck, ApiError>>,
+) -> Result<PublishAck, ApiError> {
+    use crate::sequence::{self as seq, Decision, Refusal};
+    let store_key = seq::store_key(name, &producer.id);
+    let lock = crate::idempotency::LOCKS.get(&store_key);
+    let _serial = lock.lock().await;
+    let mut state = seq::load(manager, &store_key).await.map_err(store_error)?;
+    let (first, last) = (producer.first_sequence, producer.last_sequence);
+    match seq::decide(&state, first, last, &fp) {
+        Decision::Store => {}
+        Decision::Replay(batch) => {
+            debug!(topic = %name, producer = producer.id, first, "sequenced retry: answering the original offsets");
+            // A use: the window runs for another 24 h.
+            if let Err(e) = seq::save(manager, &store_key, &state).await {
+                error!(error = %e, topic = %name, "the producer's sequence window could not be refreshed");
+            }
+            return Ok(batch.ack());
+        }
+        Decision::Refuse(refusal) => {
+            let mut err = ApiError::new(
+                StatusCode::CONFLICT,
+                format!(
+                    "producer_id {:?} on {name}: {refusal}; nothing stored",
+                    producer.id
+                ),
+            )
+            .with_kind(refusal.kind())
+            .with("producer_id", json!(producer.id));
+            err = match refusal {
+                Refusal::Reused { base_offset, .. } => err.with("base_offset", json!(base_offset)),
+                Refusal::Duplicate { last_sequence, .. } => {
+                    err.with("last_sequence", json!(last_sequence))
+                }
+                Refusal::Gap { expected, .. } => err.with("expected_sequence", json!(expected)),
+            };
+            return Err(err);
+        }
+    }
+    let ack = publish.await?;
+    state.remember(seq::StoredBatch {
+        first_sequence: first,
+        last_sequence: last,
+        base_offset: ack.base_offset,
+        next_offset: ack.next_offset,
+        fingerprint: fp,
+    });
+    if let Err(e) = seq::save(manager, &store_key, &state).await {
+        error!(error = %e, topic = %name, "the producer's sequence window could not be stored; a retry would store the records again");
     }
     Ok(ack)
 }

@@ -46,6 +46,7 @@ pub mod ndjson;
 pub mod recovery;
 pub mod replicator;
 pub mod ring;
+pub mod sequence;
 pub mod topic;
 
 pub use agent::{Agent, AgentError};

@@ -10,9 +10,14 @@
 //! | `key_b64` | string | optional key, standard base64 |
 //! | `headers` | object of string → string | optional headers, kept in the order written |
 //! | `timestamp_ms` | integer ≥ 0 | optional; ms since the Unix epoch, else the agent's clock |
+//! | `producer_id` | string | optional, 1 to [`MAX_PRODUCER_ID_BYTES`] bytes of visible ASCII: who sends the batch ([`crate::sequence`]) |
+//! | `sequence` | integer ≥ 0 | optional, with `producer_id`: the record's number in that producer's stream |
 //!
 //! Exactly one of `value` and `value_b64`; at most one of `key` and
-//! `key_b64`; no other fields. Lines holding only whitespace are skipped
+//! `key_b64`; no other fields. `producer_id` and `sequence` come together
+//! on every line of a body or on none; every line has the same
+//! `producer_id` and the sequences are consecutive ([`Producer`]). They
+//! are not part of the stored record. Lines holding only whitespace are skipped
 //! (so a trailing newline is fine); line numbers count every line from 1.
 //! The whole body is parsed before anything is stored, and the first bad
 //! line is reported ([`LineError`]).
@@ -37,6 +42,22 @@ struct Line {
     #[serde(default)]
     headers: OrderedHeaders,
     timestamp_ms: Option<i64>,
+    producer_id: Option<String>,
+    sequence: Option<u64>,
+}
+
+/// Longest `producer_id` accepted, bytes.
+pub const MAX_PRODUCER_ID_BYTES: usize = 200;
+
+/// The producer of a batch whose lines carry `producer_id` and `sequence`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Producer {
+    /// The `producer_id` of every line.
+    pub id: String,
+    /// The `sequence` of the first line.
+    pub first_sequence: u64,
+    /// The `sequence` of the last line (`first_sequence` + records − 1).
+    pub last_sequence: u64,
 }
 
 /// A JSON object of string → string, in document order, duplicates kept.
@@ -100,6 +121,8 @@ pub struct ParsedBatch {
     pub records: Vec<Record>,
     /// `lines[i]` is the line number of `records[i]`.
     pub lines: Vec<usize>,
+    /// The producer and sequence range, when the lines carry them.
+    pub producer: Option<Producer>,
 }
 
 /// Parses an NDJSON body. Records without `timestamp_ms` get `now_ms`.
@@ -107,25 +130,116 @@ pub struct ParsedBatch {
 /// # Errors
 /// [`NdjsonError::Line`] for the first bad line (not UTF-8, not a JSON
 /// object, unknown or mistyped field, missing or doubled value, bad
-/// base64, negative timestamp); [`NdjsonError::Empty`] without any record.
+/// base64, negative timestamp, `producer_id` without `sequence` or the
+/// reverse, on some lines only, changing, or not consecutive);
+/// [`NdjsonError::Empty`] without any record.
 pub fn parse(body: &[u8], now_ms: i64) -> Result<ParsedBatch, NdjsonError> {
     let mut records = Vec::new();
     let mut lines = Vec::new();
+    let mut producer: Option<Producer> = None;
     for (index, raw) in body.split(|&b| b == b'\n').enumerate() {
         let line = index + 1;
         if raw.iter().all(u8::is_ascii_whitespace) {
             continue;
         }
-        records.push(parse_line(raw, line, now_ms)?);
+        let (record, sequenced) = parse_line(raw, line, now_ms)?;
+        producer = next_producer(producer, sequenced, lines.first().copied(), line)?;
+        records.push(record);
         lines.push(line);
     }
     if records.is_empty() {
         return Err(NdjsonError::Empty);
     }
-    Ok(ParsedBatch { records, lines })
+    Ok(ParsedBatch {
+        records,
+        lines,
+        producer,
+    })
 }
 
-fn parse_line(raw: &[u8], line: usize, now_ms: i64) -> Result<Record, LineError> {
+/// The producer after `line`, whose own `producer_id` and `sequence` are
+/// `sequenced`; `first_line` is the first record's line (`None` when `line`
+/// is the first).
+fn next_producer(
+    producer: Option<Producer>,
+    sequenced: Option<(String, u64)>,
+    first_line: Option<usize>,
+    line: usize,
+) -> Result<Option<Producer>, LineError> {
+    let err = |field: &str, reason: String| LineError {
+        line,
+        field: Some(field.to_owned()),
+        reason,
+    };
+    let Some(first_line) = first_line else {
+        return Ok(sequenced.map(|(id, sequence)| Producer {
+            id,
+            first_sequence: sequence,
+            last_sequence: sequence,
+        }));
+    };
+    match (producer, sequenced) {
+        (None, None) => Ok(None),
+        (None, Some(_)) => Err(err(
+            "producer_id",
+            format!(
+                "given here but not on line {first_line}: give `producer_id` and `sequence` on every line of a request or on none"
+            ),
+        )),
+        (Some(_), None) => Err(err(
+            "producer_id",
+            format!(
+                "missing (line {first_line} has one): give `producer_id` and `sequence` on every line of a request or on none"
+            ),
+        )),
+        (Some(mut producer), Some((id, sequence))) => {
+            if id != producer.id {
+                return Err(err(
+                    "producer_id",
+                    format!(
+                        "must be the same on every line of a request ({:?} on line {first_line}); got {id:?}",
+                        producer.id
+                    ),
+                ));
+            }
+            let expected = producer.last_sequence.checked_add(1);
+            if expected != Some(sequence) {
+                let expected = expected.map_or(
+                    "none (the previous line is at the largest sequence)".to_owned(),
+                    |e| e.to_string(),
+                );
+                return Err(err(
+                    "sequence",
+                    format!(
+                        "sequences of a request are consecutive: expected {expected}; got {sequence}"
+                    ),
+                ));
+            }
+            producer.last_sequence = sequence;
+            Ok(Some(producer))
+        }
+    }
+}
+
+/// Checks a `producer_id`: 1 to [`MAX_PRODUCER_ID_BYTES`] bytes of
+/// visible ASCII.
+fn check_producer_id(id: &str) -> Result<(), String> {
+    if id.is_empty() || id.len() > MAX_PRODUCER_ID_BYTES {
+        return Err(format!(
+            "1 to {MAX_PRODUCER_ID_BYTES} bytes; got {}",
+            id.len()
+        ));
+    }
+    if !id.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err("visible ASCII only (no spaces or control characters)".into());
+    }
+    Ok(())
+}
+
+/// One line's record and its `producer_id` and `sequence`, if given.
+type ParsedLine = (Record, Option<(String, u64)>);
+
+fn parse_line(raw: &[u8], line: usize, now_ms: i64) -> Result<ParsedLine, LineError> {
     let err = |field: Option<&str>, reason: String| LineError {
         line,
         field: field.map(str::to_owned),
@@ -201,18 +315,38 @@ fn parse_line(raw: &[u8], line: usize, now_ms: i64) -> Result<Record, LineError>
         Some(ts) => ts,
         None => now_ms,
     };
+    let sequenced = match (parsed.producer_id, parsed.sequence) {
+        (Some(id), Some(sequence)) => {
+            check_producer_id(&id).map_err(|r| err(Some("producer_id"), r))?;
+            Some((id, sequence))
+        }
+        (None, None) => None,
+        (Some(_), None) => {
+            return Err(err(
+                Some("sequence"),
+                "missing: give `producer_id` and `sequence` together, or neither".into(),
+            ));
+        }
+        (None, Some(_)) => {
+            return Err(err(
+                Some("producer_id"),
+                "missing: give `producer_id` and `sequence` together, or neither".into(),
+            ));
+        }
+    };
     let headers = parsed
         .headers
         .0
         .into_iter()
         .map(|(name, value)| (name, Bytes::from(value.into_bytes())))
         .collect();
-    Ok(Record {
+    let record = Record {
         timestamp_ms,
         key,
         headers,
         value,
-    })
+    };
+    Ok((record, sequenced))
 }
 
 fn decode_b64(text: &str) -> Result<Bytes, String> {
@@ -243,6 +377,7 @@ mod tests {
         );
         let parsed = parse(body.as_bytes(), 1000).unwrap();
         assert_eq!(parsed.lines, [1, 3, 4]);
+        assert_eq!(parsed.producer, None);
         assert_eq!(
             parsed.records,
             [
@@ -356,5 +491,106 @@ mod tests {
         };
         assert_eq!(e.line, 2);
         assert!(e.reason.starts_with("not UTF-8"), "{e}");
+    }
+
+    #[test]
+    fn producer_and_sequences_are_read_but_not_stored() {
+        let body = concat!(
+            "{\"value\":\"a\",\"producer_id\":\"p-1\",\"sequence\":7}\n",
+            "\n",
+            "{\"sequence\":8,\"value\":\"b\",\"producer_id\":\"p-1\"}\n",
+        );
+        let parsed = parse(body.as_bytes(), 5).unwrap();
+        assert_eq!(
+            parsed.producer,
+            Some(Producer {
+                id: "p-1".into(),
+                first_sequence: 7,
+                last_sequence: 8,
+            })
+        );
+        let plain = parse(b"{\"value\":\"a\"}\n{\"value\":\"b\"}\n", 5).unwrap();
+        assert_eq!(
+            parsed.records, plain.records,
+            "the record is the same without them"
+        );
+    }
+
+    #[test]
+    fn producer_fields_come_together_on_every_line() {
+        let e = line_err("{\"value\":\"a\",\"producer_id\":\"p\"}");
+        assert_eq!(
+            e.to_string(),
+            "line 1: sequence: missing: give `producer_id` and `sequence` together, or neither"
+        );
+        let e = line_err("{\"value\":\"a\",\"sequence\":0}");
+        assert_eq!(e.field.as_deref(), Some("producer_id"));
+        let e =
+            line_err("{\"value\":\"a\",\"producer_id\":\"p\",\"sequence\":0}\n{\"value\":\"b\"}");
+        assert_eq!((e.line, e.field.as_deref()), (2, Some("producer_id")));
+        assert!(e.reason.starts_with("missing (line 1 has one)"), "{e}");
+        let e =
+            line_err("{\"value\":\"a\"}\n\n{\"value\":\"b\",\"producer_id\":\"p\",\"sequence\":0}");
+        assert_eq!(
+            e.to_string(),
+            "line 3: producer_id: given here but not on line 1: give `producer_id` and `sequence` on every line of a request or on none"
+        );
+    }
+
+    #[test]
+    fn one_producer_and_consecutive_sequences_per_request() {
+        let e = line_err(concat!(
+            "{\"value\":\"a\",\"producer_id\":\"p\",\"sequence\":0}\n",
+            "{\"value\":\"b\",\"producer_id\":\"q\",\"sequence\":1}\n",
+        ));
+        assert_eq!(
+            e.to_string(),
+            "line 2: producer_id: must be the same on every line of a request (\"p\" on line 1); got \"q\""
+        );
+        let e = line_err(concat!(
+            "{\"value\":\"a\",\"producer_id\":\"p\",\"sequence\":0}\n",
+            "{\"value\":\"b\",\"producer_id\":\"p\",\"sequence\":2}\n",
+        ));
+        assert_eq!(
+            e.to_string(),
+            "line 2: sequence: sequences of a request are consecutive: expected 1; got 2"
+        );
+        let e = line_err(concat!(
+            "{\"value\":\"a\",\"producer_id\":\"p\",\"sequence\":18446744073709551615}\n",
+            "{\"value\":\"b\",\"producer_id\":\"p\",\"sequence\":0}\n",
+        ));
+        assert_eq!((e.line, e.field.as_deref()), (2, Some("sequence")));
+    }
+
+    #[test]
+    fn bad_producer_ids_and_sequences_are_named() {
+        let e = line_err("{\"value\":\"a\",\"producer_id\":\"\",\"sequence\":0}");
+        assert_eq!(e.to_string(), "line 1: producer_id: 1 to 200 bytes; got 0");
+        let long = "x".repeat(MAX_PRODUCER_ID_BYTES + 1);
+        let e = line_err(&format!(
+            "{{\"value\":\"a\",\"producer_id\":\"{long}\",\"sequence\":0}}"
+        ));
+        assert_eq!(
+            e.to_string(),
+            "line 1: producer_id: 1 to 200 bytes; got 201"
+        );
+        let ok = "x".repeat(MAX_PRODUCER_ID_BYTES);
+        assert!(
+            parse(
+                format!("{{\"value\":\"a\",\"producer_id\":\"{ok}\",\"sequence\":0}}").as_bytes(),
+                0
+            )
+            .is_ok()
+        );
+        let e = line_err("{\"value\":\"a\",\"producer_id\":\"a b\",\"sequence\":0}");
+        assert_eq!(e.field.as_deref(), Some("producer_id"));
+        let e = line_err("{\"value\":\"a\",\"producer_id\":5,\"sequence\":0}");
+        assert_eq!(e.field.as_deref(), Some("producer_id"));
+        for bad in ["\"1\"", "-1", "1.5", "null"] {
+            let e = line_err(&format!(
+                "{{\"value\":\"a\",\"producer_id\":\"p\",\"sequence\":{bad}}}"
+            ));
+            assert_eq!(e.field.as_deref(), Some("sequence"), "{bad}: {e}");
+        }
     }
 }

@@ -515,7 +515,7 @@ async fn every_bad_input_gets_its_status_and_stores_nothing() {
             vec![],
             b"{\"value\":\"a\",\"colour\":\"red\"}".to_vec(),
             400,
-            "line 1: colour: unknown field `colour`, expected one of `value`, `value_b64`, `key`, `key_b64`, `headers`, `timestamp_ms` (column 21)",
+            "line 1: colour: unknown field `colour`, expected one of `value`, `value_b64`, `key`, `key_b64`, `headers`, `timestamp_ms`, `producer_id`, `sequence` (column 21)",
         ),
         (
             "empty batch",

@@ -1,7 +1,9 @@
-//! HTTP `Idempotency-Key` end to end: a real `edge-agent` process, a batch
-//! retried three times (once across a SIGKILL of the agent) is stored once
-//! and answered with the same offsets; another body with a used key is
-//! refused with 409.
+//! HTTP retries without duplicates end to end, on a real `edge-agent`
+//! process: a batch retried three times (once across a SIGKILL of the
+//! agent) is stored once and answered with the same offsets, with an
+//! `Idempotency-Key` header or with NDJSON `producer_id` + `sequence`;
+//! another body for a used key or sequence range is refused with 409, a
+//! sequence gap too, and malformed producer fields with 400.
 
 use std::time::Duration;
 
@@ -11,20 +13,27 @@ use tributary_tests::mqtt::{MqttEdge, read_records};
 const RULES: &str = "[[mqtt.topics]]\nfilter = \"#\"\ntopic = \"/plant1/readings\"\n";
 
 fn post(edge: &MqttEdge, key: &str, body: &str) -> (u16, Value) {
+    post_with(edge, Some(key), body)
+}
+
+/// POSTs `body` to `/plant1/readings`' batch route, with the
+/// `Idempotency-Key` `key` if given.
+fn post_with(edge: &MqttEdge, key: Option<&str>, body: &str) -> (u16, Value) {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .timeout_global(Some(Duration::from_secs(30)))
         .http_status_as_error(false)
         .build()
         .into();
-    let mut response = agent
+    let mut request = agent
         .post(&format!(
             "http://{}/v1/topics/plant1/readings/batch",
             edge.api
         ))
-        .header("content-type", "application/x-ndjson")
-        .header("idempotency-key", key)
-        .send(body.to_owned())
-        .expect("post");
+        .header("content-type", "application/x-ndjson");
+    if let Some(key) = key {
+        request = request.header("idempotency-key", key);
+    }
+    let mut response = request.send(body.to_owned()).expect("post");
     let status = response.status().as_u16();
     (status, response.body_mut().read_json().expect("json"))
 }
@@ -74,5 +83,160 @@ fn a_retried_batch_with_an_idempotency_key_is_stored_once_even_across_a_sigkill(
         values,
         ["a", "b", "c", "d"],
         "stored once each, nothing from the refused body"
+    );
+}
+
+/// NDJSON lines of `producer` with `values` at sequences from `first`.
+fn sequenced(producer: &str, first: u64, values: &[&str]) -> String {
+    values
+        .iter()
+        .zip(first..)
+        .map(|(v, seq)| {
+            format!("{{\"value\":\"{v}\",\"producer_id\":\"{producer}\",\"sequence\":{seq}}}\n")
+        })
+        .collect()
+}
+
+fn offsets(answer: &Value) -> (Option<u64>, Option<u64>, Option<u64>) {
+    (
+        answer["base_offset"].as_u64(),
+        answer["next_offset"].as_u64(),
+        answer["count"].as_u64(),
+    )
+}
+
+#[test]
+fn a_retried_batch_with_producer_sequences_is_stored_once_even_across_a_sigkill() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut edge = MqttEdge::new(dir.path(), "audit_log", RULES);
+    edge.start();
+    wait_api(&edge);
+    let first_batch = sequenced("sensor-7", 0, &["a", "b", "c"]);
+    let (status, first) = post_with(&edge, None, &first_batch);
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(offsets(&first), (Some(0), Some(3), Some(3)));
+
+    let (status, retry1) = post_with(&edge, None, &first_batch);
+    assert_eq!((status, &retry1), (200, &first), "retry 1");
+    edge.edge.kill();
+    edge.start();
+    wait_api(&edge);
+    let (status, retry2) = post_with(&edge, None, &first_batch);
+    assert_eq!((status, &retry2), (200, &first), "retry 2, after a SIGKILL");
+    let (status, retry3) = post_with(&edge, None, &first_batch);
+    assert_eq!((status, &retry3), (200, &first), "retry 3");
+
+    // The next range is stored; another producer has its own sequences.
+    let second_batch = sequenced("sensor-7", 3, &["d", "e", "f"]);
+    let (status, second) = post_with(&edge, None, &second_batch);
+    assert_eq!(status, 200, "{second}");
+    assert_eq!(offsets(&second), (Some(3), Some(6), Some(3)));
+    let (status, other) = post_with(&edge, None, &sequenced("sensor-8", 0, &["x"]));
+    assert_eq!(status, 200, "{other}");
+    assert_eq!(offsets(&other), (Some(6), Some(7), Some(1)));
+
+    // Another body at 0..=2: refused.
+    let (status, reused) = post_with(&edge, None, &sequenced("sensor-7", 0, &["A", "B", "C"]));
+    assert_eq!(status, 409, "{reused}");
+    assert_eq!(reused["kind"], "sequence_reused", "{reused}");
+    assert_eq!(reused["base_offset"], 0, "{reused}");
+    // A gap: 7 after 5.
+    let (status, gap) = post_with(&edge, None, &sequenced("sensor-7", 7, &["g"]));
+    assert_eq!(status, 409, "{gap}");
+    assert_eq!(gap["kind"], "sequence_gap", "{gap}");
+    assert_eq!(gap["expected_sequence"], 6, "{gap}");
+    // Part of a stored batch: a duplicate.
+    let (status, duplicate) = post_with(&edge, None, &sequenced("sensor-7", 4, &["e", "f"]));
+    assert_eq!(status, 409, "{duplicate}");
+    assert_eq!(duplicate["kind"], "sequence_duplicate", "{duplicate}");
+    assert_eq!(duplicate["last_sequence"], 5, "{duplicate}");
+    // The older batch is still a retry after the newer one.
+    let (status, retry4) = post_with(&edge, None, &first_batch);
+    assert_eq!(
+        (status, &retry4),
+        (200, &first),
+        "retry 4, after batch 3..=5"
+    );
+
+    // Malformed producer fields: 400, nothing stored.
+    let long = "p".repeat(201);
+    let bad: [(&str, String, usize, &str); 7] = [
+        (
+            "mixed",
+            "{\"value\":\"m\",\"producer_id\":\"sensor-7\",\"sequence\":6}\n{\"value\":\"n\"}\n".into(),
+            2,
+            "producer_id",
+        ),
+        (
+            "sequence without producer_id",
+            "{\"value\":\"m\",\"sequence\":6}\n".into(),
+            1,
+            "producer_id",
+        ),
+        (
+            "not consecutive",
+            "{\"value\":\"m\",\"producer_id\":\"sensor-7\",\"sequence\":6}\n{\"value\":\"n\",\"producer_id\":\"sensor-7\",\"sequence\":8}\n".into(),
+            2,
+            "sequence",
+        ),
+        (
+            "two producers",
+            "{\"value\":\"m\",\"producer_id\":\"sensor-7\",\"sequence\":6}\n{\"value\":\"n\",\"producer_id\":\"sensor-9\",\"sequence\":7}\n".into(),
+            2,
+            "producer_id",
+        ),
+        (
+            "sequence as a string",
+            "{\"value\":\"m\",\"producer_id\":\"sensor-7\",\"sequence\":\"6\"}\n".into(),
+            1,
+            "sequence",
+        ),
+        (
+            "producer_id as a number",
+            "{\"value\":\"m\",\"producer_id\":7,\"sequence\":6}\n".into(),
+            1,
+            "producer_id",
+        ),
+        (
+            "producer_id over 200 bytes",
+            format!("{{\"value\":\"m\",\"producer_id\":\"{long}\",\"sequence\":0}}\n"),
+            1,
+            "producer_id",
+        ),
+    ];
+    for (case, body, line, field) in &bad {
+        let (status, refused) = post_with(&edge, None, body);
+        assert_eq!(status, 400, "{case}: {refused}");
+        assert_eq!(refused["kind"], "invalid_input", "{case}: {refused}");
+        assert_eq!(refused["line"], *line, "{case}: {refused}");
+        assert_eq!(refused["field"], *field, "{case}: {refused}");
+    }
+    // One mechanism per request.
+    let (status, both) = post_with(&edge, Some("order-1"), &sequenced("sensor-7", 6, &["h"]));
+    assert_eq!(status, 400, "{both}");
+    assert_eq!(both["kind"], "invalid_input", "{both}");
+
+    // Nothing above moved the producer on: 6 is still the next sequence.
+    let (status, third) = post_with(&edge, None, &sequenced("sensor-7", 6, &["g"]));
+    assert_eq!(status, 200, "{third}");
+    assert_eq!(offsets(&third), (Some(7), Some(8), Some(1)));
+
+    assert_eq!(edge.edge.terminate(), Some(0));
+    let records = read_records(&edge.wal_dir("readings"));
+    let stored: Vec<(u64, String)> = records
+        .iter()
+        .map(|(offset, r)| (*offset, String::from_utf8_lossy(&r.value).into_owned()))
+        .collect();
+    let expected: Vec<(u64, String)> = ["a", "b", "c", "d", "e", "f", "x", "g"]
+        .iter()
+        .zip(0u64..)
+        .map(|(v, o)| (o, (*v).to_owned()))
+        .collect();
+    assert_eq!(stored, expected, "each stored once, nothing refused stored");
+    assert!(
+        records
+            .iter()
+            .all(|(_, r)| r.key.is_none() && r.headers.is_empty()),
+        "producer_id and sequence are not part of the record"
     );
 }
