@@ -233,17 +233,40 @@ fn tls_config(tls: &ClientTls) -> Result<ureq::tls::TlsConfig, ClientError> {
         .build())
 }
 
+/// Limits each phase of a ureq request to `$timeout` on an agent's config
+/// builder: connect, send the request and its body, wait for the response
+/// head, read the body. Name resolution has no limit of its own: with any
+/// limit over it (ureq's global or per-call timeout included) ureq 3
+/// resolves on a new thread per request, which costs more than the rest of
+/// a small request to a local API (one `clone3` per request). A request can
+/// thus take up to about five times `$timeout` when every phase is slow. A
+/// macro because ureq's builder type cannot be named outside ureq.
+#[macro_export]
+macro_rules! phase_timeouts {
+    ($config:expr, $timeout:expr $(,)?) => {{
+        let timeout: Option<::std::time::Duration> = Some($timeout);
+        $config
+            .timeout_connect(timeout)
+            .timeout_send_request(timeout)
+            .timeout_send_body(timeout)
+            .timeout_recv_response(timeout)
+            .timeout_recv_body(timeout)
+    }};
+}
+
 impl HttpClient {
     /// A client of `base_url` presenting `token` (if any) as a bearer token;
-    /// requests time out after `timeout`. With feature `tls`, an
+    /// each phase of a request is limited to `timeout` ([`crate::phase_timeouts!`]). With feature `tls`, an
     /// `https://` URL trusts no CA (every handshake fails): use
     /// [`HttpClient::with_tls`].
     pub fn new(base_url: &str, token: Option<&str>, timeout: Duration) -> HttpClient {
         #[allow(unused_mut)]
-        let mut config = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .max_redirects(0)
-            .timeout_global(Some(timeout));
+        let mut config = crate::phase_timeouts!(
+            ureq::Agent::config_builder()
+                .http_status_as_error(false)
+                .max_redirects(0),
+            timeout,
+        );
         #[cfg(feature = "tls")]
         {
             // Not ureq's default (the web PKI roots, compiled out): no root.
@@ -304,11 +327,13 @@ impl HttpClient {
         timeout: Duration,
         tls: &ClientTls,
     ) -> Result<HttpClient, ClientError> {
-        let agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .max_redirects(0)
-            .timeout_global(Some(timeout))
-            .tls_config(tls_config(tls)?)
+        let agent = crate::phase_timeouts!(
+            ureq::Agent::config_builder()
+                .http_status_as_error(false)
+                .max_redirects(0),
+            timeout,
+        )
+        .tls_config(tls_config(tls)?)
             .build()
             .into();
         Ok(HttpClient {

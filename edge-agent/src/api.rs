@@ -467,18 +467,23 @@ async fn publish_record(
             ApiError::new(StatusCode::BAD_REQUEST, format!("body: {reason}"))
         }
     })?;
-    let mut parts: Vec<&[u8]> = vec![raw_query.as_deref().unwrap_or("").as_bytes()];
-    for (n, v) in &record_headers {
-        parts.push(n.as_bytes());
-        parts.push(v);
-    }
-    parts.push(&value);
-    let fp = crate::idempotency::fingerprint(&parts);
     let record = Record {
         timestamp_ms,
         key: query.key.map(|k| Bytes::from(k.into_bytes())),
         headers: record_headers,
         value,
+    };
+    // Hashed only when an `Idempotency-Key` asks for it.
+    let fp = if headers.contains_key(crate::idempotency::HEADER) {
+        let mut parts: Vec<&[u8]> = vec![raw_query.as_deref().unwrap_or("").as_bytes()];
+        for (n, v) in &record.headers {
+            parts.push(n.as_bytes());
+            parts.push(v);
+        }
+        parts.push(&record.value);
+        crate::idempotency::fingerprint(&parts)
+    } else {
+        String::new()
     };
     let ack = idempotent(&manager, &name, &headers, fp, async {
         manager
@@ -527,7 +532,12 @@ async fn publish_batch(
         lines,
         producer,
     } = parsed;
-    let fp = crate::idempotency::fingerprint(&[b"batch", &body]);
+    // Hashed only for a request that asks for retries without duplicates.
+    let fp = if producer.is_some() || headers.contains_key(crate::idempotency::HEADER) {
+        crate::idempotency::fingerprint(&[b"batch", &body])
+    } else {
+        String::new()
+    };
     let publish = async {
         manager
             .publish(&name, records)

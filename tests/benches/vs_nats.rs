@@ -728,11 +728,15 @@ fn nats_replication(s: &Settings, durability: Durability) -> Measured {
 // ----------------------------------------------------------- Tributary ---
 
 fn ureq_agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .timeout_global(Some(Duration::from_secs(120)))
-        .http_status_as_error(false)
-        .build()
-        .into()
+    // Per-phase limits: a global one makes ureq resolve the address on a
+    // new thread per request, which cost this client more CPU than the
+    // agent spent on the request.
+    tributary_api::phase_timeouts!(
+        ureq::Agent::config_builder().http_status_as_error(false),
+        Duration::from_secs(120)
+    )
+    .build()
+    .into()
 }
 
 /// Posts `body` to `url`; returns the acknowledged record count.

@@ -344,11 +344,12 @@ pub fn metric_value(text: &str, series: &str) -> Option<u64> {
 }
 
 fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .timeout_global(Some(Duration::from_secs(120)))
-        .http_status_as_error(false)
-        .build()
-        .into()
+    tributary_api::phase_timeouts!(
+        ureq::Agent::config_builder().http_status_as_error(false),
+        Duration::from_secs(120)
+    )
+    .build()
+    .into()
 }
 
 /// Every record of the WAL in `dir` as (offset, value), from its log
