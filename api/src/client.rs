@@ -334,8 +334,8 @@ impl HttpClient {
             timeout,
         )
         .tls_config(tls_config(tls)?)
-            .build()
-            .into();
+        .build()
+        .into();
         Ok(HttpClient {
             base_url: base_url.trim_end_matches('/').to_owned(),
             authorization: token.map(|token| format!("Bearer {token}")),

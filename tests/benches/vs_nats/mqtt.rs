@@ -26,11 +26,11 @@ use rumqttc::{AsyncClient, Event, EventLoop, MqttOptions, Packet, QoS};
 use tributary_test_support::ports::free_tcp;
 use tributary_tests::mqtt::MqttEdge;
 
+use super::common::scratch_dir;
 use super::{
     Durability, MAX_RECORDS_PER_PRODUCER, Measured, NatsRole, NatsServer, STEP_MAX, Settings,
     connect, create_stream, random_value, runtime, stream_messages,
 };
-use super::common::scratch_dir;
 
 /// The MQTT topic both sides receive (NATS subject `bench.mqtt`).
 const TOPIC: &str = "bench/mqtt";
@@ -78,7 +78,8 @@ async fn publish_acked(client: &AsyncClient, events: &mut EventLoop, payload: &[
 async fn drive(addr: SocketAddr, s: &Settings, prefix: &str) -> (u64, f64) {
     let payload = Arc::new(random_value(s.record_bytes, 11));
     // Warm-up: one acknowledged publish, on its own connection.
-    let (warm, mut warm_events) = mqtt_client(addr, &format!("{prefix}-warm"), s.record_bytes).await;
+    let (warm, mut warm_events) =
+        mqtt_client(addr, &format!("{prefix}-warm"), s.record_bytes).await;
     publish_acked(&warm, &mut warm_events, &payload).await;
     let mut clients = Vec::with_capacity(s.producers);
     for i in 0..s.producers {
