@@ -477,20 +477,40 @@ async fn stream_messages(js: &jetstream::Context, name: &str) -> Option<u64> {
     Some(stream.cached_info().state.messages)
 }
 
-fn nats_publish(s: &Settings, durability: Durability, batch: usize) -> Measured {
-    let dir = scratch_dir("vsnats-js");
-    let store = dir.path().join("js");
-    let mut server = NatsServer::new(&s.nats_server, dir.path(), "pub");
+/// One JetStream server `name` (no leaf or hub) in `dir` at `durability`,
+/// configured, not started.
+fn standalone_server(s: &Settings, dir: &Path, name: &str, durability: Durability) -> NatsServer {
+    let server = NatsServer::new(&s.nats_server, dir, name);
     server.configure(
         &NatsRole {
-            name: "pub",
-            domain: "pub",
-            store: &store,
+            name,
+            domain: name,
+            store: &dir.join("js"),
             leaf_listen: None,
             leaf_remote: None,
         },
         durability,
     );
+    server
+}
+
+/// A file stream `name` on the one subject `subject`.
+async fn file_stream(js: &jetstream::Context, name: &str, subject: &str) -> stream::Stream {
+    create_stream(
+        js,
+        stream::Config {
+            name: name.into(),
+            subjects: vec![subject.into()],
+            storage: stream::StorageType::File,
+            ..Default::default()
+        },
+    )
+    .await
+}
+
+fn nats_publish(s: &Settings, durability: Durability, batch: usize) -> Measured {
+    let dir = scratch_dir("vsnats-js");
+    let mut server = standalone_server(s, dir.path(), "pub", durability);
     server.start();
     let url = server.url();
     let producers = s.producers;
@@ -498,16 +518,7 @@ fn nats_publish(s: &Settings, durability: Durability, batch: usize) -> Measured 
     let window = Duration::from_secs(s.publish_seconds);
     let result = runtime().block_on(async move {
         let admin = jetstream::new(connect(&url).await);
-        create_stream(
-            &admin,
-            stream::Config {
-                name: "PUB".into(),
-                subjects: vec!["bench.pub".into()],
-                storage: stream::StorageType::File,
-                ..Default::default()
-            },
-        )
-        .await;
+        file_stream(&admin, "PUB", "bench.pub").await;
         // Warm-up: one acknowledged publish.
         admin
             .publish("bench.pub", payload.clone())

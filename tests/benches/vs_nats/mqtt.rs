@@ -21,15 +21,15 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use async_nats::jetstream::{self, stream};
+use async_nats::jetstream;
 use rumqttc::{AsyncClient, Event, EventLoop, MqttOptions, Packet, QoS};
 use tributary_test_support::ports::free_tcp;
 use tributary_tests::mqtt::MqttEdge;
 
 use super::common::scratch_dir;
 use super::{
-    Durability, MAX_RECORDS_PER_PRODUCER, Measured, NatsRole, NatsServer, STEP_MAX, Settings,
-    connect, create_stream, random_value, runtime, stream_messages,
+    Durability, MAX_RECORDS_PER_PRODUCER, Measured, STEP_MAX, Settings, connect, file_stream,
+    random_value, runtime, standalone_server, stream_messages,
 };
 
 /// The MQTT topic both sides receive (NATS subject `bench.mqtt`).
@@ -143,18 +143,7 @@ pub fn tributary_mqtt(s: &Settings, durability: Durability) -> Measured {
 /// The same client and load against nats-server's MQTT listener.
 pub fn nats_mqtt(s: &Settings, durability: Durability) -> Measured {
     let dir = scratch_dir("vsnats-mqtt-js");
-    let store = dir.path().join("js");
-    let mut server = NatsServer::new(&s.nats_server, dir.path(), "mqtt");
-    server.configure(
-        &NatsRole {
-            name: "mqtt",
-            domain: "mqtt",
-            store: &store,
-            leaf_listen: None,
-            leaf_remote: None,
-        },
-        durability,
-    );
+    let mut server = standalone_server(s, dir.path(), "mqtt", durability);
     let mqtt_addr = free_tcp();
     let mut conf = std::fs::read_to_string(&server.conf).expect("nats config");
     conf.push_str(&format!("mqtt {{\n  listen: \"{mqtt_addr}\"\n}}\n"));
@@ -163,16 +152,7 @@ pub fn nats_mqtt(s: &Settings, durability: Durability) -> Measured {
     let url = server.url();
     let result = runtime().block_on(async {
         let admin = jetstream::new(connect(&url).await);
-        create_stream(
-            &admin,
-            stream::Config {
-                name: "MQTT_IN".into(),
-                subjects: vec!["bench.mqtt".into()],
-                storage: stream::StorageType::File,
-                ..Default::default()
-            },
-        )
-        .await;
+        file_stream(&admin, "MQTT_IN", "bench.mqtt").await;
         let (records, seconds) = drive(mqtt_addr, s, "nats").await;
         // Every acknowledged message (and the warm-up) in the stream.
         let deadline = Instant::now() + Duration::from_secs(30);
