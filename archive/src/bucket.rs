@@ -88,6 +88,16 @@ pub struct StoreConfig {
     #[arg(long = "s3-retry-timeout-ms")]
     #[serde(default)]
     pub retry_timeout_ms: Option<u64>,
+    /// Take credentials from the cloud instance's metadata endpoint (EC2
+    /// IMDS at `169.254.169.254`, or the container credentials endpoint)
+    /// when none are configured. Default false: an S3 bucket without an
+    /// access key id and secret (here or in `AWS_ACCESS_KEY_ID` /
+    /// `AWS_SECRET_ACCESS_KEY`) and without `AWS_SKIP_SIGNATURE` then
+    /// refuses to open, naming these settings, and nothing contacts that
+    /// endpoint.
+    #[arg(long = "s3-instance-credentials")]
+    #[serde(default)]
+    pub instance_credentials: Option<bool>,
 }
 
 impl std::fmt::Debug for StoreConfig {
@@ -105,6 +115,7 @@ impl std::fmt::Debug for StoreConfig {
             .field("request_timeout_ms", &self.request_timeout_ms)
             .field("max_retries", &self.max_retries)
             .field("retry_timeout_ms", &self.retry_timeout_ms)
+            .field("instance_credentials", &self.instance_credentials)
             .finish()
     }
 }
@@ -124,6 +135,7 @@ impl StoreConfig {
             request_timeout_ms: self.request_timeout_ms.or(other.request_timeout_ms),
             max_retries: self.max_retries.or(other.max_retries),
             retry_timeout_ms: self.retry_timeout_ms.or(other.retry_timeout_ms),
+            instance_credentials: self.instance_credentials.or(other.instance_credentials),
         }
     }
 }
@@ -230,6 +242,25 @@ impl Bucket {
                         .retry_timeout_ms
                         .map_or(defaults.retry_timeout, Duration::from_millis),
                 });
+            }
+            let configured = |key: AmazonS3ConfigKey| {
+                builder
+                    .get_config_value(&key)
+                    .is_some_and(|v| !v.is_empty())
+            };
+            let has_keys = configured(AmazonS3ConfigKey::AccessKeyId)
+                && configured(AmazonS3ConfigKey::SecretAccessKey);
+            let unsigned = builder
+                .get_config_value(&AmazonS3ConfigKey::SkipSignature)
+                .is_some_and(|v| v.eq_ignore_ascii_case("true"));
+            if !has_keys && !unsigned && config.instance_credentials != Some(true) {
+                return Err(BucketError::Config(format!(
+                    "S3 bucket {bucket}: no credentials: set access_key_id and \
+                     secret_access_key (--s3-access-key-id, --s3-secret-access-key, or \
+                     AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY), or instance_credentials = \
+                     true (--s3-instance-credentials true) to ask the cloud instance's \
+                     metadata endpoint"
+                )));
             }
             let store = builder
                 .build()

@@ -468,6 +468,13 @@ async fn verify(
             .map(|t| parse_topic(t))
             .collect::<anyhow::Result<_>>()?
     };
+    let place = format!("bucket {}", archive.bucket().description());
+    if topics.is_empty() {
+        // A cron audit must not pass on a typo in --bucket or --prefix.
+        bail!(
+            "no topic has segment objects in {place} under the prefix: nothing to verify (check --bucket and --prefix)"
+        );
+    }
     let mut listing = Vec::new();
     for topic in &topics {
         let (objects, foreign) = archive.segments(topic).await?;
@@ -525,6 +532,12 @@ async fn verify(
                 }));
             }
             check_footer_counts(&verdict, &mut summary);
+        }
+        if objects.is_empty() {
+            summary.problems.push(json!({
+                "kind": "missing",
+                "message": format!("no segment objects for {topic} in {place} under the prefix (a wrong topic name or --prefix, or nothing archived yet)"),
+            }));
         }
         for key in foreign {
             summary.problems.push(

@@ -347,3 +347,74 @@ fn ls_compares_the_bucket_with_the_raft_descriptors() {
         "{text}"
     );
 }
+
+/// An S3 bucket without credentials is refused before any request: no
+/// fallback to the cloud's instance metadata endpoint (169.254.169.254)
+/// unless `--s3-instance-credentials true` asks for it. The endpoint given
+/// is a closed local port, so nothing could answer anyway.
+#[test]
+fn an_s3_bucket_without_credentials_is_refused_naming_the_settings() {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tribctl"));
+    command
+        .args(["archive", "--bucket", "s3://tributary-none"])
+        .args(["--s3-endpoint", "http://127.0.0.1:9", "ls"])
+        .env_remove("TRIB_ARCHIVE_BUCKET");
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("AWS_") {
+            command.env_remove(name);
+        }
+    }
+    let output = command.output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("S3 bucket tributary-none: no credentials")
+            && stderr.contains("--s3-access-key-id")
+            && stderr.contains("--s3-instance-credentials true"),
+        "{stderr}"
+    );
+    assert!(output.stdout.is_empty());
+}
+
+/// A cron audit must not pass on a typo: `verify` on an empty or missing
+/// bucket, under a wrong `--prefix`, or of an unknown topic exits 1 and
+/// says what is missing; the good topic beside it still verifies.
+#[test]
+fn verify_fails_on_a_missing_bucket_a_wrong_prefix_and_an_unknown_topic() {
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = dir.path().join("bucket");
+    build_bucket(dir.path(), &bucket, 300);
+
+    let empty = dir.path().join("no-such-bucket");
+    let out = tribctl(&empty, &["verify"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("no topic has segment objects") && stderr.contains("--prefix"),
+        "{stderr}"
+    );
+
+    let out = tribctl(&bucket, &["--prefix", "/typo", "verify"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no topic has segment objects"),
+        "{out:?}"
+    );
+
+    let out = tribctl(
+        &bucket,
+        &["--output", "json", "verify", TOPIC, "/plant1/typo"],
+    );
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let doc: Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(doc["topics"][0]["ok"], true, "{doc}");
+    assert_eq!(doc["topics"][0]["records"], 300, "{doc}");
+    let missing = &doc["topics"][1];
+    assert_eq!(missing["topic"], "/plant1/typo");
+    assert_eq!(missing["ok"], false);
+    assert_eq!(missing["problems"][0]["kind"], "missing", "{doc}");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("1 problem(s) found"),
+        "{out:?}"
+    );
+}

@@ -28,6 +28,9 @@
 //! # request_timeout_ms = 30000           # one S3 request
 //! # max_retries = 10                     # object_store's own retries
 //! # retry_timeout_ms = 180000
+//! # instance_credentials = false         # true: ask the cloud instance's metadata
+//!                                        # endpoint when no keys are set; without
+//!                                        # keys and without it, start-up fails
 //!
 //! [upload]
 //! multipart_threshold_bytes = 16777216
