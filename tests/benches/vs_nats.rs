@@ -286,6 +286,16 @@ struct Measured {
 }
 
 impl Measured {
+    /// A measurement that ran to its end, without a note.
+    fn whole(records: u64, seconds: f64) -> Measured {
+        Measured {
+            records,
+            seconds,
+            note: String::new(),
+            complete: true,
+        }
+    }
+
     fn rate(&self) -> f64 {
         self.records as f64 / self.seconds
     }
@@ -567,12 +577,7 @@ fn nats_publish(s: &Settings, durability: Durability, batch: usize) -> Measured 
         let records = acked.load(Ordering::Relaxed);
         let stored = stream_messages(&admin, "PUB").await.expect("stream info");
         assert_eq!(stored, records + 1, "JetStream stored what it acknowledged");
-        Measured {
-            records,
-            seconds,
-            note: String::new(),
-            complete: true,
-        }
+        Measured::whole(records, seconds)
     });
     server.terminate();
     result
@@ -830,12 +835,7 @@ fn tributary_publish(s: &Settings, durability: Durability, batch: usize) -> Meas
         "the edge stored what it acknowledged"
     );
     assert_eq!(pair.edge.terminate(), Some(0));
-    Measured {
-        records,
-        seconds,
-        note: String::new(),
-        complete: true,
-    }
+    Measured::whole(records, seconds)
 }
 
 fn tributary_replication(s: &Settings, durability: Durability) -> Measured {

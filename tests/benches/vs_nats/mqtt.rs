@@ -132,12 +132,7 @@ pub fn tributary_mqtt(s: &Settings, durability: Durability) -> Measured {
         "the edge stored what it acknowledged (and the warm-up)"
     );
     assert_eq!(edge.edge.terminate(), Some(0));
-    Measured {
-        records,
-        seconds,
-        note: String::new(),
-        complete: true,
-    }
+    Measured::whole(records, seconds)
 }
 
 /// The same client and load against nats-server's MQTT listener.
@@ -167,12 +162,7 @@ pub fn nats_mqtt(s: &Settings, durability: Durability) -> Measured {
             stored > records,
             "the stream holds {stored} of the {records} acknowledged messages (+1 warm-up)"
         );
-        Measured {
-            records,
-            seconds,
-            note: String::new(),
-            complete: true,
-        }
+        Measured::whole(records, seconds)
     });
     server.terminate();
     result
