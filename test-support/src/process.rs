@@ -123,6 +123,11 @@ impl Proc {
         }
     }
 
+    /// The running process's id (`None` when it is not running).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// Whether it is running (as far as this handle knows).
     pub fn is_running(&self) -> bool {
         self.child.is_some()

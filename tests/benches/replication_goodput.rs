@@ -2,8 +2,12 @@
 //! bulk stream with the same TLS setup, in the same run.
 //!
 //! ```text
-//! cargo bench -p tributary-tests --bench replication_goodput [-- INTENT...]
+//! cargo bench -p tributary-tests --bench replication_goodput [-- [--pinned] INTENT...]
 //! ```
+//! With `--pinned`, the edge agent runs on core 0 and the broker on core 1
+//! (`taskset -a -p`, every thread), and the raw transfer's client and
+//! server threads likewise: what the product does per byte is then not
+//! mixed with how two processes share two cores.
 //! The bench first runs `cargo build --release -p broker -p edge-agent` (a
 //! no-op when fresh). `INTENT`s default to `event_stream` (central sync mode
 //! `os_cache_flush`) and `task_queue` (`fsync_batch`). About 200 MB per
@@ -107,11 +111,17 @@ fn total_cpu(pids: &[String]) -> f64 {
     pids.iter().filter_map(|p| cpu_seconds(p)).sum()
 }
 
-fn raw_run() -> Raw {
+/// Cores of the edge (or raw client) and the broker (or raw server) with
+/// `--pinned`.
+const EDGE_CORE: usize = 0;
+const BROKER_CORE: usize = 1;
+
+fn raw_run(pinned: bool) -> Raw {
     let dir = scratch_dir("raw");
     let (server, client) = quic_configs(&dir.path().join("certs"), None);
     let cpu_before = cpu_seconds("self").unwrap_or(0.0);
-    let bulk = RawBulk::start(server, client, |addr| addr, PAYLOAD_BYTES);
+    let pin = pinned.then_some((EDGE_CORE, BROKER_CORE));
+    let bulk = RawBulk::start_pinned(server, client, |addr| addr, PAYLOAD_BYTES, pin);
     let deadline = Instant::now() + Duration::from_secs(120);
     while bulk.last_byte().is_none() {
         assert!(Instant::now() < deadline, "raw transfer did not finish");
@@ -147,11 +157,19 @@ fn unix_now() -> f64 {
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
-fn replication_run(intent: &str) -> Replication {
+fn pin(proc: &tributary_test_support::process::Proc, cpu: usize, pinned: bool) {
+    if pinned {
+        common::pin_pid(&proc.pid().expect("running").to_string(), cpu, true);
+    }
+}
+
+fn replication_run(intent: &str, pinned: bool) -> Replication {
     let dir = scratch_dir("goodput");
     let mut pair = Pair::new(dir.path(), intent, None);
     pair.broker.start();
     pair.edge.start();
+    pin(&pair.broker, BROKER_CORE, pinned);
+    pin(&pair.edge, EDGE_CORE, pinned);
     pair.wait_for_edge();
     let bodies = random_bodies(8, RECORDS_PER_BATCH, VALUE_BYTES, 7);
     // Warm-up: the central topic exists and the connection was up once.
@@ -171,6 +189,7 @@ fn replication_run(intent: &str) -> Replication {
     assert_eq!(hwm - warm, (BATCHES * RECORDS_PER_BATCH) as u64);
 
     pair.broker.start();
+    pin(&pair.broker, BROKER_CORE, pinned);
     let pids = pids_mentioning(&dir.path().to_string_lossy());
     let mut cpu_at_first = 0.0;
     let started = Instant::now();
@@ -222,6 +241,7 @@ fn main() {
         .skip(1)
         .filter(|a| !a.starts_with('-'))
         .collect();
+    let pinned = std::env::args().any(|a| a == "--pinned");
     let intents = if intents.is_empty() {
         vec!["event_stream".to_string(), "task_queue".to_string()]
     } else {
@@ -229,14 +249,19 @@ fn main() {
     };
     build_release_binaries();
     println!("load average before: {}", load_average());
+    if pinned {
+        println!(
+            "pinned: edge and raw client on core {EDGE_CORE}, broker and raw server on core {BROKER_CORE}"
+        );
+    }
     println!(
         "replication goodput vs raw quinn, loopback, {} of values ({} records of {VALUE_BYTES} B in batches of {RECORDS_PER_BATCH})",
         megabytes(PAYLOAD_BYTES as f64),
         BATCHES * RECORDS_PER_BATCH
     );
-    let mut raws: Vec<Raw> = (0..RAW_ROUNDS).map(|_| raw_run()).collect();
-    let runs: Vec<Replication> = intents.iter().map(|i| replication_run(i)).collect();
-    raws.extend((0..RAW_ROUNDS).map(|_| raw_run()));
+    let mut raws: Vec<Raw> = (0..RAW_ROUNDS).map(|_| raw_run(pinned)).collect();
+    let runs: Vec<Replication> = intents.iter().map(|i| replication_run(i, pinned)).collect();
+    raws.extend((0..RAW_ROUNDS).map(|_| raw_run(pinned)));
     let mut raw_seconds: Vec<f64> = raws.iter().map(|r| r.seconds).collect();
     let mut raw_cpu: Vec<f64> = raws.iter().map(|r| r.cpu_seconds).collect();
     let rates: Vec<String> = raw_seconds
@@ -278,7 +303,7 @@ fn main() {
     let raw_cpu_per_gb = raw_cpu_median / (PAYLOAD_BYTES as f64 / 1e9);
     println!();
     println!(
-        "| intent | CPU s per GB, product (edge + broker) | CPU s per GB, raw quinn (median) | raw / product |"
+        "| intent | CPU s per GB, product (edge + broker) | CPU s per GB, raw quinn (median) | product / raw |"
     );
     println!("|---|---|---|---|");
     for run in &runs {
@@ -288,7 +313,7 @@ fn main() {
             run.intent,
             per_gb,
             raw_cpu_per_gb,
-            raw_cpu_per_gb / per_gb
+            per_gb / raw_cpu_per_gb
         );
     }
     for run in &runs {

@@ -5,3 +5,5 @@ pub mod crash;
 pub mod demo;
 pub mod fleet;
 pub mod mqtt;
+pub mod solo;
+pub mod swarm;

@@ -157,6 +157,19 @@ impl RawBulk {
         route: impl FnOnce(SocketAddr) -> SocketAddr,
         total_bytes: u64,
     ) -> RawBulk {
+        RawBulk::start_pinned(server, client, route, total_bytes, None)
+    }
+
+    /// [`RawBulk::start`] with the client thread pinned to core `pin.0` and
+    /// the server thread to core `pin.1` (as the edge and the broker are
+    /// with `taskset`).
+    pub fn start_pinned(
+        server: quinn::ServerConfig,
+        client: quinn::ClientConfig,
+        route: impl FnOnce(SocketAddr) -> SocketAddr,
+        total_bytes: u64,
+        pin: Option<(usize, usize)>,
+    ) -> RawBulk {
         let received = Arc::new(AtomicU64::new(0));
         let first_byte = Arc::new(OnceLock::new());
         let last_byte = Arc::new(OnceLock::new());
@@ -168,6 +181,9 @@ impl RawBulk {
             let last_byte = last_byte.clone();
             let mut stop_rx = stop_rx.clone();
             std::thread::spawn(move || {
+                if let Some((_, cpu)) = pin {
+                    pin_this_thread(cpu);
+                }
                 runtime().block_on(async move {
                     // Same sockets as the product (`tls::bind_udp`: large
                     // kernel buffers), so only the application differs.
@@ -208,6 +224,9 @@ impl RawBulk {
         let client_thread = {
             let mut stop_rx = stop_rx;
             std::thread::spawn(move || {
+                if let Some((cpu, _)) = pin {
+                    pin_this_thread(cpu);
+                }
                 runtime().block_on(async move {
                     let mut endpoint =
                         broker_core::tls::client_endpoint(SocketAddr::from(([127, 0, 0, 1], 0)))
@@ -274,6 +293,40 @@ impl RawBulk {
             let _ = thread.join();
         }
     }
+}
+
+/// Pins the calling thread to core `cpu` with `taskset -p` (its thread id
+/// from `/proc/thread-self`).
+///
+/// # Panics
+/// If `taskset` is missing or fails: a pinned measurement that is not
+/// pinned would be wrong.
+pub fn pin_this_thread(cpu: usize) {
+    let link = std::fs::read_link("/proc/thread-self").expect("/proc/thread-self");
+    let tid = link
+        .file_name()
+        .and_then(|n| n.to_str())
+        .expect("thread id")
+        .to_string();
+    pin_pid(&tid, cpu, false);
+}
+
+/// Pins process (or thread) `pid` to core `cpu` with `taskset -p`, all its
+/// threads with `all`.
+///
+/// # Panics
+/// If `taskset` is missing or fails.
+pub fn pin_pid(pid: &str, cpu: usize, all: bool) {
+    let mut command = std::process::Command::new("taskset");
+    if all {
+        command.arg("-a");
+    }
+    let status = command
+        .args(["-p", "-c", &cpu.to_string(), pid])
+        .stdout(std::process::Stdio::null())
+        .status()
+        .expect("run taskset (util-linux)");
+    assert!(status.success(), "taskset -p -c {cpu} {pid} failed");
 }
 
 fn runtime() -> tokio::runtime::Runtime {

@@ -1,0 +1,208 @@
+//! Fan-in: many edges into one broker, measured by `edge-swarm`
+//! (`tributary_tests::swarm`) against the release broker, one fresh broker
+//! per case.
+//!
+//! ```text
+//! cargo bench -p tributary-tests --bench fan_in [-- CASE...]
+//! ```
+//! CASEs (default: all): `scale` (10, 100 and 1,000 edges, one topic each,
+//! 200-byte records as a backlog, `task_queue` and `event_stream`),
+//! `latency` (1,000 edges producing 200 records/s each, `task_queue`),
+//! `idle` (5,000 idle connections: broker RSS per connection). About five
+//! minutes in all on two cores.
+//!
+//! # What is measured
+//! - **scale**: per case a warm-up swarm sends one record per topic (the
+//!   topic's first contact: created through Raft, owner assigned, first
+//!   batch acknowledged; its time is the "first contact" column), then the
+//!   measured swarm connects again and sends a backlog of
+//!   [`SCALE_RECORDS`] records split evenly over the edges, in batches of
+//!   100. Throughput = records acknowledged / time from the swarm's start
+//!   to the last acknowledgement (connection set-up included). The swarm
+//!   runs in this process, on the same two cores as the broker.
+//! - **latency**: 1,000 edges each produce 200 records/s for
+//!   [`LATENCY_SECONDS`] (batches of 100 every 0.5 s): the offered load is
+//!   200,000 records/s; acknowledgement latency is per batch, from the
+//!   hand-off to QUIC to the first acknowledgement (datagram or frame).
+//! - **idle**: 5,000 edges connect, open their stream (one record each),
+//!   then stay idle for [`IDLE_HOLD`] with the edge agent's keep-alive
+//!   (1 s); RSS per connection = (broker RSS at the end of the hold − RSS
+//!   before the swarm) / 5,000.
+//!
+//! The broker's CPU seconds (from `/proc`) cover the swarm's start to its
+//! last acknowledgement.
+
+#[path = "common/mod.rs"]
+mod common;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use common::{build_release_binaries, scratch_dir};
+use tributary_proto::intent::StreamIntent;
+use tributary_tests::solo::SoloBroker;
+use tributary_tests::swarm::{self, Report, SwarmConfig};
+
+/// Records of the measured backlog in each scale case (200 MB of values).
+const SCALE_RECORDS: u64 = 1_000_000;
+/// Seconds of production in the latency case.
+const LATENCY_SECONDS: u64 = 10;
+/// How long the idle connections stay idle.
+const IDLE_HOLD: Duration = Duration::from_secs(10);
+
+fn release_broker() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../target/release/broker")
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("runtime")
+}
+
+fn run(config: &SwarmConfig) -> Report {
+    let report = runtime().block_on(swarm::run(config)).expect("swarm");
+    assert!(
+        report.mismatches().is_empty(),
+        "not exact:\n{}",
+        report.render()
+    );
+    report
+}
+
+struct ScaleRow {
+    intent: StreamIntent,
+    edges: usize,
+    first_contact: Report,
+    backlog: Report,
+}
+
+fn scale(intent: StreamIntent, edges: usize) -> ScaleRow {
+    let dir = scratch_dir("fan-in");
+    let mut broker = SoloBroker::new(dir.path(), &release_broker(), "", None);
+    broker.start();
+    let mut config = SwarmConfig::new(broker.ingest, broker.certs.clone(), edges);
+    config.intent = Some(intent);
+    config.broker_pid = broker.broker.pid();
+    config.duration = Duration::from_secs(120);
+    config.production.records = 1;
+    let first_contact = run(&config);
+    config.production.records = 1 + SCALE_RECORDS / edges as u64;
+    let backlog = run(&config);
+    assert_eq!(broker.broker.terminate(), Some(0));
+    ScaleRow {
+        intent,
+        edges,
+        first_contact,
+        backlog,
+    }
+}
+
+fn ms(d: Option<Duration>) -> String {
+    d.map_or_else(|| "-".into(), |d| format!("{:.1}", d.as_secs_f64() * 1e3))
+}
+
+fn print_scale(rows: &[ScaleRow]) {
+    println!();
+    println!(
+        "| intent | edges | first contact, all topics (s) | records/s | MB/s | ack p50 / p99 / p99.9 (ms) | set-up p50 / max (ms) | broker CPU s/GB | broker peak RSS (MiB) | vs 10 edges |"
+    );
+    println!("|---|---|---|---|---|---|---|---|---|---|");
+    for row in rows {
+        let base = rows
+            .iter()
+            .find(|r| r.intent == row.intent && r.edges == 10)
+            .map(|r| r.backlog.records_per_second());
+        let b = &row.backlog;
+        println!(
+            "| {} | {} | {:.2} | {:.0} | {:.1} | {} / {} / {} | {} / {} | {:.2} | {:.0} | {} |",
+            row.intent.as_str(),
+            row.edges,
+            row.first_contact
+                .first_contact
+                .unwrap_or_default()
+                .as_secs_f64(),
+            b.records_per_second(),
+            b.megabytes_per_second(),
+            ms(b.ack_latency[0]),
+            ms(b.ack_latency[1]),
+            ms(b.ack_latency[2]),
+            ms(b.setup[0]),
+            ms(b.setup[2]),
+            b.broker_cpu_per_gb().unwrap_or(f64::NAN),
+            b.broker_peak_rss.unwrap_or(0) as f64 / 1048576.0,
+            base.map_or_else(
+                || "-".into(),
+                |base| format!("{:.2}", b.records_per_second() / base)
+            ),
+        );
+    }
+}
+
+fn latency() -> Report {
+    let dir = scratch_dir("fan-in-latency");
+    let mut broker = SoloBroker::new(dir.path(), &release_broker(), "", None);
+    broker.start();
+    let mut config = SwarmConfig::new(broker.ingest, broker.certs.clone(), 1000);
+    config.intent = Some(StreamIntent::TaskQueue);
+    config.broker_pid = broker.broker.pid();
+    config.duration = Duration::from_secs(120);
+    config.production.records = 1;
+    run(&config);
+    config.production.records = 1 + 200 * LATENCY_SECONDS;
+    config.production.rate = Some(200.0);
+    let report = run(&config);
+    assert_eq!(broker.broker.terminate(), Some(0));
+    report
+}
+
+fn idle() -> Report {
+    let dir = scratch_dir("fan-in-idle");
+    let mut broker = SoloBroker::new(dir.path(), &release_broker(), "", None);
+    broker.start();
+    std::thread::sleep(Duration::from_secs(1));
+    let mut config = SwarmConfig::new(broker.ingest, broker.certs.clone(), 5000);
+    config.intent = Some(StreamIntent::EventStream);
+    config.broker_pid = broker.broker.pid();
+    config.duration = Duration::from_secs(180);
+    config.production.records = 1;
+    config.hold = Some(IDLE_HOLD);
+    let report = run(&config);
+    assert_eq!(broker.broker.terminate(), Some(0));
+    report
+}
+
+fn main() {
+    let cases: Vec<String> = std::env::args()
+        .skip(1)
+        .filter(|a| !a.starts_with('-'))
+        .collect();
+    let wants = |case: &str| cases.is_empty() || cases.iter().any(|c| c == case);
+    build_release_binaries();
+    if wants("scale") {
+        let mut rows = Vec::new();
+        for intent in [StreamIntent::TaskQueue, StreamIntent::EventStream] {
+            for edges in [10, 100, 1000] {
+                let row = scale(intent, edges);
+                eprint!("{} x {edges}: {}", intent.as_str(), row.backlog.render());
+                rows.push(row);
+            }
+        }
+        print_scale(&rows);
+    }
+    if wants("latency") {
+        let report = latency();
+        println!();
+        println!(
+            "latency: 1000 edges x 200 records/s (task_queue, fsync_batch), {LATENCY_SECONDS} s"
+        );
+        print!("{}", report.render());
+    }
+    if wants("idle") {
+        let report = idle();
+        println!();
+        println!("idle: 5000 connections held {} s", IDLE_HOLD.as_secs());
+        print!("{}", report.render());
+    }
+}

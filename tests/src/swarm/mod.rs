@@ -1,0 +1,502 @@
+//! `edge-swarm`: many simulated edges in one process against a real broker.
+//!
+//! Each edge has its own QUIC connection and its own client certificate
+//! (issued from the development CA in [`SwarmConfig::certs`] for edge id
+//! `{prefix}{index:05}`, which is also its namespace), and replicates its
+//! topics `/{edge}/t{j}` with the edge agent's protocol state machine
+//! (`tributary_proto::replication::edge::EdgeStream`), not N copies of the
+//! `edge-agent` binary. Records are made up from their offsets
+//! ([`log::value_for`]), so after a reconnect any range is sent again byte
+//! for byte and a test can check what the broker stored.
+//!
+//! At the end every topic's acknowledged offset must equal what it
+//! produced, and the broker's high-water mark (the `Welcome` to a fresh
+//! `Hello`) must equal that too; [`Report`] says which topics differ and
+//! prints records/s, MB/s, acknowledgement latency quantiles, connection
+//! set-up time, and, given the broker's pid, its CPU seconds per GB and
+//! RSS from `/proc`. Bounded: nothing is attempted after
+//! [`SwarmConfig::duration`]; loopback only (the broker address is the
+//! caller's).
+
+pub mod edge;
+pub mod log;
+pub mod measure;
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use broker_core::dev_certs::{edge_paths, issue};
+use broker_core::tls::{ALPN_REPLICATION, TlsIdentity, transport_config_with};
+use tokio::sync::watch;
+use tributary_proto::intent::StreamIntent;
+use tributary_proto::limits::Limits;
+use tributary_proto::replication::edge::Window;
+
+use edge::{EdgeContext, SimEdge};
+use log::{Production, TopicLog};
+use measure::{Latencies, ProcSample};
+
+/// Keep-alive and idle timeout of every simulated edge: the edge agent's
+/// defaults (`[replication] keep_alive_ms`, `idle_timeout_ms`).
+const KEEP_ALIVE: Duration = Duration::from_secs(1);
+const IDLE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// What a swarm does.
+#[derive(Debug, Clone)]
+pub struct SwarmConfig {
+    /// The broker's ingest (QUIC) address.
+    pub broker: SocketAddr,
+    /// Directory of the development CA (`ca.pem`, `ca.key`); missing edge
+    /// certificates are issued into it.
+    pub certs: PathBuf,
+    /// Number of edges.
+    pub edges: usize,
+    /// Edge ids are `{prefix}{index:05}`.
+    pub prefix: String,
+    /// Topics per edge.
+    pub topics_per_edge: usize,
+    /// Intent of every topic (`None`: the broker's implicit settings).
+    pub intent: Option<StreamIntent>,
+    /// How each topic produces records.
+    pub production: Production,
+    /// In-flight window of each stream.
+    pub window: Window,
+    /// Upper bound on the whole run.
+    pub duration: Duration,
+    /// Client UDP sockets the edges are spread over (at least 1).
+    pub endpoints: usize,
+    /// The broker's pid, for its CPU time and RSS.
+    pub broker_pid: Option<u32>,
+    /// With `Some`, every edge keeps its connection and streams open, idle,
+    /// this long after all topics were acknowledged, and the broker's RSS
+    /// is read at its end ([`Report::broker_rss_held`]).
+    pub hold: Option<Duration>,
+}
+
+impl SwarmConfig {
+    /// A swarm of `edges` edges with one topic each against `broker`.
+    pub fn new(broker: SocketAddr, certs: PathBuf, edges: usize) -> SwarmConfig {
+        SwarmConfig {
+            broker,
+            certs,
+            edges,
+            prefix: "swarm".into(),
+            topics_per_edge: 1,
+            intent: Some(StreamIntent::TaskQueue),
+            production: Production {
+                records: 1000,
+                rate: None,
+                batch_records: 100,
+                record_bytes: 200,
+            },
+            window: Window::default(),
+            duration: Duration::from_secs(60),
+            endpoints: edges.clamp(1, 64),
+            broker_pid: None,
+            hold: None,
+        }
+    }
+
+    /// The id of edge `index`.
+    pub fn edge_id(&self, index: usize) -> String {
+        format!("{}{index:05}", self.prefix)
+    }
+
+    /// Every topic name of the swarm, edge by edge.
+    pub fn topic_names(&self) -> Vec<String> {
+        (0..self.edges)
+            .flat_map(|i| {
+                let edge = self.edge_id(i);
+                (0..self.topics_per_edge).map(move |j| format!("/{edge}/t{j}"))
+            })
+            .collect()
+    }
+}
+
+/// Why a swarm could not run.
+#[derive(Debug, thiserror::Error)]
+pub enum SwarmError {
+    /// Issuing or loading an edge certificate.
+    #[error("edge certificate of {edge}: {message}")]
+    Certificate {
+        /// The edge id.
+        edge: String,
+        /// What failed.
+        message: String,
+    },
+    /// Binding a client UDP socket.
+    #[error("client endpoint: {0}")]
+    Endpoint(std::io::Error),
+}
+
+/// What one topic ended with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicOutcome {
+    /// `/{edge}/{topic}`.
+    pub name: String,
+    /// Records it produced.
+    pub produced: u64,
+    /// Everything below it was acknowledged.
+    pub acked: u64,
+    /// The broker's high-water mark at the end (`None`: not read).
+    pub broker_hwm: Option<u64>,
+    /// The last error of a stream that ended early.
+    pub last_error: Option<String>,
+}
+
+impl TopicOutcome {
+    /// Whether every record was acknowledged and the broker holds exactly
+    /// that many.
+    pub fn is_exact(&self) -> bool {
+        self.acked == self.produced && self.broker_hwm == Some(self.produced)
+    }
+}
+
+/// What a swarm measured.
+#[derive(Debug, Clone)]
+pub struct Report {
+    /// Edges simulated.
+    pub edges: usize,
+    /// Every topic's outcome.
+    pub topics: Vec<TopicOutcome>,
+    /// Bytes of each record value.
+    pub record_bytes: usize,
+    /// From the start until the last acknowledgement of any topic.
+    pub elapsed: Duration,
+    /// Acknowledgement latency quantiles (p50, p99, p99.9), one sample per
+    /// batch acknowledged on the stream that sent it.
+    pub ack_latency: [Option<Duration>; 3],
+    /// Latency samples.
+    pub ack_samples: usize,
+    /// Handshake time of each edge's first connection: p50, p99, max.
+    pub setup: [Option<Duration>; 3],
+    /// Until every topic had its first acknowledgement (its creation
+    /// through Raft and its first batch), from the start.
+    pub first_contact: Option<Duration>,
+    /// Connections established (more than `edges`: reconnects).
+    pub connects: u64,
+    /// Connection attempts that failed.
+    pub connect_failures: u64,
+    /// Streams that ended before their topic was done.
+    pub stream_failures: u64,
+    /// The broker's CPU seconds from the start until the last
+    /// acknowledgement.
+    pub broker_cpu_seconds: Option<f64>,
+    /// The broker's RSS at the start, bytes.
+    pub broker_rss_start: Option<u64>,
+    /// The broker's RSS when the last topic was done, bytes.
+    pub broker_rss_end: Option<u64>,
+    /// The broker's peak RSS (`VmHWM`) when the last topic was done, bytes.
+    pub broker_peak_rss: Option<u64>,
+    /// The broker's RSS at the end of the hold (every connection idle),
+    /// bytes.
+    pub broker_rss_held: Option<u64>,
+}
+
+impl Report {
+    /// Records acknowledged across the swarm.
+    pub fn records_acked(&self) -> u64 {
+        self.topics.iter().map(|t| t.acked).sum()
+    }
+
+    /// Topics whose counts are not exact ([`TopicOutcome::is_exact`]).
+    pub fn mismatches(&self) -> Vec<&TopicOutcome> {
+        self.topics.iter().filter(|t| !t.is_exact()).collect()
+    }
+
+    /// Records acknowledged per second.
+    pub fn records_per_second(&self) -> f64 {
+        self.records_acked() as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    /// Record value megabytes (10^6 bytes) acknowledged per second.
+    pub fn megabytes_per_second(&self) -> f64 {
+        self.records_per_second() * self.record_bytes as f64 / 1e6
+    }
+
+    /// The broker's CPU seconds per GB (10^9 bytes) of record values.
+    pub fn broker_cpu_per_gb(&self) -> Option<f64> {
+        let gb = self.records_acked() as f64 * self.record_bytes as f64 / 1e9;
+        self.broker_cpu_seconds.map(|cpu| cpu / gb.max(1e-12))
+    }
+
+    /// Broker RSS per idle edge connection (held minus start), bytes.
+    pub fn rss_per_connection(&self) -> Option<f64> {
+        let held = self.broker_rss_held?;
+        let start = self.broker_rss_start?;
+        Some(held.saturating_sub(start) as f64 / self.edges.max(1) as f64)
+    }
+
+    /// A human-readable summary, one figure per line.
+    pub fn render(&self) -> String {
+        let ms = |d: Option<Duration>| {
+            d.map_or_else(
+                || "-".into(),
+                |d| format!("{:.1} ms", d.as_secs_f64() * 1e3),
+            )
+        };
+        let mib = |b: Option<u64>| {
+            b.map_or_else(
+                || "-".into(),
+                |b| format!("{:.1} MiB", b as f64 / 1048576.0),
+            )
+        };
+        let mut out = String::new();
+        let topics = self.topics.len();
+        let exact = topics - self.mismatches().len();
+        out += &format!(
+            "edges {}  topics {topics} (exact {exact})  records acked {}  in {:.2} s\n",
+            self.edges,
+            self.records_acked(),
+            self.elapsed.as_secs_f64()
+        );
+        out += &format!(
+            "throughput {:.0} records/s  {:.1} MB/s\n",
+            self.records_per_second(),
+            self.megabytes_per_second()
+        );
+        out += &format!(
+            "ack latency p50 {}  p99 {}  p99.9 {}  ({} batches)\n",
+            ms(self.ack_latency[0]),
+            ms(self.ack_latency[1]),
+            ms(self.ack_latency[2]),
+            self.ack_samples
+        );
+        out += &format!(
+            "connection set-up p50 {}  p99 {}  max {}  first contact (all topics acked once) {}\n",
+            ms(self.setup[0]),
+            ms(self.setup[1]),
+            ms(self.setup[2]),
+            ms(self.first_contact)
+        );
+        out += &format!(
+            "connects {}  failed connects {}  failed streams {}\n",
+            self.connects, self.connect_failures, self.stream_failures
+        );
+        out += &format!(
+            "broker CPU {}  ({} per GB)  RSS start {}  end {}  peak {}  held {}{}\n",
+            self.broker_cpu_seconds
+                .map_or_else(|| "-".into(), |c| format!("{c:.2} s")),
+            self.broker_cpu_per_gb()
+                .map_or_else(|| "-".into(), |c| format!("{c:.2} s")),
+            mib(self.broker_rss_start),
+            mib(self.broker_rss_end),
+            mib(self.broker_peak_rss),
+            mib(self.broker_rss_held),
+            self.rss_per_connection()
+                .map_or_else(String::new, |b| format!(
+                    "  ({:.1} KiB per connection)",
+                    b / 1024.0
+                )),
+        );
+        for t in self.mismatches().iter().take(10) {
+            out += &format!(
+                "NOT EXACT {}: produced {} acked {} broker hwm {:?} last error {:?}\n",
+                t.name, t.produced, t.acked, t.broker_hwm, t.last_error
+            );
+        }
+        out
+    }
+}
+
+/// Loads (issuing what is missing) the client config of every edge.
+fn client_configs(config: &SwarmConfig) -> Result<Vec<quinn::ClientConfig>, SwarmError> {
+    let ids: Vec<String> = (0..config.edges).map(|i| config.edge_id(i)).collect();
+    let missing: Vec<String> = ids
+        .iter()
+        .filter(|id| !edge_paths(&config.certs, id).key.exists())
+        .cloned()
+        .collect();
+    if !missing.is_empty() {
+        issue(&config.certs, &[], &missing).map_err(|e| SwarmError::Certificate {
+            edge: missing[0].clone(),
+            message: e.to_string(),
+        })?;
+    }
+    ids.iter()
+        .map(|id| {
+            let cert_err = |message: String| SwarmError::Certificate {
+                edge: id.clone(),
+                message,
+            };
+            let identity = TlsIdentity::load(&edge_paths(&config.certs, id))
+                .map_err(|e| cert_err(e.to_string()))?;
+            identity
+                .quic_client_with_transport(
+                    ALPN_REPLICATION,
+                    transport_config_with(KEEP_ALIVE, IDLE_TIMEOUT),
+                )
+                .map_err(|e| cert_err(e.to_string()))
+        })
+        .collect()
+}
+
+/// Runs the swarm on the current tokio runtime until every topic is done
+/// (and the hold is over) or [`SwarmConfig::duration`] passes.
+///
+/// # Errors
+/// [`SwarmError`] if certificates or sockets cannot be set up; what
+/// happened to the records is in the [`Report`].
+pub async fn run(config: &SwarmConfig) -> Result<Report, SwarmError> {
+    let clients = client_configs(config)?;
+    let endpoints = (0..config.endpoints.max(1))
+        .map(|_| {
+            broker_core::tls::client_endpoint(SocketAddr::from((Ipv4Addr::LOCALHOST, 0)))
+                .map_err(SwarmError::Endpoint)
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let settings = config.intent.map(StreamIntent::expand);
+    let (release, hold) = watch::channel(false);
+    let started = Instant::now();
+    let topics_done = Arc::new(AtomicUsize::new(0));
+    let ctx = Arc::new(EdgeContext {
+        broker: config.broker,
+        settings,
+        window: config.window,
+        limits: Limits::default(),
+        deadline: started + config.duration,
+        hold: config.hold.map(|_| hold),
+        topics_done: topics_done.clone(),
+    });
+    let sample = || config.broker_pid.and_then(ProcSample::read);
+    let at_start = sample();
+    let mut tasks = Vec::with_capacity(config.edges);
+    for (i, client) in clients.into_iter().enumerate() {
+        let id = config.edge_id(i);
+        let topics = (0..config.topics_per_edge)
+            .map(|j| TopicLog::new(format!("/{id}/t{j}"), config.production, started))
+            .collect();
+        let mut edge = SimEdge::new(id, client, topics);
+        let endpoint = endpoints[i % endpoints.len()].clone();
+        let ctx = ctx.clone();
+        tasks.push(tokio::spawn(async move {
+            edge.run(endpoint, &ctx).await;
+            edge
+        }));
+    }
+    let total_topics = config.edges * config.topics_per_edge;
+    while topics_done.load(Ordering::Relaxed) < total_topics && Instant::now() < ctx.deadline {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let at_end = sample();
+    let mut held = None;
+    if let Some(hold) = config.hold {
+        let until = (Instant::now() + hold).min(ctx.deadline);
+        tokio::time::sleep_until(until.into()).await;
+        held = sample();
+        let _ = release.send(true);
+    }
+    let mut edges = Vec::with_capacity(tasks.len());
+    for task in tasks {
+        if let Ok(edge) = task.await {
+            edges.push(edge);
+        }
+    }
+    for endpoint in &endpoints {
+        endpoint.wait_idle().await;
+    }
+    Ok(report(config, started, &edges, at_start, at_end, held))
+}
+
+fn report(
+    config: &SwarmConfig,
+    started: Instant,
+    edges: &[SimEdge],
+    at_start: Option<ProcSample>,
+    at_end: Option<ProcSample>,
+    held: Option<ProcSample>,
+) -> Report {
+    let mut latencies = Latencies::default();
+    let mut setups = Latencies::default();
+    let mut topics = Vec::new();
+    let mut last_ack = started;
+    let mut first_contact = Some(Duration::ZERO);
+    let (mut connects, mut connect_failures, mut stream_failures) = (0, 0, 0);
+    for edge in edges {
+        if let Some(setup) = edge.setup {
+            setups.push(setup);
+        }
+        connects += edge.connects;
+        connect_failures += edge.connect_failures;
+        for (topic, hwm) in edge.topics.iter().zip(&edge.broker_hwm) {
+            latencies.extend(&topic.latencies);
+            stream_failures += topic.stream_failures;
+            last_ack = last_ack.max(topic.last_ack.unwrap_or(started));
+            first_contact = match (first_contact, topic.first_ack) {
+                (Some(max), Some(first)) => Some(max.max(first.saturating_duration_since(started))),
+                _ => None,
+            };
+            topics.push(TopicOutcome {
+                name: topic.name.clone(),
+                produced: topic.total(),
+                acked: topic.acked,
+                broker_hwm: *hwm,
+                last_error: topic.last_error.clone().or_else(|| edge.last_error.clone()),
+            });
+        }
+    }
+    let ack_samples = latencies.len();
+    Report {
+        edges: config.edges,
+        record_bytes: config.production.record_bytes,
+        elapsed: last_ack.saturating_duration_since(started),
+        ack_latency: [
+            latencies.quantile(0.5),
+            latencies.quantile(0.99),
+            latencies.quantile(0.999),
+        ],
+        ack_samples,
+        setup: [
+            setups.quantile(0.5),
+            setups.quantile(0.99),
+            setups.quantile(1.0),
+        ],
+        first_contact: first_contact.filter(|_| !topics.is_empty()),
+        topics,
+        connects,
+        connect_failures,
+        stream_failures,
+        broker_cpu_seconds: at_start
+            .zip(at_end)
+            .map(|(a, b)| b.cpu_seconds - a.cpu_seconds),
+        broker_rss_start: at_start.map(|s| s.rss_bytes),
+        broker_rss_end: at_end.map(|s| s.rss_bytes),
+        broker_peak_rss: at_end.map(|s| s.peak_rss_bytes),
+        broker_rss_held: held.map(|s| s.rss_bytes),
+    }
+}
+
+/// The report's figures as one JSON object (durations in milliseconds,
+/// sizes in bytes), for scripts and benchmarks.
+pub fn report_json(report: &Report) -> serde_json::Value {
+    let ms = |d: Option<Duration>| d.map(|d| d.as_secs_f64() * 1e3);
+    serde_json::json!({
+        "edges": report.edges,
+        "topics": report.topics.len(),
+        "topics_not_exact": report.mismatches().len(),
+        "records_acked": report.records_acked(),
+        "elapsed_ms": report.elapsed.as_secs_f64() * 1e3,
+        "records_per_s": report.records_per_second(),
+        "mb_per_s": report.megabytes_per_second(),
+        "ack_p50_ms": ms(report.ack_latency[0]),
+        "ack_p99_ms": ms(report.ack_latency[1]),
+        "ack_p999_ms": ms(report.ack_latency[2]),
+        "setup_p50_ms": ms(report.setup[0]),
+        "setup_p99_ms": ms(report.setup[1]),
+        "setup_max_ms": ms(report.setup[2]),
+        "first_contact_ms": ms(report.first_contact),
+        "connects": report.connects,
+        "connect_failures": report.connect_failures,
+        "stream_failures": report.stream_failures,
+        "broker_cpu_s": report.broker_cpu_seconds,
+        "broker_cpu_s_per_gb": report.broker_cpu_per_gb(),
+        "broker_rss_start": report.broker_rss_start,
+        "broker_rss_end": report.broker_rss_end,
+        "broker_peak_rss": report.broker_peak_rss,
+        "broker_rss_held": report.broker_rss_held,
+        "broker_rss_per_connection": report.rss_per_connection(),
+    })
+}
