@@ -33,8 +33,10 @@ use tributary_proto::replication::ingest::{Acknowledger, IngestAction, IngestStr
 use super::damage::{DamageService, RouteGuard};
 use super::topics::{TopicError, TopicStore};
 
-/// Initial capacity of a stream's frame buffer, bytes.
-const READ_BUFFER_BYTES: usize = 256 * 1024;
+/// Initial capacity of a stream's frame buffer, bytes: small, so thousands
+/// of idle edge streams cost little; a bulk stream's buffer grows to its
+/// frames' size on its own.
+const READ_BUFFER_BYTES: usize = 16 * 1024;
 /// Received chunks taken from a stream per read.
 const READ_CHUNKS: usize = 64;
 /// Appends in flight per stream before the reader waits for the writer.

@@ -24,7 +24,9 @@
 //! `{data_dir}/quarantine/{ns}/{topic}.epoch-{e}.{ms}`: never served,
 //! uploaded or resumed, kept for an operator to inspect or delete.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use broker_core::metadata::MetadataStore;
 use broker_core::wal::storage::{FsStorage, Storage, write_file_atomic};
@@ -66,6 +68,12 @@ pub fn decide(has_data: bool, marker: Option<u64>, epoch: u64) -> Decision {
 }
 
 /// Paths of a broker's ownership markers and quarantine.
+///
+/// The set of marked topics is read from disk once and then kept in
+/// memory, updated by [`Layout::write_marker`] and [`Layout::quarantine`]
+/// (the only writers of markers): [`Layout::marked_topics`] runs on every
+/// ownership change, and with thousands of topics a directory scan and a
+/// file read per topic each time made a fleet's first contact quadratic.
 #[derive(Debug, Clone)]
 pub struct Layout {
     /// `{data_dir}/topics`.
@@ -74,6 +82,8 @@ pub struct Layout {
     pub markers: PathBuf,
     /// `{data_dir}/quarantine`.
     pub quarantine: PathBuf,
+    /// Marked topics and their epochs; `None` until first read from disk.
+    marked: Arc<Mutex<Option<BTreeMap<TopicName, u64>>>>,
 }
 
 impl Layout {
@@ -84,6 +94,7 @@ impl Layout {
             topics: topics_dir.to_path_buf(),
             markers: root.join("ownership"),
             quarantine: root.join("quarantine"),
+            marked: Arc::default(),
         }
     }
 
@@ -130,7 +141,15 @@ impl Layout {
             storage.create_dir_all(parent)?;
         }
         let bytes = serde_json::to_vec(&OwnershipMarker { epoch }).unwrap_or_default();
-        write_file_atomic(&storage, &path, &bytes)
+        write_file_atomic(&storage, &path, &bytes)?;
+        if let Some(marked) = self.marked_cache().as_mut() {
+            marked.insert(topic.clone(), epoch);
+        }
+        Ok(())
+    }
+
+    fn marked_cache(&self) -> std::sync::MutexGuard<'_, Option<BTreeMap<TopicName, u64>>> {
+        self.marked.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Moves the local WAL of `topic` into the quarantine and removes its
@@ -162,11 +181,22 @@ impl Layout {
         if marker.exists() {
             storage.remove(&marker)?;
         }
+        if let Some(marked) = self.marked_cache().as_mut() {
+            marked.remove(topic);
+        }
         Ok(to)
     }
 
-    /// Every topic with a local WAL directory and a marker.
+    /// Every topic with a marker (and so a local WAL directory), with its
+    /// epoch: read from disk on the first call, from memory after.
     pub fn marked_topics(&self) -> Vec<(TopicName, u64)> {
+        let mut marked = self.marked_cache();
+        let marked = marked.get_or_insert_with(|| self.scan_marked_topics().into_iter().collect());
+        marked.iter().map(|(t, e)| (t.clone(), *e)).collect()
+    }
+
+    /// [`Layout::marked_topics`] from the marker files.
+    fn scan_marked_topics(&self) -> Vec<(TopicName, u64)> {
         let mut out = Vec::new();
         let Ok(namespaces) = std::fs::read_dir(&self.markers) else {
             return out;

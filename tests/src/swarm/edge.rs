@@ -5,6 +5,7 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -35,7 +36,12 @@ pub struct EdgeContext {
     /// connection and streams open (idle) until this turns `true`.
     pub hold: Option<watch::Receiver<bool>>,
     /// Topics acknowledged in full (and welcomed) so far, across the swarm.
-    pub topics_done: Arc<std::sync::atomic::AtomicUsize>,
+    pub topics_done: Arc<AtomicUsize>,
+    /// Topics that had their first `Welcome`, across the swarm.
+    pub topics_welcomed: Arc<AtomicUsize>,
+    /// When production starts (`None` until then): once every topic was
+    /// welcomed, so what is measured is ingest, not connection set-up.
+    pub go: watch::Receiver<Option<Instant>>,
 }
 
 /// One simulated edge and what happened to it.
@@ -244,8 +250,12 @@ async fn stream_topic(
     let mut inbox = BytesMut::new();
     let mut welcomed = false;
     let mut hold = ctx.hold.clone();
+    let mut go = ctx.go.clone();
     loop {
         let now = Instant::now();
+        if let Some(at) = *go.borrow_and_update() {
+            topic.start(at);
+        }
         if welcomed && topic.is_done() {
             if !topic.counted_done {
                 topic.counted_done = true;
@@ -276,10 +286,15 @@ async fn stream_topic(
                     None => return Err("broker finished the stream".into()),
                 }
                 while let Some(frame) = frame::decode(&mut inbox, &ctx.limits).map_err(|e| e.to_string())? {
-                    let local_hwm = topic.produced(Instant::now());
-                    match stream.on_frame(frame, 0, local_hwm).map_err(|e| e.to_string())? {
+                    // Every record of the topic exists (made up from its
+                    // offset) even before it is "produced": an earlier run
+                    // may have sent some.
+                    match stream.on_frame(frame, 0, topic.total()).map_err(|e| e.to_string())? {
                         EdgeEvent::Resumed { from } => {
                             welcomed = true;
+                            if topic.first_welcome.is_none() {
+                                ctx.topics_welcomed.fetch_add(1, Ordering::Relaxed);
+                            }
                             topic.resumed(from, Instant::now());
                         }
                         EdgeEvent::Acked { next_offset } => topic.acknowledged(next_offset, Instant::now()),
@@ -296,6 +311,7 @@ async fn stream_topic(
                     topic.acknowledged(next_offset, Instant::now());
                 }
             }
+            Ok(()) = go.changed(), if !topic.is_started() => {}
             Ok(()) = async {
                 match hold.as_mut() {
                     Some(h) => h.changed().await,

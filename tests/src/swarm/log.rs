@@ -60,7 +60,8 @@ pub struct TopicLog {
     pub name: String,
     seed: u64,
     production: Production,
-    started: Instant,
+    /// When production started (`None`: not yet, nothing exists).
+    started: Option<Instant>,
     /// Everything below it is acknowledged by the broker.
     pub acked: u64,
     /// When the first acknowledgement (of at least one record) arrived.
@@ -83,13 +84,13 @@ pub struct TopicLog {
 }
 
 impl TopicLog {
-    /// A topic that starts producing at `started`.
-    pub fn new(name: String, production: Production, started: Instant) -> TopicLog {
+    /// A topic that produces nothing until [`TopicLog::start`].
+    pub fn new(name: String, production: Production) -> TopicLog {
         TopicLog {
             seed: seed_for(&name),
             name,
             production,
-            started,
+            started: None,
             acked: 0,
             first_ack: None,
             last_ack: None,
@@ -102,6 +103,16 @@ impl TopicLog {
         }
     }
 
+    /// Production starts at `at` (a second call changes nothing).
+    pub fn start(&mut self, at: Instant) {
+        self.started.get_or_insert(at);
+    }
+
+    /// Whether production started.
+    pub fn is_started(&self) -> bool {
+        self.started.is_some()
+    }
+
     /// Records produced in all (the local high-water mark once production
     /// ended).
     pub fn total(&self) -> u64 {
@@ -110,10 +121,13 @@ impl TopicLog {
 
     /// The local high-water mark at `now`.
     pub fn produced(&self, now: Instant) -> u64 {
+        let Some(started) = self.started else {
+            return 0;
+        };
         match self.production.rate {
             None => self.production.records,
             Some(rate) => {
-                let due = now.saturating_duration_since(self.started).as_secs_f64() * rate;
+                let due = now.saturating_duration_since(started).as_secs_f64() * rate;
                 (due as u64).min(self.production.records)
             }
         }
@@ -123,11 +137,12 @@ impl TopicLog {
     /// a backlog that exists already).
     pub fn next_production(&self, now: Instant) -> Option<Instant> {
         let rate = self.production.rate?;
+        let started = self.started?;
         let produced = self.produced(now);
         if produced >= self.production.records || rate <= 0.0 {
             return None;
         }
-        Some(self.started + Duration::from_secs_f64((produced + 1) as f64 / rate))
+        Some(started + Duration::from_secs_f64((produced + 1) as f64 / rate))
     }
 
     /// Whether the broker acknowledged every record.
@@ -216,7 +231,9 @@ mod tests {
             batch_records: 4,
             record_bytes: 32,
         };
-        let mut log = TopicLog::new("/e/t".into(), production, t0);
+        let mut log = TopicLog::new("/e/t".into(), production);
+        assert_eq!(log.produced(t0 + Duration::from_secs(5)), 0, "not started");
+        log.start(t0);
         assert_eq!(log.produced(t0), 0);
         assert_eq!(log.produced(t0 + Duration::from_millis(1050)), 10);
         assert_eq!(log.produced(t0 + Duration::from_secs(60)), 100);

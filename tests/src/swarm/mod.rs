@@ -164,8 +164,12 @@ pub struct Report {
     pub topics: Vec<TopicOutcome>,
     /// Bytes of each record value.
     pub record_bytes: usize,
-    /// From the start until the last acknowledgement of any topic.
+    /// From the start of production (once every topic was welcomed) until
+    /// the last acknowledgement of any topic.
     pub elapsed: Duration,
+    /// From the swarm's start until every topic had its `Welcome`
+    /// (connections set up, topics created or opened).
+    pub all_welcomed: Duration,
     /// Acknowledgement latency quantiles (p50, p99, p99.9), one sample per
     /// batch acknowledged on the stream that sent it.
     pub ack_latency: [Option<Duration>; 3],
@@ -173,8 +177,8 @@ pub struct Report {
     pub ack_samples: usize,
     /// Handshake time of each edge's first connection: p50, p99, max.
     pub setup: [Option<Duration>; 3],
-    /// Until every topic had its first acknowledgement (its creation
-    /// through Raft and its first batch), from the start.
+    /// Until every topic had its first acknowledgement (connection, topic
+    /// creation through Raft, first batch), from the swarm's start.
     pub first_contact: Option<Duration>,
     /// Connections established (more than `edges`: reconnects).
     pub connects: u64,
@@ -182,10 +186,10 @@ pub struct Report {
     pub connect_failures: u64,
     /// Streams that ended before their topic was done.
     pub stream_failures: u64,
-    /// The broker's CPU seconds from the start until the last
+    /// The broker's CPU seconds from the start of production until the last
     /// acknowledgement.
     pub broker_cpu_seconds: Option<f64>,
-    /// The broker's RSS at the start, bytes.
+    /// The broker's RSS before the swarm connected, bytes.
     pub broker_rss_start: Option<u64>,
     /// The broker's RSS when the last topic was done, bytes.
     pub broker_rss_end: Option<u64>,
@@ -266,10 +270,11 @@ impl Report {
             self.ack_samples
         );
         out += &format!(
-            "connection set-up p50 {}  p99 {}  max {}  first contact (all topics acked once) {}\n",
+            "connection set-up p50 {}  p99 {}  max {}  all topics welcomed {}  first contact (all topics acked once) {}\n",
             ms(self.setup[0]),
             ms(self.setup[1]),
             ms(self.setup[2]),
+            ms(Some(self.all_welcomed)),
             ms(self.first_contact)
         );
         out += &format!(
@@ -350,8 +355,10 @@ pub async fn run(config: &SwarmConfig) -> Result<Report, SwarmError> {
         .collect::<Result<Vec<_>, _>>()?;
     let settings = config.intent.map(StreamIntent::expand);
     let (release, hold) = watch::channel(false);
+    let (go_tx, go) = watch::channel(None);
     let started = Instant::now();
     let topics_done = Arc::new(AtomicUsize::new(0));
+    let topics_welcomed = Arc::new(AtomicUsize::new(0));
     let ctx = Arc::new(EdgeContext {
         broker: config.broker,
         settings,
@@ -360,6 +367,8 @@ pub async fn run(config: &SwarmConfig) -> Result<Report, SwarmError> {
         deadline: started + config.duration,
         hold: config.hold.map(|_| hold),
         topics_done: topics_done.clone(),
+        topics_welcomed: topics_welcomed.clone(),
+        go,
     });
     let sample = || config.broker_pid.and_then(ProcSample::read);
     let at_start = sample();
@@ -367,7 +376,7 @@ pub async fn run(config: &SwarmConfig) -> Result<Report, SwarmError> {
     for (i, client) in clients.into_iter().enumerate() {
         let id = config.edge_id(i);
         let topics = (0..config.topics_per_edge)
-            .map(|j| TopicLog::new(format!("/{id}/t{j}"), config.production, started))
+            .map(|j| TopicLog::new(format!("/{id}/t{j}"), config.production))
             .collect();
         let mut edge = SimEdge::new(id, client, topics);
         let endpoint = endpoints[i % endpoints.len()].clone();
@@ -378,6 +387,13 @@ pub async fn run(config: &SwarmConfig) -> Result<Report, SwarmError> {
         }));
     }
     let total_topics = config.edges * config.topics_per_edge;
+    while topics_welcomed.load(Ordering::Relaxed) < total_topics && Instant::now() < ctx.deadline {
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+    let all_welcomed = started.elapsed();
+    let at_go = sample();
+    let go_at = Instant::now();
+    let _ = go_tx.send(Some(go_at));
     while topics_done.load(Ordering::Relaxed) < total_topics && Instant::now() < ctx.deadline {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
@@ -398,21 +414,25 @@ pub async fn run(config: &SwarmConfig) -> Result<Report, SwarmError> {
     for endpoint in &endpoints {
         endpoint.wait_idle().await;
     }
-    Ok(report(config, started, &edges, at_start, at_end, held))
+    let mut report = report(config, started, go_at, &edges, at_go, at_end, held);
+    report.all_welcomed = all_welcomed;
+    report.broker_rss_start = at_start.map(|s| s.rss_bytes);
+    Ok(report)
 }
 
 fn report(
     config: &SwarmConfig,
     started: Instant,
+    go_at: Instant,
     edges: &[SimEdge],
-    at_start: Option<ProcSample>,
+    at_go: Option<ProcSample>,
     at_end: Option<ProcSample>,
     held: Option<ProcSample>,
 ) -> Report {
     let mut latencies = Latencies::default();
     let mut setups = Latencies::default();
     let mut topics = Vec::new();
-    let mut last_ack = started;
+    let mut last_ack = go_at;
     let mut first_contact = Some(Duration::ZERO);
     let (mut connects, mut connect_failures, mut stream_failures) = (0, 0, 0);
     for edge in edges {
@@ -424,7 +444,7 @@ fn report(
         for (topic, hwm) in edge.topics.iter().zip(&edge.broker_hwm) {
             latencies.extend(&topic.latencies);
             stream_failures += topic.stream_failures;
-            last_ack = last_ack.max(topic.last_ack.unwrap_or(started));
+            last_ack = last_ack.max(topic.last_ack.unwrap_or(go_at));
             first_contact = match (first_contact, topic.first_ack) {
                 (Some(max), Some(first)) => Some(max.max(first.saturating_duration_since(started))),
                 _ => None,
@@ -442,7 +462,8 @@ fn report(
     Report {
         edges: config.edges,
         record_bytes: config.production.record_bytes,
-        elapsed: last_ack.saturating_duration_since(started),
+        elapsed: last_ack.saturating_duration_since(go_at),
+        all_welcomed: Duration::ZERO,
         ack_latency: [
             latencies.quantile(0.5),
             latencies.quantile(0.99),
@@ -459,10 +480,10 @@ fn report(
         connects,
         connect_failures,
         stream_failures,
-        broker_cpu_seconds: at_start
+        broker_cpu_seconds: at_go
             .zip(at_end)
             .map(|(a, b)| b.cpu_seconds - a.cpu_seconds),
-        broker_rss_start: at_start.map(|s| s.rss_bytes),
+        broker_rss_start: at_go.map(|s| s.rss_bytes),
         broker_rss_end: at_end.map(|s| s.rss_bytes),
         broker_peak_rss: at_end.map(|s| s.peak_rss_bytes),
         broker_rss_held: held.map(|s| s.rss_bytes),
@@ -479,6 +500,7 @@ pub fn report_json(report: &Report) -> serde_json::Value {
         "topics_not_exact": report.mismatches().len(),
         "records_acked": report.records_acked(),
         "elapsed_ms": report.elapsed.as_secs_f64() * 1e3,
+        "all_welcomed_ms": report.all_welcomed.as_secs_f64() * 1e3,
         "records_per_s": report.records_per_second(),
         "mb_per_s": report.megabytes_per_second(),
         "ack_p50_ms": ms(report.ack_latency[0]),
