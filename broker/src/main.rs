@@ -192,7 +192,9 @@ fn parse_cli() -> Cli {
     for renamed in service::legacy_env(RENAMED_ENV) {
         command = command
             .mut_arg(renamed.arg, |a| a.env(renamed.old))
-            .mut_subcommand("check-config", |s| s.mut_arg(renamed.arg, |a| a.env(renamed.old)));
+            .mut_subcommand("check-config", |s| {
+                s.mut_arg(renamed.arg, |a| a.env(renamed.old))
+            });
     }
     Cli::from_arg_matches(&command.get_matches()).unwrap_or_else(|e| e.exit())
 }
