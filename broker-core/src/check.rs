@@ -108,7 +108,13 @@ impl Report {
                     self.problem(format!("{setting}: {shown} is not writable: {e}"));
                 }
             }
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => match existing_ancestor(path) {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::NotADirectory
+                ) =>
+            {
+                match existing_ancestor(path) {
                 Some(parent) if parent.is_dir() => match writable(&parent) {
                     Ok(()) => self.note(format!(
                         "{setting}: {shown} does not exist yet; it will be created ({} is writable)",
@@ -126,7 +132,8 @@ impl Report {
                 None => self.problem(format!(
                     "{setting}: {shown} does not exist and no parent directory does"
                 )),
-            },
+                }
+            }
             Err(e) => self.problem(format!("{setting}: {shown}: {e}")),
         }
     }
