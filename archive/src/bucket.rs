@@ -121,6 +121,17 @@ impl std::fmt::Debug for StoreConfig {
 }
 
 impl StoreConfig {
+    /// The directory of a local bucket (`url` a path or `file://` URL),
+    /// without creating it; `None` for `s3://` and other URLs, or no `url`.
+    pub fn local_dir(&self) -> Option<PathBuf> {
+        let url = self.url.as_deref()?;
+        match url.strip_prefix("file://") {
+            Some(path) => Some(PathBuf::from(path)),
+            None if url.contains("://") => None,
+            None => Some(PathBuf::from(url)),
+        }
+    }
+
     /// Fills unset fields from `other`.
     pub fn or(self, other: StoreConfig) -> StoreConfig {
         StoreConfig {

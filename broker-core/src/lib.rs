@@ -22,6 +22,7 @@
 #![deny(unsafe_code)]
 
 pub mod catalog;
+pub mod check;
 pub mod clock;
 #[cfg(feature = "dev-certs")]
 pub mod dev_certs;

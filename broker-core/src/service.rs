@@ -131,3 +131,96 @@ pub async fn watchdog_loop() {
 pub fn watchdog_period() -> Option<Duration> {
     sd_notify::watchdog_enabled().map(|timeout| timeout / 2)
 }
+
+/// The message of `error` followed by its causes, `: `-separated, each
+/// said once: a cause whose text the message so far already holds is left
+/// out. Many errors put their source into their own message (`{source}`)
+/// and also return it from `source()`, so printing the whole chain
+/// (anyhow's `{:#}`) would say `Address already in use (os error 98)`
+/// twice. The daemons print fatal errors with this.
+pub fn error_chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut cause = error.source();
+    while let Some(e) = cause {
+        let said = e.to_string();
+        if !said.is_empty() && !text.contains(&said) {
+            text.push_str(": ");
+            text.push_str(&said);
+        }
+        cause = e.source();
+    }
+    text
+}
+
+/// An environment variable renamed to the daemons' one scheme
+/// (`TRIB_EDGE_*`, `TRIB_BROKER_*`, `TRIB_TIER_*`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RenamedEnv {
+    /// The command-line argument (clap id) the variable sets.
+    pub arg: &'static str,
+    /// The name to use.
+    pub new: &'static str,
+    /// The name earlier releases read; still read while `new` is unset.
+    pub old: &'static str,
+}
+
+/// Of `renamed`, the variables to read under their old name: those whose
+/// old name is set and new name is not. Prints a warning on stderr for
+/// each (naming the new name), and for an old name ignored because the new
+/// one is set too. Call before parsing the command line, then make each
+/// returned argument read `old` (clap: `mut_arg(arg, |a| a.env(old))`).
+pub fn legacy_env(renamed: &'static [RenamedEnv]) -> Vec<&'static RenamedEnv> {
+    let mut used = Vec::new();
+    for r in renamed {
+        if std::env::var_os(r.old).is_none() {
+            continue;
+        }
+        if std::env::var_os(r.new).is_some() {
+            eprintln!(
+                "warning: environment variable {} is ignored: {} is set (the new name of {})",
+                r.old, r.new, r.old
+            );
+        } else {
+            eprintln!(
+                "warning: environment variable {} is deprecated: rename it {} (read {} this time)",
+                r.old, r.new, r.old
+            );
+            used.push(r);
+        }
+    }
+    used
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("admin listener on 127.0.0.1:7400: {source}")]
+    struct Listen {
+        source: std::io::Error,
+    }
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("starting the broker")]
+    struct Start {
+        #[source]
+        source: Listen,
+    }
+
+    #[test]
+    fn a_cause_already_in_the_message_is_said_once() {
+        let inner = Listen {
+            source: std::io::Error::from_raw_os_error(98),
+        };
+        assert_eq!(
+            error_chain(&inner),
+            "admin listener on 127.0.0.1:7400: Address already in use (os error 98)"
+        );
+        let outer = Start { source: inner };
+        assert_eq!(
+            error_chain(&outer),
+            "starting the broker: admin listener on 127.0.0.1:7400: Address already in use (os error 98)"
+        );
+    }
+}

@@ -56,6 +56,63 @@ pub enum TlsError {
     /// A private key file every user on the host may read.
     #[error(transparent)]
     Secret(#[from] crate::secrets::SecretFileError),
+    /// A file of the setting `setting` (`tls.cert`, `broker.ca`, ...) is
+    /// unusable: [`TlsPaths::load_identity`] names the setting an operator
+    /// has to fix. The inner error is part of the message (and not
+    /// repeated as a source).
+    #[error("{setting}: {error}")]
+    Setting {
+        /// The setting, e.g. `tls.key`.
+        setting: String,
+        /// What is wrong with its file.
+        error: Box<TlsError>,
+    },
+}
+
+impl TlsError {
+    /// This error under the name of the setting whose file it is about.
+    pub fn for_setting(self, setting: impl Into<String>) -> TlsError {
+        TlsError::Setting {
+            setting: setting.into(),
+            error: Box::new(self),
+        }
+    }
+}
+
+impl TlsPaths {
+    /// Loads the identity like [`TlsIdentity::load`], each failure named
+    /// by its setting under `section` (`{section}.cert`, `{section}.key`,
+    /// `{section}.ca`), so that `tls.cert: /etc/...: No such file or
+    /// directory` tells the operator which line of the configuration to fix.
+    ///
+    /// # Errors
+    /// [`TlsError::Setting`] around the first failure.
+    pub fn load_identity(&self, section: &str) -> Result<TlsIdentity, TlsError> {
+        let certs = load_certs(&self.cert).map_err(|e| e.for_setting(format!("{section}.cert")))?;
+        let key = load_key(&self.key).map_err(|e| e.for_setting(format!("{section}.key")))?;
+        let roots = load_roots(&self.ca).map_err(|e| e.for_setting(format!("{section}.ca")))?;
+        TlsIdentity::from_parts(certs, key, roots, &self.cert, &self.key)
+            .map_err(|e| e.for_setting(format!("{section}.key")))
+    }
+
+    /// Every problem with these files, each named by its setting under
+    /// `section` (see [`TlsPaths::load_identity`]), and the identity when
+    /// there is none: what `check-config` reports.
+    pub fn check(&self, section: &str) -> Result<TlsIdentity, Vec<TlsError>> {
+        let certs = load_certs(&self.cert).map_err(|e| e.for_setting(format!("{section}.cert")));
+        let key = load_key(&self.key).map_err(|e| e.for_setting(format!("{section}.key")));
+        let roots = load_roots(&self.ca).map_err(|e| e.for_setting(format!("{section}.ca")));
+        match (certs, key, roots) {
+            (Ok(certs), Ok(key), Ok(roots)) => {
+                TlsIdentity::from_parts(certs, key, roots, &self.cert, &self.key)
+                    .map_err(|e| vec![e.for_setting(format!("{section}.key"))])
+            }
+            (certs, key, roots) => Err([certs.err(), key.err(), roots.err()]
+                .into_iter()
+                .flatten()
+                .collect()),
+        }
+    }
 }
 
 fn pem_err(path: &Path) -> impl FnOnce(String) -> TlsError + '_ {
@@ -162,19 +219,38 @@ impl TlsIdentity {
     pub fn load(paths: &TlsPaths) -> Result<TlsIdentity, TlsError> {
         let certs = load_certs(&paths.cert)?;
         let key = load_key(&paths.key)?;
+        let roots = load_roots(&paths.ca)?;
+        TlsIdentity::from_parts(certs, key, roots, &paths.cert, &paths.key)
+    }
+
+    /// The identity from loaded parts, once the key is known to be the
+    /// certificate's (the paths name the files in the error).
+    fn from_parts(
+        certs: Vec<CertificateDer<'static>>,
+        key: PrivateKeyDer<'static>,
+        roots: rustls::RootCertStore,
+        cert_path: &Path,
+        key_path: &Path,
+    ) -> Result<TlsIdentity, TlsError> {
         rustls::sign::CertifiedKey::from_der(certs.clone(), key.clone_key(), &provider()).map_err(
             |e| {
-                pem_err(&paths.key)(format!(
+                pem_err(key_path)(format!(
                     "not the key of the certificate {}: {e}",
-                    paths.cert.display()
+                    cert_path.display()
                 ))
             },
         )?;
         Ok(TlsIdentity {
             certs,
             key,
-            roots: Arc::new(load_roots(&paths.ca)?),
+            roots: Arc::new(roots),
         })
+    }
+
+    /// The identity of this process's own (leaf) certificate, as peers see
+    /// it ([`certificate_identity`]); `None` if it cannot be parsed.
+    pub fn identity(&self) -> Option<String> {
+        certificate_identity(self.certs.first()?)
     }
 
     /// The rustls server config of the broker's HTTPS listener: this

@@ -9,7 +9,7 @@
 //! ingest_listen = "127.0.0.1:7402"   # QUIC, edges replicate here
 //! admin_token_file = "/etc/tributary/admin-token"  # chmod 600; or
 //! # admin_token = "change-me"        # (config file then chmod 600), or env
-//!                                    # TRIB_ADMIN_TOKEN, or systemd
+//!                                    # TRIB_BROKER_ADMIN_TOKEN, or systemd
 //!                                    # $CREDENTIALS_DIRECTORY/admin-token
 //! # admin_plain_http = true          # plain HTTP: only on a loopback
 //!                                    # admin_listen
@@ -376,89 +376,102 @@ impl BrokerConfig {
     /// Checks values that parse but cannot work.
     ///
     /// # Errors
-    /// [`ConfigError::Invalid`] naming the setting.
+    /// [`ConfigError::Invalid`] naming the setting: the first of
+    /// [`BrokerConfig::problems`].
     pub fn validate(&self) -> Result<(), ConfigError> {
+        match self.problems().into_iter().next() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Every value that parses but cannot work, each a
+    /// [`ConfigError::Invalid`] naming the setting (`check-config` reports
+    /// them all).
+    pub fn problems(&self) -> Vec<ConfigError> {
+        let mut problems = Vec::new();
+        let mut invalid = |field: &'static str, reason: String| {
+            problems.push(ConfigError::Invalid { field, reason });
+        };
         if self.node_id == 0 {
-            return Err(ConfigError::Invalid {
-                field: "node_id",
-                reason: "must be at least 1".into(),
-            });
+            invalid("node_id", "must be at least 1".into());
         }
         if !self.members.is_empty() && !self.members.contains_key(&self.node_id) {
-            return Err(ConfigError::Invalid {
-                field: "members",
-                reason: format!("does not list this node ({})", self.node_id),
-            });
+            invalid(
+                "members",
+                format!("does not list this node ({})", self.node_id),
+            );
         }
         if self.wal.segment_max_age_ms == Some(0) {
-            return Err(ConfigError::Invalid {
-                field: "wal.segment_max_age_ms",
-                reason: "must be at least 1 (or left out)".into(),
-            });
+            invalid(
+                "wal.segment_max_age_ms",
+                "must be at least 1 (or left out)".into(),
+            );
         }
         let c = &self.cluster;
         if c.heartbeat_ms == 0 || c.lease_margin_ms + c.heartbeat_ms >= c.lease_ttl_ms {
-            return Err(ConfigError::Invalid {
-                field: "cluster.lease_ttl_ms",
-                reason: format!(
+            invalid(
+                "cluster.lease_ttl_ms",
+                format!(
                     "must exceed lease_margin_ms + heartbeat_ms ({} + {} ms), and heartbeat_ms must be at least 1",
                     c.lease_margin_ms, c.heartbeat_ms
                 ),
-            });
+            );
         }
         if self.retention.interval_ms == Some(0) {
-            return Err(ConfigError::Invalid {
-                field: "retention.interval_ms",
-                reason: "must be at least 1 (or left out)".into(),
-            });
+            invalid(
+                "retention.interval_ms",
+                "must be at least 1 (or left out)".into(),
+            );
         }
         if let Some(archive) = &self.archive {
             if let Err(e) = tributary_proto::keys::StorageKeys::new(&archive.prefix) {
-                return Err(ConfigError::Invalid {
-                    field: "archive.prefix",
-                    reason: e.to_string(),
-                });
+                invalid("archive.prefix", e.to_string());
             }
             if archive.store.url.is_none() {
-                return Err(ConfigError::Invalid {
-                    field: "archive.store.url",
-                    reason: "required in [archive.store] (a directory or s3://bucket)".into(),
-                });
+                invalid(
+                    "archive.store.url",
+                    "required in [archive.store] (a directory or s3://bucket)".into(),
+                );
             }
         }
         if self.admin_plain_http && !self.admin_listen.ip().is_loopback() {
-            return Err(ConfigError::Invalid {
-                field: "admin_plain_http",
-                reason: format!(
+            invalid(
+                "admin_plain_http",
+                format!(
                     "plain HTTP is allowed only on a loopback admin_listen, not {}: \
                      leave admin_plain_http unset (HTTPS) or bind 127.0.0.1",
                     self.admin_listen
                 ),
-            });
+            );
         }
         if self.tls.is_none() {
-            return Err(ConfigError::Invalid {
-                field: "tls",
-                reason: "brokers talk mutual TLS only: set tls.cert, tls.key and tls.ca \
-                         (`tribctl certs --broker 1` makes development ones)"
+            invalid(
+                "tls",
+                "brokers talk mutual TLS only: set tls.cert, tls.key and tls.ca \
+                 (`tribctl certs --broker 1` makes development ones)"
                     .into(),
-            });
+            );
         }
         match &self.admin_token {
             // Read (and checked) by resolve_secrets at start-up.
-            None if self.admin_token_file.is_some() => Ok(()),
-            Some(token) if token.len() >= 8 => Ok(()),
-            Some(_) => Err(ConfigError::Invalid {
-                field: "admin_token",
-                reason: "must be at least 8 characters".into(),
-            }),
-            None => Err(ConfigError::Invalid {
-                field: "admin_token",
-                reason: "required: admin_token_file, admin_token, TRIB_ADMIN_TOKEN or \
-                         $CREDENTIALS_DIRECTORY/admin-token"
+            None if self.admin_token_file.is_some() => {}
+            Some(token) if token.len() >= 8 => {}
+            Some(_) => invalid("admin_token", "must be at least 8 characters".into()),
+            None => invalid(
+                "admin_token",
+                "required: admin_token_file, admin_token, TRIB_BROKER_ADMIN_TOKEN or \
+                 $CREDENTIALS_DIRECTORY/admin-token"
                     .into(),
-            }),
+            ),
         }
+        problems
+    }
+
+    /// The identity this broker's certificate must have: `broker-{node_id}`
+    /// (the only identity other brokers accept on the Raft connection).
+    pub fn expected_identity(&self) -> String {
+        format!("broker-{}", self.node_id)
     }
 
     /// Raft members with this node's own address filled in for a single

@@ -13,6 +13,7 @@
 pub mod admin;
 pub mod auth;
 pub mod budget;
+pub mod check;
 pub mod cluster;
 pub mod config;
 pub mod consumer;

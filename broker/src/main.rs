@@ -1,28 +1,76 @@
 //! `broker`: the central ingestion node. Stores what edges send, keeps
 //! metadata in Raft and serves consumers and the admin API.
+//! `broker check-config` (or `--check-config`) checks a configuration and
+//! exits: `ok` and status 0, or one `error:` line per problem and status 1.
+//! Fatal errors print one line, `error: ...`, and exit 1.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use broker_core::service;
-use clap::{Parser, ValueEnum};
+use broker_core::service::{self, RenamedEnv};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use tributary_broker::config::{BrokerConfig, parse_member};
 use tributary_broker::raft::NodeId;
 
 /// Tributary broker: Raft metadata cluster and admin API (QUIC ingest and
 /// consumers follow).
 #[derive(Debug, Parser)]
-#[command(version, about)]
+#[command(version, about, args_conflicts_with_subcommands = true)]
 struct Cli {
+    #[command(subcommand)]
+    command: Option<Command>,
+    #[command(flatten)]
+    args: BrokerArgs,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Check the configuration (file, flags and environment) without
+    /// starting: TLS files and the certificate's identity, the data
+    /// directory, addresses. Prints `ok`, or one `error:` line per problem
+    /// and exits 1.
+    CheckConfig(BrokerArgs),
+}
+
+/// Environment variables renamed to `TRIB_BROKER_*`; the old names are
+/// still read, with a warning.
+const RENAMED_ENV: &[RenamedEnv] = &[
+    RenamedEnv {
+        arg: "node_id",
+        new: "TRIB_BROKER_NODE_ID",
+        old: "TRIB_NODE_ID",
+    },
+    RenamedEnv {
+        arg: "data_dir",
+        new: "TRIB_BROKER_DATA_DIR",
+        old: "TRIB_DATA_DIR",
+    },
+    RenamedEnv {
+        arg: "admin_token",
+        new: "TRIB_BROKER_ADMIN_TOKEN",
+        old: "TRIB_ADMIN_TOKEN",
+    },
+    RenamedEnv {
+        arg: "admin_token_file",
+        new: "TRIB_BROKER_ADMIN_TOKEN_FILE",
+        old: "TRIB_ADMIN_TOKEN_FILE",
+    },
+];
+
+#[derive(Debug, Args)]
+struct BrokerArgs {
     /// TOML configuration file; flags and environment override it.
     #[arg(long, short = 'c', env = "TRIB_BROKER_CONFIG")]
     config: Option<PathBuf>,
+    /// Check the configuration and exit (as `broker check-config`).
+    #[arg(long)]
+    check_config: bool,
     /// Raft node id (>= 1).
-    #[arg(long, env = "TRIB_NODE_ID")]
+    #[arg(long, env = "TRIB_BROKER_NODE_ID")]
     node_id: Option<NodeId>,
     /// Data directory (Raft state, topic WALs).
-    #[arg(long, env = "TRIB_DATA_DIR")]
+    #[arg(long, env = "TRIB_BROKER_DATA_DIR")]
     data_dir: Option<PathBuf>,
     /// QUIC address for Raft traffic between brokers.
     #[arg(long)]
@@ -38,12 +86,12 @@ struct Cli {
     #[arg(long)]
     ingest_listen: Option<SocketAddr>,
     /// Bearer token required by the admin API.
-    #[arg(long, env = "TRIB_ADMIN_TOKEN", hide_env_values = true)]
+    #[arg(long, env = "TRIB_BROKER_ADMIN_TOKEN", hide_env_values = true)]
     admin_token: Option<String>,
     /// File holding the admin token (must not be world-readable); exclusive
     /// with --admin-token. Without both, $CREDENTIALS_DIRECTORY/admin-token
     /// is read if it exists.
-    #[arg(long, env = "TRIB_ADMIN_TOKEN_FILE")]
+    #[arg(long, env = "TRIB_BROKER_ADMIN_TOKEN_FILE")]
     admin_token_file: Option<PathBuf>,
     /// Raft member as ID=HOST:PORT (repeat for every member, this node
     /// included). None: a single-node cluster.
@@ -69,7 +117,7 @@ enum LogFormat {
     Json,
 }
 
-fn merge(cli: Cli) -> anyhow::Result<BrokerConfig> {
+fn merge(cli: BrokerArgs) -> anyhow::Result<BrokerConfig> {
     let mut config = match &cli.config {
         Some(path) => BrokerConfig::from_file(path)?,
         None => {
@@ -137,10 +185,41 @@ async fn shutdown_signal() {
     }
 }
 
+/// Parses the command line; a renamed environment variable set under its
+/// old name only is read under that name (with a warning).
+fn parse_cli() -> Cli {
+    let mut command = Cli::command();
+    for renamed in service::legacy_env(RENAMED_ENV) {
+        command = command
+            .mut_arg(renamed.arg, |a| a.env(renamed.old))
+            .mut_subcommand("check-config", |s| {
+                s.mut_arg(renamed.arg, |a| a.env(renamed.old))
+            });
+    }
+    Cli::from_arg_matches(&command.get_matches()).unwrap_or_else(|e| e.exit())
+}
+
+/// `check-config`: `ok`, or every problem (one line each) and status 1.
+fn check_config(args: BrokerArgs) -> ExitCode {
+    match merge(args) {
+        Ok(config) => tributary_broker::check::check(config).finish(),
+        Err(e) => {
+            let mut report = broker_core::check::Report::new();
+            report.problem(service::error_chain(e.as_ref()));
+            report.finish()
+        }
+    }
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    service::init_logging(cli.log_format.into(), "info,openraft=warn");
-    let result = merge(cli).and_then(|config| {
+    let cli = parse_cli();
+    let args = match cli.command {
+        Some(Command::CheckConfig(args)) => return check_config(args),
+        None if cli.args.check_config => return check_config(cli.args),
+        None => cli.args,
+    };
+    service::init_logging(args.log_format.into(), "info,openraft=warn");
+    let result = merge(args).and_then(|config| {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .enable_all()
             .build()?;
@@ -150,7 +229,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", service::error_chain(e.as_ref()));
             ExitCode::FAILURE
         }
     }

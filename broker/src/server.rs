@@ -8,7 +8,7 @@ use std::future::Future;
 use std::sync::Arc;
 
 use broker_core::clock::SystemClock;
-use broker_core::tls::{ALPN_REPLICATION, TlsIdentity};
+use broker_core::tls::ALPN_REPLICATION;
 use tracing::info;
 use tributary_proto::limits::Limits;
 
@@ -66,7 +66,8 @@ pub async fn run(
             field: "tls",
             reason: "missing".into(),
         })?;
-    let tls = TlsIdentity::load(&tls_paths)?;
+    let tls = tls_paths.load_identity("tls")?;
+    crate::check::own_identity(&config, &tls_paths, &tls)?;
     let node_config = NodeConfig {
         node_id: config.node_id,
         data_dir: config.data_dir.join("raft"),

@@ -33,10 +33,13 @@ use tributary_proto::keys::{StorageKeys, TopicName};
 
 use crate::client::AdminClient;
 
+mod count;
 mod descriptors;
 mod export;
 mod lines;
+mod table;
 use crate::commands::OutputFormat;
+use count::RecordCount;
 use export::ExportArgs;
 use lines::{Limited, Limits, LineWriter, ValueAs};
 
@@ -257,20 +260,6 @@ fn progress(total_bytes: u64, what: &str) -> ProgressBar {
     bar
 }
 
-/// A record counter on stderr when it is a terminal, hidden otherwise.
-fn record_progress(what: &str) -> ProgressBar {
-    if !std::io::stderr().is_terminal() {
-        return ProgressBar::hidden();
-    }
-    let bar = ProgressBar::new_spinner();
-    if let Ok(style) = ProgressStyle::with_template("{spinner} {msg}: {pos} records ({per_sec})") {
-        bar.set_style(style);
-    }
-    bar.set_message(what.to_owned());
-    bar.enable_steady_tick(std::time::Duration::from_millis(200));
-    bar
-}
-
 // ---------------------------------------------------------------------------
 // ls
 // ---------------------------------------------------------------------------
@@ -303,22 +292,21 @@ async fn ls(
                 serde_json::to_string_pretty(&json!({ "topics": rows }))?
             )?;
         } else {
-            writeln!(
-                out,
-                "{:<40} {:>8} {:>14} {:>22} {:>22}",
-                "TOPIC", "SEGMENTS", "BYTES", "FIRST", "LAST"
-            )?;
-            for r in rows {
-                writeln!(
-                    out,
-                    "{:<40} {:>8} {:>14} {:>22} {:>22}",
-                    r["topic"].as_str().unwrap_or(""),
-                    r["segments"],
-                    r["bytes"],
-                    r["first_offset"],
-                    r["last_offset"]
-                )?;
-            }
+            let cell = |v: &Value| match v {
+                Value::Null => "-".to_owned(),
+                Value::String(s) => s.clone(),
+                other => other.to_string(),
+            };
+            let rows: Vec<Vec<String>> = rows
+                .iter()
+                .map(|r| {
+                    ["topic", "segments", "bytes", "first_offset", "last_offset"]
+                        .iter()
+                        .map(|k| cell(&r[*k]))
+                        .collect()
+                })
+                .collect();
+            table::write(out, &["TOPIC", "SEGMENTS", "BYTES", "FIRST", "LAST"], &rows)?;
         }
         return Ok(());
     };
@@ -359,30 +347,36 @@ async fn ls(
         }
         writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
     } else {
-        writeln!(
+        let table_rows: Vec<Vec<String>> = rows
+            .iter()
+            .map(|(o, f)| match f {
+                Ok(f) => vec![
+                    o.start_offset.to_string(),
+                    o.end_offset.to_string(),
+                    f.record_count().to_string(),
+                    o.size.to_string(),
+                    f.first_timestamp_ms.to_string(),
+                    f.max_timestamp_ms.to_string(),
+                ],
+                Err(e) => vec![
+                    o.start_offset.to_string(),
+                    o.end_offset.to_string(),
+                    format!("unreadable footer: {e}"),
+                ],
+            })
+            .collect();
+        table::write(
             out,
-            "{:>20} {:>20} {:>10} {:>12} {:>15} {:>15}",
-            "START", "END", "RECORDS", "BYTES", "FIRST_TS_MS", "MAX_TS_MS"
+            &[
+                "START",
+                "END",
+                "RECORDS",
+                "BYTES",
+                "FIRST_TS_MS",
+                "MAX_TS_MS",
+            ],
+            &table_rows,
         )?;
-        for (o, f) in &rows {
-            match f {
-                Ok(f) => writeln!(
-                    out,
-                    "{:>20} {:>20} {:>10} {:>12} {:>15} {:>15}",
-                    o.start_offset,
-                    o.end_offset,
-                    f.record_count(),
-                    o.size,
-                    f.first_timestamp_ms,
-                    f.max_timestamp_ms
-                )?,
-                Err(e) => writeln!(
-                    out,
-                    "{:>20} {:>20} unreadable footer: {e}",
-                    o.start_offset, o.end_offset
-                )?,
-            }
-        }
         for key in &foreign {
             writeln!(out, "not a segment object: {key}")?;
         }

@@ -133,8 +133,23 @@ fn report(err: &anyhow::Error) {
     }
 }
 
+/// The command line: `archive`'s bucket options (`--bucket`, `--prefix`,
+/// `--s3-*`) are global, so they may follow its subcommand too
+/// (`tribctl archive ls --bucket DIR`).
+fn command() -> clap::Command {
+    Cli::command().mut_subcommand("archive", |archive| {
+        archive.mut_args(|arg| {
+            if arg.is_positional() {
+                arg
+            } else {
+                arg.global(true)
+            }
+        })
+    })
+}
+
 fn main() -> ExitCode {
-    let matches = Cli::command().get_matches();
+    let matches = command().get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     // `archive verify --against-descriptors` must not compare with a
     // defaulted broker address.

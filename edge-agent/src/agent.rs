@@ -20,7 +20,6 @@ use broker_core::metadata::MetadataError;
 use broker_core::metadata::redb::{RedbStore, StoreOpenReport};
 
 use broker_core::clock::{Clock, SystemClock};
-use broker_core::tls::TlsIdentity;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tracing::{error, info, warn};
@@ -181,7 +180,7 @@ impl Agent {
         // running. Refuses a key that is not the certificate's, so the
         // agent does not take records it could never send.
         let replication_tls = match (&config.tls, config.brokers.is_empty()) {
-            (Some(paths), false) => Some(TlsIdentity::load(paths).map_err(AgentError::Tls)?),
+            (Some(paths), false) => Some(paths.load_identity("tls").map_err(AgentError::Tls)?),
             _ => None,
         };
         let listener = tokio::net::TcpListener::bind(config.local_api)

@@ -451,7 +451,7 @@ impl AgentConfig {
     }
 }
 
-fn default_local_api() -> SocketAddr {
+pub(crate) fn default_local_api() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 7500))
 }
 

@@ -35,6 +35,7 @@
 pub mod agent;
 pub mod api;
 pub mod budget;
+pub mod check;
 pub mod client;
 pub mod config;
 pub mod declared_rate;

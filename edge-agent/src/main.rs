@@ -1,5 +1,8 @@
-//! `edge-agent`: the on-device agent (`run`) and a command-line producer
-//! for it (`publish`). Errors print one line, `error: ...`, and exit 1.
+//! `edge-agent`: the on-device agent (`run`), a command-line producer for
+//! it (`publish`) and a configuration check for deployment pipelines
+//! (`check-config`, or `run --check-config`: `ok` and status 0, or one
+//! `error:` line per problem and status 1). Errors print one line,
+//! `error: ...`, and exit 1.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -29,6 +32,10 @@ enum Command {
     /// Publish to a running agent through its local API and print the
     /// assigned offsets as JSON.
     Publish(PublishArgs),
+    /// Check the configuration (file, flags and environment, as `run`
+    /// loads it) without starting: TLS files, the data directory,
+    /// addresses. Prints `ok`, or one `error:` line per problem and exits 1.
+    CheckConfig(RunArgs),
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -42,6 +49,9 @@ struct RunArgs {
     /// Configuration file (TOML); flags and environment override it.
     #[arg(long, short, env = "TRIB_EDGE_CONFIG")]
     config: Option<PathBuf>,
+    /// Check the configuration and exit (as `edge-agent check-config`).
+    #[arg(long)]
+    check_config: bool,
     /// Data directory (WALs, local metadata).
     #[arg(long, env = "TRIB_EDGE_DATA_DIR")]
     data_dir: Option<PathBuf>,
@@ -107,13 +117,15 @@ struct PublishArgs {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Run(args) if args.check_config => return check_config(&args),
+        Command::CheckConfig(args) => return check_config(&args),
         Command::Run(args) => run(args),
         Command::Publish(args) => publish(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", service::error_chain(e.as_ref()));
             ExitCode::FAILURE
         }
     }
@@ -128,20 +140,28 @@ impl From<LogFormat> for service::LogFormat {
     }
 }
 
-fn run(args: RunArgs) -> anyhow::Result<()> {
-    service::init_logging(args.log_format.into(), "info");
-    let overrides = Overrides {
-        data_dir: args.data_dir,
-        edge_id: args.edge_id,
-        brokers: args.brokers,
+fn overrides(args: &RunArgs) -> Overrides {
+    Overrides {
+        data_dir: args.data_dir.clone(),
+        edge_id: args.edge_id.clone(),
+        brokers: args.brokers.clone(),
         local_api: args.local_api,
-        tls_cert: args.tls_cert,
-        tls_key: args.tls_key,
-        tls_ca: args.tls_ca,
+        tls_cert: args.tls_cert.clone(),
+        tls_key: args.tls_key.clone(),
+        tls_ca: args.tls_ca.clone(),
         disk_budget_bytes: args.disk_budget_bytes,
         bandwidth_cap_bytes_per_s: args.bandwidth_cap_bytes_per_s,
-    };
-    let config = AgentConfig::load(args.config.as_deref(), &overrides)?;
+    }
+}
+
+/// `check-config`: `ok`, or every problem (one line each) and status 1.
+fn check_config(args: &RunArgs) -> ExitCode {
+    tributary_edge::check::check(args.config.as_deref(), &overrides(args)).finish()
+}
+
+fn run(args: RunArgs) -> anyhow::Result<()> {
+    service::init_logging(args.log_format.into(), "info");
+    let config = AgentConfig::load(args.config.as_deref(), &overrides(&args))?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

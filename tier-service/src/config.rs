@@ -15,7 +15,7 @@
 //! # key = "/etc/tributary/tier-1.key"      # and its key (chmod 600)
 //! token_file = "/etc/tributary/broker-token"  # chmod 600; or token = "..."
 //!                                          # (config file then chmod 600),
-//!                                          # env TRIB_ADMIN_TOKEN, or systemd
+//!                                          # env TRIB_TIER_TOKEN, or systemd
 //!                                          # $CREDENTIALS_DIRECTORY/broker-token
 //!
 //! [store]
@@ -82,7 +82,7 @@ pub struct BrokerApiConfig {
     /// Base URL. Default `https://127.0.0.1:7400`.
     #[serde(default = "default_broker_url")]
     pub url: String,
-    /// Bearer token (else `token_file`, env `TRIB_ADMIN_TOKEN`, or
+    /// Bearer token (else `token_file`, env `TRIB_TIER_TOKEN`, or
     /// `$CREDENTIALS_DIRECTORY/broker-token`). A configuration file holding
     /// it must not be world-readable.
     #[serde(default)]
@@ -132,8 +132,9 @@ impl Default for BrokerApiConfig {
 
 impl BrokerApiConfig {
     /// The bearer token: `token`, else the contents of `token_file`, else
-    /// env `TRIB_ADMIN_TOKEN`, else `$CREDENTIALS_DIRECTORY/broker-token`
-    /// if it exists; empty if none.
+    /// env `TRIB_TIER_TOKEN`, else `$CREDENTIALS_DIRECTORY/broker-token` if
+    /// it exists; empty if none. (The binary also reads the old name
+    /// `TRIB_ADMIN_TOKEN`, with a warning.)
     ///
     /// # Errors
     /// [`TierError::Config`] if both `token` and `token_file` are set, or a
@@ -150,7 +151,7 @@ impl BrokerApiConfig {
             )),
             (Some(token), None) => Ok(token.clone()),
             (None, Some(path)) => read(path),
-            (None, None) => match std::env::var("TRIB_ADMIN_TOKEN") {
+            (None, None) => match std::env::var("TRIB_TIER_TOKEN") {
                 Ok(token) => Ok(token),
                 Err(_) => match broker_core::secrets::credential_path("broker-token") {
                     Some(path) => read(&path),
@@ -298,12 +299,25 @@ impl TierConfig {
     /// Checks the settings against each other.
     ///
     /// # Errors
-    /// [`TierError::Config`] naming the setting.
+    /// [`TierError::Config`] naming the setting: the first of
+    /// [`TierConfig::problems`].
     pub fn validate(&self) -> Result<(), TierError> {
-        tributary_proto::keys::StorageKeys::new(&self.prefix)?;
-        let fail = |m: &str| Err(TierError::Config(m.to_owned()));
+        match self.problems().into_iter().next() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Every setting that contradicts another or cannot work, each naming
+    /// the setting (`check-config` reports them all).
+    pub fn problems(&self) -> Vec<TierError> {
+        let mut problems = Vec::new();
+        if let Err(e) = tributary_proto::keys::StorageKeys::new(&self.prefix) {
+            problems.push(TierError::Config(format!("prefix: {e}")));
+        }
+        let mut fail = |m: &str| problems.push(TierError::Config(m.to_owned()));
         if self.upload.part_size_bytes == 0 || self.upload.part_concurrency == 0 {
-            return fail("upload.part_size_bytes and upload.part_concurrency must be above 0");
+            fail("upload.part_size_bytes and upload.part_concurrency must be above 0");
         }
         let is_s3 = self
             .store
@@ -311,32 +325,32 @@ impl TierConfig {
             .as_deref()
             .is_some_and(|u| u.starts_with("s3://"));
         if is_s3 && self.upload.part_size_bytes < S3_PART_BYTES_MIN {
-            return fail("upload.part_size_bytes must be at least 5 MiB for S3");
+            fail("upload.part_size_bytes must be at least 5 MiB for S3");
         }
         if self.store.url.is_none() {
-            return fail("store.url is not set (--bucket)");
+            fail("store.url is not set (--bucket)");
         }
         if self.retry.attempts_max == 0 {
-            return fail("retry.attempts_max must be at least 1");
+            fail("retry.attempts_max must be at least 1");
         }
         if self.topic_concurrency == 0 {
-            return fail("topic_concurrency must be at least 1");
+            fail("topic_concurrency must be at least 1");
         }
         if self.audit.interval_ms < 100 {
-            return fail("audit.interval_ms must be at least 100");
+            fail("audit.interval_ms must be at least 100");
         }
         if self.broker.cert.is_some() != self.broker.key.is_some() {
-            return fail("broker.cert and broker.key go together");
+            fail("broker.cert and broker.key go together");
         }
         if self.broker.url.to_ascii_lowercase().starts_with("https://") && self.broker.ca.is_none()
         {
-            return fail(
+            fail(
                 "broker.url is https://: set broker.ca to the cluster CA that signed the broker's certificate",
             );
         }
-        self.cold_retention.validate()?;
-        self.lakehouse.validate()?;
-        Ok(())
+        problems.extend(self.cold_retention.validate().err());
+        problems.extend(self.lakehouse.validate().err());
+        problems
     }
 }
 

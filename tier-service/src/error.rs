@@ -89,6 +89,19 @@ pub enum TierError {
         /// Its owner, when it has one.
         owner: Option<u64>,
     },
+    /// A listener (`metrics_listen`) could not be bound: the service does
+    /// not start without it (as the broker and the edge agent do not).
+    #[error("{what} listener on {addr} ({setting}): {error}")]
+    Listen {
+        /// `metrics`.
+        what: &'static str,
+        /// The setting that gave the address.
+        setting: &'static str,
+        /// The address.
+        addr: std::net::SocketAddr,
+        /// The OS error (part of the message, not repeated as a source).
+        error: std::io::Error,
+    },
     /// Another tier service holds the data directory's lock.
     #[error("another tier service is running on {} (lock held)", path.display())]
     Locked {

@@ -18,6 +18,7 @@
 //! - [`service`]: the process (lock, reconciliation, passes, shutdown);
 //! - [`faults`]: crash injection for tests (`TRIB_TIER_FAULT`);
 //! - [`metrics`]: `GET /metrics` (Prometheus) on `metrics_listen`.
+//! - [`check`]: `tier-service check-config`.
 //!
 //! # Safety argument
 //! A local segment is deleted only by the broker's retention, whose safe
@@ -31,6 +32,7 @@
 
 pub mod audit;
 pub mod broker_api;
+pub mod check;
 pub mod cold;
 pub mod config;
 pub mod error;

@@ -43,6 +43,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 use tracing::{error, info};
 
+use crate::error::TierError;
 use crate::reconcile::ReconcileReport;
 use crate::tiering::PassReport;
 
@@ -328,16 +329,33 @@ async fn metrics() -> Response {
     }
 }
 
-/// Serves `GET /metrics` on `addr` until `shutdown` resolves. A bind
-/// failure is logged and ends the task (the service runs on).
-pub async fn serve(addr: SocketAddr, shutdown: impl Future<Output = ()> + Send + 'static) {
-    let listener = match tokio::net::TcpListener::bind(addr).await {
-        Ok(listener) => listener,
-        Err(e) => {
-            error!(%addr, error = %e, "metrics listener unavailable; running without /metrics");
-            return;
-        }
-    };
+/// Binds the `GET /metrics` and `/health` listener on `addr`
+/// (`metrics_listen`).
+///
+/// # Errors
+/// [`TierError::Listen`] naming the address and the setting (the address
+/// is in use, or not one of this host's).
+pub async fn bind(addr: SocketAddr) -> Result<tokio::net::TcpListener, TierError> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|error| TierError::Listen {
+            what: "metrics",
+            setting: "metrics_listen",
+            addr,
+            error,
+        })
+}
+
+/// Serves `GET /metrics` and `GET /health` on `listener` (see [`bind`])
+/// until `shutdown` resolves. A failure after start-up is logged and ends
+/// the task.
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) {
+    let addr = listener
+        .local_addr()
+        .map_or_else(|_| "?".to_owned(), |a| a.to_string());
     info!(%addr, "metrics at /metrics");
     let app = Router::new()
         .route("/metrics", get(metrics))

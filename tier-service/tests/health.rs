@@ -45,8 +45,12 @@ fn an_unreachable_object_store_turns_health_into_upload_stalled_with_its_error()
     config.poll_interval_ms = 100;
     config.audit.upload_stall_after_ms = 1000;
     // The listener `main` starts next to the service.
+    let listener = h
+        .runtime
+        .block_on(tributary_tier::metrics::bind(metrics))
+        .expect("metrics listener");
     h.runtime.spawn(tributary_tier::metrics::serve(
-        metrics,
+        listener,
         std::future::pending(),
     ));
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();

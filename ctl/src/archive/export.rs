@@ -27,7 +27,6 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context as _, anyhow, bail};
 use base64::Engine as _;
 use clap::{Args, ValueEnum};
-use indicatif::ProgressBar;
 use tributary_archive::reader::{Archive, ArchivedRecord};
 use tributary_lakehouse::schema::DEFAULT_INFER_ROWS;
 use tributary_lakehouse::{JsonColumns, Layout, ParquetOptions, TableError, TableWriter};
@@ -35,7 +34,7 @@ use tributary_proto::archive::ArchiveError;
 use tributary_proto::keys::TopicName;
 
 use super::lines::{Limited, LineWriter, RecordWriter, ValueAs};
-use super::{RangeArgs, record_progress, say_hole};
+use super::{RangeArgs, RecordCount, say_hole};
 
 /// Output formats of `export`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -141,7 +140,7 @@ pub async fn export(archive: &Archive, range: &RangeArgs, args: &ExportArgs) -> 
     }
     let topic = range.topic()?;
     let limits = range.limits();
-    let bar = record_progress("export");
+    let bar = RecordCount::on_stderr("export");
     let (staged, mut writer) = Staged::create(&args.out)?;
     let mut rejected_file = None;
     let records = match args.format {
@@ -180,7 +179,7 @@ pub async fn export(archive: &Archive, range: &RangeArgs, args: &ExportArgs) -> 
         }
         ExportFormat::Batches => batches(archive, &topic, range, &bar, &mut writer).await?,
     };
-    bar.finish_and_clear();
+    bar.finish();
     staged.commit(writer)?;
     let mut said = format!(
         "exported {records} records of {topic} to {}",
@@ -203,22 +202,19 @@ async fn read(
     archive: &Archive,
     topic: &TopicName,
     range: &RangeArgs,
-    bar: &ProgressBar,
+    bar: &RecordCount,
     take: &mut dyn FnMut(ArchivedRecord) -> ControlFlow<()>,
 ) -> anyhow::Result<()> {
-    // The bar moves every 4096 records: a per-record update costs a clock
-    // read each.
-    let mut seen = 0u64;
     archive
         .read_with_holes(
             topic,
             range.start(),
             &mut |r| {
-                seen += 1;
-                if seen.is_multiple_of(4096) {
-                    bar.inc(4096);
+                let flow = take(r);
+                if flow.is_continue() {
+                    bar.add(1);
                 }
-                take(r)
+                flow
             },
             &mut say_hole,
         )
@@ -230,7 +226,7 @@ async fn batches(
     archive: &Archive,
     topic: &TopicName,
     range: &RangeArgs,
-    bar: &ProgressBar,
+    bar: &RecordCount,
     writer: &mut BufWriter<File>,
 ) -> anyhow::Result<u64> {
     let limits = range.limits();
@@ -248,7 +244,7 @@ async fn batches(
                     error = Some(e);
                     return Ok::<_, ArchiveError>(ControlFlow::Break(()));
                 }
-                bar.inc(u64::from(batch.record_count()));
+                bar.add(u64::from(batch.record_count()));
                 written += u64::from(batch.record_count());
                 Ok(ControlFlow::Continue(()))
             },

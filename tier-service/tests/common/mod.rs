@@ -495,7 +495,8 @@ impl Harness {
             .arg("--once")
             .env("RUST_LOG", "warn")
             .env_remove("TRIB_TIER_FAULT")
-            .env_remove("TRIB_ADMIN_TOKEN");
+            .env_remove("TRIB_ADMIN_TOKEN")
+            .env_remove("TRIB_TIER_TOKEN");
         cmd
     }
 

@@ -1,0 +1,97 @@
+//! `broker check-config`: every problem of a broker configuration, one
+//! line each, without starting anything ([`check`]); and the rule that a
+//! broker runs only with its own certificate ([`own_identity`]), which
+//! start-up applies too.
+
+use broker_core::check::{Report, Transport};
+use broker_core::tls::{TlsIdentity, TlsPaths};
+
+use crate::config::{BrokerConfig, ConfigError};
+
+/// Refuses a certificate whose identity is not `broker-{node_id}` (an
+/// edge's certificate, another broker's): the other brokers would refuse
+/// its Raft connections, and it would speak to edges as someone else.
+///
+/// # Errors
+/// [`ConfigError::Invalid`] for `tls.cert`, naming both identities.
+pub fn own_identity(
+    config: &BrokerConfig,
+    paths: &TlsPaths,
+    identity: &TlsIdentity,
+) -> Result<(), ConfigError> {
+    let expected = config.expected_identity();
+    let actual = identity.identity();
+    if actual.as_deref() == Some(expected.as_str()) {
+        return Ok(());
+    }
+    let actual = match actual {
+        Some(name) => format!("is the certificate of {name:?}"),
+        None => "has no identity (no DNS name, no common name)".to_owned(),
+    };
+    Err(ConfigError::Invalid {
+        field: "tls.cert",
+        reason: format!(
+            "{} {actual}, not of this broker: node_id {} needs a certificate for {expected:?} \
+             (`tribctl certs --broker {}` makes a development one)",
+            paths.cert.display(),
+            config.node_id,
+            config.node_id
+        ),
+    })
+}
+
+/// The line of a problem: `{setting}: {reason}` for an invalid setting
+/// (as the other daemons' checks say it), else the error's message.
+fn line(error: &ConfigError) -> String {
+    match error {
+        ConfigError::Invalid { field, reason } => format!("{field}: {reason}"),
+        other => other.to_string(),
+    }
+}
+
+/// Checks `config` as the broker would at start-up, collecting every
+/// problem: secrets (token file), values, the TLS files and the
+/// certificate's identity, the data directory, the listen addresses, the
+/// Raft members' and advertised addresses, and the `[archive]` bucket.
+/// Nothing is bound, created or connected to.
+pub fn check(mut config: BrokerConfig) -> Report {
+    let mut report = Report::new();
+    if let Err(e) = config.resolve_secrets() {
+        report.problem(line(&e));
+    }
+    for e in config.problems() {
+        report.problem(line(&e));
+    }
+    if let Some(paths) = &config.tls
+        && let Some(identity) = report.tls(paths, "tls")
+        && let Err(e) = own_identity(&config, paths, &identity)
+    {
+        report.problem(line(&e));
+    }
+    report.data_dir("data_dir", &config.data_dir);
+    report.listen("raft_listen", config.raft_listen, Transport::Udp);
+    report.listen("admin_listen", config.admin_listen, Transport::Tcp);
+    report.listen("ingest_listen", config.ingest_listen, Transport::Udp);
+    for (id, addr) in &config.members {
+        report.peer(&format!("members.{id}"), addr);
+    }
+    if let Some(addr) = &config.cluster.advertised_ingest {
+        report.peer("cluster.advertised_ingest", addr);
+    }
+    if let Some(archive) = &config.archive {
+        match archive.store.local_dir() {
+            // The broker reads the bucket; the tier service writes it.
+            Some(dir) if !dir.is_dir() => report.problem(format!(
+                "archive.store.url: {} is not a directory",
+                dir.display()
+            )),
+            Some(_) => {}
+            None => {
+                if let Err(e) = tributary_archive::Bucket::open(&archive.store) {
+                    report.problem(format!("archive.store: {e}"));
+                }
+            }
+        }
+    }
+    report
+}

@@ -1,0 +1,312 @@
+//! The real `broker` binary: `check-config` (every problem one line), and
+//! the start-up refusals an operator meets first (issue 21): a certificate
+//! that is not `broker-{node_id}`, a missing certificate named by its
+//! setting, an admin port in use said once, the `TRIB_BROKER_*`
+//! environment names with the old ones still read (and warned about).
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+use tributary_test_support::ports::{free_tcp, free_udp};
+use tributary_test_support::process::wait_exit;
+
+/// Every environment variable the broker reads, old names included: the
+/// tests set their own.
+const ENV: &[&str] = &[
+    "TRIB_BROKER_CONFIG",
+    "TRIB_BROKER_NODE_ID",
+    "TRIB_BROKER_DATA_DIR",
+    "TRIB_BROKER_ADMIN_TOKEN",
+    "TRIB_BROKER_ADMIN_TOKEN_FILE",
+    "TRIB_NODE_ID",
+    "TRIB_DATA_DIR",
+    "TRIB_ADMIN_TOKEN",
+    "TRIB_ADMIN_TOKEN_FILE",
+    "CREDENTIALS_DIRECTORY",
+];
+
+fn broker(args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_broker"));
+    cmd.args(args).env("RUST_LOG", "off");
+    for name in ENV {
+        cmd.env_remove(name);
+    }
+    cmd
+}
+
+/// Runs `cmd` to its end (at most 60 s) and returns its output.
+fn run(mut cmd: Command) -> Output {
+    let child = cmd
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn broker");
+    let id = child.id();
+    let waiter = std::thread::spawn(move || child.wait_with_output());
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !waiter.is_finished() {
+        if std::time::Instant::now() > deadline {
+            let _ = Command::new("kill")
+                .args(["-KILL", &id.to_string()])
+                .status();
+            panic!("broker did not exit within 60 s");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    waiter.join().expect("waiter").expect("broker output")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// A valid single-node configuration in `dir` (certificates issued there);
+/// `edit` rewrites its text.
+fn config(dir: &Path, edit: impl Fn(String) -> String) -> std::path::PathBuf {
+    let certs = dir.join("certs");
+    tributary_test_support::certs::issue(&certs, &[1, 2], &["plant1"]);
+    let text = format!(
+        r#"node_id = 1
+data_dir = "{data}"
+raft_listen = "{raft}"
+admin_listen = "{admin}"
+admin_plain_http = true
+ingest_listen = "{ingest}"
+admin_token = "check-config-token"
+[tls]
+cert = "{certs}/broker-1.pem"
+key = "{certs}/broker-1.key"
+ca = "{certs}/ca.pem"
+"#,
+        data = dir.join("data").display(),
+        raft = free_udp(),
+        admin = free_tcp(),
+        ingest = free_udp(),
+        certs = certs.display(),
+    );
+    let path = dir.join("broker.toml");
+    tributary_test_support::certs::write_private(&path, &edit(text));
+    path
+}
+
+fn note_created(dir: &Path) -> String {
+    format!(
+        "note: data_dir: {} does not exist yet; it will be created ({} is writable)\n",
+        dir.join("data").display(),
+        dir.display()
+    )
+}
+
+#[test]
+fn check_config_says_ok_or_every_problem_on_its_own_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = config(dir.path(), |t| t);
+    let path_arg = path.to_str().unwrap();
+    for args in [
+        ["check-config", "-c", path_arg],
+        ["--check-config", "--config", path_arg],
+    ] {
+        let out = run(broker(&args));
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        assert_eq!(text(&out.stdout), "ok\n");
+        assert_eq!(text(&out.stderr), note_created(dir.path()));
+    }
+    assert!(
+        !dir.path().join("data").exists(),
+        "check-config created nothing"
+    );
+
+    // Five problems at once: each its own line, in the order checked.
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    let certs = dir.path().join("certs");
+    let bad = config(dir.path(), |t| {
+        let t = t.replace("broker-1.key", "missing.key").replace(
+            &format!("data_dir = \"{}\"", dir.path().join("data").display()),
+            &format!("data_dir = \"{}\"", file.display()),
+        );
+        let admin_line = t
+            .lines()
+            .find(|l| l.starts_with("admin_listen"))
+            .unwrap()
+            .to_owned();
+        t.replace(&admin_line, "admin_listen = \"192.0.2.1:7400\"")
+            .replace("admin_plain_http = true\n", "")
+            + "[members]\n1 = \"127.0.0.1:7401\"\n2 = \"127.0.0.1:99999\"\n[wal]\nsegment_max_age_ms = 0\n"
+    });
+    let out = run(broker(&["check-config", "-c", bad.to_str().unwrap()]));
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(text(&out.stdout), "");
+    assert_eq!(
+        text(&out.stderr),
+        format!(
+            "error: wal.segment_max_age_ms: must be at least 1 (or left out)\n\
+             error: tls.key: {key}: I/O error: No such file or directory (os error 2)\n\
+             error: data_dir: {file} is not a directory\n\
+             error: admin_listen: 192.0.2.1:7400: 192.0.2.1 is not an address of this host: Cannot assign requested address (os error 99)\n\
+             error: members.2: 127.0.0.1:99999 does not resolve: invalid port value\n",
+            key = certs.join("missing.key").display(),
+            file = file.display(),
+        )
+    );
+}
+
+#[test]
+fn a_broker_refuses_a_certificate_that_is_not_broker_node_id() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("certs");
+    let expected = |cert: &str, actual: &str| {
+        format!(
+            "error: invalid setting tls.cert: {} is the certificate of \"{actual}\", not of this \
+             broker: node_id 1 needs a certificate for \"broker-1\" (`tribctl certs --broker 1` \
+             makes a development one)\n",
+            certs.join(cert).display()
+        )
+    };
+    // An edge's certificate, then another broker's.
+    for (name, identity) in [("edge-plant1", "plant1"), ("broker-2", "broker-2")] {
+        let path = config(dir.path(), |t| t.replace("broker-1.", &format!("{name}.")));
+        let out = run(broker(&["--config", path.to_str().unwrap()]));
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        assert_eq!(
+            text(&out.stderr),
+            expected(&format!("{name}.pem"), identity)
+        );
+        let out = run(broker(&["check-config", "-c", path.to_str().unwrap()]));
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        assert_eq!(
+            text(&out.stderr),
+            note_created(dir.path())
+                + &expected(&format!("{name}.pem"), identity)
+                    .replace("error: invalid setting tls.cert", "error: tls.cert")
+        );
+    }
+    assert!(
+        !dir.path().join("data/raft").exists(),
+        "refused before Raft started"
+    );
+}
+
+#[test]
+fn missing_tls_files_are_named_by_their_setting() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("certs");
+    for (file, setting) in [
+        ("broker-1.pem", "tls.cert"),
+        ("broker-1.key", "tls.key"),
+        ("ca.pem", "tls.ca"),
+    ] {
+        let path = config(dir.path(), |t| {
+            t.replace(&format!("/{file}\""), "/gone.pem\"")
+        });
+        let out = run(broker(&["-c", path.to_str().unwrap()]));
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        assert_eq!(
+            text(&out.stderr),
+            format!(
+                "error: {setting}: {}: I/O error: No such file or directory (os error 2)\n",
+                certs.join("gone.pem").display()
+            )
+        );
+    }
+}
+
+#[test]
+fn an_admin_port_in_use_is_said_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap();
+    let path = config(dir.path(), |t| {
+        let line = t
+            .lines()
+            .find(|l| l.starts_with("admin_listen"))
+            .unwrap()
+            .to_owned();
+        t.replace(&line, &format!("admin_listen = \"{addr}\""))
+    });
+    let mut child = broker(&["-c", path.to_str().unwrap()])
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let code = wait_exit(&mut child, Duration::from_secs(60)).expect("the broker exits");
+    assert_eq!(code, Some(1));
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(
+        stderr,
+        format!("error: admin listener on {addr}: Address already in use (os error 98)\n")
+    );
+    drop(taken);
+}
+
+#[test]
+fn environment_names_are_trib_broker_and_the_old_ones_still_work_with_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("certs");
+    tributary_test_support::certs::issue(&certs, &[1, 2], &[]);
+    let flags = |cmd: &mut Command| {
+        cmd.arg("--tls-cert")
+            .arg(certs.join("broker-2.pem"))
+            .arg("--tls-key")
+            .arg(certs.join("broker-2.key"))
+            .arg("--tls-ca")
+            .arg(certs.join("ca.pem"))
+            .args([
+                "--raft-listen",
+                "127.0.0.1:0",
+                "--ingest-listen",
+                "127.0.0.1:0",
+            ])
+            .args(["--admin-listen", "127.0.0.1:0", "--admin-plain-http"]);
+    };
+    let data = dir.path().join("data");
+    let data_note = note_created(dir.path());
+
+    // New names: read, no warning.
+    let mut cmd = broker(&["check-config"]);
+    flags(&mut cmd);
+    cmd.env("TRIB_BROKER_DATA_DIR", &data)
+        .env("TRIB_BROKER_NODE_ID", "2")
+        .env("TRIB_BROKER_ADMIN_TOKEN", "long-enough-token");
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(text(&out.stdout), "ok\n");
+    assert_eq!(text(&out.stderr), data_note);
+
+    // Old names: read too (node 2 matches the broker-2 certificate), each
+    // with a warning naming the new name.
+    let mut cmd = broker(&["check-config"]);
+    flags(&mut cmd);
+    cmd.env("TRIB_DATA_DIR", &data)
+        .env("TRIB_NODE_ID", "2")
+        .env("TRIB_ADMIN_TOKEN", "long-enough-token");
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(text(&out.stdout), "ok\n");
+    assert_eq!(
+        text(&out.stderr),
+        "warning: environment variable TRIB_NODE_ID is deprecated: rename it TRIB_BROKER_NODE_ID (read TRIB_NODE_ID this time)\n\
+         warning: environment variable TRIB_DATA_DIR is deprecated: rename it TRIB_BROKER_DATA_DIR (read TRIB_DATA_DIR this time)\n\
+         warning: environment variable TRIB_ADMIN_TOKEN is deprecated: rename it TRIB_BROKER_ADMIN_TOKEN (read TRIB_ADMIN_TOKEN this time)\n"
+            .to_owned()
+            + &data_note
+    );
+
+    // Both set: the new one wins, the old one is named as ignored.
+    let mut cmd = broker(&["check-config"]);
+    flags(&mut cmd);
+    cmd.env("TRIB_BROKER_DATA_DIR", &data)
+        .env("TRIB_DATA_DIR", "/nonexistent-old-name")
+        .env("TRIB_BROKER_NODE_ID", "2")
+        .env("TRIB_BROKER_ADMIN_TOKEN", "long-enough-token");
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(
+        text(&out.stderr),
+        "warning: environment variable TRIB_DATA_DIR is ignored: TRIB_BROKER_DATA_DIR is set (the new name of TRIB_DATA_DIR)\n"
+            .to_owned()
+            + &data_note
+    );
+}

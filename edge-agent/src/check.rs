@@ -1,0 +1,128 @@
+//! `edge-agent check-config`: every problem of an agent configuration, one
+//! line each, without starting anything ([`check`]).
+//!
+//! Validation ([`AgentConfig::resolve`]) stops at its first error, which
+//! is reported; the checks that touch the host (TLS files, the data
+//! directory, addresses) run on the merged file and flag values even then,
+//! skipping a setting the validation error already names.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use broker_core::check::{Report, Transport};
+use broker_core::tls::{TlsError, TlsPaths};
+
+use crate::config::{self, AgentConfig, ConfigError, FileConfig, Overrides};
+
+/// What the host checks look at: the resolved configuration's values, or,
+/// when it does not validate, the file's merged with the flags.
+struct Targets {
+    data_dir: Option<PathBuf>,
+    tls: Option<TlsPaths>,
+    local_api: SocketAddr,
+    brokers: Vec<String>,
+    mqtt_listen: Option<SocketAddr>,
+}
+
+impl Targets {
+    fn resolved(config: &AgentConfig) -> Targets {
+        Targets {
+            data_dir: Some(config.data_dir.clone()),
+            tls: config.tls.clone(),
+            local_api: config.local_api,
+            brokers: config.brokers.clone(),
+            mqtt_listen: config.mqtt.as_ref().map(|m| m.listen),
+        }
+    }
+
+    fn raw(file: &FileConfig, overrides: &Overrides) -> Targets {
+        let tls_file = file.tls.as_ref();
+        let cert = overrides
+            .tls_cert
+            .clone()
+            .or_else(|| tls_file.map(|t| t.cert.clone()));
+        let key = overrides
+            .tls_key
+            .clone()
+            .or_else(|| tls_file.map(|t| t.key.clone()));
+        let ca = overrides
+            .tls_ca
+            .clone()
+            .or_else(|| tls_file.map(|t| t.ca.clone()));
+        Targets {
+            data_dir: overrides.data_dir.clone().or_else(|| file.data_dir.clone()),
+            tls: match (cert, key, ca) {
+                (Some(cert), Some(key), Some(ca)) => Some(TlsPaths { cert, key, ca }),
+                _ => None,
+            },
+            local_api: overrides
+                .local_api
+                .or(file.local_api)
+                .unwrap_or_else(config::default_local_api),
+            brokers: if overrides.brokers.is_empty() {
+                file.brokers.clone()
+            } else {
+                overrides.brokers.clone()
+            },
+            mqtt_listen: None,
+        }
+    }
+}
+
+/// Checks the configuration at `path` (if any) with `overrides` as `run`
+/// would load it, collecting every problem: the file's syntax, validation,
+/// the TLS files, the data directory, the local API and MQTT addresses and
+/// the brokers' addresses. Nothing is bound, created or connected to.
+pub fn check(path: Option<&Path>, overrides: &Overrides) -> Report {
+    let mut report = Report::new();
+    let file = match path.map(read_file).transpose() {
+        Ok(file) => file.unwrap_or_default(),
+        Err(e) => {
+            // Nothing else can be checked without the file.
+            report.problem(e.to_string());
+            return report;
+        }
+    };
+    let targets = match AgentConfig::resolve(file.clone(), overrides) {
+        Ok(config) => Targets::resolved(&config),
+        Err(e) => {
+            report.problem(e.to_string());
+            Targets::raw(&file, overrides)
+        }
+    };
+    if let Some(dir) = &targets.data_dir
+        && !dir.as_os_str().is_empty()
+        && !report.mentions("data_dir")
+    {
+        report.data_dir("data_dir", dir);
+    }
+    if let Some(paths) = &targets.tls
+        && let Err(errors) = paths.check("tls")
+    {
+        for e in errors {
+            let named = match &e {
+                TlsError::Setting { setting, .. } => report.mentions(setting),
+                _ => false,
+            };
+            if !named {
+                report.problem(e.to_string());
+            }
+        }
+    }
+    report.listen("local_api", targets.local_api, Transport::Tcp);
+    if let Some(addr) = targets.mqtt_listen {
+        report.listen("mqtt.listen", addr, Transport::Tcp);
+    }
+    for (i, broker) in targets.brokers.iter().enumerate() {
+        report.peer(&format!("brokers[{i}]"), broker);
+    }
+    report
+}
+
+fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {
+    let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    config::parse_file(path, &text)
+}

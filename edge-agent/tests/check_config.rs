@@ -1,0 +1,130 @@
+//! The real `edge-agent` binary: `check-config` and `run --check-config`
+//! (`ok`, or every problem one line), and a local API port in use said
+//! once. Issue 21.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use tributary_test_support::process::wait_exit;
+
+/// Runs `edge-agent ARGS` to its end (at most 60 s) without any
+/// `TRIB_EDGE_*` variable from the test's environment.
+fn edge_agent(args: &[&str]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_edge-agent"));
+    cmd.args(args).env("RUST_LOG", "off");
+    for (name, _) in std::env::vars_os() {
+        if name.to_string_lossy().starts_with("TRIB_EDGE_") {
+            cmd.env_remove(name);
+        }
+    }
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn edge-agent");
+    let code = wait_exit(&mut child, Duration::from_secs(60));
+    assert!(code.is_some(), "edge-agent did not exit within 60 s");
+    child.wait_with_output().expect("output")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// An agent configuration in `dir` with the edge `plant1`'s certificate;
+/// `edit` rewrites its text.
+fn config(dir: &Path, local_api: &str, edit: impl Fn(String) -> String) -> std::path::PathBuf {
+    let certs = dir.join("certs");
+    tributary_test_support::certs::issue(&certs, &[1], &["plant1"]);
+    let path = dir.join("edge.toml");
+    let text = format!(
+        r#"data_dir = "{data}"
+brokers = ["127.0.0.1:7402"]
+local_api = "{local_api}"
+[tls]
+cert = "{certs}/edge-plant1.pem"
+key = "{certs}/edge-plant1.key"
+ca = "{certs}/ca.pem"
+[[topics]]
+name = "/plant1/events"
+intent = "event_stream"
+"#,
+        data = dir.join("data").display(),
+        certs = certs.display(),
+    );
+    std::fs::write(&path, edit(text)).unwrap();
+    path
+}
+
+#[test]
+fn check_config_says_ok_or_every_problem_on_its_own_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = config(dir.path(), "127.0.0.1:7500", |t| t);
+    let path = path.to_str().unwrap();
+    let note = format!(
+        "note: data_dir: {} does not exist yet; it will be created ({} is writable)\n",
+        dir.path().join("data").display(),
+        dir.path().display()
+    );
+    for args in [
+        vec!["check-config", "-c", path],
+        vec!["run", "--check-config", "--config", path],
+    ] {
+        let out = edge_agent(&args);
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        assert_eq!(text(&out.stdout), "ok\n");
+        assert_eq!(text(&out.stderr), note);
+    }
+    assert!(
+        !dir.path().join("data").exists(),
+        "check-config created nothing"
+    );
+
+    // Three problems at once: validation (a key that is not there), the
+    // local API on an address of another host, a broker without a port
+    // that parses.
+    let bad = config(dir.path(), "192.0.2.1:7500", |t| {
+        t.replace("edge-plant1.key", "missing.key")
+            .replace("127.0.0.1:7402", "127.0.0.1:99999")
+    });
+    let out = edge_agent(&["check-config", "-c", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(text(&out.stdout), "");
+    assert_eq!(
+        text(&out.stderr),
+        format!(
+            "{note}\
+             error: tls.key: {key} is not a readable file\n\
+             error: local_api: 192.0.2.1:7500: 192.0.2.1 is not an address of this host: Cannot assign requested address (os error 99)\n\
+             error: brokers[0]: 127.0.0.1:99999 does not resolve: invalid port value\n",
+            key = dir.path().join("certs/missing.key").display(),
+        )
+    );
+
+    // A file that does not parse: that one problem.
+    std::fs::write(&bad, "data_dir = \n").unwrap();
+    let out = edge_agent(&["check-config", "-c", bad.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = text(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with(&format!("error: {}: line 1: ", bad.display())),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn a_local_api_port_in_use_is_said_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap();
+    let path = config(dir.path(), &addr.to_string(), |t| t);
+    let out = edge_agent(&["run", "-c", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(
+        text(&out.stderr),
+        format!("error: local_api {addr}: Address already in use (os error 98)\n")
+    );
+    drop(taken);
+}

@@ -1,0 +1,222 @@
+//! The real `tier-service` binary: `check-config` (every problem one
+//! line), exit status 1 when its metrics port is taken (as the broker and
+//! the edge agent), and the `TRIB_TIER_*` environment names with the old
+//! ones still read (and warned about). Issue 21.
+
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use tributary_test_support::process::wait_exit;
+
+/// Every environment variable the tier service reads, old names included.
+const ENV: &[&str] = &[
+    "TRIB_TIER_CONFIG",
+    "TRIB_TIER_DATA_DIR",
+    "TRIB_TIER_BROKER_URL",
+    "TRIB_TIER_BROKER_CA",
+    "TRIB_TIER_BROKER_CERT",
+    "TRIB_TIER_BROKER_KEY",
+    "TRIB_TIER_TOKEN_FILE",
+    "TRIB_TIER_TOKEN",
+    "TRIB_TIER_BUCKET",
+    "TRIB_TIER_METRICS_LISTEN",
+    "TRIB_TIER_FAULT",
+    "TRIB_DATA_DIR",
+    "TRIB_ADMIN_URL",
+    "TRIB_CA",
+    "TRIB_CLIENT_CERT",
+    "TRIB_CLIENT_KEY",
+    "TRIB_ADMIN_TOKEN_FILE",
+    "TRIB_ADMIN_TOKEN",
+    "TRIB_ARCHIVE_BUCKET",
+    "CREDENTIALS_DIRECTORY",
+];
+
+fn tier(args: &[&str]) -> Command {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_tier-service"));
+    cmd.args(args).env("RUST_LOG", "off");
+    for name in ENV {
+        cmd.env_remove(name);
+    }
+    cmd
+}
+
+/// Runs `cmd` to its end (at most 60 s).
+fn run(mut cmd: Command) -> Output {
+    let mut child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tier-service");
+    let code = wait_exit(&mut child, Duration::from_secs(60));
+    assert!(code.is_some(), "tier-service did not exit within 60 s");
+    child.wait_with_output().expect("output")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// A configuration in `dir` whose data directory exists and whose bucket
+/// directory does not yet; `extra` goes at the top level.
+fn config(dir: &Path, metrics: &str, extra: &str) -> std::path::PathBuf {
+    std::fs::create_dir_all(dir.join("broker")).unwrap();
+    let path = dir.join("tier.toml");
+    tributary_test_support::certs::write_private(
+        &path,
+        &format!(
+            r#"data_dir = "{data}"
+metrics_listen = "{metrics}"
+{extra}
+[broker]
+url = "http://127.0.0.1:7400"
+token = "tier-token"
+[store]
+url = "{bucket}"
+"#,
+            data = dir.join("broker").display(),
+            bucket = dir.join("bucket").display(),
+        ),
+    );
+    path
+}
+
+#[test]
+fn check_config_says_ok_or_every_problem_on_its_own_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = config(dir.path(), "127.0.0.1:7600", "");
+    let path = path.to_str().unwrap();
+    let created = format!(
+        "note: store.url: {} does not exist yet; it will be created ({} is writable)\n",
+        dir.path().join("bucket").display(),
+        dir.path().display()
+    );
+    for args in [
+        ["check-config", "-c", path],
+        ["--check-config", "--config", path],
+    ] {
+        let out = run(tier(&args));
+        assert_eq!(out.status.code(), Some(0), "{out:?}");
+        assert_eq!(text(&out.stdout), "ok\n");
+        assert_eq!(text(&out.stderr), created);
+    }
+    assert!(
+        !dir.path().join("bucket").exists(),
+        "check-config created nothing"
+    );
+
+    // Four problems at once.
+    let certs = dir.path().join("certs");
+    let bad = dir.path().join("bad.toml");
+    tributary_test_support::certs::write_private(
+        &bad,
+        &format!(
+            r#"data_dir = "{data}"
+metrics_listen = "192.0.2.1:7600"
+topic_concurrency = 0
+[broker]
+url = "https://127.0.0.1:99999"
+ca = "{certs}/ca.pem"
+token = "tier-token"
+[store]
+url = "{bucket}"
+"#,
+            data = dir.path().join("tier.toml").display(),
+            certs = certs.display(),
+            bucket = dir.path().join("bucket").display(),
+        ),
+    );
+    let out = run(tier(&["check-config", "-c", bad.to_str().unwrap()]));
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(text(&out.stdout), "");
+    assert_eq!(
+        text(&out.stderr),
+        format!(
+            "{created}\
+             error: topic_concurrency must be at least 1\n\
+             error: broker.ca: {ca}: I/O error: No such file or directory (os error 2)\n\
+             error: data_dir: {file} is not a directory\n\
+             error: metrics_listen: 192.0.2.1:7600: 192.0.2.1 is not an address of this host: Cannot assign requested address (os error 99)\n\
+             error: broker.url: https://127.0.0.1:99999: invalid port number\n",
+            ca = certs.join("ca.pem").display(),
+            file = dir.path().join("tier.toml").display(),
+        )
+    );
+}
+
+#[test]
+fn a_metrics_port_in_use_stops_the_service_with_status_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap();
+    let path = config(dir.path(), &addr.to_string(), "");
+    let out = run(tier(&["--config", path.to_str().unwrap()]));
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(
+        text(&out.stderr),
+        format!(
+            "error: metrics listener on {addr} (metrics_listen): Address already in use (os error 98)\n"
+        )
+    );
+    assert!(
+        !dir.path().join("broker").join("tier-service.lock").exists(),
+        "stopped before taking the data directory's lock"
+    );
+    drop(taken);
+}
+
+#[test]
+fn environment_names_are_trib_tier_and_the_old_ones_still_work_with_a_warning() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("broker");
+    std::fs::create_dir_all(&data).unwrap();
+    let bucket = dir.path().join("bucket");
+    let note = format!(
+        "note: store.url: {} does not exist yet; it will be created ({} is writable)\n",
+        bucket.display(),
+        dir.path().display()
+    );
+
+    // New names: read, no warning.
+    let mut cmd = tier(&["check-config", "--metrics-listen", "127.0.0.1:0"]);
+    cmd.env("TRIB_TIER_DATA_DIR", &data)
+        .env("TRIB_TIER_BROKER_URL", "http://127.0.0.1:7400")
+        .env("TRIB_TIER_BUCKET", &bucket)
+        .env("TRIB_TIER_TOKEN", "tier-token");
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(text(&out.stdout), "ok\n");
+    assert_eq!(text(&out.stderr), note);
+
+    // Old names: read too, each with a warning naming the new name.
+    let mut cmd = tier(&["check-config", "--metrics-listen", "127.0.0.1:0"]);
+    cmd.env("TRIB_DATA_DIR", &data)
+        .env("TRIB_ADMIN_URL", "http://127.0.0.1:7400")
+        .env("TRIB_ARCHIVE_BUCKET", &bucket)
+        .env("TRIB_ADMIN_TOKEN", "tier-token");
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(text(&out.stdout), "ok\n");
+    assert_eq!(
+        text(&out.stderr),
+        "warning: environment variable TRIB_DATA_DIR is deprecated: rename it TRIB_TIER_DATA_DIR (read TRIB_DATA_DIR this time)\n\
+         warning: environment variable TRIB_ADMIN_URL is deprecated: rename it TRIB_TIER_BROKER_URL (read TRIB_ADMIN_URL this time)\n\
+         warning: environment variable TRIB_ADMIN_TOKEN is deprecated: rename it TRIB_TIER_TOKEN (read TRIB_ADMIN_TOKEN this time)\n\
+         warning: environment variable TRIB_ARCHIVE_BUCKET is deprecated: rename it TRIB_TIER_BUCKET (read TRIB_ARCHIVE_BUCKET this time)\n"
+            .to_owned()
+            + &note
+    );
+
+    // An old name that is not read would leave the default https:// URL
+    // without a CA: a problem naming broker.ca.
+    let mut cmd = tier(&["check-config", "--metrics-listen", "127.0.0.1:0"]);
+    cmd.env("TRIB_TIER_DATA_DIR", &data)
+        .env("TRIB_TIER_BUCKET", &bucket);
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(
+        text(&out.stderr),
+        note + "error: broker.url is https://: set broker.ca to the cluster CA that signed the broker's certificate\n"
+    );
+}
