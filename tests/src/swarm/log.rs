@@ -43,8 +43,9 @@ pub fn seed_for(topic: &str) -> u64 {
 pub struct Production {
     /// Records the topic produces in all.
     pub records: u64,
-    /// Records per second; `None`: all of them exist from the start (a
-    /// backlog, sent as fast as the window allows).
+    /// Records per second, arriving `batch_records` at a time; `None`: all
+    /// of them exist from the start (a backlog, sent as fast as the window
+    /// allows).
     pub rate: Option<f64>,
     /// Most records per batch.
     pub batch_records: u64,
@@ -127,8 +128,11 @@ impl TopicLog {
         match self.production.rate {
             None => self.production.records,
             Some(rate) => {
-                let due = now.saturating_duration_since(started).as_secs_f64() * rate;
-                (due as u64).min(self.production.records)
+                // Records arrive a whole batch at a time, as a producer
+                // publishing batches hands them over.
+                let batch = self.production.batch_records.max(1);
+                let due = (now.saturating_duration_since(started).as_secs_f64() * rate) as u64;
+                (due / batch * batch).min(self.production.records)
             }
         }
     }
@@ -142,7 +146,8 @@ impl TopicLog {
         if produced >= self.production.records || rate <= 0.0 {
             return None;
         }
-        Some(started + Duration::from_secs_f64((produced + 1) as f64 / rate))
+        let next = produced + self.production.batch_records.max(1);
+        Some(started + Duration::from_secs_f64(next as f64 / rate))
     }
 
     /// Whether the broker acknowledged every record.
@@ -235,11 +240,13 @@ mod tests {
         assert_eq!(log.produced(t0 + Duration::from_secs(5)), 0, "not started");
         log.start(t0);
         assert_eq!(log.produced(t0), 0);
-        assert_eq!(log.produced(t0 + Duration::from_millis(1050)), 10);
+        // Ten records a second, four at a time.
+        assert_eq!(log.produced(t0 + Duration::from_millis(1050)), 8);
+        assert_eq!(log.produced(t0 + Duration::from_millis(1200)), 12);
         assert_eq!(log.produced(t0 + Duration::from_secs(60)), 100);
         assert_eq!(
             log.next_production(t0 + Duration::from_millis(1050)),
-            Some(t0 + Duration::from_millis(1100))
+            Some(t0 + Duration::from_millis(1200))
         );
         let batch = log.batch(3, 50, &Limits::default()).unwrap();
         assert_eq!((batch.base_offset(), batch.next_offset()), (3, 7));
