@@ -272,7 +272,31 @@ pub async fn start_offset(
 
 #[cfg(test)]
 mod tests {
-    use super::{Decision, decide};
+    use super::{Decision, Layout, decide};
+    use tributary_proto::keys::TopicName;
+
+    #[test]
+    fn marked_topics_follow_markers_written_and_quarantined_and_survive_a_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let topics_dir = dir.path().join("topics");
+        let (a, b) = (
+            TopicName::new("/plant1/a").unwrap(),
+            TopicName::new("/plant1/b").unwrap(),
+        );
+        let layout = Layout::beside(&topics_dir);
+        assert_eq!(layout.marked_topics(), vec![]);
+        for topic in [&a, &b] {
+            std::fs::create_dir_all(topics_dir.join("plant1").join(topic.topic())).unwrap();
+        }
+        layout.write_marker(&a, 3).unwrap();
+        layout.write_marker(&b, 1).unwrap();
+        layout.write_marker(&b, 2).unwrap();
+        assert_eq!(layout.marked_topics(), vec![(a.clone(), 3), (b.clone(), 2)]);
+        layout.quarantine(&a, Some(3), 7).unwrap();
+        assert_eq!(layout.marked_topics(), vec![(b.clone(), 2)]);
+        // A restarted broker reads the same set from the marker files.
+        assert_eq!(Layout::beside(&topics_dir).marked_topics(), vec![(b, 2)]);
+    }
 
     #[test]
     fn the_local_copy_is_resumed_only_under_its_own_epoch() {
