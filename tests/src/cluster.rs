@@ -61,30 +61,15 @@ impl Pair {
         // Plain HTTP on loopback (the broker logs it): the e2e tests here
         // are about replication and consumers; tests/tests/https.rs covers
         // the HTTPS listener. The file holds the token: mode 0600.
-        tributary_test_support::certs::write_private(
+        crate::solo::write_single_node_config(
             &broker_config,
-            &format!(
-                r#"node_id = 1
-data_dir = "{data}"
-raft_listen = "{raft}"
-admin_listen = "{admin}"
-admin_plain_http = true
-ingest_listen = "{ingest}"
-admin_token = "e2e-test-token"
-[tls]
-cert = "{certs}/broker-1.pem"
-key = "{certs}/broker-1.key"
-ca = "{certs}/ca.pem"
-# A consumer waits this long at a damaged central range (it may heal)
-# before the poison policy applies; short for tests.
-[consumers]
-damage_wait_ms = 3000
-"#,
-                data = broker_data.display(),
-                raft = free_udp(),
-                admin = broker_admin,
-                certs = certs.display(),
-            ),
+            &broker_data,
+            broker_admin,
+            ingest,
+            &certs,
+            // A consumer waits this long at a damaged central range (it may
+            // heal) before the poison policy applies; short for tests.
+            "[consumers]\ndamage_wait_ms = 3000",
         );
         let edge_api = free_tcp();
         let edge_data = dir.join("edge");

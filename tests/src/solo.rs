@@ -13,6 +13,42 @@ use tributary_test_support::process::{Proc, wait_for_tcp};
 
 use crate::cluster::child_log_filter;
 
+/// Writes (mode 0600: it holds the token) the configuration of a
+/// single-node broker, node 1, with data in `data`, plain-HTTP admin API on
+/// `admin`, QUIC ingest on `ingest`, Raft on a free port, admin token
+/// `e2e-test-token` and the certificates `broker-1` and `ca` of `certs`;
+/// `extra` is appended (whole sections).
+pub fn write_single_node_config(
+    path: &Path,
+    data: &Path,
+    admin: SocketAddr,
+    ingest: SocketAddr,
+    certs: &Path,
+    extra: &str,
+) {
+    tributary_test_support::certs::write_private(
+        path,
+        &format!(
+            r#"node_id = 1
+data_dir = "{data}"
+raft_listen = "{raft}"
+admin_listen = "{admin}"
+admin_plain_http = true
+ingest_listen = "{ingest}"
+admin_token = "e2e-test-token"
+[tls]
+cert = "{certs}/broker-1.pem"
+key = "{certs}/broker-1.key"
+ca = "{certs}/ca.pem"
+{extra}
+"#,
+            data = data.display(),
+            raft = free_udp(),
+            certs = certs.display(),
+        ),
+    );
+}
+
 /// A standalone broker.
 pub struct SoloBroker {
     /// The broker process.
@@ -39,27 +75,7 @@ impl SoloBroker {
         let admin = free_tcp();
         let data = dir.join("broker");
         let config = dir.join("broker.toml");
-        tributary_test_support::certs::write_private(
-            &config,
-            &format!(
-                r#"node_id = 1
-data_dir = "{data}"
-raft_listen = "{raft}"
-admin_listen = "{admin}"
-admin_plain_http = true
-ingest_listen = "{ingest}"
-admin_token = "e2e-test-token"
-[tls]
-cert = "{certs}/broker-1.pem"
-key = "{certs}/broker-1.key"
-ca = "{certs}/ca.pem"
-{extra}
-"#,
-                data = data.display(),
-                raft = free_udp(),
-                certs = certs.display(),
-            ),
-        );
+        write_single_node_config(&config, &data, admin, ingest, &certs, extra);
         let mut command = match cpu {
             Some(cpu) => {
                 let mut c = Command::new("taskset");
