@@ -6,7 +6,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::StreamExt as _;
+
 use super::{Cluster, ClusterError};
+
+/// Placement changes written to Raft at the same time.
+const CONCURRENT_CHANGES: usize = 64;
 
 /// Whether this node leads the Raft group now.
 pub type IsLeader = Arc<dyn Fn() -> bool + Send + Sync>;
@@ -22,14 +27,27 @@ pub async fn run(cluster: Arc<Cluster>, is_leader: IsLeader) {
             }
             let now = cluster.clock.now_ms();
             let snapshot = cluster.read().snapshot(now);
-            for change in tributary_proto::cluster::placement::plan(&snapshot, now) {
-                match cluster.apply_change(&change).await {
-                    Ok(()) | Err(ClusterError::Contended(_)) => {}
-                    Err(e) => {
-                        tracing::warn!(topic = %change.topic, error = %e, "assigning a topic failed; retrying");
-                        break;
+            let plan = tributary_proto::cluster::placement::plan(&snapshot, now);
+            // Each change is its own conditional Raft write; issued
+            // together, Raft appends them in shared batches (one log write
+            // for many), so a fleet's first contact does not wait for
+            // hundreds of round trips one after the other.
+            let failed = futures::stream::iter(plan)
+                .map(|change| {
+                    let cluster = &cluster;
+                    async move { (cluster.apply_change(&change).await, change) }
+                })
+                .buffer_unordered(CONCURRENT_CHANGES)
+                .filter_map(|(result, change)| async move {
+                    match result {
+                        Ok(()) | Err(ClusterError::Contended(_)) => None,
+                        Err(e) => Some((change, e)),
                     }
-                }
+                })
+                .collect::<Vec<_>>()
+                .await;
+            if let Some((change, e)) = failed.first() {
+                tracing::warn!(topic = %change.topic, error = %e, failed = failed.len(), "assigning topics failed; retrying");
             }
         }
         // Run again on the next change (debounced a little) or heartbeat.

@@ -157,6 +157,10 @@ pub struct Cluster {
     lifecycle: Mutex<BrokerLifecycle>,
     /// Bytes appended to central WALs, for the load report.
     pub(crate) bytes_in: std::sync::atomic::AtomicU64,
+    /// Timestamp (ms) of the last rebalancing-history entry this broker
+    /// wrote: each entry gets its own key even when many moves are made in
+    /// one millisecond ([`Cluster::history_timestamp`]).
+    last_history_ms: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -185,7 +189,30 @@ impl Cluster {
             changes: watch::channel(0).0,
             lifecycle: Mutex::new(BrokerLifecycle::Active),
             bytes_in: std::sync::atomic::AtomicU64::new(0),
+            last_history_ms: std::sync::atomic::AtomicU64::new(0),
         })
+    }
+
+    /// The key timestamp of a new `/cluster/rebalancing_history/{ts}`
+    /// entry (seed 001: one entry per move): now, or one past the last
+    /// entry this broker wrote if that is not earlier, so a burst of moves
+    /// (a fleet's first contact assigns hundreds of topics at once) keeps
+    /// one entry each, in order, spread over consecutive milliseconds.
+    fn history_timestamp(&self, now_ms: u64) -> u64 {
+        use std::sync::atomic::Ordering;
+        let mut last = self.last_history_ms.load(Ordering::Relaxed);
+        loop {
+            let ts = now_ms.max(last + 1);
+            match self.last_history_ms.compare_exchange_weak(
+                last,
+                ts,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return ts,
+                Err(seen) => last = seen,
+            }
+        }
     }
 
     /// This broker's id.
@@ -513,7 +540,11 @@ impl Cluster {
             .delete(previous_key)
             .put(new_key, to_value(&change.assignment)?)
             // History entries live a day.
-            .put_with_ttl(keys::rebalancing_history(now), history, 24 * 3600 * 1000);
+            .put_with_ttl(
+                keys::rebalancing_history(self.history_timestamp(now)),
+                history,
+                24 * 3600 * 1000,
+            );
         if !matches!(change.previous, Previous::Unassigned(_)) {
             txn = txn.delete(keys::unassigned(&change.topic));
         }
@@ -626,4 +657,31 @@ fn to_value<T: Serialize>(value: &T) -> Result<serde_json::Value, MetadataError>
         key: "/cluster/".into(),
         source,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use broker_core::clock::SystemClock;
+    use broker_core::metadata::redb::RedbStore;
+
+    use super::{Cluster, ClusterConfig};
+
+    #[test]
+    fn history_timestamps_are_unique_and_ordered_within_a_millisecond() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = RedbStore::open(dir.path().join("meta.redb"), Arc::new(SystemClock)).unwrap();
+        let cluster = Cluster::new(
+            1,
+            Arc::new(store),
+            Arc::new(SystemClock),
+            ClusterConfig::new("127.0.0.1:1".into(), "http://127.0.0.1:1".into()),
+        );
+        let burst: Vec<u64> = (0..5).map(|_| cluster.history_timestamp(1_000)).collect();
+        assert_eq!(burst, vec![1_000, 1_001, 1_002, 1_003, 1_004]);
+        // Time that moved past the burst is taken as it is.
+        assert_eq!(cluster.history_timestamp(2_000), 2_000);
+        assert_eq!(cluster.history_timestamp(1_500), 2_001);
+    }
 }
