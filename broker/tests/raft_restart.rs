@@ -14,6 +14,22 @@ use tributary_test_support::ports::free_udp;
 const WRITES: usize = 20_000;
 const IN_FLIGHT: usize = 64;
 
+/// Waits (at most 5 s) until UDP `addr` can be bound again. `shutdown`
+/// closes the node's QUIC endpoint, but quinn releases the socket only when
+/// its endpoint driver task next runs after the last handle is dropped: a
+/// restart in the same process (only tests do that; a restarted broker is a
+/// new process) must wait for that, or its bind races the old driver.
+async fn wait_until_released(addr: std::net::SocketAddr) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while std::net::UdpSocket::bind(addr).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{addr} still bound 5 s after the node's shutdown"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
+
 fn dev_tls(dir: &Path) -> TlsIdentity {
     tributary_test_support::certs::issue(dir, &[1], &[]);
     tributary_test_support::certs::broker_identity(dir, 1)
@@ -80,6 +96,7 @@ async fn single_node_restarts_after_20000_writes_with_all_data() {
         "a snapshot must have been persisted"
     );
 
+    wait_until_released(addr).await;
     let node = MetaNode::start(config, &tls).await.expect("restart");
     node.read_barrier().await.expect("leader after restart");
     let entries = node.state_machine().list("/test/", 0).expect("list");
@@ -119,6 +136,7 @@ async fn restart_right_after_shutdown_reopens_the_database_every_round() {
         assert!(response.applied, "round {round}");
         node.shutdown().await;
         drop(node);
+        wait_until_released(config.listen).await;
     }
     let node = MetaNode::start(config, &tls).await.expect("last start");
     node.read_barrier().await.expect("leader");
