@@ -211,9 +211,13 @@ impl Report {
         self.topics.iter().filter(|t| !t.is_exact()).collect()
     }
 
-    /// Records acknowledged per second.
+    /// Records acknowledged per second of production (0 when nothing was
+    /// left to send: every topic was complete at its `Welcome`).
     pub fn records_per_second(&self) -> f64 {
-        self.records_acked() as f64 / self.elapsed.as_secs_f64().max(1e-9)
+        if self.elapsed.is_zero() {
+            return 0.0;
+        }
+        self.records_acked() as f64 / self.elapsed.as_secs_f64()
     }
 
     /// Record value megabytes (10^6 bytes) acknowledged per second.
@@ -221,10 +225,13 @@ impl Report {
         self.records_per_second() * self.record_bytes as f64 / 1e6
     }
 
-    /// The broker's CPU seconds per GB (10^9 bytes) of record values.
+    /// The broker's CPU seconds per GB (10^9 bytes) of record values
+    /// (`None` without a pid or without records).
     pub fn broker_cpu_per_gb(&self) -> Option<f64> {
         let gb = self.records_acked() as f64 * self.record_bytes as f64 / 1e9;
-        self.broker_cpu_seconds.map(|cpu| cpu / gb.max(1e-12))
+        self.broker_cpu_seconds
+            .filter(|_| gb > 0.0)
+            .map(|cpu| cpu / gb)
     }
 
     /// Broker RSS per idle edge connection (held minus start), bytes.
@@ -414,20 +421,38 @@ pub async fn run(config: &SwarmConfig) -> Result<Report, SwarmError> {
     for endpoint in &endpoints {
         endpoint.wait_idle().await;
     }
-    let mut report = report(config, started, go_at, &edges, at_go, at_end, held);
-    report.all_welcomed = all_welcomed;
-    report.broker_rss_start = at_start.map(|s| s.rss_bytes);
-    Ok(report)
+    let samples = Samples {
+        start: at_start,
+        go: at_go,
+        end: at_end,
+        held,
+    };
+    Ok(report(
+        config,
+        started,
+        go_at,
+        all_welcomed,
+        &edges,
+        samples,
+    ))
+}
+
+/// The broker's `/proc` readings: before the swarm, at the start of
+/// production, when the last topic was done, at the end of the hold.
+struct Samples {
+    start: Option<ProcSample>,
+    go: Option<ProcSample>,
+    end: Option<ProcSample>,
+    held: Option<ProcSample>,
 }
 
 fn report(
     config: &SwarmConfig,
     started: Instant,
     go_at: Instant,
+    all_welcomed: Duration,
     edges: &[SimEdge],
-    at_go: Option<ProcSample>,
-    at_end: Option<ProcSample>,
-    held: Option<ProcSample>,
+    samples: Samples,
 ) -> Report {
     let mut latencies = Latencies::default();
     let mut setups = Latencies::default();
@@ -463,7 +488,7 @@ fn report(
         edges: config.edges,
         record_bytes: config.production.record_bytes,
         elapsed: last_ack.saturating_duration_since(go_at),
-        all_welcomed: Duration::ZERO,
+        all_welcomed,
         ack_latency: [
             latencies.quantile(0.5),
             latencies.quantile(0.99),
@@ -480,13 +505,14 @@ fn report(
         connects,
         connect_failures,
         stream_failures,
-        broker_cpu_seconds: at_go
-            .zip(at_end)
+        broker_cpu_seconds: samples
+            .go
+            .zip(samples.end)
             .map(|(a, b)| b.cpu_seconds - a.cpu_seconds),
-        broker_rss_start: at_go.map(|s| s.rss_bytes),
-        broker_rss_end: at_end.map(|s| s.rss_bytes),
-        broker_peak_rss: at_end.map(|s| s.peak_rss_bytes),
-        broker_rss_held: held.map(|s| s.rss_bytes),
+        broker_rss_start: samples.start.map(|s| s.rss_bytes),
+        broker_rss_end: samples.end.map(|s| s.rss_bytes),
+        broker_peak_rss: samples.end.map(|s| s.peak_rss_bytes),
+        broker_rss_held: samples.held.map(|s| s.rss_bytes),
     }
 }
 
