@@ -6,6 +6,11 @@ use bytes::Bytes;
 use tributary_proto::Limits;
 use tributary_proto::batch::Record;
 
+/// The WAL directory of topic `topic` under the crash test's `dir`.
+pub fn topic_dir(dir: impl AsRef<std::path::Path>, topic: u64) -> std::path::PathBuf {
+    dir.as_ref().join(format!("t{topic}"))
+}
+
 /// WAL settings for the crash test: small segments (64 KiB) so that rolls and
 /// seals happen while the child is being killed.
 pub fn crash_wal_config(mode: SyncMode) -> WalConfig {

@@ -1,8 +1,9 @@
-//! Crash test with real processes: a child appends with `fsync_batch` (and,
-//! in a second test, `os_cache_flush`) and prints each acknowledged offset;
-//! the parent SIGKILLs it at random moments, reopens the WAL and checks that
-//! every acknowledged record is present byte for byte at its offset, offsets
-//! are contiguous and no record appears twice.
+//! Crash test with real processes: a child appends to four topics (four
+//! WALs sharing the process's writer pool) with `fsync_batch` (and, in a
+//! second test, `os_cache_flush`) and prints each acknowledged offset; the
+//! parent SIGKILLs it at random moments, reopens every WAL and checks that
+//! every acknowledged record is present byte for byte at its offset in its
+//! topic, offsets are contiguous and no record appears twice.
 
 use std::collections::{HashMap, HashSet};
 use std::io::{BufRead, BufReader};
@@ -13,10 +14,14 @@ use std::time::{Duration, Instant};
 use broker_core::wal::{SyncMode, Wal};
 use bytes::Bytes;
 use rand::{RngExt, SeedableRng, rngs::StdRng};
-use tributary_tests::crash::{crash_wal_config, value_for};
+use tributary_tests::crash::{crash_wal_config, topic_dir, value_for};
+
+/// Topics the child writes, each its own WAL, all on one writer pool.
+const TOPICS: u64 = 4;
 
 /// One acknowledged append as the child reported it.
 struct Ack {
+    topic: u64,
     base: u64,
     count: u64,
     generation: u64,
@@ -27,6 +32,7 @@ struct Ack {
 fn parse_ack(line: &str) -> Option<Ack> {
     let mut parts = line.split(' ').map(|p| p.parse::<u64>());
     let ack = Ack {
+        topic: parts.next()?.ok()?,
         base: parts.next()?.ok()?,
         count: parts.next()?.ok()?,
         generation: parts.next()?.ok()?,
@@ -42,7 +48,8 @@ fn run_and_kill(dir: &Path, generation: u64, mode: SyncMode, rng: &mut StdRng) -
     let mut child = Command::new(env!("CARGO_BIN_EXE_wal_crash_child"))
         .arg(dir)
         .arg(generation.to_string())
-        .arg(rng.random_range(1..9u64).to_string())
+        .arg(TOPICS.to_string())
+        .arg((TOPICS + rng.random_range(0..8u64)).to_string())
         .arg(mode.as_str())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
@@ -130,7 +137,7 @@ fn crash_loop(mode: SyncMode, kills: u64) {
     eprintln!("wal crash test ({mode}): seed {seed} (set TRIB_CRASH_SEED to replay)");
     let mut rng = StdRng::seed_from_u64(seed);
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut acked: HashMap<u64, Bytes> = HashMap::new();
+    let mut acked: Vec<HashMap<u64, Bytes>> = vec![HashMap::new(); TOPICS as usize];
     let started = Instant::now();
     let mut total_acks = 0;
     for generation in 0..kills {
@@ -142,26 +149,35 @@ fn crash_loop(mode: SyncMode, kills: u64) {
         total_acks += acks.len();
         for ack in acks {
             assert_eq!(ack.generation, generation);
+            assert_eq!(ack.topic, ack.producer % TOPICS);
             for j in 0..ack.count {
                 let value = value_for(ack.generation, ack.producer, ack.seq, j as usize);
-                let previous = acked.insert(ack.base + j, Bytes::from(value));
+                let previous = acked[ack.topic as usize].insert(ack.base + j, Bytes::from(value));
                 assert!(
                     previous.is_none(),
-                    "seed {seed}: offset {} acknowledged twice",
+                    "seed {seed}: topic {} offset {} acknowledged twice",
+                    ack.topic,
                     ack.base + j
                 );
             }
         }
-        check_log(dir.path(), mode, &acked, generation, seed);
+        for (topic, acked) in acked.iter().enumerate() {
+            let dir = topic_dir(dir.path(), topic as u64);
+            check_log(&dir, mode, acked, generation, seed);
+        }
     }
     assert!(
         total_acks > 0,
         "seed {seed}: the child never acknowledged anything"
     );
-    eprintln!(
-        "{kills} kills, {total_acks} acknowledged appends, {} records",
-        acked.len()
-    );
+    let records: usize = acked.iter().map(HashMap::len).sum();
+    eprintln!("{kills} kills, {total_acks} acknowledged appends, {records} records");
+    for (topic, acked) in acked.iter().enumerate() {
+        assert!(
+            !acked.is_empty(),
+            "seed {seed}: topic {topic} never acknowledged"
+        );
+    }
 }
 
 #[test]

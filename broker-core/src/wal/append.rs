@@ -178,9 +178,7 @@ impl Wal {
                     if state.oldest_pending_at.is_none() {
                         state.oldest_pending_at = Some(shared.config.clock.now());
                     }
-                    if state.writer_idle {
-                        shared.writer_wake.notify_one();
-                    }
+                    shared.wake(&mut state);
                     return Ok(AppendAtOutcome::Appended(AppendAck {
                         base_offset: next,
                         next_offset: header.next_offset(),

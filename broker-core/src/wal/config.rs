@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use tributary_proto::limits::{LimitError, LimitName, Limits};
 
-use super::{SyncMode, WalError};
+use super::{SyncMode, WalError, WriterPool};
 use crate::clock::{Clock, SystemClock};
 
 /// Configuration of one topic's WAL.
@@ -47,6 +47,9 @@ pub struct WalConfig {
     /// segment was first written (its age). Default [`SystemClock`]; tests
     /// move a [`crate::clock::ManualClock`] instead of sleeping.
     pub clock: Arc<dyn Clock>,
+    /// The threads that write this WAL's files. Default
+    /// [`WriterPool::shared`], one pool for the whole process.
+    pub writers: WriterPool,
 }
 
 impl Default for WalConfig {
@@ -64,6 +67,7 @@ impl Default for WalConfig {
             limits: Limits::default(),
             initial_offset: 0,
             clock: Arc::new(SystemClock),
+            writers: WriterPool::shared(),
         }
     }
 }

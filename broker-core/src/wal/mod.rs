@@ -21,24 +21,27 @@
 //!
 //! # Structure
 //! Appenders copy their encoded batch into a shared in-memory group under a
-//! mutex (assigning the offset and fixing the CRC there); one writer thread
-//! per WAL takes whole groups, writes them with one `write` and, for
+//! mutex (assigning the offset and fixing the CRC there); the WAL's writer
+//! takes whole groups, writes them with one `write` and, for
 //! `fsync_batch`, one `fdatasync`, then publishes the new high-water mark on a
 //! `tokio::sync::watch` that appenders and tailing readers await. Decisions
-//! (when to flush, when to roll) are pure functions in [`commit`].
+//! (when to flush, when to roll) are pure functions in [`commit`]. The
+//! writer runs on the threads of a [`WriterPool`] shared by every WAL of the
+//! process, one thread at a time per WAL (see [`pool`]).
 //!
 //! # Files
 //! This file holds the shared state (the pending group, the progress watch,
 //! the segment map) and the [`Wal`] handle's lifecycle (open, roll, close);
 //! `config` ([`WalConfig`]), `error` ([`WalError`]), `append` (the append
-//! path, [`PendingAppend`]), `read` (the read path), `retention`, and the
-//! writer thread in `writer` are beside it.
+//! path, [`PendingAppend`]), `read` (the read path), `retention`, the
+//! writer in `writer` and the threads that run it in `pool` are beside it.
 
 mod append;
 pub mod commit;
 mod config;
 mod error;
 pub mod mark;
+pub mod pool;
 mod read;
 pub mod recovery;
 mod repair;
@@ -55,7 +58,6 @@ use std::fmt;
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, RwLock, RwLockReadGuard, RwLockWriteGuard};
-use std::thread::JoinHandle;
 use std::time::Instant;
 
 use tokio::sync::{Notify, watch};
@@ -64,6 +66,8 @@ pub use append::{AppendAck, AppendAtOutcome, PendingAppend};
 pub use config::WalConfig;
 pub(crate) use error::io_err;
 pub use error::{UnreadableKind, UnreadableRange, WalError};
+use pool::Sched;
+pub use pool::WriterPool;
 pub use recovery::RecoveryReport;
 pub use repair::{RepairReport, ScrubReport};
 pub use retention::RetentionReport;
@@ -103,7 +107,14 @@ pub(crate) struct AppendState {
     skip_to: Option<u64>,
     closing: bool,
     failure: Option<Arc<str>>,
-    writer_idle: bool,
+    /// Where the writer stands with its pool.
+    sched: Sched,
+    /// The real instant of the earliest timer registered with the pool for
+    /// this WAL (the group-commit window or the segment's age).
+    timer_at: Option<Instant>,
+    /// Times the writer has looked at this state and gone idle (tests wait
+    /// on it).
+    idle_passes: u64,
 }
 
 /// What appenders and readers watch.
@@ -122,15 +133,16 @@ pub(crate) struct Shared {
     storage: Arc<dyn Storage>,
     config: WalConfig,
     state: Mutex<AppendState>,
-    writer_wake: Condvar,
+    /// The writer's own state; only the pool thread running the WAL locks it.
+    core: Mutex<writer::WriterCore>,
+    /// Signalled when the writer's work is over ([`Sched::Done`]).
+    done: Condvar,
     space: Notify,
     progress: watch::Sender<Progress>,
     segments: RwLock<BTreeMap<u64, SegmentMeta>>,
     /// Unreadable ranges found by recovery and reads, and declared holes,
     /// by first offset.
     unreadable: Mutex<BTreeMap<u64, UnreadableRange>>,
-    /// Sequence number of the sync mark recovery read.
-    mark_seq: u64,
     /// Segment rewrites (repairs, skips) so far: a read that planned
     /// before one and then finds damage reads again rather than report
     /// bytes at positions that moved.
@@ -161,7 +173,6 @@ impl Shared {
 /// take `&self`.
 pub struct Wal {
     shared: Arc<Shared>,
-    writer: Option<JoinHandle<()>>,
     report: RecoveryReport,
 }
 
@@ -208,6 +219,15 @@ impl Wal {
         let file = storage
             .open_append(&active_path)
             .map_err(io_err("open", &active_path))?;
+        let core = writer::WriterCore::new(
+            storage.as_ref(),
+            &dir,
+            &config,
+            active_base,
+            active.bytes,
+            file,
+            recovered.mark_seq,
+        )?;
         let (progress, _) = watch::channel(Progress {
             high_water_mark: next_offset,
             rolls: 0,
@@ -228,9 +248,12 @@ impl Wal {
                 skip_to: None,
                 closing: false,
                 failure: None,
-                writer_idle: false,
+                sched: Sched::Idle,
+                timer_at: None,
+                idle_passes: 0,
             }),
-            writer_wake: Condvar::new(),
+            core: Mutex::new(core),
+            done: Condvar::new(),
             space: Notify::new(),
             progress,
             segments: RwLock::new(segments),
@@ -242,13 +265,13 @@ impl Wal {
                     .map(|r| (r.first_offset, r.clone()))
                     .collect(),
             ),
-            mark_seq: recovered.mark_seq,
             rewrites: std::sync::atomic::AtomicU64::new(0),
         });
-        let writer = writer::spawn(shared.clone(), active_base, file)?;
+        // A first pass: the writer sets the age timer of a non-empty
+        // active segment.
+        shared.wake(&mut shared.state());
         Ok(Wal {
             shared,
-            writer: Some(writer),
             report: recovered.report,
         })
     }
@@ -368,7 +391,7 @@ impl Wal {
                     kind: UnreadableKind::Hole,
                 },
             );
-            self.shared.writer_wake.notify_one();
+            self.shared.wake(&mut state);
         }
         self.wait_for_offset(end_offset - 1).await.map(|_| ())
     }
@@ -389,7 +412,7 @@ impl Wal {
                 return Err(WalError::Closed);
             }
             state.roll_requests += 1;
-            self.shared.writer_wake.notify_one();
+            self.shared.wake(&mut state);
             state.roll_requests
         };
         let mut rx = self.shared.progress.subscribe();
@@ -406,12 +429,12 @@ impl Wal {
         }
     }
 
-    /// Flushes and syncs everything pending, stops the writer and waits for
-    /// it.
+    /// Flushes and syncs everything pending, ends the writer's work and
+    /// waits for it.
     ///
     /// # Errors
     /// [`WalError::PreviousIo`] if the final flush failed.
-    pub async fn close(mut self) -> Result<(), WalError> {
+    pub async fn close(self) -> Result<(), WalError> {
         self.begin_close();
         let mut rx = self.shared.progress.subscribe();
         let progress = rx
@@ -419,9 +442,6 @@ impl Wal {
             .await
             .map_err(|_| WalError::Closed)?
             .clone();
-        if let Some(handle) = self.writer.take() {
-            let _ = handle.join();
-        }
         match progress.failure {
             Some(failure) => Err(WalError::PreviousIo(failure)),
             None => Ok(()),
@@ -431,16 +451,17 @@ impl Wal {
     fn begin_close(&self) {
         let mut state = self.shared.state();
         state.closing = true;
-        self.shared.writer_wake.notify_one();
+        self.shared.wake(&mut state);
     }
 }
 
 impl Drop for Wal {
+    /// Begins the close and blocks until the writer has flushed, synced and
+    /// stopped (or failed): after the drop nothing writes to the directory,
+    /// so it may be opened again.
     fn drop(&mut self) {
         self.begin_close();
-        if let Some(handle) = self.writer.take() {
-            let _ = handle.join();
-        }
+        self.shared.wait_done();
     }
 }
 

@@ -786,51 +786,80 @@ fn torn_tail_truncation_and_bit_flips_recover_to_the_last_valid_batch() {
 
 #[test]
 fn fsync_batch_survives_200_power_cuts() {
+    survive_power_cuts(1, WriterPool::shared(), 0x00c0_ffee);
+}
+
+/// Four WALs on one disk share a pool of two writer threads: groups of
+/// different topics are written and synced by whichever thread is free, and
+/// the cut hits all of them at once.
+#[test]
+fn fsync_batch_survives_200_power_cuts_with_4_topics_on_2_writer_threads() {
+    let pool = WriterPool::new(2).unwrap();
+    survive_power_cuts(4, pool, 0x0bad_cafe);
+}
+
+/// 200 rounds of: reopen every WAL of `topics` on the same simulated disk,
+/// check that every acknowledgement before any earlier cut is there once at
+/// its offset, run producers on random topics, cut the power after a random
+/// number of acknowledgements.
+fn survive_power_cuts(topics: usize, writers: WriterPool, seed: u64) {
     let config = WalConfig {
         flush_interval: Duration::from_micros(200),
+        writers,
         ..small_config(SyncMode::FsyncBatch)
     };
     let mut storage = SimStorage::new();
-    let mut rng = StdRng::seed_from_u64(0x00c0_ffee);
-    // Every acknowledged record: offset → value, over all cuts.
-    let mut acked_total: HashMap<u64, Bytes> = HashMap::new();
+    let mut rng = StdRng::seed_from_u64(seed);
+    // Every acknowledged record per topic: offset → value, over all cuts.
+    let mut acked_total: Vec<HashMap<u64, Bytes>> = vec![HashMap::new(); topics];
     let runtime = rt();
     for cut in 0..200u64 {
-        let wal = Arc::new(
-            Wal::open_with(Arc::new(storage.clone()), "/topic", config.clone())
-                .unwrap_or_else(|e| panic!("cut {cut}: reopen failed: {e}")),
-        );
+        let wals: Vec<Arc<Wal>> = (0..topics)
+            .map(|t| {
+                let dir = format!("/topic-{t}");
+                Arc::new(
+                    Wal::open_with(Arc::new(storage.clone()), dir, config.clone())
+                        .unwrap_or_else(|e| panic!("cut {cut}, topic {t}: reopen failed: {e}")),
+                )
+            })
+            .collect();
         // 1. Everything acknowledged before any earlier cut is there, byte
         //    for byte, once, at its offset.
-        let all = read_all(&wal);
-        assert_contiguous(&all, 0);
-        let on_disk: HashMap<u64, Bytes> = all.iter().cloned().collect();
-        for (offset, value) in &acked_total {
-            assert_eq!(
-                on_disk.get(offset),
-                Some(value),
-                "cut {cut}: offset {offset} lost"
-            );
-        }
-        let mut seen = std::collections::HashSet::new();
-        for (_, value) in &all {
-            assert!(seen.insert(value.clone()), "cut {cut}: duplicate {value:?}");
+        for (t, wal) in wals.iter().enumerate() {
+            let all = read_all(wal);
+            assert_contiguous(&all, 0);
+            let on_disk: HashMap<u64, Bytes> = all.iter().cloned().collect();
+            for (offset, value) in &acked_total[t] {
+                assert_eq!(
+                    on_disk.get(offset),
+                    Some(value),
+                    "cut {cut}, topic {t}: offset {offset} lost"
+                );
+            }
+            let mut seen = std::collections::HashSet::new();
+            for (_, value) in &all {
+                assert!(
+                    seen.insert(value.clone()),
+                    "cut {cut}, topic {t}: duplicate {value:?}"
+                );
+            }
         }
         // 2. Appenders run; the power is cut after a random number of acks.
-        let acked: Arc<Mutex<Vec<(u64, Bytes)>>> = Arc::default();
-        let cut_after = rng.random_range(1..40usize);
-        let producers = rng.random_range(1..6u64);
+        let acked: Arc<Mutex<Vec<(usize, u64, Bytes)>>> = Arc::default();
+        let cut_after = rng.random_range(1..40usize) + topics;
+        let producers = rng.random_range(1..6u64) + topics as u64 - 1;
         let snapshot = runtime.block_on(async {
             let mut tasks = Vec::new();
             for p in 0..producers {
-                let wal = wal.clone();
+                let wals = wals.clone();
                 let acked = acked.clone();
                 tasks.push(tokio::spawn(async move {
                     for i in 0..1000u64 {
+                        let t = ((p + i) % wals.len() as u64) as usize;
                         let id = format!("c{cut}-p{p}-{i}");
                         let value = Bytes::from(format!("value-{id}"));
-                        match wal.append(vec![record(&id)], Codec::None).await {
-                            Ok(ack) => acked.lock().unwrap().push((ack.base_offset, value)),
+                        match wals[t].append(vec![record(&id)], Codec::None).await {
+                            Ok(ack) => acked.lock().unwrap().push((t, ack.base_offset, value)),
                             Err(_) => return,
                         }
                     }
@@ -851,11 +880,79 @@ fn fsync_batch_survives_200_power_cuts() {
             (before_cut, after)
         });
         let (before_cut, after) = snapshot;
-        acked_total.extend(before_cut);
-        drop(wal);
+        for (t, offset, value) in before_cut {
+            acked_total[t].insert(offset, value);
+        }
+        drop(wals);
         storage = after;
     }
-    assert!(acked_total.len() >= 200);
+    for (t, acked) in acked_total.iter().enumerate() {
+        assert!(
+            acked.len() >= 100,
+            "topic {t}: {} acknowledged",
+            acked.len()
+        );
+    }
+}
+
+// ---- the writer pool ---------------------------------------------------
+
+/// One writer thread, one topic that always has a group pending: another
+/// topic's append is still written, because a WAL yields its thread after
+/// one group when another waits.
+#[test]
+fn a_busy_topic_does_not_starve_another_on_one_writer_thread() {
+    let pool = WriterPool::new(1).unwrap();
+    // Real files: each group waits for a real fdatasync, during which the
+    // busy topic's 32 producers queue the next group.
+    let dir = tempfile::tempdir().unwrap();
+    let config = WalConfig {
+        writers: pool,
+        ..small_config(SyncMode::FsyncBatch)
+    };
+    rt().block_on(async {
+        let busy = Arc::new(Wal::open(dir.path().join("busy"), config.clone()).unwrap());
+        let quiet = Wal::open(dir.path().join("quiet"), config).unwrap();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut producers = Vec::new();
+        for p in 0..32 {
+            let busy = busy.clone();
+            let stop = stop.clone();
+            producers.push(tokio::spawn(async move {
+                let mut acked = 0u64;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) && acked < 1_000_000 {
+                    busy.append(vec![record(&format!("p{p}"))], Codec::None)
+                        .await
+                        .unwrap();
+                    acked += 1;
+                }
+                acked
+            }));
+        }
+        // Let the busy topic fill the thread's time first.
+        while busy.high_water_mark() < 100 {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let ack = tokio::time::timeout(
+            Duration::from_secs(10),
+            quiet.append(vec![record("quiet")], Codec::None),
+        )
+        .await
+        .expect("the quiet topic's append was written while the busy one kept appending")
+        .unwrap();
+        assert_eq!((ack.base_offset, ack.next_offset), (0, 1));
+        assert_eq!(quiet.high_water_mark(), 1);
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        let mut total = 0;
+        for p in producers {
+            total += p.await.unwrap();
+        }
+        assert_eq!(
+            busy.high_water_mark(),
+            total,
+            "every busy append acknowledged once"
+        );
+    });
 }
 
 // ---- injected clock ----------------------------------------------------
@@ -876,12 +973,15 @@ fn wait_until(what: &str, done: impl Fn() -> bool) {
 /// Wakes the writer as an append would and returns once it has looked at
 /// the state again (reading the clock as it is now) and gone idle.
 fn nudge_writer(wal: &Wal) {
-    {
+    let passes = {
         let mut state = wal.shared.state();
-        state.writer_idle = false;
-        wal.shared.writer_wake.notify_one();
-    }
-    wait_until("the writer to go idle", || wal.shared.state().writer_idle);
+        wal.shared.wake(&mut state);
+        state.idle_passes
+    };
+    wait_until("the writer to go idle", || {
+        let state = wal.shared.state();
+        state.idle_passes > passes && state.sched == super::pool::Sched::Idle
+    });
 }
 
 #[test]

@@ -1,21 +1,21 @@
-//! The writer thread: the only code that writes, syncs, rolls and seals
-//! segment files. One per WAL.
+//! The writer: the only code that writes, syncs, rolls and seals segment
+//! files. Its state per WAL is a [`WriterCore`]; the threads of a
+//! [`super::pool::WriterPool`] run it, one thread at a time per WAL.
 
+use std::path::Path;
 use std::sync::Arc;
-use std::thread::{self, JoinHandle};
 use std::time::Instant;
 
 use tracing::{debug, error};
 
 use super::commit::{FlushDecision, GroupCommit, age_roll_due};
+use super::config::WalConfig;
 use super::mark::{MARK_FILE_NAME, MarkWriter, SyncMark};
+use super::pool::{PoolInner, Sched};
 use super::recovery::{create_segment, write_seal};
 use super::segment::{SegmentMeta, log_file_name};
-use super::storage::AppendFile;
-use super::{PendingBatch, Shared, SyncMode, WalError, io_err};
-
-/// Stack size of a writer thread, bytes: it only shuffles buffers.
-const WRITER_STACK_BYTES: usize = 256 * 1024;
+use super::storage::{AppendFile, Storage};
+use super::{AppendState, PendingBatch, Shared, SyncMode, WalError, io_err};
 
 /// The buffers of one `writev` for `batches`: each shared batch by
 /// reference, and each run of copied batches as one slice of `copied`
@@ -50,25 +50,26 @@ fn gather<'a>(batches: &'a [PendingBatch], copied: &'a [u8], at: &mut usize) -> 
 /// virtio disk), and every acknowledgement waits behind that.
 const WRITE_BEHIND_BYTES: u64 = 8 * 1024 * 1024;
 
-enum Work {
-    /// Write this group, then serve roll requests up to `roll_to` if set.
-    Group {
-        bytes: Vec<u8>,
-        batches: Vec<PendingBatch>,
-        roll_to: Option<u64>,
-        /// A hole declared with the group (see [`AppendState::skip_to`]).
-        skip_to: Option<u64>,
-    },
+/// What a WAL's writer does next, decided under its state lock.
+enum Next {
+    /// Write the pending group (taken with [`WriterCore::take_group`]),
+    /// then serve roll requests up to `roll_to` if set.
+    Group { roll_to: Option<u64> },
     /// Serve roll requests up to this count.
     Roll(u64),
     /// `segment_max_age` reached.
     AgeRoll,
     /// Everything is flushed and the WAL is closing.
     Close,
+    /// Nothing to do until this instant (of the WAL's clock), or until an
+    /// append, roll, hole or close arrives.
+    Wait(Option<Instant>),
 }
 
-struct Writer {
-    shared: Arc<Shared>,
+/// A WAL's writer state: the active segment file and what the writer knows
+/// about it. Only the pool thread that runs the WAL (its [`Sched`] is
+/// `Running`) touches it.
+pub(crate) struct WriterCore {
     policy: GroupCommit,
     file: Box<dyn AppendFile>,
     active_base: u64,
@@ -83,69 +84,143 @@ struct Writer {
     mark: MarkWriter,
 }
 
-pub(crate) fn spawn(
-    shared: Arc<Shared>,
-    active_base: u64,
-    file: Box<dyn AppendFile>,
-) -> Result<JoinHandle<()>, WalError> {
-    let active_bytes = shared.segments().get(&active_base).map_or(0, |m| m.bytes);
-    let policy = GroupCommit {
-        flush_interval: shared.config.flush_interval,
-        flush_max_batch_bytes: shared.config.flush_max_batch_bytes,
-    };
-    let dir = shared.dir.clone();
-    let mark = MarkWriter::open(shared.storage.as_ref(), &dir, shared.mark_seq)
-        .map_err(io_err("open", &dir.join(MARK_FILE_NAME)))?;
-    let active_first_write_at = (active_bytes > 0).then(|| shared.config.clock.now());
-    let writer = Writer {
-        shared,
-        policy,
-        file,
-        active_base,
-        active_bytes,
-        written_back: active_bytes,
-        active_first_write_at,
-        rolls_done: 0,
-        spare_bytes: Vec::new(),
-        spare_batches: Vec::new(),
-        mark,
-    };
-    thread::Builder::new()
-        .name("wal-writer".into())
-        .stack_size(WRITER_STACK_BYTES)
-        .spawn(move || writer.run())
-        .map_err(io_err("spawn writer for", &dir))
+impl WriterCore {
+    /// The writer of a WAL just recovered in `dir`: `file` is its active
+    /// segment (base `active_base`, `active_bytes` long), `mark_seq` the
+    /// sequence of the sync mark recovery read.
+    pub(crate) fn new(
+        storage: &dyn Storage,
+        dir: &Path,
+        config: &WalConfig,
+        active_base: u64,
+        active_bytes: u64,
+        file: Box<dyn AppendFile>,
+        mark_seq: u64,
+    ) -> Result<WriterCore, WalError> {
+        let mark = MarkWriter::open(storage, dir, mark_seq)
+            .map_err(io_err("open", &dir.join(MARK_FILE_NAME)))?;
+        Ok(WriterCore {
+            policy: GroupCommit {
+                flush_interval: config.flush_interval,
+                flush_max_batch_bytes: config.flush_max_batch_bytes,
+            },
+            file,
+            active_base,
+            active_bytes,
+            written_back: active_bytes,
+            active_first_write_at: (active_bytes > 0).then(|| config.clock.now()),
+            rolls_done: 0,
+            spare_bytes: Vec::new(),
+            spare_batches: Vec::new(),
+            mark,
+        })
+    }
 }
 
-impl Writer {
-    fn run(mut self) {
+impl Shared {
+    /// Makes an idle WAL runnable: the caller changed `state` (an append, a
+    /// roll request, a hole, a close) and holds its lock. A WAL that is
+    /// queued or running will see the change itself; nobody is woken.
+    pub(crate) fn wake(self: &Arc<Shared>, state: &mut AppendState) {
+        if state.sched == Sched::Idle {
+            state.sched = Sched::Queued;
+            self.config.writers.inner().push(self.clone());
+        }
+    }
+
+    /// Runs a WAL a pool thread took from the ready queue.
+    pub(crate) fn run_queued(self: &Arc<Shared>, pool: &PoolInner) {
+        {
+            let mut state = self.state();
+            // Invariant: a WAL is in the ready queue at most once, and only
+            // while `Queued`.
+            debug_assert_eq!(state.sched, Sched::Queued, "{}", self.dir.display());
+            state.sched = Sched::Running;
+        }
+        self.run(pool);
+    }
+
+    /// Runs a WAL whose timer for `at` (real time) is due, unless the timer
+    /// is stale or the WAL is queued, running or done already.
+    pub(crate) fn run_timer(self: &Arc<Shared>, at: Instant, pool: &PoolInner) {
+        {
+            let mut state = self.state();
+            if state.timer_at != Some(at) {
+                return;
+            }
+            state.timer_at = None;
+            if state.sched != Sched::Idle {
+                return;
+            }
+            state.sched = Sched::Running;
+        }
+        self.run(pool);
+    }
+
+    /// The writer's loop for one turn on a pool thread: works until nothing
+    /// is left to do now (the WAL goes `Idle`, with a timer if it waits for
+    /// a deadline), or after one unit of work if another WAL waits for a
+    /// thread (then this one goes to the back of the queue).
+    fn run(self: &Arc<Shared>, pool: &PoolInner) {
+        let mut core = self.core.lock().unwrap_or_else(|p| p.into_inner());
+        let mut worked = false;
         loop {
-            let result = match self.next_work() {
-                Work::Group {
-                    bytes,
-                    batches,
-                    roll_to,
-                    skip_to,
-                } => self
-                    .write_group(bytes, batches, skip_to)
-                    .and_then(|()| match roll_to {
-                        Some(target) => self.serve_rolls(target),
-                        None => Ok(()),
-                    }),
-                Work::Roll(target) => self.serve_rolls(target),
-                Work::AgeRoll => self.roll(),
-                Work::Close => {
-                    let result = self
+            let yield_turn = worked && pool.others_waiting();
+            let (next, taken) = {
+                let mut state = self.state();
+                let next = core.next(self, &state);
+                match next {
+                    Next::Wait(at) => {
+                        state.sched = Sched::Idle;
+                        state.idle_passes += 1;
+                        if let Some(at) = at {
+                            self.set_timer(&mut state, at, pool);
+                        }
+                        return;
+                    }
+                    _ if yield_turn => {
+                        state.sched = Sched::Queued;
+                        pool.push(self.clone());
+                        return;
+                    }
+                    Next::Group { .. } => {
+                        let taken = core.take_group(&mut state);
+                        (next, Some(taken))
+                    }
+                    _ => (next, None),
+                }
+            };
+            if taken.is_some() {
+                self.space.notify_waiters();
+            }
+            worked = true;
+            let result = match next {
+                Next::Group { roll_to } => {
+                    let (bytes, batches, skip_to) = taken.unwrap_or_default();
+                    core.write_group(self, bytes, batches, skip_to)
+                        .and_then(|()| match roll_to {
+                            Some(target) => core.serve_rolls(self, target),
+                            None => Ok(()),
+                        })
+                }
+                Next::Roll(target) => core.serve_rolls(self, target),
+                Next::AgeRoll => core.roll(self),
+                Next::Close => {
+                    let result = core
                         .file
                         .sync_data()
-                        .map_err(io_err("fdatasync", &self.active_path()))
-                        .and_then(|()| self.write_mark(true));
+                        .map_err(io_err("fdatasync", &core.active_path(self)))
+                        .and_then(|()| core.write_mark(self, true));
                     match result {
-                        Ok(()) => self.shared.progress.send_modify(|p| p.closed = true),
+                        Ok(()) => {
+                            self.progress.send_modify(|p| p.closed = true);
+                            self.finish();
+                        }
                         Err(e) => self.fail(e),
                     }
                     return;
                 }
+                Next::Wait(_) => Ok(()),
             };
             if let Err(e) = result {
                 self.fail(e);
@@ -154,89 +229,115 @@ impl Writer {
         }
     }
 
-    fn active_path(&self) -> std::path::PathBuf {
-        self.shared.dir.join(log_file_name(self.active_base))
+    /// Registers a timer for `at` (the WAL's clock) unless an earlier one is
+    /// set already.
+    fn set_timer(self: &Arc<Shared>, state: &mut AppendState, at: Instant, pool: &PoolInner) {
+        // The pool sleeps in real time; the WAL's clock may be a test's.
+        let real = Instant::now() + at.saturating_duration_since(self.config.clock.now());
+        if state.timer_at.is_none_or(|set| real < set) {
+            state.timer_at = Some(real);
+            pool.add_timer(real, self);
+        }
     }
 
-    fn next_work(&mut self) -> Work {
-        let shared = self.shared.clone();
-        let mut state = shared.state();
-        loop {
-            let now = self.shared.config.clock.now();
-            let rolls_wanted = state.roll_requests > self.rolls_done;
-            let skip_wanted = state.skip_to.is_some();
-            let decision = self
-                .policy
-                .decide(state.pending_bytes, state.oldest_pending_at, now);
-            let flush = match decision {
-                FlushDecision::FlushNow => true,
-                FlushDecision::WaitUntil(_) => state.closing || rolls_wanted || skip_wanted,
-                FlushDecision::Idle => skip_wanted,
-            };
-            if flush {
-                std::mem::swap(&mut state.pending, &mut self.spare_bytes);
-                std::mem::swap(&mut state.batches, &mut self.spare_batches);
-                state.pending_bytes = 0;
-                state.oldest_pending_at = None;
-                let roll_to = rolls_wanted.then_some(state.roll_requests);
-                let skip_to = state.skip_to.take();
-                drop(state);
-                self.shared.space.notify_waiters();
-                return Work::Group {
-                    bytes: std::mem::take(&mut self.spare_bytes),
-                    batches: std::mem::take(&mut self.spare_batches),
-                    roll_to,
-                    skip_to,
-                };
-            }
-            if decision == FlushDecision::Idle {
-                if rolls_wanted {
-                    return Work::Roll(state.roll_requests);
-                }
-                if state.closing {
-                    return Work::Close;
-                }
-            }
-            let age_due = age_roll_due(
-                self.shared.config.segment_max_age,
-                self.active_first_write_at,
-            );
-            if age_due.is_some_and(|due| now >= due) {
-                return Work::AgeRoll;
-            }
-            let linger = match decision {
-                FlushDecision::WaitUntil(deadline) => Some(deadline),
-                _ => None,
-            };
-            let wake_at = match (linger, age_due) {
-                (Some(a), Some(b)) => Some(a.min(b)),
-                (a, b) => a.or(b),
-            };
-            state.writer_idle = true;
-            state = match wake_at {
-                Some(at) => {
-                    let timeout = at.saturating_duration_since(now);
-                    match self.shared.writer_wake.wait_timeout(state, timeout) {
-                        Ok((guard, _)) => guard,
-                        Err(poisoned) => poisoned.into_inner().0,
-                    }
-                }
-                None => match self.shared.writer_wake.wait(state) {
-                    Ok(guard) => guard,
-                    Err(poisoned) => poisoned.into_inner(),
-                },
-            };
-            state.writer_idle = false;
+    /// The writer's work is over (closed or failed): never scheduled again;
+    /// wakes [`Shared::wait_done`].
+    fn finish(&self) {
+        self.state().sched = Sched::Done;
+        self.done.notify_all();
+    }
+
+    /// Blocks until the writer's work is over (after a close was begun).
+    pub(crate) fn wait_done(&self) {
+        let mut state = self.state();
+        while state.sched != Sched::Done {
+            state = self.done.wait(state).unwrap_or_else(|p| p.into_inner());
         }
+    }
+
+    fn fail(&self, e: WalError) {
+        error!(dir = %self.dir.display(), error = %e, "WAL writer stopped");
+        let message: Arc<str> = Arc::from(e.to_string());
+        {
+            let mut state = self.state();
+            state.failure = Some(message.clone());
+            state.sched = Sched::Done;
+        }
+        self.done.notify_all();
+        self.progress.send_modify(|p| p.failure = Some(message));
+        self.space.notify_waiters();
+    }
+}
+
+/// A group taken from the pending state: the copied bytes, the batches and
+/// a hole declared with it (see [`Wal::skip_to`](super::Wal::skip_to)).
+type TakenGroup = (Vec<u8>, Vec<PendingBatch>, Option<u64>);
+
+impl WriterCore {
+    fn active_path(&self, shared: &Shared) -> std::path::PathBuf {
+        shared.dir.join(log_file_name(self.active_base))
+    }
+
+    /// Decides what to do next from `state` and the clock. Takes nothing.
+    fn next(&self, shared: &Shared, state: &AppendState) -> Next {
+        let now = shared.config.clock.now();
+        let rolls_wanted = state.roll_requests > self.rolls_done;
+        let skip_wanted = state.skip_to.is_some();
+        let decision = self
+            .policy
+            .decide(state.pending_bytes, state.oldest_pending_at, now);
+        let flush = match decision {
+            FlushDecision::FlushNow => true,
+            FlushDecision::WaitUntil(_) => state.closing || rolls_wanted || skip_wanted,
+            FlushDecision::Idle => skip_wanted,
+        };
+        if flush {
+            return Next::Group {
+                roll_to: rolls_wanted.then_some(state.roll_requests),
+            };
+        }
+        if decision == FlushDecision::Idle {
+            if rolls_wanted {
+                return Next::Roll(state.roll_requests);
+            }
+            if state.closing {
+                return Next::Close;
+            }
+        }
+        let age_due = age_roll_due(shared.config.segment_max_age, self.active_first_write_at);
+        if age_due.is_some_and(|due| now >= due) {
+            return Next::AgeRoll;
+        }
+        let linger = match decision {
+            FlushDecision::WaitUntil(deadline) => Some(deadline),
+            _ => None,
+        };
+        Next::Wait(match (linger, age_due) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
+        })
+    }
+
+    /// Takes the pending group out of `state`, leaving the spare buffers.
+    fn take_group(&mut self, state: &mut AppendState) -> TakenGroup {
+        std::mem::swap(&mut state.pending, &mut self.spare_bytes);
+        std::mem::swap(&mut state.batches, &mut self.spare_batches);
+        state.pending_bytes = 0;
+        state.oldest_pending_at = None;
+        (
+            std::mem::take(&mut self.spare_bytes),
+            std::mem::take(&mut self.spare_batches),
+            state.skip_to.take(),
+        )
     }
 
     fn write_group(
         &mut self,
+        shared: &Shared,
         mut bytes: Vec<u8>,
         mut batches: Vec<PendingBatch>,
         skip_to: Option<u64>,
     ) -> Result<(), WalError> {
-        let shared = self.shared.clone();
         let config = &shared.config;
         let mut i = 0;
         let mut at = 0usize;
@@ -253,10 +354,10 @@ impl Writer {
                 j += 1;
             }
             if j == i {
-                self.roll()?;
+                self.roll(shared)?;
                 continue;
             }
-            let path = self.active_path();
+            let path = self.active_path(shared);
             let buffers = gather(&batches[i..j], &bytes, &mut at);
             self.file
                 .append_vectored(&buffers)
@@ -264,9 +365,9 @@ impl Writer {
             if config.sync_mode == SyncMode::FsyncBatch {
                 self.file.sync_data().map_err(io_err("fdatasync", &path))?;
             }
-            let now = self.shared.config.clock.now();
+            let now = shared.config.clock.now();
             {
-                let mut segments = self.shared.segments_mut();
+                let mut segments = shared.segments_mut();
                 let meta = segments
                     .get_mut(&self.active_base)
                     .expect("WAL invariant: the active segment is in the map");
@@ -278,15 +379,15 @@ impl Writer {
             }
             self.active_first_write_at.get_or_insert(now);
             self.active_bytes += run;
-            self.write_behind(config.sync_mode);
-            self.write_mark(false)?;
+            self.write_behind(shared, config.sync_mode);
+            self.write_mark(shared, false)?;
             let hwm = batches[j - 1].header.next_offset();
-            self.publish(hwm);
+            self.publish(shared, hwm);
             i = j;
         }
         if let Some(end) = skip_to {
             let hwm = {
-                let mut segments = self.shared.segments_mut();
+                let mut segments = shared.segments_mut();
                 let meta = segments
                     .get_mut(&self.active_base)
                     .expect("WAL invariant: the active segment is in the map");
@@ -294,8 +395,8 @@ impl Writer {
                 meta.next_offset
             };
             // A hole is durable only once the mark that declares it is.
-            self.write_mark(true)?;
-            self.publish(hwm);
+            self.write_mark(shared, true)?;
+            self.publish(shared, hwm);
         }
         debug_assert_eq!(at, bytes.len());
         bytes.clear();
@@ -307,8 +408,8 @@ impl Writer {
 
     /// Raises the high-water mark to `hwm` (never lowers it: a declared
     /// hole may have raised it past the group just written).
-    fn publish(&self, hwm: u64) {
-        self.shared
+    fn publish(&self, shared: &Shared, hwm: u64) {
+        shared
             .progress
             .send_modify(|p| p.high_water_mark = p.high_water_mark.max(hwm));
     }
@@ -316,10 +417,9 @@ impl Writer {
     /// Writes the sync mark for the active segment as it now is (see
     /// `mark.rs`), and syncs it when `sync` is set or, in `fsync_batch`,
     /// when its last sync is old.
-    fn write_mark(&mut self, sync: bool) -> Result<(), WalError> {
-        let durable = self.shared.config.sync_mode == SyncMode::FsyncBatch;
-        let next_offset = self
-            .shared
+    fn write_mark(&mut self, shared: &Shared, sync: bool) -> Result<(), WalError> {
+        let durable = shared.config.sync_mode == SyncMode::FsyncBatch;
+        let next_offset = shared
             .segments()
             .get(&self.active_base)
             .map_or(self.active_base, |m| m.next_offset);
@@ -329,8 +429,8 @@ impl Writer {
             next_offset,
             durable,
         };
-        let path = self.shared.dir.join(MARK_FILE_NAME);
-        let now = self.shared.config.clock.now();
+        let path = shared.dir.join(MARK_FILE_NAME);
+        let now = shared.config.clock.now();
         self.mark.write(mark).map_err(io_err("write", &path))?;
         let synced = if sync {
             self.mark.sync(now)
@@ -345,7 +445,7 @@ impl Writer {
     /// Starts writeback of the unsynced part of the active segment once it
     /// reaches [`WRITE_BEHIND_BYTES`]. Advisory: a failure is logged and
     /// left to the next `fdatasync` to report.
-    fn write_behind(&mut self, sync_mode: SyncMode) {
+    fn write_behind(&mut self, shared: &Shared, sync_mode: SyncMode) {
         if sync_mode == SyncMode::FsyncBatch {
             return; // every group is synced already
         }
@@ -354,31 +454,30 @@ impl Writer {
             return;
         }
         if let Err(e) = self.file.start_writeback(self.written_back, pending) {
-            debug!(path = %self.active_path().display(), error = %e, "starting writeback");
+            debug!(path = %self.active_path(shared).display(), error = %e, "starting writeback");
         }
         self.written_back = self.active_bytes;
     }
 
-    fn serve_rolls(&mut self, target: u64) -> Result<(), WalError> {
-        self.roll()?;
+    fn serve_rolls(&mut self, shared: &Shared, target: u64) -> Result<(), WalError> {
+        self.roll(shared)?;
         self.rolls_done = target;
-        self.shared.progress.send_modify(|p| p.rolls = target);
+        shared.progress.send_modify(|p| p.rolls = target);
         Ok(())
     }
 
     /// Seals the active segment (if it has data) and starts the next one.
-    fn roll(&mut self) -> Result<(), WalError> {
+    fn roll(&mut self, shared: &Shared) -> Result<(), WalError> {
         if self.active_bytes == 0 {
             self.active_first_write_at = None;
             return Ok(());
         }
-        let storage = self.shared.storage.as_ref();
-        let dir = &self.shared.dir;
+        let storage = shared.storage.as_ref();
+        let dir = &shared.dir;
         self.file
             .sync_data()
-            .map_err(io_err("fdatasync", &self.active_path()))?;
-        let meta = self
-            .shared
+            .map_err(io_err("fdatasync", &self.active_path(shared)))?;
+        let meta = shared
             .segments()
             .get(&self.active_base)
             .cloned()
@@ -387,7 +486,7 @@ impl Writer {
         let next = meta.next_offset;
         let file = create_segment(storage, dir, next)?;
         {
-            let mut segments = self.shared.segments_mut();
+            let mut segments = shared.segments_mut();
             if let Some(sealed) = segments.get_mut(&self.active_base) {
                 sealed.sealed = true;
             }
@@ -400,16 +499,6 @@ impl Writer {
         self.written_back = 0;
         self.active_first_write_at = None;
         Ok(())
-    }
-
-    fn fail(&self, e: WalError) {
-        error!(dir = %self.shared.dir.display(), error = %e, "WAL writer stopped");
-        let message: Arc<str> = Arc::from(e.to_string());
-        self.shared.state().failure = Some(message.clone());
-        self.shared
-            .progress
-            .send_modify(|p| p.failure = Some(message));
-        self.shared.space.notify_waiters();
     }
 }
 
