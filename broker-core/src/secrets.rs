@@ -1,7 +1,9 @@
 //! Files that hold secrets (bearer tokens, TLS private keys, configuration
 //! files with a token in them): refused when any user on the host may read
 //! them (mode `& 0o004`), with a message naming the file, its mode and the
-//! `chmod 600` that fixes it; and the systemd credentials directory
+//! `chmod 600` that fixes it (or `chmod 640` where a service reads it
+//! through its group, as the packages install keys: docs/packaging.md);
+//! and the systemd credentials directory
 //! (`$CREDENTIALS_DIRECTORY`, `LoadCredential=`) where a service may find
 //! them instead.
 
@@ -17,7 +19,9 @@ pub const CREDENTIALS_DIRECTORY: &str = "CREDENTIALS_DIRECTORY";
 pub enum SecretFileError {
     /// Every user on the host may read the file.
     #[error(
-        "{}: {what} is readable by every user (mode {mode:04o}); run `chmod 600 {}`",
+        "{}: {what} is readable by every user (mode {mode:04o}); run `chmod 600 {}` \
+         (or `chmod 640 {}` if a service reads it through the file's group)",
+        path.display(),
         path.display(),
         path.display()
     )]
@@ -121,6 +125,10 @@ mod tests {
         assert!(err.contains("mode 0644"), "{err}");
         assert!(
             err.contains(&format!("chmod 600 {}", path.display())),
+            "{err}"
+        );
+        assert!(
+            err.contains(&format!("chmod 640 {}", path.display())),
             "{err}"
         );
         assert!(!err.contains("s3cret"), "{err}");
