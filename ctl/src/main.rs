@@ -95,10 +95,7 @@ fn run(cli: &Cli, admin_url_given: bool) -> anyhow::Result<String> {
         output: cli.output,
     };
     Ok(match &cli.command {
-        Command::Certs(args) => {
-            certs::run(args)?;
-            String::new()
-        }
+        Command::Certs(args) => certs::run(args)?,
         Command::Topics(command) => commands::topics::run(&ctx, command)?,
         Command::Namespaces(command) => commands::namespaces::run(&ctx, command)?,
         Command::Apply(args) => commands::apply::run(&ctx, args)?,

@@ -643,6 +643,32 @@ fn certs_still_works() {
     for file in ["ca.pem", "broker-1.pem", "broker-1.key", "edge-edge1.pem"] {
         assert!(Path::new(&out).join(file).exists(), "{file}");
     }
+    // The CA key is not among the files devices get: it sits beside them.
+    assert!(!out.join("ca.key").exists());
+    let ca_key = server.dir.path().join("certs-ca").join("ca.key");
+    assert!(ca_key.exists());
+    assert!(
+        stdout.ends_with(&format!(
+            "CA key: {} (keep it off devices; a broker's [enroll] ca_key)\n",
+            ca_key.display()
+        )),
+        "{stdout}"
+    );
+    // --ca-dir names another directory; the existing CA is found there only
+    // if its key is: here a new CA is made in another output directory.
+    let vault = server.dir.path().join("vault");
+    let other = server.dir.path().join("other");
+    server.ok(&[
+        "certs",
+        "--out",
+        other.to_str().unwrap(),
+        "--ca-dir",
+        vault.to_str().unwrap(),
+        "--edge",
+        "edge2",
+    ]);
+    assert!(vault.join("ca.key").exists());
+    assert!(!other.join("ca.key").exists());
 }
 
 #[test]
