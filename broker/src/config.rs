@@ -41,6 +41,12 @@
 //! [archive.store]                    # same keys as tier-service's [store]
 //! url = "/var/lib/tributary-archive" # a directory, or "s3://bucket"
 //! # endpoint = "http://127.0.0.1:9000"
+//!
+//! [enroll]                           # optional: sign enrolling edges
+//! ca_cert = "/etc/tributary/certs/ca.pem"     # one of tls.ca's CAs
+//! ca_key = "/etc/tributary/certs-ca/ca.key"   # chmod 600; or systemd
+//!                                    # $CREDENTIALS_DIRECTORY/enroll-ca-key
+//! # cert_validity_days = 365
 //! ```
 
 use std::collections::BTreeMap;
@@ -121,6 +127,11 @@ pub struct BrokerConfig {
     /// redirect to (`[cluster]`); see [`crate::cluster`].
     #[serde(default)]
     pub cluster: ClusterTuning,
+    /// The CA that signs enrolling edges' certificates (`[enroll]`); see
+    /// [`crate::enroll`]. None: `POST /v1/enroll` answers `503
+    /// enrollment_disabled`.
+    #[serde(default)]
+    pub enroll: Option<crate::enroll::EnrollConfig>,
 }
 
 /// `[cluster]`: the broker's lease and advertised addresses.
@@ -184,6 +195,7 @@ impl std::fmt::Debug for BrokerConfig {
             .field("retention", &self.retention)
             .field("budget", &self.budget)
             .field("cluster", &self.cluster)
+            .field("enroll", &self.enroll)
             .finish()
     }
 }
