@@ -59,6 +59,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use broker_core::client_cert::SwappableClientCert;
 use broker_core::tls::{ALPN_REPLICATION, BROKER_SERVER_NAME, TlsIdentity};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
@@ -215,10 +216,14 @@ enum StreamError {
     Wal(String),
 }
 
-/// Runs the replicator until `shutdown` turns true.
+/// Runs the replicator until `shutdown` turns true. Connections verify
+/// brokers against `tls`'s CA and present the certificate `client_cert`
+/// holds at their handshake (a rotation swaps it:
+/// [`crate::cert_reload`]).
 pub async fn run(
     config: ReplicatorConfig,
     tls: TlsIdentity,
+    client_cert: Arc<SwappableClientCert>,
     topics: Arc<TopicManager>,
     stats: Arc<ReplicationStats>,
     mut shutdown: watch::Receiver<bool>,
@@ -242,7 +247,7 @@ pub async fn run(
             warn!("declared_rate without bandwidth_cap_bytes_per_s: using cubic");
         }
     }
-    let client = match tls.quic_client_with_transport(ALPN_REPLICATION, transport) {
+    let client = match tls.quic_client_with_resolver(ALPN_REPLICATION, transport, client_cert) {
         Ok(client) => client,
         Err(e) => {
             warn!(error = %e, "replicator TLS configuration unusable; not replicating");
