@@ -377,7 +377,9 @@ mod tests {
         let roots = crate::tls::load_roots(&out.join("ca.pem")).unwrap();
         assert_eq!(roots.len(), 1);
         std::fs::remove_file(&key).unwrap();
-        let err = issue(&out, &[], &["plant3".into()]).unwrap_err().to_string();
+        let err = issue(&out, &[], &["plant3".into()])
+            .unwrap_err()
+            .to_string();
         assert!(err.contains("ca.pem exists but"), "{err}");
         assert!(err.contains("certs-ca/ca.key does not"), "{err}");
         assert!(!out.join("edge-plant3.pem").exists());

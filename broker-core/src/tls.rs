@@ -344,8 +344,15 @@ impl TlsIdentity {
         alpn: &[u8],
         transport: quinn::TransportConfig,
     ) -> Result<quinn::ClientConfig, TlsError> {
-        let resolver = crate::client_cert::SwappableClientCert::new(self.certified_key()?);
-        self.quic_client_with_resolver(alpn, transport, Arc::new(resolver))
+        let config_err = |e: &dyn std::fmt::Display| TlsError::Config(e.to_string());
+        let mut tls = rustls::ClientConfig::builder_with_provider(provider())
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .map_err(|e| config_err(&e))?
+            .with_root_certificates(self.roots.clone())
+            .with_client_auth_cert(self.certs.clone(), self.key.clone_key())
+            .map_err(|e| config_err(&e))?;
+        tls.alpn_protocols = vec![alpn.to_vec()];
+        quic_client_config(tls, transport)
     }
 
     /// Like [`TlsIdentity::quic_client_with_transport`], presenting
@@ -353,6 +360,12 @@ impl TlsIdentity {
     /// (a [`crate::client_cert::SwappableClientCert`] lets a running
     /// process rotate its certificate: new connections use the new one).
     /// This identity's CA stays the only trusted root.
+    ///
+    /// TLS session resumption is off: a resumed TLS 1.3 session carries
+    /// the client certificate of the session it resumes, so after a
+    /// rotation the server would still see the old certificate (and, for a
+    /// revoked one, refuse it for good). Every connection makes a full
+    /// handshake with the current certificate.
     ///
     /// # Errors
     /// [`TlsError::Config`] if rustls rejects the roots.
@@ -368,13 +381,22 @@ impl TlsIdentity {
             .map_err(|e| config_err(&e))?
             .with_root_certificates(self.roots.clone())
             .with_client_cert_resolver(client_cert);
+        tls.resumption = rustls::client::Resumption::disabled();
         tls.alpn_protocols = vec![alpn.to_vec()];
-        let crypto =
-            quinn::crypto::rustls::QuicClientConfig::try_from(tls).map_err(|e| config_err(&e))?;
-        let mut config = quinn::ClientConfig::new(Arc::new(crypto));
-        config.transport_config(Arc::new(transport));
-        Ok(config)
+        quic_client_config(tls, transport)
     }
+}
+
+/// The quinn client config of a rustls client config.
+fn quic_client_config(
+    tls: rustls::ClientConfig,
+    transport: quinn::TransportConfig,
+) -> Result<quinn::ClientConfig, TlsError> {
+    let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls)
+        .map_err(|e| TlsError::Config(e.to_string()))?;
+    let mut config = quinn::ClientConfig::new(Arc::new(crypto));
+    config.transport_config(Arc::new(transport));
+    Ok(config)
 }
 
 /// Transport settings shared by all Tributary QUIC endpoints: keepalive every

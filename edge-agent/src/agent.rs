@@ -276,7 +276,7 @@ impl Agent {
         let mut cert_reload = None;
         let replicator = match replication_tls {
             Some((reloader, tls)) => {
-                let client_cert = reloader.resolver();
+                let client_cert = reloader.client_cert();
                 cert_reload = Some(tokio::spawn(crate::cert_reload::run(
                     reloader,
                     config.tls_check_interval,

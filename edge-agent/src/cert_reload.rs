@@ -79,6 +79,8 @@ pub struct CertReloader {
     slot: Arc<SwappableClientCert>,
     /// The stamps of the files in use, and those seen at the last check.
     stamps: Mutex<(Stamps, Stamps)>,
+    /// Counts the swaps.
+    swaps: watch::Sender<u64>,
 }
 
 impl CertReloader {
@@ -98,12 +100,21 @@ impl CertReloader {
             paths,
             edge_id: edge_id.to_owned(),
             stamps: Mutex::new((now, now)),
+            swaps: watch::channel(0).0,
         })
     }
 
     /// What the replicator's TLS client resolves its certificate from.
     pub fn resolver(&self) -> Arc<SwappableClientCert> {
         self.slot.clone()
+    }
+
+    /// The replicator's view: the resolver and the swap counter.
+    pub fn client_cert(&self) -> crate::replicator::ClientCert {
+        crate::replicator::ClientCert {
+            resolver: self.resolver(),
+            changes: self.swaps.subscribe(),
+        }
     }
 
     fn stamps(&self) -> std::sync::MutexGuard<'_, (Stamps, Stamps)> {
@@ -130,6 +141,7 @@ impl CertReloader {
             });
         }
         self.slot.replace(identity.certified_key()?);
+        self.swaps.send_modify(|n| *n += 1);
         Ok(self.edge_id.clone())
     }
 
@@ -178,14 +190,13 @@ pub async fn run(
     interval: Option<Duration>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let mut hangup =
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
-            Ok(signal) => Some(signal),
-            Err(error) => {
-                warn!(%error, "no SIGHUP handler: the certificate reloads only when its files change");
-                None
-            }
-        };
+    let mut hangup = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) {
+        Ok(signal) => Some(signal),
+        Err(error) => {
+            warn!(%error, "no SIGHUP handler: the certificate reloads only when its files change");
+            None
+        }
+    };
     loop {
         let tick = async {
             match interval {
@@ -269,7 +280,10 @@ mod tests {
         std::fs::copy(&e2.cert, &paths.cert).unwrap();
         std::fs::copy(&e2.key, &paths.key).unwrap();
         let err = reloader.reload().unwrap_err().to_string();
-        assert!(err.contains("is the certificate of Some(\"e2\"), not of this edge \"e1\""), "{err}");
+        assert!(
+            err.contains("is the certificate of Some(\"e2\"), not of this edge \"e1\""),
+            "{err}"
+        );
         let key = reloader.resolver().current();
         assert_eq!(certificate_identity(&key.cert[0]).as_deref(), Some("e1"));
         assert_eq!(presented(&reloader), rotated);

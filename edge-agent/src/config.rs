@@ -504,7 +504,10 @@ pub fn parse_file(path: &Path, text: &str) -> Result<FileConfig, ConfigError> {
 /// # Errors
 /// [`ConfigError::Invalid`] naming the first of `tls.cert`, `tls.key`,
 /// `tls.ca` that is set nowhere.
-pub fn enroll_paths(file: Option<&TlsFileConfig>, overrides: &Overrides) -> Result<TlsPaths, ConfigError> {
+pub fn enroll_paths(
+    file: Option<&TlsFileConfig>,
+    overrides: &Overrides,
+) -> Result<TlsPaths, ConfigError> {
     let pick = |flag: &Option<PathBuf>, from_file: Option<&PathBuf>, field: &str| {
         flag.clone().or_else(|| from_file.cloned()).ok_or_else(|| {
             ConfigError::invalid(

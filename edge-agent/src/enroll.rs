@@ -76,7 +76,9 @@ pub struct Enrolled {
 #[non_exhaustive]
 pub enum EnrollError {
     /// The token is not an enrollment token.
-    #[error("--token is not an enrollment token (trib-enroll.<edge_id>.<64 hex>, from `tribctl edges token EDGE_ID`)")]
+    #[error(
+        "--token is not an enrollment token (trib-enroll.<edge_id>.<64 hex>, from `tribctl edges token EDGE_ID`)"
+    )]
     NotAToken,
     /// The token enrolls another edge than the configured one.
     #[error(
@@ -175,7 +177,9 @@ fn base_url(broker: &str) -> String {
 /// what failed.
 fn describe(url: &str, error: &ClientError) -> String {
     match error {
-        ClientError::Api { status, message, .. } => {
+        ClientError::Api {
+            status, message, ..
+        } => {
             format!("the broker at {url} refused the enrollment ({status}): {message}")
         }
         other => format!("enrolling at {url}: {other}"),
@@ -269,11 +273,7 @@ fn request_and_install(
 
 /// The answer's certificate must parse, carry this key and identity
 /// `edge`; returns its end of validity as text.
-fn check_answer(
-    answer: &EnrollResponse,
-    edge: &str,
-    key: &KeyPair,
-) -> Result<String, EnrollError> {
+fn check_answer(answer: &EnrollResponse, edge: &str, key: &KeyPair) -> Result<String, EnrollError> {
     use rustls::pki_types::CertificateDer;
     use rustls::pki_types::pem::PemObject;
     use x509_parser::prelude::{FromDer, X509Certificate};
@@ -328,7 +328,10 @@ mod tests {
             edge_id: Some("plant1".into()),
         };
         let err = enroll(&options).unwrap_err().to_string();
-        assert!(err.contains("enrolls edge \"plant2\" but this agent's edge_id is \"plant1\""), "{err}");
+        assert!(
+            err.contains("enrolls edge \"plant2\" but this agent's edge_id is \"plant1\""),
+            "{err}"
+        );
         let options = EnrollOptions {
             edge_id: None,
             ..options

@@ -30,8 +30,7 @@ pub fn issue(dir: &Path, brokers: &[u64], edges: &[&str]) {
 /// # Panics
 /// If `dir` has no last component.
 pub fn ca_key(dir: &Path) -> std::path::PathBuf {
-    dev_certs::ca_key_path(dir)
-        .unwrap_or_else(|| panic!("{}: no CA key directory", dir.display()))
+    dev_certs::ca_key_path(dir).unwrap_or_else(|| panic!("{}: no CA key directory", dir.display()))
 }
 
 /// The TLS identity of broker `id` from the certificates in `dir` (see

@@ -78,7 +78,11 @@ pub fn enroll_router(service: EnrollService) -> Router {
 
 /// A refused token as a `401` of its kind.
 fn refused(refusal: &TokenRefusal) -> ApiError {
-    ApiError::new(StatusCode::UNAUTHORIZED, refusal.kind(), refusal.to_string())
+    ApiError::new(
+        StatusCode::UNAUTHORIZED,
+        refusal.kind(),
+        refusal.to_string(),
+    )
 }
 
 /// The bearer token of `headers`, if any.
@@ -95,7 +99,10 @@ async fn enroll(State(service): State<EnrollService>, headers: HeaderMap, body: 
     let edge = bearer(&headers).and_then(token_edge).map(str::to_owned);
     let outcome = service.run(&headers, &body).await;
     let (response, target) = match outcome {
-        Ok((answer, target)) => ((StatusCode::OK, axum::Json(answer)).into_response(), Some(target)),
+        Ok((answer, target)) => (
+            (StatusCode::OK, axum::Json(answer)).into_response(),
+            Some(target),
+        ),
         Err(error) => (error.into_response(), None),
     };
     if let Some(sink) = service.auth.audit() {
@@ -170,13 +177,18 @@ impl EnrollService {
         };
         let serial = random_serial()?;
         let signed = signer
-            .sign(&request.csr, &edge, not_before_s(now, revoked_at_ms), serial)
+            .sign(
+                &request.csr,
+                &edge,
+                not_before_s(now, revoked_at_ms),
+                serial,
+            )
             .map_err(|e| {
                 ApiError::new(StatusCode::BAD_REQUEST, refusal::INVALID_CSR, e.to_string())
                     .with("field", Value::String("csr".into()))
             })?;
-        let consumed = serde_json::to_value(stored.consumed(now, &signed.serial))
-            .unwrap_or(Value::Null);
+        let consumed =
+            serde_json::to_value(stored.consumed(now, &signed.serial)).unwrap_or(Value::Null);
         let mut txn = Txn::new();
         txn = match current {
             Some(value) => txn.when_equals(&key, value),

@@ -7,12 +7,12 @@
 
 use std::sync::Arc;
 
+use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{Extension, Path, State};
 use axum::http::StatusCode;
 use axum::middleware;
 use axum::routing::post;
-use axum::Router;
 use broker_core::metadata::{MetadataError, MetadataStore, Txn};
 use serde_json::Value;
 use tributary_api::enroll::{
@@ -121,7 +121,10 @@ async fn mint_token(
                 expires_at_ms: stored.expires_at_ms,
             },
         ),
-        format!("enrollment token of edge {edge}, expires at {} ms", stored.expires_at_ms),
+        format!(
+            "enrollment token of edge {edge}, expires at {} ms",
+            stored.expires_at_ms
+        ),
     )
 }
 

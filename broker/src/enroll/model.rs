@@ -214,8 +214,14 @@ mod tests {
         assert_eq!(crate::auth::model::token_principal(&token), None);
         assert_eq!(token_edge(&format!("trib.plant1.{}", "0".repeat(64))), None);
         assert_eq!(token_edge("trib-enroll.plant1.abc"), None);
-        assert_eq!(token_edge(&format!("trib-enroll..{}", "0".repeat(64))), None);
-        assert_eq!(token_edge(&format!("trib-enroll.p.{}", "A".repeat(64))), None);
+        assert_eq!(
+            token_edge(&format!("trib-enroll..{}", "0".repeat(64))),
+            None
+        );
+        assert_eq!(
+            token_edge(&format!("trib-enroll.p.{}", "A".repeat(64))),
+            None
+        );
         assert_ne!(new_token("plant1").unwrap(), token);
     }
 

@@ -219,7 +219,9 @@ impl Signer {
             .map_err(|e| CsrError(csr_reason(&e)))?;
         let mut params = CertificateParams::new(vec![edge.as_str().to_owned()])
             .map_err(|e| CsrError(format!("edge id {edge}: {e}")))?;
-        params.distinguished_name.push(DnType::CommonName, edge.as_str());
+        params
+            .distinguished_name
+            .push(DnType::CommonName, edge.as_str());
         params.is_ca = IsCa::ExplicitNoCa;
         params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
         params.extended_key_usages = vec![ExtendedKeyUsagePurpose::ClientAuth];

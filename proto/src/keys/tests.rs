@@ -451,7 +451,9 @@ fn schema_auth_and_edge_keys() {
     assert!(auth::revoked_edge(&plant).starts_with(&auth::prefix()));
     assert_eq!(
         MetadataKey::parse("/auth/revoked_edges/plant-1").unwrap(),
-        MetadataKey::AuthRevokedEdge { edge: plant.clone() }
+        MetadataKey::AuthRevokedEdge {
+            edge: plant.clone()
+        }
     );
     assert!(MetadataKey::parse("/auth/enrollments/a/b").is_err());
     assert!(MetadataKey::parse("/auth/revoked_edges/..").is_err());

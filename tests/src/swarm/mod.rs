@@ -324,10 +324,12 @@ fn client_configs(config: &SwarmConfig) -> Result<Vec<quinn::ClientConfig>, Swar
         .cloned()
         .collect();
     if !missing.is_empty() {
-        issue(&config.certs, &[], &missing).map(drop).map_err(|e| SwarmError::Certificate {
-            edge: missing[0].clone(),
-            message: e.to_string(),
-        })?;
+        issue(&config.certs, &[], &missing)
+            .map(drop)
+            .map_err(|e| SwarmError::Certificate {
+                edge: missing[0].clone(),
+                message: e.to_string(),
+            })?;
     }
     ids.iter()
         .map(|id| {
