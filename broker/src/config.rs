@@ -649,6 +649,25 @@ ca = "ca.pem"
     }
 
     #[test]
+    fn enroll_section_parses_with_defaults_and_unknown_keys_are_refused() {
+        let base = "data_dir = \"x\"\nadmin_token = \"long-enough\"\n[tls]\ncert=\"a\"\nkey=\"b\"\nca=\"c\"\n";
+        let config: BrokerConfig = toml::from_str(base).unwrap();
+        assert_eq!(config.enroll, None);
+        let config: BrokerConfig =
+            toml::from_str(&format!("{base}[enroll]\nca_cert = \"c\"\n")).unwrap();
+        let enroll = config.enroll.unwrap();
+        assert_eq!(enroll.ca_cert, PathBuf::from("c"));
+        assert_eq!(enroll.ca_key, None);
+        assert_eq!(enroll.cert_validity_days, 365);
+        let err = toml::from_str::<BrokerConfig>(&format!(
+            "{base}[enroll]\nca_cert = \"c\"\nkey = \"k\"\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("unknown field `key`"), "{err}");
+    }
+
+    #[test]
     fn member_flags_parse() {
         assert_eq!(
             parse_member("3=10.0.0.3:7401"),

@@ -4,7 +4,8 @@
 //! `/health` shows as `last_error`; nothing more is acknowledged; and each
 //! of the three brokers closes a new connection made with plant1's
 //! certificate right after the handshake, with application error code 2
-//! and the same reason, within seconds.
+//! and the same reason, within seconds. A broker without `[enroll]`
+//! answers an enrollment `503 enrollment_disabled`.
 
 use std::net::SocketAddr;
 use std::process::Command;
@@ -122,4 +123,22 @@ fn a_revoked_edge_is_refused_by_all_three_brokers_with_the_reason() {
     assert_eq!(edge_offsets(fleet.edge_api, TOPIC), Some((60, 50)));
     let health = edge_get(fleet.edge_api, "/health").expect("health");
     assert_eq!(health["replication"]["state"], "disconnected", "{health}");
+
+    // These brokers have no [enroll] CA: they mint and revoke, but sign
+    // nothing.
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into();
+    let mut response = agent
+        .post(&format!("{}/v1/enroll", fleet.nodes[1].url()))
+        .header(
+            "Authorization",
+            &format!("Bearer trib-enroll.plant1.{}", "0".repeat(64)),
+        )
+        .send(r#"{"csr": ""}"#)
+        .expect("POST /v1/enroll");
+    assert_eq!(response.status().as_u16(), 503);
+    let body: serde_json::Value = response.body_mut().read_json().expect("json");
+    assert_eq!(body["kind"], "enrollment_disabled", "{body}");
 }

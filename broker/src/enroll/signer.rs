@@ -265,3 +265,126 @@ fn csr_reason(error: &rcgen::Error) -> String {
         other => other.to_string(),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use broker_core::tls::{certificate_identity, certificate_not_before_s};
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    use rustls::server::danger::ClientCertVerifier;
+    use std::sync::Arc;
+
+    fn config(dir: &Path) -> EnrollConfig {
+        let certs = dir.join("certs");
+        broker_core::dev_certs::issue(&certs, &[1], &[]).unwrap();
+        EnrollConfig {
+            ca_cert: certs.join("ca.pem"),
+            ca_key: broker_core::dev_certs::ca_key_path(&certs),
+            cert_validity_days: 30,
+        }
+    }
+
+    #[test]
+    fn the_certificate_is_the_edges_for_the_csrs_key_whatever_the_csr_asks() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = config(dir.path());
+        let signer = Signer::load(&config, &config.ca_cert).unwrap();
+        // A CSR asking to be someone else, a CA, for a server.
+        let key = KeyPair::generate().unwrap();
+        let mut asked = CertificateParams::new(vec!["broker-1".to_owned()]).unwrap();
+        asked
+            .distinguished_name
+            .push(DnType::CommonName, "broker-1");
+        asked.is_ca = IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+        asked.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        let csr = asked.serialize_request(&key).unwrap().pem().unwrap();
+        let edge = NamespaceName::new("plant1").unwrap();
+        let signed = signer.sign(&csr, &edge, 1_700_000_000, [0xff; 16]).unwrap();
+        assert_eq!(signed.serial, format!("7f{}", "ff".repeat(15)));
+        assert_eq!(signed.not_after_s, 1_700_000_000 + 30 * 86_400);
+        let der = CertificateDer::from_pem_slice(signed.pem.as_bytes()).unwrap();
+        assert_eq!(certificate_identity(&der).as_deref(), Some("plant1"));
+        assert_eq!(certificate_not_before_s(&der), Some(1_700_000_000));
+        use x509_parser::prelude::{FromDer, X509Certificate};
+        let (_, parsed) = X509Certificate::from_der(der.as_ref()).unwrap();
+        assert!(!parsed.is_ca());
+        assert_eq!(
+            parsed.public_key().raw,
+            key.subject_public_key_info().as_slice()
+        );
+        let eku = parsed.extended_key_usage().unwrap().unwrap().value;
+        assert!(eku.client_auth && !eku.server_auth);
+        assert_eq!(parsed.subject().to_string(), "CN=plant1");
+        // It chains to the CA (the brokers' verifier accepts it).
+        let roots = broker_core::tls::load_roots(&config.ca_cert).unwrap();
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            Arc::new(roots),
+            Arc::new(rustls::crypto::ring::default_provider()),
+        )
+        .build()
+        .unwrap();
+        let now = rustls::pki_types::UnixTime::since_unix_epoch(std::time::Duration::from_secs(
+            1_700_000_100,
+        ));
+        verifier.verify_client_cert(&der, &[], now).unwrap();
+    }
+
+    #[test]
+    fn bad_csrs_are_refused_with_the_reason() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = config(dir.path());
+        let signer = Signer::load(&config, &config.ca_cert).unwrap();
+        let edge = NamespaceName::new("plant1").unwrap();
+        let err = signer.sign("hello", &edge, 0, [1; 16]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "csr: not a PEM certificate signing request (-----BEGIN CERTIFICATE REQUEST-----)"
+        );
+        // A CSR whose signature was tampered with (its last byte).
+        let key = KeyPair::generate().unwrap();
+        let csr = CertificateParams::new(vec!["x".to_owned()])
+            .unwrap()
+            .serialize_request(&key)
+            .unwrap();
+        let mut der = csr.der().to_vec();
+        let last = der.len() - 1;
+        der[last] ^= 0x01;
+        let pem = format!(
+            "-----BEGIN CERTIFICATE REQUEST-----\n{}\n-----END CERTIFICATE REQUEST-----\n",
+            base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &der)
+        );
+        let err = signer.sign(&pem, &edge, 0, [1; 16]).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "csr: its signature does not verify with its own public key"
+        );
+    }
+
+    #[test]
+    fn the_key_must_be_private_and_the_validity_in_range() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = config(dir.path());
+        config.cert_validity_days = 0;
+        let err = Signer::load(&config, &config.ca_cert).unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "enroll.cert_validity_days: must be from 1 to 3650, got 0"
+        );
+        config.cert_validity_days = 1;
+        let key = config.ca_key.clone().unwrap();
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o640)).unwrap();
+        assert!(Signer::load(&config, &config.ca_cert).is_ok());
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o604)).unwrap();
+        let err = Signer::load(&config, &config.ca_cert)
+            .unwrap_err()
+            .to_string();
+        assert!(err.starts_with("enroll.ca_key: "), "{err}");
+        assert!(err.contains("mode 0604"), "{err}");
+        // Never the key in Debug output.
+        std::fs::set_permissions(&key, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let signer = Signer::load(&config, &config.ca_cert).unwrap();
+        assert!(!format!("{signer:?}").contains("PRIVATE"));
+    }
+}
