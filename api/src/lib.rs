@@ -7,6 +7,7 @@
 //!   moves, rebalancing);
 //! - [`consumer`]: the consumer API's requests and responses
 //!   (`docs/consumer-api.md`);
+//! - [`enroll`]: certificate enrollment and edge revocation;
 //! - [`client`] (feature `client`): a blocking JSON client over ureq with
 //!   one error type, [`client::ClientError`];
 //! - [`consumer_client`] (feature `client`): typed calls of the consumer API
@@ -26,3 +27,4 @@ pub mod cluster;
 pub mod consumer;
 #[cfg(feature = "client")]
 pub mod consumer_client;
+pub mod enroll;

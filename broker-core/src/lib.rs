@@ -23,6 +23,7 @@
 
 pub mod catalog;
 pub mod check;
+pub mod client_cert;
 pub mod clock;
 #[cfg(feature = "dev-certs")]
 pub mod dev_certs;

@@ -253,6 +253,23 @@ impl TlsIdentity {
         certificate_identity(self.certs.first()?)
     }
 
+    /// The certificate chain, leaf first.
+    pub fn certs(&self) -> &[CertificateDer<'static>] {
+        &self.certs
+    }
+
+    /// The certificate chain and its signing key as rustls presents them
+    /// (ring provider).
+    ///
+    /// # Errors
+    /// [`TlsError::Config`] if the key is unusable (checked at load: not
+    /// expected).
+    pub fn certified_key(&self) -> Result<Arc<rustls::sign::CertifiedKey>, TlsError> {
+        rustls::sign::CertifiedKey::from_der(self.certs.clone(), self.key.clone_key(), &provider())
+            .map(Arc::new)
+            .map_err(|e| TlsError::Config(e.to_string()))
+    }
+
     /// The rustls server config of the broker's HTTPS listener: this
     /// identity's certificate, TLS 1.3 or 1.2, ALPN h2 and http/1.1
     /// ([`ALPN_HTTPS`]), and an optional client certificate: a client may
@@ -335,12 +352,51 @@ impl TlsIdentity {
             .with_client_auth_cert(self.certs.clone(), self.key.clone_key())
             .map_err(|e| config_err(&e))?;
         tls.alpn_protocols = vec![alpn.to_vec()];
-        let crypto =
-            quinn::crypto::rustls::QuicClientConfig::try_from(tls).map_err(|e| config_err(&e))?;
-        let mut config = quinn::ClientConfig::new(Arc::new(crypto));
-        config.transport_config(Arc::new(transport));
-        Ok(config)
+        quic_client_config(tls, transport)
     }
+
+    /// Like [`TlsIdentity::quic_client_with_transport`], presenting
+    /// whatever certificate `client_cert` resolves to at each handshake
+    /// (a [`crate::client_cert::SwappableClientCert`] lets a running
+    /// process rotate its certificate: new connections use the new one).
+    /// This identity's CA stays the only trusted root.
+    ///
+    /// TLS session resumption is off: a resumed TLS 1.3 session carries
+    /// the client certificate of the session it resumes, so after a
+    /// rotation the server would still see the old certificate (and, for a
+    /// revoked one, refuse it for good). Every connection makes a full
+    /// handshake with the current certificate.
+    ///
+    /// # Errors
+    /// [`TlsError::Config`] if rustls rejects the roots.
+    pub fn quic_client_with_resolver(
+        &self,
+        alpn: &[u8],
+        transport: quinn::TransportConfig,
+        client_cert: Arc<dyn rustls::client::ResolvesClientCert>,
+    ) -> Result<quinn::ClientConfig, TlsError> {
+        let config_err = |e: &dyn std::fmt::Display| TlsError::Config(e.to_string());
+        let mut tls = rustls::ClientConfig::builder_with_provider(provider())
+            .with_protocol_versions(&[&rustls::version::TLS13])
+            .map_err(|e| config_err(&e))?
+            .with_root_certificates(self.roots.clone())
+            .with_client_cert_resolver(client_cert);
+        tls.resumption = rustls::client::Resumption::disabled();
+        tls.alpn_protocols = vec![alpn.to_vec()];
+        quic_client_config(tls, transport)
+    }
+}
+
+/// The quinn client config of a rustls client config.
+fn quic_client_config(
+    tls: rustls::ClientConfig,
+    transport: quinn::TransportConfig,
+) -> Result<quinn::ClientConfig, TlsError> {
+    let crypto = quinn::crypto::rustls::QuicClientConfig::try_from(tls)
+        .map_err(|e| TlsError::Config(e.to_string()))?;
+    let mut config = quinn::ClientConfig::new(Arc::new(crypto));
+    config.transport_config(Arc::new(transport));
+    Ok(config)
 }
 
 /// Transport settings shared by all Tributary QUIC endpoints: keepalive every
@@ -427,11 +483,7 @@ pub fn client_endpoint(addr: std::net::SocketAddr) -> std::io::Result<quinn::End
 /// alternative name of its leaf certificate, else its subject common name.
 /// `None` if the peer sent no certificate or it cannot be parsed.
 pub fn peer_identity(connection: &quinn::Connection) -> Option<String> {
-    let certs = connection
-        .peer_identity()?
-        .downcast::<Vec<CertificateDer<'static>>>()
-        .ok()?;
-    certificate_identity(certs.first()?)
+    certificate_identity(&peer_certificate(connection)?)
 }
 
 /// The identity of a certificate (see [`peer_identity`]).
@@ -453,6 +505,24 @@ pub fn certificate_identity(cert: &CertificateDer<'_>) -> Option<String> {
         .map(str::to_string)
 }
 
+/// The start of validity (`notBefore`) of a certificate, seconds since the
+/// Unix epoch; `None` if it cannot be parsed. Brokers compare it with an
+/// edge's revocation time (certificates issued up to then are refused).
+pub fn certificate_not_before_s(cert: &CertificateDer<'_>) -> Option<i64> {
+    use x509_parser::prelude::{FromDer, X509Certificate};
+    let (_, parsed) = X509Certificate::from_der(cert.as_ref()).ok()?;
+    Some(parsed.validity().not_before.timestamp())
+}
+
+/// The leaf certificate the verified peer of `connection` presented.
+pub fn peer_certificate(connection: &quinn::Connection) -> Option<CertificateDer<'static>> {
+    let certs = connection
+        .peer_identity()?
+        .downcast::<Vec<CertificateDer<'static>>>()
+        .ok()?;
+    certs.first().cloned()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -461,10 +531,11 @@ mod tests {
     #[test]
     fn a_key_that_is_not_the_certificates_is_refused_when_loading() {
         let dir = tempfile::tempdir().unwrap();
-        crate::dev_certs::issue(dir.path(), &[], &["e1".into(), "e2".into()]).unwrap();
-        let mut paths = crate::dev_certs::edge_paths(dir.path(), "e1");
+        let certs = dir.path().join("certs");
+        crate::dev_certs::issue(&certs, &[], &["e1".into(), "e2".into()]).unwrap();
+        let mut paths = crate::dev_certs::edge_paths(&certs, "e1");
         assert!(TlsIdentity::load(&paths).is_ok());
-        paths.key = crate::dev_certs::edge_paths(dir.path(), "e2").key;
+        paths.key = crate::dev_certs::edge_paths(&certs, "e2").key;
         let Err(err) = TlsIdentity::load(&paths) else {
             panic!("a mismatched key was loaded");
         };

@@ -52,7 +52,8 @@ fn line(error: &ConfigError) -> String {
 /// Checks `config` as the broker would at start-up, collecting every
 /// problem: secrets (token file), values, the TLS files and the
 /// certificate's identity, the data directory, the listen addresses, the
-/// Raft members' and advertised addresses, and the `[archive]` bucket.
+/// Raft members' and advertised addresses, the `[enroll]` CA and the
+/// `[archive]` bucket.
 /// Nothing is bound, created or connected to.
 pub fn check(mut config: BrokerConfig) -> Report {
     let mut report = Report::new();
@@ -77,6 +78,11 @@ pub fn check(mut config: BrokerConfig) -> Report {
     }
     if let Some(addr) = &config.cluster.advertised_ingest {
         report.peer("cluster.advertised_ingest", addr);
+    }
+    if let (Some(enroll), Some(paths)) = (&config.enroll, &config.tls)
+        && let Err(e) = crate::enroll::Signer::load(enroll, &paths.ca)
+    {
+        report.problem(e.to_string());
     }
     if let Some(archive) = &config.archive {
         match archive.store.local_dir() {

@@ -41,6 +41,12 @@
 //! [archive.store]                    # same keys as tier-service's [store]
 //! url = "/var/lib/tributary-archive" # a directory, or "s3://bucket"
 //! # endpoint = "http://127.0.0.1:9000"
+//!
+//! [enroll]                           # optional: sign enrolling edges
+//! ca_cert = "/etc/tributary/certs/ca.pem"     # one of tls.ca's CAs
+//! ca_key = "/etc/tributary/certs-ca/ca.key"   # chmod 600; or systemd
+//!                                    # $CREDENTIALS_DIRECTORY/enroll-ca-key
+//! # cert_validity_days = 365
 //! ```
 
 use std::collections::BTreeMap;
@@ -121,6 +127,11 @@ pub struct BrokerConfig {
     /// redirect to (`[cluster]`); see [`crate::cluster`].
     #[serde(default)]
     pub cluster: ClusterTuning,
+    /// The CA that signs enrolling edges' certificates (`[enroll]`); see
+    /// [`crate::enroll`]. None: `POST /v1/enroll` answers `503
+    /// enrollment_disabled`.
+    #[serde(default)]
+    pub enroll: Option<crate::enroll::EnrollConfig>,
 }
 
 /// `[cluster]`: the broker's lease and advertised addresses.
@@ -184,6 +195,7 @@ impl std::fmt::Debug for BrokerConfig {
             .field("retention", &self.retention)
             .field("budget", &self.budget)
             .field("cluster", &self.cluster)
+            .field("enroll", &self.enroll)
             .finish()
     }
 }
@@ -634,6 +646,25 @@ ca = "ca.pem"
             toml::from_str(&format!("admin_token_file = \"/t\"\n{base}")).unwrap();
         let err = both.resolve_secrets().unwrap_err().to_string();
         assert!(err.contains("admin_token_file"), "{err}");
+    }
+
+    #[test]
+    fn enroll_section_parses_with_defaults_and_unknown_keys_are_refused() {
+        let base = "data_dir = \"x\"\nadmin_token = \"long-enough\"\n[tls]\ncert=\"a\"\nkey=\"b\"\nca=\"c\"\n";
+        let config: BrokerConfig = toml::from_str(base).unwrap();
+        assert_eq!(config.enroll, None);
+        let config: BrokerConfig =
+            toml::from_str(&format!("{base}[enroll]\nca_cert = \"c\"\n")).unwrap();
+        let enroll = config.enroll.unwrap();
+        assert_eq!(enroll.ca_cert, PathBuf::from("c"));
+        assert_eq!(enroll.ca_key, None);
+        assert_eq!(enroll.cert_validity_days, 365);
+        let err = toml::from_str::<BrokerConfig>(&format!(
+            "{base}[enroll]\nca_cert = \"c\"\nkey = \"k\"\n"
+        ))
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("unknown field `key`"), "{err}");
     }
 
     #[test]

@@ -106,6 +106,14 @@ struct BrokerArgs {
     /// The cluster CA certificate (PEM).
     #[arg(long)]
     tls_ca: Option<PathBuf>,
+    /// Sign enrolling edges' certificates with this CA certificate (PEM;
+    /// one of --tls-ca's), as `[enroll] ca_cert`.
+    #[arg(long, requires = "enroll_ca_key")]
+    enroll_ca_cert: Option<PathBuf>,
+    /// The private key of --enroll-ca-cert (PEM, not world-readable), as
+    /// `[enroll] ca_key`.
+    #[arg(long, requires = "enroll_ca_cert")]
+    enroll_ca_key: Option<PathBuf>,
     /// Log format: text on a terminal, json for log collectors.
     #[arg(long, value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
@@ -164,6 +172,17 @@ fn merge(cli: BrokerArgs) -> anyhow::Result<BrokerConfig> {
         }
         (None, None, None) => {}
         _ => anyhow::bail!("--tls-cert, --tls-key and --tls-ca go together"),
+    }
+    if let (Some(ca_cert), Some(ca_key)) = (cli.enroll_ca_cert, cli.enroll_ca_key) {
+        let validity = config.enroll.as_ref().map_or(
+            tributary_broker::enroll::signer::DEFAULT_CERT_VALIDITY_DAYS,
+            |e| e.cert_validity_days,
+        );
+        config.enroll = Some(tributary_broker::enroll::EnrollConfig {
+            ca_cert,
+            ca_key: Some(ca_key),
+            cert_validity_days: validity,
+        });
     }
     Ok(config)
 }

@@ -32,6 +32,9 @@ pub enum ServerError {
     /// The Raft node failed to start.
     #[error(transparent)]
     Node(#[from] crate::raft::node::NodeError),
+    /// The `[enroll]` CA is unusable.
+    #[error(transparent)]
+    Enroll(#[from] crate::enroll::SignerError),
     /// The ingest endpoint could not be set up.
     #[error("ingest: {0}")]
     Ingest(#[from] crate::replication::quic::QuicEndpointError),
@@ -189,11 +192,24 @@ pub async fn run(
         damage.set_archive(crate::consumer::tiered::open_archive(archive)?);
     }
     let damage_task = damage.spawn();
+    let gate = crate::replication::revocation::EdgeGate::new(state.auth.cache().clone());
+    let gate_task = gate.spawn_watch();
     tokio::spawn(crate::replication::ingest::serve(
         ingest.clone(),
         damage.clone(),
+        gate,
         Limits::default(),
     ));
+    // `[enroll]`: the CA that signs enrolling edges (checked against
+    // tls.ca); without it `/v1/enroll` answers 503 enrollment_disabled.
+    let signer = match &config.enroll {
+        Some(enroll) => {
+            let signer = crate::enroll::Signer::load(enroll, &tls_paths.ca)?;
+            info!(ca = %enroll.ca_cert.display(), "enrollment enabled: signing edge certificates");
+            Some(Arc::new(signer))
+        }
+        None => None,
+    };
     let listener = tokio::net::TcpListener::bind(config.admin_listen)
         .await
         .map_err(|source| ServerError::Listen {
@@ -266,8 +282,16 @@ pub async fn run(
         topics: topics.clone(),
     });
     // The tier service's trim requests reach the central WALs through this.
+    let enroll_routes = crate::enroll::enroll_router(crate::enroll::EnrollService::new(
+        state.store.clone(),
+        state.auth.clone(),
+        signer,
+    ));
     let mut app = with_local_segments(
-        router(state).merge(metrics).merge(consumer_routes),
+        router(state)
+            .merge(metrics)
+            .merge(consumer_routes)
+            .merge(enroll_routes),
         topics.clone(),
     )
     .layer(axum::Extension(damage.clone()))
@@ -319,6 +343,7 @@ pub async fn run(
     ingest.close(0u32.into(), b"broker shutting down");
     ticker.abort();
     damage_task.abort();
+    gate_task.abort();
     if let Some(audit_task) = audit_task {
         audit_task.abort();
     }

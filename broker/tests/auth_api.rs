@@ -225,6 +225,7 @@ fn concrete(template: &str) -> String {
         .replace("{name}", "someone")
         .replace("{id}", "0123456789abcdef0123456789abcdef")
         .replace("{role}", "custom-role")
+        .replace("{edge}", "plant1")
 }
 
 /// A plausible body for a route (scope fields name namespace `a`).
@@ -632,6 +633,7 @@ fn every_route_the_routers_declare_has_a_table_entry() {
         ("/v1", include_str!("../src/storage/http.rs")),
         ("", include_str!("../src/consumer/http.rs")),
         ("", include_str!("../src/auth/http.rs")),
+        ("", include_str!("../src/enroll/http.rs")),
     ];
     let sub = "/v1/topics/{namespace}/{topic}/subscriptions/{subscription}";
     let mut seen = 0;

@@ -310,3 +310,96 @@ fn environment_names_are_trib_broker_and_the_old_ones_still_work_with_a_warning(
             + &data_note
     );
 }
+
+#[test]
+fn check_config_names_every_problem_of_the_enroll_ca() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("certs");
+    let other = dir.path().join("other");
+    tributary_test_support::certs::issue(&other, &[], &[]);
+    // A configuration with `[enroll]` of `ca_cert` and `ca_key`, in its own
+    // file `name`.
+    let with_enroll = |name: &str, ca_cert: &Path, ca_key: Option<&Path>| {
+        let path = config(dir.path(), |t| {
+            let key = ca_key.map_or(String::new(), |k| format!("ca_key = \"{}\"\n", k.display()));
+            format!("{t}[enroll]\nca_cert = \"{}\"\n{key}", ca_cert.display())
+        });
+        let named = dir.path().join(name);
+        std::fs::rename(&path, &named).unwrap();
+        named
+    };
+    let ca_cert = certs.join("ca.pem");
+    let ca_key = tributary_test_support::certs::ca_key(&certs);
+    let other_key = tributary_test_support::certs::ca_key(&other);
+    let check = |path: &Path, credentials: Option<&Path>| {
+        let mut cmd = broker(&["check-config", "-c", path.to_str().unwrap()]);
+        if let Some(credentials) = credentials {
+            cmd.env("CREDENTIALS_DIRECTORY", credentials);
+        }
+        run(cmd)
+    };
+    let ok = with_enroll("ok.toml", &ca_cert, Some(&ca_key));
+    let out = check(&ok, None);
+    assert_eq!(text(&out.stdout), "ok\n", "{out:?}");
+
+    // The key from systemd's credentials directory when ca_key is unset.
+    let no_key = with_enroll("no-key.toml", &ca_cert, None);
+    let out = check(&no_key, None);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(
+        text(&out.stderr),
+        note_created(dir.path())
+            + "error: enroll.ca_key: not set, and no systemd credential enroll-ca-key \
+               ($CREDENTIALS_DIRECTORY/enroll-ca-key)\n"
+    );
+    let credentials = dir.path().join("credentials");
+    std::fs::create_dir_all(&credentials).unwrap();
+    std::fs::copy(&ca_key, credentials.join("enroll-ca-key")).unwrap();
+    let out = check(&no_key, Some(&credentials));
+    assert_eq!(text(&out.stdout), "ok\n", "{out:?}");
+
+    // A key every user may read.
+    std::fs::set_permissions(&ca_key, std::fs::Permissions::from_mode(0o644)).unwrap();
+    let out = check(&ok, None);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(
+        text(&out.stderr),
+        note_created(dir.path())
+            + &format!(
+                "error: enroll.ca_key: {key}: enrollment CA private key is readable by every \
+                 user (mode 0644); run `chmod 600 {key}`\n",
+                key = ca_key.display()
+            )
+    );
+    std::fs::set_permissions(&ca_key, std::fs::Permissions::from_mode(0o600)).unwrap();
+
+    // A CA the brokers do not trust.
+    let foreign = with_enroll("foreign.toml", &other.join("ca.pem"), Some(&other_key));
+    let out = check(&foreign, None);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(
+        text(&out.stderr),
+        note_created(dir.path())
+            + &format!(
+                "error: enroll.ca_cert: {} is not one of the CA certificates of tls.ca ({}): \
+                 the brokers would refuse every certificate it signs\n",
+                other.join("ca.pem").display(),
+                ca_cert.display()
+            )
+    );
+
+    // The key of another CA.
+    let mismatched = with_enroll("mismatched.toml", &ca_cert, Some(&other_key));
+    let out = check(&mismatched, None);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(
+        text(&out.stderr),
+        note_created(dir.path())
+            + &format!(
+                "error: enroll.ca_key: {}: not the key of the CA certificate {}\n",
+                other_key.display(),
+                ca_cert.display()
+            )
+    );
+}

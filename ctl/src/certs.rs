@@ -1,15 +1,24 @@
 //! `tribctl certs`: a development CA and certificates for brokers and edges
-//! (see `broker_core::dev_certs` for the files and their identities).
+//! (see `broker_core::dev_certs` for the files and their identities). The
+//! CA's private key goes to its own directory (`--ca-dir`, default
+//! `{out}-ca`), never into `--out`, whose files are what brokers and
+//! devices get.
 
 use std::path::PathBuf;
 
 /// Options of `tribctl certs`.
 #[derive(Debug, clap::Args)]
 pub struct CertsArgs {
-    /// Directory for the PEM files (created if missing; an existing CA there
-    /// is reused).
+    /// Directory for the certificates and keys brokers and edges use, and
+    /// the CA certificate `ca.pem` (created if missing; an existing CA is
+    /// reused).
     #[arg(long, default_value = "certs")]
     pub out: PathBuf,
+    /// Directory for the CA's private key `ca.key` (mode 0700, created if
+    /// missing). Default: `{out}-ca` beside `--out`. Keep it off devices;
+    /// a broker's `[enroll] ca_key` points at it to sign enrolling edges.
+    #[arg(long, value_name = "DIR")]
+    pub ca_dir: Option<PathBuf>,
     /// Broker node ids to issue certificates for (repeatable).
     #[arg(long = "broker", value_name = "ID")]
     pub brokers: Vec<u64>,
@@ -19,19 +28,42 @@ pub struct CertsArgs {
     pub edges: Vec<String>,
 }
 
-/// Runs `tribctl certs`.
+/// Runs `tribctl certs`; returns what to print: one line per certificate,
+/// then the CA certificate and the CA key (and a line when a key of the
+/// old layout was moved out of `--out`).
 ///
 /// # Errors
-/// An invalid edge id, I/O errors, an unreadable existing CA.
-pub fn run(args: &CertsArgs) -> anyhow::Result<()> {
-    broker_core::dev_certs::issue(&args.out, &args.brokers, &args.edges)?;
+/// An invalid edge id, I/O errors, an unreadable existing CA, half a CA.
+pub fn run(args: &CertsArgs) -> anyhow::Result<String> {
+    use broker_core::dev_certs;
+    let issued = match &args.ca_dir {
+        Some(ca_dir) => {
+            dev_certs::issue_with_ca_dir(&args.out, ca_dir, &args.brokers, &args.edges)?
+        }
+        None => dev_certs::issue(&args.out, &args.brokers, &args.edges)?,
+    };
     let out = args.out.display();
+    let mut text = String::new();
     for id in &args.brokers {
-        println!("broker {id}: {out}/broker-{id}.pem {out}/broker-{id}.key");
+        text.push_str(&format!(
+            "broker {id}: {out}/broker-{id}.pem {out}/broker-{id}.key\n"
+        ));
     }
     for edge in &args.edges {
-        println!("edge {edge}: {out}/edge-{edge}.pem {out}/edge-{edge}.key");
+        text.push_str(&format!(
+            "edge {edge}: {out}/edge-{edge}.pem {out}/edge-{edge}.key\n"
+        ));
     }
-    println!("CA: {out}/ca.pem");
-    Ok(())
+    text.push_str(&format!("CA: {out}/ca.pem\n"));
+    if let Some(old) = &issued.ca_key_moved_from {
+        text.push_str(&format!(
+            "moved the CA key {} out of {out} (devices get {out})\n",
+            old.display()
+        ));
+    }
+    text.push_str(&format!(
+        "CA key: {} (keep it off devices; a broker's [enroll] ca_key)\n",
+        issued.ca_key.display()
+    ));
+    Ok(text)
 }

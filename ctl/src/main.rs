@@ -76,6 +76,9 @@ enum Command {
     /// Principals, tokens, role bindings and roles.
     #[command(subcommand)]
     Auth(commands::auth::AuthCommand),
+    /// Edges: enrollment tokens (`edge-agent enroll`) and revocation.
+    #[command(subcommand)]
+    Edges(commands::edges::EdgesCommand),
     /// Browse, read, verify and export an archive bucket (no broker
     /// needed).
     Archive(Box<archive::ArchiveArgs>),
@@ -95,15 +98,13 @@ fn run(cli: &Cli, admin_url_given: bool) -> anyhow::Result<String> {
         output: cli.output,
     };
     Ok(match &cli.command {
-        Command::Certs(args) => {
-            certs::run(args)?;
-            String::new()
-        }
+        Command::Certs(args) => certs::run(args)?,
         Command::Topics(command) => commands::topics::run(&ctx, command)?,
         Command::Namespaces(command) => commands::namespaces::run(&ctx, command)?,
         Command::Apply(args) => commands::apply::run(&ctx, args)?,
         Command::Cluster(command) => commands::cluster::run(&ctx, command)?,
         Command::Auth(command) => commands::auth::run(&ctx, command)?,
+        Command::Edges(command) => commands::edges::run(&ctx, command)?,
         Command::Archive(args) => {
             let broker = archive::BrokerAccess {
                 admin_url: &cli.admin_url,

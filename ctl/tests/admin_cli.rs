@@ -643,6 +643,32 @@ fn certs_still_works() {
     for file in ["ca.pem", "broker-1.pem", "broker-1.key", "edge-edge1.pem"] {
         assert!(Path::new(&out).join(file).exists(), "{file}");
     }
+    // The CA key is not among the files devices get: it sits beside them.
+    assert!(!out.join("ca.key").exists());
+    let ca_key = server.dir.path().join("certs-ca").join("ca.key");
+    assert!(ca_key.exists());
+    assert!(
+        stdout.ends_with(&format!(
+            "CA key: {} (keep it off devices; a broker's [enroll] ca_key)\n",
+            ca_key.display()
+        )),
+        "{stdout}"
+    );
+    // --ca-dir names another directory; the existing CA is found there only
+    // if its key is: here a new CA is made in another output directory.
+    let vault = server.dir.path().join("vault");
+    let other = server.dir.path().join("other");
+    server.ok(&[
+        "certs",
+        "--out",
+        other.to_str().unwrap(),
+        "--ca-dir",
+        vault.to_str().unwrap(),
+        "--edge",
+        "edge2",
+    ]);
+    assert!(vault.join("ca.key").exists());
+    assert!(!other.join("ca.key").exists());
 }
 
 #[test]
@@ -742,4 +768,67 @@ fn auth_create_list_grant_whoami_revoke() {
     assert_ne!(after.code, 0);
     assert_eq!(after.stderr, "error: invalid or revoked bearer token\n");
     assert_eq!(server.json(&["auth", "bindings"])["bindings"], json!([]));
+}
+
+#[test]
+fn edges_token_prints_a_token_once_and_revoke_voids_it() {
+    let server = Server::start();
+    let stdout = server.ok(&["edges", "token", "plant1", "--ttl", "90s"]);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines.len(), 2, "{stdout}");
+    assert!(
+        lines[0].starts_with("enrollment token for edge plant1 (one use, expires 20")
+            && lines[0].ends_with("Z; shown once, store it now):"),
+        "{stdout}"
+    );
+    let token = lines[1];
+    assert!(token.starts_with("trib-enroll.plant1."), "{token}");
+    assert_eq!(token.len(), "trib-enroll.plant1.".len() + 64);
+    let stored = |key: &str| server.runtime.block_on(server.store.get(key)).unwrap();
+    let record = stored("/auth/enrollments/plant1").expect("stored");
+    assert_eq!(
+        record["expires_at_ms"].as_u64().unwrap() - record["created_at_ms"].as_u64().unwrap(),
+        90_000
+    );
+    assert_eq!(record["token_sha256"].as_str().unwrap().len(), 64);
+    assert!(!record.to_string().contains(&token[19..]), "{record}");
+
+    // Minting again replaces it; JSON output.
+    let minted = server.json(&["edges", "token", "plant1"]);
+    assert_eq!(minted["edge_id"], "plant1");
+    assert_ne!(minted["token"], token);
+    let record = stored("/auth/enrollments/plant1").expect("stored");
+    assert_eq!(
+        record["expires_at_ms"].as_u64().unwrap() - record["created_at_ms"].as_u64().unwrap(),
+        24 * 3600 * 1000,
+        "default ttl 24h"
+    );
+
+    let revoked = server.ok(&["edges", "revoke", "plant1"]);
+    assert!(
+        revoked.starts_with(
+            "revoked edge plant1: every broker refuses its certificates issued up to 20"
+        ) && revoked.ends_with("Z (enroll it again with `tribctl edges token plant1`)\n"),
+        "{revoked}"
+    );
+    let revocation = stored("/auth/revoked_edges/plant1").expect("revocation");
+    assert_eq!(revocation["revoked_by"], "bootstrap-admin");
+    assert_eq!(
+        stored("/auth/enrollments/plant1"),
+        None,
+        "the unused token is void"
+    );
+
+    // Bad input: a name that cannot be a namespace, a TTL over 30 days.
+    let bad = server.tribctl(&["edges", "token", "a/b"]);
+    assert_eq!(bad.code, 1, "{}", bad.stderr);
+    assert!(bad.stderr.starts_with("error: "), "{}", bad.stderr);
+    assert!(bad.stderr.contains("\"a/b\""), "{}", bad.stderr);
+    let long = server.tribctl(&["edges", "token", "plant1", "--ttl", "31d"]);
+    assert_eq!(long.code, 2, "{}", long.stderr);
+    assert!(
+        long.stderr.contains("must be from 1ms to 30 days"),
+        "{}",
+        long.stderr
+    );
 }

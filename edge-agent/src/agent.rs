@@ -131,6 +131,7 @@ pub struct Agent {
     checkpoints: JoinHandle<()>,
     recovery: JoinHandle<()>,
     replicator: Option<JoinHandle<()>>,
+    cert_reload: Option<JoinHandle<()>>,
     replication: Arc<ReplicationStats>,
     mqtt: Option<crate::mqtt::MqttServer>,
 }
@@ -180,7 +181,18 @@ impl Agent {
         // running. Refuses a key that is not the certificate's, so the
         // agent does not take records it could never send.
         let replication_tls = match (&config.tls, config.brokers.is_empty()) {
-            (Some(paths), false) => Some(paths.load_identity("tls").map_err(AgentError::Tls)?),
+            (Some(paths), false) => {
+                let tls = paths.load_identity("tls").map_err(AgentError::Tls)?;
+                // Rotation: SIGHUP or changed files swap the certificate
+                // the replicator presents (crate::cert_reload).
+                let reloader = crate::cert_reload::CertReloader::new(
+                    paths.clone(),
+                    config.edge_id.as_str(),
+                    &tls,
+                )
+                .map_err(AgentError::Tls)?;
+                Some((Arc::new(reloader), tls))
+            }
             _ => None,
         };
         let listener = tokio::net::TcpListener::bind(config.local_api)
@@ -261,8 +273,15 @@ impl Agent {
                 }
             })
         };
+        let mut cert_reload = None;
         let replicator = match replication_tls {
-            Some(tls) => {
+            Some((reloader, tls)) => {
+                let client_cert = reloader.client_cert();
+                cert_reload = Some(tokio::spawn(crate::cert_reload::run(
+                    reloader,
+                    config.tls_check_interval,
+                    shutdown.subscribe(),
+                )));
                 let mut replicator_config = ReplicatorConfig::new(config.brokers.clone());
                 replicator_config.bandwidth_cap_bytes_per_s = config.bandwidth_cap_bytes_per_s;
                 replicator_config.congestion_controller = config.congestion_controller;
@@ -271,6 +290,7 @@ impl Agent {
                 Some(tokio::spawn(replicator::run(
                     replicator_config,
                     tls,
+                    client_cert,
                     manager.clone(),
                     replication.clone(),
                     shutdown.subscribe(),
@@ -292,6 +312,7 @@ impl Agent {
             checkpoints,
             recovery,
             replicator,
+            cert_reload,
             replication,
             mqtt,
         })
@@ -354,6 +375,9 @@ impl Agent {
         if let Some(replicator) = self.replicator {
             // It stops on the shutdown signal and drops its WAL handles.
             let _ = replicator.await;
+        }
+        if let Some(cert_reload) = self.cert_reload {
+            let _ = cert_reload.await;
         }
         let closed = self.manager.close().await.map_err(AgentError::from);
         // Every task that held the manager has ended: this is the last

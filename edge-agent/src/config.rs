@@ -172,6 +172,10 @@ pub struct TlsFileConfig {
     pub key: PathBuf,
     /// CA certificate(s) the brokers' certificates chain to (PEM).
     pub ca: PathBuf,
+    /// How often the running agent checks `cert` and `key` for a new pair,
+    /// ms ([`crate::cert_reload`]); 0: only on SIGHUP. Default 1000.
+    #[serde(default)]
+    pub check_interval_ms: Option<u64>,
 }
 
 /// One `[[topics]]` entry of the file.
@@ -248,6 +252,9 @@ pub struct AgentConfig {
     pub brokers: Vec<String>,
     /// Mutual-TLS material for the replicator.
     pub tls: Option<TlsPaths>,
+    /// How often the certificate and key files are checked for a new pair
+    /// (`[tls] check_interval_ms`); `None`: only on SIGHUP.
+    pub tls_check_interval: Option<Duration>,
     /// Local HTTP API address.
     pub local_api: SocketAddr,
     /// Agent-wide disk budget, bytes; `None`: unlimited.
@@ -282,6 +289,9 @@ impl AgentConfig {
             edge_id,
             brokers: Vec::new(),
             tls: None,
+            tls_check_interval: Some(Duration::from_millis(
+                crate::cert_reload::DEFAULT_CHECK_INTERVAL_MS,
+            )),
             local_api: default_local_api(),
             disk_budget_bytes: None,
             realtime_ring_records: DEFAULT_RING_RECORDS,
@@ -337,6 +347,12 @@ impl AgentConfig {
         if data_dir.as_os_str().is_empty() {
             return Err(ConfigError::invalid("data_dir", "must not be empty"));
         }
+        let check_ms = file
+            .tls
+            .as_ref()
+            .and_then(|t| t.check_interval_ms)
+            .unwrap_or(crate::cert_reload::DEFAULT_CHECK_INTERVAL_MS);
+        let tls_check_interval = (check_ms > 0).then(|| Duration::from_millis(check_ms));
         let tls = resolve_tls(file.tls, overrides)?;
         let edge_id = resolve_edge_id(overrides.edge_id.clone().or(file.edge_id), tls.as_ref())?;
         let brokers = if overrides.brokers.is_empty() {
@@ -422,6 +438,7 @@ impl AgentConfig {
             edge_id,
             brokers,
             tls,
+            tls_check_interval,
             local_api: overrides
                 .local_api
                 .or(file.local_api)
@@ -478,6 +495,31 @@ pub fn parse_file(path: &Path, text: &str) -> Result<FileConfig, ConfigError> {
         let field = e.path().to_string();
         let inner = e.into_inner();
         parse_error(inner.span(), field, inner.message())
+    })
+}
+
+/// Where `edge-agent enroll` writes: `[tls]` cert, key and ca of `file`
+/// with `overrides` applied, none of which need to exist yet.
+///
+/// # Errors
+/// [`ConfigError::Invalid`] naming the first of `tls.cert`, `tls.key`,
+/// `tls.ca` that is set nowhere.
+pub fn enroll_paths(
+    file: Option<&TlsFileConfig>,
+    overrides: &Overrides,
+) -> Result<TlsPaths, ConfigError> {
+    let pick = |flag: &Option<PathBuf>, from_file: Option<&PathBuf>, field: &str| {
+        flag.clone().or_else(|| from_file.cloned()).ok_or_else(|| {
+            ConfigError::invalid(
+                field,
+                "not set: enroll writes the certificate, key and CA where [tls] cert, key and ca                  (or --tls-cert, --tls-key, --tls-ca) say",
+            )
+        })
+    };
+    Ok(TlsPaths {
+        cert: pick(&overrides.tls_cert, file.map(|t| &t.cert), "tls.cert")?,
+        key: pick(&overrides.tls_key, file.map(|t| &t.key), "tls.key")?,
+        ca: pick(&overrides.tls_ca, file.map(|t| &t.ca), "tls.ca")?,
     })
 }
 

@@ -35,10 +35,12 @@
 pub mod agent;
 pub mod api;
 pub mod budget;
+pub mod cert_reload;
 pub mod check;
 pub mod client;
 pub mod config;
 pub mod declared_rate;
+pub mod enroll;
 pub mod idempotency;
 pub mod manager;
 pub mod metrics;

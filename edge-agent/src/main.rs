@@ -1,5 +1,6 @@
 //! `edge-agent`: the on-device agent (`run`), a command-line producer for
-//! it (`publish`) and a configuration check for deployment pipelines
+//! it (`publish`), certificate enrollment (`enroll`) and a configuration
+//! check for deployment pipelines
 //! (`check-config`, or `run --check-config`: `ok` and status 0, or one
 //! `error:` line per problem and status 1). Errors print one line,
 //! `error: ...`, and exit 1.
@@ -36,6 +37,39 @@ enum Command {
     /// loads it) without starting: TLS files, the data directory,
     /// addresses. Prints `ok`, or one `error:` line per problem and exits 1.
     CheckConfig(RunArgs),
+    /// Get this device's client certificate from a broker with a one-time
+    /// enrollment token (`tribctl edges token EDGE_ID`). The key is made
+    /// here (mode 0600) and never sent: only a certificate signing request
+    /// is. Certificate and key go where the configuration's [tls] says; a
+    /// running agent picks them up by itself.
+    Enroll(EnrollArgs),
+}
+
+#[derive(Debug, Args)]
+struct EnrollArgs {
+    /// The broker's HTTPS admin address, host:port (a name or address its
+    /// certificate carries).
+    #[arg(long)]
+    broker: String,
+    /// The enrollment token, trib-enroll.<edge_id>.<hex> (used once).
+    #[arg(long, env = "TRIB_EDGE_ENROLL_TOKEN", hide_env_values = true)]
+    token: String,
+    /// The cluster CA to verify the broker with (PEM); default tls.ca.
+    /// Copied to tls.ca when that file does not exist yet.
+    #[arg(long)]
+    ca: Option<PathBuf>,
+    /// Configuration file: where [tls] cert, key and ca go, and edge_id.
+    #[arg(long, short, env = "TRIB_EDGE_CONFIG")]
+    config: Option<PathBuf>,
+    /// Where the certificate goes (instead of [tls] cert).
+    #[arg(long, env = "TRIB_EDGE_TLS_CERT")]
+    tls_cert: Option<PathBuf>,
+    /// Where the key goes (instead of [tls] key).
+    #[arg(long, env = "TRIB_EDGE_TLS_KEY")]
+    tls_key: Option<PathBuf>,
+    /// The CA file of the agent (instead of [tls] ca).
+    #[arg(long, env = "TRIB_EDGE_TLS_CA")]
+    tls_ca: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -121,6 +155,7 @@ fn main() -> ExitCode {
         Command::CheckConfig(args) => return check_config(&args),
         Command::Run(args) => run(args),
         Command::Publish(args) => publish(args),
+        Command::Enroll(args) => enroll(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -176,6 +211,43 @@ fn run(args: RunArgs) -> anyhow::Result<()> {
         agent.shutdown().await?;
         Ok(())
     })
+}
+
+fn enroll(args: EnrollArgs) -> anyhow::Result<()> {
+    let file = match &args.config {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .with_context(|| format!("reading {}", path.display()))?;
+            config::parse_file(path, &text)?
+        }
+        None => config::FileConfig::default(),
+    };
+    let overrides = Overrides {
+        tls_cert: args.tls_cert,
+        tls_key: args.tls_key,
+        tls_ca: args.tls_ca,
+        ..Overrides::default()
+    };
+    let options = tributary_edge::enroll::EnrollOptions {
+        broker: args.broker,
+        token: args.token,
+        ca: args.ca,
+        tls: config::enroll_paths(file.tls.as_ref(), &overrides)?,
+        edge_id: file.edge_id,
+    };
+    let enrolled = tributary_edge::enroll::enroll(&options)?;
+    println!(
+        "enrolled edge {}: certificate {} (serial {}, valid until {}), key {}",
+        enrolled.edge_id,
+        enrolled.cert.display(),
+        enrolled.serial,
+        enrolled.not_after,
+        enrolled.key.display()
+    );
+    if let Some(ca) = &enrolled.ca_written {
+        println!("CA: {}", ca.display());
+    }
+    Ok(())
 }
 
 fn local_api(args: &PublishArgs) -> anyhow::Result<SocketAddr> {

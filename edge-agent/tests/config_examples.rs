@@ -9,8 +9,9 @@ use tributary_edge::{AgentConfig, Overrides};
 #[test]
 fn the_raspberry_pi_example_loads() {
     let dir = tempfile::tempdir().expect("tempdir");
-    broker_core::dev_certs::issue(dir.path(), &[], &["plant1".into()]).expect("certs");
-    let paths = broker_core::dev_certs::edge_paths(dir.path(), "plant1");
+    let certs = dir.path().join("certs");
+    broker_core::dev_certs::issue(&certs, &[], &["plant1".into()]).expect("certs");
+    let paths = broker_core::dev_certs::edge_paths(&certs, "plant1");
     let overrides = Overrides {
         data_dir: Some(dir.path().join("data")),
         tls_cert: Some(paths.cert),

@@ -12,7 +12,8 @@ use std::time::Duration;
 use broker_core::dev_certs;
 use broker_core::tls::TlsIdentity;
 
-/// Writes a development CA (reused if `dir` already has one) and the
+/// Writes a development CA (reused if `dir` already has one; its key goes
+/// to the sibling directory `{dir}-ca`, see [`ca_key`]) and the
 /// certificates of broker ids `brokers` and edges `edges` into `dir`.
 ///
 /// # Panics
@@ -21,6 +22,15 @@ pub fn issue(dir: &Path, brokers: &[u64], edges: &[&str]) {
     let edges: Vec<String> = edges.iter().map(|e| (*e).to_owned()).collect();
     dev_certs::issue(dir, brokers, &edges)
         .unwrap_or_else(|e| panic!("development certificates in {}: {e}", dir.display()));
+}
+
+/// The CA private key of the development certificates in `dir`
+/// (`{dir}-ca/ca.key`, apart from the files devices get).
+///
+/// # Panics
+/// If `dir` has no last component.
+pub fn ca_key(dir: &Path) -> std::path::PathBuf {
+    dev_certs::ca_key_path(dir).unwrap_or_else(|| panic!("{}: no CA key directory", dir.display()))
 }
 
 /// The TLS identity of broker `id` from the certificates in `dir` (see

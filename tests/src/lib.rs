@@ -3,6 +3,7 @@
 pub mod cluster;
 pub mod crash;
 pub mod demo;
+pub mod enroll;
 pub mod fleet;
 pub mod mqtt;
 pub mod solo;

@@ -31,6 +31,8 @@
 //! | `POST /v1/storage/topics/{ns}/{topic}/trim[?prefix=]` | apply local WAL retention with the committed tiered offset as the safe offset |
 //! | `POST /v1/storage/topics/{ns}/{topic}/unload[?prefix=]` | seal the active segment; once everything is tiered, write the topic's `state` marker (`202` until then) |
 //! | `DELETE /v1/storage/topics/{ns}/{topic}/segments/{start}[?prefix=]` | cold retention: remove the oldest descriptor (never `cur`) |
+//! | `POST /v1/edges/{edge}/token` | body `{"ttl_ms"?}`: mint the edge's one-time enrollment token ([`crate::enroll`]) |
+//! | `POST /v1/edges/{edge}/revoke` | revoke the edge's certificates issued up to now |
 //!
 //! The storage endpoints serve the tier service (`tier-service/`), which
 //! runs beside the broker and commits what it uploaded through them; they
@@ -177,6 +179,10 @@ pub fn router(state: AdminState) -> Router {
         .nest("/v1", v1)
         .fallback(not_found)
         .with_state(state.clone())
+        .merge(crate::enroll::admin_router(
+            state.auth.clone(),
+            state.store.clone(),
+        ))
         .merge(crate::auth::http::router(state.auth, state.store))
 }
 

@@ -1,15 +1,18 @@
 //! [`AuthCache`]: every broker's copy of `/auth/` (principals, custom
-//! roles, bindings) as one immutable [`Snapshot`], loaded at start and
-//! rebuilt on every change the metadata store's watch reports (re-listed
-//! after a lagged watch). Raft applies a revocation on every member, so it
-//! reaches every broker's cache as fast as Raft replicates (well under a
-//! second on a healthy cluster).
+//! roles, bindings, revoked edges) as one immutable [`Snapshot`], loaded at
+//! start and rebuilt on every change the metadata store's watch reports
+//! (re-listed after a lagged watch). Raft applies a revocation on every
+//! member, so it reaches every broker's cache as fast as Raft replicates
+//! (well under a second on a healthy cluster). Each rebuild is announced
+//! on [`AuthCache::subscribe`] (the ingest endpoint closes the connections
+//! of edges revoked meanwhile).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, RwLock};
 
 use broker_core::metadata::{MetadataError, MetadataStore, WatchError};
 use tributary_api::auth::Binding;
+use tributary_api::enroll::EdgeRevocation;
 use tributary_proto::keys::auth;
 
 use super::model::{Permission, Snapshot, StoredPrincipal};
@@ -21,6 +24,7 @@ pub struct AuthCache {
     snapshot: RwLock<Arc<Snapshot>>,
     generation: AtomicU64,
     reload: tokio::sync::Mutex<()>,
+    changed: tokio::sync::watch::Sender<u64>,
 }
 
 impl std::fmt::Debug for AuthCache {
@@ -39,7 +43,13 @@ impl AuthCache {
             snapshot: RwLock::new(Arc::new(Snapshot::default())),
             generation: AtomicU64::new(0),
             reload: tokio::sync::Mutex::new(()),
+            changed: tokio::sync::watch::channel(0).0,
         }
+    }
+
+    /// A receiver of the generation after every rebuild of the snapshot.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.changed.subscribe()
     }
 
     /// The current snapshot.
@@ -95,6 +105,19 @@ impl AuthCache {
                     }
                     Err(_) => tracing::warn!(%key, "auth: skipping an undecodable role"),
                 }
+            } else if let Some(edge) = key.strip_prefix(&auth::revoked_edges_prefix()) {
+                match serde_json::from_value::<EdgeRevocation>(value) {
+                    Ok(revocation) => {
+                        snapshot
+                            .revoked_edges
+                            .insert(edge.to_owned(), revocation.revoked_at_ms);
+                    }
+                    Err(_) => {
+                        // Fail closed: every certificate of the edge.
+                        tracing::warn!(%key, "auth: an undecodable revocation revokes the edge for good");
+                        snapshot.revoked_edges.insert(edge.to_owned(), u64::MAX);
+                    }
+                }
             } else if let Some(id) = key.strip_prefix(&auth::bindings_prefix()) {
                 match serde_json::from_value::<Binding>(value) {
                     Ok(binding) => {
@@ -108,7 +131,8 @@ impl AuthCache {
             Ok(mut guard) => *guard = Arc::new(snapshot),
             Err(poisoned) => *poisoned.into_inner() = Arc::new(snapshot),
         }
-        self.generation.fetch_add(1, Ordering::AcqRel);
+        let generation = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
+        self.changed.send_replace(generation);
         Ok(())
     }
 

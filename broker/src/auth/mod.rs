@@ -19,7 +19,10 @@
 //!    ([`audit`]), refusals included.
 //!
 //! `GET /health` and `GET /metrics` stay unauthenticated: load balancers and
-//! Prometheus scrape them, and they disclose no record data.
+//! Prometheus scrape them, and they disclose no record data. `POST
+//! /v1/enroll` is not behind the guard either: an enrolling device holds
+//! only its one-time enrollment token, which the endpoint checks itself
+//! ([`crate::enroll`]); its outcome is audited like the routes here.
 //!
 //! Files: this one (state, guard), `model.rs` (permissions, roles, tokens,
 //! the decision), `table.rs` (route → permission), `cache.rs` (the `/auth/`
@@ -117,7 +120,8 @@ impl AuthState {
         }
     }
 
-    fn audit(&self) -> Option<AuditSink> {
+    /// Where audit records go, once set.
+    pub(crate) fn audit(&self) -> Option<AuditSink> {
         match self.inner.audit.read() {
             Ok(guard) => guard.clone(),
             Err(poisoned) => poisoned.into_inner().clone(),

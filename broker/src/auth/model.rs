@@ -29,7 +29,9 @@ pub enum Permission {
     Storage,
     /// Cluster status.
     ClusterRead,
-    /// The `/v1/auth` endpoints (principals, bindings, roles).
+    /// The `/v1/auth` endpoints (principals, bindings, roles), edge
+    /// enrollment tokens and edge revocation (`/v1/edges/{edge}/token`,
+    /// `/v1/edges/{edge}/revoke`).
     AuthManage,
 }
 
@@ -204,6 +206,9 @@ pub struct Snapshot {
     pub roles: BTreeMap<String, Vec<Permission>>,
     /// Bindings by id.
     pub bindings: BTreeMap<String, Binding>,
+    /// Revoked edges: the revocation time by edge id, ms since the epoch
+    /// (`u64::MAX` for an undecodable revocation: every certificate).
+    pub revoked_edges: BTreeMap<String, u64>,
 }
 
 /// Where a request acts: its namespace and topic (after the namespace),
@@ -223,6 +228,15 @@ impl Snapshot {
             Some(permissions) => permissions,
             None => self.roles.get(name).map_or(&[], Vec::as_slice),
         }
+    }
+
+    /// Why a certificate of `edge` valid from `not_before_s` (seconds
+    /// since the epoch; `None`: unknown) is refused, if it is: the edge
+    /// was revoked at or after the certificate's start
+    /// ([`crate::enroll::model::revokes`]).
+    pub fn edge_revoked(&self, edge: &str, not_before_s: Option<i64>) -> Option<u64> {
+        let revoked_at_ms = *self.revoked_edges.get(edge)?;
+        crate::enroll::model::revokes(revoked_at_ms, not_before_s).then_some(revoked_at_ms)
     }
 
     /// The bindings of `principal`, by id.

@@ -327,6 +327,9 @@ pub const RULES: &[Rule] = &[
     rule("GET", "/v1/auth/roles", AuthManage, Cluster, false),
     rule("PUT", "/v1/auth/roles/{role}", AuthManage, Cluster, true),
     rule("DELETE", "/v1/auth/roles/{role}", AuthManage, Cluster, true),
+    // Edge enrollment tokens and revocation (`crate::enroll`).
+    rule("POST", "/v1/edges/{edge}/token", AuthManage, Cluster, true),
+    rule("POST", "/v1/edges/{edge}/revoke", AuthManage, Cluster, true),
     Rule {
         method: "GET",
         path: "/v1/auth/whoami",

@@ -15,7 +15,9 @@
 //! few times unless a newer one replaces it
 //! ([`AckRepeats`](tributary_proto::replication::ack_repeat::AckRepeats)). A
 //! refused stream gets an `Error` frame and is finished; nothing from it is
-//! stored, and every other stream carries on.
+//! stored, and every other stream carries on. A revoked edge's connection
+//! is closed right after the handshake, with the reason
+//! ([`super::revocation`]).
 
 use std::sync::Arc;
 
@@ -31,6 +33,7 @@ use tributary_proto::replication::frame::{self, ErrorCode, Frame};
 use tributary_proto::replication::ingest::{Acknowledger, IngestAction, IngestStream};
 
 use super::damage::{DamageService, RouteGuard};
+use super::revocation::EdgeGate;
 use super::topics::{TopicError, TopicStore};
 
 /// Initial capacity of a stream's frame buffer, bytes: small, so thousands
@@ -44,12 +47,19 @@ const PIPELINE_DEPTH: usize = 256;
 
 /// Serves edges on `endpoint` until it is closed. Each open stream takes
 /// the refetch requests of `damage` for its topic (module
-/// [`super::damage`]).
-pub async fn serve(endpoint: quinn::Endpoint, damage: Arc<DamageService>, limits: Limits) {
+/// [`super::damage`]); `gate` refuses (and later closes) the connections
+/// of revoked edges (module [`super::revocation`]).
+pub async fn serve(
+    endpoint: quinn::Endpoint,
+    damage: Arc<DamageService>,
+    gate: Arc<EdgeGate>,
+    limits: Limits,
+) {
     let topics = damage.topics().clone();
     while let Some(incoming) = endpoint.accept().await {
         let topics = topics.clone();
         let damage = damage.clone();
+        let gate = gate.clone();
         tokio::spawn(async move {
             let conn = match incoming.await {
                 Ok(conn) => conn,
@@ -65,6 +75,13 @@ pub async fn serve(endpoint: quinn::Endpoint, damage: Arc<DamageService>, limits
                 other => {
                     warn!(peer = %conn.remote_address(), identity = ?other, "refusing a connection without an edge identity");
                     conn.close(1u32.into(), b"certificate has no edge identity");
+                    return;
+                }
+            };
+            let _admission = match gate.admit(&conn, &identity) {
+                Ok(admission) => admission,
+                Err(reason) => {
+                    info!(edge = %identity, peer = %conn.remote_address(), %reason, "refused a revoked edge");
                     return;
                 }
             };

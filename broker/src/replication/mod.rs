@@ -3,11 +3,13 @@
 //! that runs one `IngestStream` per edge topic stream ([`ingest`]), and the
 //! central topic WALs those streams (and central publishes) append to
 //! ([`topics`]), the holes edges declare (`holes`), and damaged central
-//! ranges found, re-fetched, repaired or skipped ([`damage`]).
+//! ranges found, re-fetched, repaired or skipped ([`damage`]), and the
+//! refusal of revoked edges ([`revocation`]).
 
 pub mod damage;
 mod holes;
 pub mod ingest;
 pub mod quic;
+pub mod revocation;
 pub mod takeover;
 pub mod topics;

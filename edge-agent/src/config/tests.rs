@@ -46,6 +46,7 @@ fn the_documented_example_is_valid() {
             cert: "/etc/tributary/certs/plant1.pem".into(),
             key: "/etc/tributary/certs/plant1.key".into(),
             ca: "/etc/tributary/certs/ca.pem".into(),
+            check_interval_ms: None,
         })
     );
     // The example's certificate paths do not exist here.

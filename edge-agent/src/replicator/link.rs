@@ -137,6 +137,14 @@ impl Link {
         }
     }
 
+    /// This edge's certificate changed (a rotation): whatever the brokers
+    /// refused may be accepted now, so the backoff starts small again and
+    /// the next failure is reported anew.
+    pub fn certificate_changed(&mut self) {
+        self.backoff = new_backoff(self.max_backoff, self.jitter);
+        self.last_failure = None;
+    }
+
     /// Starts an attempt: the broker address it dials (`None` without any
     /// broker).
     pub fn next_broker(&mut self) -> Option<&str> {

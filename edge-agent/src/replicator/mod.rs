@@ -59,6 +59,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use broker_core::client_cert::SwappableClientCert;
 use broker_core::tls::{ALPN_REPLICATION, BROKER_SERVER_NAME, TlsIdentity};
 use tokio::sync::watch;
 use tracing::{debug, info, warn};
@@ -215,10 +216,25 @@ enum StreamError {
     Wal(String),
 }
 
-/// Runs the replicator until `shutdown` turns true.
+/// The certificate the replicator presents: what rustls resolves at each
+/// handshake, and a receiver that changes when a rotation swapped it
+/// ([`crate::cert_reload`]): a disconnected replicator then dials again at
+/// once instead of waiting out its backoff.
+#[derive(Debug, Clone)]
+pub struct ClientCert {
+    /// The certificate presented at each handshake.
+    pub resolver: Arc<SwappableClientCert>,
+    /// Changes after every swap.
+    pub changes: watch::Receiver<u64>,
+}
+
+/// Runs the replicator until `shutdown` turns true. Connections verify
+/// brokers against `tls`'s CA and present the certificate `client_cert`
+/// holds at their handshake.
 pub async fn run(
     config: ReplicatorConfig,
     tls: TlsIdentity,
+    client_cert: ClientCert,
     topics: Arc<TopicManager>,
     stats: Arc<ReplicationStats>,
     mut shutdown: watch::Receiver<bool>,
@@ -242,13 +258,15 @@ pub async fn run(
             warn!("declared_rate without bandwidth_cap_bytes_per_s: using cubic");
         }
     }
-    let client = match tls.quic_client_with_transport(ALPN_REPLICATION, transport) {
-        Ok(client) => client,
-        Err(e) => {
-            warn!(error = %e, "replicator TLS configuration unusable; not replicating");
-            return;
-        }
-    };
+    let mut cert_changes = client_cert.changes;
+    let client =
+        match tls.quic_client_with_resolver(ALPN_REPLICATION, transport, client_cert.resolver) {
+            Ok(client) => client,
+            Err(e) => {
+                warn!(error = %e, "replicator TLS configuration unusable; not replicating");
+                return;
+            }
+        };
     let endpoint = match broker_core::tls::client_endpoint(SocketAddr::from(([0, 0, 0, 0], 0))) {
         Ok(mut endpoint) => {
             endpoint.set_default_client_config(client);
@@ -276,6 +294,9 @@ pub async fn run(
         if *shutdown.borrow() {
             break;
         }
+        // This attempt presents the current certificate: only a swap
+        // after it cuts a later backoff short.
+        cert_changes.borrow_and_update();
         let Some(addr) = link.next_broker().map(str::to_owned) else {
             warn!("no broker address; not replicating");
             break;
@@ -316,6 +337,10 @@ pub async fn run(
         tokio::select! {
             () = tokio::time::sleep_until(retry.at.into()) => {}
             () = stopped(&mut shutdown) => break,
+            Ok(()) = cert_changes.changed() => {
+                info!("new client certificate: dialing the brokers again now");
+                link.certificate_changed();
+            }
         }
     }
     if !*shutdown.borrow() {

@@ -1,6 +1,6 @@
 //! Builders for `/auth/...`.
 
-use super::{BindingId, MetadataKey, PrincipalName, RoleName};
+use super::{BindingId, MetadataKey, NamespaceName, PrincipalName, RoleName};
 
 /// `/auth/roles/{role}`.
 pub fn role(role: &RoleName) -> String {
@@ -21,6 +21,28 @@ pub fn principal(principal: &PrincipalName) -> String {
         principal: principal.clone(),
     }
     .to_string()
+}
+
+/// `/auth/enrollments/{edge_id}`: the edge's one-time enrollment token
+/// (stored as its SHA-256), minted by `tribctl edges token`.
+pub fn enrollment(edge: &NamespaceName) -> String {
+    MetadataKey::AuthEnrollment { edge: edge.clone() }.to_string()
+}
+
+/// `/auth/enrollments/`: every enrollment token.
+pub fn enrollments_prefix() -> String {
+    "/auth/enrollments/".to_owned()
+}
+
+/// `/auth/revoked_edges/{edge_id}`: the edge's revocation (`tribctl edges
+/// revoke`).
+pub fn revoked_edge(edge: &NamespaceName) -> String {
+    MetadataKey::AuthRevokedEdge { edge: edge.clone() }.to_string()
+}
+
+/// `/auth/revoked_edges/`: every revoked edge.
+pub fn revoked_edges_prefix() -> String {
+    "/auth/revoked_edges/".to_owned()
 }
 
 /// `/auth/roles/`: every custom role.

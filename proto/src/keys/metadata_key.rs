@@ -258,6 +258,18 @@ pub enum MetadataKey {
         /// Principal.
         principal: PrincipalName,
     },
+    /// `/auth/enrollments/{edge_id}`: the edge's enrollment token (never
+    /// the token, only its SHA-256), its expiry and whether it was used.
+    AuthEnrollment {
+        /// The edge id (also its namespace).
+        edge: NamespaceName,
+    },
+    /// `/auth/revoked_edges/{edge_id}`: the edge's certificates issued up
+    /// to the revocation time are refused by every broker.
+    AuthRevokedEdge {
+        /// The edge id (also its namespace).
+        edge: NamespaceName,
+    },
     /// `/edge/checkpoints/{ns}/{topic}`: last replicated offset (u64).
     EdgeCheckpoint {
         /// The edge topic.
@@ -323,6 +335,8 @@ impl fmt::Display for MetadataKey {
             MetadataKey::AuthPrincipal { principal } => {
                 write!(f, "/auth/principals/{principal}")
             }
+            MetadataKey::AuthEnrollment { edge } => write!(f, "/auth/enrollments/{edge}"),
+            MetadataKey::AuthRevokedEdge { edge } => write!(f, "/auth/revoked_edges/{edge}"),
             MetadataKey::EdgeCheckpoint { topic } => write!(f, "/edge/checkpoints{topic}"),
             MetadataKey::EdgeArchived { topic } => write!(f, "/edge/archived{topic}"),
         }
@@ -427,6 +441,12 @@ impl MetadataKey {
             },
             ["auth", "principals", name] => MetadataKey::AuthPrincipal {
                 principal: name_in(key, name, PrincipalName::new)?,
+            },
+            ["auth", "enrollments", edge] => MetadataKey::AuthEnrollment {
+                edge: name_in(key, edge, NamespaceName::new)?,
+            },
+            ["auth", "revoked_edges", edge] => MetadataKey::AuthRevokedEdge {
+                edge: name_in(key, edge, NamespaceName::new)?,
             },
             ["edge", "checkpoints", ns, topic] => MetadataKey::EdgeCheckpoint {
                 topic: topic_in(key, ns, topic)?,

@@ -442,6 +442,21 @@ fn schema_auth_and_edge_keys() {
     assert_eq!(auth::roles_prefix(), "/auth/roles/");
     assert_eq!(auth::bindings_prefix(), "/auth/bindings/");
     assert_eq!(auth::prefix(), "/auth/");
+    let plant = NamespaceName::new("plant-1").unwrap();
+    assert_eq!(auth::enrollment(&plant), "/auth/enrollments/plant-1");
+    assert_eq!(auth::revoked_edge(&plant), "/auth/revoked_edges/plant-1");
+    assert_eq!(auth::enrollments_prefix(), "/auth/enrollments/");
+    assert_eq!(auth::revoked_edges_prefix(), "/auth/revoked_edges/");
+    assert!(auth::enrollment(&plant).starts_with(&auth::prefix()));
+    assert!(auth::revoked_edge(&plant).starts_with(&auth::prefix()));
+    assert_eq!(
+        MetadataKey::parse("/auth/revoked_edges/plant-1").unwrap(),
+        MetadataKey::AuthRevokedEdge {
+            edge: plant.clone()
+        }
+    );
+    assert!(MetadataKey::parse("/auth/enrollments/a/b").is_err());
+    assert!(MetadataKey::parse("/auth/revoked_edges/..").is_err());
     assert_eq!(
         edge::checkpoint(&topic("/edge1/sensors")),
         "/edge/checkpoints/edge1/sensors"
@@ -801,6 +816,16 @@ fn arb_metadata_key() -> impl Strategy<Value = MetadataKey> {
         name_part()
             .prop_map(|b| MetadataKey::AuthBinding {
                 binding: BindingId::new(&b).unwrap(),
+            })
+            .boxed(),
+        name_part()
+            .prop_map(|e| MetadataKey::AuthEnrollment {
+                edge: NamespaceName::new(&e).unwrap(),
+            })
+            .boxed(),
+        name_part()
+            .prop_map(|e| MetadataKey::AuthRevokedEdge {
+                edge: NamespaceName::new(&e).unwrap(),
             })
             .boxed(),
         arb_topic()

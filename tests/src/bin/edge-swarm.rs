@@ -25,8 +25,9 @@ struct Args {
     /// The broker's ingest (QUIC) address.
     #[arg(long)]
     broker: SocketAddr,
-    /// Directory of the development CA (ca.pem, ca.key; `tribctl certs`);
-    /// missing edge certificates are issued into it.
+    /// Directory of the development certificates (`tribctl certs --out`:
+    /// ca.pem here, the CA key in {certs}-ca/ca.key); missing edge
+    /// certificates are issued into it.
     #[arg(long)]
     certs: PathBuf,
     /// Number of edges.

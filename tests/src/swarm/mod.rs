@@ -49,7 +49,8 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(5);
 pub struct SwarmConfig {
     /// The broker's ingest (QUIC) address.
     pub broker: SocketAddr,
-    /// Directory of the development CA (`ca.pem`, `ca.key`); missing edge
+    /// Directory of the development certificates (`ca.pem`; the CA key in
+    /// `{certs}-ca/ca.key`, as `tribctl certs` writes them); missing edge
     /// certificates are issued into it.
     pub certs: PathBuf,
     /// Number of edges.
@@ -323,10 +324,12 @@ fn client_configs(config: &SwarmConfig) -> Result<Vec<quinn::ClientConfig>, Swar
         .cloned()
         .collect();
     if !missing.is_empty() {
-        issue(&config.certs, &[], &missing).map_err(|e| SwarmError::Certificate {
-            edge: missing[0].clone(),
-            message: e.to_string(),
-        })?;
+        issue(&config.certs, &[], &missing)
+            .map(drop)
+            .map_err(|e| SwarmError::Certificate {
+                edge: missing[0].clone(),
+                message: e.to_string(),
+            })?;
     }
     ids.iter()
         .map(|id| {

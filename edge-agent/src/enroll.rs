@@ -1,0 +1,343 @@
+//! `edge-agent enroll`: get this device's client certificate from a broker
+//! with a one-time enrollment token (`tribctl edges token EDGE_ID`). The
+//! private key is made here and never leaves the device:
+//!
+//! 1. The token names its edge (`trib-enroll.<edge_id>.<hex>`); a
+//!    configuration whose `edge_id` differs is refused before anything is
+//!    made.
+//! 2. A new ECDSA P-256 key is generated and written, mode 0600 and synced,
+//!    to `{tls.key}.new` before anything is sent.
+//! 3. Only a certificate signing request (public key, signed by that key)
+//!    goes to `POST https://{broker}/v1/enroll`, over HTTPS that trusts
+//!    only the CA given with `--ca` (default `tls.ca`), with the token as
+//!    bearer token.
+//! 4. The answer must be a certificate for this key whose identity is the
+//!    edge id. Then the certificate is written to `tls.cert` (temporary
+//!    file, sync, rename) and the new key renamed over `tls.key`; with
+//!    `--ca` and no `tls.ca` file yet, the CA is copied there too. A
+//!    running agent picks the new pair up on its own (file change or
+//!    SIGHUP: [`crate::cert_reload`]).
+//!
+//! On any refusal nothing is replaced: the new key is deleted and the old
+//! files stay as they were.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use broker_core::tls::TlsPaths;
+use rcgen::{CertificateParams, DnType, KeyPair, PublicKeyData};
+use tributary_api::client::{ClientError, ClientTls, HttpClient};
+use tributary_api::enroll::{ENROLL_PATH, ENROLL_TOKEN_PREFIX, EnrollRequest, EnrollResponse};
+
+/// Longest wait for each phase of the enrollment request.
+pub const ENROLL_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Suffix of the new key's file until the certificate arrives.
+pub const PENDING_KEY_SUFFIX: &str = ".new";
+
+/// What `enroll` needs.
+#[derive(Debug, Clone)]
+pub struct EnrollOptions {
+    /// The broker's HTTPS admin address, `host:port` or `https://host:port`;
+    /// the host must be a name its certificate carries.
+    pub broker: String,
+    /// The enrollment token.
+    pub token: String,
+    /// CA to verify the broker with; `None`: `tls.ca`.
+    pub ca: Option<PathBuf>,
+    /// Where the certificate, key and CA go (the agent's `[tls]`).
+    pub tls: TlsPaths,
+    /// The configuration's `edge_id`, if it sets one.
+    pub edge_id: Option<String>,
+}
+
+/// What enrolling wrote.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Enrolled {
+    /// The certificate's identity.
+    pub edge_id: String,
+    /// Its serial number, hex.
+    pub serial: String,
+    /// End of validity, ms since the epoch.
+    pub not_after_ms: u64,
+    /// End of validity as the certificate states it (UTC).
+    pub not_after: String,
+    /// The certificate file written.
+    pub cert: PathBuf,
+    /// The key file written.
+    pub key: PathBuf,
+    /// The CA file, when `--ca` was copied to it.
+    pub ca_written: Option<PathBuf>,
+}
+
+/// Why enrolling failed (nothing was replaced).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum EnrollError {
+    /// The token is not an enrollment token.
+    #[error(
+        "--token is not an enrollment token (trib-enroll.<edge_id>.<64 hex>, from `tribctl edges token EDGE_ID`)"
+    )]
+    NotAToken,
+    /// The token enrolls another edge than the configured one.
+    #[error(
+        "the token enrolls edge {token_edge:?} but this agent's edge_id is {configured:?}: \
+         mint a token for {configured:?}"
+    )]
+    WrongEdge {
+        /// The token's edge.
+        token_edge: String,
+        /// The configured edge id.
+        configured: String,
+    },
+    /// No CA to verify the broker with.
+    #[error(
+        "no CA to verify the broker: tls.ca {} does not exist; pass --ca FILE (the cluster CA)",
+        .0.display()
+    )]
+    NoCa(PathBuf),
+    /// A file could not be written or read.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// Key or CSR generation failed.
+    #[error("generating the key and CSR: {0}")]
+    Key(#[from] rcgen::Error),
+    /// The broker refused or could not be reached.
+    #[error("{0}")]
+    Broker(String),
+    /// The broker's answer is not a certificate for this key and edge.
+    #[error("the broker's answer is unusable: {0}")]
+    BadCertificate(String),
+}
+
+fn io(path: &Path) -> impl FnOnce(std::io::Error) -> EnrollError + '_ {
+    move |source| EnrollError::Io {
+        path: path.to_path_buf(),
+        source,
+    }
+}
+
+/// The edge id of an enrollment token.
+fn token_edge(token: &str) -> Option<&str> {
+    let (edge, secret) = token.strip_prefix(ENROLL_TOKEN_PREFIX)?.rsplit_once('.')?;
+    (!edge.is_empty() && secret.len() == 64).then_some(edge)
+}
+
+/// `path` with `suffix` added to its file name.
+fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.file_name().unwrap_or_default().to_os_string();
+    name.push(suffix);
+    path.with_file_name(name)
+}
+
+/// Writes `bytes` to `path` with `mode`, synced (a new file, or an old one
+/// truncated and its mode set).
+fn write_synced(path: &Path, bytes: &[u8], mode: u32) -> Result<(), EnrollError> {
+    use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(mode)
+        .open(path)
+        .map_err(io(path))?;
+    file.set_permissions(std::fs::Permissions::from_mode(mode))
+        .map_err(io(path))?;
+    file.write_all(bytes).map_err(io(path))?;
+    file.sync_all().map_err(io(path))
+}
+
+/// Makes the entries of `path`'s directory durable.
+fn sync_parent(path: &Path) -> Result<(), EnrollError> {
+    let dir = path
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    std::fs::File::open(dir)
+        .and_then(|d| d.sync_all())
+        .map_err(io(dir))
+}
+
+/// The base URL of `broker` (`host:port` gets `https://`).
+fn base_url(broker: &str) -> String {
+    if broker.contains("://") {
+        broker.trim_end_matches('/').to_owned()
+    } else {
+        format!("https://{broker}")
+    }
+}
+
+/// A refusal in the operator's words: the broker's message, prefixed with
+/// what failed.
+fn describe(url: &str, error: &ClientError) -> String {
+    match error {
+        ClientError::Api {
+            status, message, ..
+        } => {
+            format!("the broker at {url} refused the enrollment ({status}): {message}")
+        }
+        other => format!("enrolling at {url}: {other}"),
+    }
+}
+
+/// Enrolls this device (see the module doc).
+///
+/// # Errors
+/// [`EnrollError`]; nothing was replaced.
+pub fn enroll(options: &EnrollOptions) -> Result<Enrolled, EnrollError> {
+    let edge = token_edge(&options.token).ok_or(EnrollError::NotAToken)?;
+    if let Some(configured) = &options.edge_id
+        && configured != edge
+    {
+        return Err(EnrollError::WrongEdge {
+            token_edge: edge.to_owned(),
+            configured: configured.clone(),
+        });
+    }
+    let tls = &options.tls;
+    let ca = options.ca.clone().unwrap_or_else(|| tls.ca.clone());
+    if !ca.is_file() {
+        return Err(EnrollError::NoCa(ca));
+    }
+    for path in [&tls.cert, &tls.key, &tls.ca] {
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(io(dir))?;
+        }
+    }
+    let key = KeyPair::generate()?;
+    let pending = with_suffix(&tls.key, PENDING_KEY_SUFFIX);
+    write_synced(&pending, key.serialize_pem().as_bytes(), 0o600)?;
+    let result = request_and_install(options, edge, &key, &pending, &ca);
+    if result.is_err() {
+        let _ = std::fs::remove_file(&pending);
+    }
+    result
+}
+
+fn request_and_install(
+    options: &EnrollOptions,
+    edge: &str,
+    key: &KeyPair,
+    pending: &Path,
+    ca: &Path,
+) -> Result<Enrolled, EnrollError> {
+    let tls = &options.tls;
+    let mut params = CertificateParams::new(vec![edge.to_owned()])?;
+    params.distinguished_name.push(DnType::CommonName, edge);
+    let csr = params.serialize_request(key)?.pem()?;
+    let url = base_url(&options.broker);
+    let client = HttpClient::with_tls(
+        &url,
+        Some(&options.token),
+        ENROLL_TIMEOUT,
+        &ClientTls {
+            ca: ca.to_path_buf(),
+            client_cert: None,
+        },
+    )
+    .map_err(|e| EnrollError::Broker(describe(&url, &e)))?;
+    let answer: EnrollResponse = client
+        .post(ENROLL_PATH, &EnrollRequest { csr })
+        .map_err(|e| EnrollError::Broker(describe(&url, &e)))?;
+    let not_after = check_answer(&answer, edge, key)?;
+    let cert_tmp = with_suffix(&tls.cert, ".tmp");
+    write_synced(&cert_tmp, answer.certificate.as_bytes(), 0o644)?;
+    let mut ca_written = None;
+    if options.ca.is_some() && !tls.ca.exists() {
+        let bytes = std::fs::read(ca).map_err(io(ca))?;
+        let ca_tmp = with_suffix(&tls.ca, ".tmp");
+        write_synced(&ca_tmp, &bytes, 0o644)?;
+        std::fs::rename(&ca_tmp, &tls.ca).map_err(io(&tls.ca))?;
+        ca_written = Some(tls.ca.clone());
+    }
+    std::fs::rename(pending, &tls.key).map_err(io(&tls.key))?;
+    std::fs::rename(&cert_tmp, &tls.cert).map_err(io(&tls.cert))?;
+    sync_parent(&tls.key)?;
+    sync_parent(&tls.cert)?;
+    Ok(Enrolled {
+        edge_id: answer.edge_id,
+        serial: answer.serial,
+        not_after_ms: answer.not_after_ms,
+        not_after,
+        cert: tls.cert.clone(),
+        key: tls.key.clone(),
+        ca_written,
+    })
+}
+
+/// The answer's certificate must parse, carry this key and identity
+/// `edge`; returns its end of validity as text.
+fn check_answer(answer: &EnrollResponse, edge: &str, key: &KeyPair) -> Result<String, EnrollError> {
+    use rustls::pki_types::CertificateDer;
+    use rustls::pki_types::pem::PemObject;
+    use x509_parser::prelude::{FromDer, X509Certificate};
+    let bad = |why: String| EnrollError::BadCertificate(why);
+    let der = CertificateDer::from_pem_slice(answer.certificate.as_bytes())
+        .map_err(|e| bad(format!("certificate: {e}")))?;
+    let (_, parsed) =
+        X509Certificate::from_der(der.as_ref()).map_err(|e| bad(format!("certificate: {e}")))?;
+    if parsed.public_key().raw != key.subject_public_key_info().as_slice() {
+        return Err(bad("the certificate is not for the key made here".into()));
+    }
+    let identity = broker_core::tls::certificate_identity(&der);
+    if identity.as_deref() != Some(edge) {
+        return Err(bad(format!(
+            "the certificate's identity is {identity:?}, not the token's edge {edge:?}"
+        )));
+    }
+    Ok(parsed.validity().not_after.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tokens_urls_and_pending_names() {
+        let token = format!("trib-enroll.plant1.{}", "a".repeat(64));
+        assert_eq!(token_edge(&token), Some("plant1"));
+        assert_eq!(token_edge("trib.plant1.x"), None);
+        assert_eq!(token_edge("trib-enroll.plant1.abc"), None);
+        assert_eq!(base_url("10.0.0.1:7400"), "https://10.0.0.1:7400");
+        assert_eq!(base_url("https://b:7400/"), "https://b:7400");
+        assert_eq!(
+            with_suffix(Path::new("/etc/t/plant1.key"), PENDING_KEY_SUFFIX),
+            Path::new("/etc/t/plant1.key.new")
+        );
+    }
+
+    #[test]
+    fn a_token_for_another_edge_or_no_ca_is_refused_before_a_key_is_made() {
+        let dir = tempfile::tempdir().unwrap();
+        let tls = TlsPaths {
+            cert: dir.path().join("e.pem"),
+            key: dir.path().join("e.key"),
+            ca: dir.path().join("ca.pem"),
+        };
+        let options = EnrollOptions {
+            broker: "127.0.0.1:1".into(),
+            token: format!("trib-enroll.plant2.{}", "a".repeat(64)),
+            ca: None,
+            tls: tls.clone(),
+            edge_id: Some("plant1".into()),
+        };
+        let err = enroll(&options).unwrap_err().to_string();
+        assert!(
+            err.contains("enrolls edge \"plant2\" but this agent's edge_id is \"plant1\""),
+            "{err}"
+        );
+        let options = EnrollOptions {
+            edge_id: None,
+            ..options
+        };
+        let err = enroll(&options).unwrap_err().to_string();
+        assert!(err.contains("pass --ca FILE"), "{err}");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    }
+}
