@@ -5,6 +5,7 @@
 //!   (`docs/admin-api.md`);
 //! - [`cluster`]: the topic-ownership endpoints of the admin API (brokers,
 //!   moves, rebalancing);
+//! - [`fleet`]: `GET /v1/edges`, the edges the cluster knows;
 //! - [`consumer`]: the consumer API's requests and responses
 //!   (`docs/consumer-api.md`);
 //! - [`client`] (feature `client`): a blocking JSON client over ureq with
@@ -26,3 +27,4 @@ pub mod cluster;
 pub mod consumer;
 #[cfg(feature = "client")]
 pub mod consumer_client;
+pub mod fleet;

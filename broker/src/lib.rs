@@ -8,7 +8,8 @@
 //! in `http/`.
 //!
 //! Edges: [`replication`] (the QUIC ingest endpoint and the central topic
-//! WALs it appends to).
+//! WALs it appends to), [`fleet`] (which edges are connected, their
+//! offsets and lag, shared through Raft).
 
 pub mod admin;
 pub mod auth;
@@ -17,6 +18,7 @@ pub mod check;
 pub mod cluster;
 pub mod config;
 pub mod consumer;
+pub mod fleet;
 mod http;
 pub mod metrics;
 pub mod raft;

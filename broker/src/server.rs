@@ -189,9 +189,21 @@ pub async fn run(
         damage.set_archive(crate::consumer::tiered::open_archive(archive)?);
     }
     let damage_task = damage.spawn();
+    // Which edges are connected, shared through Raft (`GET /v1/edges`).
+    let fleet = crate::fleet::Fleet::new(
+        config.node_id,
+        Arc::new(SystemClock),
+        config.fleet.clone(),
+    );
+    let state_store = state.store.clone();
+    let fleet_task = tokio::spawn(crate::fleet::report::run(
+        fleet.clone(),
+        state_store.clone(),
+    ));
     tokio::spawn(crate::replication::ingest::serve(
         ingest.clone(),
         damage.clone(),
+        fleet.clone(),
         Limits::default(),
     ));
     let listener = tokio::net::TcpListener::bind(config.admin_listen)
@@ -264,6 +276,7 @@ pub async fn run(
         cluster: state.cluster.clone(),
         store: state.store.clone(),
         topics: topics.clone(),
+        fleet: Some(fleet.clone()),
     });
     // The tier service's trim requests reach the central WALs through this.
     let mut app = with_local_segments(
@@ -271,7 +284,8 @@ pub async fn run(
         topics.clone(),
     )
     .layer(axum::Extension(damage.clone()))
-    .layer(axum::Extension(cluster.clone()));
+    .layer(axum::Extension(cluster.clone()))
+    .layer(axum::Extension(fleet.clone()));
     // Descriptor commits and trims check objects in the archive; without
     // `[archive]` both are refused (`archive_not_configured`).
     match archive {
@@ -317,6 +331,15 @@ pub async fn run(
     }
     watchdog.abort();
     ingest.close(0u32.into(), b"broker shutting down");
+    // Record the edges' disconnects while Raft still runs (bounded: without
+    // a leader the next start rewrites them).
+    fleet_task.abort();
+    fleet.close_all("broker shutting down");
+    let _ = tokio::time::timeout(
+        std::time::Duration::from_secs(2),
+        crate::fleet::report::flush(&fleet, state_store.as_ref()),
+    )
+    .await;
     ticker.abort();
     damage_task.abort();
     if let Some(audit_task) = audit_task {
