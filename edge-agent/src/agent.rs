@@ -95,8 +95,8 @@ fn log_metadata_recovery(report: &StoreOpenReport, rebuild: &MetadataRebuild) {
             path = %report.path.display(),
             moved_to = %aside.display(),
             damage = report.damage.as_deref().unwrap_or(""),
-            rebuilt_topics = ?rebuilt_topics,
-            checkpoints_missing = ?checkpoints_missing,
+            rebuilt_topics = rebuilt_topics.join(","),
+            checkpoints_missing = checkpoints_missing.join(","),
             "local metadata store was DAMAGED: moved aside and replaced by a fresh store. Lost: every \
              stored topic setting and replication checkpoint. Rebuilt: configured topics from the \
              configuration, topics found as WAL directories with the implicit-topic defaults \
@@ -107,15 +107,15 @@ fn log_metadata_recovery(report: &StoreOpenReport, rebuild: &MetadataRebuild) {
         warn!(
             path = %report.path.display(),
             store_created = report.created,
-            rebuilt_topics = ?rebuilt_topics,
-            checkpoints_missing = ?checkpoints_missing,
+            rebuilt_topics = rebuilt_topics.join(","),
+            checkpoints_missing = checkpoints_missing.join(","),
             "local metadata store is missing what the WAL directories hold (deleted or lost): topics \
              recreated with the implicit-topic defaults (rebuilt_topics); checkpoints are re-learned \
              from the broker's high-water mark on the next connection"
         );
     } else if !checkpoints_missing.is_empty() {
         info!(
-            checkpoints_missing = ?checkpoints_missing,
+            checkpoints_missing = checkpoints_missing.join(","),
             "topics with records and no checkpoint yet: the broker's high-water mark says where replication resumes"
         );
     }
