@@ -270,7 +270,7 @@ pub async fn render(state: &MetricsState) -> Result<String, std::fmt::Error> {
     gauge(
         &mut registry,
         "tributary_broker_raft_is_leader",
-        "1 if this node is the Raft leader.",
+        "Whether this node is the Raft leader: 1 if it is, else 0.",
         u64::from(status.leader == Some(status.node_id)),
     );
     gauge(

@@ -14,6 +14,8 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use crate::replicator::{self, ReplicationStats, ReplicatorConfig};
 use broker_core::metadata::MetadataError;
@@ -26,6 +28,7 @@ use tracing::{error, info, warn};
 
 use crate::api;
 use crate::config::AgentConfig;
+use crate::health::{StallWatch, TopicProgress};
 use crate::manager::{MetadataRebuild, OpenError, TopicError, TopicManager};
 
 /// File name of the local metadata store in the data directory.
@@ -132,7 +135,63 @@ pub struct Agent {
     recovery: JoinHandle<()>,
     replicator: Option<JoinHandle<()>>,
     replication: Arc<ReplicationStats>,
+    /// The replication stall watch and its ticker (replication configured).
+    stall: Option<(SharedStall, JoinHandle<()>)>,
     mqtt: Option<crate::mqtt::MqttServer>,
+}
+
+/// The [`StallWatch`] as the agent's tasks share it.
+pub type SharedStall = Arc<std::sync::Mutex<StallWatch>>;
+
+/// Feeds `watch` what replication looks like about five times per
+/// `unhealthy_after` (at least every 100 ms, at most every second) until
+/// shutdown.
+fn spawn_stall_watch(
+    watch: SharedStall,
+    manager: Arc<TopicManager>,
+    replication: Arc<ReplicationStats>,
+    mut stop: watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    let tick = {
+        let after = watch
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .unhealthy_after();
+        (after / 5).clamp(Duration::from_millis(100), Duration::from_secs(1))
+    };
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(tick) => {}
+                _ = stop.wait_for(|&s| s) => return,
+            }
+            let topics: Vec<(String, u64, u64)> = manager
+                .topics()
+                .iter()
+                .filter(|t| t.wal().is_some())
+                .map(|t| {
+                    (
+                        t.name().as_str().to_owned(),
+                        t.high_water_mark(),
+                        t.acknowledged_offset(),
+                    )
+                })
+                .collect();
+            let connected = replication.open_connections.load(Ordering::Relaxed) > 0;
+            watch
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .observe(
+                    Instant::now(),
+                    connected,
+                    topics.iter().map(|(name, hwm, acked)| TopicProgress {
+                        name,
+                        high_water_mark: *hwm,
+                        acknowledged_offset: *acked,
+                    }),
+                );
+        }
+    })
 }
 
 impl Agent {
@@ -195,6 +254,12 @@ impl Agent {
         })?;
         let (shutdown, _) = watch::channel(false);
         let replication = Arc::new(ReplicationStats::default());
+        let stall: Option<SharedStall> = replication_tls.as_ref().map(|_| {
+            Arc::new(std::sync::Mutex::new(StallWatch::new(
+                config.replication.unhealthy_after,
+                Instant::now(),
+            )))
+        });
         let mqtt = match &config.mqtt {
             Some(mqtt) => Some(
                 crate::mqtt::MqttServer::start(mqtt.clone(), manager.clone(), shutdown.subscribe())
@@ -209,6 +274,9 @@ impl Agent {
             let mut app = api::router(&manager).layer(axum::Extension(replication.clone()));
             if let Some(mqtt) = &mqtt {
                 app = app.layer(axum::Extension(mqtt.stats.clone()));
+            }
+            if let Some(stall) = &stall {
+                app = app.layer(axum::Extension(stall.clone()));
             }
             tokio::spawn(async move {
                 axum::serve(listener, app)
@@ -283,6 +351,15 @@ impl Agent {
                 None
             }
         };
+        let stall = stall.map(|watch| {
+            let task = spawn_stall_watch(
+                watch.clone(),
+                manager.clone(),
+                replication.clone(),
+                shutdown.subscribe(),
+            );
+            (watch, task)
+        });
         info!(edge_id = %config.edge_id, local_api = %local_addr, data_dir = %data_dir.display(), "edge agent started");
         Ok(Agent {
             manager,
@@ -293,6 +370,7 @@ impl Agent {
             recovery,
             replicator,
             replication,
+            stall,
             mqtt,
         })
     }
@@ -351,6 +429,9 @@ impl Agent {
         }
         let _ = self.checkpoints.await;
         let _ = self.recovery.await;
+        if let Some((_, task)) = self.stall {
+            let _ = task.await;
+        }
         if let Some(replicator) = self.replicator {
             // It stops on the shutdown signal and drops its WAL handles.
             let _ = replicator.await;

@@ -22,8 +22,8 @@ use crate::budget::FullPolicy;
 mod replication;
 
 pub use replication::{
-    DEFAULT_IDLE_TIMEOUT_MS, DEFAULT_KEEP_ALIVE_MS, ReplicationFileConfig, ReplicationSettings,
-    RetainUntil,
+    DEFAULT_IDLE_TIMEOUT_MS, DEFAULT_KEEP_ALIVE_MS, DEFAULT_UNHEALTHY_AFTER_MS,
+    ReplicationFileConfig, ReplicationSettings, RetainUntil,
 };
 
 /// The QUIC congestion controller of the replication connection.

@@ -6,7 +6,7 @@
 //! ([`manager`]). The replicator (separate) reads the WALs and reports
 //! acknowledgements back through [`TopicManager::on_acknowledged`].
 //!
-//! Layers, bottom up: [`budget`], [`ring`], [`ndjson`] and [`metrics`] are
+//! Layers, bottom up: [`budget`], [`ring`], [`ndjson`], [`health`] and [`metrics`] are
 //! pure; [`topic`] owns one WAL or ring; [`manager`] owns the topics and
 //! the metadata; [`api`] and [`agent`] are the shell. The user guide is
 //! `docs/edge-agent.md`.
@@ -39,6 +39,7 @@ pub mod check;
 pub mod client;
 pub mod config;
 pub mod declared_rate;
+pub mod health;
 pub mod idempotency;
 pub mod manager;
 pub mod metrics;

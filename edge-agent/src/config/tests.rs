@@ -426,8 +426,9 @@ fn replication_settings_parse_with_a_per_topic_retain_until() {
     assert_eq!(defaults.keep_alive, Duration::from_secs(1));
     assert_eq!(defaults.idle_timeout, Duration::from_secs(5));
     assert_eq!(defaults.retain_until, RetainUntil::Archived);
+    assert_eq!(defaults.unhealthy_after, Duration::from_secs(120));
     let config = resolve(&format!(
-        "{MINIMAL}[replication]\nkeep_alive_ms = 2000\nidle_timeout_ms = 30000\nretain_until = \"acknowledged\"\n\n\
+        "{MINIMAL}[replication]\nkeep_alive_ms = 2000\nidle_timeout_ms = 30000\nretain_until = \"acknowledged\"\nunhealthy_after_ms = 1500\n\n\
          [[topics]]\nname = \"/e1/audit\"\nintent = \"audit_log\"\nretain_until = \"archived\"\n\n\
          [[topics]]\nname = \"/e1/events\"\nintent = \"event_stream\"\n"
     ))
@@ -438,6 +439,7 @@ fn replication_settings_parse_with_a_per_topic_retain_until() {
             keep_alive: Duration::from_secs(2),
             idle_timeout: Duration::from_secs(30),
             retain_until: RetainUntil::Acknowledged,
+            unhealthy_after: Duration::from_millis(1500),
         }
     );
     let name = |s: &str| TopicName::new(s).unwrap();
@@ -483,6 +485,11 @@ fn bad_replication_settings_are_refused_naming_the_key() {
             "idle_timeout_ms = 600001",
             "replication.idle_timeout_ms",
             "600001 is above 600000 ms",
+        ),
+        (
+            "unhealthy_after_ms = 99",
+            "replication.unhealthy_after_ms",
+            "must be from 100 to 604800000 ms, got 99",
         ),
     ] {
         let (got_field, got_reason) = invalid_field(&format!("{MINIMAL}[replication]\n{text}\n"));
