@@ -77,6 +77,10 @@ pub enum AgentError {
     /// The TLS files for replication are unusable.
     #[error("replication TLS: {0}")]
     Tls(#[from] broker_core::tls::TlsError),
+    /// The local API's `[local_api_tls]` files are unusable (the error
+    /// names the setting).
+    #[error("{0}")]
+    LocalApiTls(broker_core::tls::TlsError),
     /// Closing the topics failed.
     #[error("shutdown: {0}")]
     Close(#[from] TopicError),
@@ -242,6 +246,10 @@ impl Agent {
             (Some(paths), false) => Some(paths.load_identity("tls").map_err(AgentError::Tls)?),
             _ => None,
         };
+        let local_api_tls = match &config.local_api_security.tls {
+            Some(tls) => Some(crate::api_access::server_config(tls).map_err(AgentError::LocalApiTls)?),
+            None => None,
+        };
         let listener = tokio::net::TcpListener::bind(config.local_api)
             .await
             .map_err(|source| AgentError::Bind {
@@ -278,13 +286,34 @@ impl Agent {
             if let Some(stall) = &stall {
                 app = app.layer(axum::Extension(stall.clone()));
             }
-            tokio::spawn(async move {
-                axum::serve(listener, app)
-                    .with_graceful_shutdown(async move {
-                        let _ = stop.wait_for(|&s| s).await;
+            if let Some(token) = &config.local_api_security.token {
+                app = app.layer(axum::middleware::from_fn_with_state(
+                    Arc::new(token.clone()),
+                    crate::api_access::require_token,
+                ));
+            }
+            let stopped = async move {
+                let _ = stop.wait_for(|&s| s).await;
+            };
+            match local_api_tls {
+                Some(tls) => {
+                    let listener = crate::api_access::TlsListener::new(listener, tls)
+                        .map_err(|source| AgentError::Bind {
+                            addr: config.local_api,
+                            source,
+                        })?;
+                    tokio::spawn(async move {
+                        axum::serve(listener, app)
+                            .with_graceful_shutdown(stopped)
+                            .await
                     })
-                    .await
-            })
+                }
+                None => tokio::spawn(async move {
+                    axum::serve(listener, app)
+                        .with_graceful_shutdown(stopped)
+                        .await
+                }),
+            }
         };
         let checkpoints = {
             let mut stop = shutdown.subscribe();
@@ -360,7 +389,14 @@ impl Agent {
             );
             (watch, task)
         });
-        info!(edge_id = %config.edge_id, local_api = %local_addr, data_dir = %data_dir.display(), "edge agent started");
+        info!(
+            edge_id = %config.edge_id,
+            local_api = %local_addr,
+            local_api_tls = config.local_api_security.tls.is_some(),
+            local_api_token = config.local_api_security.token.is_some(),
+            data_dir = %data_dir.display(),
+            "edge agent started"
+        );
         Ok(Agent {
             manager,
             local_addr,

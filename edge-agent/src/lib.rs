@@ -34,6 +34,7 @@
 
 pub mod agent;
 pub mod api;
+pub mod api_access;
 pub mod budget;
 pub mod check;
 pub mod client;
