@@ -144,7 +144,8 @@ fn publish_error(e: TopicError, lines: Option<&[usize]>) -> ApiError {
             }
             err
         }
-        TopicError::Publish(PublishError::Full(full)) => {
+        TopicError::Publish(ref refusal @ PublishError::Full(ref full)) => {
+            crate::refusals::log_storage_refusal(refusal, "http");
             let limit = match full.scope {
                 BudgetScope::Topic => "topic disk_budget_bytes",
                 BudgetScope::Agent => "agent disk_budget_bytes",
@@ -156,7 +157,8 @@ fn publish_error(e: TopicError, lines: Option<&[usize]>) -> ApiError {
                 .with("used_bytes", json!(full.used_bytes))
                 .with("batch_bytes", json!(full.batch_bytes))
         }
-        TopicError::Publish(PublishError::DiskFull { topic, path, .. }) => {
+        TopicError::Publish(ref refusal @ PublishError::DiskFull { ref topic, ref path, .. }) => {
+            crate::refusals::log_storage_refusal(refusal, "http");
             ApiError::new(StatusCode::INSUFFICIENT_STORAGE, message)
                 .with_kind("disk_full")
                 .with("topic", json!(topic.as_str()))

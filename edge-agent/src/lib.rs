@@ -47,6 +47,7 @@ pub mod metrics;
 pub mod mqtt;
 pub mod ndjson;
 pub mod recovery;
+pub mod refusals;
 pub mod replicator;
 pub mod ring;
 pub mod sequence;

@@ -539,7 +539,13 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
             }
             _ => (Reason::UnspecifiedError, true),
         };
-        info!(error = %e, "mqtt publish refused, not acknowledged");
+        match &e {
+            // Storage refusals: one line per topic every 10 s, with a count.
+            TopicError::Publish(refusal @ (PublishError::Full(_) | PublishError::DiskFull { .. })) => {
+                crate::refusals::log_storage_refusal(refusal, "mqtt");
+            }
+            _ => info!(error = %e, "mqtt publish refused, not acknowledged"),
+        }
         if fatal {
             return Err(close(reason, e.to_string()));
         }
