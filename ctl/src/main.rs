@@ -76,6 +76,9 @@ enum Command {
     /// Principals, tokens, role bindings and roles.
     #[command(subcommand)]
     Auth(commands::auth::AuthCommand),
+    /// Edges: every edge the cluster knows (`list`).
+    #[command(subcommand)]
+    Edges(commands::edges_list::EdgesCommand),
     /// Browse, read, verify and export an archive bucket (no broker
     /// needed).
     Archive(Box<archive::ArchiveArgs>),
@@ -104,6 +107,7 @@ fn run(cli: &Cli, admin_url_given: bool) -> anyhow::Result<String> {
         Command::Apply(args) => commands::apply::run(&ctx, args)?,
         Command::Cluster(command) => commands::cluster::run(&ctx, command)?,
         Command::Auth(command) => commands::auth::run(&ctx, command)?,
+        Command::Edges(command) => commands::edges_list::run(&ctx, command)?,
         Command::Archive(args) => {
             let broker = archive::BrokerAccess {
                 admin_url: &cli.admin_url,

@@ -1,4 +1,4 @@
-//! `tribctl topics | namespaces | apply | cluster | auth`: admin commands over the
+//! `tribctl topics | namespaces | apply | cluster | auth | edges`: admin commands over the
 //! broker's admin HTTP API, one module per command group. Each command
 //! returns the text to print; with `--output json` that is the API's JSON
 //! response, pretty-printed. This module holds what they share: the
@@ -16,6 +16,7 @@
 pub mod apply;
 pub mod auth;
 pub mod cluster;
+pub mod edges_list;
 pub mod namespaces;
 pub mod subscriptions;
 pub mod topics;
