@@ -4,7 +4,7 @@
 //! ```text
 //! frame = u32 length (of type + payload, little-endian) | u8 type | payload
 //! 1 Hello    JSON {"protocol":1,"topic":"/ns/t","settings":{ExpandedStreamSettings}|null,
-//!            "ack_datagrams":true (optional)}
+//!            "ack_datagrams":true (optional),"progress":true (optional)}
 //! 2 Welcome  u64 high_water_mark: the broker's next offset for the topic
 //! 3 Batch    u8 wire codec (0 none, 1 zstd) | the record batch, verbatim
 //!            (zstd-compressed as a whole when the codec is 1)
