@@ -190,11 +190,8 @@ pub async fn run(
     }
     let damage_task = damage.spawn();
     // Which edges are connected, shared through Raft (`GET /v1/edges`).
-    let fleet = crate::fleet::Fleet::new(
-        config.node_id,
-        Arc::new(SystemClock),
-        config.fleet.clone(),
-    );
+    let fleet =
+        crate::fleet::Fleet::new(config.node_id, Arc::new(SystemClock), config.fleet.clone());
     let state_store = state.store.clone();
     let fleet_task = tokio::spawn(crate::fleet::report::run(
         fleet.clone(),

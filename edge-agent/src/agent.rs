@@ -247,7 +247,9 @@ impl Agent {
             _ => None,
         };
         let local_api_tls = match &config.local_api_security.tls {
-            Some(tls) => Some(crate::api_access::server_config(tls).map_err(AgentError::LocalApiTls)?),
+            Some(tls) => {
+                Some(crate::api_access::server_config(tls).map_err(AgentError::LocalApiTls)?)
+            }
             None => None,
         };
         let listener = tokio::net::TcpListener::bind(config.local_api)
@@ -297,10 +299,12 @@ impl Agent {
             };
             match local_api_tls {
                 Some(tls) => {
-                    let listener = crate::api_access::TlsListener::new(listener, tls)
-                        .map_err(|source| AgentError::Bind {
-                            addr: config.local_api,
-                            source,
+                    let listener =
+                        crate::api_access::TlsListener::new(listener, tls).map_err(|source| {
+                            AgentError::Bind {
+                                addr: config.local_api,
+                                source,
+                            }
                         })?;
                     tokio::spawn(async move {
                         axum::serve(listener, app)

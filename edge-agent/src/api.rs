@@ -157,7 +157,13 @@ fn publish_error(e: TopicError, lines: Option<&[usize]>) -> ApiError {
                 .with("used_bytes", json!(full.used_bytes))
                 .with("batch_bytes", json!(full.batch_bytes))
         }
-        TopicError::Publish(ref refusal @ PublishError::DiskFull { ref topic, ref path, .. }) => {
+        TopicError::Publish(
+            ref refusal @ PublishError::DiskFull {
+                ref topic,
+                ref path,
+                ..
+            },
+        ) => {
             crate::refusals::log_storage_refusal(refusal, "http");
             ApiError::new(StatusCode::INSUFFICIENT_STORAGE, message)
                 .with_kind("disk_full")

@@ -93,7 +93,10 @@ impl TlsListener {
     ///
     /// # Errors
     /// The listener's address cannot be read.
-    pub fn new(listener: TcpListener, config: rustls::ServerConfig) -> std::io::Result<TlsListener> {
+    pub fn new(
+        listener: TcpListener,
+        config: rustls::ServerConfig,
+    ) -> std::io::Result<TlsListener> {
         let local_addr = listener.local_addr()?;
         let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
         let (tx, ready) = mpsc::channel(READY_CONNECTIONS);
@@ -120,7 +123,9 @@ impl TlsListener {
                         Ok(Err(e)) => {
                             tracing::debug!(peer = %peer, error = %e, "local API TLS handshake failed");
                         }
-                        Err(_) => tracing::debug!(peer = %peer, "local API TLS handshake timed out"),
+                        Err(_) => {
+                            tracing::debug!(peer = %peer, "local API TLS handshake timed out")
+                        }
                     }
                 });
             }

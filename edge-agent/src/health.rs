@@ -95,10 +95,7 @@ impl StallWatch {
             let for_ = now.saturating_duration_since(since);
             stalls.push((
                 for_,
-                format!(
-                    "no connection to any broker for {} s",
-                    for_.as_secs()
-                ),
+                format!("no connection to any broker for {} s", for_.as_secs()),
             ));
         }
         for (name, (acked, since)) in &self.topics {
@@ -177,8 +174,16 @@ mod tests {
             "a fresh backlog is traffic"
         );
         // /e/a keeps moving; /e/b does not.
-        watch.observe(at(6_000), true, [topic("/e/a", 200, 150), topic("/e/b", 9, 0)]);
-        watch.observe(at(11_000), true, [topic("/e/a", 300, 250), topic("/e/b", 9, 0)]);
+        watch.observe(
+            at(6_000),
+            true,
+            [topic("/e/a", 200, 150), topic("/e/b", 9, 0)],
+        );
+        watch.observe(
+            at(11_000),
+            true,
+            [topic("/e/a", 300, 250), topic("/e/b", 9, 0)],
+        );
         let r = watch.report(at(11_000));
         assert_eq!(r.stalled_for, Duration::from_secs(11));
         assert!(r.unhealthy);
@@ -187,7 +192,11 @@ mod tests {
             ["/e/b: records waiting and nothing acknowledged past offset 0 for 11 s"]
         );
         // One acknowledgement: progress again.
-        watch.observe(at(12_000), true, [topic("/e/a", 300, 300), topic("/e/b", 9, 4)]);
+        watch.observe(
+            at(12_000),
+            true,
+            [topic("/e/a", 300, 300), topic("/e/b", 9, 4)],
+        );
         assert!(!watch.report(at(12_000)).unhealthy);
         // Caught up: no stall however long it stays so.
         watch.observe(at(13_000), true, [topic("/e/b", 9, 9)]);

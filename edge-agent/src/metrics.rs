@@ -88,7 +88,12 @@ impl Exposition {
     }
 
     /// A gauge family `name` with `samples`.
-    pub fn gauge(&mut self, name: &str, help: &str, samples: impl IntoIterator<Item = (Labels, u64)>) {
+    pub fn gauge(
+        &mut self,
+        name: &str,
+        help: &str,
+        samples: impl IntoIterator<Item = (Labels, u64)>,
+    ) {
         let family = Family::<Labels, Gauge<u64, AtomicU64>>::default();
         for (labels, value) in samples {
             family.get_or_create(&labels).set(value);
@@ -403,10 +408,7 @@ pub fn add_replication(
         out.gauge(
             "tributary_edge_replication_connected",
             "Whether the agent holds a connection to a broker now: 1 if it does, 0 if not.",
-            [(
-                out.labels(&[]),
-                u64::from(get(&stats.open_connections) > 0),
-            )],
+            [(out.labels(&[]), u64::from(get(&stats.open_connections) > 0))],
         );
         out.gauge_f64(
             "tributary_edge_replication_stalled_seconds",

@@ -21,11 +21,15 @@ use crate::topic::PublishError;
 /// At most one line per topic and kind in this long.
 pub const WINDOW: Duration = Duration::from_secs(10);
 
+/// A topic and a refusal kind.
+type Key = (String, &'static str);
+
 /// Which refusals were logged when, and how many were not since.
 #[derive(Debug)]
 pub struct RefusalLog {
     window: Duration,
-    slots: Mutex<HashMap<(String, &'static str), (Instant, u64)>>,
+    /// Per key: when its last line was logged, refusals since.
+    slots: Mutex<HashMap<Key, (Instant, u64)>>,
 }
 
 impl RefusalLog {

@@ -109,7 +109,10 @@ fn the_lan_api_over_tls_wants_the_right_bearer_token_on_every_route_but_health()
     let out = edge_agent(&["check-config", "-c", path.to_str().unwrap()]);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert_eq!(text(&out.stdout), "ok\n");
-    let mut agent = Proc::new("edge-agent", command(&["run", "-c", path.to_str().unwrap()]));
+    let mut agent = Proc::new(
+        "edge-agent",
+        command(&["run", "-c", path.to_str().unwrap()]),
+    );
     agent.start();
     let https = tributary_test_support::certs::https_agent(&certs);
     let base = format!("https://localhost:{port}");
@@ -117,9 +120,17 @@ fn the_lan_api_over_tls_wants_the_right_bearer_token_on_every_route_but_health()
     let deadline = Instant::now() + Duration::from_secs(30);
     let health = loop {
         match https.get(&format!("{base}/health")).call() {
-            Ok(mut r) => break (r.status().as_u16(), r.body_mut().read_json::<Value>().unwrap()),
+            Ok(mut r) => {
+                break (
+                    r.status().as_u16(),
+                    r.body_mut().read_json::<Value>().unwrap(),
+                );
+            }
             Err(e) => {
-                assert!(Instant::now() < deadline, "no HTTPS answer within 30 s: {e}");
+                assert!(
+                    Instant::now() < deadline,
+                    "no HTTPS answer within 30 s: {e}"
+                );
                 std::thread::sleep(Duration::from_millis(50));
             }
         }
@@ -144,7 +155,11 @@ fn the_lan_api_over_tls_wants_the_right_bearer_token_on_every_route_but_health()
         )
     };
     let (status, challenge, body) = publish(None);
-    assert_eq!((status, challenge.as_deref()), (401, Some("Bearer")), "{body}");
+    assert_eq!(
+        (status, challenge.as_deref()),
+        (401, Some("Bearer")),
+        "{body}"
+    );
     assert_eq!(body["kind"], "unauthorized");
     let (status, _, body) = publish(Some("lan-token-0123456789abcdeX"));
     assert_eq!(status, 401, "{body}");

@@ -48,7 +48,10 @@ fn a_full_budget_is_logged_once_per_topic_with_plain_values() {
     let deadline = Instant::now() + Duration::from_secs(30);
     let (mut stored, mut refused) = (0u32, 0u32);
     while refused < 25 {
-        assert!(Instant::now() < deadline, "{stored} stored, {refused} refused after 30 s");
+        assert!(
+            Instant::now() < deadline,
+            "{stored} stored, {refused} refused after 30 s"
+        );
         let Ok(response) = agent.post(&url).send(value.as_str()) else {
             std::thread::sleep(Duration::from_millis(50)); // still starting
             continue;
@@ -61,11 +64,7 @@ fn a_full_budget_is_logged_once_per_topic_with_plain_values() {
     }
     assert!(stored > 10, "the budget took {stored} records first");
     // SIGTERM: the agent flushes its log and exits 0.
-    assert_eq!(
-        terminate(&mut child),
-        Some(0),
-        "exit status on SIGTERM"
-    );
+    assert_eq!(terminate(&mut child), Some(0), "exit status on SIGTERM");
     let mut stderr = String::new();
     child
         .stderr
@@ -78,7 +77,11 @@ fn a_full_budget_is_logged_once_per_topic_with_plain_values() {
         .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
         .filter(|v: &Value| v["target"] == "tributary_edge::refusals")
         .collect();
-    assert_eq!(lines.len(), 1, "one line for {refused} refusals within 10 s:\n{stderr}");
+    assert_eq!(
+        lines.len(),
+        1,
+        "one line for {refused} refusals within 10 s:\n{stderr}"
+    );
     let fields = &lines[0]["fields"];
     assert_eq!(lines[0]["level"], "WARN");
     assert_eq!(fields["topic"], "/e1/t");

@@ -140,9 +140,7 @@ fn merge_edge(
                 (broker, entry, true, now_ms, entry.since_ms)
             } else if entry.connections > 0 {
                 // The broker died with the connection open.
-                let ended = entry
-                    .last_seen_ms
-                    .max(lease.map_or(0, |l| l.renewed_at_ms));
+                let ended = entry.last_seen_ms.max(lease.map_or(0, |l| l.renewed_at_ms));
                 (broker, entry, false, ended, ended)
             } else {
                 (broker, entry, false, entry.last_seen_ms, entry.since_ms)
@@ -216,7 +214,13 @@ mod tests {
         }
     }
 
-    fn with_topic(mut e: EdgeEntry, name: &str, acked: u64, hwm: Option<u64>, at: u64) -> EdgeEntry {
+    fn with_topic(
+        mut e: EdgeEntry,
+        name: &str,
+        acked: u64,
+        hwm: Option<u64>,
+        at: u64,
+    ) -> EdgeEntry {
         e.topics.insert(
             name.to_owned(),
             TopicEntry {
@@ -239,15 +243,30 @@ mod tests {
 
     #[test]
     fn a_connected_edge_is_seen_now_on_every_broker_it_holds_a_connection_to() {
-        let b1 = with_topic(entry(1, 1_000, 1_000, "10.0.0.7:5000"), "/e1/a", 90, Some(100), 1_500);
-        let b2 = with_topic(entry(1, 1_200, 1_200, "10.0.0.7:5001"), "/e1/b", 7, Some(7), 1_300);
+        let b1 = with_topic(
+            entry(1, 1_000, 1_000, "10.0.0.7:5000"),
+            "/e1/a",
+            90,
+            Some(100),
+            1_500,
+        );
+        let b2 = with_topic(
+            entry(1, 1_200, 1_200, "10.0.0.7:5001"),
+            "/e1/b",
+            7,
+            Some(7),
+            1_300,
+        );
         let views = merge([("e1", 2, &b2), ("e1", 1, &b1)], lease(&[1, 2]), 9_000);
         assert_eq!(views.len(), 1);
         let v = &views[0];
         assert!(v.connected);
         assert_eq!((v.since_ms, v.last_seen_ms), (1_000, 9_000));
         assert_eq!(v.brokers, vec![1, 2]);
-        assert_eq!((v.last_broker, v.remote_addr.as_str()), (2, "10.0.0.7:5001"));
+        assert_eq!(
+            (v.last_broker, v.remote_addr.as_str()),
+            (2, "10.0.0.7:5001")
+        );
         assert_eq!(v.topics.len(), 2);
         assert_eq!(v.topics[0].topic, "/e1/a");
         assert_eq!(v.topics[0].lag_records, Some(10));
@@ -256,14 +275,23 @@ mod tests {
 
     #[test]
     fn a_disconnected_edge_keeps_its_last_offsets_and_when_it_went() {
-        let b1 = with_topic(entry(0, 4_000, 4_000, "10.0.0.7:5000"), "/e1/a", 90, None, 3_000);
+        let b1 = with_topic(
+            entry(0, 4_000, 4_000, "10.0.0.7:5000"),
+            "/e1/a",
+            90,
+            None,
+            3_000,
+        );
         let v = &merge([("e1", 1, &b1)], lease(&[1]), 9_000)[0];
         assert!(!v.connected);
         assert_eq!((v.since_ms, v.last_seen_ms), (4_000, 4_000));
         assert!(v.brokers.is_empty());
         assert_eq!(v.last_broker, 1);
         assert_eq!(v.topics[0].edge_high_water_mark, None);
-        assert_eq!(v.topics[0].lag_records, None, "unknown without the edge's mark");
+        assert_eq!(
+            v.topics[0].lag_records, None,
+            "unknown without the edge's mark"
+        );
     }
 
     #[test]

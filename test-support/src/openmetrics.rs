@@ -7,6 +7,10 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+/// One sample: full sample name (with `_total` for counters), labels in
+/// order, value.
+pub type Sample = (String, Vec<(String, String)>, f64);
+
 /// One metric family of an exposition.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct MetricFamily {
@@ -14,9 +18,8 @@ pub struct MetricFamily {
     pub kind: String,
     /// The HELP text.
     pub help: String,
-    /// Samples: full sample name (with `_total` for counters), labels in
-    /// order, value.
-    pub samples: Vec<(String, Vec<(String, String)>, f64)>,
+    /// Its samples.
+    pub samples: Vec<Sample>,
 }
 
 impl MetricFamily {
@@ -121,8 +124,6 @@ fn family_of(sample: &str, families: &BTreeMap<String, MetricFamily>) -> Option<
         })
 }
 
-type Sample = (String, Vec<(String, String)>, f64);
-
 fn sample(line: &str) -> Option<Sample> {
     let (series, value) = line.rsplit_once(' ')?;
     let value: f64 = value.parse().ok()?;
@@ -172,7 +173,11 @@ mod tests {
             Some(2.0)
         );
         assert_eq!(families["g"].value(&[]), Some(1.5));
-        assert_eq!(families["a_total_x"].value(&[("edge", "e1")]), None, "two match");
+        assert_eq!(
+            families["a_total_x"].value(&[("edge", "e1")]),
+            None,
+            "two match"
+        );
     }
 
     #[test]
@@ -181,6 +186,9 @@ mod tests {
         let err = parse(text).unwrap_err();
         assert!(err.contains("does not end with `# EOF`"), "{err}");
         assert!(err.contains("d: HELP is not a sentence"), "{err}");
-        assert!(err.contains("d: samples with different label sets"), "{err}");
+        assert!(
+            err.contains("d: samples with different label sets"),
+            "{err}"
+        );
     }
 }

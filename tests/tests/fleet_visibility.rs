@@ -161,13 +161,18 @@ fn edges_list_health_metrics_and_logs_follow_an_edge_going_away_and_coming_back(
     let edge_metrics = format!("http://{}/metrics", pair.edge_api);
     let text = try_scrape(&edge_metrics).expect("edge metrics");
     assert_eq!(
-        metric_value(&text, "tributary_edge_replication_connected{edge=\"plant1\"}"),
+        metric_value(
+            &text,
+            "tributary_edge_replication_connected{edge=\"plant1\"}"
+        ),
         Some(0),
         "{text}"
     );
     assert!(
-        metric_value(&text, "tributary_edge_replication_stalled_seconds{edge=\"plant1\"}")
-            >= Some(1),
+        metric_value(
+            &text,
+            "tributary_edge_replication_stalled_seconds{edge=\"plant1\"}"
+        ) >= Some(1),
         "{text}"
     );
     publish(&pair, 0, 100);
@@ -191,7 +196,11 @@ fn edges_list_health_metrics_and_logs_follow_an_edge_going_away_and_coming_back(
     );
     let topic = topic_of(&edge);
     assert_eq!(
-        (topic["acknowledged_offset"].clone(), topic["lag_records"].clone(), topic["broker_id"].clone()),
+        (
+            topic["acknowledged_offset"].clone(),
+            topic["lag_records"].clone(),
+            topic["broker_id"].clone()
+        ),
         (100.into(), 0.into(), 1.into()),
         "{edge}"
     );
@@ -207,8 +216,14 @@ fn edges_list_health_metrics_and_logs_follow_an_edge_going_away_and_coming_back(
     );
     assert!(lines[1].starts_with("plant1  yes        "), "{table}");
     assert!(lines[1].contains("  now  "), "{table}");
-    assert_eq!(lines[2], "  TOPIC             BROKER  EDGE HWM  ACKNOWLEDGED  LAG");
-    assert_eq!(lines[3], "  /plant1/readings  1       100       100           0");
+    assert_eq!(
+        lines[2],
+        "  TOPIC             BROKER  EDGE HWM  ACKNOWLEDGED  LAG"
+    );
+    assert_eq!(
+        lines[3],
+        "  /plant1/readings  1       100       100           0"
+    );
 
     // More records: the exact new mark.
     publish(&pair, 100, 150);
@@ -232,7 +247,11 @@ fn edges_list_health_metrics_and_logs_follow_an_edge_going_away_and_coming_back(
 
     // The edge goes away: disconnected, last seen stays where it left.
     let before_stop = now_ms();
-    assert_eq!(pair.edge.terminate(), Some(0), "edge exit status on SIGTERM");
+    assert_eq!(
+        pair.edge.terminate(),
+        Some(0),
+        "edge exit status on SIGTERM"
+    );
     let gone = wait_edge(&pair, "disconnected", |e| e["connected"] == false);
     let last_seen = gone["last_seen_ms"].as_u64().expect("last seen");
     assert!(last_seen >= before_stop && last_seen <= now_ms(), "{gone}");
@@ -256,10 +275,20 @@ fn edges_list_health_metrics_and_logs_follow_an_edge_going_away_and_coming_back(
     std::thread::sleep(Duration::from_millis(1_100));
     let still_gone = plant1(&pair);
     assert_eq!(still_gone["connected"], false);
-    assert_eq!(still_gone["last_seen_ms"].as_u64(), Some(last_seen), "last seen stopped");
+    assert_eq!(
+        still_gone["last_seen_ms"].as_u64(),
+        Some(last_seen),
+        "last seen stopped"
+    );
     // The table says when.
     let table = String::from_utf8_lossy(&edges_list(&pair, &[]).stdout).into_owned();
-    assert!(table.lines().nth(1).is_some_and(|l| l.starts_with("plant1  no ")), "{table}");
+    assert!(
+        table
+            .lines()
+            .nth(1)
+            .is_some_and(|l| l.starts_with("plant1  no ")),
+        "{table}"
+    );
 
     // It comes back: connected again, since later, last seen moving.
     pair.edge.start();
@@ -275,9 +304,17 @@ fn edges_list_health_metrics_and_logs_follow_an_edge_going_away_and_coming_back(
         "{text}"
     );
 
-    assert_eq!(pair.edge.terminate(), Some(0), "edge exit status on SIGTERM");
+    assert_eq!(
+        pair.edge.terminate(),
+        Some(0),
+        "edge exit status on SIGTERM"
+    );
     wait_edge(&pair, "disconnected again", |e| e["connected"] == false);
-    assert_eq!(pair.broker.terminate(), Some(0), "broker exit status on SIGTERM");
+    assert_eq!(
+        pair.broker.terminate(),
+        Some(0),
+        "broker exit status on SIGTERM"
+    );
 
     // The broker's JSON log: a connect and a disconnect line per
     // connection (two), with plain values.
@@ -308,7 +345,10 @@ fn edges_list_health_metrics_and_logs_follow_an_edge_going_away_and_coming_back(
     }
     for line in &disconnects {
         assert_eq!(line["topics"], TOPIC, "{line}");
-        assert!(line["reason"].as_str().is_some_and(|r| !r.is_empty()), "{line}");
+        assert!(
+            line["reason"].as_str().is_some_and(|r| !r.is_empty()),
+            "{line}"
+        );
         assert_eq!(line["connections"], 0, "{line}");
     }
     // No field anywhere in the log is a Debug rendering of an Option.

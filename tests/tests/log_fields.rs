@@ -117,7 +117,8 @@ fn debug_fields(code: &str) -> Vec<(usize, String)> {
                 // `expr?` (error propagation) follows an identifier or `)`.
                 let prev = args[..i].trim_end().chars().next_back().unwrap_or(',');
                 let next = args[i + 1..].trim_start().chars().next().unwrap_or(' ');
-                matches!(prev, ',' | '(' | '=') && (next.is_alphabetic() || next == '_' || next == '&')
+                matches!(prev, ',' | '(' | '=')
+                    && (next.is_alphabetic() || next == '_' || next == '&')
             });
             if debug {
                 let line = code[..start].matches('\n').count() + 1;

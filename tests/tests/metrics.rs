@@ -60,7 +60,10 @@ fn scrape_typed(url: &str) -> (String, String) {
         .and_then(|v| v.to_str().ok())
         .unwrap_or("")
         .to_owned();
-    (content_type, response.body_mut().read_to_string().expect("body"))
+    (
+        content_type,
+        response.body_mut().read_to_string().expect("body"),
+    )
 }
 
 /// Every `tributary_*` name in `text`.
@@ -87,7 +90,10 @@ fn dashboard_queries(dashboard: &Value) -> Vec<String> {
             queries.push(target["expr"].as_str().expect("expr").to_owned());
         }
     }
-    for variable in dashboard["templating"]["list"].as_array().expect("templating") {
+    for variable in dashboard["templating"]["list"]
+        .as_array()
+        .expect("templating")
+    {
         if variable["type"] == "query" {
             queries.push(variable["query"].as_str().expect("query").to_owned());
         }
@@ -105,7 +111,8 @@ fn one_format_on_all_three(urls: &[(&str, &str)]) -> BTreeSet<String> {
             content_type, "application/openmetrics-text; version=1.0.0; charset=utf-8",
             "{daemon}"
         );
-        let families = openmetrics::parse(&text).unwrap_or_else(|e| panic!("{daemon}: {e}\n{text}"));
+        let families =
+            openmetrics::parse(&text).unwrap_or_else(|e| panic!("{daemon}: {e}\n{text}"));
         for (name, family) in families {
             if *daemon == "edge-agent" {
                 for (sample, labels, _) in &family.samples {
@@ -324,8 +331,8 @@ fn broker_edge_and_tier_metrics_follow_traffic_tiering_and_a_restart() {
         ("edge-agent", &edge_metrics),
         ("tier-service", &tier_metrics),
     ]);
-    let dashboard: Value =
-        serde_json::from_str(include_str!("../../docs/grafana-fleet.json")).expect("dashboard JSON");
+    let dashboard: Value = serde_json::from_str(include_str!("../../docs/grafana-fleet.json"))
+        .expect("dashboard JSON");
     let queries = dashboard_queries(&dashboard);
     assert!(queries.len() >= 12, "{queries:?}");
     let used: BTreeSet<String> = queries.iter().flat_map(|q| metric_names(q)).collect();

@@ -120,6 +120,10 @@ impl TopicProgress {
     }
 }
 
+/// A topic's values as last reported: (acknowledged offset, the edge's
+/// high-water mark, when they last changed in ms).
+type Reported = (u64, Option<u64>, u64);
+
 /// What this broker knows of one edge.
 #[derive(Debug, Default)]
 struct EdgeState {
@@ -131,7 +135,7 @@ struct EdgeState {
     ended_ms: u64,
     /// Topics with their progress handles and the values last reported
     /// with the time they changed: (acked, edge hwm, updated ms).
-    topics: BTreeMap<String, (Arc<TopicProgress>, Option<(u64, Option<u64>, u64)>)>,
+    topics: BTreeMap<String, (Arc<TopicProgress>, Option<Reported>)>,
     /// Bumped at every connect and disconnect.
     event: u64,
     /// `event` as of the last write that succeeded.
@@ -169,7 +173,11 @@ impl EdgeState {
             connections: u32::try_from(self.connections.len()).unwrap_or(u32::MAX),
             remote_addr: self.remote_addr.clone(),
             since_ms: if connected {
-                self.connections.values().map(|c| c.1).min().unwrap_or(now_ms)
+                self.connections
+                    .values()
+                    .map(|c| c.1)
+                    .min()
+                    .unwrap_or(now_ms)
             } else {
                 self.ended_ms
             },

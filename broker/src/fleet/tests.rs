@@ -58,8 +58,7 @@ fn a_connection_is_seen_now_and_its_end_is_remembered_with_the_offsets() {
         (0, 6_500, 6_500)
     );
     assert_eq!(
-        e.topics["/plant1/readings"].updated_ms,
-        4_000,
+        e.topics["/plant1/readings"].updated_ms, 4_000,
         "unchanged offsets keep their time"
     );
     assert_eq!(fleet.metrics(), vec![("plant1".to_owned(), false, 6.5)]);

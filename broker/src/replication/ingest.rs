@@ -308,6 +308,8 @@ async fn sleep_until(at: Option<std::time::Instant>) {
     }
 }
 
+// One stream's context, passed whole from the accept loop.
+#[allow(clippy::too_many_arguments)]
 async fn handle_stream(
     conn: quinn::Connection,
     send: quinn::SendStream,

@@ -154,7 +154,13 @@ fn table(edges: &[EdgeView]) -> String {
         if e.topics.is_empty() {
             continue;
         }
-        let mut topic_rows = vec![header(&["TOPIC", "BROKER", "EDGE HWM", "ACKNOWLEDGED", "LAG"])];
+        let mut topic_rows = vec![header(&[
+            "TOPIC",
+            "BROKER",
+            "EDGE HWM",
+            "ACKNOWLEDGED",
+            "LAG",
+        ])];
         for t in &e.topics {
             topic_rows.push(vec![
                 t.topic.clone(),

@@ -107,7 +107,10 @@ pub fn resolve(
         None => None,
     };
     if let Some(tls) = &tls {
-        for (setting, path) in [("local_api_tls.cert", &tls.cert), ("local_api_tls.key", &tls.key)] {
+        for (setting, path) in [
+            ("local_api_tls.cert", &tls.cert),
+            ("local_api_tls.key", &tls.key),
+        ] {
             if !path.is_file() {
                 return Err(ConfigError::invalid(
                     setting,

@@ -521,7 +521,10 @@ fn a_lan_local_api_needs_a_token_from_a_private_file() {
     let dir = tempfile::tempdir().unwrap();
     // Loopback: no token needed.
     let config = resolve(&format!("{MINIMAL}local_api = \"127.0.0.1:7500\"\n")).unwrap();
-    assert_eq!(config.local_api_security, local_api::LocalApiSecurity::default());
+    assert_eq!(
+        config.local_api_security,
+        local_api::LocalApiSecurity::default()
+    );
     // Any other address: refused without a token, naming local_api.
     let (field, reason) = invalid_field(&format!("{MINIMAL}local_api = \"0.0.0.0:7500\"\n"));
     assert_eq!(field, "local_api");
@@ -545,7 +548,10 @@ fn a_lan_local_api_needs_a_token_from_a_private_file() {
         open.display()
     ));
     assert_eq!(field, "local_api_token_file");
-    assert!(reason.contains("readable by every user (mode 0644)"), "{reason}");
+    assert!(
+        reason.contains("readable by every user (mode 0644)"),
+        "{reason}"
+    );
     let short = secret_file(dir.path(), "short", "abc\n", 0o600);
     let (field, reason) = invalid_field(&format!(
         "{MINIMAL}local_api_token_file = \"{}\"\n",

@@ -64,7 +64,10 @@ fn stats() -> AgentStats {
     }
 }
 
-fn render(stats: &AgentStats, replication: Option<(&ReplicationStats, Option<&StallReport>)>) -> String {
+fn render(
+    stats: &AgentStats,
+    replication: Option<(&ReplicationStats, Option<&StallReport>)>,
+) -> String {
     let mut out = Exposition::new(&stats.edge_id);
     add_agent(&mut out, stats);
     if let Some((r, stall)) = replication {
@@ -174,7 +177,14 @@ fn replication_counters_stall_and_connection() {
 #[test]
 fn label_values_are_escaped() {
     let mut out = Exposition::new("e\"1");
-    out.gauge("tributary_edge_x", "A test gauge for escaping.", [(out.labels(&[]), 1)]);
+    out.gauge(
+        "tributary_edge_x",
+        "A test gauge for escaping.",
+        [(out.labels(&[]), 1)],
+    );
     let text = out.finish();
-    assert!(text.contains("tributary_edge_x{edge=\"e\\\"1\"} 1"), "{text}");
+    assert!(
+        text.contains("tributary_edge_x{edge=\"e\\\"1\"} 1"),
+        "{text}"
+    );
 }

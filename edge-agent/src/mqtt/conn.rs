@@ -541,7 +541,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
         };
         match &e {
             // Storage refusals: one line per topic every 10 s, with a count.
-            TopicError::Publish(refusal @ (PublishError::Full(_) | PublishError::DiskFull { .. })) => {
+            TopicError::Publish(
+                refusal @ (PublishError::Full(_) | PublishError::DiskFull { .. }),
+            ) => {
                 crate::refusals::log_storage_refusal(refusal, "mqtt");
             }
             _ => info!(error = %e, "mqtt publish refused, not acknowledged"),

@@ -154,7 +154,11 @@ impl MqttStats {
         ];
         for (name, help, value) in counters {
             let labels = out.labels(&[]);
-            out.counter(&format!("tributary_edge_mqtt_{name}"), help, [(labels, value)]);
+            out.counter(
+                &format!("tributary_edge_mqtt_{name}"),
+                help,
+                [(labels, value)],
+            );
         }
         let publishes: Vec<_> = self
             .publishes

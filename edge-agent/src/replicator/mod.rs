@@ -571,7 +571,12 @@ fn on_stream_end(
                             routes::MAX_REDIRECT_HOPS
                         );
                     } else {
-                        debug!(topic, loops, delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX), "redirect loop again");
+                        debug!(
+                            topic,
+                            loops,
+                            delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+                            "redirect loop again"
+                        );
                     }
                 }
             }

@@ -460,7 +460,9 @@ fn fleet_edge_keys() {
             broker_id: 3
         })
     );
-    assert!(fleet::edge_entry(&NamespaceName::new("e").unwrap(), 1).starts_with(&fleet::edges_prefix()));
+    assert!(
+        fleet::edge_entry(&NamespaceName::new("e").unwrap(), 1).starts_with(&fleet::edges_prefix())
+    );
     for bad in [
         "/fleet/edges/plant-7/03",
         "/fleet/edges/plant-7/x",

@@ -822,7 +822,9 @@ mod tests {
     fn progress_frames_have_exact_bytes_and_refuse_wrong_lengths() {
         let limits = Limits::default();
         assert_eq!(
-            Frame::ProgressRequest { interval_ms: 500 }.to_bytes().as_ref(),
+            Frame::ProgressRequest { interval_ms: 500 }
+                .to_bytes()
+                .as_ref(),
             [5, 0, 0, 0, PROGRESS_REQUEST, 0xf4, 0x01, 0, 0]
         );
         assert_eq!(
