@@ -5,6 +5,7 @@
 //!   (`docs/admin-api.md`);
 //! - [`cluster`]: the topic-ownership endpoints of the admin API (brokers,
 //!   moves, rebalancing);
+//! - [`fleet`]: `GET /v1/edges`, the edges the cluster knows;
 //! - [`consumer`]: the consumer API's requests and responses
 //!   (`docs/consumer-api.md`);
 //! - [`enroll`]: certificate enrollment and edge revocation;
@@ -28,3 +29,4 @@ pub mod consumer;
 #[cfg(feature = "client")]
 pub mod consumer_client;
 pub mod enroll;
+pub mod fleet;

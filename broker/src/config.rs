@@ -35,6 +35,10 @@
 //! unarchived_bytes = 10737418240     # refuse new batches above 10 GiB
 //! # topics = { "/plant1/readings" = 1073741824 }
 //!
+//! [fleet]                            # edges in `tribctl edges list`
+//! report_interval_ms = 15000         # connected edges' entries to Raft
+//! progress_interval_ms = 1000        # edges report their high-water mark
+//!
 //! [archive]                          # the tier service's bucket: required with a
 //! prefix = "/tributary"              # tier service (descriptor checks, trims),
 //!                                    # and for reads below the local WAL
@@ -132,6 +136,10 @@ pub struct BrokerConfig {
     /// enrollment_disabled`.
     #[serde(default)]
     pub enroll: Option<crate::enroll::EnrollConfig>,
+    /// Fleet visibility (`[fleet]`): how often edge entries are written to
+    /// Raft and edges report their high-water mark; see [`crate::fleet`].
+    #[serde(default)]
+    pub fleet: crate::fleet::FleetConfig,
 }
 
 /// `[cluster]`: the broker's lease and advertised addresses.
@@ -196,6 +204,7 @@ impl std::fmt::Debug for BrokerConfig {
             .field("budget", &self.budget)
             .field("cluster", &self.cluster)
             .field("enroll", &self.enroll)
+            .field("fleet", &self.fleet)
             .finish()
     }
 }
@@ -446,6 +455,9 @@ impl BrokerConfig {
                     "required in [archive.store] (a directory or s3://bucket)".into(),
                 );
             }
+        }
+        for (field, reason) in self.fleet.problems() {
+            invalid(field, reason);
         }
         if self.admin_plain_http && !self.admin_listen.ip().is_loopback() {
             invalid(

@@ -9,7 +9,8 @@
 //!
 //! Edges: [`replication`] (the QUIC ingest endpoint and the central topic
 //! WALs it appends to), [`enroll`] (certificate enrollment and edge
-//! revocation).
+//! revocation), [`fleet`] (which edges are connected, their offsets and
+//! lag, shared through Raft).
 
 pub mod admin;
 pub mod auth;
@@ -19,6 +20,7 @@ pub mod cluster;
 pub mod config;
 pub mod consumer;
 pub mod enroll;
+pub mod fleet;
 mod http;
 pub mod metrics;
 pub mod raft;

@@ -27,9 +27,14 @@
 //! | `tributary_broker_raft_leader_id` | gauge | none: the leader's node id, 0 when none is known |
 //! | `tributary_broker_raft_is_leader` | gauge | none: 1 on the leader |
 //! | `tributary_broker_raft_last_applied_index` | gauge | none |
+//! | `tributary_broker_edge_connected` | gauge | `edge`: 1 while the edge holds a replication connection to this broker, else 0 |
+//! | `tributary_broker_edge_last_seen_timestamp_seconds` | gauge | `edge`: when this broker last knew the edge connected (now while it is), seconds since the Unix epoch |
 //!
 //! Topic metrics cover the topics this process has open (an edge has
-//! replicated to them since the broker started).
+//! replicated to them since the broker started); edge metrics the edges
+//! that connected to this broker since it started, and those an earlier
+//! process of it recorded ([`crate::fleet`]). Across brokers, an edge is
+//! connected when `max by (edge) (tributary_broker_edge_connected)` is 1.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -100,6 +105,8 @@ pub struct MetricsState {
     pub store: Arc<dyn MetadataStore>,
     /// The open topic WALs.
     pub topics: Arc<TopicStore>,
+    /// The edges of this broker (`None`: no edge metrics).
+    pub fleet: Option<Arc<crate::fleet::Fleet>>,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -108,6 +115,11 @@ struct TopicLabel {
 }
 
 type TopicGauge = Family<TopicLabel, Gauge<u64, AtomicU64>>;
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EdgeLabel {
+    edge: String,
+}
 
 fn counter(registry: &mut Registry, name: &str, help: &str, value: u64) {
     let metric: Counter<u64> = Counter::default();
@@ -258,7 +270,7 @@ pub async fn render(state: &MetricsState) -> Result<String, std::fmt::Error> {
     gauge(
         &mut registry,
         "tributary_broker_raft_is_leader",
-        "1 if this node is the Raft leader.",
+        "Whether this node is the Raft leader: 1 if it is, else 0.",
         u64::from(status.leader == Some(status.node_id)),
     );
     gauge(
@@ -267,6 +279,25 @@ pub async fn render(state: &MetricsState) -> Result<String, std::fmt::Error> {
         "Index of the last applied Raft log entry.",
         status.last_applied_index.unwrap_or(0),
     );
+    if let Some(fleet) = &state.fleet {
+        let connected = Family::<EdgeLabel, Gauge<u64, AtomicU64>>::default();
+        let last_seen = Family::<EdgeLabel, Gauge<f64, AtomicU64>>::default();
+        for (edge, is_connected, seen_s) in fleet.metrics() {
+            let label = EdgeLabel { edge };
+            connected.get_or_create(&label).set(u64::from(is_connected));
+            last_seen.get_or_create(&label).set(seen_s);
+        }
+        registry.register(
+            "tributary_broker_edge_connected",
+            "Whether the edge holds a replication connection to this broker now: 1 if it does, 0 if not.",
+            connected,
+        );
+        registry.register(
+            "tributary_broker_edge_last_seen_timestamp_seconds",
+            "When this broker last knew the edge connected (now while it is), in seconds since the Unix epoch.",
+            last_seen,
+        );
+    }
     let mut out = String::new();
     encode(&mut out, &registry)?;
     Ok(out)

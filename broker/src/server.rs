@@ -194,10 +194,19 @@ pub async fn run(
     let damage_task = damage.spawn();
     let gate = crate::replication::revocation::EdgeGate::new(state.auth.cache().clone());
     let gate_task = gate.spawn_watch();
+    // Which edges are connected, shared through Raft (`GET /v1/edges`).
+    let fleet =
+        crate::fleet::Fleet::new(config.node_id, Arc::new(SystemClock), config.fleet.clone());
+    let state_store = state.store.clone();
+    let fleet_task = tokio::spawn(crate::fleet::report::run(
+        fleet.clone(),
+        state_store.clone(),
+    ));
     tokio::spawn(crate::replication::ingest::serve(
         ingest.clone(),
         damage.clone(),
         gate,
+        fleet.clone(),
         Limits::default(),
     ));
     // `[enroll]`: the CA that signs enrolling edges (checked against
@@ -280,6 +289,7 @@ pub async fn run(
         cluster: state.cluster.clone(),
         store: state.store.clone(),
         topics: topics.clone(),
+        fleet: Some(fleet.clone()),
     });
     // The tier service's trim requests reach the central WALs through this.
     let enroll_routes = crate::enroll::enroll_router(crate::enroll::EnrollService::new(
@@ -295,7 +305,8 @@ pub async fn run(
         topics.clone(),
     )
     .layer(axum::Extension(damage.clone()))
-    .layer(axum::Extension(cluster.clone()));
+    .layer(axum::Extension(cluster.clone()))
+    .layer(axum::Extension(fleet.clone()));
     // Descriptor commits and trims check objects in the archive; without
     // `[archive]` both are refused (`archive_not_configured`).
     match archive {
@@ -341,6 +352,15 @@ pub async fn run(
     }
     watchdog.abort();
     ingest.close(0u32.into(), b"broker shutting down");
+    // Record the edges' disconnects while Raft still runs (bounded: without
+    // a leader the next start rewrites them).
+    fleet_task.abort();
+    fleet.close_all("broker shutting down");
+    let _ = tokio::time::timeout(
+        std::time::Duration::from_secs(2),
+        crate::fleet::report::flush(&fleet, state_store.as_ref()),
+    )
+    .await;
     ticker.abort();
     damage_task.abort();
     gate_task.abort();

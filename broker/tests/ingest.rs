@@ -134,6 +134,7 @@ fn hello_asking(topic: &str, ack_datagrams: bool) -> Frame {
         topic: topic.into(),
         settings: Some(StreamIntent::TaskQueue.expand()),
         ack_datagrams,
+        progress: false,
     })
 }
 

@@ -76,7 +76,8 @@ enum Command {
     /// Principals, tokens, role bindings and roles.
     #[command(subcommand)]
     Auth(commands::auth::AuthCommand),
-    /// Edges: enrollment tokens (`edge-agent enroll`) and revocation.
+    /// Edges: the fleet list, enrollment tokens (`edge-agent enroll`) and
+    /// revocation.
     #[command(subcommand)]
     Edges(commands::edges::EdgesCommand),
     /// Browse, read, verify and export an archive bucket (no broker

@@ -14,6 +14,8 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
 
 use crate::replicator::{self, ReplicationStats, ReplicatorConfig};
 use broker_core::metadata::MetadataError;
@@ -26,6 +28,7 @@ use tracing::{error, info, warn};
 
 use crate::api;
 use crate::config::AgentConfig;
+use crate::health::{StallWatch, TopicProgress};
 use crate::manager::{MetadataRebuild, OpenError, TopicError, TopicManager};
 
 /// File name of the local metadata store in the data directory.
@@ -74,6 +77,10 @@ pub enum AgentError {
     /// The TLS files for replication are unusable.
     #[error("replication TLS: {0}")]
     Tls(#[from] broker_core::tls::TlsError),
+    /// The local API's `[local_api_tls]` files are unusable (the error
+    /// names the setting).
+    #[error("{0}")]
+    LocalApiTls(broker_core::tls::TlsError),
     /// Closing the topics failed.
     #[error("shutdown: {0}")]
     Close(#[from] TopicError),
@@ -95,8 +102,8 @@ fn log_metadata_recovery(report: &StoreOpenReport, rebuild: &MetadataRebuild) {
             path = %report.path.display(),
             moved_to = %aside.display(),
             damage = report.damage.as_deref().unwrap_or(""),
-            rebuilt_topics = ?rebuilt_topics,
-            checkpoints_missing = ?checkpoints_missing,
+            rebuilt_topics = rebuilt_topics.join(","),
+            checkpoints_missing = checkpoints_missing.join(","),
             "local metadata store was DAMAGED: moved aside and replaced by a fresh store. Lost: every \
              stored topic setting and replication checkpoint. Rebuilt: configured topics from the \
              configuration, topics found as WAL directories with the implicit-topic defaults \
@@ -107,15 +114,15 @@ fn log_metadata_recovery(report: &StoreOpenReport, rebuild: &MetadataRebuild) {
         warn!(
             path = %report.path.display(),
             store_created = report.created,
-            rebuilt_topics = ?rebuilt_topics,
-            checkpoints_missing = ?checkpoints_missing,
+            rebuilt_topics = rebuilt_topics.join(","),
+            checkpoints_missing = checkpoints_missing.join(","),
             "local metadata store is missing what the WAL directories hold (deleted or lost): topics \
              recreated with the implicit-topic defaults (rebuilt_topics); checkpoints are re-learned \
              from the broker's high-water mark on the next connection"
         );
     } else if !checkpoints_missing.is_empty() {
         info!(
-            checkpoints_missing = ?checkpoints_missing,
+            checkpoints_missing = checkpoints_missing.join(","),
             "topics with records and no checkpoint yet: the broker's high-water mark says where replication resumes"
         );
     }
@@ -133,7 +140,63 @@ pub struct Agent {
     replicator: Option<JoinHandle<()>>,
     cert_reload: Option<JoinHandle<()>>,
     replication: Arc<ReplicationStats>,
+    /// The replication stall watch and its ticker (replication configured).
+    stall: Option<(SharedStall, JoinHandle<()>)>,
     mqtt: Option<crate::mqtt::MqttServer>,
+}
+
+/// The [`StallWatch`] as the agent's tasks share it.
+pub type SharedStall = Arc<std::sync::Mutex<StallWatch>>;
+
+/// Feeds `watch` what replication looks like about five times per
+/// `unhealthy_after` (at least every 100 ms, at most every second) until
+/// shutdown.
+fn spawn_stall_watch(
+    watch: SharedStall,
+    manager: Arc<TopicManager>,
+    replication: Arc<ReplicationStats>,
+    mut stop: watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    let tick = {
+        let after = watch
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .unhealthy_after();
+        (after / 5).clamp(Duration::from_millis(100), Duration::from_secs(1))
+    };
+    tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                () = tokio::time::sleep(tick) => {}
+                _ = stop.wait_for(|&s| s) => return,
+            }
+            let topics: Vec<(String, u64, u64)> = manager
+                .topics()
+                .iter()
+                .filter(|t| t.wal().is_some())
+                .map(|t| {
+                    (
+                        t.name().as_str().to_owned(),
+                        t.high_water_mark(),
+                        t.acknowledged_offset(),
+                    )
+                })
+                .collect();
+            let connected = replication.open_connections.load(Ordering::Relaxed) > 0;
+            watch
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .observe(
+                    Instant::now(),
+                    connected,
+                    topics.iter().map(|(name, hwm, acked)| TopicProgress {
+                        name,
+                        high_water_mark: *hwm,
+                        acknowledged_offset: *acked,
+                    }),
+                );
+        }
+    })
 }
 
 impl Agent {
@@ -195,6 +258,12 @@ impl Agent {
             }
             _ => None,
         };
+        let local_api_tls = match &config.local_api_security.tls {
+            Some(tls) => {
+                Some(crate::api_access::server_config(tls).map_err(AgentError::LocalApiTls)?)
+            }
+            None => None,
+        };
         let listener = tokio::net::TcpListener::bind(config.local_api)
             .await
             .map_err(|source| AgentError::Bind {
@@ -207,6 +276,12 @@ impl Agent {
         })?;
         let (shutdown, _) = watch::channel(false);
         let replication = Arc::new(ReplicationStats::default());
+        let stall: Option<SharedStall> = replication_tls.as_ref().map(|_| {
+            Arc::new(std::sync::Mutex::new(StallWatch::new(
+                config.replication.unhealthy_after,
+                Instant::now(),
+            )))
+        });
         let mqtt = match &config.mqtt {
             Some(mqtt) => Some(
                 crate::mqtt::MqttServer::start(mqtt.clone(), manager.clone(), shutdown.subscribe())
@@ -222,13 +297,39 @@ impl Agent {
             if let Some(mqtt) = &mqtt {
                 app = app.layer(axum::Extension(mqtt.stats.clone()));
             }
-            tokio::spawn(async move {
-                axum::serve(listener, app)
-                    .with_graceful_shutdown(async move {
-                        let _ = stop.wait_for(|&s| s).await;
+            if let Some(stall) = &stall {
+                app = app.layer(axum::Extension(stall.clone()));
+            }
+            if let Some(token) = &config.local_api_security.token {
+                app = app.layer(axum::middleware::from_fn_with_state(
+                    Arc::new(token.clone()),
+                    crate::api_access::require_token,
+                ));
+            }
+            let stopped = async move {
+                let _ = stop.wait_for(|&s| s).await;
+            };
+            match local_api_tls {
+                Some(tls) => {
+                    let listener =
+                        crate::api_access::TlsListener::new(listener, tls).map_err(|source| {
+                            AgentError::Bind {
+                                addr: config.local_api,
+                                source,
+                            }
+                        })?;
+                    tokio::spawn(async move {
+                        axum::serve(listener, app)
+                            .with_graceful_shutdown(stopped)
+                            .await
                     })
-                    .await
-            })
+                }
+                None => tokio::spawn(async move {
+                    axum::serve(listener, app)
+                        .with_graceful_shutdown(stopped)
+                        .await
+                }),
+            }
         };
         let checkpoints = {
             let mut stop = shutdown.subscribe();
@@ -303,7 +404,23 @@ impl Agent {
                 None
             }
         };
-        info!(edge_id = %config.edge_id, local_api = %local_addr, data_dir = %data_dir.display(), "edge agent started");
+        let stall = stall.map(|watch| {
+            let task = spawn_stall_watch(
+                watch.clone(),
+                manager.clone(),
+                replication.clone(),
+                shutdown.subscribe(),
+            );
+            (watch, task)
+        });
+        info!(
+            edge_id = %config.edge_id,
+            local_api = %local_addr,
+            local_api_tls = config.local_api_security.tls.is_some(),
+            local_api_token = config.local_api_security.token.is_some(),
+            data_dir = %data_dir.display(),
+            "edge agent started"
+        );
         Ok(Agent {
             manager,
             local_addr,
@@ -314,6 +431,7 @@ impl Agent {
             replicator,
             cert_reload,
             replication,
+            stall,
             mqtt,
         })
     }
@@ -372,6 +490,9 @@ impl Agent {
         }
         let _ = self.checkpoints.await;
         let _ = self.recovery.await;
+        if let Some((_, task)) = self.stall {
+            let _ = task.await;
+        }
         if let Some(replicator) = self.replicator {
             // It stops on the shutdown signal and drops its WAL handles.
             let _ = replicator.await;

@@ -7,8 +7,8 @@
 //! | `POST /v1/topics/{ns}/{topic}/batch` | publish an NDJSON batch ([`crate::ndjson`]), all or nothing |
 //! | `GET /v1/topics` | every topic with its counters ([`AgentStats`]) |
 //! | `GET /v1/topics/{ns}/{topic}` | one topic ([`crate::topic::TopicStats`]) |
-//! | `GET /health` | `{"status":"ok",...}` with `replication` (`state` connected / disconnected / not_configured, `connected_broker`, `last_error`, per-topic `lag_records`); `"degraded"` with `faults` naming each topic whose WAL is latched (a full disk) and its path, and `damaged` naming each unreadable offset range of a WAL (topic, `first_offset`, `end_offset`, `kind`, `reason`); 503 while shutting down |
-//! | `GET /metrics` | Prometheus text ([`crate::metrics`]) |
+//! | `GET /health` | `{"status":"ok",...}` with `replication` (`state` connected / disconnected / not_configured, `connected_broker`, `last_error`, `stalled_for_ms`, `unhealthy_after_ms`, `stalls`, per-topic `lag_records`); `"degraded"` with `faults` naming each topic whose WAL is latched (a full disk) and its path, and `damaged` naming each unreadable offset range of a WAL (topic, `first_offset`, `end_offset`, `kind`, `reason`); 503 `"unhealthy"` once nothing could leave the device for longer than `[replication] unhealthy_after_ms` ([`crate::health`]); 503 while shutting down |
+//! | `GET /metrics` | OpenMetrics text ([`crate::metrics`]) |
 //!
 //! Publish responses are sent once the batch is durable per the topic's
 //! sync mode. Both publish routes honour `Idempotency-Key`
@@ -41,7 +41,9 @@ use tracing::{debug, error};
 use tributary_proto::Record;
 use tributary_proto::keys::TopicName;
 
+use crate::agent::SharedStall;
 use crate::budget::BudgetScope;
+use crate::health::StallReport;
 use crate::manager::{AgentStats, TopicError, TopicManager};
 use crate::metrics;
 use crate::ndjson::{self, NdjsonError};
@@ -142,7 +144,8 @@ fn publish_error(e: TopicError, lines: Option<&[usize]>) -> ApiError {
             }
             err
         }
-        TopicError::Publish(PublishError::Full(full)) => {
+        TopicError::Publish(ref refusal @ PublishError::Full(ref full)) => {
+            crate::refusals::log_storage_refusal(refusal, "http");
             let limit = match full.scope {
                 BudgetScope::Topic => "topic disk_budget_bytes",
                 BudgetScope::Agent => "agent disk_budget_bytes",
@@ -154,7 +157,14 @@ fn publish_error(e: TopicError, lines: Option<&[usize]>) -> ApiError {
                 .with("used_bytes", json!(full.used_bytes))
                 .with("batch_bytes", json!(full.batch_bytes))
         }
-        TopicError::Publish(PublishError::DiskFull { topic, path, .. }) => {
+        TopicError::Publish(
+            ref refusal @ PublishError::DiskFull {
+                ref topic,
+                ref path,
+                ..
+            },
+        ) => {
+            crate::refusals::log_storage_refusal(refusal, "http");
             ApiError::new(StatusCode::INSUFFICIENT_STORAGE, message)
                 .with_kind("disk_full")
                 .with("topic", json!(topic.as_str()))
@@ -285,7 +295,15 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
 async fn health(
     ApiManager(manager): ApiManager,
     replication: Option<axum::Extension<Arc<ReplicationStats>>>,
+    stall: Option<axum::Extension<SharedStall>>,
 ) -> Response {
+    let stall = stall.map(|axum::Extension(s)| {
+        let watch = s.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        (
+            watch.report(std::time::Instant::now()),
+            watch.unhealthy_after(),
+        )
+    });
     let faults = manager.faults();
     let damaged: Vec<Value> = manager
         .stats()
@@ -305,6 +323,11 @@ async fn health(
         .collect();
     let (status, word) = if manager.is_closing() {
         (StatusCode::SERVICE_UNAVAILABLE, "shutting_down")
+    } else if stall.as_ref().is_some_and(|(r, _)| r.unhealthy) {
+        // Nothing left the device for longer than the setting: records
+        // pile up locally. Restarting the agent does not help; an operator
+        // (or the network) has to.
+        (StatusCode::SERVICE_UNAVAILABLE, "unhealthy")
     } else if !faults.is_empty() || !damaged.is_empty() {
         // Degraded, not down: replication and reads go on, and the agent
         // recovers by itself; a load balancer should not restart it.
@@ -330,15 +353,21 @@ async fn health(
         "topics": manager.topics().len(),
         "faults": faults,
         "damaged": damaged,
-        "replication": replication_health(&manager, replication.as_deref()),
+        "replication": replication_health(&manager, replication.as_deref(), stall.as_ref()),
     });
     (status, axum::Json(body)).into_response()
 }
 
 /// `/health`'s `replication`: `state` (`not_configured`, `connected`,
-/// `disconnected`), the connected broker, the last error and each topic's
-/// lag (records published but not yet acknowledged by the broker).
-fn replication_health(manager: &TopicManager, stats: Option<&Arc<ReplicationStats>>) -> Value {
+/// `disconnected`), the connected broker, the last error, how long nothing
+/// could leave the device (`stalled_for_ms`, with `unhealthy_after_ms` and
+/// the `stalls`, one sentence each) and each topic's lag (records published
+/// but not yet acknowledged by the broker).
+fn replication_health(
+    manager: &TopicManager,
+    stats: Option<&Arc<ReplicationStats>>,
+    stall: Option<&(StallReport, std::time::Duration)>,
+) -> Value {
     let configured = !manager.config().brokers.is_empty() && manager.config().tls.is_some();
     let link = stats.map(|s| s.link_status()).unwrap_or_default();
     let state = match (configured, &link.connected_broker) {
@@ -359,10 +388,14 @@ fn replication_health(manager: &TopicManager, stats: Option<&Arc<ReplicationStat
             })
         })
         .collect();
+    let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
     json!({
         "state": state,
         "connected_broker": link.connected_broker,
         "last_error": link.last_error,
+        "stalled_for_ms": stall.map(|(r, _)| ms(r.stalled_for)),
+        "unhealthy_after_ms": stall.map(|(_, after)| ms(*after)),
+        "stalls": stall.map(|(r, _)| r.reasons.clone()).unwrap_or_default(),
         "topics": lag,
     })
 }
@@ -371,15 +404,31 @@ async fn metrics_text(
     ApiManager(manager): ApiManager,
     replication: Option<axum::Extension<Arc<ReplicationStats>>>,
     mqtt: Option<axum::Extension<Arc<crate::mqtt::MqttStats>>>,
+    stall: Option<axum::Extension<SharedStall>>,
 ) -> Response {
-    let mut text = metrics::render(&manager.stats());
+    let stats = manager.stats();
+    let mut out = metrics::Exposition::new(&stats.edge_id);
+    metrics::add_agent(&mut out, &stats);
     if let Some(axum::Extension(replication)) = replication {
-        metrics::render_replication(&mut text, &replication);
+        let stall = stall.map(|axum::Extension(s)| stall_report(&s));
+        metrics::add_replication(&mut out, &replication, stall.as_ref());
     }
     if let Some(axum::Extension(mqtt)) = mqtt {
-        mqtt.render(&mut text);
+        mqtt.add_to(&mut out);
     }
-    ([(header::CONTENT_TYPE, metrics::CONTENT_TYPE)], text).into_response()
+    (
+        [(header::CONTENT_TYPE, metrics::CONTENT_TYPE)],
+        out.finish(),
+    )
+        .into_response()
+}
+
+/// The replication stall now.
+fn stall_report(watch: &SharedStall) -> StallReport {
+    watch
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+        .report(std::time::Instant::now())
 }
 
 async fn list_topics(ApiManager(manager): ApiManager) -> axum::Json<AgentStats> {

@@ -22,6 +22,7 @@ struct Targets {
     local_api: SocketAddr,
     brokers: Vec<String>,
     mqtt_listen: Option<SocketAddr>,
+    local_api_tls: Option<config::local_api::LocalApiTls>,
 }
 
 impl Targets {
@@ -32,6 +33,7 @@ impl Targets {
             local_api: config.local_api,
             brokers: config.brokers.clone(),
             mqtt_listen: config.mqtt.as_ref().map(|m| m.listen),
+            local_api_tls: config.local_api_security.tls.clone(),
         }
     }
 
@@ -65,6 +67,7 @@ impl Targets {
                 overrides.brokers.clone()
             },
             mqtt_listen: None,
+            local_api_tls: None,
         }
     }
 }
@@ -110,6 +113,11 @@ pub fn check(path: Option<&Path>, overrides: &Overrides) -> Report {
         }
     }
     report.listen("local_api", targets.local_api, Transport::Tcp);
+    if let Some(tls) = &targets.local_api_tls
+        && let Err(e) = crate::api_access::server_config(tls)
+    {
+        report.problem(e.to_string());
+    }
     if let Some(addr) = targets.mqtt_listen {
         report.listen("mqtt.listen", addr, Transport::Tcp);
     }

@@ -19,11 +19,12 @@ use tributary_proto::limits::BATCH_BYTES_CEILING;
 
 use crate::budget::FullPolicy;
 
+pub mod local_api;
 mod replication;
 
 pub use replication::{
-    DEFAULT_IDLE_TIMEOUT_MS, DEFAULT_KEEP_ALIVE_MS, ReplicationFileConfig, ReplicationSettings,
-    RetainUntil,
+    DEFAULT_IDLE_TIMEOUT_MS, DEFAULT_KEEP_ALIVE_MS, DEFAULT_UNHEALTHY_AFTER_MS,
+    ReplicationFileConfig, ReplicationSettings, RetainUntil,
 };
 
 /// The QUIC congestion controller of the replication connection.
@@ -136,6 +137,10 @@ pub struct FileConfig {
     pub tls: Option<TlsFileConfig>,
     /// Address of the local HTTP API.
     pub local_api: Option<SocketAddr>,
+    /// File holding the local API's bearer token ([`local_api`]).
+    pub local_api_token_file: Option<PathBuf>,
+    /// `[local_api_tls]`: HTTPS on the local API.
+    pub local_api_tls: Option<local_api::LocalApiTls>,
     /// Agent-wide disk budget over all WALs, bytes.
     pub disk_budget_bytes: Option<u64>,
     /// Default ring capacity of realtime topics, records.
@@ -257,6 +262,8 @@ pub struct AgentConfig {
     pub tls_check_interval: Option<Duration>,
     /// Local HTTP API address.
     pub local_api: SocketAddr,
+    /// The local API's bearer token and TLS ([`local_api`]).
+    pub local_api_security: local_api::LocalApiSecurity,
     /// Agent-wide disk budget, bytes; `None`: unlimited.
     pub disk_budget_bytes: Option<u64>,
     /// Default ring capacity of realtime topics, records.
@@ -293,6 +300,7 @@ impl AgentConfig {
                 crate::cert_reload::DEFAULT_CHECK_INTERVAL_MS,
             )),
             local_api: default_local_api(),
+            local_api_security: local_api::LocalApiSecurity::default(),
             disk_budget_bytes: None,
             realtime_ring_records: DEFAULT_RING_RECORDS,
             bandwidth_cap_bytes_per_s: None,
@@ -432,6 +440,12 @@ impl AgentConfig {
             Some(m) => Some(crate::mqtt::MqttConfig::resolve(m, &edge_id)?),
             None => None,
         };
+        let local_api = overrides
+            .local_api
+            .or(file.local_api)
+            .unwrap_or_else(default_local_api);
+        let local_api_security =
+            local_api::resolve(local_api, file.local_api_token_file, file.local_api_tls)?;
         Ok(AgentConfig {
             mqtt,
             data_dir,
@@ -439,10 +453,8 @@ impl AgentConfig {
             brokers,
             tls,
             tls_check_interval,
-            local_api: overrides
-                .local_api
-                .or(file.local_api)
-                .unwrap_or_else(default_local_api),
+            local_api,
+            local_api_security,
             disk_budget_bytes,
             realtime_ring_records,
             bandwidth_cap_bytes_per_s,

@@ -6,7 +6,7 @@
 //! ([`manager`]). The replicator (separate) reads the WALs and reports
 //! acknowledgements back through [`TopicManager::on_acknowledged`].
 //!
-//! Layers, bottom up: [`budget`], [`ring`], [`ndjson`] and [`metrics`] are
+//! Layers, bottom up: [`budget`], [`ring`], [`ndjson`], [`health`] and [`metrics`] are
 //! pure; [`topic`] owns one WAL or ring; [`manager`] owns the topics and
 //! the metadata; [`api`] and [`agent`] are the shell. The user guide is
 //! `docs/edge-agent.md`.
@@ -34,6 +34,7 @@
 
 pub mod agent;
 pub mod api;
+pub mod api_access;
 pub mod budget;
 pub mod cert_reload;
 pub mod check;
@@ -41,12 +42,14 @@ pub mod client;
 pub mod config;
 pub mod declared_rate;
 pub mod enroll;
+pub mod health;
 pub mod idempotency;
 pub mod manager;
 pub mod metrics;
 pub mod mqtt;
 pub mod ndjson;
 pub mod recovery;
+pub mod refusals;
 pub mod replicator;
 pub mod ring;
 pub mod sequence;

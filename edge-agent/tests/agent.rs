@@ -162,7 +162,9 @@ async fn publish_one_and_batch_with_exact_offsets_and_bytes() {
         health.body,
         json!({"status": "ok", "edge_id": "e1", "topics": 1, "faults": [], "damaged": [],
                "replication": {"state": "not_configured", "connected_broker": null,
-                               "last_error": null, "topics": [{"topic": "/e1/t",
+                               "last_error": null, "stalled_for_ms": null,
+                               "unhealthy_after_ms": null, "stalls": [],
+                               "topics": [{"topic": "/e1/t",
                                "high_water_mark": 5, "acknowledged_offset": 0,
                                "lag_records": 5}]}})
     );
@@ -170,12 +172,12 @@ async fn publish_one_and_batch_with_exact_offsets_and_bytes() {
     let metrics = get(addr, "/metrics").await;
     assert_eq!(metrics.status, 200);
     for line in [
-        "tributary_edge_records_in_total{topic=\"/e1/t\"} 5".to_owned(),
-        format!("tributary_edge_bytes_in_total{{topic=\"/e1/t\"}} {bytes_in}"),
-        format!("tributary_edge_backlog_bytes{{topic=\"/e1/t\"}} {bytes_in}"),
-        "tributary_edge_high_water_mark{topic=\"/e1/t\"} 5".to_owned(),
-        "tributary_edge_dropped_records_total{topic=\"/e1/t\",reason=\"drop_oldest\"} 0".to_owned(),
-        format!("tributary_edge_disk_used_bytes {bytes_in}"),
+        "tributary_edge_records_in_total{edge=\"e1\",topic=\"/e1/t\"} 5".to_owned(),
+        format!("tributary_edge_bytes_in_total{{edge=\"e1\",topic=\"/e1/t\"}} {bytes_in}"),
+        format!("tributary_edge_backlog_bytes{{edge=\"e1\",topic=\"/e1/t\"}} {bytes_in}"),
+        "tributary_edge_high_water_mark{edge=\"e1\",topic=\"/e1/t\"} 5".to_owned(),
+        "tributary_edge_dropped_records_total{edge=\"e1\",topic=\"/e1/t\",reason=\"drop_oldest\"} 0".to_owned(),
+        format!("tributary_edge_disk_used_bytes{{edge=\"e1\"}} {bytes_in}"),
     ] {
         assert!(
             metrics.text.lines().any(|l| l == line),
@@ -386,7 +388,7 @@ async fn realtime_ring_drops_oldest_and_counts() {
     let metrics = get(addr, "/metrics").await.text;
     assert!(
         metrics.lines().any(|l| l
-            == "tributary_edge_dropped_records_total{topic=\"/e1/hb\",reason=\"ring_full\"} 3"),
+            == "tributary_edge_dropped_records_total{edge=\"e1\",topic=\"/e1/hb\",reason=\"ring_full\"} 3"),
         "{metrics}"
     );
     // Acknowledged records leave the ring; nothing is written to disk.

@@ -273,9 +273,9 @@ async fn drop_oldest_drops_and_counts_exact_ranges() {
     assert_eq!(topic.stats().dropped_records, 18);
     let metrics = get(addr, "/metrics").await.text;
     for line in [
-        "tributary_edge_dropped_records_total{topic=\"/e1/t\",reason=\"drop_oldest\"} 18",
-        "tributary_edge_dropped_segments_total{topic=\"/e1/t\"} 5",
-        "tributary_edge_disk_budget_bytes{topic=\"/e1/t\"} 8192",
+        "tributary_edge_dropped_records_total{edge=\"e1\",topic=\"/e1/t\",reason=\"drop_oldest\"} 18",
+        "tributary_edge_dropped_segments_total{edge=\"e1\",topic=\"/e1/t\"} 5",
+        "tributary_edge_topic_disk_budget_bytes{edge=\"e1\",topic=\"/e1/t\"} 8192",
     ] {
         assert!(
             metrics.lines().any(|l| l == line),

@@ -382,12 +382,18 @@ async fn a_redirect_sends_the_topic_to_its_owner_with_exact_offsets_while_others
 
     let metrics = get(agent.local_addr(), "/metrics").await.text;
     assert_eq!(
-        metric(&metrics, "tributary_edge_replication_redirects_total"),
+        metric(
+            &metrics,
+            "tributary_edge_replication_redirects_total{edge=\"e1\"}"
+        ),
         Some(1),
         "{metrics}"
     );
     assert_eq!(
-        metric(&metrics, "tributary_edge_replication_connects_total"),
+        metric(
+            &metrics,
+            "tributary_edge_replication_connects_total{edge=\"e1\"}"
+        ),
         Some(2),
         "one bootstrap connection, one to the owner"
     );
@@ -432,7 +438,11 @@ async fn a_redirect_loop_between_two_brokers_backs_off_and_ends_once_one_accepts
         "{hellos} Hellos in {observed:?}"
     );
     let metrics = get(agent.local_addr(), "/metrics").await.text;
-    let loops = metric(&metrics, "tributary_edge_replication_redirect_loops_total").unwrap();
+    let loops = metric(
+        &metrics,
+        "tributary_edge_replication_redirect_loops_total{edge=\"e1\"}",
+    )
+    .unwrap();
     assert!((1..=4).contains(&loops), "{loops} loops\n{metrics}");
     assert_eq!(stat(&agent, "t", "acknowledged_offset").await, 0);
 
@@ -585,7 +595,7 @@ async fn archived_frames_gate_deletion_and_the_archived_offset_survives_a_restar
     assert_eq!(
         metric(
             &metrics,
-            "tributary_edge_unarchived_records{topic=\"/e1/t\"}"
+            "tributary_edge_unarchived_records{edge=\"e1\",topic=\"/e1/t\"}"
         ),
         Some(32 - archived),
         "{metrics}"
@@ -762,7 +772,7 @@ async fn a_broker_gone_silent_is_noticed_within_the_idle_timeout_and_the_next_br
     assert_eq!(
         metric(
             &metrics,
-            "tributary_edge_replication_connections_lost_total{reason=\"timed_out\"}"
+            "tributary_edge_replication_connections_lost_total{edge=\"e1\",reason=\"timed_out\"}"
         ),
         Some(1),
         "{metrics}"

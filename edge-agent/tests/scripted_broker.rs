@@ -226,7 +226,7 @@ async fn acknowledgements_arriving_only_as_datagrams_advance_the_edge_and_late_a
 
     let metrics = get(addr, "/metrics").await.text;
     let count = |path: &str| {
-        let name = format!("tributary_edge_replication_acks_total{{path=\"{path}\"}} ");
+        let name = format!("tributary_edge_replication_acks_total{{edge=\"e1\",path=\"{path}\"}} ");
         metrics
             .lines()
             .find_map(|l| l.strip_prefix(name.as_str()))

@@ -14,6 +14,8 @@
 //! - [`cluster`]: topic ownership values under `/cluster/*` and the load
 //!   manager's placement rules.
 //! - [`dispatch`]: which consumer of a subscription gets which message.
+//! - [`fleet`]: the brokers' records of their edges and the cluster-wide
+//!   view of them (`tribctl edges list`).
 //!
 //! Everything here takes time as an argument (`now: Instant`, `now_ms: u64`)
 //! and bytes as slices; `clippy.toml` beside this crate forbids reading the
@@ -26,6 +28,7 @@ pub mod archive;
 pub mod batch;
 pub mod cluster;
 pub mod dispatch;
+pub mod fleet;
 pub mod intent;
 pub mod keys;
 pub mod limits;

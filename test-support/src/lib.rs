@@ -14,6 +14,8 @@
 //! - [`python`]: a python with pyarrow and duckdb (`TRIB_TEST_PYTHON`)
 //!   for reading Parquet back, failing loudly when it is missing;
 //! - [`metadata_suite`]: the behaviour suite every `MetadataStore` passes;
+//! - [`openmetrics`]: parses and checks a daemon's `/metrics` (OpenMetrics
+//!   text, HELP sentences, one label set per family);
 //! - [`loop_fs`]: a small loop-mounted ext4 filesystem to fill until
 //!   `ENOSPC` and free again (needs root, mkfs.ext4, mount, losetup).
 #![warn(missing_docs)]
@@ -23,6 +25,7 @@ pub mod fault_proxy;
 pub mod loop_fs;
 pub mod metadata_suite;
 pub mod moto;
+pub mod openmetrics;
 pub mod ports;
 pub mod process;
 pub mod python;

@@ -320,12 +320,44 @@ pub fn try_scrape(url: &str) -> Result<String, String> {
         .map_err(|e| e.to_string())
 }
 
-/// The value of `series` (name with its labels, as exposed) in `text`.
+/// The value of `series` in `text`: the sample named exactly so (name with
+/// its labels, as exposed), else the one sample of that name whose labels
+/// include every label `series` names (so `name{topic="/e1/a"}` finds
+/// `name{edge="e1",topic="/e1/a"}` and `name` finds `name{edge="e1"}`);
+/// `None` when no sample or several match.
 pub fn metric_value(text: &str, series: &str) -> Option<u64> {
-    text.lines().find_map(|line| {
-        let rest = line.strip_prefix(series)?.strip_prefix(' ')?;
-        rest.trim().parse::<f64>().ok().map(|v| v as u64)
-    })
+    let parse = |v: &str| v.trim().parse::<f64>().ok().map(|v| v as u64);
+    if let Some(v) = text
+        .lines()
+        .find_map(|line| parse(line.strip_prefix(series)?.strip_prefix(' ')?))
+    {
+        return Some(v);
+    }
+    let (name, wanted) = split_series(series);
+    let mut matching = text.lines().filter_map(|line| {
+        let (line_series, value) = line.rsplit_once(' ')?;
+        let (line_name, have) = split_series(line_series);
+        (line_name == name && wanted.iter().all(|w| have.contains(w)))
+            .then(|| parse(value))
+            .flatten()
+    });
+    let first = matching.next()?;
+    matching.next().is_none().then_some(first)
+}
+
+/// `name{a="x",b="y"}` as its name and its `a="x"` parts.
+fn split_series(series: &str) -> (&str, Vec<&str>) {
+    match series.split_once('{') {
+        Some((name, labels)) => (
+            name,
+            labels
+                .trim_end_matches('}')
+                .split(',')
+                .filter(|l| !l.is_empty())
+                .collect(),
+        ),
+        None => (series, Vec::new()),
+    }
 }
 
 fn agent() -> ureq::Agent {

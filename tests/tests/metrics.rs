@@ -1,9 +1,17 @@
 //! `/metrics` of the real broker, edge agent and tier service: the metric
 //! names an operator's dashboards rely on exist, and their values follow
-//! traffic, tiering and a broker restart. Every process exits 0 on SIGTERM.
+//! traffic, tiering and a broker restart; all three serve one exposition
+//! format (OpenMetrics text, HELP sentences, one label set per family, an
+//! `edge` label on every edge series), and every metric the fleet
+//! dashboard (`docs/grafana-fleet.json`) queries is exposed. Every process
+//! exits 0 on SIGTERM.
 
+use std::collections::BTreeSet;
 use std::process::Command;
 use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tributary_test_support::openmetrics;
 
 use tributary_test_support::ports::free_tcp;
 use tributary_test_support::process::{Proc, bin_path};
@@ -39,10 +47,103 @@ fn wait_for(what: &str, url: &str, series: &str, ok: impl Fn(u64) -> bool) -> St
 
 const TOPIC_LABEL: &str = "{topic=\"/plant1/readings\"}";
 
+/// The `Content-Type` and body of `url`.
+fn scrape_typed(url: &str) -> (String, String) {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(30)))
+        .build()
+        .into();
+    let mut response = agent.get(url).call().expect("scrape");
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    (
+        content_type,
+        response.body_mut().read_to_string().expect("body"),
+    )
+}
+
+/// Every `tributary_*` name in `text`.
+fn metric_names(text: &str) -> Vec<String> {
+    let mut names = Vec::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("tributary_") {
+        let name: String = rest[at..]
+            .chars()
+            .take_while(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || *c == '_')
+            .collect();
+        rest = &rest[at + name.len()..];
+        names.push(name);
+    }
+    names
+}
+
+/// Every PromQL expression of the dashboard: panel targets and template
+/// variable queries.
+fn dashboard_queries(dashboard: &Value) -> Vec<String> {
+    let mut queries = Vec::new();
+    for panel in dashboard["panels"].as_array().expect("panels") {
+        for target in panel["targets"].as_array().into_iter().flatten() {
+            queries.push(target["expr"].as_str().expect("expr").to_owned());
+        }
+    }
+    for variable in dashboard["templating"]["list"]
+        .as_array()
+        .expect("templating")
+    {
+        if variable["type"] == "query" {
+            queries.push(variable["query"].as_str().expect("query").to_owned());
+        }
+    }
+    queries
+}
+
+/// The three expositions pass the shared checks; the sample names they
+/// expose (a counter's with `_total`).
+fn one_format_on_all_three(urls: &[(&str, &str)]) -> BTreeSet<String> {
+    let mut exposed = BTreeSet::new();
+    for (daemon, url) in urls {
+        let (content_type, text) = scrape_typed(url);
+        assert_eq!(
+            content_type, "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            "{daemon}"
+        );
+        let families =
+            openmetrics::parse(&text).unwrap_or_else(|e| panic!("{daemon}: {e}\n{text}"));
+        for (name, family) in families {
+            if *daemon == "edge-agent" {
+                for (sample, labels, _) in &family.samples {
+                    assert!(
+                        labels.iter().any(|(k, v)| k == "edge" && v == "plant1"),
+                        "{sample} without edge=\"plant1\""
+                    );
+                }
+            }
+            if family.kind == "counter" {
+                exposed.insert(format!("{name}_total"));
+            } else {
+                exposed.insert(name);
+            }
+        }
+    }
+    exposed
+}
+
 #[test]
 fn broker_edge_and_tier_metrics_follow_traffic_tiering_and_a_restart() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut pair = Pair::new(dir.path(), "event_stream", None);
+    // Disk budgets (agent-wide and the topic's own), so their families
+    // are exposed for the dashboard check.
+    let mut pair = Pair::new_with(
+        dir.path(),
+        "event_stream",
+        None,
+        "disk_budget_bytes = 1073741824",
+        "disk_budget_bytes = 536870912",
+    );
     // Seal quiet central segments quickly so the tier service archives them.
     let broker_toml = dir.path().join("broker.toml");
     let mut text = std::fs::read_to_string(&broker_toml).expect("broker.toml");
@@ -222,6 +323,34 @@ fn broker_edge_and_tier_metrics_follow_traffic_tiering_and_a_restart() {
         value(&text, "tributary_tier_uploaded_bytes_total").unwrap_or(0) > 0,
         "{text}"
     );
+
+    // One format on all three; the fleet dashboard asks only for what they
+    // expose.
+    let exposed = one_format_on_all_three(&[
+        ("broker", &broker_metrics),
+        ("edge-agent", &edge_metrics),
+        ("tier-service", &tier_metrics),
+    ]);
+    let dashboard: Value = serde_json::from_str(include_str!("../../docs/grafana-fleet.json"))
+        .expect("dashboard JSON");
+    let queries = dashboard_queries(&dashboard);
+    assert!(queries.len() >= 12, "{queries:?}");
+    let used: BTreeSet<String> = queries.iter().flat_map(|q| metric_names(q)).collect();
+    let missing: Vec<&String> = used.difference(&exposed).collect();
+    assert!(
+        missing.is_empty(),
+        "the dashboard queries metrics no daemon exposes: {missing:?}\nexposed: {exposed:?}"
+    );
+    for needed in [
+        "tributary_broker_edge_connected",
+        "tributary_edge_replication_lag_records",
+        "tributary_edge_backlog_bytes",
+        "tributary_edge_disk_used_bytes",
+        "tributary_broker_topic_tier_backlog_records",
+        "tributary_tier_backlog_age_seconds",
+    ] {
+        assert!(used.contains(needed), "the dashboard shows no {needed}");
+    }
 
     // A broker restart: the edge reconnects and the counter says so.
     assert_eq!(

@@ -311,7 +311,7 @@ fn choose_layout(
         .map(|r| (r.offset, &r.record.value[..]));
     match JsonColumns::infer(sample) {
         Ok(columns) => {
-            info!(%topic, columns = ?columns.columns(), "lakehouse columns inferred and fixed");
+            info!(%topic, columns = columns.columns().iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(","), "lakehouse columns inferred and fixed");
             Ok(StoredLayout::Json { columns })
         }
         Err(e) => {

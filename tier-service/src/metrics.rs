@@ -292,7 +292,7 @@ impl TierStats {
             ),
             (
                 "tributary_tier_upload_stalled",
-                "1 while no segment was committed for upload_stall_after_ms with a backlog (see /health).",
+                "Whether no segment was committed for upload_stall_after_ms while a backlog waits: 1 if so, else 0 (see /health).",
                 u64::from(self.health(now).upload_stalled),
             ),
             (

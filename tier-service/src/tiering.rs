@@ -166,7 +166,7 @@ impl Tiering {
             .with_max_times(self.retry.attempts_max.saturating_sub(1));
         op.retry(backoff)
             .when(TierError::is_retryable)
-            .notify(|err, delay| warn!(what, error = %err, ?delay, "retrying"))
+            .notify(|err, delay| warn!(what, error = %err, delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX), "retrying"))
             .await
     }
 
@@ -384,7 +384,7 @@ impl Tiering {
                 Some(reply) => {
                     report.trimmed_segments += reply.deleted.len() as u64;
                     if !reply.deleted.is_empty() {
-                        info!(%topic, deleted = ?reply.deleted, safe_offset = ?reply.tiered_offset, "broker trimmed local segments");
+                        info!(%topic, deleted = reply.deleted.iter().map(|(base, next, _)| format!("{base}..{next}")).collect::<Vec<_>>().join(","), safe_offset = reply.tiered_offset, "broker trimmed local segments");
                     }
                 }
                 None => {
@@ -516,7 +516,7 @@ impl Tiering {
             holes = tail.holes.len(),
             bytes = tail.footer.object_bytes(),
             outcome = reply.outcome,
-            tiered_offset = ?reply.tiered_offset,
+            tiered_offset = reply.tiered_offset,
             "segment committed"
         );
         self.faults.hit("after_commit");

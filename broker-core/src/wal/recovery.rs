@@ -449,7 +449,22 @@ pub(crate) fn recover(
         expected = Some(meta.next_offset);
     }
     if report != RecoveryReport::default() {
-        info!(dir = %dir.display(), ?report, "WAL recovered");
+        info!(
+            dir = %dir.display(),
+            truncated_segment = report.truncated.as_ref().map(|t| t.segment_base),
+            truncated_at = report.truncated.as_ref().map(|t| t.position),
+            truncated_bytes = report.truncated.as_ref().map(|t| t.bytes_removed),
+            sealed_on_open = report.sealed_on_open.len(),
+            removed_leftovers = report.removed_leftovers.join(","),
+            created_segment = report.created_segment,
+            unreadable = report
+                .unreadable
+                .iter()
+                .map(ToString::to_string)
+                .collect::<Vec<_>>()
+                .join("; "),
+            "WAL recovered"
+        );
     }
     Ok(Recovered {
         segments,

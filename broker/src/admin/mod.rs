@@ -25,6 +25,7 @@
 //! | `GET /v1/cluster/status` | leader, members, term, last applied index; `brokers` (lease, topics owned) |
 //! | `POST /v1/topics/{ns}/{topic}/move` | body `{"to": N}`: give the topic to broker N (new epoch) |
 //! | `POST /v1/cluster/rebalance` | body `{"dry_run"?, "max_moves"?}`: even out topic counts; the planned moves |
+//! | `GET /v1/edges` | every edge the cluster knows: connected, since, last seen, brokers, per-topic high-water mark and lag (`edges.rs`, [`crate::fleet`]) |
 //! | `GET /v1/storage/topics[?prefix=/tributary]` | topics with tiered segments: count, `cur`, tiered offset |
 //! | `GET /v1/storage/topics/{ns}/{topic}/segments[?prefix=]` | a topic's segment descriptors, `cur`, tiered offset |
 //! | `POST /v1/storage/descriptors[?prefix=]` | commit `{"topic", "descriptor"}`: descriptor + `segments/cur` in one Raft txn |
@@ -45,6 +46,7 @@
 //! `topics.rs` (namespaces and topics), `policy.rs` (failure policies and
 //! their partial updates), `manifest.rs` (parsing and validating
 //! manifests), `apply.rs` (plan and apply), `cluster.rs` (cluster status),
+//! `edges.rs` (the fleet of edges),
 //! `ownership.rs` (brokers, moves, rebalancing).
 //! Request parsing is shared with the consumer API in `crate::http`; the
 //! guard and the `/v1/auth` endpoints live in `crate::auth`.
@@ -60,6 +62,7 @@
 
 mod apply;
 mod cluster;
+mod edges;
 mod manifest;
 mod ownership;
 mod policy;
@@ -165,6 +168,7 @@ pub fn router(state: AdminState) -> Router {
         .route("/apply", post(apply::apply_manifest))
         .route("/cluster/status", get(cluster::cluster_status))
         .route("/cluster/rebalance", post(ownership::rebalance))
+        .route("/edges", get(edges::list_edges))
         .merge(crate::storage::routes())
         .route_layer(middleware::from_fn_with_state(
             state.store.clone(),

@@ -89,7 +89,7 @@ pub(super) async fn move_topic(
         .move_topic(&topic, request.to)
         .await
         .map_err(cluster_error)?;
-    tracing::info!(%topic, ?from, to = request.to, epoch, "topic moved by an operator");
+    tracing::info!(%topic, from, to = request.to, epoch, "topic moved by an operator");
     ok(
         StatusCode::OK,
         MoveResponse {

@@ -112,6 +112,7 @@ pub const RULES: &[Rule] = &[
     ),
     rule("POST", "/v1/apply", TopicsWrite, Cluster, true),
     rule("GET", "/v1/cluster/status", ClusterRead, Cluster, false),
+    rule("GET", "/v1/edges", ClusterRead, Cluster, false),
     rule("POST", "/v1/cluster/rebalance", TopicsWrite, Cluster, true),
     rule(
         "POST",

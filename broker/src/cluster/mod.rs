@@ -549,7 +549,7 @@ impl Cluster {
             txn = txn.delete(keys::unassigned(&change.topic));
         }
         if self.store.txn(txn).await?.applied() {
-            tracing::info!(topic = %change.topic, from = ?change.previous_owner(), to = change.to, epoch = change.assignment.epoch, reason = %change.assignment.reason, "topic assigned");
+            tracing::info!(topic = %change.topic, from = change.previous_owner(), to = change.to, epoch = change.assignment.epoch, reason = %change.assignment.reason, "topic assigned");
             Ok(())
         } else {
             Err(ClusterError::Contended(change.topic.clone()))

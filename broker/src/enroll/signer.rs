@@ -272,7 +272,6 @@ mod tests {
     use broker_core::tls::{certificate_identity, certificate_not_before_s};
     use rustls::pki_types::CertificateDer;
     use rustls::pki_types::pem::PemObject;
-    use rustls::server::danger::ClientCertVerifier;
     use std::sync::Arc;
 
     fn config(dir: &Path) -> EnrollConfig {

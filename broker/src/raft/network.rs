@@ -318,7 +318,7 @@ pub async fn serve(endpoint: quinn::Endpoint, raft: Raft) {
                 .as_deref()
                 .is_some_and(|i| i.starts_with("broker-"));
             if !is_broker {
-                warn!(peer = %conn.remote_address(), ?identity, "refusing raft peer without a broker certificate");
+                warn!(peer = %conn.remote_address(), identity = identity.as_deref(), "refusing raft peer without a broker certificate");
                 conn.close(1u32.into(), b"not a broker certificate");
                 return;
             }

@@ -194,7 +194,11 @@ impl MetaNode {
             };
             info!(
                 node = config.node_id,
-                ?members,
+                members = members
+                    .iter()
+                    .map(|(id, node)| format!("{id}={}", node.addr))
+                    .collect::<Vec<_>>()
+                    .join(","),
                 "initializing the metadata cluster"
             );
             if let Err(e) = raft.initialize(members).await {

@@ -18,6 +18,11 @@
 //! stored, and every other stream carries on. A revoked edge's connection
 //! is closed right after the handshake, with the reason
 //! ([`super::revocation`]).
+//!
+//! Every connection is registered with the [`Fleet`] (logged when it starts
+//! and ends); each stream reports its topic's acknowledged offset and,
+//! from an edge that offers them (`ProgressRequest` after the `Welcome`),
+//! the edge's own high-water mark.
 
 use std::sync::Arc;
 
@@ -35,6 +40,7 @@ use tributary_proto::replication::ingest::{Acknowledger, IngestAction, IngestStr
 use super::damage::{DamageService, RouteGuard};
 use super::revocation::EdgeGate;
 use super::topics::{TopicError, TopicStore};
+use crate::fleet::{EdgeConnection, Fleet, TopicProgress};
 
 /// Initial capacity of a stream's frame buffer, bytes: small, so thousands
 /// of idle edge streams cost little; a bulk stream's buffer grows to its
@@ -48,11 +54,13 @@ const PIPELINE_DEPTH: usize = 256;
 /// Serves edges on `endpoint` until it is closed. Each open stream takes
 /// the refetch requests of `damage` for its topic (module
 /// [`super::damage`]); `gate` refuses (and later closes) the connections
-/// of revoked edges (module [`super::revocation`]).
+/// of revoked edges (module [`super::revocation`]); each admitted
+/// connection is registered with `fleet`.
 pub async fn serve(
     endpoint: quinn::Endpoint,
     damage: Arc<DamageService>,
     gate: Arc<EdgeGate>,
+    fleet: Arc<Fleet>,
     limits: Limits,
 ) {
     let topics = damage.topics().clone();
@@ -60,6 +68,7 @@ pub async fn serve(
         let topics = topics.clone();
         let damage = damage.clone();
         let gate = gate.clone();
+        let fleet = fleet.clone();
         tokio::spawn(async move {
             let conn = match incoming.await {
                 Ok(conn) => conn,
@@ -73,7 +82,11 @@ pub async fn serve(
             let identity = match peer_identity(&conn) {
                 Some(identity) if !identity.starts_with("broker-") => identity,
                 other => {
-                    warn!(peer = %conn.remote_address(), identity = ?other, "refusing a connection without an edge identity");
+                    warn!(
+                        peer = %conn.remote_address(),
+                        identity = other.as_deref().unwrap_or(""),
+                        "refusing a connection without an edge identity"
+                    );
                     conn.close(1u32.into(), b"certificate has no edge identity");
                     return;
                 }
@@ -85,18 +98,29 @@ pub async fn serve(
                     return;
                 }
             };
-            debug!(edge = %identity, peer = %conn.remote_address(), "edge connected");
-            while let Ok((send, recv)) = conn.accept_bi().await {
-                tokio::spawn(handle_stream(
-                    conn.clone(),
-                    send,
-                    recv,
-                    identity.clone(),
-                    topics.clone(),
-                    damage.clone(),
-                    limits,
-                ));
-            }
+            let connection = Arc::new(fleet.connected(&identity, conn.remote_address()));
+            let progress_interval_ms = fleet.config().progress_interval_ms;
+            let ended = loop {
+                match conn.accept_bi().await {
+                    Ok((send, recv)) => {
+                        tokio::spawn(handle_stream(
+                            conn.clone(),
+                            send,
+                            recv,
+                            identity.clone(),
+                            topics.clone(),
+                            damage.clone(),
+                            StreamFleet {
+                                connection: connection.clone(),
+                                progress_interval_ms,
+                            },
+                            limits,
+                        ));
+                    }
+                    Err(e) => break e,
+                }
+            };
+            connection.closed(&ended.to_string());
         });
     }
 }
@@ -117,6 +141,15 @@ enum Out {
     /// `epoch` (cluster ownership): a broker whose lease is no longer
     /// fresh, or that lost the topic, stops acknowledging.
     Gate(Arc<crate::cluster::Cluster>, TopicName, u64),
+    /// Report every acknowledgement sent to this topic's fleet progress.
+    Progress(Arc<TopicProgress>),
+}
+
+/// What a stream reports to the fleet: its connection, and the interval to
+/// ask the edge's `Progress` frames at.
+struct StreamFleet {
+    connection: Arc<EdgeConnection>,
+    progress_interval_ms: u32,
 }
 
 /// Longest wait for a topic to open for an edge's `Hello` (metadata reads
@@ -162,6 +195,7 @@ async fn write_loop(
     let mut repeats = AckRepeats::default();
     let mut bytes = BytesMut::new();
     let mut gate: Option<(Arc<crate::cluster::Cluster>, TopicName, u64)> = None;
+    let mut progress: Option<Arc<TopicProgress>> = None;
     loop {
         let repeat_due = repeats.next_due();
         let item = tokio::select! {
@@ -183,6 +217,10 @@ async fn write_loop(
             }
             Out::Gate(cluster, topic, epoch) => {
                 gate = Some((cluster, topic, epoch));
+                continue;
+            }
+            Out::Progress(handle) => {
+                progress = Some(handle);
                 continue;
             }
             Out::Frame(frame) => frame,
@@ -229,6 +267,9 @@ async fn write_loop(
             break;
         }
         let last = matches!(frame, Frame::Error { .. } | Frame::Redirect(_));
+        if let (Frame::Ack { next_offset }, Some(progress)) = (&frame, &progress) {
+            progress.acknowledged(*next_offset);
+        }
         bytes.clear();
         frame.encode(&mut bytes);
         if send.write_all(&bytes).await.is_err() {
@@ -281,6 +322,8 @@ async fn sleep_until(at: Option<std::time::Instant>) {
     }
 }
 
+// One stream's context, passed whole from the accept loop.
+#[allow(clippy::too_many_arguments)]
 async fn handle_stream(
     conn: quinn::Connection,
     send: quinn::SendStream,
@@ -288,9 +331,12 @@ async fn handle_stream(
     identity: String,
     topics: Arc<TopicStore>,
     damage: Arc<DamageService>,
+    fleet: StreamFleet,
     limits: Limits,
 ) {
     let (out, out_rx) = mpsc::channel::<Out>(PIPELINE_DEPTH);
+    // The topic's fleet progress, once it is open.
+    let mut progress: Option<Arc<TopicProgress>> = None;
     // A broker whose lease is stale closes the edge's whole connection (not
     // only this stream), so the edge tries its next bootstrap broker
     // instead of asking this one again and again: the owner it could name
@@ -350,8 +396,9 @@ async fn handle_stream(
                     });
                     match opened {
                         Ok(opened) => {
-                            let welcome = ingest.welcome(opened.high_water_mark());
-                            info!(edge = %identity, %topic, resume = opened.high_water_mark(), "edge stream opened");
+                            let resume = opened.high_water_mark();
+                            let welcome = ingest.welcome(resume);
+                            info!(edge = %identity, %topic, resume, "edge stream opened");
                             wal = Some(opened);
                             refetches = Some(damage.register_stream(&topic));
                             opened_topic = Some(topic.clone());
@@ -360,6 +407,18 @@ async fn handle_stream(
                                 break 'stream None;
                             }
                             if out.send(Out::Frame(welcome)).await.is_err() {
+                                break 'stream None;
+                            }
+                            let handle = fleet.connection.topic(&topic);
+                            handle.acknowledged(resume);
+                            progress = Some(handle.clone());
+                            if out.send(Out::Progress(handle)).await.is_err() {
+                                break 'stream None;
+                            }
+                            if let Some(request) =
+                                ingest.progress_request(fleet.progress_interval_ms)
+                                && out.send(Out::Frame(request)).await.is_err()
+                            {
                                 break 'stream None;
                             }
                             if let (Some(cluster), Some(epoch)) =
@@ -447,6 +506,11 @@ async fn handle_stream(
                         damage
                             .repair_from_edge(topic, wal, part.first_offset, &batches)
                             .await;
+                    }
+                }
+                IngestAction::Progress { high_water_mark } => {
+                    if let Some(progress) = &progress {
+                        progress.edge_reports(high_water_mark);
                     }
                 }
                 IngestAction::RefetchUnavailable {
@@ -547,11 +611,14 @@ async fn handle_stream(
     if let Some(frame) = refused {
         // Budget refusals repeat with every retry of the edge; the budget
         // logs once per episode (`crate::budget`).
-        if matches!(&frame, Frame::Error { message, .. } if message.starts_with("budget_exceeded:"))
-        {
-            debug!(edge = %identity, refusal = ?frame, "refusing an edge stream");
+        let (code, message) = match &frame {
+            Frame::Error { code, message } => (format!("{code:?}"), message.as_str()),
+            _ => (String::new(), ""),
+        };
+        if message.starts_with("budget_exceeded:") {
+            debug!(edge = %identity, code, message, "refusing an edge stream");
         } else {
-            warn!(edge = %identity, refusal = ?frame, "refusing an edge stream");
+            warn!(edge = %identity, code, message, "refusing an edge stream");
         }
         let _ = out.send(Out::Frame(frame)).await;
         let _ = recv.stop(0u32.into());

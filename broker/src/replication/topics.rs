@@ -224,7 +224,7 @@ impl TopicStore {
     ) -> Option<Arc<Wal>> {
         if epoch.is_some() && self.opened_epoch(topic) != epoch {
             if open.remove(topic).is_some() {
-                info!(%topic, epoch = ?epoch, "reopening the topic under a new ownership epoch");
+                info!(%topic, epoch, "reopening the topic under a new ownership epoch");
             }
             return None;
         }
@@ -273,7 +273,7 @@ impl TopicStore {
         let now = broker_core::clock::now_ms().max(0) as u64;
         match self.layout.quarantine(topic, stale_epoch, now) {
             Ok(to) => {
-                tracing::warn!(%topic, stale_epoch = ?stale_epoch, quarantined = %to.display(), "{why}: this broker's local copy is stale; quarantined it (never served, uploaded or resumed)")
+                tracing::warn!(%topic, stale_epoch, quarantined = %to.display(), "{why}: this broker's local copy is stale; quarantined it (never served, uploaded or resumed)")
             }
             Err(e) => {
                 tracing::error!(%topic, error = %e, "{why}: quarantining the stale local copy failed")
@@ -386,7 +386,7 @@ impl TopicStore {
                         catalog.create_implicit(topic, true).await?;
                     }
                 }
-                info!(%topic, intent = ?settings.map(|s| s.intent.as_str()), "created central topic on first contact");
+                info!(%topic, intent = settings.map(|s| s.intent.as_str()), "created central topic on first contact");
                 catalog.load_settings(topic).await?
             }
             Err(e) => return Err(e.into()),

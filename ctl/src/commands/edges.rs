@@ -1,5 +1,6 @@
-//! `tribctl edges …`: edge enrollment tokens and revocation, over the
-//! broker's `/v1/edges/{edge_id}/…` endpoints (permission `auth_manage`).
+//! `tribctl edges …`: the fleet list (`list`, in [`super::edges_list`]),
+//! edge enrollment tokens and revocation, over the broker's
+//! `/v1/edges/{edge_id}/…` endpoints (permission `auth_manage`).
 //! `token` prints a new one-time enrollment token once, alone on the last
 //! line (the broker keeps only its SHA-256); `revoke` makes every broker
 //! refuse the edge's certificates issued up to now.
@@ -19,6 +20,9 @@ use super::{CommandError, Context};
 /// `tribctl edges …`.
 #[derive(Debug, Subcommand)]
 pub enum EdgesCommand {
+    /// Every edge the cluster knows: connected since when, last seen,
+    /// brokers, per-topic high-water mark and lag.
+    List(super::edges_list::ListArgs),
     /// Mint a one-time enrollment token for an edge (`edge-agent enroll
     /// --token`); it replaces the edge's earlier unused token.
     Token {
@@ -64,15 +68,15 @@ fn time(ms: u64) -> String {
 /// # Errors
 /// [`CommandError`].
 pub fn run(ctx: &Context<'_>, command: &EdgesCommand) -> Result<String, CommandError> {
-    let client = ctx.client()?;
     match command {
+        EdgesCommand::List(args) => super::edges_list::list(ctx, args),
         EdgesCommand::Token { edge_id, ttl } => {
             let edge = NamespaceName::new(edge_id)?;
             let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(DEFAULT_TOKEN_TTL_MS);
             let request = EnrollmentTokenRequest {
                 ttl_ms: Some(ttl_ms),
             };
-            let value = client.send_json(
+            let value = ctx.client()?.send_json(
                 Method::Post,
                 &format!("/v1/edges/{edge}/token"),
                 &serde_json::to_value(&request).unwrap_or_default(),
@@ -89,7 +93,7 @@ pub fn run(ctx: &Context<'_>, command: &EdgesCommand) -> Result<String, CommandE
         }
         EdgesCommand::Revoke { edge_id } => {
             let edge = NamespaceName::new(edge_id)?;
-            let value = client.send_json(
+            let value = ctx.client()?.send_json(
                 Method::Post,
                 &format!("/v1/edges/{edge}/revoke"),
                 &serde_json::json!({}),

@@ -17,6 +17,7 @@ pub mod apply;
 pub mod auth;
 pub mod cluster;
 pub mod edges;
+pub mod edges_list;
 pub mod namespaces;
 pub mod subscriptions;
 pub mod topics;

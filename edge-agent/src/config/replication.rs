@@ -1,7 +1,8 @@
 //! `[replication]` of the agent's configuration: the QUIC keep-alive and
 //! idle timeout of the replication connections (how fast a dead broker is
-//! noticed) and `retain_until` (how long the edge keeps what the broker
-//! acknowledged).
+//! noticed), `retain_until` (how long the edge keeps what the broker
+//! acknowledged) and `unhealthy_after_ms` (how long nothing may leave the
+//! device before `/health` says `unhealthy`, [`crate::health`]).
 
 use std::time::Duration;
 
@@ -19,6 +20,16 @@ pub const DEFAULT_IDLE_TIMEOUT_MS: u64 = 5_000;
 pub const MIN_KEEP_ALIVE_MS: u64 = 100;
 /// Largest idle timeout, ms (10 minutes).
 pub const MAX_IDLE_TIMEOUT_MS: u64 = 600_000;
+/// Default `unhealthy_after_ms`: two minutes without anything leaving the
+/// device (no broker connection, or a backlog nothing acknowledges). Long
+/// enough for a broker restart or failover (seconds) and the reconnect
+/// backoff (at most 30 s), short enough to alert before a disk budget
+/// sized for hours fills.
+pub const DEFAULT_UNHEALTHY_AFTER_MS: u64 = 120_000;
+/// Smallest `unhealthy_after_ms`.
+pub const MIN_UNHEALTHY_AFTER_MS: u64 = 100;
+/// Largest `unhealthy_after_ms` (a week).
+pub const MAX_UNHEALTHY_AFTER_MS: u64 = 7 * 24 * 3_600_000;
 
 /// Below which offset local retention may delete a durable topic's sealed
 /// segments.
@@ -57,6 +68,8 @@ pub struct ReplicationFileConfig {
     pub idle_timeout_ms: Option<u64>,
     /// Default `retain_until` of durable topics.
     pub retain_until: Option<RetainUntil>,
+    /// Nothing left the device this long: `/health` is `unhealthy`, ms.
+    pub unhealthy_after_ms: Option<u64>,
 }
 
 /// `[replication]`, validated.
@@ -70,6 +83,9 @@ pub struct ReplicationSettings {
     /// Default `retain_until` of durable topics (a topic's own setting
     /// wins).
     pub retain_until: RetainUntil,
+    /// Nothing could leave the device this long (no broker connection, or a
+    /// backlog nothing acknowledges): `/health` answers `unhealthy`.
+    pub unhealthy_after: Duration,
 }
 
 impl Default for ReplicationSettings {
@@ -78,6 +94,7 @@ impl Default for ReplicationSettings {
             keep_alive: Duration::from_millis(DEFAULT_KEEP_ALIVE_MS),
             idle_timeout: Duration::from_millis(DEFAULT_IDLE_TIMEOUT_MS),
             retain_until: RetainUntil::default(),
+            unhealthy_after: Duration::from_millis(DEFAULT_UNHEALTHY_AFTER_MS),
         }
     }
 }
@@ -90,7 +107,8 @@ impl ReplicationSettings {
     /// `replication.idle_timeout_ms`: a keep-alive below
     /// [`MIN_KEEP_ALIVE_MS`], an idle timeout above [`MAX_IDLE_TIMEOUT_MS`],
     /// or an idle timeout not at least twice the keep-alive (one lost PING
-    /// would end the connection).
+    /// would end the connection); `replication.unhealthy_after_ms` outside
+    /// [`MIN_UNHEALTHY_AFTER_MS`]..=[`MAX_UNHEALTHY_AFTER_MS`].
     pub fn resolve(
         file: Option<ReplicationFileConfig>,
     ) -> Result<ReplicationSettings, ConfigError> {
@@ -117,10 +135,22 @@ impl ReplicationSettings {
                 ),
             ));
         }
+        let unhealthy_after_ms = file
+            .unhealthy_after_ms
+            .unwrap_or(DEFAULT_UNHEALTHY_AFTER_MS);
+        if !(MIN_UNHEALTHY_AFTER_MS..=MAX_UNHEALTHY_AFTER_MS).contains(&unhealthy_after_ms) {
+            return Err(ConfigError::invalid(
+                "replication.unhealthy_after_ms",
+                format!(
+                    "must be from {MIN_UNHEALTHY_AFTER_MS} to {MAX_UNHEALTHY_AFTER_MS} ms, got {unhealthy_after_ms}"
+                ),
+            ));
+        }
         Ok(ReplicationSettings {
             keep_alive: Duration::from_millis(keep_alive_ms),
             idle_timeout: Duration::from_millis(idle_timeout_ms),
             retain_until: file.retain_until.unwrap_or_default(),
+            unhealthy_after: Duration::from_millis(unhealthy_after_ms),
         })
     }
 }

@@ -427,8 +427,9 @@ fn replication_settings_parse_with_a_per_topic_retain_until() {
     assert_eq!(defaults.keep_alive, Duration::from_secs(1));
     assert_eq!(defaults.idle_timeout, Duration::from_secs(5));
     assert_eq!(defaults.retain_until, RetainUntil::Archived);
+    assert_eq!(defaults.unhealthy_after, Duration::from_secs(120));
     let config = resolve(&format!(
-        "{MINIMAL}[replication]\nkeep_alive_ms = 2000\nidle_timeout_ms = 30000\nretain_until = \"acknowledged\"\n\n\
+        "{MINIMAL}[replication]\nkeep_alive_ms = 2000\nidle_timeout_ms = 30000\nretain_until = \"acknowledged\"\nunhealthy_after_ms = 1500\n\n\
          [[topics]]\nname = \"/e1/audit\"\nintent = \"audit_log\"\nretain_until = \"archived\"\n\n\
          [[topics]]\nname = \"/e1/events\"\nintent = \"event_stream\"\n"
     ))
@@ -439,6 +440,7 @@ fn replication_settings_parse_with_a_per_topic_retain_until() {
             keep_alive: Duration::from_secs(2),
             idle_timeout: Duration::from_secs(30),
             retain_until: RetainUntil::Acknowledged,
+            unhealthy_after: Duration::from_millis(1500),
         }
     );
     let name = |s: &str| TopicName::new(s).unwrap();
@@ -485,6 +487,11 @@ fn bad_replication_settings_are_refused_naming_the_key() {
             "replication.idle_timeout_ms",
             "600001 is above 600000 ms",
         ),
+        (
+            "unhealthy_after_ms = 99",
+            "replication.unhealthy_after_ms",
+            "must be from 100 to 604800000 ms, got 99",
+        ),
     ] {
         let (got_field, got_reason) = invalid_field(&format!("{MINIMAL}[replication]\n{text}\n"));
         assert_eq!(got_field, field, "{text}");
@@ -498,4 +505,63 @@ fn bad_replication_settings_are_refused_naming_the_key() {
         reason.contains("does not apply to the realtime intent"),
         "{reason}"
     );
+}
+
+#[cfg(unix)]
+fn secret_file(dir: &Path, name: &str, text: &str, mode: u32) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    std::fs::set_permissions(&path, std::fs::Permissions::from_mode(mode)).unwrap();
+    path
+}
+
+#[cfg(unix)]
+#[test]
+fn a_lan_local_api_needs_a_token_from_a_private_file() {
+    let dir = tempfile::tempdir().unwrap();
+    // Loopback: no token needed.
+    let config = resolve(&format!("{MINIMAL}local_api = \"127.0.0.1:7500\"\n")).unwrap();
+    assert_eq!(
+        config.local_api_security,
+        local_api::LocalApiSecurity::default()
+    );
+    // Any other address: refused without a token, naming local_api.
+    let (field, reason) = invalid_field(&format!("{MINIMAL}local_api = \"0.0.0.0:7500\"\n"));
+    assert_eq!(field, "local_api");
+    assert!(
+        reason.starts_with("0.0.0.0:7500 is reachable from other hosts, so it needs a bearer token: set local_api_token_file"),
+        "{reason}"
+    );
+    let good = secret_file(dir.path(), "token", "0123456789abcdef0123\n", 0o600);
+    let config = resolve(&format!(
+        "{MINIMAL}local_api = \"0.0.0.0:7500\"\nlocal_api_token_file = \"{}\"\n",
+        good.display()
+    ))
+    .unwrap();
+    let token = config.local_api_security.token.expect("token");
+    assert!(token.matches("0123456789abcdef0123"));
+    assert!(!token.matches("0123456789abcdef012"));
+    assert_eq!(format!("{token:?}"), "ApiToken(<redacted>)");
+    let open = secret_file(dir.path(), "open", "0123456789abcdef0123\n", 0o644);
+    let (field, reason) = invalid_field(&format!(
+        "{MINIMAL}local_api_token_file = \"{}\"\n",
+        open.display()
+    ));
+    assert_eq!(field, "local_api_token_file");
+    assert!(
+        reason.contains("readable by every user (mode 0644)"),
+        "{reason}"
+    );
+    let short = secret_file(dir.path(), "short", "abc\n", 0o600);
+    let (field, reason) = invalid_field(&format!(
+        "{MINIMAL}local_api_token_file = \"{}\"\n",
+        short.display()
+    ));
+    assert_eq!(field, "local_api_token_file");
+    assert!(reason.contains("fewer than 16 characters"), "{reason}");
+    let (field, _) = invalid_field(&format!(
+        "{MINIMAL}[local_api_tls]\ncert = \"/nonexistent.pem\"\nkey = \"/nonexistent.key\"\n"
+    ));
+    assert_eq!(field, "local_api_tls.cert");
 }

@@ -307,7 +307,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
         })
         .await?;
         shared.stats.count(&shared.stats.connections_accepted);
-        debug!(client_id = %client_id, version = ?self.version, persistent, session_present = present, "mqtt client connected");
+        debug!(client_id = %client_id, version = match self.version { crate::mqtt::wire::Version::V311 => "3.1.1", crate::mqtt::wire::Version::V5 => "5.0" }, persistent, session_present = present, "mqtt client connected");
         Ok((slot, session))
     }
 
@@ -539,7 +539,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
             }
             _ => (Reason::UnspecifiedError, true),
         };
-        info!(error = %e, "mqtt publish refused, not acknowledged");
+        match &e {
+            // Storage refusals: one line per topic every 10 s, with a count.
+            TopicError::Publish(
+                refusal @ (PublishError::Full(_) | PublishError::DiskFull { .. }),
+            ) => {
+                crate::refusals::log_storage_refusal(refusal, "mqtt");
+            }
+            _ => info!(error = %e, "mqtt publish refused, not acknowledged"),
+        }
         if fatal {
             return Err(close(reason, e.to_string()));
         }

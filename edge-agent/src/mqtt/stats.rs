@@ -2,7 +2,6 @@
 //! `tributary_edge_mqtt_*` (see `docs/edge-agent.md`, "MQTT").
 
 use std::collections::HashSet;
-use std::fmt::Write;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -68,117 +67,114 @@ impl MqttStats {
         self.anonymous.fetch_add(1, Ordering::Relaxed)
     }
 
-    /// Appends the Prometheus text of the counters to `out`.
-    pub fn render(&self, out: &mut String) {
+    /// Adds the `tributary_edge_mqtt_*` families to `out`.
+    pub fn add_to(&self, out: &mut crate::metrics::Exposition) {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
         let counters: [(&str, &str, u64); 16] = [
             (
-                "connections_total",
-                "MQTT CONNECTs accepted",
+                "connections",
+                "MQTT CONNECT packets the listener accepted.",
                 get(&self.connections_accepted),
             ),
             (
-                "connections_refused_limit_total",
-                "connections refused at max_connections",
+                "connections_refused_limit",
+                "MQTT connections refused because max_connections were open.",
                 get(&self.connections_refused_limit),
             ),
             (
-                "auth_failures_total",
-                "CONNECTs refused: bad username or password",
+                "auth_failures",
+                "MQTT CONNECT packets refused for a bad username or password.",
                 get(&self.auth_failures),
             ),
             (
-                "bad_protocol_total",
-                "CONNECTs of an unsupported protocol level",
+                "bad_protocol",
+                "MQTT CONNECT packets refused for an unsupported protocol level.",
                 get(&self.bad_protocol),
             ),
             (
-                "malformed_packets_total",
-                "packets refused as malformed",
+                "malformed_packets",
+                "MQTT packets refused as malformed.",
                 get(&self.malformed_packets),
             ),
             (
-                "packets_too_large_total",
-                "packets over max_packet_bytes",
+                "packets_too_large",
+                "MQTT packets refused for exceeding max_packet_bytes.",
                 get(&self.packets_too_large),
             ),
             (
-                "records_total",
-                "records stored from MQTT",
+                "records",
+                "Records stored from MQTT PUBLISH packets.",
                 get(&self.records_stored),
             ),
             (
-                "bytes_total",
-                "payload bytes stored from MQTT",
+                "bytes",
+                "Payload bytes stored from MQTT PUBLISH packets.",
                 get(&self.bytes_stored),
             ),
             (
-                "unmapped_topic_total",
-                "PUBLISHes refused: topic matches no rule",
+                "unmapped_topic",
+                "PUBLISH packets refused because their topic matches no rule.",
                 get(&self.unmapped_refused),
             ),
             (
-                "refused_full_total",
-                "PUBLISHes refused: disk budget or disk full",
+                "refused_full",
+                "PUBLISH packets refused because a disk budget or the disk was full.",
                 get(&self.refused_full),
             ),
             (
-                "qos1_redeliveries_total",
-                "QoS 1 resends of an acknowledged packet id (stored again)",
+                "qos1_redeliveries",
+                "QoS 1 resends of an acknowledged packet id, which are stored again.",
                 get(&self.qos1_redeliveries),
             ),
             (
-                "qos2_duplicates_total",
-                "QoS 2 resends recognised (not stored again)",
+                "qos2_duplicates",
+                "QoS 2 resends the listener recognised and did not store again.",
                 get(&self.qos2_duplicates),
             ),
             (
-                "subscribe_refused_total",
-                "SUBSCRIBEs refused",
+                "subscribe_refused",
+                "SUBSCRIBE packets the listener refused.",
                 get(&self.subscribe_refused),
             ),
             (
-                "slow_clients_total",
-                "connections closed: the client did not read",
+                "slow_clients",
+                "MQTT connections closed because the client did not read.",
                 get(&self.slow_clients),
             ),
             (
-                "bridge_records_total",
-                "bridged messages stored and acknowledged",
+                "bridge_records",
+                "Bridged messages stored and acknowledged to the local broker.",
                 get(&self.bridge_records),
             ),
             (
-                "bridge_errors_total",
-                "bridge connection errors",
+                "bridge_errors",
+                "Connection errors of the bridge to the local broker.",
                 get(&self.bridge_errors),
             ),
         ];
         for (name, help, value) in counters {
-            let _ = writeln!(out, "# HELP tributary_edge_mqtt_{name} {help}.");
-            let _ = writeln!(out, "# TYPE tributary_edge_mqtt_{name} counter");
-            let _ = writeln!(out, "tributary_edge_mqtt_{name} {value}");
-        }
-        let _ = writeln!(
-            out,
-            "# HELP tributary_edge_mqtt_publishes_total PUBLISH packets received, by QoS."
-        );
-        let _ = writeln!(out, "# TYPE tributary_edge_mqtt_publishes_total counter");
-        for (qos, c) in self.publishes.iter().enumerate() {
-            let _ = writeln!(
-                out,
-                "tributary_edge_mqtt_publishes_total{{qos=\"{qos}\"}} {}",
-                get(c)
+            let labels = out.labels(&[]);
+            out.counter(
+                &format!("tributary_edge_mqtt_{name}"),
+                help,
+                [(labels, value)],
             );
         }
-        let _ = writeln!(
-            out,
-            "# HELP tributary_edge_mqtt_connections_open MQTT connections open."
+        let publishes: Vec<_> = self
+            .publishes
+            .iter()
+            .enumerate()
+            .map(|(qos, c)| (out.labels(&[("qos", &qos.to_string())]), get(c)))
+            .collect();
+        out.counter(
+            "tributary_edge_mqtt_publishes",
+            "MQTT PUBLISH packets received, by QoS.",
+            publishes,
         );
-        let _ = writeln!(out, "# TYPE tributary_edge_mqtt_connections_open gauge");
-        let _ = writeln!(
-            out,
-            "tributary_edge_mqtt_connections_open {}",
-            get(&self.connections_open)
+        out.gauge(
+            "tributary_edge_mqtt_connections_open",
+            "MQTT connections open now.",
+            [(out.labels(&[]), get(&self.connections_open))],
         );
     }
 }

@@ -137,6 +137,26 @@ pub struct ReplicationStats {
     pub redirect_loops: std::sync::atomic::AtomicU64,
     /// The bootstrap connection's state, for `/health`.
     pub link: std::sync::Mutex<LinkStatus>,
+    /// Connections to brokers open now (bootstrap and owners): records can
+    /// leave the device while this is above 0 ([`crate::health`]).
+    pub open_connections: std::sync::atomic::AtomicU64,
+}
+
+/// Counts one open connection in [`ReplicationStats::open_connections`]
+/// until dropped.
+struct OpenConnection<'a>(&'a ReplicationStats);
+
+impl<'a> OpenConnection<'a> {
+    fn new(stats: &'a ReplicationStats) -> OpenConnection<'a> {
+        stats.open_connections.fetch_add(1, Ordering::Relaxed);
+        OpenConnection(stats)
+    }
+}
+
+impl Drop for OpenConnection<'_> {
+    fn drop(&mut self) {
+        self.0.open_connections.fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// What `/health` says about replication.
@@ -425,6 +445,7 @@ async fn connect_and_replicate(
     };
     *connected_at = Some(tokio::time::Instant::now());
     shared.stats.connects.fetch_add(1, Ordering::Relaxed);
+    let _open = OpenConnection::new(&shared.stats);
     if target.is_none() {
         shared
             .stats
@@ -575,7 +596,12 @@ fn on_stream_end(
                             routes::MAX_REDIRECT_HOPS
                         );
                     } else {
-                        debug!(topic, loops, ?delay, "redirect loop again");
+                        debug!(
+                            topic,
+                            loops,
+                            delay_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+                            "redirect loop again"
+                        );
                     }
                 }
             }

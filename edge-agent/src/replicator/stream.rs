@@ -260,6 +260,8 @@ async fn drive_stream(
     // A frame taken from the read-ahead that waits for the bandwidth cap's
     // tokens, and when it may go; acknowledgements are read meanwhile.
     let mut paced: Option<(Outgoing, tokio::time::Instant)> = None;
+    // When the next `Progress` frame may go (the broker asked for them).
+    let mut progress_at: Option<tokio::time::Instant> = None;
     loop {
         let window_open = stream.next_to_send(u64::MAX).is_some();
         let paced_until = paced.as_ref().map(|(_, at)| *at);
@@ -325,6 +327,11 @@ async fn drive_stream(
                             info!(topic = %topic.name(), first_offset, end_offset, "broker asks to re-send a range its copy of is damaged");
                             answer_refetches(&mut send, &mut stream, wal, config.compress).await?;
                         }
+                        EdgeEvent::ProgressRequested { .. } => {
+                            // The first report at once, the next ones on
+                            // the requested interval.
+                            progress_at = Some(tokio::time::Instant::now());
+                        }
                     }
                 }
             }
@@ -365,6 +372,24 @@ async fn drive_stream(
                     send_frame(&mut send, &mut stream, stats, prepared).await?;
                 }
             }
+            () = async {
+                match progress_at {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            }, if progress_at.is_some() => {
+                // The local high-water mark, for the broker's view of this
+                // edge's lag (`tribctl edges list`); only when it changed.
+                if let Some(frame) = stream.progress(wal.high_water_mark()) {
+                    send.write_all(&frame.to_bytes())
+                        .await
+                        .map_err(|e| conn_err(&e))?;
+                }
+                let interval = stream.progress_interval_ms().unwrap_or(1_000);
+                progress_at = Some(
+                    tokio::time::Instant::now() + Duration::from_millis(u64::from(interval)),
+                );
+            }
         }
     }
 }
@@ -387,10 +412,19 @@ async fn answer_refetches(
                 end_offset,
             } => (first_offset, end_offset),
             RefetchAnswer::Unavailable(frame) => {
-                warn!(
-                    ?frame,
-                    "cannot re-send a range the broker asks for: the local WAL no longer holds it"
-                );
+                if let frame::Frame::RefetchUnavailable {
+                    first_offset,
+                    end_offset,
+                    log_start,
+                } = &frame
+                {
+                    warn!(
+                        first_offset,
+                        end_offset,
+                        log_start,
+                        "cannot re-send a range the broker asks for: the local WAL no longer holds it"
+                    );
+                }
                 send.write_all(&frame.to_bytes())
                     .await
                     .map_err(|e| conn_err(&e))?;

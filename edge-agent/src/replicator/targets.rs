@@ -120,9 +120,9 @@ async fn run_owner_connection(shared: Shared, addr: String, mut shutdown: watch:
         Err(e) => {
             let moved = shared.routing.with(|t| t.fall_back_all(&addr));
             if connected_at.is_some() {
-                info!(owner = %addr, error = %e, topics = ?moved, "connection to the owner lost; its topics go back to the bootstrap brokers");
+                info!(owner = %addr, error = %e, topics = moved.join(","), "connection to the owner lost; its topics go back to the bootstrap brokers");
             } else {
-                warn!(owner = %addr, error = %e, topics = ?moved, "cannot connect to the owner a broker redirected to; its topics go back to the bootstrap brokers");
+                warn!(owner = %addr, error = %e, topics = moved.join(","), "cannot connect to the owner a broker redirected to; its topics go back to the bootstrap brokers");
             }
         }
     }

@@ -281,6 +281,15 @@ pub enum MetadataKey {
         /// The edge topic.
         topic: TopicName,
     },
+    /// `/fleet/edges/{edge_id}/{broker_id}`: what broker `broker_id` knows
+    /// of edge `edge_id`'s replication connections (central store; JSON
+    /// `tributary_proto::fleet::EdgeEntry`).
+    FleetEdge {
+        /// The edge id (the namespace it writes to).
+        edge: NamespaceName,
+        /// The broker that wrote the entry.
+        broker_id: u64,
+    },
 }
 
 impl fmt::Display for MetadataKey {
@@ -339,6 +348,9 @@ impl fmt::Display for MetadataKey {
             MetadataKey::AuthRevokedEdge { edge } => write!(f, "/auth/revoked_edges/{edge}"),
             MetadataKey::EdgeCheckpoint { topic } => write!(f, "/edge/checkpoints{topic}"),
             MetadataKey::EdgeArchived { topic } => write!(f, "/edge/archived{topic}"),
+            MetadataKey::FleetEdge { edge, broker_id } => {
+                write!(f, "/fleet/edges/{edge}/{broker_id}")
+            }
         }
     }
 }
@@ -453,6 +465,10 @@ impl MetadataKey {
             },
             ["edge", "archived", ns, topic] => MetadataKey::EdgeArchived {
                 topic: topic_in(key, ns, topic)?,
+            },
+            ["fleet", "edges", edge, id] => MetadataKey::FleetEdge {
+                edge: name_in(key, edge, NamespaceName::new)?,
+                broker_id: canonical(key, "broker_id", id)?,
             },
             _ => return Err(unknown()),
         };

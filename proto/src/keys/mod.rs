@@ -23,12 +23,13 @@
 //!
 //! # Key paths
 //! [`MetadataKey`] enumerates every path of the metadata layout
-//! (`seeds/001_4a7643a8a6858094.txt`, with `/edge/checkpoints/{ns}/{topic}`
-//! and the storage prefix from `docs/architecture.md`); its `Display` builds a key and
+//! (`seeds/001_4a7643a8a6858094.txt`, with `/edge/checkpoints/{ns}/{topic}`,
+//! the storage prefix from `docs/architecture.md`, and `/fleet/edges/...`,
+//! the brokers' view of their edges); its `Display` builds a key and
 //! [`MetadataKey::parse`] reads one back. The free functions in [`cluster`],
 //! [`namespaces`], [`topics`], [`schemas`], [`auth`] and [`edge`] are
 //! shorthands for building single keys and the prefixes that are listed or
-//! watched. Storage paths depend on the configured prefix and live on
+//! watched ([`fleet`] too). Storage paths depend on the configured prefix and live on
 //! [`StorageKeys`].
 //!
 //! Numbers in keys are canonical decimal `u64` (no sign, no leading zeros),
@@ -57,6 +58,7 @@ mod storage;
 pub mod auth;
 pub mod cluster;
 pub mod edge;
+pub mod fleet;
 pub mod namespaces;
 pub mod schemas;
 pub mod topics;

@@ -465,6 +465,31 @@ fn schema_auth_and_edge_keys() {
 }
 
 #[test]
+fn fleet_edge_keys() {
+    let plant = NamespaceName::new("plant-7").unwrap();
+    assert_eq!(fleet::edge_entry(&plant, 3), "/fleet/edges/plant-7/3");
+    assert_eq!(
+        MetadataKey::parse("/fleet/edges/plant-7/3"),
+        Ok(MetadataKey::FleetEdge {
+            edge: plant,
+            broker_id: 3
+        })
+    );
+    assert!(
+        fleet::edge_entry(&NamespaceName::new("e").unwrap(), 1).starts_with(&fleet::edges_prefix())
+    );
+    for bad in [
+        "/fleet/edges/plant-7/03",
+        "/fleet/edges/plant-7/x",
+        "/fleet/edges/pl ant/3",
+        "/fleet/edges/plant-7",
+        "/fleet/edges/plant-7/3/extra",
+    ] {
+        assert!(MetadataKey::parse(bad).is_err(), "{bad}");
+    }
+}
+
+#[test]
 fn storage_keys_with_default_prefix() {
     let keys = StorageKeys::default();
     let t = topic("/default/jobs");
@@ -833,6 +858,12 @@ fn arb_metadata_key() -> impl Strategy<Value = MetadataKey> {
             .boxed(),
         arb_topic()
             .prop_map(|topic| MetadataKey::EdgeArchived { topic })
+            .boxed(),
+        (name_part(), any::<u64>())
+            .prop_map(|(e, broker_id)| MetadataKey::FleetEdge {
+                edge: NamespaceName::new(&e).unwrap(),
+                broker_id,
+            })
             .boxed(),
     ])
 }

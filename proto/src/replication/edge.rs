@@ -28,6 +28,11 @@
 //!    the order they came; repairs take no room in the window and are not
 //!    acknowledged.
 //!
+//! 7. after an [`EdgeEvent::ProgressRequested`], send
+//!    [`EdgeStream::progress`]'s frame (when it returns one) at once and
+//!    then at most once per the requested interval: the broker learns the
+//!    local high-water mark, so it can show this edge's lag.
+//!
 //! A new connection starts a new `EdgeStream`: the broker's `Welcome` is
 //! authoritative for where to resume.
 
@@ -90,6 +95,12 @@ pub enum EdgeEvent {
         first_offset: u64,
         /// Its exclusive end.
         end_offset: u64,
+    },
+    /// The broker asks for the local high-water mark: send
+    /// [`EdgeStream::progress`]'s frames, at most once per `interval_ms`.
+    ProgressRequested {
+        /// Shortest time between two `Progress` frames, ms.
+        interval_ms: u32,
     },
 }
 
@@ -181,6 +192,10 @@ pub struct EdgeStream {
     /// Refetch requests not yet answered, oldest first, with the next
     /// offset of the answer.
     refetches: VecDeque<(u64, u64, u64)>,
+    /// The broker asked for `Progress` frames, at most one per this many ms.
+    progress_interval_ms: Option<u32>,
+    /// The high-water mark the last `Progress` frame carried.
+    progress_sent: Option<u64>,
 }
 
 impl EdgeStream {
@@ -203,17 +218,21 @@ impl EdgeStream {
             in_flight: VecDeque::new(),
             in_flight_bytes: 0,
             refetches: VecDeque::new(),
+            progress_interval_ms: None,
+            progress_sent: None,
         }
     }
 
-    /// The first frame to send. It asks for acknowledgement datagrams: the
-    /// driver must feed them to [`EdgeStream::on_datagram_ack`].
+    /// The first frame to send. It asks for acknowledgement datagrams (the
+    /// driver must feed them to [`EdgeStream::on_datagram_ack`]) and offers
+    /// `Progress` frames (see [`EdgeEvent::ProgressRequested`]).
     pub fn hello(&self) -> Frame {
         Frame::Hello(Hello {
             protocol: PROTOCOL_VERSION,
             topic: self.topic.clone(),
             settings: self.settings.clone(),
             ack_datagrams: true,
+            progress: true,
         })
     }
 
@@ -293,6 +312,10 @@ impl EdgeStream {
                     first_offset,
                     end_offset,
                 })
+            }
+            (State::Streaming, Frame::ProgressRequest { interval_ms }) => {
+                self.progress_interval_ms = Some(interval_ms);
+                Ok(EdgeEvent::ProgressRequested { interval_ms })
             }
             (_, Frame::Error { code, message }) => Err(EdgeError::Refused { code, message }),
             (state, frame) => Err(EdgeError::Protocol(format!(
@@ -459,6 +482,27 @@ impl EdgeStream {
         })
     }
 
+    /// The `Progress` frame reporting `local_hwm` (the local WAL's
+    /// high-water mark), if the broker asked for them and the value changed
+    /// since the last one; recorded as sent. The driver calls it at most
+    /// once per [`EdgeStream::progress_interval_ms`].
+    pub fn progress(&mut self, local_hwm: u64) -> Option<Frame> {
+        self.progress_interval_ms?;
+        if self.progress_sent == Some(local_hwm) {
+            return None;
+        }
+        self.progress_sent = Some(local_hwm);
+        Some(Frame::Progress {
+            high_water_mark: local_hwm,
+        })
+    }
+
+    /// The interval the broker asked `Progress` frames at, ms; `None` until
+    /// it asked (an older broker never does).
+    pub fn progress_interval_ms(&self) -> Option<u32> {
+        self.progress_interval_ms
+    }
+
     /// Refetch requests not yet answered.
     pub fn pending_refetches(&self) -> usize {
         self.refetches.len()
@@ -498,5 +542,7 @@ fn frame_name(frame: &Frame) -> &'static str {
         Frame::RefetchUnavailable { .. } => "refetch_unavailable",
         Frame::Redirect(_) => "redirect",
         Frame::Archived { .. } => "archived",
+        Frame::ProgressRequest { .. } => "progress_request",
+        Frame::Progress { .. } => "progress",
     }
 }

@@ -4,7 +4,7 @@
 //! ```text
 //! frame = u32 length (of type + payload, little-endian) | u8 type | payload
 //! 1 Hello    JSON {"protocol":1,"topic":"/ns/t","settings":{ExpandedStreamSettings}|null,
-//!            "ack_datagrams":true (optional)}
+//!            "ack_datagrams":true (optional),"progress":true (optional)}
 //! 2 Welcome  u64 high_water_mark: the broker's next offset for the topic
 //! 3 Batch    u8 wire codec (0 none, 1 zstd) | the record batch, verbatim
 //!            (zstd-compressed as a whole when the codec is 1)
@@ -26,6 +26,11 @@
 //! 11 Archived u64 archived_offset (broker → edge, any time after Welcome):
 //!            everything below it is committed in the archive; the edge may
 //!            delete its local copy below it
+//! 12 ProgressRequest u32 interval_ms (broker → edge, after Welcome, only
+//!            when the Hello set "progress"): report the local high-water
+//!            mark in Progress frames, at most once per interval
+//! 13 Progress u64 high_water_mark (edge → broker, only after a
+//!            ProgressRequest): the edge WAL's next offset for the topic
 //! ```
 //!
 //! Protocol version 2 added `Redirect`, `Archived` and the
@@ -56,6 +61,14 @@
 //! behind a lost stream packet. The `Ack` frame on the stream stays the
 //! reliable path.
 //!
+//! `ProgressRequest` and `Progress` (fleet visibility: the broker learns the
+//! edge's own high-water mark, so it can show the edge's lag) are an
+//! addition within protocol 2, negotiated like the datagrams: an edge that
+//! sends `Progress` frames says so in its `Hello` (`"progress":true`, which
+//! older brokers ignore), and sends them only once the broker asked with a
+//! `ProgressRequest`, which a broker sends only to such an edge. Neither
+//! side ever receives a frame type it does not know.
+//!
 //! Decoding is bounded: a frame longer than the decoder's limit is refused
 //! before anything is allocated, and a zstd batch may not inflate beyond
 //! `max_batch_bytes`.
@@ -66,6 +79,8 @@ use serde::{Deserialize, Serialize};
 use crate::batch::{DecodeError, EncodedBatch};
 use crate::intent::ExpandedStreamSettings;
 use crate::limits::Limits;
+
+pub use super::datagram::{ACK_DATAGRAM_BYTES, AckDatagram};
 
 /// Protocol version carried in `Hello`: 2 since topic ownership
 /// (`Redirect`, `Archived`).
@@ -86,6 +101,8 @@ const REPAIR: u8 = 8;
 const REFETCH_UNAVAILABLE: u8 = 9;
 const REDIRECT: u8 = 10;
 const ARCHIVED: u8 = 11;
+const PROGRESS_REQUEST: u8 = 12;
+const PROGRESS: u8 = 13;
 /// Bytes of a `Hole` payload before its reason.
 const HOLE_FIXED_BYTES: usize = 17;
 
@@ -143,6 +160,12 @@ pub struct Hello {
     /// buffer them for such an edge until the connection ends.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub ack_datagrams: bool,
+    /// The edge reports its local high-water mark in `Progress` frames once
+    /// the broker asks with a `ProgressRequest` (which the broker sends
+    /// only then). Absent (false) from edges that predate them; older
+    /// brokers ignore the field and never ask.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub progress: bool,
 }
 
 /// Why a stream is refused or closed; carried in an `Error` frame.
@@ -313,6 +336,19 @@ pub enum Frame {
         /// Exclusive end of the archived range.
         archived_offset: u64,
     },
+    /// Broker → edge, after `Welcome`, only on a stream whose `Hello` set
+    /// `progress`: report the local high-water mark with `Progress` frames,
+    /// at most once per `interval_ms` and only when it changed.
+    ProgressRequest {
+        /// Shortest time between two `Progress` frames, ms (at least 1).
+        interval_ms: u32,
+    },
+    /// Edge → broker, only after a `ProgressRequest`: the next offset the
+    /// edge's WAL will assign for the topic (its high-water mark).
+    Progress {
+        /// The edge's high-water mark.
+        high_water_mark: u64,
+    },
 }
 
 /// Why bytes are not a valid frame.
@@ -437,6 +473,14 @@ impl Frame {
             Frame::Archived { archived_offset } => {
                 out.put_u8(ARCHIVED);
                 out.put_u64_le(*archived_offset);
+            }
+            Frame::ProgressRequest { interval_ms } => {
+                out.put_u8(PROGRESS_REQUEST);
+                out.put_u32_le(*interval_ms);
+            }
+            Frame::Progress { high_water_mark } => {
+                out.put_u8(PROGRESS);
+                out.put_u64_le(*high_water_mark);
             }
         }
         let length = (out.len() - start - 4) as u32;
@@ -609,6 +653,24 @@ pub fn decode(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Frame>, Fram
                 archived_offset: body.get_u64_le(),
             }
         }
+        PROGRESS_REQUEST => {
+            if body.len() != 4 {
+                return Err(malformed("progress_request", "payload is not 4 bytes"));
+            }
+            let interval_ms = body.get_u32_le();
+            if interval_ms == 0 {
+                return Err(malformed("progress_request", "interval_ms is 0"));
+            }
+            Frame::ProgressRequest { interval_ms }
+        }
+        PROGRESS => {
+            if body.len() != 8 {
+                return Err(malformed("progress", "payload is not 8 bytes"));
+            }
+            Frame::Progress {
+                high_water_mark: body.get_u64_le(),
+            }
+        }
         ACK => {
             if body.len() != 8 {
                 return Err(malformed("ack", "payload is not 8 bytes"));
@@ -655,61 +717,6 @@ pub fn decode(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Frame>, Fram
         other => return Err(FrameError::UnknownType(other)),
     };
     Ok(Some(frame))
-}
-
-/// Bytes of an encoded [`AckDatagram`].
-pub const ACK_DATAGRAM_BYTES: usize = 17;
-
-/// An acknowledgement repeated in a QUIC datagram: everything below
-/// `next_offset` on the topic whose replication stream has QUIC stream id
-/// `stream_id` (on this connection) is durable centrally.
-///
-/// ```text
-/// u8 type (4, as the Ack frame) | u64 stream_id (LE) | u64 next_offset (LE)
-/// ```
-///
-/// Datagrams may be lost, duplicated or reordered, and one may arrive before
-/// the `Ack` frame it repeats or after a later one: the receiver takes the
-/// highest offset it has seen
-/// ([`EdgeStream::on_datagram_ack`](super::edge::EdgeStream::on_datagram_ack)).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct AckDatagram {
-    /// QUIC stream id of the topic's replication stream.
-    pub stream_id: u64,
-    /// Exclusive end of the acknowledged range.
-    pub next_offset: u64,
-}
-
-impl AckDatagram {
-    /// The datagram's [`ACK_DATAGRAM_BYTES`] bytes.
-    pub fn to_bytes(self) -> Bytes {
-        let mut out = BytesMut::with_capacity(ACK_DATAGRAM_BYTES);
-        out.put_u8(ACK);
-        out.put_u64_le(self.stream_id);
-        out.put_u64_le(self.next_offset);
-        out.freeze()
-    }
-
-    /// Parses a received datagram.
-    ///
-    /// # Errors
-    /// [`FrameError::Malformed`] if it is not [`ACK_DATAGRAM_BYTES`] long,
-    /// [`FrameError::UnknownType`] if its type byte is not 4.
-    pub fn decode(mut datagram: &[u8]) -> Result<AckDatagram, FrameError> {
-        if datagram.len() != ACK_DATAGRAM_BYTES {
-            return Err(FrameError::Malformed {
-                kind: "ack datagram",
-                reason: format!("{} bytes instead of {ACK_DATAGRAM_BYTES}", datagram.len()),
-            });
-        }
-        match datagram.get_u8() {
-            ACK => Ok(AckDatagram {
-                stream_id: datagram.get_u64_le(),
-                next_offset: datagram.get_u64_le(),
-            }),
-            other => Err(FrameError::UnknownType(other)),
-        }
-    }
 }
 
 /// Why a batch frame's payload is not an acceptable batch.
@@ -769,6 +776,7 @@ mod tests {
                 topic: "/plant1/power".into(),
                 settings: Some(StreamIntent::EventStream.expand()),
                 ack_datagrams: true,
+                progress: true,
             }),
             Frame::Welcome {
                 high_water_mark: 77,
@@ -803,7 +811,48 @@ mod tests {
                 end_offset: 60,
                 log_start: 1_000,
             },
+            Frame::ProgressRequest { interval_ms: 1_000 },
+            Frame::Progress {
+                high_water_mark: u64::MAX - 1,
+            },
         ]
+    }
+
+    #[test]
+    fn progress_frames_have_exact_bytes_and_refuse_wrong_lengths() {
+        let limits = Limits::default();
+        assert_eq!(
+            Frame::ProgressRequest { interval_ms: 500 }
+                .to_bytes()
+                .as_ref(),
+            [5, 0, 0, 0, PROGRESS_REQUEST, 0xf4, 0x01, 0, 0]
+        );
+        assert_eq!(
+            Frame::Progress {
+                high_water_mark: 258
+            }
+            .to_bytes()
+            .as_ref(),
+            [9, 0, 0, 0, PROGRESS, 2, 1, 0, 0, 0, 0, 0, 0]
+        );
+        for (kind, payload) in [
+            (PROGRESS_REQUEST, vec![0; 4]),
+            (PROGRESS_REQUEST, vec![1; 8]),
+            (PROGRESS, vec![1; 4]),
+        ] {
+            let mut wire = BytesMut::new();
+            wire.put_u32_le(payload.len() as u32 + 1);
+            wire.put_u8(kind);
+            wire.put_slice(&payload);
+            assert!(
+                matches!(
+                    decode(&mut wire, &limits),
+                    Err(FrameError::Malformed { .. })
+                ),
+                "type {kind}, {} bytes",
+                payload.len()
+            );
+        }
     }
 
     #[test]
@@ -993,6 +1042,14 @@ mod tests {
         })
         .unwrap();
         assert_eq!(new["ack_datagrams"], true);
+        assert!(!hello.progress, "an old edge never sends Progress frames");
+        assert!(
+            serde_json::to_value(&hello)
+                .unwrap()
+                .get("progress")
+                .is_none(),
+            "a Hello without progress is byte for byte the older one"
+        );
         assert!(
             serde_json::to_value(&hello)
                 .unwrap()

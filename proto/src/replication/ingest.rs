@@ -24,6 +24,10 @@
 //!    last with `complete`: then rewrite the segment with them) or
 //!    [`IngestAction::RefetchUnavailable`] (drop what was collected; try
 //!    the archive). Neither is acknowledged.
+//! 7. after the welcome, send [`IngestStream::progress_request`]'s frame
+//!    when it returns one (the edge's Hello offered `Progress` frames); the
+//!    edge's answers come back as [`IngestAction::Progress`] with its own
+//!    high-water mark (for the edge's lag: fleet visibility).
 
 use super::frame::{
     AckDatagram, BatchFrameError, ErrorCode, Frame, Hello, HoleCause, PROTOCOL_VERSION, Redirect,
@@ -58,6 +62,13 @@ pub enum IngestAction {
         end_offset: u64,
         /// The edge WAL's first offset.
         log_start: u64,
+    },
+    /// The edge's WAL for the topic stands at this high-water mark (a
+    /// `Progress` frame after the broker's `ProgressRequest`); nothing to
+    /// store or acknowledge.
+    Progress {
+        /// The edge's high-water mark.
+        high_water_mark: u64,
     },
 }
 
@@ -105,6 +116,10 @@ pub struct IngestStream {
     state: State,
     /// The accepted Hello asked for acknowledgement datagrams.
     ack_datagrams: bool,
+    /// The accepted Hello offered `Progress` frames.
+    progress_offered: bool,
+    /// A `ProgressRequest` was sent: `Progress` frames are welcome.
+    progress_requested: bool,
     /// Refetch requests sent and not fully answered, oldest first:
     /// `(first_offset, end_offset, next offset of the answer)`.
     refetches: std::collections::VecDeque<(u64, u64, u64)>,
@@ -160,6 +175,8 @@ impl IngestStream {
             limits,
             state: State::AwaitHello,
             ack_datagrams: false,
+            progress_offered: false,
+            progress_requested: false,
             refetches: std::collections::VecDeque::new(),
         }
     }
@@ -208,6 +225,7 @@ impl IngestStream {
                 }
                 self.state = State::AwaitOpen;
                 self.ack_datagrams = hello.ack_datagrams;
+                self.progress_offered = hello.progress;
                 IngestAction::Open(hello, topic)
             }
             (State::Streaming { .. }, Frame::Batch { codec, payload }) => {
@@ -272,6 +290,11 @@ impl IngestStream {
                     ),
                 ),
             },
+            (State::Streaming { .. }, Frame::Progress { high_water_mark })
+                if self.progress_requested =>
+            {
+                IngestAction::Progress { high_water_mark }
+            }
             (_, Frame::Error { code, message }) => {
                 refuse(code, format!("edge closed the stream: {message}"))
             }
@@ -413,6 +436,24 @@ impl IngestStream {
             }
             _ => None,
         }
+    }
+
+    /// The `ProgressRequest` frame asking the edge for its high-water mark
+    /// at most once per `interval_ms` (at least 1), when its Hello offered
+    /// `Progress` frames and none was asked for yet; `None` (send nothing)
+    /// before the welcome, for an edge that did not offer them (it
+    /// predates them and would refuse the frame), or when already asked.
+    pub fn progress_request(&mut self, interval_ms: u32) -> Option<Frame> {
+        if !matches!(self.state, State::Streaming { .. })
+            || !self.progress_offered
+            || self.progress_requested
+        {
+            return None;
+        }
+        self.progress_requested = true;
+        Some(Frame::ProgressRequest {
+            interval_ms: interval_ms.max(1),
+        })
     }
 
     /// The welcome frame once the topic is open with `high_water_mark`.

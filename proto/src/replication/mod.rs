@@ -6,6 +6,7 @@
 
 pub mod ack_repeat;
 pub mod compress;
+pub mod datagram;
 pub mod edge;
 pub mod frame;
 pub mod hole;
@@ -15,6 +16,8 @@ pub mod ingest;
 mod hole_tests;
 #[cfg(test)]
 mod ownership_tests;
+#[cfg(test)]
+mod progress_tests;
 #[cfg(test)]
 mod refetch_tests;
 #[cfg(test)]

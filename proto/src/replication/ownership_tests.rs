@@ -65,6 +65,7 @@ fn hello(protocol: u32) -> Frame {
         topic: "/plant1/power".into(),
         settings: Some(StreamIntent::AuditLog.expand()),
         ack_datagrams: true,
+        progress: false,
     })
 }
 

@@ -34,6 +34,7 @@ fn streaming_broker(high_water_mark: u64) -> IngestStream {
         topic: "/plant1/power".into(),
         settings: Some(StreamIntent::TaskQueue.expand()),
         ack_datagrams: false,
+        progress: false,
     }));
     assert!(matches!(opened, IngestAction::Open(..)));
     let _ = broker.welcome(high_water_mark);

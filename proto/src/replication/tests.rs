@@ -164,8 +164,12 @@ impl Sim {
                 self.checkpoint = next_offset;
             }
             Ok(EdgeEvent::AlreadyAcked) => {}
-            Ok(other @ (EdgeEvent::Refetch { .. } | EdgeEvent::Archived { .. })) => {
-                panic!("no refetch or archive in this simulation: {other:?}")
+            Ok(
+                other @ (EdgeEvent::Refetch { .. }
+                | EdgeEvent::Archived { .. }
+                | EdgeEvent::ProgressRequested { .. }),
+            ) => {
+                panic!("no refetch, archive or progress in this simulation: {other:?}")
             }
             Err(e) => panic!("edge error: {e}"),
         }
@@ -345,6 +349,7 @@ fn open_asking(broker: &mut IngestStream, topic: &str, ack_datagrams: bool) -> I
         topic: topic.into(),
         settings: Some(StreamIntent::AuditLog.expand()),
         ack_datagrams,
+        progress: false,
     }))
 }
 

@@ -298,7 +298,11 @@ async fn stream_topic(
                             topic.resumed(from, Instant::now());
                         }
                         EdgeEvent::Acked { next_offset } => topic.acknowledged(next_offset, Instant::now()),
-                        EdgeEvent::AlreadyAcked | EdgeEvent::Archived { .. } => {}
+                        // Progress reports (13 bytes per topic and second
+                        // at most) are left out of the swarm's load.
+                        EdgeEvent::AlreadyAcked
+                        | EdgeEvent::Archived { .. }
+                        | EdgeEvent::ProgressRequested { .. } => {}
                         EdgeEvent::Refetch { first_offset, end_offset } => {
                             return Err(format!("the broker asks to re-send {first_offset}..{end_offset}: the swarm does not answer refetches"));
                         }

@@ -317,12 +317,11 @@ pub fn edge_topic(agent: &ureq::Agent, layout: &Layout, topic: &str) -> Option<(
     ))
 }
 
-/// A sample without labels from a Prometheus text exposition.
+/// A sample of an OpenMetrics exposition by name (and the labels given).
 pub fn metric(text: &str, name: &str) -> Option<u64> {
-    text.lines().find_map(|line| {
-        let (n, v) = line.split_once(' ')?;
-        (n == name).then(|| v.trim().parse().ok())?
-    })
+    // Edge series carry an `edge` label: matched by name and the labels
+    // given.
+    tributary_tests::cluster::metric_value(text, name)
 }
 
 /// The committed tiered offset of `topic` (admin API).
