@@ -55,7 +55,7 @@ pub const DEFAULT_RING_RECORDS: u32 = 10_000;
 /// Largest ring capacity, records (bounds the memory of one topic).
 pub const MAX_RING_RECORDS: u32 = 10_000_000;
 /// Default bound on the number of topics (each durable topic has a WAL
-/// writer thread and open files).
+/// writer, its buffers and open files).
 pub const DEFAULT_MAX_TOPICS: u32 = 256;
 /// Largest `max_topics`.
 pub const MAX_TOPICS_CEILING: u32 = 65_536;

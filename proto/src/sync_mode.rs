@@ -9,7 +9,7 @@ use std::str::FromStr;
 /// When an append counts as done (from the topic's stream intent).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SyncMode {
-    /// Acknowledged when enqueued; written by the writer thread soon after.
+    /// Acknowledged when enqueued; written by the WAL's writer soon after.
     /// Survives nothing.
     Async,
     /// Acknowledged when the group's `write` returned (kernel page cache).

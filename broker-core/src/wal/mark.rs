@@ -119,7 +119,7 @@ pub(crate) fn read(storage: &dyn Storage, dir: &Path) -> io::Result<Option<(u64,
     }
 }
 
-/// The writer thread's handle on the mark file.
+/// The WAL writer's handle on the mark file.
 pub(crate) struct MarkWriter {
     file: Box<dyn OverwriteFile>,
     seq: u64,
