@@ -368,7 +368,8 @@ fn check_config_names_every_problem_of_the_enroll_ca() {
         note_created(dir.path())
             + &format!(
                 "error: enroll.ca_key: {key}: enrollment CA private key is readable by every \
-                 user (mode 0644); run `chmod 600 {key}`\n",
+                 user (mode 0644); run `chmod 600 {key}` (or `chmod 640 {key}` if a service \
+                 reads it through the file's group)\n",
                 key = ca_key.display()
             )
     );

@@ -5,8 +5,12 @@
 //! 1. The token names its edge (`trib-enroll.<edge_id>.<hex>`); a
 //!    configuration whose `edge_id` differs is refused before anything is
 //!    made.
-//! 2. A new ECDSA P-256 key is generated and written, mode 0600 and synced,
-//!    to `{tls.key}.new` before anything is sent.
+//! 2. A new ECDSA P-256 key is generated and written, synced, to
+//!    `{tls.key}.new` before anything is sent. Its mode is 0600, except in
+//!    a directory shared with one group and closed to others (mode
+//!    `rwxr-x---`, as the packages make `/etc/tributary/certs`,
+//!    root:tributary 0750): there the key gets that group and mode 0640, so
+//!    the service's user reads what root enrolled ([`key_access`]).
 //! 3. Only a certificate signing request (public key, signed by that key)
 //!    goes to `POST https://{broker}/v1/enroll`, over HTTPS that trusts
 //!    only the CA given with `--ca` (default `tls.ca`), with the token as
@@ -136,17 +140,42 @@ fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
     path.with_file_name(name)
 }
 
-/// Writes `bytes` to `path` with `mode`, synced (a new file, or an old one
-/// truncated and its mode set).
-fn write_synced(path: &Path, bytes: &[u8], mode: u32) -> Result<(), EnrollError> {
+/// Who may read a new private key, from its directory's mode bits and
+/// group: `(mode, group)`, the group to give the file or `None` to leave
+/// the creator's. A directory that its group may enter and read and others
+/// may not (`dir_mode & 0o050 == 0o050`, `dir_mode & 0o007 == 0`) is shared
+/// with that group on purpose: the key is 0640 with the directory's group.
+/// Anywhere else 0600.
+#[must_use]
+pub fn key_access(dir_mode: u32, dir_gid: u32) -> (u32, Option<u32>) {
+    if dir_mode & 0o050 == 0o050 && dir_mode & 0o007 == 0 {
+        (0o640, Some(dir_gid))
+    } else {
+        (0o600, None)
+    }
+}
+
+/// Writes `bytes` to `path` with `mode` (and `group`, if given), synced (a
+/// new file, or an old one truncated and its mode set).
+fn write_synced(
+    path: &Path,
+    bytes: &[u8],
+    mode: u32,
+    group: Option<u32>,
+) -> Result<(), EnrollError> {
     use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+    // Created without any group access; the group is set before the mode
+    // opens to it.
     let mut file = std::fs::OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
-        .mode(mode)
+        .mode(mode & 0o600)
         .open(path)
         .map_err(io(path))?;
+    if group.is_some() {
+        std::os::unix::fs::fchown(&file, None, group).map_err(io(path))?;
+    }
     file.set_permissions(std::fs::Permissions::from_mode(mode))
         .map_err(io(path))?;
     file.write_all(bytes).map_err(io(path))?;
@@ -212,7 +241,17 @@ pub fn enroll(options: &EnrollOptions) -> Result<Enrolled, EnrollError> {
     }
     let key = KeyPair::generate()?;
     let pending = with_suffix(&tls.key, PENDING_KEY_SUFFIX);
-    write_synced(&pending, key.serialize_pem().as_bytes(), 0o600)?;
+    let key_dir = tls
+        .key
+        .parent()
+        .filter(|d| !d.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let (mode, group) = {
+        use std::os::unix::fs::MetadataExt;
+        let dir = std::fs::metadata(key_dir).map_err(io(key_dir))?;
+        key_access(dir.mode(), dir.gid())
+    };
+    write_synced(&pending, key.serialize_pem().as_bytes(), mode, group)?;
     let result = request_and_install(options, edge, &key, &pending, &ca);
     if result.is_err() {
         let _ = std::fs::remove_file(&pending);
@@ -247,12 +286,12 @@ fn request_and_install(
         .map_err(|e| EnrollError::Broker(describe(&url, &e)))?;
     let not_after = check_answer(&answer, edge, key)?;
     let cert_tmp = with_suffix(&tls.cert, ".tmp");
-    write_synced(&cert_tmp, answer.certificate.as_bytes(), 0o644)?;
+    write_synced(&cert_tmp, answer.certificate.as_bytes(), 0o644, None)?;
     let mut ca_written = None;
     if options.ca.is_some() && !tls.ca.exists() {
         let bytes = std::fs::read(ca).map_err(io(ca))?;
         let ca_tmp = with_suffix(&tls.ca, ".tmp");
-        write_synced(&ca_tmp, &bytes, 0o644)?;
+        write_synced(&ca_tmp, &bytes, 0o644, None)?;
         std::fs::rename(&ca_tmp, &tls.ca).map_err(io(&tls.ca))?;
         ca_written = Some(tls.ca.clone());
     }
@@ -297,6 +336,34 @@ fn check_answer(answer: &EnrollResponse, edge: &str, key: &KeyPair) -> Result<St
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_key_is_group_readable_only_in_a_directory_shared_with_one_group() {
+        // The packaged layout: root:tributary 0750 (setgid or not).
+        assert_eq!(key_access(0o040_750, 998), (0o640, Some(998)));
+        assert_eq!(key_access(0o042_750, 998), (0o640, Some(998)));
+        assert_eq!(key_access(0o710 | 0o040, 998), (0o640, Some(998)));
+        // Private, world-readable or group-writable-only directories: 0600.
+        assert_eq!(key_access(0o040_700, 998), (0o600, None));
+        assert_eq!(key_access(0o040_755, 998), (0o600, None));
+        assert_eq!(key_access(0o040_751, 998), (0o600, None));
+        assert_eq!(key_access(0o040_710, 998), (0o600, None));
+    }
+
+    #[test]
+    fn a_key_written_for_a_shared_directory_has_its_group_and_mode_0640() {
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o750)).unwrap();
+        let meta = std::fs::metadata(dir.path()).unwrap();
+        let (mode, group) = key_access(meta.mode(), meta.gid());
+        let key = dir.path().join("edge.key.new");
+        write_synced(&key, b"key", mode, group).unwrap();
+        let written = std::fs::metadata(&key).unwrap();
+        assert_eq!(written.mode() & 0o777, 0o640);
+        assert_eq!(written.gid(), meta.gid());
+        assert_eq!(std::fs::read(&key).unwrap(), b"key");
+    }
 
     #[test]
     fn tokens_urls_and_pending_names() {
