@@ -390,7 +390,7 @@ fn main() {
         println!("|---|---|---|---|---|---|");
         for (process, stage, series) in &run.stages {
             println!(
-                "| {process} | {stage} | {:.0} | {:.3} | {:.3} | {:.2} |",
+                "| {process} | {stage} | {:.0} | {:.4} | {:.4} | {:.2} |",
                 series.count,
                 series.sum,
                 series.mean() * 1e3,
