@@ -613,21 +613,21 @@ async fn read_ahead_loop(
             return;
         };
         let reader = wal.clone();
-        let stages = stats.clone();
+        let step_stats = stats.clone();
         let step = tokio::task::spawn_blocking(move || {
             let reading = Instant::now();
             let frames = reader
                 .read_with(next, READ_STEP_BYTES, &mut buffers)
                 .map(|batches| {
                     let mut boundary = Instant::now();
-                    stages.stages.observe(Stage::Read, boundary - reading);
+                    step_stats.stages.observe(Stage::Read, boundary - reading);
                     batches
                         .into_iter()
                         .map(|batch| {
                             let (codec, payload) = taken.encode(&batch);
                             let head = frame::batch_frame_header(codec, payload.len());
                             let ready = Instant::now();
-                            stages.stages.observe(Stage::Compress, ready - boundary);
+                            step_stats.stages.observe(Stage::Compress, ready - boundary);
                             boundary = ready;
                             (
                                 *batch.header(),
