@@ -12,6 +12,7 @@
 //! | `tributary_broker_ingest_batches_total` | counter | none: record batches received from edges |
 //! | `tributary_broker_ingest_records_total` | counter | none: records in those batches |
 //! | `tributary_broker_ingest_bytes_total` | counter | none: record batch bytes received |
+//! | `tributary_broker_ingest_stage_seconds` | histogram | `stage` (`receive`, `decode`, `append`, `durable`, `ack`): where edge batches spent their time, all topics ([`crate::replication::stages`]) |
 //! | `tributary_broker_topic_high_water_mark` | gauge | `topic`: offset just past the last durable record (= records ever stored) |
 //! | `tributary_broker_topic_log_start_offset` | gauge | `topic`: first offset still in the local WAL |
 //! | `tributary_broker_topic_wal_bytes` | gauge | `topic`: bytes of the local WAL segment files |
@@ -157,6 +158,11 @@ pub async fn render(state: &MetricsState) -> Result<String, std::fmt::Error> {
         "tributary_broker_ingest_bytes",
         "Record batch bytes received from edges.",
         bytes,
+    );
+    registry.register(
+        "tributary_broker_ingest_stage_seconds",
+        "Seconds edge batches spent in each ingest stage, all topics: receive (first to last read of the frame), decode (checks), append (budget and WAL enqueue), durable (until the writer saw it durable), ack (until the Ack was written).",
+        crate::replication::stages::INGEST_STAGES.family(),
     );
     let hwm = TopicGauge::default();
     let start = TopicGauge::default();

@@ -41,14 +41,19 @@
 //! | `tributary_edge_replication_wire_bytes_total` | counter | `edge` |
 //! | `tributary_edge_replication_redirects_total` | counter | `edge` |
 //! | `tributary_edge_replication_redirect_loops_total` | counter | `edge` |
+//! | `tributary_edge_replication_stage_seconds` | histogram | `edge`, `stage` (`read`, `compress`, `queue`, `send`, `ack`: where a batch spent its time, [`crate::replicator::stages`]) |
 //! | `tributary_edge_mqtt_*` | counter, gauge | `edge` (`qos` on `publishes`; [`crate::mqtt::MqttStats`]) |
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use prometheus_client::collector::Collector;
 use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::registry::Registry;
 
 use crate::health::StallReport;
@@ -132,12 +137,47 @@ impl Exposition {
         self.registry.register(name, help, family);
     }
 
+    /// A histogram family `name` of live histograms (handles sharing the
+    /// counts of the ones observed into; nothing is copied).
+    pub fn histogram(
+        &mut self,
+        name: &str,
+        help: &str,
+        series: impl IntoIterator<Item = (Labels, Histogram)>,
+    ) {
+        self.registry.register_collector(Box::new(HistogramFamily {
+            name: name.to_owned(),
+            help: help.to_owned(),
+            series: series.into_iter().collect(),
+        }));
+    }
+
     /// The text (ends with `# EOF`).
     pub fn finish(self) -> String {
         let mut out = String::new();
         // Writing into a String does not fail.
         let _ = encode(&mut out, &self.registry);
         out
+    }
+}
+
+/// Histograms that live outside the scrape's registry (a `Family` only
+/// holds histograms it created), encoded as one family.
+#[derive(Debug)]
+struct HistogramFamily {
+    name: String,
+    help: String,
+    series: Vec<(Labels, Histogram)>,
+}
+
+impl Collector for HistogramFamily {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let mut family =
+            encoder.encode_descriptor(&self.name, &self.help, None, MetricType::Histogram)?;
+        for (labels, histogram) in &self.series {
+            histogram.encode(family.encode_family(labels)?)?;
+        }
+        Ok(())
     }
 }
 
@@ -403,6 +443,16 @@ pub fn add_replication(
         "tributary_edge_replication_connections_lost",
         "Established broker connections that ended, by reason.",
         lost,
+    );
+    let stages: Vec<(Labels, Histogram)> = stats
+        .stages
+        .histograms()
+        .map(|(stage, h)| (out.labels(&[("stage", stage.label())]), h.clone()))
+        .collect();
+    out.histogram(
+        "tributary_edge_replication_stage_seconds",
+        "Seconds replicated batches spent in each stage: read (per WAL read step), compress, queue (ready until the send starts), send (until quinn took the frame), ack (until acknowledged).",
+        stages,
     );
     if let Some(stall) = stall {
         out.gauge(

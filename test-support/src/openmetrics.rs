@@ -3,7 +3,8 @@
 //! `# EOF` last), every family with a HELP that is a sentence (a capital
 //! or digit first, a full stop last, at least three words), and no family
 //! mixing label sets (an agent-wide sample beside per-topic ones makes
-//! `sum()` count twice). [`parse`] returns the families for lookups.
+//! `sum()` count twice; a histogram's `le` bucket label aside). [`parse`]
+//! returns the families for lookups.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -33,6 +34,58 @@ impl MetricFamily {
         });
         let first = matching.next()?;
         matching.next().is_none().then_some(first.2)
+    }
+
+    /// A histogram series' observation count and sum (its `_count` and
+    /// `_sum` samples) for the one series whose labels include every
+    /// `(name, value)` of `labels`; `None` when the family is no histogram
+    /// or no series or several match.
+    pub fn histogram(&self, labels: &[(&str, &str)]) -> Option<HistogramSeries> {
+        if self.kind != "histogram" {
+            return None;
+        }
+        let one = |suffix: &str| {
+            let mut matching = self.samples.iter().filter(|(name, have, _)| {
+                name.ends_with(suffix)
+                    && labels
+                        .iter()
+                        .all(|(k, v)| have.iter().any(|(hk, hv)| hk == k && hv == v))
+            });
+            let first = matching.next()?;
+            matching.next().is_none().then_some(first.2)
+        };
+        Some(HistogramSeries {
+            count: one("_count")?,
+            sum: one("_sum")?,
+        })
+    }
+}
+
+/// What a histogram series holds in all.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct HistogramSeries {
+    /// Observations.
+    pub count: f64,
+    /// Sum of the observed values.
+    pub sum: f64,
+}
+
+impl HistogramSeries {
+    /// The mean observed value (0 without observations).
+    pub fn mean(&self) -> f64 {
+        if self.count > 0.0 {
+            self.sum / self.count
+        } else {
+            0.0
+        }
+    }
+
+    /// What was observed since `earlier` (the same series scraped before).
+    pub fn since(&self, earlier: &HistogramSeries) -> HistogramSeries {
+        HistogramSeries {
+            count: self.count - earlier.count,
+            sum: self.sum - earlier.sum,
+        }
     }
 }
 
@@ -83,7 +136,11 @@ pub fn parse(text: &str) -> Result<BTreeMap<String, MetricFamily>, String> {
             .samples
             .iter()
             .map(|(_, labels, _)| {
-                let mut keys: Vec<&str> = labels.iter().map(|(k, _)| k.as_str()).collect();
+                let mut keys: Vec<&str> = labels
+                    .iter()
+                    .map(|(k, _)| k.as_str())
+                    .filter(|k| family.kind != "histogram" || *k != "le")
+                    .collect();
                 keys.sort_unstable();
                 keys
             })
@@ -177,6 +234,45 @@ mod tests {
             families["a_total_x"].value(&[("edge", "e1")]),
             None,
             "two match"
+        );
+    }
+
+    #[test]
+    fn a_histogram_parses_into_series_with_count_and_sum() {
+        let text = "# HELP h_seconds Seconds spent in each stage.\n# TYPE h_seconds histogram\n\
+                    h_seconds_sum{edge=\"e1\",stage=\"read\"} 1.5\n\
+                    h_seconds_count{edge=\"e1\",stage=\"read\"} 3\n\
+                    h_seconds_bucket{le=\"0.1\",edge=\"e1\",stage=\"read\"} 1\n\
+                    h_seconds_bucket{le=\"+Inf\",edge=\"e1\",stage=\"read\"} 3\n\
+                    h_seconds_sum{edge=\"e1\",stage=\"ack\"} 0.0\n\
+                    h_seconds_count{edge=\"e1\",stage=\"ack\"} 0\n\
+                    h_seconds_bucket{le=\"+Inf\",edge=\"e1\",stage=\"ack\"} 0\n# EOF\n";
+        let families = parse(text).expect("valid: `le` is no second label set");
+        let h = &families["h_seconds"];
+        let read = h.histogram(&[("stage", "read")]).expect("read");
+        assert_eq!(
+            read,
+            HistogramSeries {
+                count: 3.0,
+                sum: 1.5
+            }
+        );
+        assert_eq!(read.mean(), 0.5);
+        let ack = h.histogram(&[("stage", "ack")]).expect("ack");
+        assert_eq!(ack.mean(), 0.0);
+        assert_eq!(read.since(&ack), read);
+        assert_eq!(h.histogram(&[("edge", "e1")]), None, "two series match");
+        assert_eq!(h.histogram(&[("stage", "send")]), None);
+    }
+
+    #[test]
+    fn a_le_label_outside_a_histogram_is_a_second_label_set() {
+        let text = "# HELP g Bytes held now by the agent.\n# TYPE g gauge\n\
+                    g{edge=\"e1\"} 1\ng{edge=\"e1\",le=\"1\"} 2\n# EOF\n";
+        let err = parse(text).unwrap_err();
+        assert!(
+            err.contains("g: samples with different label sets"),
+            "{err}"
         );
     }
 

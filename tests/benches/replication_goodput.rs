@@ -37,6 +37,14 @@
 //!   replication cases; the ratio is against the median of all, and every
 //!   raw figure is printed to show drift and noise (the machine may be
 //!   shared: the bench also prints the load average before and after).
+//! - **Where a batch waits**: after each drain the bench scrapes the edge's
+//!   `tributary_edge_replication_stage_seconds` (minus a scrape taken
+//!   before the drain, so the warm-up batch is left out) and the broker's
+//!   `tributary_broker_ingest_stage_seconds` (a fresh process for the
+//!   drain) and prints per stage the observations, their sum, mean and
+//!   sum / drain time: the mean number of batches in that stage at once
+//!   (stages of different batches overlap, so shares add up to more
+//!   than 1).
 
 #[path = "common/mod.rs"]
 mod common;
@@ -46,7 +54,8 @@ use std::time::{Duration, Instant};
 use common::{
     RawBulk, build_release_binaries, megabytes, quic_configs, random_bodies, scratch_dir,
 };
-use tributary_tests::cluster::Pair;
+use tributary_test_support::openmetrics::{self, HistogramSeries};
+use tributary_tests::cluster::{Pair, try_scrape};
 
 /// Bytes of each record value.
 const VALUE_BYTES: usize = 1024;
@@ -149,6 +158,38 @@ struct Replication {
     /// CPU seconds of the broker and the edge agent between the first and
     /// the last acknowledgement.
     cpu_seconds: f64,
+    /// Per stage of a batch (edge, then broker): the process, the stage and
+    /// what the drain added to its histogram.
+    stages: Vec<(&'static str, String, HistogramSeries)>,
+}
+
+/// The edge's and the broker's stage histograms.
+const EDGE_STAGES: &str = "tributary_edge_replication_stage_seconds";
+const BROKER_STAGES: &str = "tributary_broker_ingest_stage_seconds";
+
+/// Each stage's series of histogram `family` at `url` (`stage` label, in
+/// the order exposed).
+fn scrape_stages(url: &str, family: &str) -> Vec<(String, HistogramSeries)> {
+    let text = try_scrape(url).unwrap_or_else(|e| panic!("scraping {url}: {e}"));
+    let families = openmetrics::parse(&text).unwrap_or_else(|e| panic!("{url}: {e}"));
+    let Some(family) = families.get(family) else {
+        panic!("{url} has no {family}");
+    };
+    let mut stages: Vec<String> = Vec::new();
+    for (_, labels, _) in &family.samples {
+        for (k, v) in labels {
+            if k == "stage" && !stages.contains(v) {
+                stages.push(v.clone());
+            }
+        }
+    }
+    stages
+        .into_iter()
+        .filter_map(|stage| {
+            let series = family.histogram(&[("stage", &stage)])?;
+            Some((stage, series))
+        })
+        .collect()
 }
 
 fn unix_now() -> f64 {
@@ -176,6 +217,9 @@ fn replication_run(intent: &str, pinned: bool) -> Replication {
     let (_, warm) = pair.publish_ndjson(bodies[0].clone()).expect("publish");
     pair.wait_acknowledged(warm, Duration::from_secs(60));
     assert_eq!(pair.broker.terminate(), Some(0));
+    let edge_metrics = format!("http://{}/metrics", pair.edge_api);
+    let broker_metrics = format!("http://{}/metrics", pair.broker_admin);
+    let edge_before = scrape_stages(&edge_metrics, EDGE_STAGES);
 
     let published = Instant::now();
     let mut hwm = warm;
@@ -223,6 +267,25 @@ fn replication_run(intent: &str, pinned: bool) -> Replication {
     };
     let cpu_seconds = total_cpu(&pids) - cpu_at_first;
     let (t0, acked0) = first.expect("acknowledged");
+    let mut stages: Vec<(&'static str, String, HistogramSeries)> =
+        scrape_stages(&edge_metrics, EDGE_STAGES)
+            .into_iter()
+            .map(|(stage, after)| {
+                let before = edge_before.iter().find(|(s, _)| *s == stage).map_or(
+                    HistogramSeries {
+                        count: 0.0,
+                        sum: 0.0,
+                    },
+                    |(_, b)| *b,
+                );
+                ("edge", stage, after.since(&before))
+            })
+            .collect();
+    stages.extend(
+        scrape_stages(&broker_metrics, BROKER_STAGES)
+            .into_iter()
+            .map(|(stage, series)| ("broker", stage, series)),
+    );
     assert_eq!(pair.broker.terminate(), Some(0));
     assert_eq!(pair.edge.terminate(), Some(0));
     Replication {
@@ -233,6 +296,7 @@ fn replication_run(intent: &str, pinned: bool) -> Replication {
         timeline,
         unix_span: (unix_start, unix_now()),
         cpu_seconds,
+        stages,
     }
 }
 
@@ -315,6 +379,24 @@ fn main() {
             raw_cpu_per_gb,
             per_gb / raw_cpu_per_gb
         );
+    }
+    for run in &runs {
+        println!();
+        println!(
+            "where the batches of the drain spent their time, {} (drain {:.2} s; share = sum / drain = batches in the stage at once on average)",
+            run.intent, run.seconds
+        );
+        println!("| process | stage | count | sum s | mean ms | share of drain |");
+        println!("|---|---|---|---|---|---|");
+        for (process, stage, series) in &run.stages {
+            println!(
+                "| {process} | {stage} | {:.0} | {:.4} | {:.4} | {:.2} |",
+                series.count,
+                series.sum,
+                series.mean() * 1e3,
+                series.sum / run.seconds
+            );
+        }
     }
     for run in &runs {
         println!();

@@ -411,3 +411,117 @@ fn broker_edge_and_tier_metrics_follow_traffic_tiering_and_a_restart() {
         "broker exit status on SIGTERM"
     );
 }
+
+/// The stage histograms of both ends (`tributary_edge_replication_stage_seconds`,
+/// `tributary_broker_ingest_stage_seconds`) count every batch of a run
+/// without reconnects exactly once per stage, and their times nest: a
+/// batch's time in the broker after it was received lies inside the edge's
+/// wait for its acknowledgement.
+#[test]
+fn stage_histograms_count_every_batch_once() {
+    const BATCHES: u64 = 5;
+    const RECORDS: u64 = 100;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut pair = Pair::new(dir.path(), "event_stream", None);
+    let broker_metrics = format!("http://{}/metrics", pair.broker_admin);
+    let edge_metrics = format!("http://{}/metrics", pair.edge_api);
+    pair.broker.start();
+    pair.edge.start();
+    pair.wait_for_edge();
+    for batch in 0..BATCHES {
+        let body: String = (0..RECORDS)
+            .map(|i| format!("{{\"value\":\"reading {batch}.{i}\"}}\n"))
+            .collect();
+        let first = batch * RECORDS;
+        assert_eq!(pair.publish_ndjson(body), Ok((first, first + RECORDS)));
+    }
+    pair.wait_acknowledged(BATCHES * RECORDS, Duration::from_secs(60));
+
+    let edge_stage = |stage: &str| {
+        format!("tributary_edge_replication_stage_seconds_count{{stage=\"{stage}\"}}")
+    };
+    let broker_stage =
+        |stage: &str| format!("tributary_broker_ingest_stage_seconds_count{{stage=\"{stage}\"}}");
+    // The broker counts its `ack` once the Ack frame is written, which may
+    // be just after the edge took the datagram that repeats it.
+    let broker_text = wait_for(
+        "broker ack stage",
+        &broker_metrics,
+        &broker_stage("ack"),
+        |v| v == BATCHES,
+    );
+    let edge_text = scrape(&edge_metrics);
+    let mut series = Vec::new();
+    for (daemon, text, name) in [
+        (
+            "edge-agent",
+            &edge_text,
+            "tributary_edge_replication_stage_seconds",
+        ),
+        (
+            "broker",
+            &broker_text,
+            "tributary_broker_ingest_stage_seconds",
+        ),
+    ] {
+        let families = openmetrics::parse(text).unwrap_or_else(|e| panic!("{daemon}: {e}\n{text}"));
+        let family = families
+            .get(name)
+            .unwrap_or_else(|| panic!("{daemon}: no {name}\n{text}"));
+        assert_eq!(family.kind, "histogram", "{daemon}");
+        series.push(family.clone());
+    }
+    let (edge, broker) = (&series[0], &series[1]);
+    let stage = |family: &openmetrics::MetricFamily, stage: &str| {
+        family
+            .histogram(&[("stage", stage)])
+            .unwrap_or_else(|| panic!("no stage {stage} in\n{edge_text}\n{broker_text}"))
+    };
+    // Exact: every batch was read, framed, sent and acknowledged once, on
+    // one connection. Reads take one or several batches per step.
+    assert_eq!(
+        value(&edge_text, "tributary_edge_replication_connects_total"),
+        Some(1),
+        "{edge_text}"
+    );
+    for name in ["compress", "queue", "send", "ack"] {
+        assert_eq!(
+            value(&edge_text, &edge_stage(name)),
+            Some(BATCHES),
+            "edge {name}\n{edge_text}"
+        );
+    }
+    let reads = stage(edge, "read").count;
+    assert!(
+        (1.0..=BATCHES as f64).contains(&reads),
+        "read steps {reads}"
+    );
+    assert_eq!(
+        value(&broker_text, "tributary_broker_ingest_batches_total"),
+        Some(BATCHES),
+        "{broker_text}"
+    );
+    for name in ["receive", "decode", "append", "durable", "ack"] {
+        assert_eq!(
+            value(&broker_text, &broker_stage(name)),
+            Some(BATCHES),
+            "broker {name}\n{broker_text}"
+        );
+    }
+    // Nested times, on the one monotonic clock of the host: the broker
+    // decodes a frame only after the edge handed all of it to quinn, and
+    // sends the acknowledgement (its datagram first) only once durable.
+    let ack_wait = stage(edge, "ack").sum;
+    let in_broker: f64 = ["decode", "append", "durable"]
+        .iter()
+        .map(|s| stage(broker, s).sum)
+        .sum();
+    assert!(ack_wait > 0.0, "{edge_text}");
+    assert!(
+        in_broker <= ack_wait,
+        "broker {in_broker} s inside the edge's ack wait {ack_wait} s\n{edge_text}\n{broker_text}"
+    );
+
+    assert_eq!(pair.edge.terminate(), Some(0));
+    assert_eq!(pair.broker.terminate(), Some(0));
+}

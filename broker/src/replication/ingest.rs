@@ -25,6 +25,7 @@
 //! the edge's own high-water mark.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use broker_core::tls::peer_identity;
 use broker_core::wal::{AppendAtOutcome, PendingAppend, Wal, WalError};
@@ -39,6 +40,7 @@ use tributary_proto::replication::ingest::{Acknowledger, IngestAction, IngestStr
 
 use super::damage::{DamageService, RouteGuard};
 use super::revocation::EdgeGate;
+use super::stages::{FrameClock, INGEST_STAGES, Stage};
 use super::topics::{TopicError, TopicStore};
 use crate::fleet::{EdgeConnection, Fleet, TopicProgress};
 
@@ -132,8 +134,9 @@ enum Out {
     Acknowledger(Acknowledger),
     /// An answer frame.
     Frame(Frame),
-    /// An acknowledgement once this append is durable.
-    Ack(PendingAppend),
+    /// An acknowledgement once this append is durable; when the WAL took
+    /// it (the start of its `durable` stage, module [`super::stages`]).
+    Ack(PendingAppend, Instant),
     /// An acknowledgement of everything below this offset, already durable
     /// (a declared hole).
     Stored(u64),
@@ -210,6 +213,8 @@ async fn write_loop(
                 continue;
             }
         };
+        // When the batch acknowledged by `frame` was seen durable.
+        let mut durable_at = None;
         let frame = match item {
             Out::Acknowledger(new) => {
                 acks = new;
@@ -224,8 +229,12 @@ async fn write_loop(
                 continue;
             }
             Out::Frame(frame) => frame,
-            Out::Ack(pending) => match pending.durable().await {
+            Out::Ack(pending, issued) => match pending.durable().await {
                 Ok(AppendAtOutcome::Appended(a) | AppendAtOutcome::Duplicate(a)) => {
+                    let durable = Instant::now();
+                    INGEST_STAGES
+                        .observe(Stage::Durable, durable.saturating_duration_since(issued));
+                    durable_at = Some(durable);
                     let ack = acks.on_stored(a.next_offset);
                     if let Some(datagram) = ack.datagram {
                         // Best effort: a full datagram buffer or a lost
@@ -274,6 +283,9 @@ async fn write_loop(
         frame.encode(&mut bytes);
         if send.write_all(&bytes).await.is_err() {
             return;
+        }
+        if let Some(durable) = durable_at {
+            INGEST_STAGES.observe(Stage::Ack, durable.elapsed());
         }
         if last {
             break;
@@ -368,9 +380,12 @@ async fn handle_stream(
     let mut archive_due: Option<tokio::time::Instant> = None;
     let mut archived_sent = 0u64;
     let mut buf = BytesMut::with_capacity(READ_BUFFER_BYTES);
+    // The `receive` stage of the frame being read.
+    let mut frame_clock = FrameClock::default();
     let mut chunks: [Bytes; READ_CHUNKS] = std::array::from_fn(|_| Bytes::new());
     let refused = 'stream: loop {
         loop {
+            let decoding = Instant::now();
             let frame = match frame::decode(&mut buf, &limits) {
                 Ok(Some(frame)) => frame,
                 Ok(None) => break,
@@ -382,7 +397,10 @@ async fn handle_stream(
                     break 'stream Some(refusal(code, e.to_string()));
                 }
             };
-            match ingest.on_frame(frame) {
+            let received = frame_clock.on_frame(buf.is_empty());
+            let action = ingest.on_frame(frame);
+            let decoded = Instant::now();
+            match action {
                 IngestAction::Open(hello, topic) => {
                     let opened = tokio::time::timeout(
                         OPEN_TIMEOUT,
@@ -459,6 +477,8 @@ async fn handle_stream(
                     let Some(wal) = &wal else {
                         break 'stream Some(refusal(ErrorCode::Malformed, "batch before open"));
                     };
+                    INGEST_STAGES.observe(Stage::Receive, received);
+                    INGEST_STAGES.observe(Stage::Decode, decoded - decoding);
                     crate::metrics::INGEST.on_batch(batch.header().record_count, batch.len());
                     if let Some(cluster) = topics.cluster() {
                         // The load the lease reports (`bytes_in_per_s`).
@@ -475,7 +495,9 @@ async fn handle_stream(
                     }
                     match wal.enqueue_at(batch).await {
                         Ok(pending) => {
-                            if out.send(Out::Ack(pending)).await.is_err() {
+                            let issued = Instant::now();
+                            INGEST_STAGES.observe(Stage::Append, issued - decoded);
+                            if out.send(Out::Ack(pending, issued)).await.is_err() {
                                 break 'stream None;
                             }
                         }
@@ -590,6 +612,7 @@ async fn handle_stream(
         // and every call takes the connection's lock.
         match read {
             Ok(Some(n)) => {
+                frame_clock.on_read(Instant::now());
                 for chunk in &mut chunks[..n] {
                     buf.extend_from_slice(chunk);
                     *chunk = Bytes::new();

@@ -4,12 +4,14 @@
 //! central topic WALs those streams (and central publishes) append to
 //! ([`topics`]), the holes edges declare (`holes`), and damaged central
 //! ranges found, re-fetched, repaired or skipped ([`damage`]), and the
-//! refusal of revoked edges ([`revocation`]).
+//! refusal of revoked edges ([`revocation`]); where each batch spends its
+//! time in the broker ([`stages`], for `/metrics`).
 
 pub mod damage;
 mod holes;
 pub mod ingest;
 pub mod quic;
 pub mod revocation;
+pub mod stages;
 pub mod takeover;
 pub mod topics;

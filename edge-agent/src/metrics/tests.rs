@@ -10,6 +10,7 @@ use tributary_test_support::openmetrics;
 
 use super::*;
 use crate::recovery::FaultReport;
+use crate::replicator::stages::Stage;
 
 fn topic(name: &str, ring: bool) -> TopicStats {
     TopicStats {
@@ -136,6 +137,11 @@ fn replication_counters_stall_and_connection() {
     stats.connects.store(3, Ordering::Relaxed);
     stats.raw_bytes_sent.store(1000, Ordering::Relaxed);
     stats.wire_bytes_sent.store(400, Ordering::Relaxed);
+    stats
+        .stages
+        .observe(Stage::Ack, Duration::from_micros(1500));
+    stats.stages.observe(Stage::Ack, Duration::from_micros(500));
+    stats.stages.observe(Stage::Read, Duration::from_secs(20));
     let stall = StallReport {
         stalled_for: Duration::from_millis(2500),
         unhealthy: true,
@@ -158,6 +164,14 @@ fn replication_counters_stall_and_connection() {
         "tributary_edge_replication_connections_lost_total{edge=\"e1\",reason=\"timed_out\"} 0",
         "tributary_edge_replication_connected{edge=\"e1\"} 0",
         "tributary_edge_replication_stalled_seconds{edge=\"e1\"} 2.5",
+        "# TYPE tributary_edge_replication_stage_seconds histogram",
+        "tributary_edge_replication_stage_seconds_count{edge=\"e1\",stage=\"ack\"} 2",
+        "tributary_edge_replication_stage_seconds_sum{edge=\"e1\",stage=\"ack\"} 0.002",
+        "tributary_edge_replication_stage_seconds_bucket{le=\"0.001\",edge=\"e1\",stage=\"ack\"} 1",
+        "tributary_edge_replication_stage_seconds_bucket{le=\"0.002\",edge=\"e1\",stage=\"ack\"} 2",
+        "tributary_edge_replication_stage_seconds_bucket{le=\"10.0\",edge=\"e1\",stage=\"read\"} 0",
+        "tributary_edge_replication_stage_seconds_bucket{le=\"+Inf\",edge=\"e1\",stage=\"read\"} 1",
+        "tributary_edge_replication_stage_seconds_count{edge=\"e1\",stage=\"send\"} 0",
     ] {
         assert!(
             text.lines().any(|l| l == line),

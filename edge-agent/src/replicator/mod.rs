@@ -45,11 +45,13 @@
 //! Modules: [`link`] (the per-link state machine), [`routes`] (where each
 //! topic runs), `targets` (the owner connections), [`pacing`] (the
 //! bandwidth cap's token bucket), `stream` (one topic's stream: read-ahead,
-//! sending, checkpoints, archived offsets).
+//! sending, checkpoints, archived offsets), [`stages`] (where each batch
+//! spends its time, for `/metrics`).
 
 pub mod link;
 mod pacing;
 pub mod routes;
+pub mod stages;
 mod stream;
 mod targets;
 
@@ -140,6 +142,9 @@ pub struct ReplicationStats {
     /// Connections to brokers open now (bootstrap and owners): records can
     /// leave the device while this is above 0 ([`crate::health`]).
     pub open_connections: std::sync::atomic::AtomicU64,
+    /// Time batches spent in each stage, from the WAL to the
+    /// acknowledgement ([`stages`]).
+    pub stages: stages::StageTimes,
 }
 
 /// Counts one open connection in [`ReplicationStats::open_connections`]

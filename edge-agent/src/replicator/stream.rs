@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use broker_core::wal::{ReadBuffers, UnreadableKind, UnreadableRange, Wal, WalError};
 use bytes::{Bytes, BytesMut};
@@ -20,6 +20,7 @@ use tributary_proto::replication::edge::{EdgeError, EdgeEvent, EdgeStream, Refet
 use tributary_proto::replication::frame::{self, AckDatagram, ErrorCode, HoleCause};
 
 use super::pacing::Pacer;
+use super::stages::{SentTimes, Stage};
 use super::targets::Routing;
 use super::{ReplicationStats, ReplicatorConfig, StreamError};
 use crate::manager::TopicManager;
@@ -110,6 +111,8 @@ struct Prepared {
     /// Stored bytes of the batch (before wire compression).
     raw_len: usize,
     chunks: [Bytes; 2],
+    /// When the frame was ready (the start of its [`Stage::Queue`]).
+    prepared_at: Instant,
     /// Read-ahead budget held until the frame is handed to quinn.
     _permit: OwnedSemaphorePermit,
 }
@@ -257,6 +260,9 @@ async fn drive_stream(
         .map_err(|e| conn_err(&e))?;
     let limits = wal.config().limits;
     let mut inbox = BytesMut::new();
+    // When quinn took each batch in flight, for its `ack` stage.
+    let mut sent = SentTimes::with_capacity(config.window.batches);
+    let acked_stage = |took: Duration| stats.stages.observe(Stage::Ack, took);
     // A frame taken from the read-ahead that waits for the bandwidth cap's
     // tokens, and when it may go; acknowledgements are read meanwhile.
     let mut paced: Option<(Outgoing, tokio::time::Instant)> = None;
@@ -301,6 +307,7 @@ async fn drive_stream(
                                 wal.clone(),
                                 from,
                                 config.compress,
+                                stats.clone(),
                                 tx,
                             ));
                             // `Resumed` comes once per stream (a second
@@ -315,6 +322,7 @@ async fn drive_stream(
                             acked_tx.send_modify(|p| p.acked = Some(from));
                         }
                         EdgeEvent::Acked { next_offset } => {
+                            sent.on_acked(next_offset, Instant::now(), acked_stage);
                             stats.stream_acks.fetch_add(1, Ordering::Relaxed);
                             acked_tx.send_modify(|p| p.acked = Some(next_offset));
                         }
@@ -338,6 +346,7 @@ async fn drive_stream(
             Ok(()) = datagram_acks.changed() => {
                 let next_offset = *datagram_acks.borrow_and_update();
                 if let EdgeEvent::Acked { next_offset } = stream.on_datagram_ack(next_offset)? {
+                    sent.on_acked(next_offset, Instant::now(), acked_stage);
                     stats.datagram_acks.fetch_add(1, Ordering::Relaxed);
                     acked_tx.send_modify(|p| p.acked = Some(next_offset));
                 }
@@ -357,7 +366,7 @@ async fn drive_stream(
                     .as_ref()
                     .map_or(Duration::ZERO, |p| p.reserve(prepared.wire_len(), now));
                 if wait.is_zero() {
-                    send_frame(&mut send, &mut stream, stats, prepared).await?;
+                    send_frame(&mut send, &mut stream, stats, &mut sent, prepared).await?;
                 } else {
                     paced = Some((prepared, now + wait));
                 }
@@ -369,7 +378,7 @@ async fn drive_stream(
                 }
             }, if paced_until.is_some() => {
                 if let Some((prepared, _)) = paced.take() {
-                    send_frame(&mut send, &mut stream, stats, prepared).await?;
+                    send_frame(&mut send, &mut stream, stats, &mut sent, prepared).await?;
                 }
             }
             () = async {
@@ -507,11 +516,13 @@ fn read_exact_range(
     Ok(out)
 }
 
-/// Hands a frame to quinn and records it as sent.
+/// Hands a frame to quinn and records it as sent (a batch's `queue` and
+/// `send` stages, and the start of its `ack` stage in `sent`).
 async fn send_frame(
     send: &mut quinn::SendStream,
     stream: &mut EdgeStream,
     stats: &ReplicationStats,
+    sent: &mut SentTimes,
     outgoing: Outgoing,
 ) -> Result<(), StreamError> {
     let prepared = match outgoing {
@@ -541,11 +552,19 @@ async fn send_frame(
         batch_header,
         raw_len,
         mut chunks,
+        prepared_at,
         _permit,
     } = prepared;
+    let writing = Instant::now();
     send.write_all_chunks(&mut chunks)
         .await
         .map_err(|e| StreamError::Connection(e.to_string()))?;
+    let taken = Instant::now();
+    stats
+        .stages
+        .observe(Stage::Queue, writing.saturating_duration_since(prepared_at));
+    stats.stages.observe(Stage::Send, taken - writing);
+    sent.on_sent(batch_header.next_offset(), taken);
     stats
         .raw_bytes_sent
         .fetch_add(raw_len as u64, Ordering::Relaxed);
@@ -560,11 +579,13 @@ async fn send_frame(
 /// frames, until the receiver goes away or the WAL fails. Waits for new
 /// records at the end of the log (and stops waiting when the receiver goes
 /// away). A read step on the blocking thread is always awaited, so the task
-/// ends with every handle on the WAL.
+/// ends with every handle on the WAL. Each step's `read` and each batch's
+/// `compress` time go to `stats`.
 async fn read_ahead_loop(
     wal: Arc<Wal>,
     from: u64,
     compress: bool,
+    stats: Arc<ReplicationStats>,
     tx: mpsc::Sender<Result<Outgoing, StreamError>>,
 ) {
     let budget = Arc::new(Semaphore::new(READ_AHEAD_BYTES));
@@ -592,19 +613,27 @@ async fn read_ahead_loop(
             return;
         };
         let reader = wal.clone();
+        let step_stats = stats.clone();
         let step = tokio::task::spawn_blocking(move || {
+            let reading = Instant::now();
             let frames = reader
                 .read_with(next, READ_STEP_BYTES, &mut buffers)
                 .map(|batches| {
+                    let mut boundary = Instant::now();
+                    step_stats.stages.observe(Stage::Read, boundary - reading);
                     batches
                         .into_iter()
                         .map(|batch| {
                             let (codec, payload) = taken.encode(&batch);
                             let head = frame::batch_frame_header(codec, payload.len());
+                            let ready = Instant::now();
+                            step_stats.stages.observe(Stage::Compress, ready - boundary);
+                            boundary = ready;
                             (
                                 *batch.header(),
                                 batch.len(),
                                 [Bytes::copy_from_slice(&head), payload],
+                                ready,
                             )
                         })
                         .collect::<Vec<_>>()
@@ -644,7 +673,7 @@ async fn read_ahead_loop(
                 return;
             }
         };
-        for (batch_header, raw_len, chunks) in frames {
+        for (batch_header, raw_len, chunks, prepared_at) in frames {
             if batch_header.base_offset != next {
                 // Verbatim replication only ever resumes at a batch
                 // boundary; anything else means the logs disagree.
@@ -665,6 +694,7 @@ async fn read_ahead_loop(
                 batch_header,
                 raw_len,
                 chunks,
+                prepared_at,
                 _permit: permit,
             };
             if tx.send(Ok(Outgoing::Batch(prepared))).await.is_err() {
