@@ -134,9 +134,12 @@ fn edges_list_health_metrics_and_logs_follow_an_edge_going_away_and_coming_back(
     pair.broker = Proc::logged("broker", command, &broker_log).expect("broker log");
 
     // No broker yet: unhealthy once the setting has passed, and saying why.
+    // The stall clock starts with the agent, so the earliest it may turn
+    // unhealthy is measured from before it starts (waiting for its API may
+    // itself take longer than the setting on a loaded machine).
+    let started = Instant::now();
     pair.edge.start();
     pair.wait_for_edge();
-    let started = Instant::now();
     let body = wait_health(&pair, "unhealthy without a broker", |status, body| {
         status == 503 && body["status"] == "unhealthy"
     });
