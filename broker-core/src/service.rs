@@ -3,11 +3,23 @@
 //! ([`shutdown_signal`]), and the systemd service integration
 //! (`Type=notify` with `WatchdogSec`): readiness, stopping and watchdog
 //! notifications. The notify functions are no-ops when the process does
-//! not run under systemd (no `NOTIFY_SOCKET`).
+//! not run under systemd (no `NOTIFY_SOCKET`). Also the bucket bounds of
+//! the replication stage histograms both ends publish
+//! ([`STAGE_BUCKETS_SECONDS`]).
 
 use std::time::Duration;
 
 use sd_notify::NotifyState;
+
+/// Upper bounds of the replication stage histograms' buckets, in seconds:
+/// 10 µs to 10 s in 1-2-5 steps (a `+Inf` bucket follows). The edge's
+/// `tributary_edge_replication_stage_seconds` and the broker's
+/// `tributary_broker_ingest_stage_seconds` both use them, so the two sides
+/// compare bucket by bucket.
+pub const STAGE_BUCKETS_SECONDS: [f64; 19] = [
+    0.000_01, 0.000_02, 0.000_05, 0.000_1, 0.000_2, 0.000_5, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05,
+    0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0,
+];
 
 /// How log events are written to stderr.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

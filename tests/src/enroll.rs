@@ -48,25 +48,15 @@ impl EnrollBroker {
         let ingest = free_udp();
         let data = dir.join("broker");
         let config = dir.join("broker.toml");
-        tributary_test_support::certs::write_private(
+        crate::solo::write_single_node_https_config(
             &config,
+            &data,
+            admin,
+            ingest,
+            &certs,
+            TOKEN,
             &format!(
-                r#"node_id = 1
-data_dir = "{data}"
-raft_listen = "{raft}"
-admin_listen = "{admin}"
-ingest_listen = "{ingest}"
-admin_token = "{TOKEN}"
-[tls]
-cert = "{certs}/broker-1.pem"
-key = "{certs}/broker-1.key"
-ca = "{certs}/ca.pem"
-[enroll]
-ca_cert = "{certs}/ca.pem"
-ca_key = "{ca_key}"
-"#,
-                data = data.display(),
-                raft = free_udp(),
+                "[enroll]\nca_cert = \"{certs}/ca.pem\"\nca_key = \"{ca_key}\"",
                 certs = certs.display(),
                 ca_key = tributary_test_support::certs::ca_key(&certs).display(),
             ),

@@ -26,6 +26,40 @@ pub fn write_single_node_config(
     certs: &Path,
     extra: &str,
 ) {
+    write_node_config(
+        path,
+        data,
+        (admin, true),
+        ingest,
+        certs,
+        "e2e-test-token",
+        extra,
+    );
+}
+
+/// Like [`write_single_node_config`], with the admin API over HTTPS (the
+/// broker's certificate) and `token` as the admin token.
+pub fn write_single_node_https_config(
+    path: &Path,
+    data: &Path,
+    admin: SocketAddr,
+    ingest: SocketAddr,
+    certs: &Path,
+    token: &str,
+    extra: &str,
+) {
+    write_node_config(path, data, (admin, false), ingest, certs, token, extra);
+}
+
+fn write_node_config(
+    path: &Path,
+    data: &Path,
+    (admin, plain_http): (SocketAddr, bool),
+    ingest: SocketAddr,
+    certs: &Path,
+    token: &str,
+    extra: &str,
+) {
     tributary_test_support::certs::write_private(
         path,
         &format!(
@@ -33,9 +67,9 @@ pub fn write_single_node_config(
 data_dir = "{data}"
 raft_listen = "{raft}"
 admin_listen = "{admin}"
-admin_plain_http = true
+admin_plain_http = {plain_http}
 ingest_listen = "{ingest}"
-admin_token = "e2e-test-token"
+admin_token = "{token}"
 [tls]
 cert = "{certs}/broker-1.pem"
 key = "{certs}/broker-1.key"

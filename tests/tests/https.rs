@@ -34,25 +34,14 @@ fn text(bytes: &[u8]) -> String {
 
 fn write_config(dir: &Path, certs: &Path, admin: std::net::SocketAddr) -> std::path::PathBuf {
     let path = dir.join("broker.toml");
-    tributary_test_support::certs::write_private(
+    tributary_tests::solo::write_single_node_https_config(
         &path,
-        &format!(
-            r#"node_id = 1
-data_dir = "{data}"
-raft_listen = "{raft}"
-admin_listen = "{admin}"
-ingest_listen = "{ingest}"
-admin_token = "{TOKEN}"
-[tls]
-cert = "{certs}/broker-1.pem"
-key = "{certs}/broker-1.key"
-ca = "{certs}/ca.pem"
-"#,
-            data = dir.join("broker").display(),
-            raft = free_udp(),
-            ingest = free_udp(),
-            certs = certs.display(),
-        ),
+        &dir.join("broker"),
+        admin,
+        free_udp(),
+        certs,
+        TOKEN,
+        "",
     );
     path
 }

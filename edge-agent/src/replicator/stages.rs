@@ -26,13 +26,7 @@ use std::time::{Duration, Instant};
 
 use prometheus_client::metrics::histogram::Histogram;
 
-/// Upper bounds of the stage histograms' buckets, in seconds: 10 µs to
-/// 10 s in 1-2-5 steps (a `+Inf` bucket follows). The broker's ingest
-/// stages use the same bounds, so the two sides compare bucket by bucket.
-pub const STAGE_BUCKETS_SECONDS: [f64; 19] = [
-    0.000_01, 0.000_02, 0.000_05, 0.000_1, 0.000_2, 0.000_5, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05,
-    0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0,
-];
+use broker_core::service::STAGE_BUCKETS_SECONDS;
 
 /// A stage of a replicated batch on the edge (the module's table).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
