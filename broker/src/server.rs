@@ -172,11 +172,9 @@ pub async fn run(
         [follower, lease, manager, releaser]
     };
     let ingest_server = tls.quic_server(ALPN_REPLICATION)?;
-    let ingest = crate::replication::quic::server_endpoint(
-        ingest_server,
-        config.ingest_listen,
-        &config.data_dir,
-    )?;
+    let receive_thread = crate::replication::quic::ReceiveThread::start()?;
+    let ingest =
+        receive_thread.server_endpoint(ingest_server, config.ingest_listen, &config.data_dir)?;
     let damage = crate::replication::damage::DamageService::new(
         topics.clone(),
         config

@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! edge-swarm --broker 127.0.0.1:7400 --certs ./certs --edges 100 \
-//!     --intent task_queue --records 10000 --record-bytes 200 [--rate 500] \
+//!     --intent task_queue --records 10000 --record-bytes 200 [--rate 500 [--lockstep]] \
 //!     [--broker-pid PID] [--json]
 //! ```
 
@@ -48,6 +48,10 @@ struct Args {
     /// Records per second per topic; 0: all at once (a backlog).
     #[arg(long, default_value_t = 0.0)]
     rate: f64,
+    /// With --rate: every topic produces its batches at the same instants
+    /// (default: phases spread evenly over one batch interval).
+    #[arg(long)]
+    lockstep: bool,
     /// Most records per batch.
     #[arg(long, default_value_t = 100)]
     batch_records: u64,
@@ -86,6 +90,7 @@ fn main() -> anyhow::Result<()> {
     config.production.records = args.records;
     config.production.rate = (args.rate > 0.0).then_some(args.rate);
     config.production.batch_records = args.batch_records.max(1);
+    config.lockstep = args.lockstep;
     config.production.record_bytes = args.record_bytes;
     config.duration = Duration::from_secs(args.duration_s);
     if let Some(endpoints) = args.endpoints {

@@ -63,6 +63,8 @@ pub struct TopicLog {
     production: Production,
     /// When production started (`None`: not yet, nothing exists).
     started: Option<Instant>,
+    /// How long after [`TopicLog::start`] production begins.
+    phase: Duration,
     /// Everything below it is acknowledged by the broker.
     pub acked: u64,
     /// When the first acknowledgement (of at least one record) arrived.
@@ -92,6 +94,7 @@ impl TopicLog {
             name,
             production,
             started: None,
+            phase: Duration::ZERO,
             acked: 0,
             first_ack: None,
             last_ack: None,
@@ -104,9 +107,18 @@ impl TopicLog {
         }
     }
 
-    /// Production starts at `at` (a second call changes nothing).
+    /// This topic's production begins `phase` after [`TopicLog::start`]:
+    /// independent devices do not produce in lockstep, so a swarm spreads
+    /// its topics' batch times over one batch interval.
+    pub fn with_phase(mut self, phase: Duration) -> TopicLog {
+        self.phase = phase;
+        self
+    }
+
+    /// Production starts at `at` plus the phase (a second call changes
+    /// nothing).
     pub fn start(&mut self, at: Instant) {
-        self.started.get_or_insert(at);
+        self.started.get_or_insert(at + self.phase);
     }
 
     /// Whether production started.
@@ -265,5 +277,33 @@ mod tests {
             1,
             "the lost stream's batch has no sample"
         );
+    }
+
+    #[test]
+    fn a_phase_delays_every_batch_of_the_topic() {
+        let t0 = Instant::now();
+        let production = Production {
+            records: 100,
+            rate: Some(10.0),
+            batch_records: 4,
+            record_bytes: 32,
+        };
+        let mut log =
+            TopicLog::new("/e/t".into(), production).with_phase(Duration::from_millis(250));
+        log.start(t0);
+        assert_eq!(log.produced(t0 + Duration::from_millis(399)), 0);
+        assert_eq!(log.produced(t0 + Duration::from_millis(650)), 4);
+        assert_eq!(
+            log.next_production(t0),
+            Some(t0 + Duration::from_millis(650))
+        );
+        // A backlog exists at once, phase or not.
+        let backlog = Production {
+            rate: None,
+            ..production
+        };
+        let mut log = TopicLog::new("/e/b".into(), backlog).with_phase(Duration::from_secs(9));
+        log.start(t0);
+        assert_eq!(log.produced(t0), 100);
     }
 }

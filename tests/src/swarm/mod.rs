@@ -65,6 +65,12 @@ pub struct SwarmConfig {
     pub production: Production,
     /// In-flight window of each stream.
     pub window: Window,
+    /// With a production rate: whether the topics produce in lockstep
+    /// (every topic's batches at the same instants, a burst of one batch
+    /// per topic every batch interval) instead of with their phases spread
+    /// evenly over one batch interval (topic `k` of `n` starts `k/n` of an
+    /// interval late), as independent devices do.
+    pub lockstep: bool,
     /// Upper bound on the whole run.
     pub duration: Duration,
     /// Client UDP sockets the edges are spread over (at least 1).
@@ -94,6 +100,7 @@ impl SwarmConfig {
                 record_bytes: 200,
             },
             window: Window::default(),
+            lockstep: false,
             duration: Duration::from_secs(60),
             endpoints: edges.clamp(1, 64),
             broker_pid: None,
@@ -104,6 +111,20 @@ impl SwarmConfig {
     /// The id of edge `index`.
     pub fn edge_id(&self, index: usize) -> String {
         format!("{}{index:05}", self.prefix)
+    }
+
+    /// How long after the start of production topic `index` of `topics`
+    /// begins producing: `index/topics` of a batch interval
+    /// (`batch_records / rate`), zero in [`SwarmConfig::lockstep`] or
+    /// without a rate.
+    pub fn phase(&self, index: usize, topics: usize) -> Duration {
+        match self.production.rate {
+            Some(rate) if rate > 0.0 && !self.lockstep && topics > 0 => {
+                let interval = self.production.batch_records.max(1) as f64 / rate;
+                Duration::from_secs_f64(interval * index as f64 / topics as f64)
+            }
+            _ => Duration::ZERO,
+        }
     }
 
     /// Every topic name of the swarm, edge by edge.
@@ -383,10 +404,14 @@ pub async fn run(config: &SwarmConfig) -> Result<Report, SwarmError> {
     let sample = || config.broker_pid.and_then(ProcSample::read);
     let at_start = sample();
     let mut tasks = Vec::with_capacity(config.edges);
+    let total_topics = config.edges * config.topics_per_edge;
     for (i, client) in clients.into_iter().enumerate() {
         let id = config.edge_id(i);
         let topics = (0..config.topics_per_edge)
-            .map(|j| TopicLog::new(format!("/{id}/t{j}"), config.production))
+            .map(|j| {
+                let phase = config.phase(i * config.topics_per_edge + j, total_topics);
+                TopicLog::new(format!("/{id}/t{j}"), config.production).with_phase(phase)
+            })
             .collect();
         let mut edge = SimEdge::new(id, client, topics);
         let endpoint = endpoints[i % endpoints.len()].clone();
@@ -396,7 +421,6 @@ pub async fn run(config: &SwarmConfig) -> Result<Report, SwarmError> {
             edge
         }));
     }
-    let total_topics = config.edges * config.topics_per_edge;
     while topics_welcomed.load(Ordering::Relaxed) < total_topics && Instant::now() < ctx.deadline {
         tokio::time::sleep(Duration::from_millis(2)).await;
     }
@@ -550,4 +574,26 @@ pub fn report_json(report: &Report) -> serde_json::Value {
         "broker_rss_held": report.broker_rss_held,
         "broker_rss_per_connection": report.rss_per_connection(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn phases_spread_the_topics_over_one_batch_interval_unless_in_lockstep() {
+        let mut config = SwarmConfig::new(
+            SocketAddr::from((Ipv4Addr::LOCALHOST, 1)),
+            PathBuf::from("certs"),
+            4,
+        );
+        // A backlog has no interval.
+        assert_eq!(config.phase(3, 4), Duration::ZERO);
+        config.production.rate = Some(200.0);
+        config.production.batch_records = 100;
+        let phases: Vec<u128> = (0..4).map(|k| config.phase(k, 4).as_millis()).collect();
+        assert_eq!(phases, [0, 125, 250, 375], "a batch every 500 ms");
+        config.lockstep = true;
+        assert_eq!(config.phase(3, 4), Duration::ZERO);
+    }
 }
