@@ -229,6 +229,14 @@ impl TopicLog {
 mod tests {
     use super::*;
 
+    /// 100 records of 32 bytes, ten a second, four per batch.
+    const TEN_A_SECOND: Production = Production {
+        records: 100,
+        rate: Some(10.0),
+        batch_records: 4,
+        record_bytes: 32,
+    };
+
     #[test]
     fn values_depend_on_topic_and_offset_only() {
         let a = value_for(seed_for("/e1/t0"), 7, 200);
@@ -242,12 +250,7 @@ mod tests {
     #[test]
     fn rate_limited_production_and_batches() {
         let t0 = Instant::now();
-        let production = Production {
-            records: 100,
-            rate: Some(10.0),
-            batch_records: 4,
-            record_bytes: 32,
-        };
+        let production = TEN_A_SECOND;
         let mut log = TopicLog::new("/e/t".into(), production);
         assert_eq!(log.produced(t0 + Duration::from_secs(5)), 0, "not started");
         log.start(t0);
@@ -282,12 +285,7 @@ mod tests {
     #[test]
     fn a_phase_delays_every_batch_of_the_topic() {
         let t0 = Instant::now();
-        let production = Production {
-            records: 100,
-            rate: Some(10.0),
-            batch_records: 4,
-            record_bytes: 32,
-        };
+        let production = TEN_A_SECOND;
         let mut log =
             TopicLog::new("/e/t".into(), production).with_phase(Duration::from_millis(250));
         log.start(t0);
