@@ -35,6 +35,9 @@
 //! unarchived_bytes = 10737418240     # refuse new batches above 10 GiB
 //! # topics = { "/plant1/readings" = 1073741824 }
 //!
+//! [ingest]                           # the QUIC endpoint edges replicate to
+//! receive_budget_bytes = 1073741824  # bytes in flight from all edges (1 GiB)
+//!
 //! [fleet]                            # edges in `tribctl edges list`
 //! report_interval_ms = 15000         # connected edges' entries to Raft
 //! progress_interval_ms = 1000        # edges report their high-water mark
@@ -140,6 +143,29 @@ pub struct BrokerConfig {
     /// Raft and edges report their high-water mark; see [`crate::fleet`].
     #[serde(default)]
     pub fleet: crate::fleet::FleetConfig,
+    /// The edge ingest endpoint (`[ingest]`).
+    #[serde(default)]
+    pub ingest: IngestTuning,
+}
+
+/// `[ingest]`: the QUIC endpoint edges replicate to.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct IngestTuning {
+    /// Bytes all edge connections together may have sent and the broker
+    /// not yet read (QUIC connection flow control, shared by the
+    /// connections); default
+    /// [`DEFAULT_RECEIVE_BUDGET_BYTES`](crate::replication::receive_budget::DEFAULT_RECEIVE_BUDGET_BYTES)
+    /// (1 GiB), at least 1 MiB. See [`crate::replication::receive_budget`].
+    pub receive_budget_bytes: Option<u64>,
+}
+
+impl IngestTuning {
+    /// The receive budget in effect, bytes.
+    pub fn receive_budget(&self) -> u64 {
+        self.receive_budget_bytes
+            .unwrap_or(crate::replication::receive_budget::DEFAULT_RECEIVE_BUDGET_BYTES)
+    }
 }
 
 /// `[cluster]`: the broker's lease and advertised addresses.
@@ -205,6 +231,7 @@ impl std::fmt::Debug for BrokerConfig {
             .field("cluster", &self.cluster)
             .field("enroll", &self.enroll)
             .field("fleet", &self.fleet)
+            .field("ingest", &self.ingest)
             .finish()
     }
 }
@@ -458,6 +485,12 @@ impl BrokerConfig {
         }
         for (field, reason) in self.fleet.problems() {
             invalid(field, reason);
+        }
+        if self.ingest.receive_budget() < 1024 * 1024 {
+            invalid(
+                "ingest.receive_budget_bytes",
+                "must be at least 1048576 (1 MiB)".into(),
+            );
         }
         if self.admin_plain_http && !self.admin_listen.ip().is_loopback() {
             invalid(

@@ -171,7 +171,12 @@ pub async fn run(
         };
         [follower, lease, manager, releaser]
     };
-    let ingest_server = tls.quic_server(ALPN_REPLICATION)?;
+    let mut ingest_server = tls.quic_server(ALPN_REPLICATION)?;
+    ingest_server.transport_config(Arc::new(crate::replication::ingest::ingest_transport(
+        broker_core::tls::transport_config(),
+    )));
+    let receive_budget =
+        crate::replication::receive_budget::ReceiveBudget::new(config.ingest.receive_budget());
     let receive_thread = crate::replication::quic::ReceiveThread::start()?;
     let ingest =
         receive_thread.server_endpoint(ingest_server, config.ingest_listen, &config.data_dir)?;
@@ -205,6 +210,7 @@ pub async fn run(
         damage.clone(),
         gate,
         fleet.clone(),
+        receive_budget,
         Limits::default(),
     ));
     // `[enroll]`: the CA that signs enrolling edges (checked against

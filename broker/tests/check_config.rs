@@ -117,7 +117,7 @@ fn check_config_says_ok_or_every_problem_on_its_own_line() {
         "check-config created nothing"
     );
 
-    // Five problems at once: each its own line, in the order checked.
+    // Six problems at once: each its own line, in the order checked.
     let file = dir.path().join("a-file");
     std::fs::write(&file, "x").unwrap();
     let certs = dir.path().join("certs");
@@ -133,7 +133,7 @@ fn check_config_says_ok_or_every_problem_on_its_own_line() {
             .to_owned();
         t.replace(&admin_line, "admin_listen = \"192.0.2.1:7400\"")
             .replace("admin_plain_http = true\n", "")
-            + "[members]\n1 = \"127.0.0.1:7401\"\n2 = \"127.0.0.1:99999\"\n[wal]\nsegment_max_age_ms = 0\n"
+            + "[members]\n1 = \"127.0.0.1:7401\"\n2 = \"127.0.0.1:99999\"\n[wal]\nsegment_max_age_ms = 0\n[ingest]\nreceive_budget_bytes = 65536\n"
     });
     let out = run(broker(&["check-config", "-c", bad.to_str().unwrap()]));
     assert_eq!(out.status.code(), Some(1), "{out:?}");
@@ -142,6 +142,7 @@ fn check_config_says_ok_or_every_problem_on_its_own_line() {
         text(&out.stderr),
         format!(
             "error: wal.segment_max_age_ms: must be at least 1 (or left out)\n\
+             error: ingest.receive_budget_bytes: must be at least 1048576 (1 MiB)\n\
              error: tls.key: {key}: I/O error: No such file or directory (os error 2)\n\
              error: data_dir: {file} is not a directory\n\
              error: admin_listen: 192.0.2.1:7400: 192.0.2.1 is not an address of this host: Cannot assign requested address (os error 99)\n\

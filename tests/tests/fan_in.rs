@@ -1,10 +1,14 @@
 //! Fan-in: `edge-swarm` (50 simulated edges, each its own QUIC connection
 //! and certificate) against a real broker that is SIGKILLed twice while
 //! the edges produce. Every acknowledged record of every edge must be in
-//! the broker's WAL exactly once, at its offset, with its bytes.
+//! the broker's WAL exactly once, at its offset, with its bytes. And the
+//! ingest endpoint's receive budget: each edge connection gets its share.
 
+use std::net::SocketAddr;
 use std::time::Duration;
 
+use broker_core::dev_certs::{edge_paths, issue};
+use broker_core::tls::{ALPN_REPLICATION, BROKER_SERVER_NAME, TlsIdentity};
 use tributary_test_support::process::bin_path;
 use tributary_tests::cluster::read_records;
 use tributary_tests::solo::SoloBroker;
@@ -78,4 +82,74 @@ fn fifty_edges_keep_every_acknowledged_record_once_across_two_broker_sigkills() 
             assert_eq!(record.timestamp_ms, TIMESTAMP_BASE_MS + *offset as i64);
         }
     }
+}
+
+const MIB: usize = 1024 * 1024;
+
+/// Writes `bytes` more on `send` (within 20 s), then checks that not one
+/// more byte is taken within half a second: the broker never reads this
+/// stream, so what `send` takes is the connection's flow-control credit.
+async fn takes_exactly(send: &mut quinn::SendStream, bytes: usize, what: &str) {
+    let chunk = vec![0x5a; bytes];
+    tokio::time::timeout(Duration::from_secs(20), send.write_all(&chunk))
+        .await
+        .unwrap_or_else(|_| panic!("{what}: the broker granted less than {bytes} bytes"))
+        .unwrap();
+    let more = tokio::time::timeout(Duration::from_millis(500), send.write(&[0])).await;
+    assert!(
+        more.is_err(),
+        "{what}: the broker granted more than {bytes} bytes"
+    );
+}
+
+#[test]
+fn each_edge_connection_gets_its_share_of_the_ingest_receive_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let budget = MIB;
+    let mut broker = SoloBroker::new(
+        dir.path(),
+        &bin_path("broker"),
+        &format!("[ingest]\nreceive_budget_bytes = {budget}\n"),
+        None,
+    );
+    broker.start();
+    let ids: Vec<String> = (0..5).map(|i| format!("budget{i}")).collect();
+    issue(&broker.certs, &[], &ids).unwrap();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let endpoint =
+            broker_core::tls::client_endpoint(SocketAddr::from(([127, 0, 0, 1], 0))).unwrap();
+        let mut open = Vec::new();
+        // The k-th connection's share: the budget over k rounded up to a
+        // power of two (the earlier ones keep the credit they were given).
+        for (id, share) in ids.iter().zip([MIB, MIB / 2, MIB / 4, MIB / 4, MIB / 8]) {
+            let config = TlsIdentity::load(&edge_paths(&broker.certs, id))
+                .unwrap()
+                .quic_client(ALPN_REPLICATION)
+                .unwrap();
+            let conn = endpoint
+                .connect_with(config, broker.ingest, BROKER_SERVER_NAME)
+                .unwrap()
+                .await
+                .unwrap();
+            // A unidirectional stream: the broker never accepts one, so
+            // nothing reads what arrives on it.
+            let mut send = conn.open_uni().await.unwrap();
+            takes_exactly(&mut send, share, id).await;
+            open.push((conn, send));
+        }
+        // Four leave: at two connections (a quarter of eight) the share
+        // goes back up to half the budget, for the one left too.
+        let (last, mut last_send) = open.pop().unwrap();
+        for (conn, _) in open.drain(..) {
+            conn.close(0u32.into(), b"done");
+        }
+        takes_exactly(&mut last_send, MIB / 2 - MIB / 8, "the last connection").await;
+        last.close(0u32.into(), b"done");
+        endpoint.wait_idle().await;
+    });
+    assert_eq!(broker.broker.terminate(), Some(0));
 }

@@ -39,6 +39,7 @@ use tributary_proto::replication::frame::{self, ErrorCode, Frame};
 use tributary_proto::replication::ingest::{Acknowledger, IngestAction, IngestStream};
 
 use super::damage::{DamageService, RouteGuard};
+use super::receive_budget::{MIN_CONNECTION_WINDOW, ReceiveBudget, var_int};
 use super::revocation::EdgeGate;
 use super::stages::{FrameClock, INGEST_STAGES, Stage};
 use super::topics::{TopicError, TopicStore};
@@ -57,12 +58,17 @@ const PIPELINE_DEPTH: usize = 256;
 /// the refetch requests of `damage` for its topic (module
 /// [`super::damage`]); `gate` refuses (and later closes) the connections
 /// of revoked edges (module [`super::revocation`]); each admitted
-/// connection is registered with `fleet`.
+/// connection is registered with `fleet` and takes its connection window
+/// from `budget` (module [`super::receive_budget`]; the endpoint's
+/// transport config should grant
+/// [`MIN_CONNECTION_WINDOW`](super::receive_budget::MIN_CONNECTION_WINDOW)
+/// in the handshake, [`ingest_transport`]).
 pub async fn serve(
     endpoint: quinn::Endpoint,
     damage: Arc<DamageService>,
     gate: Arc<EdgeGate>,
     fleet: Arc<Fleet>,
+    budget: Arc<ReceiveBudget>,
     limits: Limits,
 ) {
     let topics = damage.topics().clone();
@@ -71,6 +77,7 @@ pub async fn serve(
         let damage = damage.clone();
         let gate = gate.clone();
         let fleet = fleet.clone();
+        let budget = budget.clone();
         tokio::spawn(async move {
             let conn = match incoming.await {
                 Ok(conn) => conn,
@@ -102,8 +109,15 @@ pub async fn serve(
             };
             let connection = Arc::new(fleet.connected(&identity, conn.remote_address()));
             let progress_interval_ms = fleet.config().progress_interval_ms;
+            let mut seat = budget.admit();
             let ended = loop {
-                match conn.accept_bi().await {
+                conn.set_receive_window(var_int(*seat.window.borrow_and_update()));
+                let accepted = tokio::select! {
+                    accepted = conn.accept_bi() => accepted,
+                    // Another connection came or went: a new share.
+                    _ = seat.window.changed() => continue,
+                };
+                match accepted {
                     Ok((send, recv)) => {
                         tokio::spawn(handle_stream(
                             conn.clone(),
@@ -125,6 +139,17 @@ pub async fn serve(
             connection.closed(&ended.to_string());
         });
     }
+}
+
+/// The ingest endpoint's transport settings: `base` with a handshake
+/// connection window of
+/// [`MIN_CONNECTION_WINDOW`](super::receive_budget::MIN_CONNECTION_WINDOW)
+/// bytes, which [`serve`] raises to the connection's share of the receive
+/// budget once it is admitted (credit granted cannot be taken back, so it
+/// starts small).
+pub fn ingest_transport(mut base: quinn::TransportConfig) -> quinn::TransportConfig {
+    base.receive_window(var_int(MIN_CONNECTION_WINDOW));
+    base
 }
 
 /// What the stream's writer task sends, in order.

@@ -11,6 +11,7 @@ pub mod damage;
 mod holes;
 pub mod ingest;
 pub mod quic;
+pub mod receive_budget;
 pub mod revocation;
 pub mod stages;
 pub mod takeover;
