@@ -589,6 +589,27 @@ ca = "ca.pem"
     }
 
     #[test]
+    fn the_ingest_receive_budget_defaults_to_1_gib_and_the_example_parses() {
+        let base = "data_dir = \"x\"\nadmin_token = \"long-enough\"\n[tls]\ncert=\"a\"\nkey=\"b\"\nca=\"c\"\n";
+        let config: BrokerConfig = toml::from_str(base).unwrap();
+        assert_eq!(config.ingest.receive_budget(), 1 << 30);
+        // The example in configs/broker-single.toml, uncommented.
+        let example: String = include_str!("../../configs/broker-single.toml")
+            .lines()
+            .skip_while(|l| !l.starts_with("# [ingest]"))
+            .take_while(|l| l.starts_with("# "))
+            .map(|l| l.trim_start_matches("# "))
+            .collect::<Vec<_>>()
+            .join("\n");
+        let config: BrokerConfig = toml::from_str(&format!("{base}{example}")).unwrap();
+        assert_eq!(config.ingest.receive_budget_bytes, Some(1 << 30));
+        let err = toml::from_str::<BrokerConfig>(&format!("{base}[ingest]\nbudget = 1\n"))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("budget"), "{err}");
+    }
+
+    #[test]
     fn archive_section_parses_with_defaults_and_bad_ones_are_refused() {
         let base = "data_dir = \"x\"\nadmin_token = \"long-enough\"\n[tls]\ncert=\"a\"\nkey=\"b\"\nca=\"c\"\n";
         let config: BrokerConfig = toml::from_str(base).unwrap();
