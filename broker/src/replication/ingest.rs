@@ -115,7 +115,7 @@ pub async fn serve(
                 let accepted = tokio::select! {
                     accepted = conn.accept_bi() => accepted,
                     // Another connection came or went: a new share.
-                    _ = seat.window.changed() => continue,
+                    Ok(()) = seat.window.changed() => continue,
                 };
                 match accepted {
                     Ok((send, recv)) => {
