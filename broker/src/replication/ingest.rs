@@ -114,7 +114,8 @@ pub async fn serve(
                 conn.set_receive_window(var_int(*seat.window.borrow_and_update()));
                 let accepted = tokio::select! {
                     accepted = conn.accept_bi() => accepted,
-                    // Another connection came or went: a new share.
+                    // Another connection came or went: a new share. (The
+                    // seat holds the budget, and so its sender.)
                     Ok(()) = seat.window.changed() => continue,
                 };
                 match accepted {

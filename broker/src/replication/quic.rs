@@ -152,11 +152,11 @@ pub const RECEIVE_THREAD_NAME: &str = "quic-recv";
 /// halved and the broker sat partly idle. On this thread the driver only
 /// reads datagrams and hands each to its connection (decryption, streams
 /// and acknowledgements stay on the main runtime, in the connection's own
-/// task), so it is woken as soon as datagrams arrive. What it hands on is
-/// bounded by what the peers may send: QUIC flow control (1.25 MB per
-/// stream, quinn's default) and each peer's congestion window. So the
-/// broker now holds what the kernel used to drop: 1,000 edges sending a
-/// 1 MB backlog each peaked at 585 MiB RSS.
+/// task), so it is woken as soon as datagrams arrive. The broker then
+/// holds what the kernel used to drop (1,000 edges sending a 1 MB backlog
+/// each peaked at 585 MiB RSS), bounded by QUIC flow control: for the
+/// ingest endpoint, the receive budget shared by all edge connections
+/// ([`super::receive_budget`]).
 #[derive(Debug)]
 pub struct ReceiveThread(Option<tokio::runtime::Runtime>);
 
