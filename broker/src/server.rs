@@ -38,6 +38,20 @@ pub enum ServerError {
     /// The ingest endpoint could not be set up.
     #[error("ingest: {0}")]
     Ingest(#[from] crate::replication::quic::QuicEndpointError),
+    /// The data directory holds topic WALs but no Raft state: starting
+    /// would initialize a new, empty cluster over them.
+    #[error(
+        "{raft} is missing or empty, but {topics} holds topic WALs: this broker's metadata \
+         (topics, owners, tokens, subscriptions) is lost, and starting would initialize a new, \
+         empty cluster over the old data; refusing. Restore {raft} from a backup, or move \
+         {topics} away to start over"
+    )]
+    MetadataLost {
+        /// `{data_dir}/raft/raft.redb`.
+        raft: std::path::PathBuf,
+        /// `{data_dir}/topics`.
+        topics: std::path::PathBuf,
+    },
     /// A listener could not be bound or failed.
     #[error("{what} listener on {addr}: {source}")]
     Listen {
@@ -84,6 +98,7 @@ pub async fn run(
         snapshot_every: config.raft.snapshot_every,
         logs_kept_after_snapshot: config.raft.logs_kept_after_snapshot,
     };
+    refuse_lost_metadata(&config.data_dir)?;
     let node = MetaNode::start(node_config, &tls).await?;
     let store = RaftMetadataStore::new(node.clone(), Arc::new(SystemClock));
     let store: Arc<dyn broker_core::metadata::MetadataStore> = Arc::new(store);
@@ -377,4 +392,28 @@ pub async fn run(
     topics.close_all().await;
     node.shutdown().await;
     result
+}
+
+/// Refuses to start on a data directory whose Raft database
+/// (`raft/raft.redb`) is missing or empty while `topics/` holds WALs: the
+/// metadata that names those topics, their owners and epochs is gone (a
+/// deleted or truncated file, a restore that missed it), and a Raft node
+/// that lost its persisted state must not take part again. Opening would
+/// otherwise create an empty database and initialize a new cluster over the
+/// old WALs. A damaged, non-empty database is refused when it is opened.
+///
+/// # Errors
+/// [`ServerError::MetadataLost`].
+fn refuse_lost_metadata(data_dir: &std::path::Path) -> Result<(), ServerError> {
+    let raft = data_dir.join("raft").join("raft.redb");
+    let topics = data_dir.join("topics");
+    let raft_empty = match std::fs::metadata(&raft) {
+        Ok(meta) => meta.len() == 0,
+        Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+    };
+    let has_topics = std::fs::read_dir(&topics).is_ok_and(|mut entries| entries.next().is_some());
+    if raft_empty && has_topics {
+        return Err(ServerError::MetadataLost { raft, topics });
+    }
+    Ok(())
 }

@@ -190,6 +190,44 @@ fn a_broker_refuses_a_certificate_that_is_not_broker_node_id() {
 }
 
 #[test]
+fn a_data_dir_with_topic_wals_but_no_raft_database_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = config(dir.path(), |t| t);
+    let data = dir.path().join("data");
+    let wal = data.join("topics/plant1/events/00000000000000000000.log");
+    std::fs::create_dir_all(wal.parent().unwrap()).unwrap();
+    std::fs::write(&wal, b"batches").unwrap();
+    let raft = data.join("raft/raft.redb");
+    let expected = format!(
+        "error: {raft} is missing or empty, but {topics} holds topic WALs: this broker's \
+         metadata (topics, owners, tokens, subscriptions) is lost, and starting would initialize \
+         a new, empty cluster over the old data; refusing. Restore {raft} from a backup, or move \
+         {topics} away to start over\n",
+        raft = raft.display(),
+        topics = data.join("topics").display(),
+    );
+    // No database at all, then an empty file where it was.
+    for make in [false, true] {
+        if make {
+            std::fs::create_dir_all(raft.parent().unwrap()).unwrap();
+            std::fs::write(&raft, b"").unwrap();
+        }
+        let out = run(broker(&["-c", path.to_str().unwrap()]));
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        assert_eq!(text(&out.stderr), expected);
+        assert_eq!(
+            std::fs::metadata(&raft).map(|m| m.len()).ok(),
+            make.then_some(0)
+        );
+        assert_eq!(
+            std::fs::read(&wal).unwrap(),
+            b"batches",
+            "the WAL is untouched"
+        );
+    }
+}
+
+#[test]
 fn missing_tls_files_are_named_by_their_setting() {
     let dir = tempfile::tempdir().unwrap();
     let certs = dir.path().join("certs");
