@@ -647,6 +647,35 @@ fn resolve_limits(record: Option<u32>, batch: Option<u32>) -> Result<Limits, Con
             ),
         )
     })?;
+    // What a broker accepts is fixed (the protocol's default limits): a
+    // record or batch over it would be stored here, acknowledged to the
+    // publisher and then refused by every broker, stopping the topic's
+    // replication for good.
+    let broker = Limits::default();
+    for (field, value, max, what) in [
+        (
+            "max_record_bytes",
+            limits.max_record_bytes,
+            broker.max_record_bytes,
+            "record",
+        ),
+        (
+            "max_batch_bytes",
+            limits.max_batch_bytes,
+            broker.max_batch_bytes,
+            "batch",
+        ),
+    ] {
+        if value > max {
+            return Err(ConfigError::invalid(
+                field,
+                format!(
+                    "{value} is above {max}, the largest {what} a broker accepts: a larger one \
+                     would be stored here but never replicated"
+                ),
+            ));
+        }
+    }
     Ok(limits)
 }
 

@@ -13,9 +13,11 @@ use anyhow::Context as _;
 use broker_core::service;
 use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
 use tributary_edge::Agent;
+use tributary_edge::api;
 use tributary_edge::client::{self, LocalClient, OneRecord};
 use tributary_edge::config::{self, AgentConfig, Overrides};
 use tributary_proto::keys::TopicName;
+use tributary_proto::limits::Limits;
 
 /// Tributary edge agent: local ingest API, per-topic WALs under a disk
 /// budget, checkpoints of what the central cluster acknowledged.
@@ -264,19 +266,42 @@ fn local_api(args: &PublishArgs) -> anyhow::Result<SocketAddr> {
     Ok(config::DEFAULT_LOCAL_API.parse()?)
 }
 
-fn read(path: &Path) -> anyhow::Result<Vec<u8>> {
-    std::fs::read(path).with_context(|| format!("reading {}", path.display()))
+/// Reads `path` whole, up to `max` bytes: a larger file (or an endless one,
+/// like `/dev/zero`) is refused once `max` is passed, naming the limit
+/// `what`, instead of being read into memory.
+fn read(path: &Path, max: usize, what: &str) -> anyhow::Result<Vec<u8>> {
+    use std::io::Read as _;
+    let file = std::fs::File::open(path).with_context(|| format!("reading {}", path.display()))?;
+    let mut bytes = Vec::new();
+    file.take(max as u64 + 1)
+        .read_to_end(&mut bytes)
+        .with_context(|| format!("reading {}", path.display()))?;
+    if bytes.len() > max {
+        anyhow::bail!(
+            "{} is over {max} bytes, the most an edge agent accepts as {what}",
+            path.display()
+        );
+    }
+    Ok(bytes)
 }
 
 fn publish(args: PublishArgs) -> anyhow::Result<()> {
     let topic = TopicName::new(&args.topic).context("--topic")?;
     let client = LocalClient::new(local_api(&args)?);
     let response = if let Some(path) = &args.ndjson {
-        client.publish_ndjson(&topic, &read(path)?)
+        let max = Limits::default().max_batch_bytes as usize * api::BATCH_BODY_FACTOR;
+        client.publish_ndjson(
+            &topic,
+            &read(path, max, "one NDJSON request (4 × max_batch_bytes)")?,
+        )
     } else {
         let value = match (&args.value, &args.file) {
             (Some(text), _) => text.clone().into_bytes(),
-            (None, Some(path)) => read(path)?,
+            (None, Some(path)) => read(
+                path,
+                Limits::default().max_record_bytes as usize,
+                "one record value (max_record_bytes)",
+            )?,
             (None, None) => anyhow::bail!("give VALUE, --file or --ndjson"),
         };
         let headers = args

@@ -189,6 +189,44 @@ async fn publish_prints_the_offsets() {
         line,
         "error: 400: line 1: value: invalid type: integer `1`, expected a string (column 10)"
     );
+    // A file over the largest record any agent accepts, or an endless one,
+    // is refused before it is read whole (the agent sees no request).
+    std::fs::write(&file, vec![7u8; 1024 * 1024 + 1]).unwrap();
+    for (path, flag, what) in [
+        (
+            file.to_str().unwrap(),
+            "--file",
+            "one record value (max_record_bytes)",
+        ),
+        ("/dev/zero", "--file", "one record value (max_record_bytes)"),
+        (
+            "/dev/zero",
+            "--ndjson",
+            "one NDJSON request (4 × max_batch_bytes)",
+        ),
+    ] {
+        let line = one_error_line(
+            &edge_agent(args(&[
+                "publish",
+                "--local-api",
+                &api,
+                "--topic",
+                "/e1/t",
+                flag,
+                path,
+            ]))
+            .await,
+        );
+        let max = if flag == "--file" {
+            1_048_576
+        } else {
+            33_554_432
+        };
+        assert_eq!(
+            line,
+            format!("error: {path} is over {max} bytes, the most an edge agent accepts as {what}")
+        );
+    }
     assert_eq!(read_wal(&agent, "/e1/t", 0).len(), 4);
     agent.shutdown().await.unwrap();
 

@@ -315,6 +315,8 @@ fn bad_scalar_values_name_their_field() {
         ("checkpoint_interval_ms = 0", "checkpoint_interval_ms"),
         ("max_batch_bytes = 100000000", "max_batch_bytes"),
         ("max_record_bytes = 9000000", "max_record_bytes"),
+        ("max_record_bytes = 2000000", "max_record_bytes"),
+        ("max_batch_bytes = 16777216", "max_batch_bytes"),
     ];
     for (line, field) in cases {
         let (got, reason) = invalid_field(&format!("{MINIMAL}{line}\n"));
@@ -322,6 +324,12 @@ fn bad_scalar_values_name_their_field() {
     }
     let (_, reason) = invalid_field(&format!("{MINIMAL}disk_budget_bytes = 1000\n"));
     assert_eq!(reason, "1000 is below 2 × max_batch_bytes = 16777216");
+    let (_, reason) = invalid_field(&format!("{MINIMAL}max_record_bytes = 2000000\n"));
+    assert_eq!(
+        reason,
+        "2000000 is above 1048576, the largest record a broker accepts: a larger one would be \
+         stored here but never replicated"
+    );
 }
 
 #[test]
