@@ -477,15 +477,21 @@ pub enum PolicyError {
     /// `ack_timeout_ms` of 0 would time out every delivery at once.
     #[error("ack_timeout_ms must be above 0")]
     ZeroAckTimeout,
+    /// `dead_letter_topic` names the subscription's own topic.
+    #[error(
+        "{0} is the subscription's own topic: each dead-lettered message would be delivered \
+         to it again, forever"
+    )]
+    DeadLetterIsSource(String),
 }
 
 impl PolicyError {
     /// The policy field to change.
     pub fn field(&self) -> &'static str {
         match self {
-            PolicyError::MissingDeadLetterTopic | PolicyError::DeadLetterTopic(_) => {
-                "dead_letter_topic"
-            }
+            PolicyError::MissingDeadLetterTopic
+            | PolicyError::DeadLetterTopic(_)
+            | PolicyError::DeadLetterIsSource(_) => "dead_letter_topic",
             PolicyError::DelayRange { .. } => "base_redelivery_delay_ms",
             PolicyError::ZeroAckTimeout => "ack_timeout_ms",
         }
@@ -560,6 +566,22 @@ impl SubscriptionFailurePolicy {
             (None, PoisonPolicy::DeadLetter) => Err(PolicyError::MissingDeadLetterTopic),
             (Some(name), _) => TopicName::new(name).map(drop).map_err(PolicyError::from),
             (None, _) => Ok(()),
+        }
+    }
+
+    /// [`validate`](Self::validate), and that the dead-letter topic is not
+    /// `topic` itself, the subscription's own topic (compared after
+    /// normalization).
+    ///
+    /// # Errors
+    /// [`PolicyError`] naming the contradiction.
+    pub fn validate_for(&self, topic: &TopicName) -> Result<(), PolicyError> {
+        self.validate()?;
+        match &self.dead_letter_topic {
+            Some(name) if TopicName::new(name).is_ok_and(|dlq| &dlq == topic) => {
+                Err(PolicyError::DeadLetterIsSource(topic.to_string()))
+            }
+            _ => Ok(()),
         }
     }
 

@@ -216,6 +216,7 @@ impl Catalog<'_> {
                 None => self.derived_policy(topic).await?.0,
             };
             let policy = change(&current)?;
+            policy.validate_for(topic).map_err(CatalogError::policy)?;
             let txn = Txn::new().when_equals(marker_key, marker);
             let txn = match stored {
                 Some((value, _)) => txn.when_equals(key.clone(), value),

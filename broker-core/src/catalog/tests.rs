@@ -461,7 +461,13 @@ async fn set_validates_and_names_the_field() {
     let good = c.failure_policy(&t, &s).await.unwrap().policy;
     let before = f.dump().await;
     type Change = fn(&mut SubscriptionFailurePolicy);
-    let cases: [(Change, &str, &str); 6] = [
+    let cases: [(Change, &str, &str); 7] = [
+        (
+            |p| p.dead_letter_topic = Some("/default/jobs".into()),
+            "dead_letter_topic",
+            "dead_letter_topic: /default/jobs is the subscription's own topic: each \
+             dead-lettered message would be delivered to it again, forever",
+        ),
         (
             |p| p.ack_timeout_ms = 0,
             "ack_timeout_ms",
