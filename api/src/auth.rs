@@ -35,6 +35,16 @@ pub struct CreatePrincipalRequest {
     /// How it authenticates; default `token`.
     #[serde(default = "default_kind")]
     pub kind: PrincipalKind,
+    /// A role to grant in the same Raft transaction (the principal is
+    /// created with its binding or not at all).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub role: Option<String>,
+    /// Namespace scope of `role`; absent: every namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub namespace: Option<String>,
+    /// Topic-name prefix inside `namespace` (requires `namespace`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topic_prefix: Option<String>,
 }
 
 fn default_kind() -> PrincipalKind {
@@ -63,6 +73,9 @@ pub struct CreatePrincipalResponse {
     /// keeps only its SHA-256.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub token: Option<String>,
+    /// The binding granted with it, when the request named a `role`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binding: Option<BindingInfo>,
 }
 
 /// `GET /v1/auth/principals` answer.

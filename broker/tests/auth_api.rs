@@ -478,6 +478,38 @@ fn revocation_grants_and_roles_are_managed_through_the_auth_api() {
         json!({"principal": "ops", "role": "nope"}),
     );
     assert_eq!(no_role.status, 404);
+    // A principal created with its role: both in one transaction, or
+    // neither.
+    let refused = h.admin(
+        "POST",
+        "/v1/auth/principals",
+        json!({"name": "x1", "role": "nope"}),
+    );
+    assert_eq!(refused.status, 404, "{}", refused.body);
+    let unscoped = h.admin(
+        "POST",
+        "/v1/auth/principals",
+        json!({"name": "x1", "namespace": "shop"}),
+    );
+    assert_eq!(unscoped.status, 400, "{}", unscoped.body);
+    assert_eq!(unscoped.body["field"], "role");
+    assert!(!h.metadata().contains_key("/auth/principals/x1"));
+    let with_role = h.admin(
+        "POST",
+        "/v1/auth/principals",
+        json!({"name": "x1", "role": "consumer", "namespace": "shop"}),
+    );
+    assert_eq!(with_role.status, 201, "{}", with_role.body);
+    let binding_id = with_role.body["binding"]["id"].as_str().unwrap().to_owned();
+    assert_eq!(
+        h.metadata()[&format!("/auth/bindings/{binding_id}")]["role"],
+        "consumer"
+    );
+    assert_eq!(
+        h.admin("DELETE", "/v1/auth/principals/x1", Value::Null)
+            .body["bindings_removed"],
+        json!([binding_id])
+    );
     let roles = h.admin("GET", "/v1/auth/roles", Value::Null);
     let names: Vec<&str> = roles.body["roles"]
         .as_array()

@@ -700,6 +700,38 @@ fn auth_create_list_grant_whoami_revoke() {
         "the token is stored hashed"
     );
 
+    // A create whose role is refused creates nothing: the principal and
+    // its binding are one transaction.
+    for (role, namespace, message) in [
+        ("superuser", "shop", "error: no role superuser\n"),
+        (
+            "consumer",
+            "bad ns",
+            "error: namespace: invalid namespace \"bad ns\": namespace contains ' ' at byte 3",
+        ),
+    ] {
+        let refused = server.tribctl(&[
+            "auth",
+            "create",
+            "x1",
+            "--role",
+            role,
+            "--namespace",
+            namespace,
+        ]);
+        assert_eq!(refused.code, 1, "{}", refused.stderr);
+        assert!(refused.stderr.starts_with(message), "{}", refused.stderr);
+        assert_eq!(refused.stdout, "");
+        assert!(
+            server
+                .runtime
+                .block_on(server.store.get("/auth/principals/x1"))
+                .unwrap()
+                .is_none(),
+            "nothing created"
+        );
+    }
+
     let text = server.ok(&["auth", "create", "tier-1", "--kind", "certificate"]);
     assert_eq!(text, "created certificate principal tier-1\n");
     let listed = server.ok(&["auth", "list"]);

@@ -139,6 +139,25 @@ async fn create_principal(
         })?),
         PrincipalKind::Certificate => None,
     };
+    let binding = match &request.role {
+        Some(role) => {
+            let binding = Binding {
+                principal: name.to_string(),
+                role: role.clone(),
+                namespace: request.namespace.clone(),
+                topic_prefix: request.topic_prefix.clone(),
+            };
+            check_binding(&api, &binding).await?;
+            Some(binding)
+        }
+        None if request.namespace.is_some() || request.topic_prefix.is_some() => {
+            return Err(ApiError::invalid(
+                "role",
+                "role: namespace and topic_prefix scope a role; name one",
+            ));
+        }
+        None => None,
+    };
     let stored = StoredPrincipal {
         name: name.to_string(),
         kind: request.kind,
@@ -148,11 +167,14 @@ async fn create_principal(
     };
     let key = auth::principal(&name);
     let value = serde_json::to_value(&stored).unwrap_or(Value::Null);
-    let outcome = api
-        .store
-        .txn(Txn::new().when_absent(&key).put(&key, value))
-        .await
-        .map_err(internal)?;
+    let mut txn = Txn::new().when_absent(&key).put(&key, value);
+    let mut granted = None;
+    if let Some(binding) = binding {
+        let (binding_key, binding_value, id) = binding_entry(&binding)?;
+        txn = txn.put(binding_key, binding_value);
+        granted = Some(BindingInfo { id, binding });
+    }
+    let outcome = api.store.txn(txn).await.map_err(internal)?;
     if !outcome.applied() {
         return Err(conflict(format!(
             "principal {name} exists: revoke it first"
@@ -166,6 +188,7 @@ async fn create_principal(
             CreatePrincipalResponse {
                 principal: info(stored),
                 token,
+                binding: granted,
             },
         ),
         target,
@@ -254,8 +277,8 @@ async fn role_exists(api: &Api, role: &str) -> Result<bool, ApiError> {
         .is_some())
 }
 
-async fn grant(State(api): State<Api>, body: Bytes) -> ApiResult {
-    let binding: Binding = parse_json(&body)?;
+/// Checks a binding's scope and that its role exists; its principal's name.
+async fn check_binding(api: &Api, binding: &Binding) -> Result<PrincipalName, ApiError> {
     let principal =
         PrincipalName::new(&binding.principal).map_err(|e| ApiError::name("principal", e))?;
     if let Some(ns) = &binding.namespace {
@@ -267,9 +290,23 @@ async fn grant(State(api): State<Api>, body: Bytes) -> ApiResult {
             "topic_prefix: needs a namespace",
         ));
     }
-    if !role_exists(&api, &binding.role).await? {
+    if !role_exists(api, &binding.role).await? {
         return Err(not_found(format!("no role {}", binding.role)).with("field", json!("role")));
     }
+    Ok(principal)
+}
+
+/// The store key and value of `binding`, and its id.
+fn binding_entry(binding: &Binding) -> Result<(String, Value, String), ApiError> {
+    let id = binding_id(binding);
+    let key = auth::binding(&BindingId::new(&id).map_err(|e| ApiError::name("id", e))?);
+    let value = serde_json::to_value(binding).unwrap_or(Value::Null);
+    Ok((key, value, id))
+}
+
+async fn grant(State(api): State<Api>, body: Bytes) -> ApiResult {
+    let binding: Binding = parse_json(&body)?;
+    let principal = check_binding(&api, &binding).await?;
     let principal_key = auth::principal(&principal);
     let Some(current) = api.store.get(&principal_key).await.map_err(internal)? else {
         return Err(
@@ -277,9 +314,7 @@ async fn grant(State(api): State<Api>, body: Bytes) -> ApiResult {
                 .with("field", json!("principal")),
         );
     };
-    let id = binding_id(&binding);
-    let key = auth::binding(&BindingId::new(&id).map_err(|e| ApiError::name("id", e))?);
-    let value = serde_json::to_value(&binding).unwrap_or(Value::Null);
+    let (key, value, id) = binding_entry(&binding)?;
     let outcome = api
         .store
         .txn(

@@ -137,27 +137,22 @@ pub fn run(ctx: &Context<'_>, command: &AuthCommand) -> Result<String, CommandEr
                 KindArg::Token => "token",
                 KindArg::Certificate => "certificate",
             };
-            let mut value = client.send_json(
-                Method::Post,
-                "/v1/auth/principals",
-                &json!({"name": name, "kind": kind}),
-            )?;
+            // The principal and its role in one request: both or neither.
+            let mut request = json!({"name": name, "kind": kind});
             if let Some(role) = role {
-                let granted = client.send_json(
-                    Method::Post,
-                    "/v1/auth/bindings",
-                    &json!(binding(name, role, scope)),
-                )?;
-                value["binding"] = granted;
+                let b = binding(name, role, scope);
+                request["role"] = json!(b.role);
+                if let Some(ns) = b.namespace {
+                    request["namespace"] = json!(ns);
+                }
+                if let Some(prefix) = b.topic_prefix {
+                    request["topic_prefix"] = json!(prefix);
+                }
             }
-            let granted: Option<BindingInfo> = value
-                .get("binding")
-                .cloned()
-                .map(super::decode)
-                .transpose()?;
+            let value = client.send_json(Method::Post, "/v1/auth/principals", &request)?;
             ctx.render(value, |c: CreatePrincipalResponse| {
                 let mut text = format!("created {} principal {}\n", kind, c.principal.name);
-                if let Some(b) = &granted {
+                if let Some(b) = &c.binding {
                     text.push_str(&format!("granted {}", binding_line(b)));
                 }
                 if let Some(token) = c.token {
