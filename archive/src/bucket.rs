@@ -4,7 +4,7 @@
 //! check how many requests a read took.
 
 use std::ops::Range;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -195,6 +195,28 @@ impl std::fmt::Debug for Bucket {
 }
 
 impl Bucket {
+    /// [`open`](Self::open) for reading only: a local directory must exist
+    /// already (reading a mistyped path reports it instead of creating an
+    /// empty bucket there).
+    ///
+    /// # Errors
+    /// [`BucketError::Config`] naming a missing local directory; those of
+    /// [`open`](Self::open).
+    pub fn open_existing(config: &StoreConfig) -> Result<Bucket, BucketError> {
+        if let Some(url) = config.url.as_deref()
+            && (!url.contains("://") || url.starts_with("file://"))
+        {
+            let path = Path::new(url.strip_prefix("file://").unwrap_or(url));
+            if !path.is_dir() {
+                return Err(BucketError::Config(format!(
+                    "{}: no such bucket directory",
+                    path.display()
+                )));
+            }
+        }
+        Bucket::open(config)
+    }
+
     /// Opens the bucket described by `config`; a local directory is created
     /// if missing.
     ///

@@ -169,7 +169,8 @@ pub fn run(
     broker: &BrokerAccess<'_>,
 ) -> anyhow::Result<()> {
     let keys = StorageKeys::new(&args.prefix).map_err(|e| anyhow!("--prefix: {e}"))?;
-    let bucket = Bucket::open(&args.store)?;
+    // Every archive command only reads the bucket.
+    let bucket = Bucket::open_existing(&args.store)?;
     let archive = Archive::new(bucket, keys.clone());
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()

@@ -385,7 +385,22 @@ fn verify_fails_on_a_missing_bucket_a_wrong_prefix_and_an_unknown_topic() {
     let bucket = dir.path().join("bucket");
     build_bucket(dir.path(), &bucket, 300);
 
-    let empty = dir.path().join("no-such-bucket");
+    // A mistyped directory is named, and not created, by any command.
+    let missing = dir.path().join("no-such-bucket");
+    for args in [&["verify"][..], &["ls"], &["cat", TOPIC]] {
+        let out = tribctl(&missing, args);
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stderr),
+            format!(
+                "error: invalid configuration: {}: no such bucket directory\n",
+                missing.display()
+            )
+        );
+        assert!(!missing.exists(), "{args:?} created the bucket directory");
+    }
+    let empty = dir.path().join("empty-bucket");
+    std::fs::create_dir(&empty).unwrap();
     let out = tribctl(&empty, &["verify"]);
     assert_eq!(out.status.code(), Some(1), "{out:?}");
     let stderr = String::from_utf8_lossy(&out.stderr);
