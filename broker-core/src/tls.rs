@@ -29,6 +29,7 @@ pub const ALPN_REPLICATION: &[u8] = b"tributary-replication/1";
 /// Paths of this process's certificate chain, private key and the CA that
 /// peers must chain to (all PEM).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct TlsPaths {
     /// Certificate chain, leaf first.
     pub cert: PathBuf,

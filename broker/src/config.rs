@@ -672,6 +672,14 @@ ca = "ca.pem"
         .unwrap();
         let err = config.validate().unwrap_err().to_string();
         assert!(err.contains("members"), "{err}");
+        // Inside [tls] too (the same table serves the edge agent and the
+        // tier service).
+        let err = toml::from_str::<BrokerConfig>(
+            "data_dir = \"x\"\n[tls]\ncert=\"a\"\nkey=\"b\"\nca=\"c\"\nbogus = 1\n",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("unknown field `bogus`"), "{err}");
     }
 
     #[test]
