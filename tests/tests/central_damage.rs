@@ -353,6 +353,34 @@ fn a_damaged_sealed_central_segment_is_reported_refetched_from_the_edge_and_tier
         std::fs::metadata(&victim).expect("segment").len()
     );
 
+    // The same segment cut short inside its last batch (a truncated file):
+    // the broker still opens the topic, reports the lost end as damage,
+    // and the edge sends it again.
+    pair.edge.kill();
+    pair.broker.kill();
+    let whole = std::fs::read(&victim).expect("segment");
+    let last = *batches.last().expect("a batch");
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&victim)
+        .expect("open segment");
+    file.set_len(last.0 + last.1 / 2).expect("truncate");
+    file.sync_all().expect("fsync");
+    drop(file);
+    let lost = (last.2, last.2 + last.3);
+    pair.broker.start();
+    open_topic(&pair);
+    assert_reported(&pair, lost);
+    pair.edge.start();
+    wait_until("lost end healed", || {
+        damage_metrics(&pair) == (Some(0), Some(0))
+    });
+    assert_clean(&pair);
+    assert_eq!(std::fs::read(&victim).expect("segment"), whole);
+    let (records, gaps) = pair.consume_all("audit-again", next);
+    assert!(gaps.is_empty(), "{gaps:?}");
+    assert!(records == expected, "records differ after the repair");
+
     // Tiering continues: the tier service archives the whole topic.
     let mut tier = tier_service(&pair, &dir.path().join("archive"));
     wait_tiered(&pair, next);

@@ -13,7 +13,8 @@
 //! | `*.tmp` file | interrupted atomic write: delete |
 //! | `.index` without its `.log` | retention was interrupted after deleting the data: delete the index |
 //! | sealed segment (valid `.index`, file length matches) | trust it; its batches are verified when read, and a read reports damage as an unreadable range |
-//! | sealed segment whose file length differs from its index | error `Corrupt`: sealed data changed |
+//! | sealed segment longer than its index says, or empty | error `Corrupt`: sealed data changed |
+//! | sealed segment shorter than its index says | its end was lost: rescan it; the missing end (up to the index's end) is a damaged range, kept and reported at every open (the index stays until a repair rewrites both) |
 //! | non-last segment without a valid `.index` | scan it; damaged ranges (also a damaged end, up to the next segment's base) are kept and reported; seal it now |
 //! | gap or overlap between consecutive segments | error `MissingRange` |
 //! | a batch whose base offset is past the expected one | a declared hole: report it, continue |
@@ -218,7 +219,7 @@ fn scan_segment(
     }
 }
 
-fn load_sealed(
+pub(super) fn load_sealed(
     storage: &dyn Storage,
     dir: &Path,
     base: u64,
@@ -330,10 +331,10 @@ pub(crate) fn recover(
 
     for (i, &base) in earlier.iter().enumerate() {
         let path = dir.join(log_file_name(base));
-        let meta = match load_sealed(storage, dir, base)? {
+        let sealed = match load_sealed(storage, dir, base)? {
             Some(meta) => {
                 let len = log_len(storage, &path)?;
-                if len != meta.bytes {
+                if len > meta.bytes || len == 0 {
                     return Err(WalError::Corrupt {
                         segment_base: base,
                         first_offset: base,
@@ -345,12 +346,31 @@ pub(crate) fn recover(
                         ),
                     });
                 }
-                meta
+                if len < meta.bytes {
+                    // Its end was lost (a truncated file): rescanned and
+                    // resealed below like a segment whose seal was
+                    // interrupted; what is missing is reported as its
+                    // damaged end, up to the index's end.
+                    warn!(
+                        path = %path.display(),
+                        len,
+                        index_bytes = meta.bytes,
+                        "sealed segment shorter than its index: its end was lost"
+                    );
+                    Err(Some((meta.next_offset, len, meta.bytes)))
+                } else {
+                    Ok(meta)
+                }
             }
-            None => {
+            None => Err(None),
+        };
+        let meta = match sealed {
+            Ok(meta) => meta,
+            Err(lost_end) => {
+                let sealed_end = lost_end.map_or(base, |(end, _, _)| end);
                 // Crash while sealing: everything in it was written before
                 // the next segment existed, so none of it is a torn write.
-                let next_base = logs[i + 1];
+                let next_base = logs[i + 1].max(sealed_end);
                 let scan = scan_segment(storage, &path, base, |_| u64::MAX, config)?;
                 let mut meta = scan.meta;
                 report.unreadable.extend(scan.unreadable);
@@ -366,6 +386,22 @@ pub(crate) fn recover(
                         format!("damaged end of a non-last segment: {reason}"),
                     ));
                     meta.bytes = scan.len;
+                } else if let Some((_, len, index_bytes)) = lost_end
+                    && meta.next_offset < next_base
+                {
+                    // Cut at a batch boundary: the batches after it are
+                    // gone without a trace in the file.
+                    report.unreadable.push(damaged(
+                        meta.next_offset,
+                        next_base,
+                        base,
+                        len,
+                        0,
+                        format!(
+                            "end of a sealed segment lost: the file is {len} bytes, its index \
+                             said {index_bytes}"
+                        ),
+                    ));
                 }
                 if meta.bytes == 0 {
                     return Err(WalError::Corrupt {
@@ -379,9 +415,14 @@ pub(crate) fn recover(
                 if next_base > meta.next_offset {
                     meta.next_offset = next_base;
                 }
-                write_seal(storage, dir, &meta)?;
+                if lost_end.is_none() {
+                    write_seal(storage, dir, &meta)?;
+                    report.sealed_on_open.push(base);
+                }
+                // A segment whose end was lost keeps its index, the evidence
+                // of what it held: every open finds the loss again until a
+                // repair rewrites the segment and its index.
                 meta.sealed = true;
-                report.sealed_on_open.push(base);
                 meta
             }
         };

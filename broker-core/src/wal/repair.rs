@@ -125,6 +125,23 @@ fn scan_sealed(
     Ok((meta, damaged))
 }
 
+/// The offset after the last batch of `file` when every byte is a valid
+/// batch in order (`0` for an empty file, `u64::MAX` otherwise).
+fn batches_end(file: &MemFile, config: &WalConfig) -> u64 {
+    let mut window = ReadAhead::new(file, file.0.len() as u64);
+    let (mut pos, mut end) = (0, 0);
+    loop {
+        match read_batch(&mut window, pos, &config.limits) {
+            Ok(Step::End) => return end,
+            Ok(Step::Batch(batch)) if batch.base_offset() >= end => {
+                pos += batch.len() as u64;
+                end = batch.next_offset();
+            }
+            _ => return u64::MAX,
+        }
+    }
+}
+
 impl Wal {
     /// Reads the sealed segment at `base` end to end and verifies every
     /// batch's CRC, header and offsets; every damaged range found is
@@ -319,17 +336,33 @@ impl Wal {
             &shared.config,
         )
         .map_err(io_err("read", &path))?;
-        let Some((position, length)) = damage.iter().find_map(|d| match d.kind {
+        let found = damage.iter().find_map(|d| match d.kind {
             UnreadableKind::Damaged {
                 position, bytes, ..
             } if d.first_offset == first_offset && d.end_offset == range.end_offset => {
                 Some((position, bytes))
             }
             _ => None,
-        }) else {
+        });
+        // The lost end of a segment cut at a batch boundary leaves no bytes
+        // to find: its batches end at `first_offset`, its index said
+        // `end_offset` (recovery reported it), and the re-fetched batches
+        // go at the end of the file.
+        let lost_end = || {
+            let index_says_more = super::recovery::load_sealed(storage, dir, segment_base)
+                .ok()
+                .flatten()
+                .is_some_and(|index| index.bytes > old.bytes);
+            (index_says_more
+                && end_offset == old.next_offset
+                && batches_end(&current, &shared.config) == first_offset)
+                .then_some((old.bytes, 0))
+        };
+        let Some((position, length)) = found.or_else(lost_end) else {
             // Already healed or skipped (a scan finds no such damage).
             return Err(WalError::NotDamaged { first_offset });
         };
+        let damage_left = damage.len() - usize::from(found.is_some());
         let (start, end) = (position as usize, (position + length) as usize);
         let mut new = Vec::with_capacity(
             current.0.len() - (end - start) + batches.iter().map(EncodedBatch::len).sum::<usize>(),
@@ -351,7 +384,7 @@ impl Wal {
             || left
                 .iter()
                 .any(|d| d.first_offset < range.end_offset && d.end_offset > range.first_offset)
-            || left.len() + 1 != damage.len()
+            || left.len() != damage_left
         {
             return Err(mismatch("the rewritten segment does not verify".into()));
         }

@@ -370,3 +370,63 @@ fn a_crash_at_every_step_of_the_rewrite_leaves_the_old_or_the_new_segment() {
     }
     assert!(saw_old && steps >= 6, "steps {steps}");
 }
+
+#[test]
+fn a_sealed_segment_cut_short_is_reported_as_its_lost_end_and_a_repair_restores_it() {
+    // Cut inside the last two batches, and exactly at a batch boundary.
+    for cut_inside in [true, false] {
+        let dir = tempfile::tempdir().unwrap();
+        fill_on(Arc::new(FsStorage), dir.path(), 30);
+        let wal = Wal::open(dir.path(), small_config(SyncMode::FsyncBatch)).unwrap();
+        let seg = wal.sealed_segments()[1].clone();
+        drop(wal);
+        let original = std::fs::read(&seg.log_path).unwrap();
+        let batches = batches_of(&original);
+        let count = batches.len();
+        assert!(count >= 3, "{count}");
+        let kept: usize = batches[..count - 2].iter().map(EncodedBatch::len).sum();
+        let cut = if cut_inside { kept + 10 } else { kept };
+        std::fs::write(&seg.log_path, &original[..cut]).unwrap();
+
+        // Opens (the topic is not blocked), with the lost end reported.
+        let wal = Wal::open(dir.path(), small_config(SyncMode::FsyncBatch)).unwrap();
+        let lost = seg.base_offset + count as u64 - 2;
+        let ranges = wal.damaged_ranges();
+        assert_eq!(ranges.len(), 1, "{cut_inside}: {ranges:?}");
+        assert_eq!(
+            (ranges[0].first_offset, ranges[0].end_offset),
+            (lost, seg.next_offset),
+            "{cut_inside}"
+        );
+        let (records, unreadable) = read_around(&wal);
+        assert_eq!(unreadable, ranges, "{cut_inside}");
+        let offsets: Vec<u64> = records.iter().map(|(o, _)| *o).collect();
+        let expected: Vec<u64> = (0..30)
+            .filter(|o| !(lost..seg.next_offset).contains(o))
+            .collect();
+        assert_eq!(offsets, expected, "{cut_inside}");
+        assert_eq!(wal.high_water_mark(), 30, "no offset is handed out again");
+        // Found again after a restart before the repair.
+        drop(wal);
+        let wal = Wal::open(dir.path(), small_config(SyncMode::FsyncBatch)).unwrap();
+        let (_, again) = read_around(&wal);
+        let span = |r: &[UnreadableRange]| -> Vec<(u64, u64)> {
+            r.iter().map(|r| (r.first_offset, r.end_offset)).collect()
+        };
+        assert_eq!(span(&again), span(&ranges), "{cut_inside}");
+
+        // The re-fetched batches restore the segment byte for byte.
+        rt().block_on(wal.repair_range(lost, &batches[count - 2..]))
+            .unwrap();
+        assert_eq!(
+            std::fs::read(&seg.log_path).unwrap(),
+            original,
+            "{cut_inside}"
+        );
+        assert_all_intact(&wal, 30);
+        drop(wal);
+        let wal = Wal::open(dir.path(), small_config(SyncMode::FsyncBatch)).unwrap();
+        assert!(wal.damaged_ranges().is_empty());
+        assert_all_intact(&wal, 30);
+    }
+}
