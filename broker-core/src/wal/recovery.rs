@@ -11,7 +11,7 @@
 //! |---|---|
 //! | empty directory | create segment `initial_offset` (or the mark's next offset) |
 //! | `*.tmp` file | interrupted atomic write: delete |
-//! | `.index` without its `.log` | retention was interrupted after deleting the data: delete the index |
+//! | `.index` without its `.log` | the data was lost (retention removes the index first): keep the index, report the segment in [`RecoveryReport::lost_segments`] and log an error |
 //! | sealed segment (valid `.index`, file length matches) | trust it; its batches are verified when read, and a read reports damage as an unreadable range |
 //! | sealed segment longer than its index says, or empty | error `Corrupt`: sealed data changed |
 //! | sealed segment shorter than its index says | its end was lost: rescan it; the missing end (up to the index's end) is a damaged range, kept and reported at every open (the index stays until a repair rewrites both) |
@@ -55,8 +55,14 @@ pub struct RecoveryReport {
     pub truncated: Option<TornTail>,
     /// Segments that were sealed during recovery (crash while sealing).
     pub sealed_on_open: Vec<u64>,
-    /// Files deleted as leftovers (`.tmp`, orphan `.index`).
+    /// Files deleted as leftovers (`.tmp` files of interrupted atomic
+    /// writes).
     pub removed_leftovers: Vec<String>,
+    /// Segments whose `.index` is here but whose `.log` is gone: their data
+    /// was lost (retention removes the index first, so it never leaves
+    /// one behind). `(base_offset, next_offset)`, the end from the index
+    /// when it is readable. The index is kept as evidence.
+    pub lost_segments: Vec<(u64, Option<u64>)>,
     /// Set when recovery created a new active segment.
     pub created_segment: Option<u64>,
     /// Offset ranges recovery found unreadable: damaged bytes it kept, and
@@ -295,7 +301,20 @@ pub(crate) fn recover(
     logs.sort_unstable();
     for index in indexes {
         if logs.binary_search(&index).is_err() {
-            report.removed_leftovers.push(index_file_name(index));
+            let end = load_sealed(storage, dir, index)
+                .ok()
+                .flatten()
+                .map(|meta| meta.next_offset);
+            tracing::error!(
+                dir = %dir.display(),
+                base_offset = index,
+                end_offset = end,
+                "a WAL segment's data file is gone but its index is here (retention never \
+                 leaves one so): its offsets are lost from this WAL unless the archive or the \
+                 edge still holds them; the index is kept as evidence (remove it once the \
+                 range is accounted for)"
+            );
+            report.lost_segments.push((index, end));
         }
     }
     for name in &report.removed_leftovers {
@@ -497,6 +516,7 @@ pub(crate) fn recover(
             truncated_bytes = report.truncated.as_ref().map(|t| t.bytes_removed),
             sealed_on_open = report.sealed_on_open.len(),
             removed_leftovers = report.removed_leftovers.join(","),
+            lost_segments = report.lost_segments.len(),
             created_segment = report.created_segment,
             unreadable = report
                 .unreadable

@@ -57,17 +57,21 @@ impl Wal {
             let (next, bytes) = (meta.next_offset, meta.bytes);
             segments.remove(&base);
             let dir = &self.shared.dir;
-            for name in [log_file_name(base), segment::index_file_name(base)] {
+            // The index goes first: a crash between the two leaves a `.log`
+            // without an index, which recovery reseals (and retention
+            // deletes again later); an `.index` without its `.log` is then
+            // never ours, and recovery reports it as lost data.
+            for name in [segment::index_file_name(base), log_file_name(base)] {
                 let path = dir.join(name);
                 self.shared
                     .storage
                     .remove(&path)
                     .map_err(io_err("remove", &path))?;
+                self.shared
+                    .storage
+                    .sync_dir(dir)
+                    .map_err(io_err("fsync dir", dir))?;
             }
-            self.shared
-                .storage
-                .sync_dir(dir)
-                .map_err(io_err("fsync dir", dir))?;
             total -= bytes;
             info!(dir = %dir.display(), base, next, bytes, over_size, over_age, "retention deleted a sealed segment");
             report.deleted.push((base, next, bytes));

@@ -593,24 +593,61 @@ fn recovery_empty_directory_starts_at_initial_offset() {
 }
 
 #[test]
-fn recovery_removes_tmp_files_and_orphan_indexes() {
+fn recovery_removes_tmp_files_and_reports_and_keeps_orphan_indexes() {
     let dir = tempfile::tempdir().unwrap();
     let config = small_config(SyncMode::FsyncBatch);
     fill(dir.path(), &config, 3);
     std::fs::write(dir.path().join("00000000000000000009.index.tmp"), b"junk").unwrap();
     std::fs::write(dir.path().join(index_file_name(77)), b"orphan").unwrap();
     let wal = Wal::open(dir.path(), config).unwrap();
-    let mut removed = wal.recovery_report().removed_leftovers.clone();
-    removed.sort();
+    let report = wal.recovery_report();
     assert_eq!(
-        removed,
-        vec![
-            "00000000000000000009.index.tmp".to_string(),
-            index_file_name(77)
-        ]
+        report.removed_leftovers,
+        vec!["00000000000000000009.index.tmp".to_string()]
     );
-    assert!(!dir.path().join(index_file_name(77)).exists());
+    // An index whose data is gone: lost data, reported, its index kept.
+    assert_eq!(report.lost_segments, vec![(77, None)]);
+    assert!(dir.path().join(index_file_name(77)).exists());
     assert_eq!(wal.high_water_mark(), 3);
+}
+
+#[test]
+fn a_deleted_oldest_segment_is_reported_lost_with_its_range_and_retention_leaves_no_orphan() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config(SyncMode::FsyncBatch);
+    fill(dir.path(), &config, 45);
+    let wal = Wal::open(dir.path(), config.clone()).unwrap();
+    let sealed = wal.sealed_segments();
+    assert!(sealed.len() >= 3, "{sealed:?}");
+    drop(wal);
+    // The oldest segment's data deleted by someone else: reported with the
+    // range its index names.
+    std::fs::remove_file(&sealed[0].log_path).unwrap();
+    let wal = Wal::open(dir.path(), config.clone()).unwrap();
+    assert_eq!(
+        wal.recovery_report().lost_segments,
+        vec![(sealed[0].base_offset, Some(sealed[0].next_offset))]
+    );
+    assert_eq!(wal.log_start_offset(), sealed[1].base_offset);
+    assert!(sealed[0].index_path.exists(), "the evidence is kept");
+    drop(wal);
+    std::fs::remove_file(&sealed[0].index_path).unwrap();
+    // Retention removes both files of a segment: nothing is reported.
+    let wal = Wal::open(
+        dir.path(),
+        WalConfig {
+            retention_max_bytes: Some(1),
+            ..config.clone()
+        },
+    )
+    .unwrap();
+    let deleted = wal.apply_retention(sealed[1].next_offset, 0).unwrap();
+    assert_eq!(deleted.deleted.len(), 1);
+    assert!(!sealed[1].index_path.exists() && !sealed[1].log_path.exists());
+    drop(wal);
+    let wal = Wal::open(dir.path(), config).unwrap();
+    assert_eq!(wal.recovery_report().lost_segments, vec![]);
+    assert_eq!(wal.log_start_offset(), sealed[2].base_offset);
 }
 
 #[test]
