@@ -456,6 +456,30 @@ impl BrokerConfig {
                 "must be at least 1 (or left out)".into(),
             );
         }
+        // openraft's own rules (`Config::validate`), named by setting.
+        let r = &self.raft;
+        if r.heartbeat_ms == 0 {
+            invalid("raft.heartbeat_ms", "must be at least 1".into());
+        }
+        if r.election_timeout_min_ms <= r.heartbeat_ms {
+            invalid(
+                "raft.election_timeout_min_ms",
+                format!(
+                    "must exceed raft.heartbeat_ms ({} ms), or followers start elections \
+                     between heartbeats",
+                    r.heartbeat_ms
+                ),
+            );
+        }
+        if r.election_timeout_max_ms <= r.election_timeout_min_ms {
+            invalid(
+                "raft.election_timeout_max_ms",
+                format!(
+                    "must exceed raft.election_timeout_min_ms ({} ms)",
+                    r.election_timeout_min_ms
+                ),
+            );
+        }
         let c = &self.cluster;
         if c.heartbeat_ms == 0 || c.lease_margin_ms + c.heartbeat_ms >= c.lease_ttl_ms {
             invalid(
@@ -680,6 +704,32 @@ ca = "ca.pem"
         .unwrap_err()
         .to_string();
         assert!(err.contains("unknown field `bogus`"), "{err}");
+    }
+
+    #[test]
+    fn raft_timings_that_openraft_refuses_are_named_by_their_setting() {
+        let base = "data_dir = \"x\"\nadmin_token = \"long-enough\"\n[tls]\ncert=\"a\"\nkey=\"b\"\nca=\"c\"\n";
+        let cases = [
+            (
+                "heartbeat_ms = 0",
+                "invalid setting raft.heartbeat_ms: must be at least 1",
+            ),
+            (
+                "heartbeat_ms = 1000",
+                "invalid setting raft.election_timeout_min_ms: must exceed raft.heartbeat_ms \
+                 (1000 ms), or followers start elections between heartbeats",
+            ),
+            (
+                "election_timeout_min_ms = 5000\nelection_timeout_max_ms = 10",
+                "invalid setting raft.election_timeout_max_ms: must exceed \
+                 raft.election_timeout_min_ms (5000 ms)",
+            ),
+        ];
+        for (raft, expected) in cases {
+            let config: BrokerConfig = toml::from_str(&format!("{base}[raft]\n{raft}\n")).unwrap();
+            let err = config.validate().unwrap_err().to_string();
+            assert_eq!(err, expected, "{raft}");
+        }
     }
 
     #[test]
