@@ -342,6 +342,13 @@ impl TierConfig {
         if self.broker.cert.is_some() != self.broker.key.is_some() {
             fail("broker.cert and broker.key go together");
         }
+        let scheme = self.broker.url.to_ascii_lowercase();
+        if !scheme.starts_with("http://") && !scheme.starts_with("https://") {
+            fail("broker.url must start with https:// (or http:// for a broker on loopback)");
+        }
+        if self.poll_interval_ms < 100 {
+            fail("poll_interval_ms must be at least 100");
+        }
         if self.broker.url.to_ascii_lowercase().starts_with("https://") && self.broker.ca.is_none()
         {
             fail(
@@ -385,6 +392,24 @@ mod tests {
         config.validate().unwrap();
         let err = toml::from_str::<TierConfig>("data_dir = \"/x\"\nbogus = 1\n").unwrap_err();
         assert!(err.to_string().contains("bogus"), "{err}");
+    }
+
+    #[test]
+    fn a_broker_url_that_is_not_http_and_a_zero_poll_interval_are_problems() {
+        let config: TierConfig = toml::from_str(
+            "data_dir = \"/x\"\npoll_interval_ms = 0\n[store]\nurl = \"/b\"\n\
+             [broker]\nurl = \"ftp://127.0.0.1:7400\"\ntoken = \"t\"\n",
+        )
+        .unwrap();
+        let problems: Vec<String> = config.problems().iter().map(ToString::to_string).collect();
+        assert_eq!(
+            problems,
+            [
+                "invalid configuration: broker.url must start with https:// (or http:// for a broker on \
+                 loopback)",
+                "invalid configuration: poll_interval_ms must be at least 100",
+            ]
+        );
     }
 
     #[cfg(unix)]
