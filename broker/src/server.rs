@@ -325,7 +325,8 @@ pub async fn run(
     )
     .layer(axum::Extension(damage.clone()))
     .layer(axum::Extension(cluster.clone()))
-    .layer(axum::Extension(fleet.clone()));
+    .layer(axum::Extension(fleet.clone()))
+    .layer(axum::middleware::map_response(crate::http::json_rejections));
     // Descriptor commits and trims check objects in the archive; without
     // `[archive]` both are refused (`archive_not_configured`).
     match archive {

@@ -478,6 +478,14 @@ fn revocation_grants_and_roles_are_managed_through_the_auth_api() {
         json!({"principal": "ops", "role": "nope"}),
     );
     assert_eq!(no_role.status, 404);
+    // A method a route does not have is 405 naming the allowed ones.
+    let patch = h.admin("PATCH", "/v1/topics", json!({}));
+    assert_eq!(patch.status, 405, "{}", patch.body);
+    assert_eq!(patch.body["kind"], "method_not_allowed");
+    assert_eq!(
+        patch.body["error"],
+        "PATCH is not allowed on /v1/topics; allowed: GET, POST"
+    );
     // A principal created with its role: both in one transaction, or
     // neither.
     let refused = h.admin(

@@ -335,12 +335,32 @@ pub async fn guard(
         }
     };
     let Some(rule) = rule else {
-        let response = ApiError::new(
-            StatusCode::FORBIDDEN,
-            "forbidden",
-            format!("{method} {route} has no permission defined: refused"),
-        )
-        .into_response();
+        let allowed = table::methods(&route);
+        let response = if allowed.is_empty() {
+            ApiError::new(
+                StatusCode::FORBIDDEN,
+                "forbidden",
+                format!("{method} {route} has no permission defined: refused"),
+            )
+            .into_response()
+        } else {
+            // The route exists, not with this method.
+            let mut response = ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "method_not_allowed",
+                format!(
+                    "{method} is not allowed on {route}; allowed: {}",
+                    allowed.join(", ")
+                ),
+            )
+            .into_response();
+            if let Ok(value) = axum::http::HeaderValue::from_str(&allowed.join(", ")) {
+                response
+                    .headers_mut()
+                    .insert(axum::http::header::ALLOW, value);
+            }
+            response
+        };
         record(
             &principal.name,
             principal.kind,

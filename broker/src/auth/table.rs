@@ -340,6 +340,16 @@ pub const RULES: &[Rule] = &[
     },
 ];
 
+/// The methods listed for route template `path` (empty for an unknown
+/// route), in table order.
+pub fn methods(path: &str) -> Vec<&'static str> {
+    RULES
+        .iter()
+        .filter(|rule| rule.path == path)
+        .map(|rule| rule.method)
+        .collect()
+}
+
 /// The rule of `method` on route template `path`, if listed.
 pub fn lookup(method: &str, path: &str) -> Option<&'static Rule> {
     RULES

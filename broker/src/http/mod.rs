@@ -16,6 +16,7 @@ use axum::extract::rejection::QueryRejection;
 use axum::http::StatusCode;
 use serde::de::DeserializeOwned;
 
+pub(crate) use self::error::json_rejections;
 pub(crate) use self::error::{ApiError, ApiResult, ok};
 pub use self::peer::PeerCertificate;
 
