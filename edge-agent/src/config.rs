@@ -15,7 +15,7 @@ use serde::Deserialize;
 use tributary_proto::Limits;
 use tributary_proto::intent::{Persistence, StreamIntent};
 use tributary_proto::keys::{NamespaceName, TopicName};
-use tributary_proto::limits::BATCH_BYTES_CEILING;
+use tributary_proto::limits::{BATCH_BYTES_CEILING, BATCH_HEADER_BYTES, RECORD_BYTES_MIN};
 
 use crate::budget::FullPolicy;
 
@@ -635,6 +635,39 @@ fn resolve_limits(record: Option<u32>, batch: Option<u32>) -> Result<Limits, Con
         max_record_bytes: record.unwrap_or(defaults.max_record_bytes),
         max_batch_bytes: batch.unwrap_or(defaults.max_batch_bytes),
     };
+    if limits.max_record_bytes < RECORD_BYTES_MIN {
+        return Err(ConfigError::invalid(
+            "max_record_bytes",
+            format!(
+                "{} is below {RECORD_BYTES_MIN}, the smallest encoded record",
+                limits.max_record_bytes
+            ),
+        ));
+    }
+    if limits.max_batch_bytes < BATCH_HEADER_BYTES.saturating_add(limits.max_record_bytes)
+        && limits.max_batch_bytes <= BATCH_BYTES_CEILING
+    {
+        // Blame the setting that was changed.
+        return Err(if record.is_none() {
+            ConfigError::invalid(
+                "max_batch_bytes",
+                format!(
+                    "{} cannot hold one record of max_record_bytes ({}) with the batch's \
+                     {BATCH_HEADER_BYTES}-byte header",
+                    limits.max_batch_bytes, limits.max_record_bytes
+                ),
+            )
+        } else {
+            ConfigError::invalid(
+                "max_record_bytes",
+                format!(
+                    "{} does not fit a batch of max_batch_bytes ({}) with its \
+                     {BATCH_HEADER_BYTES}-byte header",
+                    limits.max_record_bytes, limits.max_batch_bytes
+                ),
+            )
+        });
+    }
     limits.validate().map_err(|e| {
         let field = match e.limit {
             tributary_proto::limits::LimitName::MaxRecordBytes => "max_record_bytes",

@@ -324,6 +324,21 @@ fn bad_scalar_values_name_their_field() {
     }
     let (_, reason) = invalid_field(&format!("{MINIMAL}disk_budget_bytes = 1000\n"));
     assert_eq!(reason, "1000 is below 2 × max_batch_bytes = 16777216");
+    for (line, field, expected) in [
+        (
+            "max_record_bytes = 0",
+            "max_record_bytes",
+            "0 is below 5, the smallest encoded record",
+        ),
+        (
+            "max_batch_bytes = 10",
+            "max_batch_bytes",
+            "10 cannot hold one record of max_record_bytes (1048576) with the batch's 48-byte header",
+        ),
+    ] {
+        let (got, reason) = invalid_field(&format!("{MINIMAL}{line}\n"));
+        assert_eq!((got.as_str(), reason.as_str()), (field, expected), "{line}");
+    }
     let (_, reason) = invalid_field(&format!("{MINIMAL}max_record_bytes = 2000000\n"));
     assert_eq!(
         reason,
