@@ -153,3 +153,72 @@ fn each_edge_connection_gets_its_share_of_the_ingest_receive_budget() {
     });
     assert_eq!(broker.broker.terminate(), Some(0));
 }
+
+/// `edge-swarm` refuses arguments it cannot run with, naming the flag,
+/// before it connects anywhere (the broker address is never dialled).
+#[test]
+fn edge_swarm_refuses_nonsense_arguments_naming_the_flag() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let certs = dir.path().join("certs");
+    std::fs::create_dir_all(&certs).expect("certs dir");
+    std::fs::write(certs.join("ca.pem"), b"").expect("ca.pem");
+    let cases: [(&[&str], &str); 8] = [
+        (&["--edges", "0"], "--edges must be at least 1"),
+        (
+            &["--batch-records", "0"],
+            "--batch-records must be at least 1",
+        ),
+        (
+            &["--record-bytes", "1"],
+            "--record-bytes must be at least 16",
+        ),
+        (&["--endpoints", "0"], "--endpoints must be at least 1"),
+        (&["--records", "0"], "--records must be at least 1"),
+        (
+            &["--record-bytes", "2000000"],
+            "--record-bytes is over what a broker accepts in one record (max_record_bytes, 1 MiB)",
+        ),
+        (
+            &["--record-bytes", "100000", "--batch-records", "100"],
+            "--batch-records x --record-bytes is over what a broker accepts in one batch \
+             (max_batch_bytes, 8 MiB)",
+        ),
+        (
+            &["--rate=-1"],
+            "--rate must be a number of records per second, 0 for a backlog",
+        ),
+    ];
+    for (extra, message) in cases {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_edge-swarm"))
+            .env("RUST_BACKTRACE", "0")
+            .env("RUST_LIB_BACKTRACE", "0")
+            .args(["--broker", "127.0.0.1:9", "--certs"])
+            .arg(&certs)
+            .args(extra)
+            .output()
+            .expect("run edge-swarm");
+        assert_eq!(out.status.code(), Some(1), "{extra:?}: {out:?}");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stderr),
+            format!("Error: {message}\n"),
+            "{extra:?}"
+        );
+    }
+    let missing = dir.path().join("nowhere");
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_edge-swarm"))
+        .env("RUST_BACKTRACE", "0")
+        .env("RUST_LIB_BACKTRACE", "0")
+        .args(["--broker", "127.0.0.1:9", "--certs"])
+        .arg(&missing)
+        .output()
+        .expect("run edge-swarm");
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        format!(
+            "Error: --certs {}: no ca.pem there; give the directory `tribctl certs --out` wrote\n",
+            missing.display()
+        )
+    );
+    assert!(!missing.exists(), "no CA was made");
+}

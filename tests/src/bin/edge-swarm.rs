@@ -77,8 +77,57 @@ struct Args {
     json: bool,
 }
 
+/// Refuses arguments the swarm cannot run with, naming the flag (a record
+/// or batch over the broker's limits would be refused for good, and the
+/// swarm would reconnect until `--duration-s`).
+fn check(args: &Args) -> anyhow::Result<()> {
+    let limits = tributary_proto::limits::Limits::default();
+    // A record's framing (offset and timestamp deltas, key marker, header
+    // count, value length) is at most this many bytes beyond its value.
+    const RECORD_FRAMING: u64 = 32;
+    let record = args.record_bytes as u64 + RECORD_FRAMING;
+    let checks = [
+        (args.edges == 0, "--edges must be at least 1"),
+        (
+            args.topics_per_edge == 0,
+            "--topics-per-edge must be at least 1",
+        ),
+        (args.records == 0, "--records must be at least 1"),
+        (
+            args.batch_records == 0,
+            "--batch-records must be at least 1",
+        ),
+        (args.endpoints == Some(0), "--endpoints must be at least 1"),
+        (args.record_bytes < 16, "--record-bytes must be at least 16"),
+        (
+            !args.rate.is_finite() || args.rate < 0.0,
+            "--rate must be a number of records per second, 0 for a backlog",
+        ),
+        (
+            record > u64::from(limits.max_record_bytes),
+            "--record-bytes is over what a broker accepts in one record (max_record_bytes, 1 MiB)",
+        ),
+        (
+            args.batch_records.saturating_mul(record) + 48 > u64::from(limits.max_batch_bytes),
+            "--batch-records x --record-bytes is over what a broker accepts in one batch \
+             (max_batch_bytes, 8 MiB)",
+        ),
+    ];
+    if let Some((_, message)) = checks.iter().find(|(bad, _)| *bad) {
+        anyhow::bail!("{message}");
+    }
+    if !args.certs.join("ca.pem").is_file() {
+        anyhow::bail!(
+            "--certs {}: no ca.pem there; give the directory `tribctl certs --out` wrote",
+            args.certs.display()
+        );
+    }
+    Ok(())
+}
+
 fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    check(&args)?;
     let intent = match args.intent.as_str() {
         "implicit" => None,
         name => Some(StreamIntent::parse(name).context("--intent")?),
