@@ -176,15 +176,40 @@ pub struct RenamedEnv {
     pub old: &'static str,
 }
 
+/// `tribctl`'s environment variables (the broker it talks to and its
+/// credentials). Some were the daemons' names once; a daemon no longer
+/// reads them, because a shell set up for `tribctl` (as the README's quick
+/// start does) would otherwise configure every daemon started from it.
+pub const TRIBCTL_ENV: &[&str] = &[
+    "TRIB_ADMIN_URL",
+    "TRIB_ADMIN_TOKEN",
+    "TRIB_CA",
+    "TRIB_CLIENT_CERT",
+    "TRIB_CLIENT_KEY",
+    "TRIB_ARCHIVE_BUCKET",
+];
+
 /// Of `renamed`, the variables to read under their old name: those whose
-/// old name is set and new name is not. Prints a warning on stderr for
-/// each (naming the new name), and for an old name ignored because the new
-/// one is set too. Call before parsing the command line, then make each
-/// returned argument read `old` (clap: `mut_arg(arg, |a| a.env(old))`).
+/// old name is set and new name is not, unless the old name is one of
+/// [`TRIBCTL_ENV`]. Prints a warning on stderr for each (naming the new
+/// name), for an old name ignored because the new one is set too, and for
+/// a `tribctl` variable that is not read. Call before parsing the command
+/// line, then make each returned argument read `old` (clap: `mut_arg(arg,
+/// |a| a.env(old))`).
 pub fn legacy_env(renamed: &'static [RenamedEnv]) -> Vec<&'static RenamedEnv> {
     let mut used = Vec::new();
     for r in renamed {
         if std::env::var_os(r.old).is_none() {
+            continue;
+        }
+        if TRIBCTL_ENV.contains(&r.old) {
+            if std::env::var_os(r.new).is_none() {
+                eprintln!(
+                    "warning: environment variable {} is tribctl's and is not read here; set {} \
+                     to configure this daemon",
+                    r.old, r.new
+                );
+            }
             continue;
         }
         if std::env::var_os(r.new).is_some() {

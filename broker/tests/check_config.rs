@@ -302,6 +302,8 @@ fn environment_names_are_trib_broker_and_the_old_ones_still_work_with_a_warning(
     };
     let data = dir.path().join("data");
     let data_note = note_created(dir.path());
+    let token_file = dir.path().join("admin-token");
+    tributary_test_support::certs::write_private(&token_file, "long-enough-token");
 
     // New names: read, no warning.
     let mut cmd = broker(&["check-config"]);
@@ -315,12 +317,14 @@ fn environment_names_are_trib_broker_and_the_old_ones_still_work_with_a_warning(
     assert_eq!(text(&out.stderr), data_note);
 
     // Old names: read too (node 2 matches the broker-2 certificate), each
-    // with a warning naming the new name.
+    // with a warning naming the new name; tribctl's TRIB_ADMIN_TOKEN (the
+    // token tribctl sends) is not read, and said so.
     let mut cmd = broker(&["check-config"]);
     flags(&mut cmd);
     cmd.env("TRIB_DATA_DIR", &data)
         .env("TRIB_NODE_ID", "2")
-        .env("TRIB_ADMIN_TOKEN", "long-enough-token");
+        .env("TRIB_ADMIN_TOKEN", "tribctl-token-not-the-brokers")
+        .env("TRIB_BROKER_ADMIN_TOKEN_FILE", &token_file);
     let out = run(cmd);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert_eq!(text(&out.stdout), "ok\n");
@@ -328,7 +332,7 @@ fn environment_names_are_trib_broker_and_the_old_ones_still_work_with_a_warning(
         text(&out.stderr),
         "warning: environment variable TRIB_NODE_ID is deprecated: rename it TRIB_BROKER_NODE_ID (read TRIB_NODE_ID this time)\n\
          warning: environment variable TRIB_DATA_DIR is deprecated: rename it TRIB_BROKER_DATA_DIR (read TRIB_DATA_DIR this time)\n\
-         warning: environment variable TRIB_ADMIN_TOKEN is deprecated: rename it TRIB_BROKER_ADMIN_TOKEN (read TRIB_ADMIN_TOKEN this time)\n"
+         warning: environment variable TRIB_ADMIN_TOKEN is tribctl's and is not read here; set TRIB_BROKER_ADMIN_TOKEN to configure this daemon\n"
             .to_owned()
             + &data_note
     );

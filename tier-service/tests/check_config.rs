@@ -189,23 +189,41 @@ fn environment_names_are_trib_tier_and_the_old_ones_still_work_with_a_warning() 
     assert_eq!(text(&out.stdout), "ok\n");
     assert_eq!(text(&out.stderr), note);
 
-    // Old names: read too, each with a warning naming the new name.
+    // Old names: read too, each with a warning naming the new name;
+    // tribctl's variables (the broker tribctl talks to, its token) are not
+    // read, and said so: a shell set up for tribctl does not configure the
+    // daemon.
     let mut cmd = tier(&["check-config", "--metrics-listen", "127.0.0.1:0"]);
     cmd.env("TRIB_DATA_DIR", &data)
-        .env("TRIB_ADMIN_URL", "http://127.0.0.1:7400")
-        .env("TRIB_ARCHIVE_BUCKET", &bucket)
-        .env("TRIB_ADMIN_TOKEN", "tier-token");
+        .env("TRIB_ADMIN_URL", "http://127.0.0.1:7999")
+        .env("TRIB_TIER_BROKER_URL", "http://127.0.0.1:7400")
+        .env("TRIB_ARCHIVE_BUCKET", "/tribctl-bucket")
+        .env("TRIB_TIER_BUCKET", &bucket)
+        .env("TRIB_ADMIN_TOKEN", "tribctl-token")
+        .env("TRIB_TIER_TOKEN", "tier-token");
     let out = run(cmd);
     assert_eq!(out.status.code(), Some(0), "{out:?}");
     assert_eq!(text(&out.stdout), "ok\n");
     assert_eq!(
         text(&out.stderr),
-        "warning: environment variable TRIB_DATA_DIR is deprecated: rename it TRIB_TIER_DATA_DIR (read TRIB_DATA_DIR this time)\n\
-         warning: environment variable TRIB_ADMIN_URL is deprecated: rename it TRIB_TIER_BROKER_URL (read TRIB_ADMIN_URL this time)\n\
-         warning: environment variable TRIB_ADMIN_TOKEN is deprecated: rename it TRIB_TIER_TOKEN (read TRIB_ADMIN_TOKEN this time)\n\
-         warning: environment variable TRIB_ARCHIVE_BUCKET is deprecated: rename it TRIB_TIER_BUCKET (read TRIB_ARCHIVE_BUCKET this time)\n"
+        "warning: environment variable TRIB_DATA_DIR is deprecated: rename it TRIB_TIER_DATA_DIR (read TRIB_DATA_DIR this time)\n"
             .to_owned()
             + &note
+    );
+    let mut cmd = tier(&["check-config", "--metrics-listen", "127.0.0.1:0"]);
+    cmd.env("TRIB_TIER_DATA_DIR", &data)
+        .env("TRIB_TIER_BUCKET", &bucket)
+        .env("TRIB_ADMIN_URL", "http://127.0.0.1:7400")
+        .env("TRIB_ADMIN_TOKEN", "tribctl-token");
+    let out = run(cmd);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(
+        text(&out.stderr),
+        "warning: environment variable TRIB_ADMIN_URL is tribctl's and is not read here; set TRIB_TIER_BROKER_URL to configure this daemon\n\
+         warning: environment variable TRIB_ADMIN_TOKEN is tribctl's and is not read here; set TRIB_TIER_TOKEN to configure this daemon\n"
+            .to_owned()
+            + &note
+            + "error: broker.url is https://: set broker.ca to the cluster CA that signed the broker's certificate\n"
     );
 
     // An old name that is not read would leave the default https:// URL
