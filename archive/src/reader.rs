@@ -253,6 +253,7 @@ impl Archive {
                 }
             }
         }
+        splitter.check().map_err(Archive::archive_error(object))?;
         let reached = splitter.skip_holes_to(index.footer().next_offset);
         crossed.extend(splitter.take_crossed());
         crossed.into_iter().for_each(&mut *on_hole);

@@ -227,7 +227,10 @@ pub fn run(
             ArchiveCommand::Export { range, args } => export::export(&archive, range, args).await,
         }
     });
-    match result.and_then(|()| out.flush().map_err(anyhow::Error::from)) {
+    // What was read before an error (the intact records before a damaged
+    // batch) is still written out.
+    let flushed = out.flush().map_err(anyhow::Error::from);
+    match result.and(flushed) {
         Err(e) if is_broken_pipe(&e) => Ok(()),
         other => other,
     }

@@ -131,7 +131,12 @@ fn report(err: &anyhow::Error) {
         }
         let _ = writeln!(stderr, "error: nothing applied");
     } else {
-        let _ = writeln!(stderr, "error: {err:#}");
+        // Each cause said once (many put their source in their own text).
+        let _ = writeln!(
+            stderr,
+            "error: {}",
+            broker_core::service::error_chain(err.as_ref())
+        );
     }
 }
 

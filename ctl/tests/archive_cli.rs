@@ -221,6 +221,31 @@ fn verify_counts_a_clean_bucket_and_names_damage() {
         "{text}"
     );
 
+    // `cat` from the damaged object's start writes every intact record
+    // before the damage, then fails naming it, each cause said once.
+    let out = tribctl(
+        &bucket,
+        &["cat", TOPIC, "--from-offset", &start.to_string()],
+    );
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let lines = stdout(&out);
+    let offsets: Vec<u64> = lines
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<Value>(l).unwrap()["offset"]
+                .as_u64()
+                .unwrap()
+        })
+        .collect();
+    assert_eq!(offsets, (start..first).collect::<Vec<_>>(), "{lines}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert_eq!(stderr.matches("bad batch at byte").count(), 1, "{stderr}");
+    assert!(
+        stderr.contains(&format!("offset {first}")),
+        "the error names where the damage starts: {stderr}"
+    );
+
     // A missing object is a gap.
     std::fs::write(&path, {
         bytes[pos] ^= 0x10;

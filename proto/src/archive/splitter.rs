@@ -20,6 +20,9 @@ pub struct BatchSplitter {
     buf: BytesMut,
     holes: Vec<HoleRange>,
     crossed: Vec<HoleRange>,
+    /// The error that stopped the split, returned by every later call (the
+    /// whole batches before it were returned first).
+    failed: Option<ArchiveError>,
 }
 
 impl BatchSplitter {
@@ -33,6 +36,7 @@ impl BatchSplitter {
             buf: BytesMut::new(),
             holes: Vec::new(),
             crossed: Vec::new(),
+            failed: None,
         }
     }
 
@@ -70,14 +74,44 @@ impl BatchSplitter {
         self.next_offset
     }
 
-    /// Feeds bytes; returns the batches completed by them.
+    /// Feeds bytes; returns the batches completed by them. When bytes turn
+    /// out bad after whole batches of the same chunk, those batches are
+    /// returned and the error comes from the next call (`push`,
+    /// [`BatchSplitter::check`] or [`BatchSplitter::finish`]): a reader
+    /// gets every intact batch before damage.
     ///
     /// # Errors
     /// [`ArchiveError::Batch`] or [`ArchiveError::Discontinuity`] with the
     /// byte position and offset.
     pub fn push(&mut self, chunk: &[u8]) -> Result<Vec<EncodedBatch>, ArchiveError> {
+        self.check()?;
         self.buf.extend_from_slice(chunk);
         let mut out = Vec::new();
+        match self.split(&mut out) {
+            Ok(()) => Ok(out),
+            Err(e) if out.is_empty() => {
+                self.failed = Some(e.clone());
+                Err(e)
+            }
+            Err(e) => {
+                self.failed = Some(e);
+                Ok(out)
+            }
+        }
+    }
+
+    /// The error that stopped the split, if any.
+    ///
+    /// # Errors
+    /// That error.
+    pub fn check(&self) -> Result<(), ArchiveError> {
+        match &self.failed {
+            Some(e) => Err(e.clone()),
+            None => Ok(()),
+        }
+    }
+
+    fn split(&mut self, out: &mut Vec<EncodedBatch>) -> Result<(), ArchiveError> {
         while self.buf.len() >= HEADER_LEN {
             let header =
                 BatchHeader::parse(&self.buf[..HEADER_LEN], &self.limits).map_err(|source| {
@@ -111,15 +145,16 @@ impl BatchSplitter {
             self.next_offset = batch.next_offset();
             out.push(batch);
         }
-        Ok(out)
+        Ok(())
     }
 
     /// Ends the stream.
     ///
     /// # Errors
-    /// [`ArchiveError::BatchesTruncated`] if bytes of an incomplete batch
-    /// remain.
+    /// The error that stopped the split; [`ArchiveError::BatchesTruncated`]
+    /// if bytes of an incomplete batch remain.
     pub fn finish(self) -> Result<(), ArchiveError> {
+        self.check()?;
         if self.buf.is_empty() {
             Ok(())
         } else {
