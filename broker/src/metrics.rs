@@ -125,13 +125,13 @@ struct EdgeLabel {
 fn counter(registry: &mut Registry, name: &str, help: &str, value: u64) {
     let metric: Counter<u64> = Counter::default();
     metric.inner().store(value, Ordering::Relaxed);
-    registry.register(name, help, metric);
+    registry.register(name, help.trim_end_matches('.'), metric);
 }
 
 fn gauge(registry: &mut Registry, name: &str, help: &str, value: u64) {
     let metric: Gauge<u64, AtomicU64> = Gauge::default();
     metric.set(value);
-    registry.register(name, help, metric);
+    registry.register(name, help.trim_end_matches('.'), metric);
 }
 
 /// Renders the exposition.
@@ -161,7 +161,7 @@ pub async fn render(state: &MetricsState) -> Result<String, std::fmt::Error> {
     );
     registry.register(
         "tributary_broker_ingest_stage_seconds",
-        "Seconds edge batches spent in each ingest stage, all topics: receive (first to last read of the frame), decode (checks), append (budget and WAL enqueue), durable (until the writer saw it durable), ack (until the Ack was written).",
+        "Seconds edge batches spent in each ingest stage, all topics: receive (first to last read of the frame), decode (checks), append (budget and WAL enqueue), durable (until the writer saw it durable), ack (until the Ack was written)",
         crate::replication::stages::INGEST_STAGES.family(),
     );
     let hwm = TopicGauge::default();
@@ -202,27 +202,27 @@ pub async fn render(state: &MetricsState) -> Result<String, std::fmt::Error> {
     }
     registry.register(
         "tributary_broker_topic_high_water_mark",
-        "Offset just past the topic's last durable record (records ever stored).",
+        "Offset just past the topic's last durable record (records ever stored)",
         hwm,
     );
     registry.register(
         "tributary_broker_topic_log_start_offset",
-        "First offset still in the topic's local WAL.",
+        "First offset still in the topic's local WAL",
         start,
     );
     registry.register(
         "tributary_broker_topic_wal_bytes",
-        "Bytes of the topic's local WAL segment files.",
+        "Bytes of the topic's local WAL segment files",
         wal_bytes,
     );
     registry.register(
         "tributary_broker_topic_tiered_offset",
-        "Committed tiered offset: every offset below it is in the archive (0: none yet).",
+        "Committed tiered offset: every offset below it is in the archive (0: none yet)",
         tiered,
     );
     registry.register(
         "tributary_broker_topic_tier_backlog_records",
-        "Records stored but not yet archived: high-water mark minus tiered offset.",
+        "Records stored but not yet archived: high-water mark minus tiered offset",
         backlog,
     );
     gauge(
@@ -252,12 +252,12 @@ pub async fn render(state: &MetricsState) -> Result<String, std::fmt::Error> {
     );
     registry.register(
         "tributary_broker_damaged_ranges",
-        "Damaged ranges in the topic's local WAL (stored bytes fail verification), not yet healed or skipped.",
+        "Damaged ranges in the topic's local WAL (stored bytes fail verification), not yet healed or skipped",
         damaged_ranges,
     );
     registry.register(
         "tributary_broker_damaged_offsets",
-        "Offsets in the topic's damaged ranges.",
+        "Offsets in the topic's damaged ranges",
         damaged_offsets,
     );
     let status = state.cluster.status();
@@ -295,12 +295,12 @@ pub async fn render(state: &MetricsState) -> Result<String, std::fmt::Error> {
         }
         registry.register(
             "tributary_broker_edge_connected",
-            "Whether the edge holds a replication connection to this broker now: 1 if it does, 0 if not.",
+            "Whether the edge holds a replication connection to this broker now: 1 if it does, 0 if not",
             connected,
         );
         registry.register(
             "tributary_broker_edge_last_seen_timestamp_seconds",
-            "When this broker last knew the edge connected (now while it is), in seconds since the Unix epoch.",
+            "When this broker last knew the edge connected (now while it is), in seconds since the Unix epoch",
             last_seen,
         );
     }

@@ -103,7 +103,8 @@ impl Exposition {
         for (labels, value) in samples {
             family.get_or_create(&labels).set(value);
         }
-        self.registry.register(name, help, family);
+        self.registry
+            .register(name, help.trim_end_matches('.'), family);
     }
 
     /// A gauge family `name` of fractional values.
@@ -117,7 +118,8 @@ impl Exposition {
         for (labels, value) in samples {
             family.get_or_create(&labels).set(value);
         }
-        self.registry.register(name, help, family);
+        self.registry
+            .register(name, help.trim_end_matches('.'), family);
     }
 
     /// A counter family; `name` without `_total` (the samples get it).
@@ -134,7 +136,8 @@ impl Exposition {
                 .inner()
                 .store(value, Ordering::Relaxed);
         }
-        self.registry.register(name, help, family);
+        self.registry
+            .register(name, help.trim_end_matches('.'), family);
     }
 
     /// A histogram family `name` of live histograms (handles sharing the

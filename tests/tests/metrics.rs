@@ -111,6 +111,14 @@ fn one_format_on_all_three(urls: &[(&str, &str)]) -> BTreeSet<String> {
             content_type, "application/openmetrics-text; version=1.0.0; charset=utf-8",
             "{daemon}"
         );
+        // prometheus_client ends each HELP with a period itself: ours
+        // must not add a second one.
+        for help in text.lines().filter(|l| l.starts_with("# HELP ")) {
+            assert!(
+                help.ends_with('.') && !help.ends_with(".."),
+                "{daemon}: {help}"
+            );
+        }
         let families =
             openmetrics::parse(&text).unwrap_or_else(|e| panic!("{daemon}: {e}\n{text}"));
         for (name, family) in families {

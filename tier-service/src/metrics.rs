@@ -267,7 +267,7 @@ impl TierStats {
         ] {
             let metric: Counter<u64> = Counter::default();
             metric.inner().store(value, Ordering::Relaxed);
-            registry.register(name, help, metric);
+            registry.register(name, help.trim_end_matches('.'), metric);
         }
         for (name, help, value) in [
             (
@@ -303,7 +303,7 @@ impl TierStats {
         ] {
             let metric: Gauge<u64, AtomicU64> = Gauge::default();
             metric.set(value);
-            registry.register(name, help, metric);
+            registry.register(name, help.trim_end_matches('.'), metric);
         }
         let mut out = String::new();
         encode(&mut out, &registry)?;

@@ -188,7 +188,7 @@ mod tests {
         let mut registry = prometheus_client::registry::Registry::default();
         registry.register(
             "tributary_broker_ingest_stage_seconds",
-            "Seconds batches spent in each ingest stage.",
+            "Seconds batches spent in each ingest stage",
             times.family(),
         );
         let mut text = String::new();
