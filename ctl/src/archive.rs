@@ -131,11 +131,35 @@ impl RangeArgs {
         parse_topic(&self.topic)
     }
 
-    fn limits(&self) -> Limits {
-        Limits {
+    /// The stop conditions.
+    ///
+    /// # Errors
+    /// A `--to-offset` before `--from-offset`: nothing could be read.
+    fn limits(&self) -> anyhow::Result<Limits> {
+        if let (Some(from), Some(to)) = (self.from_offset, self.to_offset)
+            && to < from
+        {
+            bail!("--to-offset {to} is before --from-offset {from}: no offset is in that range");
+        }
+        Ok(Limits {
             to_offset: self.to_offset,
             max_records: self.max_records,
+        })
+    }
+
+    /// The topic, refused when the bucket holds no segment object of it
+    /// (a mistyped name or prefix reads as nothing at all otherwise).
+    ///
+    /// # Errors
+    /// A bad name; no such topic in the archive; store errors.
+    async fn archived_topic(&self, archive: &Archive) -> anyhow::Result<TopicName> {
+        let topic = self.topic()?;
+        if archive.segments(&topic).await?.0.is_empty() {
+            bail!(
+                "the archive has no segment objects of {topic} (check the topic name and --prefix)"
+            );
         }
+        Ok(topic)
     }
 }
 
@@ -196,13 +220,14 @@ pub fn run(
                 .await
             }
             ArchiveCommand::Cat { range, value_as } => {
-                let topic = range.topic()?;
+                let limits = range.limits()?;
+                let topic = range.archived_topic(&archive).await?;
                 let lines = LineWriter {
                     topic: &topic,
                     value_as: *value_as,
                     out: &mut out,
                 };
-                let mut sink = Limited::new(lines, range.limits());
+                let mut sink = Limited::new(lines, limits);
                 archive
                     .read_with_holes(&topic, range.start(), &mut |r| sink.take(r), &mut say_hole)
                     .await?;

@@ -410,6 +410,24 @@ fn verify_fails_on_a_missing_bucket_a_wrong_prefix_and_an_unknown_topic() {
     let bucket = dir.path().join("bucket");
     build_bucket(dir.path(), &bucket, 300);
 
+    // A topic the bucket does not hold, and an empty offset range, are
+    // errors rather than empty output.
+    for (args, message) in [
+        (
+            &["cat", "/plant1/typo"][..],
+            "error: the archive has no segment objects of /plant1/typo (check the topic name and --prefix)\n",
+        ),
+        (
+            &["cat", TOPIC, "--from-offset", "10", "--to-offset", "5"],
+            "error: --to-offset 5 is before --from-offset 10: no offset is in that range\n",
+        ),
+    ] {
+        let out = tribctl(&bucket, args);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {out:?}");
+        assert_eq!(String::from_utf8_lossy(&out.stderr), message, "{args:?}");
+        assert_eq!(stdout(&out), "", "{args:?}");
+    }
+
     // A mistyped directory is named, and not created, by any command.
     let missing = dir.path().join("no-such-bucket");
     for args in [&["verify"][..], &["ls"], &["cat", TOPIC]] {

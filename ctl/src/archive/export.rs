@@ -138,8 +138,8 @@ pub async fn export(archive: &Archive, range: &RangeArgs, args: &ExportArgs) -> 
     if args.rejected.is_some() && args.json_columns.is_none() {
         bail!("--rejected needs --json-columns: only typed columns can refuse a value");
     }
-    let topic = range.topic()?;
-    let limits = range.limits();
+    let limits = range.limits()?;
+    let topic = range.archived_topic(archive).await?;
     let bar = RecordCount::on_stderr("export");
     let (staged, mut writer) = Staged::create(&args.out)?;
     let mut rejected_file = None;
@@ -229,7 +229,7 @@ async fn batches(
     bar: &RecordCount,
     writer: &mut BufWriter<File>,
 ) -> anyhow::Result<u64> {
-    let limits = range.limits();
+    let limits = range.limits()?;
     let mut written = 0u64;
     let mut error = None;
     archive
