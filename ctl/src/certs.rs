@@ -19,8 +19,9 @@ pub struct CertsArgs {
     /// a broker's `[enroll] ca_key` points at it to sign enrolling edges.
     #[arg(long, value_name = "DIR")]
     pub ca_dir: Option<PathBuf>,
-    /// Broker node ids to issue certificates for (repeatable).
-    #[arg(long = "broker", value_name = "ID")]
+    /// Broker node ids to issue certificates for (repeatable; at least 1,
+    /// as a broker's `node_id`).
+    #[arg(long = "broker", value_name = "ID", value_parser = clap::value_parser!(u64).range(1..))]
     pub brokers: Vec<u64>,
     /// Edge ids to issue certificates for (repeatable). The edge id is also
     /// the namespace the edge may write to.

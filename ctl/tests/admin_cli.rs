@@ -669,6 +669,16 @@ fn certs_still_works() {
     ]);
     assert!(vault.join("ca.key").exists());
     assert!(!other.join("ca.key").exists());
+    // Node ids start at 1: a broker-0 certificate no broker could use.
+    let zero = server.tribctl(&["certs", "--out", other.to_str().unwrap(), "--broker", "0"]);
+    assert_eq!(zero.code, 2, "{}", zero.stderr);
+    assert!(
+        zero.stderr
+            .starts_with("error: invalid value '0' for '--broker <ID>': 0 is not in 1.."),
+        "{}",
+        zero.stderr
+    );
+    assert!(!other.join("broker-0.pem").exists());
 }
 
 #[test]
