@@ -481,9 +481,14 @@ fn describe_text(d: &TopicDescription) -> String {
             .collect::<Vec<_>>()
             .join(", ")
     };
+    // `create` says "non-partitioned" for 0: so does `describe`.
+    let partitions = match d.partitions {
+        0 => "0 (non-partitioned)".to_owned(),
+        n => n.to_string(),
+    };
     format!(
-        "Topic: {}\nOwner: {owner}\nDelivery: {}\nIntent: {}\nPartitions: {}\n\
+        "Topic: {}\nOwner: {owner}\nDelivery: {}\nIntent: {}\nPartitions: {partitions}\n\
          Subscriptions: {subscriptions}\n",
-        d.topic, d.delivery, d.intent_summary, d.partitions
+        d.topic, d.delivery, d.intent_summary
     )
 }
