@@ -15,7 +15,7 @@ use serde::Deserialize;
 use tributary_proto::Limits;
 use tributary_proto::intent::{Persistence, StreamIntent};
 use tributary_proto::keys::{NamespaceName, TopicName};
-use tributary_proto::limits::{BATCH_BYTES_CEILING, BATCH_HEADER_BYTES, RECORD_BYTES_MIN};
+use tributary_proto::limits::{BATCH_HEADER_BYTES, RECORD_BYTES_MIN};
 
 use crate::budget::FullPolicy;
 
@@ -630,85 +630,57 @@ fn check_broker_address(address: &str) -> Result<(), String> {
 }
 
 fn resolve_limits(record: Option<u32>, batch: Option<u32>) -> Result<Limits, ConfigError> {
-    let defaults = Limits::default();
-    let limits = Limits {
-        max_record_bytes: record.unwrap_or(defaults.max_record_bytes),
-        max_batch_bytes: batch.unwrap_or(defaults.max_batch_bytes),
-    };
-    if limits.max_record_bytes < RECORD_BYTES_MIN {
-        return Err(ConfigError::invalid(
-            "max_record_bytes",
-            format!(
-                "{} is below {RECORD_BYTES_MIN}, the smallest encoded record",
-                limits.max_record_bytes
-            ),
-        ));
-    }
-    if limits.max_batch_bytes < BATCH_HEADER_BYTES.saturating_add(limits.max_record_bytes)
-        && limits.max_batch_bytes <= BATCH_BYTES_CEILING
-    {
-        // Blame the setting that was changed.
-        return Err(if record.is_none() {
-            ConfigError::invalid(
-                "max_batch_bytes",
-                format!(
-                    "{} cannot hold one record of max_record_bytes ({}) with the batch's \
-                     {BATCH_HEADER_BYTES}-byte header",
-                    limits.max_batch_bytes, limits.max_record_bytes
-                ),
-            )
-        } else {
-            ConfigError::invalid(
-                "max_record_bytes",
-                format!(
-                    "{} does not fit a batch of max_batch_bytes ({}) with its \
-                     {BATCH_HEADER_BYTES}-byte header",
-                    limits.max_record_bytes, limits.max_batch_bytes
-                ),
-            )
-        });
-    }
-    limits.validate().map_err(|e| {
-        let field = match e.limit {
-            tributary_proto::limits::LimitName::MaxRecordBytes => "max_record_bytes",
-            _ => "max_batch_bytes",
-        };
-        ConfigError::invalid(
-            field,
-            format!(
-                "{e} (max_batch_bytes at most {BATCH_BYTES_CEILING}; max_record_bytes must fit a batch with its 48-byte header)"
-            ),
-        )
-    })?;
-    // What a broker accepts is fixed (the protocol's default limits): a
-    // record or batch over it would be stored here, acknowledged to the
-    // publisher and then refused by every broker, stopping the topic's
-    // replication for good.
+    // The defaults are also the most a broker accepts (its limits are
+    // fixed): a larger record or batch would be stored here, acknowledged
+    // to the publisher and then refused by every broker, stopping the
+    // topic's replication for good.
     let broker = Limits::default();
-    for (field, value, max, what) in [
-        (
+    let limits = Limits {
+        max_record_bytes: record.unwrap_or(broker.max_record_bytes),
+        max_batch_bytes: batch.unwrap_or(broker.max_batch_bytes),
+    };
+    let invalid = |field, reason: String| Err(ConfigError::invalid(field, reason));
+    let (r, b) = (limits.max_record_bytes, limits.max_batch_bytes);
+    if r < RECORD_BYTES_MIN {
+        return invalid(
             "max_record_bytes",
-            limits.max_record_bytes,
-            broker.max_record_bytes,
-            "record",
-        ),
-        (
-            "max_batch_bytes",
-            limits.max_batch_bytes,
-            broker.max_batch_bytes,
-            "batch",
-        ),
+            format!("{r} is below {RECORD_BYTES_MIN}, the smallest encoded record"),
+        );
+    }
+    for (field, value, max, what) in [
+        ("max_record_bytes", r, broker.max_record_bytes, "record"),
+        ("max_batch_bytes", b, broker.max_batch_bytes, "batch"),
     ] {
         if value > max {
-            return Err(ConfigError::invalid(
+            return invalid(
                 field,
                 format!(
                     "{value} is above {max}, the largest {what} a broker accepts: a larger one \
                      would be stored here but never replicated"
                 ),
-            ));
+            );
         }
     }
+    if b < BATCH_HEADER_BYTES + r {
+        // Blame the setting that was changed.
+        return match record {
+            None => invalid(
+                "max_batch_bytes",
+                format!(
+                    "{b} cannot hold one record of max_record_bytes ({r}) with the batch's \
+                     {BATCH_HEADER_BYTES}-byte header"
+                ),
+            ),
+            Some(_) => invalid(
+                "max_record_bytes",
+                format!(
+                    "{r} does not fit a batch of max_batch_bytes ({b}) with its \
+                     {BATCH_HEADER_BYTES}-byte header"
+                ),
+            ),
+        };
+    }
+    debug_assert_eq!(limits.validate(), Ok(()));
     Ok(limits)
 }
 
