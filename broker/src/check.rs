@@ -86,12 +86,9 @@ pub fn check(mut config: BrokerConfig) -> Report {
     }
     if let Some(archive) = &config.archive {
         match archive.store.local_dir() {
-            // The broker reads the bucket; the tier service writes it.
-            Some(dir) if !dir.is_dir() => report.problem(format!(
-                "archive.store.url: {} is not a directory",
-                dir.display()
-            )),
-            Some(_) => {}
+            // Opening a local bucket creates a missing directory (the tier
+            // service fills it): a note then, as for the data directory.
+            Some(dir) => report.data_dir("archive.store.url", &dir),
             None => {
                 if let Err(e) = tributary_archive::Bucket::open(&archive.store) {
                     report.problem(format!("archive.store: {e}"));

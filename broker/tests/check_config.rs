@@ -228,6 +228,38 @@ fn a_data_dir_with_topic_wals_but_no_raft_database_is_refused() {
 }
 
 #[test]
+fn a_missing_local_archive_directory_is_a_note_as_the_broker_creates_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = dir.path().join("archive");
+    let path = config(dir.path(), |t| {
+        format!("{t}[archive.store]\nurl = \"{}\"\n", bucket.display())
+    });
+    let out = run(broker(&["check-config", "-c", path.to_str().unwrap()]));
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(text(&out.stdout), "ok\n");
+    assert_eq!(
+        text(&out.stderr),
+        note_created(dir.path())
+            + &format!(
+                "note: archive.store.url: {} does not exist yet; it will be created ({} is writable)\n",
+                bucket.display(),
+                dir.path().display()
+            )
+    );
+    // A file where the directory should be is a problem.
+    std::fs::write(&bucket, b"").unwrap();
+    let out = run(broker(&["check-config", "-c", path.to_str().unwrap()]));
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        text(&out.stderr).contains(&format!(
+            "error: archive.store.url: {} is not a directory\n",
+            bucket.display()
+        )),
+        "{out:?}"
+    );
+}
+
+#[test]
 fn missing_tls_files_are_named_by_their_setting() {
     let dir = tempfile::tempdir().unwrap();
     let certs = dir.path().join("certs");
