@@ -366,10 +366,10 @@ pub(crate) fn recover(
                     });
                 }
                 if len < meta.bytes {
-                    // Its end was lost (a truncated file): rescanned and
-                    // resealed below like a segment whose seal was
-                    // interrupted; what is missing is reported as its
-                    // damaged end, up to the index's end.
+                    // Its end was lost (a truncated file): rescanned below
+                    // like a segment whose seal was interrupted; what is
+                    // missing is reported as its damaged end, up to the
+                    // index's end, and the index is kept.
                     warn!(
                         path = %path.display(),
                         len,
@@ -387,8 +387,9 @@ pub(crate) fn recover(
             Ok(meta) => meta,
             Err(lost_end) => {
                 let sealed_end = lost_end.map_or(base, |(end, _, _)| end);
-                // Crash while sealing: everything in it was written before
-                // the next segment existed, so none of it is a torn write.
+                // Crash while sealing (or a lost end): everything in it was
+                // written before the next segment existed, so none of it is
+                // a torn write.
                 let next_base = logs[i + 1].max(sealed_end);
                 let scan = scan_segment(storage, &path, base, |_| u64::MAX, config)?;
                 let mut meta = scan.meta;
