@@ -628,7 +628,7 @@ fn failure_policies_get_set_and_patch() {
         (
             400,
             json!({
-                "error": "ack_timeout_ms: ack_timeout_ms must be above 0",
+                "error": "ack_timeout_ms must be above 0",
                 "kind": "invalid_input",
                 "field": "ack_timeout_ms"
             })
@@ -639,7 +639,7 @@ fn failure_policies_get_set_and_patch() {
         (
             400,
             json!({
-                "error": "dead_letter_topic: poison_policy dead_letter requires dead_letter_topic",
+                "error": "poison_policy dead_letter requires dead_letter_topic",
                 "kind": "invalid_input",
                 "field": "dead_letter_topic"
             })

@@ -445,7 +445,7 @@ fn failure_policies() {
     assert_eq!(invalid.code, 1);
     assert_eq!(
         invalid.stderr,
-        "error: base_redelivery_delay_ms: base_redelivery_delay_ms 90000 exceeds \
+        "error: base_redelivery_delay_ms 90000 exceeds \
          max_redelivery_delay_ms 60000\n"
     );
     let usage = server.tribctl(&[

@@ -479,8 +479,8 @@ pub enum PolicyError {
     ZeroAckTimeout,
     /// `dead_letter_topic` names the subscription's own topic.
     #[error(
-        "{0} is the subscription's own topic: each dead-lettered message would be delivered \
-         to it again, forever"
+        "dead_letter_topic {0} is the subscription's own topic: each dead-lettered message \
+         would be delivered to it again, forever"
     )]
     DeadLetterIsSource(String),
 }

@@ -40,8 +40,9 @@ pub enum CatalogError {
         /// [`MAX_PARTITIONS`](super::MAX_PARTITIONS).
         max: u32,
     },
-    /// A failure policy whose fields contradict each other.
-    #[error("{field}: {source}")]
+    /// A failure policy whose fields contradict each other (the message
+    /// names the field already).
+    #[error("{source}")]
     InvalidPolicy {
         /// The field to change.
         field: &'static str,

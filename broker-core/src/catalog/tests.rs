@@ -465,29 +465,29 @@ async fn set_validates_and_names_the_field() {
         (
             |p| p.dead_letter_topic = Some("/default/jobs".into()),
             "dead_letter_topic",
-            "dead_letter_topic: /default/jobs is the subscription's own topic: each \
+            "dead_letter_topic /default/jobs is the subscription's own topic: each \
              dead-lettered message would be delivered to it again, forever",
         ),
         (
             |p| p.ack_timeout_ms = 0,
             "ack_timeout_ms",
-            "ack_timeout_ms: ack_timeout_ms must be above 0",
+            "ack_timeout_ms must be above 0",
         ),
         (
             |p| p.base_redelivery_delay_ms = 70_000,
             "base_redelivery_delay_ms",
-            "base_redelivery_delay_ms: base_redelivery_delay_ms 70000 exceeds \
+            "base_redelivery_delay_ms 70000 exceeds \
              max_redelivery_delay_ms 60000",
         ),
         (
             |p| p.dead_letter_topic = None,
             "dead_letter_topic",
-            "dead_letter_topic: poison_policy dead_letter requires dead_letter_topic",
+            "poison_policy dead_letter requires dead_letter_topic",
         ),
         (
             |p| p.dead_letter_topic = Some("jobs-dlq".into()),
             "dead_letter_topic",
-            "dead_letter_topic: dead_letter_topic: invalid topic name \"jobs-dlq\": \
+            "dead_letter_topic: invalid topic name \"jobs-dlq\": \
              topic name must start with '/'",
         ),
         (
