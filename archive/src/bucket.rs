@@ -4,7 +4,7 @@
 //! check how many requests a read took.
 
 use std::ops::Range;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
@@ -203,16 +203,13 @@ impl Bucket {
     /// [`BucketError::Config`] naming a missing local directory; those of
     /// [`open`](Self::open).
     pub fn open_existing(config: &StoreConfig) -> Result<Bucket, BucketError> {
-        if let Some(url) = config.url.as_deref()
-            && (!url.contains("://") || url.starts_with("file://"))
+        if let Some(path) = config.local_dir()
+            && !path.is_dir()
         {
-            let path = Path::new(url.strip_prefix("file://").unwrap_or(url));
-            if !path.is_dir() {
-                return Err(BucketError::Config(format!(
-                    "{}: no such bucket directory",
-                    path.display()
-                )));
-            }
+            return Err(BucketError::Config(format!(
+                "{}: no such bucket directory",
+                path.display()
+            )));
         }
         Bucket::open(config)
     }

@@ -146,21 +146,19 @@ impl RangeArgs {
             max_records: self.max_records,
         })
     }
+}
 
-    /// The topic, refused when the bucket holds no segment object of it
-    /// (a mistyped name or prefix reads as nothing at all otherwise).
-    ///
-    /// # Errors
-    /// A bad name; no such topic in the archive; store errors.
-    async fn archived_topic(&self, archive: &Archive) -> anyhow::Result<TopicName> {
-        let topic = self.topic()?;
-        if archive.segments(&topic).await?.0.is_empty() {
-            bail!(
-                "the archive has no segment objects of {topic} (check the topic name and --prefix)"
-            );
-        }
-        Ok(topic)
+/// After a read that found no record: an error when the bucket holds no
+/// segment object of `topic` at all (a mistyped name or prefix would read
+/// as nothing otherwise). Listed only then, so a read lists once.
+///
+/// # Errors
+/// No such topic in the archive; store errors.
+async fn ensure_archived(archive: &Archive, topic: &TopicName) -> anyhow::Result<()> {
+    if archive.segments(topic).await?.0.is_empty() {
+        bail!("the archive has no segment objects of {topic} (check the topic name and --prefix)");
     }
+    Ok(())
 }
 
 fn parse_timestamp(s: &str) -> Result<i64, String> {
@@ -221,7 +219,7 @@ pub fn run(
             }
             ArchiveCommand::Cat { range, value_as } => {
                 let limits = range.limits()?;
-                let topic = range.archived_topic(&archive).await?;
+                let topic = range.topic()?;
                 let lines = LineWriter {
                     topic: &topic,
                     value_as: *value_as,
@@ -231,7 +229,10 @@ pub fn run(
                 archive
                     .read_with_holes(&topic, range.start(), &mut |r| sink.take(r), &mut say_hole)
                     .await?;
-                sink.finish().map(|_| ())
+                if sink.finish()?.1 == 0 {
+                    ensure_archived(&archive, &topic).await?;
+                }
+                Ok(())
             }
             ArchiveCommand::Verify {
                 topics,

@@ -17,13 +17,16 @@ pub const MAX_REDELIVERY_COUNT: u32 = 10_000;
 /// (one day).
 pub const MAX_POLICY_DURATION_MS: u64 = 86_400_000;
 
-/// Checks an operator-supplied policy: [`SubscriptionFailurePolicy::validate`]
-/// plus the catalog's limits.
+/// Checks an operator-supplied policy of a subscription of `topic`:
+/// [`SubscriptionFailurePolicy::validate_for`] plus the catalog's limits.
 ///
 /// # Errors
 /// [`CatalogError::InvalidPolicy`] or [`CatalogError::PolicyOutOfRange`],
 /// naming the field.
-pub fn validate_policy(policy: &SubscriptionFailurePolicy) -> Result<(), CatalogError> {
+pub fn validate_policy(
+    policy: &SubscriptionFailurePolicy,
+    topic: &TopicName,
+) -> Result<(), CatalogError> {
     let limits = [
         (
             "max_redelivery_count",
@@ -51,7 +54,7 @@ pub fn validate_policy(policy: &SubscriptionFailurePolicy) -> Result<(), Catalog
             return Err(CatalogError::PolicyOutOfRange { field, value, max });
         }
     }
-    policy.validate().map_err(CatalogError::policy)
+    policy.validate_for(topic).map_err(CatalogError::policy)
 }
 
 impl Catalog<'_> {
@@ -179,7 +182,7 @@ impl Catalog<'_> {
         subscription: &SubscriptionName,
         policy: &SubscriptionFailurePolicy,
     ) -> Result<FailurePolicyView, CatalogError> {
-        validate_policy(policy)?;
+        validate_policy(policy, topic)?;
         self.update_failure_policy(topic, subscription, |_| Ok(policy.clone()))
             .await
     }
@@ -216,7 +219,6 @@ impl Catalog<'_> {
                 None => self.derived_policy(topic).await?.0,
             };
             let policy = change(&current)?;
-            policy.validate_for(topic).map_err(CatalogError::policy)?;
             let txn = Txn::new().when_equals(marker_key, marker);
             let txn = match stored {
                 Some((value, _)) => txn.when_equals(key.clone(), value),

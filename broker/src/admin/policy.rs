@@ -93,7 +93,7 @@ pub async fn patch_failure_policy(
     catalog
         .update_failure_policy(topic, subscription, |current| {
             let policy = patch.apply_to(current);
-            validate_policy(&policy)?;
+            validate_policy(&policy, topic)?;
             Ok(policy)
         })
         .await

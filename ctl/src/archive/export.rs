@@ -139,7 +139,7 @@ pub async fn export(archive: &Archive, range: &RangeArgs, args: &ExportArgs) -> 
         bail!("--rejected needs --json-columns: only typed columns can refuse a value");
     }
     let limits = range.limits()?;
-    let topic = range.archived_topic(archive).await?;
+    let topic = range.topic()?;
     let bar = RecordCount::on_stderr("export");
     let (staged, mut writer) = Staged::create(&args.out)?;
     let mut rejected_file = None;
@@ -180,6 +180,9 @@ pub async fn export(archive: &Archive, range: &RangeArgs, args: &ExportArgs) -> 
         ExportFormat::Batches => batches(archive, &topic, range, &bar, &mut writer).await?,
     };
     bar.finish();
+    if records == 0 {
+        super::ensure_archived(archive, &topic).await?;
+    }
     staged.commit(writer)?;
     let mut said = format!(
         "exported {records} records of {topic} to {}",

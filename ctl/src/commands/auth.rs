@@ -6,7 +6,8 @@
 use clap::{Subcommand, ValueEnum};
 use serde_json::json;
 use tributary_api::auth::{
-    Binding, BindingInfo, BindingList, CreatePrincipalResponse, PrincipalList, RoleList, WhoAmI,
+    Binding, BindingInfo, BindingList, CreatePrincipalRequest, CreatePrincipalResponse,
+    PrincipalKind, PrincipalList, RoleList, WhoAmI,
 };
 use tributary_api::client::Method;
 use tributary_proto::keys::PrincipalName;
@@ -134,22 +135,19 @@ pub fn run(ctx: &Context<'_>, command: &AuthCommand) -> Result<String, CommandEr
         } => {
             PrincipalName::new(name)?;
             let kind = match kind {
-                KindArg::Token => "token",
-                KindArg::Certificate => "certificate",
+                KindArg::Token => PrincipalKind::Token,
+                KindArg::Certificate => PrincipalKind::Certificate,
             };
             // The principal and its role in one request: both or neither.
-            let mut request = json!({"name": name, "kind": kind});
-            if let Some(role) = role {
-                let b = binding(name, role, scope);
-                request["role"] = json!(b.role);
-                if let Some(ns) = b.namespace {
-                    request["namespace"] = json!(ns);
-                }
-                if let Some(prefix) = b.topic_prefix {
-                    request["topic_prefix"] = json!(prefix);
-                }
-            }
-            let value = client.send_json(Method::Post, "/v1/auth/principals", &request)?;
+            let request = CreatePrincipalRequest {
+                name: name.clone(),
+                kind,
+                role: role.clone(),
+                namespace: role.as_ref().and(scope.namespace.clone()),
+                topic_prefix: role.as_ref().and(scope.topic_prefix.clone()),
+            };
+            let value = client.send_json(Method::Post, "/v1/auth/principals", &json!(request))?;
+            let kind = kind.as_str();
             ctx.render(value, |c: CreatePrincipalResponse| {
                 let mut text = format!("created {} principal {}\n", kind, c.principal.name);
                 if let Some(b) = &c.binding {
