@@ -8,7 +8,8 @@
 //!   `tribctl topics describe`); once the edge reconnects the broker asks
 //!   it to re-send the range, rewrites the segment, the report clears, a
 //!   consumer from earliest gets every record once with its bytes, and the
-//!   tier service archives the topic.
+//!   tier service archives the topic. The same holds for the segment cut
+//!   short, and for its data file deleted (its index kept).
 //! - The edge no longer holds it (acknowledged and deleted there): the
 //!   range stays damaged until an operator runs `tribctl topics
 //!   skip-damaged`, which is refused for a range that is not exactly the
@@ -380,6 +381,30 @@ fn a_damaged_sealed_central_segment_is_reported_refetched_from_the_edge_and_tier
     let (records, gaps) = pair.consume_all("audit-again", next);
     assert!(gaps.is_empty(), "{gaps:?}");
     assert!(records == expected, "records differ after the repair");
+
+    // The same segment's data file deleted (its index kept): the broker
+    // opens the topic, reports the whole segment as damaged, and the edge
+    // sends it again; the file comes back byte for byte.
+    pair.edge.kill();
+    pair.broker.kill();
+    std::fs::remove_file(&victim).expect("delete segment");
+    let first = batches.first().expect("a batch");
+    let whole_segment = (first.2, last.2 + last.3);
+    pair.broker.start();
+    open_topic(&pair);
+    assert_reported(&pair, whole_segment);
+    pair.edge.start();
+    wait_until("lost segment healed", || {
+        damage_metrics(&pair) == (Some(0), Some(0))
+    });
+    assert_clean(&pair);
+    assert_eq!(std::fs::read(&victim).expect("segment"), whole);
+    let (records, gaps) = pair.consume_all("audit-third", next);
+    assert!(gaps.is_empty(), "{gaps:?}");
+    assert!(
+        records == expected,
+        "records differ after the segment came back"
+    );
 
     // Tiering continues: the tier service archives the whole topic.
     let mut tier = tier_service(&pair, &dir.path().join("archive"));

@@ -611,10 +611,22 @@ impl Tiering {
 }
 
 /// `e` as [`TierError::DamagedSegment`] when it is the segment file's own
-/// bytes that failed a check (a batch CRC or frame, a truncated batch),
-/// else unchanged (an offset gap, for one, is not damage).
+/// bytes that failed a check (a batch CRC or frame, a truncated batch) or
+/// the file is gone (a lost segment: the broker lists its range as damaged
+/// and re-fetches it), else unchanged (an offset gap, for one, is not
+/// damage).
 fn damaged_segment(topic: &TopicName, segment: &SealedSegment, e: TierError) -> TierError {
     match e {
+        TierError::Bucket(tributary_archive::BucketError::Io { op, path, source })
+            if source.kind() == std::io::ErrorKind::NotFound && path == segment.log_path =>
+        {
+            TierError::DamagedSegment {
+                topic: topic.to_string(),
+                base_offset: segment.base_offset,
+                next_offset: segment.next_offset,
+                reason: format!("{op} {}: the data file is missing", path.display()),
+            }
+        }
         TierError::Bucket(tributary_archive::BucketError::Archive {
             what: "segment",
             source:

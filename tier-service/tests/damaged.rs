@@ -3,7 +3,9 @@
 //! once (log) and counted (`tributary_tier_damaged_segments`), segments
 //! before it are tiered and trimmed as usual, nothing after it is
 //! committed; once the segment is healed (its bytes rewritten intact, as
-//! the broker's refetch does) the next pass uploads it and the rest.
+//! the broker's refetch does) the next pass uploads it and the rest. A
+//! segment whose data file is gone (its index kept: the broker lists its
+//! range as damaged and re-fetches it) is treated the same way.
 
 mod common;
 
@@ -13,6 +15,13 @@ use tributary_tier::service;
 
 #[test]
 fn a_damaged_local_segment_is_not_uploaded_and_is_after_it_heals() {
+    // One after the other: the damage gauge is process-wide.
+    for deleted in [false, true] {
+        damaged_then_healed(deleted);
+    }
+}
+
+fn damaged_then_healed(deleted: bool) {
     let h = Harness::with_retention(&["/ns/damaged"], false);
     let topic = h.topics[0].clone();
     h.write(1500, 20);
@@ -23,7 +32,11 @@ fn a_damaged_local_segment_is_not_uploaded_and_is_after_it_heals() {
     let mut flipped = intact.clone();
     let at = flipped.len() / 2;
     flipped[at] ^= 0x40;
-    std::fs::write(&victim.log_path, &flipped).unwrap();
+    if deleted {
+        std::fs::remove_file(&victim.log_path).unwrap();
+    } else {
+        std::fs::write(&victim.log_path, &flipped).unwrap();
+    }
 
     let run = || {
         h.runtime
@@ -41,9 +54,9 @@ fn a_damaged_local_segment_is_not_uploaded_and_is_after_it_heals() {
         assert_eq!(
             pass.damaged,
             vec![(topic.to_string(), victim.base_offset, victim.next_offset)],
-            "{report:?}"
+            "deleted {deleted}: {report:?}"
         );
-        assert!(pass.errors.is_empty(), "{report:?}");
+        assert!(pass.errors.is_empty(), "deleted {deleted}: {report:?}");
         assert!(report.has_errors());
         // Only the segment before the damage is archived.
         let descriptors = h.descriptors(&topic);

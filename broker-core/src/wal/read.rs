@@ -129,6 +129,19 @@ impl Wal {
             let file = match self.shared.storage.open_read(&path) {
                 Ok(f) => f,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                    // A lost segment (recovery found its index without its
+                    // data file): its whole range is a damaged range.
+                    if let Some(range) = self.lost_range(base) {
+                        let range = UnreadableRange {
+                            first_offset: range.first_offset.max(wanted),
+                            ..range
+                        };
+                        return stop(out, range);
+                    }
+                    if self.rewritten_since(rewrites) {
+                        // Repaired since this read planned.
+                        return self.read_with(from_offset, max_bytes, buffers);
+                    }
                     return Err(WalError::OffsetBelowLogStart {
                         requested: from_offset,
                         log_start: self.log_start_offset(),
@@ -152,9 +165,15 @@ impl Wal {
                     .map_err(io_err("read", &path))?
                 {
                     Step::End => {
-                        // Offsets the segment covers with no batch: a hole.
+                        // Offsets the segment covers with no batch: a hole,
+                        // unless the segment was rewritten since this read
+                        // planned (a lost segment written again, say).
                         let end = segment_next.min(hwm);
                         if wanted < end && expected < end {
+                            if self.rewritten_since(rewrites) {
+                                *buffers = window.into_buffers();
+                                return self.read_with(from_offset, max_bytes, buffers);
+                            }
                             let range = self.note_unreadable(hole(expected.max(wanted), end));
                             break Some(stop(std::mem::take(&mut out), range));
                         }
@@ -193,12 +212,7 @@ impl Wal {
                 };
                 // Bad bytes at `pos`: the unreadable range runs to the next
                 // valid batch, or to the end of the segment.
-                if self
-                    .shared
-                    .rewrites
-                    .load(std::sync::atomic::Ordering::SeqCst)
-                    != rewrites
-                {
+                if self.rewritten_since(rewrites) {
                     // A segment was rewritten (repaired or skipped) since
                     // this read planned: its bytes may have moved. Read
                     // again with the new layout.
@@ -239,6 +253,32 @@ impl Wal {
             }
         }
         Ok(out)
+    }
+}
+
+impl Wal {
+    /// Whether a segment was rewritten (repaired or skipped) since
+    /// `rewrites` was read from the counter.
+    fn rewritten_since(&self, rewrites: u64) -> bool {
+        self.shared
+            .rewrites
+            .load(std::sync::atomic::Ordering::SeqCst)
+            != rewrites
+    }
+
+    /// The unreadable range of the lost segment at `base` (recovery found
+    /// its index without its data file and holds it as 0 bytes): its whole
+    /// range, damaged, or a hole once an operator skipped it.
+    fn lost_range(&self, base: u64) -> Option<UnreadableRange> {
+        let lost = self
+            .shared
+            .segments()
+            .get(&base)
+            .is_some_and(|m| m.sealed && m.bytes == 0);
+        if !lost {
+            return None;
+        }
+        self.shared.unreadable().get(&base).cloned()
     }
 }
 

@@ -11,7 +11,7 @@
 //! |---|---|
 //! | empty directory | create segment `initial_offset` (or the mark's next offset) |
 //! | `*.tmp` file | interrupted atomic write: delete |
-//! | `.index` without its `.log` | the data was lost (retention removes the index first): keep the index, report the segment in [`RecoveryReport::lost_segments`] and log an error |
+//! | `.index` without its `.log` | the data was lost (retention removes the index first): keep the index, report the segment in [`RecoveryReport::lost_segments`] and log an error; when its range is known and lies before the last segment, it is a sealed segment of 0 bytes whose whole range is damaged (repairable like any damaged range) |
 //! | sealed segment (valid `.index`, file length matches) | trust it; its batches are verified when read, and a read reports damage as an unreadable range |
 //! | sealed segment longer than its index says, or empty | error `Corrupt`: sealed data changed |
 //! | sealed segment shorter than its index says | its end was lost: rescan it; the missing end (up to the index's end) is a damaged range, kept and reported at every open (the index stays until a repair rewrites both) |
@@ -61,7 +61,9 @@ pub struct RecoveryReport {
     /// Segments whose `.index` is here but whose `.log` is gone: their data
     /// was lost (retention removes the index first, so it never leaves
     /// one behind). `(base_offset, next_offset)`, the end from the index
-    /// when it is readable. The index is kept as evidence.
+    /// when it is readable. The index is kept as evidence; a lost segment
+    /// before the last one is also in [`RecoveryReport::unreadable`] as a
+    /// damaged range (see `lost_segments` in this module).
     pub lost_segments: Vec<(u64, Option<u64>)>,
     /// Set when recovery created a new active segment.
     pub created_segment: Option<u64>,
@@ -225,6 +227,81 @@ fn scan_segment(
     }
 }
 
+/// The segments whose `.index` is here but whose `.log` is gone: their
+/// data was lost (retention removes the index first, so it never leaves
+/// one behind). Each is logged as an error and listed in
+/// [`RecoveryReport::lost_segments`]; its index is kept as evidence. One
+/// whose offsets are known (from its index, or up to the next segment when
+/// the index is unreadable) and that lies before the last data file comes
+/// back as a sealed segment of 0 bytes whose whole range is damaged
+/// (returned, and in [`RecoveryReport::unreadable`]): reads report it like
+/// any damaged range, and a repair ([`super::Wal::repair_range`]) writes it
+/// again from batches the edge or the archive still holds. Any other lost
+/// segment (past the last data file, or whose range overlaps the next
+/// segment) is only reported.
+fn lost_segments(
+    storage: &dyn Storage,
+    dir: &Path,
+    logs: &[u64],
+    indexes: &[u64],
+    report: &mut RecoveryReport,
+) -> Vec<SegmentMeta> {
+    let orphans: Vec<u64> = indexes
+        .iter()
+        .copied()
+        .filter(|base| logs.binary_search(base).is_err())
+        .collect();
+    let last_log = logs.last().copied();
+    let mut out = Vec::new();
+    for &base in &orphans {
+        let index = load_sealed(storage, dir, base).ok().flatten();
+        let end = index.as_ref().map(|meta| meta.next_offset);
+        tracing::error!(
+            dir = %dir.display(),
+            base_offset = base,
+            end_offset = end,
+            "a WAL segment's data file is gone but its index is here (retention never leaves \
+             one so): its offsets are unreadable here, reported as a damaged range and \
+             re-fetched from the edge or the archive when one still holds them; the index is \
+             kept as evidence until then"
+        );
+        report.lost_segments.push((base, end));
+        let next_base = logs
+            .iter()
+            .chain(&orphans)
+            .copied()
+            .filter(|&b| b > base)
+            .min();
+        let Some(next_base) = next_base.filter(|_| last_log.is_some_and(|last| last > base)) else {
+            continue;
+        };
+        let next_offset = end.unwrap_or(next_base);
+        if next_offset <= base || next_offset > next_base {
+            warn!(dir = %dir.display(), base_offset = base, end_offset = next_offset, next_base, "a lost segment's index does not fit before the next segment; only reported");
+            continue;
+        }
+        let mut meta = SegmentMeta::empty(base);
+        meta.next_offset = next_offset;
+        meta.sealed = true;
+        meta.first_timestamp_ms = index.as_ref().and_then(|m| m.first_timestamp_ms);
+        meta.max_timestamp_ms = index.as_ref().and_then(|m| m.max_timestamp_ms);
+        let index_bytes = index.as_ref().map_or(0, |m| m.bytes);
+        report.unreadable.push(damaged(
+            base,
+            next_offset,
+            base,
+            0,
+            0,
+            format!(
+                "the segment's data file {} is missing (its index says {index_bytes} bytes)",
+                log_file_name(base)
+            ),
+        ));
+        out.push(meta);
+    }
+    out
+}
+
 pub(super) fn load_sealed(
     storage: &dyn Storage,
     dir: &Path,
@@ -299,24 +376,8 @@ pub(crate) fn recover(
         }
     }
     logs.sort_unstable();
-    for index in indexes {
-        if logs.binary_search(&index).is_err() {
-            let end = load_sealed(storage, dir, index)
-                .ok()
-                .flatten()
-                .map(|meta| meta.next_offset);
-            tracing::error!(
-                dir = %dir.display(),
-                base_offset = index,
-                end_offset = end,
-                "a WAL segment's data file is gone but its index is here (retention never \
-                 leaves one so): its offsets are lost from this WAL unless the archive or the \
-                 edge still holds them; the index is kept as evidence (remove it once the \
-                 range is accounted for)"
-            );
-            report.lost_segments.push((index, end));
-        }
-    }
+    indexes.sort_unstable();
+    let lost = lost_segments(storage, dir, &logs, &indexes, &mut report);
     for name in &report.removed_leftovers {
         let path = dir.join(name);
         storage.remove(&path).map_err(io_err("remove", &path))?;
@@ -390,7 +451,12 @@ pub(crate) fn recover(
                 // Crash while sealing (or a lost end): everything in it was
                 // written before the next segment existed, so none of it is
                 // a torn write.
-                let next_base = logs[i + 1].max(sealed_end);
+                let next_base = lost
+                    .iter()
+                    .map(|m| m.base_offset)
+                    .filter(|&b| b > base)
+                    .fold(logs[i + 1], u64::min)
+                    .max(sealed_end);
                 let scan = scan_segment(storage, &path, base, |_| u64::MAX, config)?;
                 let mut meta = scan.meta;
                 report.unreadable.extend(scan.unreadable);
@@ -447,6 +513,9 @@ pub(crate) fn recover(
             }
         };
         segments.insert(base, meta);
+    }
+    for meta in lost {
+        segments.insert(meta.base_offset, meta);
     }
 
     let last_path = dir.join(log_file_name(last));

@@ -125,11 +125,12 @@ fn scan_sealed(
     Ok((meta, damaged))
 }
 
-/// The offset after the last batch of `file` when every byte is a valid
-/// batch in order (`0` for an empty file, `u64::MAX` otherwise).
-fn batches_end(file: &MemFile, config: &WalConfig) -> u64 {
+/// The offset after the last batch of `file`, the segment at `base`, when
+/// every byte is a valid batch in order (`base` for an empty file,
+/// `u64::MAX` otherwise).
+fn batches_end(file: &MemFile, base: u64, config: &WalConfig) -> u64 {
     let mut window = ReadAhead::new(file, file.0.len() as u64);
-    let (mut pos, mut end) = (0, 0);
+    let (mut pos, mut end) = (0, base);
     loop {
         match read_batch(&mut window, pos, &config.limits) {
             Ok(Step::End) => return end,
@@ -326,7 +327,12 @@ impl Wal {
         let Some(old) = segments.get(&segment_base).filter(|m| m.sealed).cloned() else {
             return Err(WalError::NotDamaged { first_offset });
         };
-        let bytes = read_file(storage, &path, old.bytes).map_err(io_err("read", &path))?;
+        // A lost segment (recovery found its index without its data file)
+        // is held as 0 bytes: there is nothing to read.
+        let bytes = match read_file(storage, &path, old.bytes) {
+            Err(e) if e.kind() == io::ErrorKind::NotFound && old.bytes == 0 => Vec::new(),
+            read => read.map_err(io_err("read", &path))?,
+        };
         let current = MemFile(bytes);
         let (_, damage) = scan_sealed(
             &current,
@@ -347,15 +353,17 @@ impl Wal {
         // The lost end of a segment cut at a batch boundary leaves no bytes
         // to find: its batches end at `first_offset`, its index said
         // `end_offset` (recovery reported it), and the re-fetched batches
-        // go at the end of the file.
+        // go at the end of the file. A lost data file is the same with no
+        // batches at all.
         let lost_end = || {
-            let index_says_more = super::recovery::load_sealed(storage, dir, segment_base)
-                .ok()
-                .flatten()
-                .is_some_and(|index| index.bytes > old.bytes);
+            let index_says_more = old.bytes == 0
+                || super::recovery::load_sealed(storage, dir, segment_base)
+                    .ok()
+                    .flatten()
+                    .is_some_and(|index| index.bytes > old.bytes);
             (index_says_more
                 && end_offset == old.next_offset
-                && batches_end(&current, &shared.config) == first_offset)
+                && batches_end(&current, segment_base, &shared.config) == first_offset)
                 .then_some((old.bytes, 0))
         };
         let Some((position, length)) = found.or_else(lost_end) else {

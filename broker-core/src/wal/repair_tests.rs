@@ -430,3 +430,144 @@ fn a_sealed_segment_cut_short_is_reported_as_its_lost_end_and_a_repair_restores_
         assert_all_intact(&wal, 30);
     }
 }
+
+#[test]
+fn a_lost_segment_file_is_a_damaged_range_and_a_repair_writes_it_again() {
+    // The oldest and a middle segment, with the index readable; a middle
+    // segment whose index is unreadable too (its range runs to the next
+    // segment).
+    for (which, index_readable) in [(0, true), (1, true), (1, false)] {
+        let case = format!("segment {which}, index readable {index_readable}");
+        let dir = tempfile::tempdir().unwrap();
+        fill_on(Arc::new(FsStorage), dir.path(), 30);
+        let wal = Wal::open(dir.path(), small_config(SyncMode::FsyncBatch)).unwrap();
+        let seg = wal.sealed_segments()[which].clone();
+        drop(wal);
+        let original = std::fs::read(&seg.log_path).unwrap();
+        let original_index = std::fs::read(&seg.index_path).unwrap();
+        let batches = batches_of(&original);
+        std::fs::remove_file(&seg.log_path).unwrap();
+        if !index_readable {
+            std::fs::write(&seg.index_path, b"not an index").unwrap();
+        }
+
+        // Opens, with the whole segment reported as one damaged range.
+        let wal = Wal::open(dir.path(), small_config(SyncMode::FsyncBatch)).unwrap();
+        let end = index_readable.then_some(seg.next_offset);
+        assert_eq!(
+            wal.recovery_report().lost_segments,
+            vec![(seg.base_offset, end)],
+            "{case}"
+        );
+        assert_eq!(wal.log_start_offset(), 0, "{case}");
+        let ranges = wal.damaged_ranges();
+        assert_eq!(ranges.len(), 1, "{case}: {ranges:?}");
+        assert_eq!(
+            (ranges[0].first_offset, ranges[0].end_offset),
+            (seg.base_offset, seg.next_offset),
+            "{case}"
+        );
+        assert!(
+            matches!(&ranges[0].kind, UnreadableKind::Damaged { segment_base, bytes: 0, reason, .. }
+                if *segment_base == seg.base_offset && reason.contains("missing")),
+            "{case}: {ranges:?}"
+        );
+        let (records, unreadable) = read_around(&wal);
+        assert_eq!(unreadable, ranges, "{case}");
+        let offsets: Vec<u64> = records.iter().map(|(o, _)| *o).collect();
+        let expected: Vec<u64> = (0..30)
+            .filter(|o| !(seg.base_offset..seg.next_offset).contains(o))
+            .collect();
+        assert_eq!(offsets, expected, "{case}");
+        // A read from inside the lost range names the rest of it.
+        let inside = seg.base_offset + 1;
+        match wal.read(inside, 1024) {
+            Err(WalError::Unreadable(r)) => {
+                assert_eq!((r.first_offset, r.end_offset), (inside, seg.next_offset));
+            }
+            other => panic!("{case}: {other:?}"),
+        }
+        assert_eq!(wal.high_water_mark(), 30, "no offset is handed out again");
+        // A scrub finds nothing new; the index is kept as evidence.
+        assert!(
+            wal.scrub_segment(seg.base_offset)
+                .unwrap()
+                .damaged
+                .is_empty()
+        );
+        assert!(seg.index_path.exists(), "{case}");
+        // Found again after a restart before the repair.
+        drop(wal);
+        let wal = Wal::open(dir.path(), small_config(SyncMode::FsyncBatch)).unwrap();
+        assert_eq!(wal.damaged_ranges(), ranges, "{case}");
+
+        // A repair with the wrong batches changes nothing.
+        let err = rt()
+            .block_on(wal.repair_range(seg.base_offset, &batches[1..]))
+            .unwrap_err();
+        assert!(
+            matches!(err, WalError::RepairMismatch { .. }),
+            "{case}: {err}"
+        );
+        assert!(!seg.log_path.exists(), "{case}");
+        // The re-fetched batches write the segment again, byte for byte.
+        rt().block_on(wal.repair_range(seg.base_offset, &batches))
+            .unwrap();
+        assert_eq!(std::fs::read(&seg.log_path).unwrap(), original, "{case}");
+        assert_eq!(
+            std::fs::read(&seg.index_path).unwrap(),
+            original_index,
+            "{case}"
+        );
+        assert_all_intact(&wal, 30);
+        drop(wal);
+        let wal = Wal::open(dir.path(), small_config(SyncMode::FsyncBatch)).unwrap();
+        assert!(wal.damaged_ranges().is_empty(), "{case}");
+        assert!(wal.recovery_report().lost_segments.is_empty(), "{case}");
+        assert_all_intact(&wal, 30);
+    }
+}
+
+#[test]
+fn retention_deletes_a_lost_segment_and_its_index_and_a_skip_reads_it_as_a_hole() {
+    let dir = tempfile::tempdir().unwrap();
+    fill_on(Arc::new(FsStorage), dir.path(), 30);
+    let wal = Wal::open(dir.path(), small_config(SyncMode::FsyncBatch)).unwrap();
+    let sealed = wal.sealed_segments();
+    drop(wal);
+    for seg in &sealed[..2] {
+        std::fs::remove_file(&seg.log_path).unwrap();
+    }
+    let wal = Wal::open(
+        dir.path(),
+        WalConfig {
+            retention_max_bytes: Some(1),
+            ..small_config(SyncMode::FsyncBatch)
+        },
+    )
+    .unwrap();
+    assert_eq!(wal.damaged_ranges().len(), 2);
+    // The oldest (archived, say) goes the way of any segment.
+    let report = wal.apply_retention(sealed[0].next_offset, 0).unwrap();
+    assert_eq!(
+        report.deleted,
+        vec![(sealed[0].base_offset, sealed[0].next_offset, 0)]
+    );
+    assert!(!sealed[0].index_path.exists());
+    assert_eq!(wal.log_start_offset(), sealed[1].base_offset);
+    // The next one, skipped by an operator: a declared hole for readers.
+    // Nothing is rewritten (a segment of nothing cannot be written).
+    let (first, end) = (sealed[1].base_offset, sealed[1].next_offset);
+    assert!(rt().block_on(wal.skip_damaged(first, end)).is_err());
+    match wal.read(first, 1024) {
+        Err(WalError::Unreadable(r)) => {
+            assert_eq!(
+                (r.first_offset, r.end_offset, r.kind),
+                (first, end, UnreadableKind::Hole)
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    let (records, _) = read_around(&wal);
+    assert_eq!(records.len() as u64, 30 - end);
+}

@@ -63,10 +63,12 @@ impl Wal {
             // never ours, and recovery reports it as lost data.
             for name in [segment::index_file_name(base), log_file_name(base)] {
                 let path = dir.join(name);
-                self.shared
-                    .storage
-                    .remove(&path)
-                    .map_err(io_err("remove", &path))?;
+                match self.shared.storage.remove(&path) {
+                    // A lost segment's data file (recovery found only its
+                    // index): nothing to remove.
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound && bytes == 0 => {}
+                    removed => removed.map_err(io_err("remove", &path))?,
+                }
                 self.shared
                     .storage
                     .sync_dir(dir)

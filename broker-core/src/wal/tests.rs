@@ -612,7 +612,7 @@ fn recovery_removes_tmp_files_and_reports_and_keeps_orphan_indexes() {
 }
 
 #[test]
-fn a_deleted_oldest_segment_is_reported_lost_with_its_range_and_retention_leaves_no_orphan() {
+fn a_deleted_oldest_segment_is_reported_lost_and_damaged_and_retention_leaves_no_orphan() {
     let dir = tempfile::tempdir().unwrap();
     let config = small_config(SyncMode::FsyncBatch);
     fill(dir.path(), &config, 45);
@@ -628,7 +628,15 @@ fn a_deleted_oldest_segment_is_reported_lost_with_its_range_and_retention_leaves
         wal.recovery_report().lost_segments,
         vec![(sealed[0].base_offset, Some(sealed[0].next_offset))]
     );
-    assert_eq!(wal.log_start_offset(), sealed[1].base_offset);
+    // Its range is damaged (re-fetched by the broker), not cut off.
+    assert_eq!(wal.log_start_offset(), sealed[0].base_offset);
+    assert_eq!(
+        wal.damaged_ranges()
+            .iter()
+            .map(|r| (r.first_offset, r.end_offset))
+            .collect::<Vec<_>>(),
+        vec![(sealed[0].base_offset, sealed[0].next_offset)]
+    );
     assert!(sealed[0].index_path.exists(), "the evidence is kept");
     drop(wal);
     std::fs::remove_file(&sealed[0].index_path).unwrap();

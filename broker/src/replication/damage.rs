@@ -2,8 +2,10 @@
 //!
 //! - **Found**: a background pass CRC-checks the sealed segments of every
 //!   open topic at a bounded rate (`[wal] scrub_bytes_per_sec`,
-//!   [`Wal::scrub_segment`]); reads find damage too. Either way the WAL
-//!   lists the range once ([`Wal::damaged_ranges`]) and logs it once.
+//!   [`Wal::scrub_segment`]); reads find damage too, and opening a WAL
+//!   lists a sealed segment whose data file is gone (its index kept) as
+//!   one damaged range. Either way the WAL lists the range once
+//!   ([`Wal::damaged_ranges`]) and logs it once.
 //! - **Reported**: `/health` (`degraded`, with the ranges), the metrics
 //!   `tributary_broker_damaged_ranges` / `tributary_broker_damaged_offsets`,
 //!   the admin API's topic view and `tribctl topics describe`.
