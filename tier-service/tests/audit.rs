@@ -159,3 +159,58 @@ fn an_emptied_bucket_is_noticed_within_one_audit_interval_and_repaired_from_the_
     assert!(report.has_errors(), "lost data is an error of the run");
     assert!(h.violations().is_empty(), "{:?}", h.violations());
 }
+
+/// A second tier service pointed at another (empty) bucket: its audit
+/// finds every object "missing", and the broker, which reads the objects
+/// in its own bucket, refutes each mark (`409 object_intact`). Nothing is
+/// marked in Raft; the error names the cause.
+#[test]
+fn a_tier_service_reading_another_bucket_cannot_mark_archived_segments_missing() {
+    let h = Harness::new(&["/ns/elsewhere"]);
+    let topic = h.topics[0].clone();
+    let keys = StorageKeys::default();
+    h.write(1500, 20);
+    let run = |config: tributary_tier::TierConfig| {
+        h.runtime
+            .block_on(service::run(
+                config,
+                Faults::none(),
+                true,
+                std::future::pending(),
+            ))
+            .unwrap()
+    };
+    let report = run(h.tier_config());
+    assert!(!report.has_errors(), "{report:?}");
+    let descriptors = h.descriptors(&topic);
+    assert!(descriptors.len() >= 3, "{descriptors:?}");
+    assert_eq!(
+        h.wal(&topic).log_start_offset(),
+        descriptors.last().unwrap().next_offset(),
+        "tiered segments trimmed: no local copy to upload again"
+    );
+
+    let other = tempfile::tempdir().unwrap();
+    let mut misconfigured = h.tier_config();
+    misconfigured.store.url = Some(other.path().display().to_string());
+    let report = run(misconfigured);
+    let audit = report.audits.last().expect("an audit ran");
+    assert!(
+        audit
+            .errors
+            .iter()
+            .any(|(t, e)| t == topic.as_str() && e.contains("object_intact")),
+        "{audit:?}"
+    );
+    let marks = h
+        .runtime
+        .block_on(h.store.list(&keys.missing_prefix(&topic)))
+        .unwrap();
+    assert!(marks.is_empty(), "{marks:?}");
+    // The archive is untouched: the real bucket still holds every object.
+    let stored = h.objects(&topic);
+    for d in &descriptors {
+        assert_eq!(stored.get(&d.object_id), Some(&d.size), "{}", d.object_id);
+    }
+    assert!(h.violations().is_empty(), "{:?}", h.violations());
+}

@@ -438,10 +438,15 @@ fn start_param(start: &str) -> Result<u64, ApiError> {
     })
 }
 
+/// Writes a missing-object mark. With `[archive]` the broker first reads
+/// the object's footer in its own bucket, as the audit does: an object
+/// intact there refutes the mark (`409 object_intact`), so a tier service
+/// pointed at another bucket cannot mark every archived segment missing.
 async fn mark_missing(
     State(state): State<AdminState>,
     Path((namespace, topic, start)): Path<(String, String, String)>,
     params: Result<Query<PrefixQuery>, QueryRejection>,
+    archive: Option<Extension<StorageArchive>>,
     body: Bytes,
 ) -> ApiResult {
     let topic = topic_from_path(&namespace, &topic)?;
@@ -459,17 +464,40 @@ async fn mark_missing(
         )
         .with("field", json!("start_offset")));
     }
-    if state
+    let Some(descriptor) = state
         .store
         .get(&keys.segment_descriptor(&topic, start))
         .await
         .map_err(StorageError::from)?
-        .is_none()
-    {
+    else {
         return Err(StorageError::NotFound {
             key: keys.segment_descriptor(&topic, start),
         }
         .into());
+    };
+    if let Some(Extension(StorageArchive(archive))) = archive {
+        let descriptor: SegmentDescriptor = serde_json::from_value(descriptor).map_err(|e| {
+            StorageError::Inconsistent(format!(
+                "descriptor of {topic} at {start} does not parse: {e}"
+            ))
+        })?;
+        match super::verify_object(&archive, &descriptor).await {
+            Ok(()) => {
+                return Err(StorageError::Refused {
+                    kind: "object_intact",
+                    message: format!(
+                        "object {} of {topic} {start}..={} is intact in this broker's archive \
+                         bucket (size and footer checksum as described): the reporting tier \
+                         service reads another bucket or prefix; check its [store] against the \
+                         broker's [archive.store]",
+                        descriptor.object_id, descriptor.end_offset
+                    ),
+                }
+                .into());
+            }
+            Err(StorageError::Refused { .. }) => {}
+            Err(e) => return Err(e.into()),
+        }
     }
     let key = keys.missing(&topic, start);
     let value = json!(mark);
