@@ -1048,6 +1048,14 @@ fn bad_inputs_get_clear_4xx_errors() {
             message.contains(needle),
             "{method} {path}: {message:?} lacks {needle:?}"
         );
+        // The field is named once ("subscription: ...", never
+        // "subscription: subscription: ...").
+        if let Some((field, rest)) = message.split_once(": ") {
+            assert!(
+                !rest.starts_with(&format!("{field}:")),
+                "{method} {path}: {message:?} names its field twice"
+            );
+        }
     }
     // Foreign lease.
     let other = h.attach(JOBS, "w", SubscriptionType::Shared);

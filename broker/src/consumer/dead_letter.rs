@@ -144,7 +144,7 @@ impl ConsumerService {
                 .map_err(|e| ConsumerError::Internal(format!("dead_letter_topic {t}: {e}")))?,
             None => topic
                 .with_suffix("-dlq")
-                .map_err(|e| invalid("topic", e.to_string()))?,
+                .map_err(|e| invalid("topic", format!("topic: {e}")))?,
         };
         let replay_name = SubscriptionName::new(&format!("replay.{name}")).map_err(|e| {
             invalid(

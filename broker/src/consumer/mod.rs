@@ -108,11 +108,12 @@ impl Default for ConsumerConfig {
 #[non_exhaustive]
 pub enum ConsumerError {
     /// Bad input naming the field (400).
-    #[error("{field}: {message}")]
+    #[error("{message}")]
     Invalid {
         /// The request field.
         field: String,
-        /// What is wrong.
+        /// What is wrong, starting with the field's name
+        /// (`subscription: ...`).
         message: String,
     },
     /// An offset outside what the topic holds (400).
