@@ -213,6 +213,19 @@ listen = "{mqtt}"
         }
     }
 
+    /// As [`MqttEdge::new`], the agent's stdout and stderr appended to
+    /// `log` (at `info` and above, so its log lines can be checked).
+    pub fn logged(dir: &Path, intent: &str, mqtt_extra: &str, log: &Path) -> MqttEdge {
+        let mut edge = MqttEdge::new(dir, intent, mqtt_extra);
+        let mut cmd = Command::new(bin_path("edge-agent"));
+        cmd.arg("run")
+            .arg("--config")
+            .arg(dir.join("edge.toml"))
+            .env("RUST_LOG", "info");
+        edge.edge = Proc::logged("edge-agent", cmd, log).expect("edge log file");
+        edge
+    }
+
     /// Starts the agent and waits (10 s at most) for its MQTT port.
     pub fn start(&mut self) {
         self.edge.start();

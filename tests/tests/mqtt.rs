@@ -208,7 +208,8 @@ fn mqtt_bad_input_gets_its_reason_code_and_the_agent_keeps_serving() {
         "password_file = \"{}\"\nmax_packet_bytes = 4096\n{RULES}",
         passwords.display()
     );
-    let mut edge = MqttEdge::new(dir.path(), "event_stream", &extra);
+    let log = dir.path().join("edge.log");
+    let mut edge = MqttEdge::logged(dir.path(), "event_stream", &extra, &log);
     edge.start();
     let good = |n: &str| {
         let out = mosquitto_pub(
@@ -290,6 +291,15 @@ fn mqtt_bad_input_gets_its_reason_code_and_the_agent_keeps_serving() {
         answer,
         Vec::<u8>::new(),
         "no PUBACK for an oversized PUBLISH"
+    );
+    // A 3.1.1 client only sees its connection drop: the agent says why.
+    let text = std::fs::read_to_string(&log).expect("edge log");
+    assert!(
+        text.lines().any(|l| l.contains("WARN")
+            && l.contains("mqtt connection closed by the agent")
+            && l.contains("PacketTooLarge")
+            && l.contains("4096")),
+        "no log line for the oversized PUBLISH:\n{text}"
     );
     let big_payload = "y".repeat(8192);
     let out = mosquitto_pub(
