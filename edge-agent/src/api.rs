@@ -7,7 +7,7 @@
 //! | `POST /v1/topics/{ns}/{topic}/batch` | publish an NDJSON batch ([`crate::ndjson`]), all or nothing |
 //! | `GET /v1/topics` | every topic with its counters ([`AgentStats`]) |
 //! | `GET /v1/topics/{ns}/{topic}` | one topic ([`crate::topic::TopicStats`]) |
-//! | `GET /health` | `{"status":"ok",...}` with `replication` (`state` connected / disconnected / not_configured, `connected_broker`, `last_error`, `stalled_for_ms`, `unhealthy_after_ms`, `stalls`, per-topic `lag_records`); `"degraded"` with `faults` naming each topic whose WAL is latched (a full disk) and its path, and `damaged` naming each unreadable offset range of a WAL (topic, `first_offset`, `end_offset`, `kind`, `reason`); 503 `"unhealthy"` once nothing could leave the device for longer than `[replication] unhealthy_after_ms` ([`crate::health`]); 503 while shutting down |
+//! | `GET /health` | `{"status":"ok",...}` with `replication` (`state` connected / disconnected / not_configured, `connected_broker`, `last_error` and its age `last_error_age_ms` (kept after a reconnect until the next failure), `stalled_for_ms`, `unhealthy_after_ms`, `stalls`, per-topic `lag_records`); `"degraded"` with `faults` naming each topic whose WAL is latched (a full disk) and its path, and `damaged` naming each unreadable offset range of a WAL (topic, `first_offset`, `end_offset`, `kind`, `reason`); 503 `"unhealthy"` once nothing could leave the device for longer than `[replication] unhealthy_after_ms` ([`crate::health`]); 503 while shutting down |
 //! | `GET /metrics` | OpenMetrics text ([`crate::metrics`]) |
 //!
 //! Publish responses are sent once the batch is durable per the topic's
@@ -393,6 +393,7 @@ fn replication_health(
         "state": state,
         "connected_broker": link.connected_broker,
         "last_error": link.last_error,
+        "last_error_age_ms": link.last_error_at.map(|at| ms(at.elapsed())),
         "stalled_for_ms": stall.map(|(r, _)| ms(r.stalled_for)),
         "unhealthy_after_ms": stall.map(|(_, after)| ms(*after)),
         "stalls": stall.map(|(r, _)| r.reasons.clone()).unwrap_or_default(),

@@ -162,7 +162,7 @@ async fn publish_one_and_batch_with_exact_offsets_and_bytes() {
         health.body,
         json!({"status": "ok", "edge_id": "e1", "topics": 1, "faults": [], "damaged": [],
                "replication": {"state": "not_configured", "connected_broker": null,
-                               "last_error": null, "stalled_for_ms": null,
+                               "last_error": null, "last_error_age_ms": null, "stalled_for_ms": null,
                                "unhealthy_after_ms": null, "stalls": [],
                                "topics": [{"topic": "/e1/t",
                                "high_water_mark": 5, "acknowledged_offset": 0,

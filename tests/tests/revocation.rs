@@ -123,6 +123,21 @@ fn a_revoked_edge_is_refused_by_all_three_brokers_with_the_reason() {
     assert_eq!(edge_offsets(fleet.edge_api, TOPIC), Some((60, 50)));
     let health = edge_get(fleet.edge_api, "/health").expect("health");
     assert_eq!(health["replication"]["state"], "disconnected", "{health}");
+    // The refusal is the last error, seconds old at most (the agent keeps
+    // retrying with backoff).
+    let replication = &health["replication"];
+    assert!(
+        replication["last_error"]
+            .as_str()
+            .is_some_and(|e| e.contains(REASON)),
+        "{health}"
+    );
+    assert!(
+        replication["last_error_age_ms"]
+            .as_u64()
+            .is_some_and(|age| age <= revoked_at.elapsed().as_millis() as u64),
+        "{health}"
+    );
 
     // These brokers have no [enroll] CA: they mint and revoke, but sign
     // nothing.

@@ -172,6 +172,9 @@ pub struct LinkStatus {
     /// The last connection failure (`broker: error`), kept after a
     /// reconnect until the next failure replaces it.
     pub last_error: Option<String>,
+    /// When `last_error` happened (monotonic: a device clock set late
+    /// does not change its age).
+    pub last_error_at: Option<std::time::Instant>,
 }
 
 impl ReplicationStats {
@@ -344,6 +347,7 @@ pub async fn run(
             l.connected_broker = None;
             if let Some(reason) = &reason {
                 l.last_error = Some(format!("{addr}: {reason}"));
+                l.last_error_at = Some(std::time::Instant::now());
             }
         });
         let reason = reason.unwrap_or_default();
