@@ -332,6 +332,19 @@ fn a_damaged_sealed_central_segment_is_reported_refetched_from_the_edge_and_tier
     pair.broker.start();
     open_topic(&pair);
     assert_reported(&pair, damaged);
+    // A peek shows the records before the damage and says where it stopped.
+    let (status, text) = tribctl(&pair, &["topics", "peek", TOPIC, "-n", "1000"]);
+    assert_eq!(status, 0, "{text}");
+    assert!(
+        text.starts_with(&format!("{TOPIC}: {} record(s)", damaged.0)),
+        "{text}"
+    );
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("stopped before damage: ")
+                && l.contains(&format!("{}..{}", damaged.0, damaged.1))),
+        "{text}"
+    );
 
     // The edge reconnects: the broker asks it for the range, and heals.
     pair.edge.start();

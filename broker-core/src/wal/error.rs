@@ -172,24 +172,32 @@ impl UnreadableRange {
     }
 }
 
-impl std::fmt::Display for UnreadableRange {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+impl UnreadableRange {
+    /// What is wrong with the range, without its offsets: `N damaged bytes
+    /// at byte P of segment S: reason`, or that it is a declared hole.
+    pub fn detail(&self) -> String {
         match &self.kind {
             UnreadableKind::Damaged {
                 segment_base,
                 position,
                 bytes,
                 reason,
-            } => write!(
-                f,
-                "offsets {}..{} unreadable: {bytes} damaged bytes at byte {position} of segment {segment_base}: {reason}",
-                self.first_offset, self.end_offset
+            } => format!(
+                "{bytes} damaged bytes at byte {position} of segment {segment_base}: {reason}"
             ),
-            UnreadableKind::Hole => write!(
-                f,
-                "offsets {}..{} are a declared hole (no record is stored for them)",
-                self.first_offset, self.end_offset
-            ),
+            UnreadableKind::Hole => "a declared hole (no record is stored for them)".into(),
+        }
+    }
+}
+
+impl std::fmt::Display for UnreadableRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (first, end) = (self.first_offset, self.end_offset);
+        match &self.kind {
+            UnreadableKind::Damaged { .. } => {
+                write!(f, "offsets {first}..{end} unreadable: {}", self.detail())
+            }
+            UnreadableKind::Hole => write!(f, "offsets {first}..{end} are {}", self.detail()),
         }
     }
 }

@@ -26,7 +26,7 @@ pub fn gap_for(from: u64, range: &UnreadableRange) -> Gap {
             UnreadableKind::Damaged { .. } => GapKind::Damaged,
             UnreadableKind::Hole => GapKind::Hole,
         },
-        reason: range.to_string(),
+        reason: range.detail(),
     }
 }
 

@@ -346,8 +346,16 @@ pub fn run(ctx: &Context<'_>, command: &TopicsCommand) -> Result<String, Command
                 query.push(("offset", offset.to_string()));
             }
             let query: Vec<(&str, &str)> = query.iter().map(|(k, v)| (*k, v.as_str())).collect();
-            let value = client.get(&format!("{}/records", topic_path(topic)?), &query)?;
-            ctx.render(value, |r: ReceiveResponse| peek_text(topic, &r))
+            let path = format!("{}/records", topic_path(topic)?);
+            let value = client.get(&path, &query)?;
+            let stopped = stopped_before_damage(&client, &path, &value, *max_messages);
+            ctx.render(value, |r: ReceiveResponse| {
+                let mut text = peek_text(topic, &r);
+                if let Some(line) = &stopped {
+                    text.push_str(line);
+                }
+                text
+            })
         }
         TopicsCommand::Seek {
             topic,
@@ -428,6 +436,32 @@ struct Unloaded {
 struct UnloadState {
     last_committed_offset: Option<u64>,
     next_offset: u64,
+}
+
+/// A peek returns the good records before a damaged range and stops there
+/// without naming it (a read that starts in it is refused, naming it). When
+/// `value` holds fewer than `max` records and stops below the high-water
+/// mark, one more read from its cursor asks why: the line to print when
+/// that is damage.
+fn stopped_before_damage(
+    client: &crate::client::AdminClient,
+    path: &str,
+    value: &serde_json::Value,
+    max: u32,
+) -> Option<String> {
+    let r: ReceiveResponse = serde_json::from_value(value.clone()).ok()?;
+    if r.messages.len() >= max as usize || r.cursor >= r.high_water_mark {
+        return None;
+    }
+    let cursor = r.cursor.to_string();
+    match client.get(path, &[("offset", cursor.as_str()), ("max_messages", "1")]) {
+        Err(tributary_api::client::ClientError::Api { kind, message, .. })
+            if kind == "damaged_range" =>
+        {
+            Some(format!("stopped before damage: {message}\n"))
+        }
+        _ => None,
+    }
 }
 
 fn peek_text(topic: &str, r: &ReceiveResponse) -> String {
