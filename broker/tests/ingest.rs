@@ -135,6 +135,7 @@ fn hello_asking(topic: &str, ack_datagrams: bool) -> Frame {
         settings: Some(StreamIntent::TaskQueue.expand()),
         ack_datagrams,
         progress: false,
+        tip: false,
     })
 }
 
@@ -235,6 +236,29 @@ async fn ingest_accepts_acks_dedups_and_refuses_bad_input() {
     );
     let resume = exchange(&conn, &encode(&[hello("/plant1/power")])).await;
     assert_eq!(resume, vec![Frame::Welcome { high_water_mark: 9 }]);
+    // An edge that asks for the tip gets the last batch (5..9) before the
+    // Welcome, its CRC as stored; a topic with no batch has no tip.
+    let mut asking = hello("/plant1/power");
+    if let Frame::Hello(h) = &mut asking {
+        h.tip = true;
+    }
+    let resume = exchange(&conn, &encode(&[asking.clone()])).await;
+    assert_eq!(
+        resume,
+        vec![
+            Frame::Tip {
+                base_offset: 5,
+                next_offset: 9,
+                crc32c: batches[2].header().crc,
+            },
+            Frame::Welcome { high_water_mark: 9 }
+        ]
+    );
+    if let Frame::Hello(h) = &mut asking {
+        h.topic = "/plant1/empty".into();
+    }
+    let resume = exchange(&conn, &encode(&[asking])).await;
+    assert_eq!(resume, vec![Frame::Welcome { high_water_mark: 0 }]);
 
     // Refusals on streams; each stores nothing.
     let cases: Vec<(Vec<u8>, ErrorCode)> = vec![

@@ -441,6 +441,16 @@ async fn handle_stream(
                     match opened {
                         Ok(opened) => {
                             let resume = opened.high_water_mark();
+                            let tip = if ingest.wants_tip() {
+                                let wal = Arc::clone(&opened);
+                                tokio::task::spawn_blocking(move || last_batch(&wal, resume))
+                                    .await
+                                    .ok()
+                                    .flatten()
+                                    .and_then(|(base, next, crc)| ingest.tip(base, next, crc))
+                            } else {
+                                None
+                            };
                             let welcome = ingest.welcome(resume);
                             info!(edge = %identity, %topic, resume, "edge stream opened");
                             wal = Some(opened);
@@ -448,6 +458,11 @@ async fn handle_stream(
                             opened_topic = Some(topic.clone());
                             let acks = Out::Acknowledger(ingest.acknowledger(stream_id));
                             if out.send(acks).await.is_err() {
+                                break 'stream None;
+                            }
+                            if let Some(tip) = tip
+                                && out.send(Out::Frame(tip)).await.is_err()
+                            {
                                 break 'stream None;
                             }
                             if out.send(Out::Frame(welcome)).await.is_err() {
@@ -677,4 +692,23 @@ async fn handle_stream(
     if close_connection {
         connection.close(2u32.into(), b"broker lost its lease");
     }
+}
+
+/// `(base_offset, next_offset, crc32c)` of the batch holding offset
+/// `high_water_mark - 1` of `wal` (the central log's last batch, for the
+/// edge's `Tip` check), or `None` when there is none: an empty log, a log
+/// that starts at its high-water mark (a new owner starting at the
+/// archive's end), or a last offset in a hole or a damaged range.
+fn last_batch(wal: &Wal, high_water_mark: u64) -> Option<(u64, u64, u32)> {
+    let last = high_water_mark.checked_sub(1)?;
+    if last < wal.log_start_offset() {
+        return None;
+    }
+    let batches = wal.read(last, 1).ok()?;
+    let header = batches.first()?.header();
+    (header.next_offset() == high_water_mark).then_some((
+        header.base_offset,
+        header.next_offset(),
+        header.crc,
+    ))
 }

@@ -102,6 +102,19 @@ pub enum EdgeEvent {
         /// Shortest time between two `Progress` frames, ms.
         interval_ms: u32,
     },
+    /// Before its `Welcome` (streams made [`EdgeStream::with_tip_check`]):
+    /// the central log's last batch. The driver reads the local batch at
+    /// `base_offset`; when the local WAL holds that offset but no batch
+    /// starts there with this CRC, the broker's records are not this
+    /// edge's: stop with [`EdgeError::Diverged`].
+    Tip {
+        /// The central batch's base offset.
+        base_offset: u64,
+        /// Its next offset.
+        next_offset: u64,
+        /// Its CRC-32C.
+        crc32c: u32,
+    },
 }
 
 /// How the edge answers a [`EdgeEvent::Refetch`].
@@ -141,6 +154,24 @@ pub enum EdgeError {
         broker: u64,
         /// Local high-water mark.
         local: u64,
+    },
+    /// The central log's last batch (a [`EdgeEvent::Tip`]) is not the
+    /// local batch at the same offset: the broker's records there came
+    /// from another log (a second device with this identity, or this
+    /// device's log replaced). Nothing is sent or acknowledged; the local
+    /// records stay. Needs an operator.
+    #[error(
+        "the broker's records at offsets {base_offset}..{next_offset} are not this edge's ({reason}): \
+         another device replicates this topic with the same edge id, or this device's log was \
+         replaced; nothing is sent and the local records are kept"
+    )]
+    Diverged {
+        /// Base offset of the central batch.
+        base_offset: u64,
+        /// Its next offset.
+        next_offset: u64,
+        /// What the local log holds there instead.
+        reason: String,
     },
     /// The broker needs records the edge already deleted (only possible if
     /// the central topic lost data or `drop_oldest` dropped unreplicated
@@ -189,6 +220,8 @@ pub struct EdgeStream {
     archived: u64,
     in_flight: VecDeque<InFlight>,
     in_flight_bytes: usize,
+    /// The Hello asks for the central log's last batch ([`Frame::Tip`]).
+    tip_check: bool,
     /// Refetch requests not yet answered, oldest first, with the next
     /// offset of the answer.
     refetches: VecDeque<(u64, u64, u64)>,
@@ -217,10 +250,20 @@ impl EdgeStream {
             archived: 0,
             in_flight: VecDeque::new(),
             in_flight_bytes: 0,
+            tip_check: false,
             refetches: VecDeque::new(),
             progress_interval_ms: None,
             progress_sent: None,
         }
+    }
+
+    /// The same stream, asking the broker for the central log's last batch
+    /// before its `Welcome` ([`EdgeEvent::Tip`]), which the driver must
+    /// check against the local WAL.
+    #[must_use]
+    pub fn with_tip_check(mut self) -> EdgeStream {
+        self.tip_check = true;
+        self
     }
 
     /// The first frame to send. It asks for acknowledgement datagrams (the
@@ -233,6 +276,7 @@ impl EdgeStream {
             settings: self.settings.clone(),
             ack_datagrams: true,
             progress: true,
+            tip: self.tip_check,
         })
     }
 
@@ -269,6 +313,18 @@ impl EdgeStream {
                     from: high_water_mark,
                 })
             }
+            (
+                State::AwaitWelcome,
+                Frame::Tip {
+                    base_offset,
+                    next_offset,
+                    crc32c,
+                },
+            ) if self.tip_check => Ok(EdgeEvent::Tip {
+                base_offset,
+                next_offset,
+                crc32c,
+            }),
             (State::AwaitWelcome, Frame::Redirect(redirect)) => {
                 Err(EdgeError::Redirected(redirect))
             }
@@ -544,5 +600,6 @@ fn frame_name(frame: &Frame) -> &'static str {
         Frame::Archived { .. } => "archived",
         Frame::ProgressRequest { .. } => "progress_request",
         Frame::Progress { .. } => "progress",
+        Frame::Tip { .. } => "tip",
     }
 }

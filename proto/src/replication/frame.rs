@@ -31,6 +31,10 @@
 //!            mark in Progress frames, at most once per interval
 //! 13 Progress u64 high_water_mark (edge → broker, only after a
 //!            ProgressRequest): the edge WAL's next offset for the topic
+//! 14 Tip      u64 base_offset | u64 next_offset | u32 crc32c (broker → edge,
+//!            just before Welcome, only when the Hello set "tip"): the
+//!            central log's last batch, so the edge can check that the
+//!            records the broker holds are its own
 //! ```
 //!
 //! Protocol version 2 added `Redirect`, `Archived` and the
@@ -69,6 +73,15 @@
 //! `ProgressRequest`, which a broker sends only to such an edge. Neither
 //! side ever receives a frame type it does not know.
 //!
+//! `Tip` (the same negotiation, within protocol 2): an edge whose `Hello`
+//! sets `"tip":true` gets the central log's last batch (its base offset,
+//! next offset and batch CRC) before the `Welcome`, when the broker holds
+//! one. Batches travel verbatim, so an edge that wrote them holds a batch
+//! starting at that offset with that CRC; any other edge (a second device
+//! with the same identity, a reflashed one that published before it could
+//! connect) finds a different batch and stops instead of taking the
+//! broker's records for its own.
+//!
 //! Decoding is bounded: a frame longer than the decoder's limit is refused
 //! before anything is allocated, and a zstd batch may not inflate beyond
 //! `max_batch_bytes`.
@@ -103,6 +116,7 @@ const REDIRECT: u8 = 10;
 const ARCHIVED: u8 = 11;
 const PROGRESS_REQUEST: u8 = 12;
 const PROGRESS: u8 = 13;
+const TIP: u8 = 14;
 /// Bytes of a `Hole` payload before its reason.
 const HOLE_FIXED_BYTES: usize = 17;
 
@@ -166,6 +180,11 @@ pub struct Hello {
     /// brokers ignore the field and never ask.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub progress: bool,
+    /// The edge checks the central log's last batch against its own
+    /// ([`Frame::Tip`], sent only then). Absent (false) from edges that
+    /// predate it; older brokers ignore the field and send no `Tip`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub tip: bool,
 }
 
 /// Why a stream is refused or closed; carried in an `Error` frame.
@@ -349,6 +368,16 @@ pub enum Frame {
         /// The edge's high-water mark.
         high_water_mark: u64,
     },
+    /// Broker → edge, just before `Welcome`, only on a stream whose `Hello`
+    /// set `tip`: the last batch of the central log, when it holds one.
+    Tip {
+        /// The batch's base offset.
+        base_offset: u64,
+        /// Its next offset (base offset plus record count).
+        next_offset: u64,
+        /// Its CRC-32C as stored in the batch header.
+        crc32c: u32,
+    },
 }
 
 /// Why bytes are not a valid frame.
@@ -481,6 +510,16 @@ impl Frame {
             Frame::Progress { high_water_mark } => {
                 out.put_u8(PROGRESS);
                 out.put_u64_le(*high_water_mark);
+            }
+            Frame::Tip {
+                base_offset,
+                next_offset,
+                crc32c,
+            } => {
+                out.put_u8(TIP);
+                out.put_u64_le(*base_offset);
+                out.put_u64_le(*next_offset);
+                out.put_u32_le(*crc32c);
             }
         }
         let length = (out.len() - start - 4) as u32;
@@ -671,6 +710,20 @@ pub fn decode(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Frame>, Fram
                 high_water_mark: body.get_u64_le(),
             }
         }
+        TIP => {
+            if body.len() != 20 {
+                return Err(malformed("tip", "payload is not 20 bytes"));
+            }
+            let (base_offset, next_offset) = (body.get_u64_le(), body.get_u64_le());
+            if next_offset <= base_offset {
+                return Err(malformed("tip", "next_offset not above base_offset"));
+            }
+            Frame::Tip {
+                base_offset,
+                next_offset,
+                crc32c: body.get_u32_le(),
+            }
+        }
         ACK => {
             if body.len() != 8 {
                 return Err(malformed("ack", "payload is not 8 bytes"));
@@ -777,6 +830,7 @@ mod tests {
                 settings: Some(StreamIntent::EventStream.expand()),
                 ack_datagrams: true,
                 progress: true,
+                tip: true,
             }),
             Frame::Welcome {
                 high_water_mark: 77,
@@ -815,11 +869,16 @@ mod tests {
             Frame::Progress {
                 high_water_mark: u64::MAX - 1,
             },
+            Frame::Tip {
+                base_offset: 40,
+                next_offset: 60,
+                crc32c: 0xdead_beef,
+            },
         ]
     }
 
     #[test]
-    fn progress_frames_have_exact_bytes_and_refuse_wrong_lengths() {
+    fn progress_and_tip_frames_have_exact_bytes_and_refuse_wrong_lengths() {
         let limits = Limits::default();
         assert_eq!(
             Frame::ProgressRequest { interval_ms: 500 }
@@ -835,10 +894,32 @@ mod tests {
             .as_ref(),
             [9, 0, 0, 0, PROGRESS, 2, 1, 0, 0, 0, 0, 0, 0]
         );
+        assert_eq!(
+            Frame::Tip {
+                base_offset: 1,
+                next_offset: 3,
+                crc32c: 0x0403_0201
+            }
+            .to_bytes()
+            .as_ref(),
+            [
+                21, 0, 0, 0, TIP, 1, 0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 0, 0, 0, 0, 1, 2, 3, 4
+            ]
+        );
         for (kind, payload) in [
             (PROGRESS_REQUEST, vec![0; 4]),
             (PROGRESS_REQUEST, vec![1; 8]),
             (PROGRESS, vec![1; 4]),
+            (TIP, vec![1; 16]),
+            // next_offset not above base_offset
+            (
+                TIP,
+                [[5u8; 8], [5u8; 8]]
+                    .concat()
+                    .into_iter()
+                    .chain([0; 4])
+                    .collect(),
+            ),
         ] {
             let mut wire = BytesMut::new();
             wire.put_u32_le(payload.len() as u32 + 1);

@@ -42,6 +42,7 @@ fn streaming_broker(high_water_mark: u64) -> IngestStream {
         settings: Some(StreamIntent::TaskQueue.expand()),
         ack_datagrams: false,
         progress: false,
+        tip: false,
     }));
     assert!(matches!(opened, IngestAction::Open(..)));
     let _ = broker.welcome(high_water_mark);

@@ -118,6 +118,8 @@ pub struct IngestStream {
     ack_datagrams: bool,
     /// The accepted Hello offered `Progress` frames.
     progress_offered: bool,
+    /// The Hello asked for the central log's last batch (`Tip`).
+    tip_offered: bool,
     /// A `ProgressRequest` was sent: `Progress` frames are welcome.
     progress_requested: bool,
     /// Refetch requests sent and not fully answered, oldest first:
@@ -176,6 +178,7 @@ impl IngestStream {
             state: State::AwaitHello,
             ack_datagrams: false,
             progress_offered: false,
+            tip_offered: false,
             progress_requested: false,
             refetches: std::collections::VecDeque::new(),
         }
@@ -226,6 +229,7 @@ impl IngestStream {
                 self.state = State::AwaitOpen;
                 self.ack_datagrams = hello.ack_datagrams;
                 self.progress_offered = hello.progress;
+                self.tip_offered = hello.tip;
                 IngestAction::Open(hello, topic)
             }
             (State::Streaming { .. }, Frame::Batch { codec, payload }) => {
@@ -454,6 +458,24 @@ impl IngestStream {
         Some(Frame::ProgressRequest {
             interval_ms: interval_ms.max(1),
         })
+    }
+
+    /// The `Tip` frame naming the central log's last batch (`base_offset`,
+    /// `next_offset`, `crc32c`), to send just before the welcome; `None`
+    /// (send nothing) when the Hello did not ask for it (an edge that
+    /// predates it would refuse the frame) or after the welcome.
+    pub fn tip(&self, base_offset: u64, next_offset: u64, crc32c: u32) -> Option<Frame> {
+        self.wants_tip().then_some(Frame::Tip {
+            base_offset,
+            next_offset,
+            crc32c,
+        })
+    }
+
+    /// Whether [`IngestStream::tip`] would return a frame: the Hello asked
+    /// for it and the welcome was not sent yet.
+    pub fn wants_tip(&self) -> bool {
+        self.tip_offered && !matches!(self.state, State::Streaming { .. })
     }
 
     /// The welcome frame once the topic is open with `high_water_mark`.

@@ -66,6 +66,7 @@ fn hello(protocol: u32) -> Frame {
         settings: Some(StreamIntent::AuditLog.expand()),
         ack_datagrams: true,
         progress: false,
+        tip: false,
     })
 }
 

@@ -167,9 +167,10 @@ impl Sim {
             Ok(
                 other @ (EdgeEvent::Refetch { .. }
                 | EdgeEvent::Archived { .. }
-                | EdgeEvent::ProgressRequested { .. }),
+                | EdgeEvent::ProgressRequested { .. }
+                | EdgeEvent::Tip { .. }),
             ) => {
-                panic!("no refetch, archive or progress in this simulation: {other:?}")
+                panic!("no refetch, archive, progress or tip in this simulation: {other:?}")
             }
             Err(e) => panic!("edge error: {e}"),
         }
@@ -233,6 +234,46 @@ fn broker_log_is_always_a_prefix_and_converges_over_200_seeds() {
         let result = std::panic::catch_unwind(|| run(seed));
         assert!(result.is_ok(), "simulation failed for seed {seed}");
     }
+}
+
+#[test]
+fn a_tip_is_reported_only_when_asked_and_only_before_the_welcome() {
+    let tip = Frame::Tip {
+        base_offset: 5,
+        next_offset: 9,
+        crc32c: 7,
+    };
+    let mut edge = new_edge().with_tip_check();
+    let Frame::Hello(hello) = edge.hello() else {
+        panic!("hello")
+    };
+    assert!(hello.tip);
+    assert_eq!(
+        edge.on_frame(tip.clone(), 0, 10),
+        Ok(EdgeEvent::Tip {
+            base_offset: 5,
+            next_offset: 9,
+            crc32c: 7
+        })
+    );
+    assert_eq!(
+        edge.on_frame(Frame::Welcome { high_water_mark: 9 }, 0, 10),
+        Ok(EdgeEvent::Resumed { from: 9 })
+    );
+    assert!(matches!(
+        edge.on_frame(tip.clone(), 0, 10),
+        Err(EdgeError::Protocol(_))
+    ));
+    // Not asked: a protocol violation.
+    let mut edge = new_edge();
+    let Frame::Hello(hello) = edge.hello() else {
+        panic!("hello")
+    };
+    assert!(!hello.tip);
+    assert!(matches!(
+        edge.on_frame(tip, 0, 10),
+        Err(EdgeError::Protocol(_))
+    ));
 }
 
 #[test]
@@ -350,6 +391,7 @@ fn open_asking(broker: &mut IngestStream, topic: &str, ack_datagrams: bool) -> I
         settings: Some(StreamIntent::AuditLog.expand()),
         ack_datagrams,
         progress: false,
+        tip: false,
     }))
 }
 

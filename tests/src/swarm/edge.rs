@@ -300,9 +300,12 @@ async fn stream_topic(
                         EdgeEvent::Acked { next_offset } => topic.acknowledged(next_offset, Instant::now()),
                         // Progress reports (13 bytes per topic and second
                         // at most) are left out of the swarm's load.
+                        // The swarm does not ask for the tip (no
+                        // `with_tip_check`), so none comes.
                         EdgeEvent::AlreadyAcked
                         | EdgeEvent::Archived { .. }
-                        | EdgeEvent::ProgressRequested { .. } => {}
+                        | EdgeEvent::ProgressRequested { .. }
+                        | EdgeEvent::Tip { .. } => {}
                         EdgeEvent::Refetch { first_offset, end_offset } => {
                             return Err(format!("the broker asks to re-send {first_offset}..{end_offset}: the swarm does not answer refetches"));
                         }
