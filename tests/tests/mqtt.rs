@@ -392,6 +392,83 @@ fn mqtt_bad_input_gets_its_reason_code_and_the_agent_keeps_serving() {
     assert_eq!(stored, want, "only the good publishes are stored");
 }
 
+/// A persistent 3.1.1 session of `client_id` (clean session 0) on a new
+/// connection, its CONNACK read: the stream, and whether the agent had a
+/// session for it.
+fn persistent_session(addr: SocketAddr, client_id: &str) -> (TcpStream, bool) {
+    let mut connect = connect_v4(client_id, None, 4);
+    let flags = connect.len() - client_id.len() - 2 - 3;
+    connect[flags] = 0; // no clean session, no login
+    let mut s = TcpStream::connect(addr).expect("connect");
+    s.set_read_timeout(Some(Duration::from_secs(5)))
+        .expect("timeout");
+    s.write_all(&connect).expect("CONNECT");
+    let mut connack = [0u8; 4];
+    s.read_exact(&mut connack).expect("CONNACK");
+    assert_eq!(
+        (connack[0], connack[1], connack[3]),
+        (0x20, 2, 0),
+        "accepted"
+    );
+    (s, connack[2] == 1)
+}
+
+/// Sends `packet` and reads the 4-byte acknowledgement that must follow.
+fn ack_of(s: &mut TcpStream, packet: &[u8], expected: [u8; 4]) {
+    s.write_all(packet).expect("write");
+    let mut ack = [0u8; 4];
+    s.read_exact(&mut ack).expect("acknowledgement");
+    assert_eq!(ack, expected, "after {packet:02x?}");
+}
+
+/// A 3.1.1 QoS 2 PUBLISH, without DUP.
+fn publish_qos2_v4(topic: &str, pkid: u16, payload: &[u8]) -> Vec<u8> {
+    let mut packet = publish_v4(topic, pkid, payload);
+    packet[0] = 0x34;
+    packet
+}
+
+/// MQTT 3.1.1 §4.3.3: until its PUBREL, a PUBLISH with a known packet id
+/// is the same message, DUP flag or not (paho-mqtt resends with DUP 0
+/// after a reconnect); once the PUBCOMP went out, the id is free for a new
+/// message, also across a SIGKILL right after it.
+#[test]
+fn mqtt_qos2_resend_without_dup_is_not_stored_twice_and_a_released_id_is_free_after_a_crash() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut edge = MqttEdge::new(dir.path(), "event_stream", RULES);
+    edge.start();
+    let (pubrec, pubcomp) = ([0x50, 2, 0, 7], [0x70, 2, 0, 7]);
+    let pubrel = [0x62, 2, 0, 7];
+
+    let (mut s, present) = persistent_session(edge.mqtt, "resender");
+    assert!(!present);
+    ack_of(&mut s, &publish_qos2_v4("sensors/a", 7, b"first"), pubrec);
+    drop(s);
+    edge.edge.kill();
+    edge.start();
+    // The same message again, DUP 0: acknowledged, not stored again.
+    let (mut s, present) = persistent_session(edge.mqtt, "resender");
+    assert!(present, "the session survived the SIGKILL");
+    ack_of(&mut s, &publish_qos2_v4("sensors/a", 7, b"first"), pubrec);
+    ack_of(&mut s, &pubrel, pubcomp);
+    drop(s);
+    // SIGKILL right after the PUBCOMP: the id is free for a new message.
+    edge.edge.kill();
+    edge.start();
+    let (mut s, _) = persistent_session(edge.mqtt, "resender");
+    ack_of(&mut s, &publish_qos2_v4("sensors/a", 7, b"second"), pubrec);
+    ack_of(&mut s, &pubrel, pubcomp);
+    s.write_all(&[0xe0, 0]).expect("DISCONNECT");
+    drop(s);
+    assert_eq!(edge.edge.terminate(), Some(0));
+
+    let stored = values(&read_records(&edge.wal_dir("readings")));
+    let want: HashMap<String, usize> = [("first".to_owned(), 1), ("second".to_owned(), 1)]
+        .into_iter()
+        .collect();
+    assert_eq!(stored, want);
+}
+
 /// Offsets of each value in `records`.
 fn counts_with_prefix(
     records: &[(u64, tributary_proto::Record)],
@@ -431,7 +508,10 @@ fn mqtt_qos2_is_exactly_once_and_qos1_at_least_once_across_20_agent_sigkills() {
     );
     edge.start();
     let started = Instant::now();
-    let publishers: Vec<_> = [(3, 1, "q1-"), (5, 2, "q2-")]
+    // QoS 2 over both versions: paho's 3.1.1 client resends in-flight
+    // QoS 2 messages with DUP 0 after a reconnect (a fresh-user trial
+    // found 90 duplicates of 6,000 when only DUP resends were recognised).
+    let publishers: Vec<_> = [(3, 1, "q1-"), (5, 2, "q2-"), (4, 2, "q3-")]
         .into_iter()
         .map(|(protocol, qos, prefix)| {
             let args = json!({"host": "127.0.0.1", "port": edge.mqtt.port(),
@@ -465,33 +545,43 @@ fn mqtt_qos2_is_exactly_once_and_qos1_at_least_once_across_20_agent_sigkills() {
     let metrics = try_scrape(&format!("http://{}/metrics", edge.api)).expect("metrics");
     assert_eq!(edge.edge.terminate(), Some(0));
     let records = read_records(&edge.wal_dir("readings"));
-    let (q1_ok, q1_lines) = &results[0];
-    let (q2_ok, q2_lines) = &results[1];
-    assert!(*q1_ok && *q2_ok, "every message acknowledged in the end");
-    let q1_acked = acked(q1_lines);
-    let mut q2_acked = acked(q2_lines);
-    // A PUBREL resent after a crash that followed the agent's PUBREL
-    // handling finds no packet id: PUBCOMP 0x92 (146) ends an exchange
-    // that had completed (the record is stored; checked below). Any other
-    // reason code is a failure.
-    let completed_before: Vec<u64> = q2_lines
-        .iter()
-        .filter_map(|l| l.strip_prefix("refused "))
-        .map(|l| {
-            let (i, rc) = l.split_once(' ').expect("refused line");
-            assert_eq!(rc, "146", "QoS 2 message {i} refused: {l}");
-            i.parse().expect("seq")
-        })
-        .collect();
-    q2_acked.extend(&completed_before);
+    assert!(
+        results.iter().all(|(ok, _)| *ok),
+        "every message acknowledged in the end"
+    );
+    let q1_acked = acked(&results[0].1);
     assert_eq!(q1_acked.len() as u64, COUNT);
-    assert_eq!(q2_acked.len() as u64, COUNT);
-
-    let q2 = counts_with_prefix(&records, "q2-");
-    for i in &q2_acked {
-        assert_eq!(q2.get(i), Some(&1), "QoS 2 message {i} stored exactly once");
+    let mut completed_before = 0;
+    let mut stored_qos2 = 0;
+    for ((_, lines), prefix) in results[1..].iter().zip(["q2-", "q3-"]) {
+        let mut q2_acked = acked(lines);
+        // A PUBREL resent after a crash that followed the agent's PUBREL
+        // handling finds no packet id: PUBCOMP 0x92 (146) ends an exchange
+        // that had completed (the record is stored; checked below). Any
+        // other reason code is a failure. (3.1.1 has no reason codes.)
+        let completed: Vec<u64> = lines
+            .iter()
+            .filter_map(|l| l.strip_prefix("refused "))
+            .map(|l| {
+                let (i, rc) = l.split_once(' ').expect("refused line");
+                assert_eq!(rc, "146", "QoS 2 message {prefix}{i} refused: {l}");
+                i.parse().expect("seq")
+            })
+            .collect();
+        completed_before += completed.len();
+        q2_acked.extend(&completed);
+        assert_eq!(q2_acked.len() as u64, COUNT, "{prefix}");
+        let q2 = counts_with_prefix(&records, prefix);
+        for i in &q2_acked {
+            assert_eq!(
+                q2.get(i),
+                Some(&1),
+                "QoS 2 message {prefix}{i} stored exactly once"
+            );
+        }
+        assert_eq!(q2.len() as u64, COUNT, "{prefix}");
+        stored_qos2 += q2.len();
     }
-    assert_eq!(q2.len() as u64, COUNT);
     let q1 = counts_with_prefix(&records, "q1-");
     for i in &q1_acked {
         assert!(
@@ -508,15 +598,14 @@ fn mqtt_qos2_is_exactly_once_and_qos1_at_least_once_across_20_agent_sigkills() {
     );
     assert_eq!(
         records.len(),
-        q1.values().sum::<usize>() + q2.len(),
+        q1.values().sum::<usize>() + stored_qos2,
         "nothing else stored"
     );
     eprintln!(
-        "mqtt crash loop: {KILLS} SIGKILLs in {kills_done:?}, {COUNT} QoS 1 + {COUNT} QoS 2 acknowledged, \
-         QoS 2 stored exactly once ({} completed by PUBCOMP 0x92 after a resent PUBREL), \
+        "mqtt crash loop: {KILLS} SIGKILLs in {kills_done:?}, {COUNT} QoS 1 + 2 x {COUNT} QoS 2 (5.0 and 3.1.1) acknowledged, \
+         QoS 2 stored exactly once ({completed_before} completed by PUBCOMP 0x92 after a resent PUBREL), \
          {duplicates} QoS 1 duplicates (lost PUBACKs), \
          qos2 resends recognised since the last start: {:?}",
-        completed_before.len(),
         metric_value(&metrics, "tributary_edge_mqtt_qos2_duplicates_total")
     );
 }

@@ -329,9 +329,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
             Inbound::Publish(p) => self.publish(p, session).await?,
             Inbound::PubRel(pkid) => {
                 self.new_qos2.remove(&pkid);
-                // Forgotten in memory; on disk with the next save (a stale
-                // entry is harmless: see `publish`).
+                // Forgotten on disk before the PUBCOMP: once the client has
+                // its PUBCOMP it may reuse the id for a new message, and an
+                // entry left behind would make that message a "duplicate"
+                // (see `publish`, which treats every PUBLISH with a known
+                // id as a resend, DUP or not).
                 let found = session.data.qos2.remove(&pkid).is_some();
+                if found {
+                    self.save(session).await?;
+                }
                 let reason = if found {
                     Reason::Success
                 } else {
@@ -412,11 +418,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
         let client_id = session.data.client_id.clone();
         let mut from = None;
         if p.qos == 2 {
-            // Only a resend (DUP) can be a message already stored: a client
-            // sets DUP on every resend, so without it an entry left for
-            // this id is from an earlier, completed message (its PUBREL
-            // is persisted lazily) and the message is new.
-            match session.data.qos2.get(&p.pkid).filter(|_| p.dup) {
+            // MQTT 3.1.1 §4.3.3, 5.0 §4.3.3: until the PUBREL, every PUBLISH
+            // with this id is the same message, whatever its DUP flag (some
+            // clients, paho-mqtt among them, resend with DUP 0 after a
+            // reconnect). An entry exists exactly until its PUBREL, which
+            // is saved before the PUBCOMP, so a known id is a resend.
+            match session.data.qos2.get(&p.pkid) {
                 Some(Qos2State::Received) => {
                     stats.count(&stats.qos2_duplicates);
                     return self.send(&Outbound::PubRec(p.pkid, Reason::Success)).await;
