@@ -9,7 +9,7 @@
 //! the wrong type, does not fit: the caller sends the record to the
 //! `_rejected` output with the reason.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::str::FromStr;
 
@@ -96,7 +96,8 @@ impl FromStr for ColumnType {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Column {
     /// Column name (the JSON field's name, or `value_{name}` when an
-    /// inferred field collides with a fixed column).
+    /// inferred field collides with a fixed column; an inferred name taken
+    /// by an earlier column gets `_2`, `_3`, ...).
     pub name: String,
     /// The JSON field it reads.
     pub field: String,
@@ -256,6 +257,11 @@ impl JsonColumns {
     /// numbers, `bool`/`string` if all are, and `json` otherwise (objects,
     /// arrays, mixed kinds). A field seen only as `null` is a `string`.
     ///
+    /// Column names are distinct: a field named like a fixed column is
+    /// `value_{field}`, and a name an earlier column already has gets the
+    /// first free `_2`, `_3`, ... (`{"offset", "value_offset"}` gives
+    /// `value_offset` and `value_offset_2`).
+    ///
     /// # Errors
     /// [`SchemaError::NotObject`] naming the first value that is not a JSON
     /// object; [`SchemaError::Nothing`] when no value or no field was seen.
@@ -281,7 +287,7 @@ impl JsonColumns {
                 "every value is an empty JSON object".into(),
             ));
         }
-        let columns = kinds
+        let wanted: Vec<(String, String, ColumnType)> = kinds
             .into_iter()
             .map(|(field, ty)| {
                 let name = if FIXED_COLUMNS.contains(&field.as_str()) {
@@ -289,12 +295,14 @@ impl JsonColumns {
                 } else {
                     field.clone()
                 };
-                Column {
-                    name,
-                    field,
-                    ty: ty.unwrap_or(ColumnType::String),
-                }
+                (name, field, ty.unwrap_or(ColumnType::String))
             })
+            .collect();
+        let names = unique_names(wanted.iter().map(|(name, _, _)| name.as_str()));
+        let columns = wanted
+            .into_iter()
+            .zip(names)
+            .map(|((_, field, ty), name)| Column { name, field, ty })
             .collect();
         Ok(JsonColumns { columns })
     }
@@ -333,6 +341,32 @@ impl JsonColumns {
             }),
         }
     }
+}
+
+/// Column names from `wanted` (in column order) that are all distinct and
+/// none a fixed column: a name already taken by an earlier column gets the
+/// first of `_2`, `_3`, ... that no column takes or wants, so the same
+/// fields always give the same names and a field keeps its own name
+/// whenever it can (`offset` is `value_offset` and a field `value_offset`
+/// beside it becomes `value_offset_2`).
+fn unique_names<'a>(wanted: impl IntoIterator<Item = &'a str>) -> Vec<String> {
+    let wanted: Vec<&str> = wanted.into_iter().collect();
+    let all_wanted: BTreeSet<&str> = wanted.iter().copied().collect();
+    let mut taken: BTreeSet<String> = FIXED_COLUMNS.iter().map(|c| (*c).to_owned()).collect();
+    let mut names = Vec::with_capacity(wanted.len());
+    for name in wanted {
+        let chosen = if taken.contains(name) {
+            (2u64..)
+                .map(|n| format!("{name}_{n}"))
+                .find(|c| !taken.contains(c) && !all_wanted.contains(c.as_str()))
+                .unwrap_or_else(|| name.to_owned())
+        } else {
+            name.to_owned()
+        };
+        taken.insert(chosen.clone());
+        names.push(chosen);
+    }
+    names
 }
 
 /// A field name, borrowed from the input when it has no escapes.
@@ -545,6 +579,49 @@ mod tests {
         let err = JsonColumns::infer(vec![(7u64, &b"[1]"[..])]).expect_err("array");
         assert!(err.to_string().contains("offset 7"), "{err}");
         assert!(JsonColumns::infer(Vec::<(u64, &[u8])>::new()).is_err());
+    }
+
+    #[test]
+    fn inferred_names_are_unique_when_a_prefixed_field_meets_its_namesake() {
+        // `offset` becomes `value_offset`, which the field `value_offset`
+        // also wants; `value_offset_2` is a field of its own too.
+        let values: Vec<(u64, &[u8])> = vec![(
+            3,
+            br#"{"offset":1,"value_offset":-1,"key":"k","headers":[],"ts":5,"value_offset_2":"x","value":0,"value_value":true}"#,
+        )];
+        let cols = JsonColumns::infer(values).expect("infers");
+        let got: Vec<_> = cols
+            .columns()
+            .iter()
+            .map(|c| (c.name.as_str(), c.field.as_str()))
+            .collect();
+        assert_eq!(
+            got,
+            [
+                ("value_headers", "headers"),
+                ("value_key", "key"),
+                ("value_offset", "offset"),
+                ("ts", "ts"),
+                ("value_value", "value"),
+                ("value_offset_3", "value_offset"),
+                ("value_offset_2", "value_offset_2"),
+                ("value_value_2", "value_value"),
+            ]
+        );
+        let names: BTreeSet<&str> = got.iter().map(|(n, _)| *n).collect();
+        assert_eq!(names.len(), got.len(), "names are distinct");
+        assert!(names.iter().all(|n| !FIXED_COLUMNS.contains(n)));
+        // Each field still lands in its own column.
+        let row = cols
+            .fit(
+                3,
+                br#"{"offset":7,"value_offset":-7,"value_offset_2":"y","value_value":false}"#,
+            )
+            .expect("fits");
+        assert_eq!(row.cells[2], Cell::Int(7));
+        assert_eq!(row.cells[5], Cell::Int(-7));
+        assert_eq!(row.cells[6], Cell::Str("y".into()));
+        assert_eq!(row.cells[7], Cell::Bool(false));
     }
 
     #[test]

@@ -96,6 +96,13 @@ pub enum TableError {
     /// The record does not fit the typed columns; nothing of it was written.
     #[error(transparent)]
     Row(#[from] RowError),
+    /// Two columns of the layout have the same name (a layout made by an
+    /// older inference): readers such as pyarrow refuse such a file, so
+    /// none is written.
+    #[error(
+        "two columns are named `{0}`: a Parquet file with duplicate column names is unreadable"
+    )]
+    DuplicateColumn(String),
 }
 
 /// The Arrow schema of a layout (see the module doc).
@@ -226,13 +233,20 @@ impl<W: Write + Send> TableWriter<W> {
     /// A writer of `layout` into `out`.
     ///
     /// # Errors
-    /// [`TableError::Parquet`] for a bad option (zstd level).
+    /// [`TableError::Parquet`] for a bad option (zstd level);
+    /// [`TableError::DuplicateColumn`] when two columns share a name.
     pub fn new(
         out: W,
         layout: Layout,
         options: &ParquetOptions,
     ) -> Result<TableWriter<W>, TableError> {
         let schema = schema(&layout);
+        let mut names = std::collections::BTreeSet::new();
+        for field in schema.fields() {
+            if !names.insert(field.name().as_str()) {
+                return Err(TableError::DuplicateColumn(field.name().clone()));
+            }
+        }
         let metadata: Vec<KeyValue> = options
             .metadata
             .iter()
@@ -445,6 +459,60 @@ mod tests {
         let stats = first.statistics().expect("offset statistics");
         assert_eq!(stats.min_bytes_opt(), Some(&300u64.to_le_bytes()[..]));
         assert_eq!(stats.max_bytes_opt(), Some(&599u64.to_le_bytes()[..]));
+    }
+
+    #[test]
+    fn a_layout_with_two_columns_of_one_name_is_refused() {
+        let columns: JsonColumns = serde_json::from_str(
+            r#"{"columns":[{"name":"a","field":"a","type":"int64"},{"name":"a","field":"b","type":"string"}]}"#,
+        )
+        .expect("parses");
+        let err = TableWriter::new(
+            Vec::new(),
+            Layout::Json(columns),
+            &ParquetOptions::default(),
+        )
+        .err()
+        .expect("refused");
+        assert!(
+            matches!(&err, TableError::DuplicateColumn(n) if n == "a"),
+            "{err}"
+        );
+        // Inferred columns never collide, even with a fixed column's name.
+        let inferred = JsonColumns::infer(vec![(
+            0u64,
+            &br#"{"offset":1,"value_offset":2,"_extra":3}"#[..],
+        )])
+        .expect("infers");
+        let (bytes, refused) = write(
+            Layout::Json(inferred),
+            &[r#"{"offset":1,"value_offset":2,"_extra":3}"#],
+            10,
+        );
+        assert!(refused.is_empty());
+        let reader = SerializedFileReader::new(Bytes::from(bytes)).expect("reads");
+        let names: Vec<String> = reader
+            .metadata()
+            .file_metadata()
+            .schema_descr()
+            .root_schema()
+            .get_fields()
+            .iter()
+            .map(|f| f.name().to_owned())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "offset",
+                "timestamp",
+                "key",
+                "headers",
+                "value__extra",
+                "value_offset",
+                "value_offset_2",
+                "_extra"
+            ]
+        );
     }
 
     #[test]

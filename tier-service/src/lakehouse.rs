@@ -501,6 +501,44 @@ mod tests {
     }
 
     #[test]
+    fn inferred_layouts_have_distinct_column_names() {
+        // `offset` is `value_offset`; the field `value_offset` beside it
+        // must not be a second column of that name (pyarrow cannot read
+        // such a file).
+        let records: Vec<ArchivedRecord> = (0..3u64)
+            .map(|i| ArchivedRecord {
+                offset: i,
+                record: tributary_proto::batch::Record {
+                    timestamp_ms: 0,
+                    key: None,
+                    headers: Vec::new(),
+                    value: bytes::Bytes::from(format!(
+                        r#"{{"offset":{i},"value_offset":-{i},"ts":{i}}}"#
+                    )),
+                },
+            })
+            .collect();
+        let topic = TopicName::new("/p/t").expect("topic");
+        let layout = choose_layout(&LakehouseConfig::default(), &topic, &records).expect("layout");
+        let StoredLayout::Json { columns } = layout else {
+            panic!("{layout:?}");
+        };
+        let names: Vec<(&str, &str)> = columns
+            .columns()
+            .iter()
+            .map(|c| (c.name.as_str(), c.field.as_str()))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                ("value_offset", "offset"),
+                ("ts", "ts"),
+                ("value_offset_2", "value_offset")
+            ]
+        );
+    }
+
+    #[test]
     fn file_names_carry_the_segment_end() {
         assert_eq!(
             segment_end(
