@@ -37,6 +37,7 @@ mod count;
 mod descriptors;
 mod export;
 mod lines;
+mod output;
 mod table;
 use crate::commands::OutputFormat;
 use count::RecordCount;

@@ -418,8 +418,10 @@ fn csv_export_and_bad_inputs_get_their_outcomes() {
     assert!(err.contains("fixed column"), "{err}");
     assert!(!out.exists());
 
-    // An empty range: a valid Parquet file with no rows (raw), and a clear
-    // refusal when there is nothing to infer from.
+    // An empty range (a start after the last timestamp): a valid Parquet
+    // file with no rows (raw), and a clear refusal when there is nothing to
+    // infer from. (A --from-offset past the archive is refused: see
+    // archive_export_safety.rs.)
     run_ok(
         &bucket,
         &[
@@ -427,8 +429,8 @@ fn csv_export_and_bad_inputs_get_their_outcomes() {
             TOPIC,
             "--format",
             "parquet",
-            "--from-offset",
-            "1000",
+            "--from-timestamp",
+            "2030-01-01T00:00:00Z",
             "--out",
             out_s,
         ],
@@ -443,8 +445,8 @@ fn csv_export_and_bad_inputs_get_their_outcomes() {
             TOPIC,
             "--format",
             "parquet",
-            "--from-offset",
-            "1000",
+            "--from-timestamp",
+            "2030-01-01T00:00:00Z",
             "--json-columns",
             "infer",
             "--out",

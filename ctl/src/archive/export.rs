@@ -1,9 +1,15 @@
 //! `tribctl archive export`: a range of a topic's archived records to a
 //! file, as JSON lines, CSV, Parquet or the raw record batches.
 //!
-//! The file appears only when the export is complete: it is written as
-//! `{out}.partial` and renamed, so an interrupted or refused export leaves
-//! no half file under the name a reader would open.
+//! The files appear only when the export is complete: each is written as
+//! `{path}.partial` and renamed, so an interrupted or refused export leaves
+//! no half file under the name a reader would open ([`output`]). Refused
+//! before anything is read: an output inside the local bucket directory,
+//! an existing output without `--force`, `--out` and `--rejected` naming
+//! the same file, a `--from-offset` past the archived records.
+//!
+//! The summary on stderr counts the rows of `--out` and those of
+//! `--rejected` apart.
 //!
 //! Parquet ([`tributary_lakehouse::table`] has the layout): columns
 //! `offset`, `timestamp`, `key`, `headers`, `value`; with `--json-columns
@@ -22,9 +28,9 @@
 use std::fs::File;
 use std::io::{BufWriter, Write};
 use std::ops::ControlFlow;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
-use anyhow::{Context as _, anyhow, bail};
+use anyhow::{anyhow, bail};
 use base64::Engine as _;
 use clap::{Args, ValueEnum};
 use tributary_archive::reader::{Archive, ArchivedRecord};
@@ -34,6 +40,7 @@ use tributary_proto::archive::ArchiveError;
 use tributary_proto::keys::TopicName;
 
 use super::lines::{Limited, LineWriter, RecordWriter, ValueAs};
+use super::output::{self, Output, Staged};
 use super::{RangeArgs, RecordCount, say_hole};
 
 /// Output formats of `export`.
@@ -80,55 +87,19 @@ pub struct ExportArgs {
     /// Parquet: zstd level (1..=22; higher is smaller and slower).
     #[arg(long, default_value_t = ParquetOptions::default().zstd_level)]
     zstd_level: i32,
-}
-
-/// A file written as `{path}.partial` and renamed into place by
-/// [`Staged::commit`]; removed if dropped before.
-struct Staged {
-    path: PathBuf,
-    partial: PathBuf,
-    done: bool,
-}
-
-impl Staged {
-    fn create(path: &Path) -> anyhow::Result<(Staged, BufWriter<File>)> {
-        let mut partial = path.as_os_str().to_owned();
-        partial.push(".partial");
-        let partial = PathBuf::from(partial);
-        let file =
-            File::create(&partial).with_context(|| format!("create {}", partial.display()))?;
-        let staged = Staged {
-            path: path.to_owned(),
-            partial,
-            done: false,
-        };
-        Ok((staged, BufWriter::new(file)))
-    }
-
-    fn commit(mut self, writer: BufWriter<File>) -> anyhow::Result<()> {
-        let file = writer.into_inner().map_err(|e| e.into_error())?;
-        file.sync_all()
-            .with_context(|| format!("sync {}", self.partial.display()))?;
-        std::fs::rename(&self.partial, &self.path)
-            .with_context(|| format!("rename to {}", self.path.display()))?;
-        self.done = true;
-        Ok(())
-    }
-}
-
-impl Drop for Staged {
-    fn drop(&mut self) {
-        if !self.done {
-            let _ = std::fs::remove_file(&self.partial);
-        }
-    }
+    /// Replace `--out` (and `--rejected`) if it exists; without it an
+    /// existing file is refused.
+    #[arg(long)]
+    force: bool,
 }
 
 /// Runs `export`.
 ///
 /// # Errors
-/// Option conflicts, archive reads, output errors, a value that does not
-/// fit `--json-columns` (without `--rejected`).
+/// Option conflicts, an output path that is refused ([`output::check`]),
+/// a `--from-offset` past the archived records, archive reads, output
+/// errors, a value that does not fit `--json-columns` (without
+/// `--rejected`).
 pub async fn export(archive: &Archive, range: &RangeArgs, args: &ExportArgs) -> anyhow::Result<()> {
     if args.format != ExportFormat::Parquet
         && (args.json_columns.is_some() || args.rejected.is_some())
@@ -140,8 +111,22 @@ pub async fn export(archive: &Archive, range: &RangeArgs, args: &ExportArgs) -> 
     }
     let limits = range.limits()?;
     let topic = range.topic()?;
+    let mut outputs = vec![Output {
+        flag: "--out",
+        path: &args.out,
+    }];
+    if let Some(path) = &args.rejected {
+        outputs.push(Output {
+            flag: "--rejected",
+            path,
+        });
+    }
+    output::check(&outputs, archive.bucket().local_root(), args.force)?;
+    if let Some(from) = range.from_offset {
+        check_from_offset(archive, &topic, from).await?;
+    }
     let bar = RecordCount::on_stderr("export");
-    let (staged, mut writer) = Staged::create(&args.out)?;
+    let (staged, mut writer) = Staged::create(&args.out, args.force)?;
     let mut rejected_file = None;
     let records = match args.format {
         ExportFormat::Jsonl => {
@@ -163,33 +148,35 @@ pub async fn export(archive: &Archive, range: &RangeArgs, args: &ExportArgs) -> 
         }
         ExportFormat::Parquet => {
             let rejected = match &args.rejected {
-                Some(path) => Some(Staged::create(path)?),
+                Some(path) => Some(Staged::create(path, args.force)?),
                 None => None,
             };
             let (rejected_staged, rejected_writer) = rejected.unzip();
             let rows = ParquetRows::new(&topic, args, &mut writer, rejected_writer)?;
             let mut sink = Limited::new(rows, limits);
             read(archive, &topic, range, &bar, &mut |r| sink.take(r)).await?;
-            let (rows, written) = sink.finish()?;
-            let rejected_writer = rows.close()?;
+            let (rows, _taken) = sink.finish()?;
+            let (main_rows, rejected_writer) = rows.close()?;
             if let (Some(staged), Some((w, count))) = (rejected_staged, rejected_writer) {
                 rejected_file = Some((staged, w, count));
             }
-            written
+            main_rows
         }
         ExportFormat::Batches => batches(archive, &topic, range, &bar, &mut writer).await?,
     };
     bar.finish();
-    if records == 0 {
+    if records == 0 && rejected_file.as_ref().is_none_or(|(_, _, n)| *n == 0) {
         super::ensure_archived(archive, &topic).await?;
     }
-    staged.commit(writer)?;
+    staged.sync(writer)?;
     let mut said = format!(
         "exported {records} records of {topic} to {}",
         args.out.display()
     );
-    if let Some((staged, w, count)) = rejected_file {
-        staged.commit(w)?;
+    let mut all = vec![staged];
+    if let Some((rejected, w, count)) = rejected_file {
+        rejected.sync(w)?;
+        all.push(rejected);
         if let Some(path) = &args.rejected {
             said.push_str(&format!(
                 "; {count} records did not fit: {}",
@@ -197,7 +184,29 @@ pub async fn export(archive: &Archive, range: &RangeArgs, args: &ExportArgs) -> 
             ));
         }
     }
+    output::commit(all)?;
     eprintln!("{said}");
+    Ok(())
+}
+
+/// Refuses a `--from-offset` at or past the end of the archived records
+/// (the range is named); a topic with no segment objects is refused as a
+/// read that finds nothing is ([`super::ensure_archived`]).
+///
+/// # Errors
+/// As said; store errors.
+async fn check_from_offset(archive: &Archive, topic: &TopicName, from: u64) -> anyhow::Result<()> {
+    let (objects, _) = archive.segments(topic).await?;
+    let first = objects.iter().map(|o| o.start_offset).min();
+    let last = objects.iter().map(|o| o.end_offset).max();
+    let (Some(first), Some(last)) = (first, last) else {
+        return super::ensure_archived(archive, topic).await;
+    };
+    if from > last {
+        bail!(
+            "--from-offset {from} is past the archived records of {topic}: the archive holds offsets {first}..={last} (nothing to export)"
+        );
+    }
     Ok(())
 }
 
@@ -330,6 +339,9 @@ fn text_or_b64(bytes: &[u8]) -> (String, String) {
 
 type Out<'a> = &'a mut BufWriter<File>;
 
+/// The rejected file's output, with its row count.
+type RejectedOut = (BufWriter<File>, u64);
+
 /// Parquet rows; with `--json-columns infer` the first values are held
 /// until the columns are known.
 struct ParquetRows<'a> {
@@ -430,13 +442,15 @@ impl<'a> ParquetRows<'a> {
         }
     }
 
-    /// Writes the footers; returns the rejected writer's output with its
-    /// row count.
-    fn close(mut self) -> anyhow::Result<Option<(BufWriter<File>, u64)>> {
+    /// Writes the footers; returns the rows of the main file, and the
+    /// rejected writer's output with its row count.
+    fn close(mut self) -> anyhow::Result<(u64, Option<RejectedOut>)> {
         if self.writer.is_none() {
             self.open()?;
         }
+        let mut rows = 0;
         if let Some(writer) = self.writer.take() {
+            rows = writer.rows();
             writer.finish()?;
         }
         let rejected = match self.rejected.take() {
@@ -446,7 +460,7 @@ impl<'a> ParquetRows<'a> {
             }
             None => None,
         };
-        Ok(rejected)
+        Ok((rows, rejected))
     }
 }
 
