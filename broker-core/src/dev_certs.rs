@@ -47,7 +47,8 @@ pub enum DevCertError {
     Rcgen(#[from] rcgen::Error),
     /// An edge id that cannot be a namespace.
     #[error(
-        "invalid edge id {0:?}: use 1-63 ASCII letters, digits, '-' or '_' (it is also the edge's namespace)"
+        "invalid edge id {0:?}: use 1-63 ASCII letters, digits, '-' or '_', not starting with '_' \
+         and not 'default' (it is also the edge's namespace; those are the system's)"
     )]
     InvalidEdgeId(String),
     /// Only one of `{out}/ca.pem` and `{ca_dir}/ca.key` exists.
@@ -228,9 +229,11 @@ fn leaf(
     Ok((cert.pem(), key.serialize_pem()))
 }
 
-/// True if `edge` can be an edge id (and so a namespace).
+/// True if `edge` can be an edge id (and so a namespace, and not one the
+/// system keeps: [`tributary_proto::keys::reserved_edge_id`]).
 pub fn is_valid_edge_id(edge: &str) -> bool {
-    !edge.is_empty()
+    tributary_proto::keys::reserved_edge_id(edge).is_none()
+        && !edge.is_empty()
         && edge.len() <= 63
         && edge
             .bytes()
@@ -389,7 +392,16 @@ mod tests {
     fn invalid_edge_ids_are_refused_before_writing() {
         let dir = tempfile::tempdir().unwrap();
         let out = dir.path().join("certs");
-        for bad in ["", "a/b", "..", "x y", &"a".repeat(64)] {
+        for bad in [
+            "",
+            "a/b",
+            "..",
+            "x y",
+            &"a".repeat(64),
+            "_system",
+            "_x",
+            "default",
+        ] {
             let err = issue(&out, &[], &[bad.to_string()]).unwrap_err();
             assert!(matches!(err, DevCertError::InvalidEdgeId(_)), "{bad:?}");
         }

@@ -613,7 +613,15 @@ fn resolve_edge_id(
             ));
         }
     };
-    NamespaceName::new(&id).map_err(|e| ConfigError::invalid("edge_id", e.to_string()))
+    let name =
+        NamespaceName::new(&id).map_err(|e| ConfigError::invalid("edge_id", e.to_string()))?;
+    match name.reserved_for_edges() {
+        Some(why) => Err(ConfigError::invalid(
+            "edge_id",
+            format!("{id:?} cannot be an edge id: {why}"),
+        )),
+        None => Ok(name),
+    }
 }
 
 fn check_broker_address(address: &str) -> Result<(), String> {

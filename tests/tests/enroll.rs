@@ -48,6 +48,18 @@ fn enrollment_with_a_good_a_used_an_expired_and_an_unknown_token() {
     broker.start();
     let device = EnrollingEdge::new(dir.path(), "device", broker.ingest, "");
 
+    // No token for an id the system keeps: an edge writes to the namespace
+    // of its id.
+    for reserved in ["_system", "default"] {
+        let out = broker.tribctl(&["edges", "token", reserved, "--ttl", "10m"]);
+        assert_eq!(out.status.code(), Some(1), "{reserved}");
+        let stderr = text(&out.stderr);
+        assert!(
+            stderr.contains("cannot be an edge id") && stderr.contains(reserved),
+            "{stderr}"
+        );
+    }
+
     // A good token: key made on the device, certificate of the token's
     // edge for that key, the CA copied to tls.ca.
     let token = broker.mint(EDGE, "10m");

@@ -67,7 +67,14 @@ fn with_target(response: ApiResult, target: String) -> ApiResult {
 }
 
 fn edge_of(edge: &str) -> Result<NamespaceName, ApiError> {
-    NamespaceName::new(edge).map_err(|e| ApiError::name("edge_id", e))
+    let name = NamespaceName::new(edge).map_err(|e| ApiError::name("edge_id", e))?;
+    if let Some(why) = name.reserved_for_edges() {
+        return Err(ApiError::invalid(
+            "edge_id",
+            format!("edge_id: {edge:?} cannot be an edge id: {why}"),
+        ));
+    }
+    Ok(name)
 }
 
 async fn mint_token(

@@ -204,6 +204,13 @@ fn required_fields() {
     let (field, reason) = invalid_field("data_dir = \"/d\"\nedge_id = \"bad/id\"");
     assert_eq!(field, "edge_id");
     assert!(reason.contains("bad/id"), "{reason}");
+    // Namespaces the system keeps cannot be edge ids.
+    for reserved in ["_system", "_mine", "default"] {
+        let (field, reason) =
+            invalid_field(&format!("data_dir = \"/d\"\nedge_id = \"{reserved}\""));
+        assert_eq!(field, "edge_id");
+        assert!(reason.contains("cannot be an edge id"), "{reason}");
+    }
 }
 
 #[test]

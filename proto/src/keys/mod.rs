@@ -71,7 +71,7 @@ pub use metadata_key::{
 };
 pub use names::{
     BindingId, NameError, NameErrorKind, NamePart, NamespaceName, PrincipalName, RoleName,
-    SubjectName, SubscriptionName, TopicName,
+    SubjectName, SubscriptionName, TopicName, reserved_edge_id,
 };
 pub use storage::{SegmentObject, StorageKey, StorageKeys};
 

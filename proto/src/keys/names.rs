@@ -260,6 +260,31 @@ single_name!(
     NamespaceName,
     NamePart::Namespace
 );
+impl NamespaceName {
+    /// Why this namespace cannot be an edge's id, or `None` when it can.
+    /// An edge writes only to the namespace named like its id, so an edge
+    /// may not take one the system uses: names starting with `_` (the
+    /// brokers' `/_system/audit-broker-{id}` topics) and `default`
+    /// (centrally published topics and their dead-letter copies).
+    pub fn reserved_for_edges(&self) -> Option<&'static str> {
+        reserved_edge_id(&self.0)
+    }
+}
+
+/// Why `name` cannot be an edge id although it may be a namespace (see
+/// [`NamespaceName::reserved_for_edges`]), or `None`.
+pub fn reserved_edge_id(name: &str) -> Option<&'static str> {
+    if name.starts_with('_') {
+        Some(
+            "namespaces starting with '_' are the system's (the brokers' audit topics live in /_system)",
+        )
+    } else if name == "default" {
+        Some("the namespace 'default' holds centrally published topics")
+    } else {
+        None
+    }
+}
+
 single_name!(
     /// A validated subscription name.
     SubscriptionName,

@@ -215,6 +215,12 @@ impl IngestStream {
                     Ok(topic) => topic,
                     Err(e) => return refuse(ErrorCode::InvalidTopic, e.to_string()),
                 };
+                if let Some(why) = crate::keys::reserved_edge_id(&self.identity) {
+                    return refuse(
+                        ErrorCode::NotOwner,
+                        format!("edge {:?} may not replicate: {why}", self.identity),
+                    );
+                }
                 if topic.namespace() != self.identity {
                     return refuse(
                         ErrorCode::NotOwner,

@@ -449,6 +449,15 @@ fn broker_refuses_foreign_namespaces_bad_names_and_bad_batches() {
         refusal_code(open(&mut broker, "/plant1/../x")),
         ErrorCode::InvalidTopic
     );
+    // A certificate for a namespace the system keeps writes nothing, not
+    // even to its own namespace.
+    for reserved in ["_system", "default"] {
+        let mut broker = IngestStream::new(reserved.into(), limits);
+        assert_eq!(
+            refusal_code(open(&mut broker, &format!("/{reserved}/evil"))),
+            ErrorCode::NotOwner
+        );
+    }
     let mut broker = IngestStream::new("plant1".into(), limits);
     assert_eq!(
         refusal_code(broker.on_frame(Frame::Ack { next_offset: 1 })),
