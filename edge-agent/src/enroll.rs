@@ -54,6 +54,10 @@ pub struct EnrollOptions {
     pub tls: TlsPaths,
     /// The configuration's `edge_id`, if it sets one.
     pub edge_id: Option<String>,
+    /// Enroll even when `tls.cert` holds a certificate of another edge id
+    /// (the device takes the token's identity; its topics of the old
+    /// namespace are no longer opened). Without it that is refused.
+    pub replace_identity: bool,
 }
 
 /// What enrolling wrote.
@@ -94,6 +98,22 @@ pub enum EnrollError {
         token_edge: String,
         /// The configured edge id.
         configured: String,
+    },
+    /// `tls.cert` is a certificate of another edge: enrolling would change
+    /// the device's identity (and the namespace its topics are in).
+    #[error(
+        "{cert} is the certificate of edge {current:?}, the token is for {token_edge:?}: enrolling \
+         would make this device {token_edge:?} and leave the topics of {current:?} unreplicated; \
+         mint a token for {current:?} (tribctl edges token {current}), or pass --replace-identity \
+         to change the device's identity"
+    )]
+    IdentityChange {
+        /// The current certificate's edge id.
+        current: String,
+        /// The token's edge.
+        token_edge: String,
+        /// The certificate file.
+        cert: String,
     },
     /// No CA to verify the broker with.
     #[error(
@@ -230,6 +250,26 @@ pub fn enroll(options: &EnrollOptions) -> Result<Enrolled, EnrollError> {
         });
     }
     let tls = &options.tls;
+    // A certificate already here names the device's identity; a token for
+    // another edge changes it only when asked to. (An unreadable file is
+    // no identity: enrolling replaces it.)
+    let current = broker_core::tls::load_certs(&tls.cert)
+        .ok()
+        .and_then(|certs| {
+            certs
+                .first()
+                .and_then(broker_core::tls::certificate_identity)
+        });
+    if let Some(current) = current
+        && current != edge
+        && !options.replace_identity
+    {
+        return Err(EnrollError::IdentityChange {
+            current,
+            token_edge: edge.to_owned(),
+            cert: tls.cert.display().to_string(),
+        });
+    }
     let ca = options.ca.clone().unwrap_or_else(|| tls.ca.clone());
     if !ca.is_file() {
         return Err(EnrollError::NoCa(ca));
@@ -393,6 +433,7 @@ mod tests {
             ca: None,
             tls: tls.clone(),
             edge_id: Some("plant1".into()),
+            replace_identity: false,
         };
         let err = enroll(&options).unwrap_err().to_string();
         assert!(
@@ -406,5 +447,27 @@ mod tests {
         let err = enroll(&options).unwrap_err().to_string();
         assert!(err.contains("pass --ca FILE"), "{err}");
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+
+        // A certificate of plant1 already here: a plant2 token would change
+        // the device's identity. Refused, nothing made, unless asked.
+        broker_core::dev_certs::issue(&dir.path().join("certs"), &[], &["plant1".into()]).unwrap();
+        let plant1 = broker_core::dev_certs::edge_paths(&dir.path().join("certs"), "plant1");
+        std::fs::copy(&plant1.cert, &tls.cert).unwrap();
+        let before = std::fs::read(&tls.cert).unwrap();
+        let err = enroll(&options).unwrap_err().to_string();
+        assert!(
+            err.contains("is the certificate of edge \"plant1\", the token is for \"plant2\"")
+                && err.contains("--replace-identity"),
+            "{err}"
+        );
+        assert_eq!(std::fs::read(&tls.cert).unwrap(), before);
+        assert!(!tls.key.exists() && !dir.path().join("e.key.new").exists());
+        // Asked: it goes on (to the missing CA here).
+        let options = EnrollOptions {
+            replace_identity: true,
+            ..options
+        };
+        let err = enroll(&options).unwrap_err().to_string();
+        assert!(err.contains("pass --ca FILE"), "{err}");
     }
 }

@@ -72,6 +72,10 @@ struct EnrollArgs {
     /// The CA file of the agent (instead of [tls] ca).
     #[arg(long, env = "TRIB_EDGE_TLS_CA")]
     tls_ca: Option<PathBuf>,
+    /// Enroll even when [tls] cert is a certificate of another edge id:
+    /// the device takes the token's identity (refused otherwise).
+    #[arg(long)]
+    replace_identity: bool,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -236,6 +240,7 @@ fn enroll(args: EnrollArgs) -> anyhow::Result<()> {
         ca: args.ca,
         tls: config::enroll_paths(file.tls.as_ref(), &overrides)?,
         edge_id: file.edge_id,
+        replace_identity: args.replace_identity,
     };
     let enrolled = tributary_edge::enroll::enroll(&options)?;
     println!(
