@@ -51,6 +51,9 @@ pub enum DevCertError {
          and not 'default' (it is also the edge's namespace; those are the system's)"
     )]
     InvalidEdgeId(String),
+    /// A broker host that is neither an IP address nor a DNS name.
+    #[error("invalid broker host {0:?}: give a DNS name (broker-1.example.net) or an IP address")]
+    InvalidHost(String),
     /// Only one of `{out}/ca.pem` and `{ca_dir}/ca.key` exists.
     #[error(
         "{} exists but {} does not (the CA certificate and its key belong together): \
@@ -205,15 +208,25 @@ fn leaf(
     issuer: &Issuer<'static, KeyPair>,
     identity: &str,
     extra_dns: &[&str],
-    server: bool,
+    server_hosts: Option<&[String]>,
 ) -> Result<(String, String), DevCertError> {
+    let server = server_hosts.is_some();
     let mut names = vec![identity.to_string()];
     names.extend(extra_dns.iter().map(|s| s.to_string()));
+    let mut ips = vec![std::net::IpAddr::from([127, 0, 0, 1])];
+    for host in server_hosts.unwrap_or_default() {
+        match host.parse::<std::net::IpAddr>() {
+            Ok(ip) if !ips.contains(&ip) => ips.push(ip),
+            Ok(_) => {}
+            Err(_) if !names.contains(host) => names.push(host.clone()),
+            Err(_) => {}
+        }
+    }
     let mut params = CertificateParams::new(names)?;
     if server {
         params
             .subject_alt_names
-            .push(SanType::IpAddress(std::net::IpAddr::from([127, 0, 0, 1])));
+            .extend(ips.into_iter().map(SanType::IpAddress));
     }
     params.distinguished_name.push(DnType::CommonName, identity);
     params.key_usages = vec![KeyUsagePurpose::DigitalSignature];
@@ -238,6 +251,26 @@ pub fn is_valid_edge_id(edge: &str) -> bool {
         && edge
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+}
+
+/// True if `host` is an IP address or a DNS name (labels of 1-63 ASCII
+/// letters, digits or '-', not starting or ending with '-', at most 253
+/// bytes in all).
+pub fn is_valid_host(host: &str) -> bool {
+    if host.parse::<std::net::IpAddr>().is_ok() {
+        return true;
+    }
+    !host.is_empty()
+        && host.len() <= 253
+        && host.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && !label.starts_with('-')
+                && !label.ends_with('-')
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-')
+        })
 }
 
 /// The files of broker `id` in `dir`.
@@ -281,18 +314,46 @@ pub fn issue_with_ca_dir(
     brokers: &[u64],
     edges: &[String],
 ) -> Result<Issued, DevCertError> {
+    issue_for_hosts(dir, ca_dir, brokers, &[], edges)
+}
+
+/// [`issue_with_ca_dir`], each broker certificate also carrying
+/// `broker_hosts`: DNS names or IP addresses (as subject alternative names)
+/// that clients reach the brokers' HTTPS listeners by (enrollment,
+/// `tribctl`, consumers following a redirect), besides `localhost` and
+/// `127.0.0.1`.
+///
+/// # Errors
+/// As [`issue_with_ca_dir`]; [`DevCertError::InvalidHost`] for a name
+/// that is neither an IP address nor a DNS name (checked before anything
+/// is written).
+pub fn issue_for_hosts(
+    dir: &Path,
+    ca_dir: &Path,
+    brokers: &[u64],
+    broker_hosts: &[String],
+    edges: &[String],
+) -> Result<Issued, DevCertError> {
     if let Some(bad) = edges.iter().find(|e| !is_valid_edge_id(e)) {
         return Err(DevCertError::InvalidEdgeId(bad.clone()));
+    }
+    if let Some(bad) = broker_hosts.iter().find(|h| !is_valid_host(h)) {
+        return Err(DevCertError::InvalidHost(bad.clone()));
     }
     std::fs::create_dir_all(dir).map_err(io(dir))?;
     let (issuer, issued) = load_or_create_ca(dir, ca_dir)?;
     for id in brokers {
         let identity = format!("broker-{id}");
-        let (cert, key) = leaf(&issuer, &identity, &[BROKER_SERVER_NAME, "localhost"], true)?;
+        let (cert, key) = leaf(
+            &issuer,
+            &identity,
+            &[BROKER_SERVER_NAME, "localhost"],
+            Some(broker_hosts),
+        )?;
         write_pair(dir, &identity, &cert, &key)?;
     }
     for edge in edges {
-        let (cert, key) = leaf(&issuer, edge, &[], false)?;
+        let (cert, key) = leaf(&issuer, edge, &[], None)?;
         write_pair(dir, &format!("edge-{edge}"), &cert, &key)?;
     }
     Ok(issued)
@@ -386,6 +447,73 @@ mod tests {
         assert!(err.contains("ca.pem exists but"), "{err}");
         assert!(err.contains("certs-ca/ca.key does not"), "{err}");
         assert!(!out.join("edge-plant3.pem").exists());
+    }
+
+    /// The DNS names and IP addresses of the certificate at `path`.
+    fn sans(path: &Path) -> (Vec<String>, Vec<String>) {
+        use x509_parser::prelude::{FromDer, GeneralName, X509Certificate};
+        let der = load_certs(path).unwrap().remove(0);
+        let (_, parsed) = X509Certificate::from_der(der.as_ref()).unwrap();
+        let san = parsed.subject_alternative_name().unwrap().unwrap();
+        let (mut dns, mut ips) = (Vec::new(), Vec::new());
+        for name in &san.value.general_names {
+            match name {
+                GeneralName::DNSName(d) => dns.push((*d).to_string()),
+                GeneralName::IPAddress(ip) => ips.push(format!("{ip:?}")),
+                _ => {}
+            }
+        }
+        (dns, ips)
+    }
+
+    #[test]
+    fn broker_certificates_carry_the_given_hosts_and_bad_hosts_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("certs");
+        let ca_dir = dir.path().join("ca");
+        let hosts = [
+            "broker-1.example.net".to_string(),
+            "10.0.0.7".into(),
+            "::1".into(),
+            "localhost".into(),
+        ];
+        issue_for_hosts(&out, &ca_dir, &[1], &hosts, &["plant1".into()]).unwrap();
+        let (dns, ips) = sans(&broker_paths(&out, 1).cert);
+        assert_eq!(
+            dns,
+            [
+                "broker-1",
+                BROKER_SERVER_NAME,
+                "localhost",
+                "broker-1.example.net"
+            ]
+        );
+        assert_eq!(
+            ips,
+            [
+                format!("{:?}", [127u8, 0, 0, 1].as_slice()),
+                format!("{:?}", [10u8, 0, 0, 7].as_slice()),
+                format!(
+                    "{:?}",
+                    [0u8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1].as_slice()
+                ),
+            ]
+        );
+        // Edges carry only their identity.
+        assert_eq!(sans(&edge_paths(&out, "plant1").cert).0, ["plant1"]);
+        for bad in [
+            "",
+            "a b",
+            "-x.example",
+            "x..y",
+            "ex ample.net",
+            &"a".repeat(64),
+        ] {
+            let other = dir.path().join("other");
+            let err = issue_for_hosts(&other, &ca_dir, &[1], &[bad.to_string()], &[]).unwrap_err();
+            assert!(matches!(err, DevCertError::InvalidHost(_)), "{bad:?}");
+            assert!(!other.exists(), "{bad:?}: nothing written");
+        }
     }
 
     #[test]

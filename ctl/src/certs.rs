@@ -27,6 +27,12 @@ pub struct CertsArgs {
     /// the namespace the edge may write to.
     #[arg(long = "edge", value_name = "EDGE_ID")]
     pub edges: Vec<String>,
+    /// A DNS name or IP address clients reach the brokers by (repeatable):
+    /// every broker certificate issued carries it, besides `localhost` and
+    /// `127.0.0.1`, so HTTPS to `https://NAME:port` (enrollment, tribctl,
+    /// consumer redirects) verifies.
+    #[arg(long = "broker-host", value_name = "NAME_OR_IP")]
+    pub broker_hosts: Vec<String>,
 }
 
 /// Runs `tribctl certs`; returns what to print: one line per certificate,
@@ -37,12 +43,25 @@ pub struct CertsArgs {
 /// An invalid edge id, I/O errors, an unreadable existing CA, half a CA.
 pub fn run(args: &CertsArgs) -> anyhow::Result<String> {
     use broker_core::dev_certs;
-    let issued = match &args.ca_dir {
-        Some(ca_dir) => {
-            dev_certs::issue_with_ca_dir(&args.out, ca_dir, &args.brokers, &args.edges)?
-        }
-        None => dev_certs::issue(&args.out, &args.brokers, &args.edges)?,
+    if !args.broker_hosts.is_empty() && args.brokers.is_empty() {
+        anyhow::bail!("--broker-host names go into broker certificates: give --broker ID too");
+    }
+    let ca_dir = match &args.ca_dir {
+        Some(ca_dir) => ca_dir.clone(),
+        None => dev_certs::default_ca_dir(&args.out).ok_or_else(|| {
+            anyhow::anyhow!(
+                "--out {} has no parent directory for the CA key; give --ca-dir",
+                args.out.display()
+            )
+        })?,
     };
+    let issued = dev_certs::issue_for_hosts(
+        &args.out,
+        &ca_dir,
+        &args.brokers,
+        &args.broker_hosts,
+        &args.edges,
+    )?;
     let out = args.out.display();
     let mut text = String::new();
     for id in &args.brokers {

@@ -679,6 +679,49 @@ fn certs_still_works() {
         zero.stderr
     );
     assert!(!other.join("broker-0.pem").exists());
+    // Host names for broker certificates: a bad one, or names without a
+    // broker to put them in, are refused before anything is written.
+    let hosts = server.dir.path().join("hosts");
+    let bad = server.tribctl(&[
+        "certs",
+        "--out",
+        hosts.to_str().unwrap(),
+        "--broker",
+        "1",
+        "--broker-host",
+        "not a host",
+    ]);
+    assert_eq!(bad.code, 1, "{}", bad.stderr);
+    assert!(
+        bad.stderr.contains("invalid broker host \"not a host\""),
+        "{}",
+        bad.stderr
+    );
+    let alone = server.tribctl(&[
+        "certs",
+        "--out",
+        hosts.to_str().unwrap(),
+        "--broker-host",
+        "b.example.net",
+    ]);
+    assert_eq!(alone.code, 1, "{}", alone.stderr);
+    assert!(
+        alone.stderr.contains("give --broker ID"),
+        "{}",
+        alone.stderr
+    );
+    assert!(!hosts.exists());
+    server.ok(&[
+        "certs",
+        "--out",
+        hosts.to_str().unwrap(),
+        "--broker",
+        "1",
+        "--broker-host",
+        "b.example.net",
+    ]);
+    let pem = std::fs::read(hosts.join("broker-1.pem")).unwrap();
+    assert!(!pem.is_empty());
 }
 
 #[test]
