@@ -297,7 +297,7 @@ fn mqtt_bad_input_gets_its_reason_code_and_the_agent_keeps_serving() {
     assert!(
         text.lines().any(|l| l.contains("WARN")
             && l.contains("mqtt connection closed by the agent")
-            && l.contains("PacketTooLarge")
+            && l.contains("reason_code=149")
             && l.contains("4096")),
         "no log line for the oversized PUBLISH:\n{text}"
     );

@@ -51,8 +51,10 @@ struct ClusterStatus {
     brokers: Option<Vec<BrokerView>>,
 }
 
-/// The brokers table of `cluster status`.
-fn brokers_text(brokers: &[BrokerView]) -> String {
+/// The brokers table of `cluster status`: every broker holding a lease,
+/// then each Raft member without one (its lease lapsed: down, or cut off
+/// from the majority), so a dead broker stays in the table as not live.
+fn brokers_text(brokers: &[BrokerView], members: &BTreeMap<u64, String>) -> String {
     let mut text = format!(
         "Brokers:\n  {:<4} {:<22} {:<30} {:<5} {:>13} {:>6} {}\n",
         "ID", "INGEST", "ADMIN URL", "LIVE", "LEASE AGE MS", "TOPICS", "LIFECYCLE"
@@ -68,6 +70,14 @@ fn brokers_text(brokers: &[BrokerView]) -> String {
             b.topics_owned,
             b.lifecycle
         ));
+    }
+    for id in members.keys() {
+        if brokers.iter().all(|b| b.broker_id != *id) {
+            text.push_str(&format!(
+                "  {:<4} {:<22} {:<30} {:<5} {:>13} {:>6} {}\n",
+                id, "-", "-", "no", "-", "-", "no lease (a Raft member whose lease lapsed)"
+            ));
+        }
     }
     text
 }
@@ -99,7 +109,7 @@ pub fn run(ctx: &Context<'_>, command: &ClusterCommand) -> Result<String, Comman
                     text.push_str(&format!("  {id} {addr}\n"));
                 }
                 if let Some(brokers) = &s.brokers {
-                    text.push_str(&brokers_text(brokers));
+                    text.push_str(&brokers_text(brokers, &s.members));
                 }
                 text
             })
@@ -142,5 +152,43 @@ pub fn run(ctx: &Context<'_>, command: &ClusterCommand) -> Result<String, Comman
                 text
             })
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_member_without_a_lease_stays_in_the_brokers_table_as_not_live() {
+        let live = BrokerView {
+            broker_id: 1,
+            ingest_addr: "127.0.0.1:7401".into(),
+            admin_url: "https://127.0.0.1:7400".into(),
+            live: true,
+            lifecycle: "active".into(),
+            lease_age_ms: 120,
+            topics_owned: 2,
+            bytes_in_per_s: 0,
+        };
+        let members: BTreeMap<u64, String> = [(1, "a".to_string()), (3, "c".to_string())]
+            .into_iter()
+            .collect();
+        let text = brokers_text(&[live], &members);
+        let rows: Vec<Vec<&str>> = text
+            .lines()
+            .skip(2)
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        assert_eq!(rows.len(), 2, "{text}");
+        assert_eq!(
+            rows[0][..4],
+            ["1", "127.0.0.1:7401", "https://127.0.0.1:7400", "yes"]
+        );
+        assert_eq!(rows[1][..6], ["3", "-", "-", "no", "-", "-"], "{text}");
+        assert!(
+            text.ends_with("no lease (a Raft member whose lease lapsed)\n"),
+            "{text}"
+        );
     }
 }

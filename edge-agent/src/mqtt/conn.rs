@@ -91,12 +91,12 @@ where
         Ok(()) => debug!(%peer, "mqtt connection closed"),
         Err(close) => {
             if matches!(close.reason, Reason::Success | Reason::ServerShuttingDown) {
-                debug!(%peer, reason = ?close.reason, why = %close.why, "mqtt connection ended");
+                debug!(%peer, reason_code = close.reason as u8, why = %close.why, "mqtt connection ended");
             } else {
                 // The client broke a rule (too large, malformed, a bad topic
                 // name): say so, since an MQTT 3.1.1 client only sees its
                 // connection drop.
-                warn!(%peer, reason = ?close.reason, why = %close.why, "mqtt connection closed by the agent; nothing after the last acknowledged packet was accepted");
+                warn!(%peer, reason_code = close.reason as u8, why = %close.why, "mqtt connection closed by the agent; nothing after the last acknowledged packet was accepted");
             }
             if close.reason != Reason::Success {
                 conn.send(&Outbound::Disconnect(close.reason)).await.ok();
