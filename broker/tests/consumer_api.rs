@@ -1007,6 +1007,17 @@ fn bad_inputs_get_clear_4xx_errors() {
             "records",
         ),
         (
+            "POST",
+            format!("/v1/topics{JOBS}/records"),
+            Some(
+                r#"{"records": [{"value": "a"}, {"value": "b", "timestamp_ms": 9223372036854775807}]}"#
+                    .to_owned(),
+            ),
+            400,
+            "invalid_input",
+            "records[1].timestamp_ms: must be ms since the Unix epoch, from 0",
+        ),
+        (
             "GET",
             format!("/v1/topics{JOBS}/records?offset=7"),
             None,

@@ -481,13 +481,9 @@ async fn publish_record(
         strict_utf8_key(raw_query.as_deref().unwrap_or(""))?;
     }
     let timestamp_ms = match query.timestamp_ms {
-        Some(ts) if ts < 0 => {
-            return Err(ApiError::new(
-                StatusCode::BAD_REQUEST,
-                format!("timestamp_ms: must be ms since the Unix epoch, at least 0; got {ts}"),
-            ));
-        }
-        Some(ts) => ts,
+        Some(ts) => tributary_proto::limits::check_timestamp_ms(ts).map_err(|why| {
+            ApiError::new(StatusCode::BAD_REQUEST, format!("timestamp_ms: {why}"))
+        })?,
         None => manager.now_ms(),
     };
     let mut record_headers = Vec::new();

@@ -9,7 +9,7 @@
 //! | `key` | string | optional key, UTF-8 text |
 //! | `key_b64` | string | optional key, standard base64 |
 //! | `headers` | object of string → string | optional headers, kept in the order written |
-//! | `timestamp_ms` | integer ≥ 0 | optional; ms since the Unix epoch, else the agent's clock |
+//! | `timestamp_ms` | integer 0 to 253402300799999 | optional; ms since the Unix epoch (up to 9999-12-31T23:59:59.999Z), else the agent's clock |
 //! | `producer_id` | string | optional, 1 to [`MAX_PRODUCER_ID_BYTES`] bytes of visible ASCII: who sends the batch ([`crate::sequence`]) |
 //! | `sequence` | integer ≥ 0 | optional, with `producer_id`: the record's number in that producer's stream |
 //!
@@ -306,13 +306,8 @@ fn parse_line(raw: &[u8], line: usize, now_ms: i64) -> Result<ParsedLine, LineEr
         }
     };
     let timestamp_ms = match parsed.timestamp_ms {
-        Some(ts) if ts < 0 => {
-            return Err(err(
-                Some("timestamp_ms"),
-                format!("must be ms since the Unix epoch, at least 0; got {ts}"),
-            ));
-        }
-        Some(ts) => ts,
+        Some(ts) => tributary_proto::limits::check_timestamp_ms(ts)
+            .map_err(|why| err(Some("timestamp_ms"), why))?,
         None => now_ms,
     };
     let sequenced = match (parsed.producer_id, parsed.sequence) {
@@ -477,8 +472,11 @@ mod tests {
         let e = line_err("{\"value\":\"a\",\"timestamp_ms\":-1}");
         assert_eq!(
             e.to_string(),
-            "line 1: timestamp_ms: must be ms since the Unix epoch, at least 0; got -1"
+            "line 1: timestamp_ms: must be ms since the Unix epoch, from 0 (1970-01-01) to 253402300799999 (9999-12-31T23:59:59.999Z); got -1"
         );
+        let e = line_err("{\"value\":\"a\",\"timestamp_ms\":253402300800000}");
+        assert_eq!(e.field.as_deref(), Some("timestamp_ms"));
+        assert!(e.to_string().ends_with("got 253402300800000"), "{e}");
         let e = line_err("{\"value\":\"a\",\"timestamp_ms\":1.5}");
         assert_eq!(e.field.as_deref(), Some("timestamp_ms"));
     }

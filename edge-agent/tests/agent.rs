@@ -589,7 +589,15 @@ async fn every_bad_input_gets_its_status_and_stores_nothing() {
             vec![],
             b"v".to_vec(),
             400,
-            "timestamp_ms: must be ms since the Unix epoch, at least 0; got -5",
+            "timestamp_ms: must be ms since the Unix epoch, from 0 (1970-01-01) to 253402300799999 (9999-12-31T23:59:59.999Z); got -5",
+        ),
+        (
+            "timestamp past year 9999",
+            "/v1/topics/e1/t/records?timestamp_ms=9223372036854775807",
+            vec![],
+            b"v".to_vec(),
+            400,
+            "timestamp_ms: must be ms since the Unix epoch, from 0 (1970-01-01) to 253402300799999 (9999-12-31T23:59:59.999Z); got 9223372036854775807",
         ),
         (
             "timestamp not a number",

@@ -17,6 +17,28 @@ pub const RECORD_BYTES_MIN: u32 = 5;
 
 const _: () = assert!(BATCH_HEADER_BYTES < BATCH_BYTES_CEILING);
 
+/// Latest record timestamp a producer may give, ms since the Unix epoch:
+/// 9999-12-31T23:59:59.999Z, the last instant every reader renders (ISO
+/// 8601 years have four digits; JSON lines, CSV, Parquet readers and DuckDB
+/// all show it as a date).
+pub const MAX_TIMESTAMP_MS: i64 = 253_402_300_799_999;
+
+/// Checks a record timestamp a producer gave: ms since the Unix epoch, from
+/// 0 (1970-01-01) to [`MAX_TIMESTAMP_MS`].
+///
+/// # Errors
+/// The rule and the value, for a 400 naming the field.
+pub fn check_timestamp_ms(timestamp_ms: i64) -> Result<i64, String> {
+    if (0..=MAX_TIMESTAMP_MS).contains(&timestamp_ms) {
+        Ok(timestamp_ms)
+    } else {
+        Err(format!(
+            "must be ms since the Unix epoch, from 0 (1970-01-01) to {MAX_TIMESTAMP_MS} \
+             (9999-12-31T23:59:59.999Z); got {timestamp_ms}"
+        ))
+    }
+}
+
 /// Size limits applied when encoding and decoding record batches.
 ///
 /// Both limits are in bytes of the encoded form. A decoder never allocates

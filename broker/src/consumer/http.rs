@@ -369,8 +369,15 @@ async fn publish(
                 ));
             }
         };
+        let timestamp_ms = match rec.timestamp_ms {
+            Some(ts) => tributary_proto::limits::check_timestamp_ms(ts).map_err(|why| {
+                let name = field("timestamp_ms");
+                ApiError::invalid(&name, format!("{name}: {why}"))
+            })?,
+            None => now,
+        };
         out.push(Record {
-            timestamp_ms: rec.timestamp_ms.unwrap_or(now),
+            timestamp_ms,
             key: rec.key.map(RecordBytes::from),
             headers: rec
                 .headers
