@@ -71,7 +71,8 @@ pub fn python() -> PathBuf {
 
 /// The paho publisher: one JSON argument (host, port, client_id, protocol
 /// 3|5, qos, count, topic, prefix, out, clean, user_props, content_type,
-/// username, password, inflight, pace_s between publishes, deadline_s). Publishes `count` messages
+/// username, password, inflight, pace_s between publishes, deadline_s, pad:
+/// {"i": bytes} pads message i with 'x' to that size). Publishes `count` messages
 /// `{prefix}{i}`, riding out agent restarts (paho reconnects and resends
 /// unacknowledged messages with DUP), and writes to `out` one line per
 /// message: `acked {i}` or `refused {i} {reason code}`, then `done`.
@@ -128,7 +129,10 @@ for i in range(a["count"]):
             props.UserProperty = (k, v)
         if a.get("content_type"):
             props.ContentType = a["content_type"]
-    info = c.publish(a["topic"], f'{a["prefix"]}{i}'.encode(), qos=a["qos"], properties=props)
+    payload = f'{a["prefix"]}{i}'.encode()
+    pad = (a.get("pad") or {}).get(str(i), 0)
+    payload += b"x" * max(0, pad - len(payload))
+    info = c.publish(a["topic"], payload, qos=a["qos"], properties=props)
     mids[info.mid] = i
     if a["qos"] == 0:
         info.wait_for_publish(10)

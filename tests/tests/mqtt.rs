@@ -210,6 +210,10 @@ fn mqtt_bad_input_gets_its_reason_code_and_the_agent_keeps_serving() {
     );
     let log = dir.path().join("edge.log");
     let mut edge = MqttEdge::logged(dir.path(), "event_stream", &extra, &log);
+    // Records of at most 1 KiB, under the 4 KiB packet limit.
+    let config = dir.path().join("edge.toml");
+    let text = std::fs::read_to_string(&config).expect("edge.toml");
+    std::fs::write(&config, format!("max_record_bytes = 1024\n{text}")).expect("edge.toml");
     edge.start();
     let good = |n: &str| {
         let out = mosquitto_pub(
@@ -325,6 +329,23 @@ fn mqtt_bad_input_gets_its_reason_code_and_the_agent_keeps_serving() {
     let _ = out;
     good("good-3");
 
+    // A packet within max_packet_bytes whose record is over the agent's
+    // max_record_bytes (1 KiB): 5.0 PUBACK 0x83 and the connection
+    // carries on; nothing of it is stored.
+    let (ok, lines) = run_publisher(
+        &json!({"host": "127.0.0.1", "port": edge.mqtt.port(), "client_id": "big5",
+                "protocol": 5, "qos": 1, "count": 3, "topic": "sensors/big", "prefix": "big5-",
+                "pad": {"1": 2048}, "clean": true, "username": "sensor", "password": "s3cret",
+                "deadline_s": 20}),
+        &dir.path().join("big5.out"),
+    );
+    assert!(ok, "paho 5 big record: {lines:?}");
+    assert_eq!(
+        lines,
+        ["acked 0", "refused 1 131", "acked 2", "done"],
+        "PUBACK 0x83 for the record over max_record_bytes"
+    );
+
     // Unmapped topic: 3.1.1 closed without PUBACK, 5.0 PUBACK 0x90.
     let answer = after_connack(
         edge.mqtt,
@@ -388,7 +409,15 @@ fn mqtt_bad_input_gets_its_reason_code_and_the_agent_keeps_serving() {
     assert!(metric_value(&metrics, "tributary_edge_mqtt_packets_too_large_total") >= Some(1));
     assert_eq!(edge.edge.terminate(), Some(0));
     let stored = values(&read_records(&edge.wal_dir("readings")));
-    let want: HashMap<String, usize> = (0..5).map(|i| (format!("good-{i}"), 1)).collect();
+    assert_eq!(
+        metric_value(&metrics, "tributary_edge_mqtt_records_too_large_total"),
+        Some(1)
+    );
+    let want: HashMap<String, usize> = (0..5)
+        .map(|i| format!("good-{i}"))
+        .chain(["big5-0".to_owned(), "big5-2".to_owned()])
+        .map(|v| (v, 1))
+        .collect();
     assert_eq!(stored, want, "only the good publishes are stored");
 }
 

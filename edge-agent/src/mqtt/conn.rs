@@ -547,7 +547,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
                 stats.count(&stats.refused_full);
                 (Reason::QuotaExceeded, false)
             }
-            TopicError::Publish(PublishError::TooLarge { .. }) => (Reason::PacketTooLarge, true),
+            // The packet passed max_packet_bytes but its record (payload,
+            // topic header, properties) is over max_record_bytes: refuse
+            // this message and keep the connection (5.0: PUBACK/PUBREC
+            // 0x83 with the limit in the log; 3.1.1 has no reason code).
+            TopicError::Publish(PublishError::TooLarge { .. }) => {
+                stats.count(&stats.records_too_large);
+                (Reason::ImplementationSpecific, false)
+            }
             TopicError::ShuttingDown | TopicError::Publish(PublishError::Closed { .. }) => {
                 (Reason::ServerShuttingDown, true)
             }

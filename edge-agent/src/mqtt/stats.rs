@@ -33,6 +33,9 @@ pub struct MqttStats {
     pub unmapped_refused: AtomicU64,
     /// PUBLISHes refused: a full disk budget or file system (0x97).
     pub refused_full: AtomicU64,
+    /// PUBLISHes refused: their record (payload, topic header, properties)
+    /// is over the agent's `max_record_bytes` (0x83).
+    pub records_too_large: AtomicU64,
     /// QoS 1 resends (DUP) of a packet id already stored and acknowledged
     /// on this session since the agent started: stored again.
     pub qos1_redeliveries: AtomicU64,
@@ -70,7 +73,7 @@ impl MqttStats {
     /// Adds the `tributary_edge_mqtt_*` families to `out`.
     pub fn add_to(&self, out: &mut crate::metrics::Exposition) {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        let counters: [(&str, &str, u64); 16] = [
+        let counters: [(&str, &str, u64); 17] = [
             (
                 "connections",
                 "MQTT CONNECT packets the listener accepted.",
@@ -120,6 +123,11 @@ impl MqttStats {
                 "refused_full",
                 "PUBLISH packets refused because a disk budget or the disk was full.",
                 get(&self.refused_full),
+            ),
+            (
+                "records_too_large",
+                "PUBLISH packets refused because their record is over max_record_bytes.",
+                get(&self.records_too_large),
             ),
             (
                 "qos1_redeliveries",
