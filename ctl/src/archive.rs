@@ -231,6 +231,9 @@ pub fn run(
                     .read_with_holes(&topic, range.start(), &mut |r| sink.take(r), &mut say_hole)
                     .await?;
                 if sink.finish()?.1 == 0 {
+                    if let Some(from) = range.from_offset {
+                        export::check_from_offset(&archive, &topic, from).await?;
+                    }
                     ensure_archived(&archive, &topic).await?;
                 }
                 Ok(())

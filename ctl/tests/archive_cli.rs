@@ -421,6 +421,10 @@ fn verify_fails_on_a_missing_bucket_a_wrong_prefix_and_an_unknown_topic() {
             &["cat", TOPIC, "--from-offset", "10", "--to-offset", "5"],
             "error: --to-offset 5 is before --from-offset 10: no offset is in that range\n",
         ),
+        (
+            &["cat", TOPIC, "--from-offset", "200000"],
+            "error: --from-offset 200000 is past the archived records of /plant/press-7: the archive holds offsets 0..=299 (nothing to read)\n",
+        ),
     ] {
         let out = tribctl(&bucket, args);
         assert_eq!(out.status.code(), Some(1), "{args:?}: {out:?}");

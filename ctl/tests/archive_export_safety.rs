@@ -357,7 +357,7 @@ fn a_from_offset_past_the_archive_is_refused_naming_the_range() {
             assert_eq!(
                 err,
                 format!(
-                    "error: --from-offset {from} is past the archived records of {TOPIC}: the archive holds offsets 0..=39 (nothing to export)\n"
+                    "error: --from-offset {from} is past the archived records of {TOPIC}: the archive holds offsets 0..=39 (nothing to read)\n"
                 )
             );
             assert!(!out.exists() && !dir.path().join("out.jsonl.partial").exists());

@@ -195,7 +195,11 @@ pub async fn export(archive: &Archive, range: &RangeArgs, args: &ExportArgs) -> 
 ///
 /// # Errors
 /// As said; store errors.
-async fn check_from_offset(archive: &Archive, topic: &TopicName, from: u64) -> anyhow::Result<()> {
+pub(super) async fn check_from_offset(
+    archive: &Archive,
+    topic: &TopicName,
+    from: u64,
+) -> anyhow::Result<()> {
     let (objects, _) = archive.segments(topic).await?;
     let first = objects.iter().map(|o| o.start_offset).min();
     let last = objects.iter().map(|o| o.end_offset).max();
@@ -204,7 +208,7 @@ async fn check_from_offset(archive: &Archive, topic: &TopicName, from: u64) -> a
     };
     if from > last {
         bail!(
-            "--from-offset {from} is past the archived records of {topic}: the archive holds offsets {first}..={last} (nothing to export)"
+            "--from-offset {from} is past the archived records of {topic}: the archive holds offsets {first}..={last} (nothing to read)"
         );
     }
     Ok(())
