@@ -73,14 +73,9 @@
 //! `ProgressRequest`, which a broker sends only to such an edge. Neither
 //! side ever receives a frame type it does not know.
 //!
-//! `Tip` (the same negotiation, within protocol 2): an edge whose `Hello`
-//! sets `"tip":true` gets the central log's last batch (its base offset,
-//! next offset and batch CRC) before the `Welcome`, when the broker holds
-//! one. Batches travel verbatim, so an edge that wrote them holds a batch
-//! starting at that offset with that CRC; any other edge (a second device
-//! with the same identity, a reflashed one that published before it could
-//! connect) finds a different batch and stops instead of taking the
-//! broker's records for its own.
+//! `Tip` (negotiated the same way): the central log's last batch, before
+//! the `Welcome`; an edge whose own batch there differs (another device
+//! under its identity) stops instead of taking those records for its own.
 //!
 //! Decoding is bounded: a frame longer than the decoder's limit is refused
 //! before anything is allocated, and a zstd batch may not inflate beyond
