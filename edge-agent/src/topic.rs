@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use broker_core::catalog::TopicLoadSettings;
 use broker_core::clock::Clock;
-use broker_core::wal::{RetentionReport, Wal, WalError};
+use broker_core::wal::{RetentionReport, UnreadableKind, Wal, WalError};
 use serde::Serialize;
 use tracing::{debug, info, warn};
 use tributary_proto::batch::EncodeError;
@@ -155,8 +155,9 @@ pub struct TopicStats {
     pub wal_reopens: u64,
     /// The latched WAL failure the topic is recovering from, if any.
     pub wal_fault: Option<FaultReport>,
-    /// Offset ranges the WAL cannot read (damaged bytes it keeps, holes),
-    /// oldest first; empty when all is well.
+    /// Offset ranges the WAL cannot read (damaged bytes it keeps, holes
+    /// not yet acknowledged by the broker), oldest first; empty when all
+    /// is well.
     pub damaged_ranges: Vec<DamagedRange>,
 }
 
@@ -693,9 +694,19 @@ impl Topic {
                     stats.backlog_bytes =
                         unacked_sealed + if hwm > acknowledged { active_bytes } else { 0 };
                     stats.wal_bytes = size;
+                    // A hole the broker already acknowledged past holds
+                    // nothing to act on here: the broker has what those
+                    // offsets hold (a new device's log continuing at the
+                    // broker's high-water mark, records lost locally after
+                    // replication) or recorded the hole itself. Damaged
+                    // bytes stay listed.
                     stats.damaged_ranges = wal
                         .damaged_ranges()
                         .iter()
+                        .filter(|r| {
+                            !(matches!(r.kind, UnreadableKind::Hole)
+                                && r.end_offset <= acknowledged)
+                        })
                         .map(DamagedRange::from)
                         .collect();
                 }

@@ -1,23 +1,31 @@
-//! A second log under one edge identity (a second device given the same
-//! edge id, or a reflashed gateway with an empty data directory and its
-//! old certificate) must not take the broker's records for its own.
+//! Two logs under one edge identity: a second device given the same edge
+//! id, or a gateway reflashed with its old certificate and an empty data
+//! directory. Offsets alone cannot tell its records from the first log's;
+//! before the `Tip` check (FORMAT.md, "Replication stream") such an edge
+//! waited until its log passed the broker's high-water mark, then resumed
+//! there, and the broker acknowledged its first records as "duplicates"
+//! of the other log's, which the edge then deleted.
 //!
-//! Edge A replicates 10 records and stops. Edge B, same certificate, empty
-//! data directory, publishes 20 records at its own offsets 0..20. Before
-//! the `Tip` check (FORMAT.md, "Replication stream") B waited until its log
-//! passed the broker's high-water mark and then resumed at 10: the broker
-//! acknowledged B's offsets 0..10 as duplicates of A's records, B counted
-//! them acknowledged and would have deleted them. Now B finds that the
-//! broker's last batch is not its own and stops: nothing of B's is
-//! acknowledged, B keeps all 20 records and says why, the broker still
-//! holds exactly A's 10 records, and A, coming back, carries on.
+//! - A new device that has published nothing when it first meets the
+//!   broker has nothing the broker's records could shadow: its log
+//!   continues at the broker's high-water mark, and what it publishes
+//!   arrives after the first device's records (with a warning, which
+//!   repeats if two live devices share the id). The first device, coming
+//!   back with a record the broker does not hold, finds the broker's last
+//!   batch is not its own and stops, keeping its record.
+//! - A device that published before it could reach the broker (its records
+//!   at offsets the broker already holds) stops the same way: nothing of
+//!   it is acknowledged, and the broker keeps exactly the first log.
 
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use tributary_test_support::ports::free_tcp;
 use tributary_test_support::process::{Proc, bin_path};
-use tributary_tests::cluster::Pair;
+use tributary_tests::cluster::{EdgeClient, Pair};
+use tributary_tests::fleet::edge_get;
 
 fn ndjson(prefix: &str, range: std::ops::Range<u64>) -> String {
     range
@@ -25,88 +33,185 @@ fn ndjson(prefix: &str, range: std::ops::Range<u64>) -> String {
         .collect()
 }
 
+/// An agent with the pair's identity, certificate and broker but its own
+/// data directory and local API; its output goes to `{name}.log`.
+struct Device {
+    proc: Proc,
+    api: EdgeClient,
+    addr: SocketAddr,
+    log: PathBuf,
+}
+
+impl Device {
+    fn new(dir: &Path, pair: &Pair, name: &str) -> Device {
+        let api: SocketAddr = free_tcp();
+        let config = std::fs::read_to_string(dir.join("edge.toml")).expect("edge.toml");
+        let config = config
+            .replace(
+                &format!("data_dir = \"{}\"", pair.edge_data.display()),
+                &format!("data_dir = \"{}\"", dir.join(name).display()),
+            )
+            .replace(
+                &format!("local_api = \"{}\"", pair.edge_api),
+                &format!("local_api = \"{api}\""),
+            );
+        assert!(config.contains(name) && config.contains(&api.to_string()));
+        let path = dir.join(format!("{name}.toml"));
+        std::fs::write(&path, config).expect("device config");
+        let log = dir.join(format!("{name}.log"));
+        let mut cmd = Command::new(bin_path("edge-agent"));
+        cmd.arg("run")
+            .arg("--config")
+            .arg(&path)
+            .env("RUST_LOG", "warn");
+        Device {
+            proc: Proc::logged("edge-agent", cmd, &log).expect("log"),
+            api: Pair::api_client(api),
+            addr: api,
+            log,
+        }
+    }
+
+    fn start(&mut self) {
+        self.proc.start();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.api.edge_offsets().is_none() {
+            assert!(Instant::now() < deadline, "device API not up");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Waits (20 s at most; streams are retried every 5 s) until the log
+    /// says the broker's records are not this device's.
+    fn wait_diverged(&self, range: &str) {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+            if text.contains("are not this edge's") {
+                assert!(
+                    text.contains(&format!("offsets {range}")) && text.contains("same edge id"),
+                    "{text}"
+                );
+                return;
+            }
+            assert!(Instant::now() < deadline, "never said why:\n{text}");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
+    fn wait_offsets(&self, want: (u64, u64)) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while self.api.edge_offsets() != Some(want) {
+            assert!(
+                Instant::now() < deadline,
+                "offsets {:?}, want {want:?}",
+                self.api.edge_offsets()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
+
+/// The broker's records, in offset order.
+fn central(pair: &Pair, subscription: &str, end: u64) -> Vec<String> {
+    let (records, gaps) = pair.consume_all(subscription, end);
+    assert!(gaps.is_empty(), "{gaps:?}");
+    assert_eq!(
+        records.keys().copied().collect::<Vec<_>>(),
+        (0..end).collect::<Vec<_>>()
+    );
+    records.into_values().collect()
+}
+
+fn values(parts: &[(&str, std::ops::Range<u64>)]) -> Vec<String> {
+    parts
+        .iter()
+        .flat_map(|(p, r)| r.clone().map(move |i| format!("{p}-{i}")))
+        .collect()
+}
+
 #[test]
-fn a_second_log_under_one_edge_id_stops_instead_of_losing_its_records() {
+fn a_new_device_under_an_existing_edge_id_continues_at_the_brokers_offset() {
     let dir = tempfile::tempdir().expect("tempdir");
     let mut pair = Pair::new(dir.path(), "task_queue", None);
     pair.broker.start();
-    pair.edge.start();
-    pair.wait_for_edge();
-    assert_eq!(pair.publish_ndjson(ndjson("A", 0..10)), Ok((0, 10)));
-    pair.wait_acknowledged(10, Duration::from_secs(60));
-    assert_eq!(pair.edge.terminate(), Some(0));
+    let mut a = Device::new(dir.path(), &pair, "device-a");
+    a.start();
+    assert_eq!(a.api.publish_ndjson(ndjson("A", 0..10)), Ok((0, 10)));
+    a.wait_offsets((10, 10));
+    assert_eq!(a.proc.terminate(), Some(0));
 
-    // Device B: the same edge.toml (identity, certificate, broker), its own
-    // empty data directory and local API.
-    let b_api = free_tcp();
-    let config = std::fs::read_to_string(dir.path().join("edge.toml")).expect("edge.toml");
-    let b_config = dir.path().join("edge-b.toml");
-    let config = config
-        .replace(
-            &format!("data_dir = \"{}\"", pair.edge_data.display()),
-            &format!("data_dir = \"{}\"", dir.path().join("edge-b").display()),
-        )
-        .replace(
-            &format!("local_api = \"{}\"", pair.edge_api),
-            &format!("local_api = \"{b_api}\""),
-        );
-    assert!(config.contains("edge-b") && config.contains(&b_api.to_string()));
-    std::fs::write(&b_config, config).expect("edge-b.toml");
-    let log = dir.path().join("edge-b.log");
-    let mut cmd = Command::new(bin_path("edge-agent"));
-    cmd.arg("run")
-        .arg("--config")
-        .arg(&b_config)
-        .env("RUST_LOG", "warn");
-    let mut b = Proc::logged("edge-agent", cmd, &log).expect("log");
+    // B, empty: its log continues at the broker's 10 before it publishes,
+    // and it is healthy (the offsets below are the broker's, not a loss).
+    let mut b = Device::new(dir.path(), &pair, "device-b");
     b.start();
-    let b_client = Pair::api_client(b_api);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while b_client.edge_offsets().is_none() {
-        assert!(Instant::now() < deadline, "edge B's API not up");
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert_eq!(b_client.publish_ndjson(ndjson("B", 0..20)), Ok((0, 20)));
-
-    // B's stream is retried every 5 s: within 20 s it has met the broker
-    // with its 20 records and said why it stops.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
-        let text = std::fs::read_to_string(&log).unwrap_or_default();
-        if text.contains("are not this edge's") {
-            assert!(
-                text.contains("offsets 0..10") && text.contains("same edge id"),
-                "{text}"
-            );
-            break;
-        }
-        assert!(Instant::now() < deadline, "edge B never said why:\n{text}");
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    b.wait_offsets((10, 10));
+    assert_eq!(b.api.publish_ndjson(ndjson("B", 0..20)), Ok((10, 30)));
+    b.wait_offsets((30, 30));
+    let health = edge_get(b.addr, "/health").expect("health");
+    assert_eq!(health["status"], "ok", "{health}");
+    assert_eq!(b.proc.terminate(), Some(0));
     assert_eq!(
-        b_client.edge_offsets(),
+        central(&pair, "audit", 30),
+        values(&[("A", 0..10), ("B", 0..20)])
+    );
+
+    let text = std::fs::read_to_string(&b.log).expect("log");
+    assert!(
+        text.contains("the log continues at the broker's high-water mark")
+            && text.contains("from=0")
+            && text.contains("to=10"),
+        "{text}"
+    );
+
+    // A comes back with a record it published while the broker was down,
+    // at its own offset 10: the broker's last batch (B's, 10..30) is not
+    // A's. A stops and keeps it.
+    pair.broker.kill();
+    a.start();
+    assert_eq!(a.api.publish_ndjson(ndjson("A", 10..11)), Ok((10, 11)));
+    pair.broker.start();
+    a.wait_diverged("10..30");
+    assert_eq!(a.api.edge_offsets(), Some((11, 10)));
+    assert_eq!(a.proc.terminate(), Some(0));
+    assert_eq!(
+        central(&pair, "audit-again", 30),
+        values(&[("A", 0..10), ("B", 0..20)])
+    );
+    assert_eq!(pair.broker.terminate(), Some(0));
+}
+
+#[test]
+fn a_device_that_published_before_meeting_the_broker_stops_and_keeps_its_records() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut pair = Pair::new(dir.path(), "task_queue", None);
+    pair.broker.start();
+    let mut a = Device::new(dir.path(), &pair, "device-a");
+    a.start();
+    assert_eq!(a.api.publish_ndjson(ndjson("A", 0..10)), Ok((0, 10)));
+    a.wait_offsets((10, 10));
+    assert_eq!(a.proc.terminate(), Some(0));
+
+    // B publishes 20 records while the broker is down, at offsets 0..20.
+    pair.broker.kill();
+    let mut b = Device::new(dir.path(), &pair, "device-b");
+    b.start();
+    assert_eq!(b.api.publish_ndjson(ndjson("B", 0..20)), Ok((0, 20)));
+    pair.broker.start();
+    b.wait_diverged("0..10");
+    assert_eq!(
+        b.api.edge_offsets(),
         Some((20, 0)),
         "nothing of B's is acknowledged; B keeps its 20 records"
     );
-    assert_eq!(b.terminate(), Some(0));
-
-    // The broker holds exactly A's records.
-    let (records, gaps) = pair.consume_all("audit", 10);
-    assert!(gaps.is_empty(), "{gaps:?}");
-    let values: Vec<String> = records.values().cloned().collect();
-    let expected: Vec<String> = (0..10).map(|i| format!("A-{i}")).collect();
-    assert_eq!(values, expected);
+    assert_eq!(b.proc.terminate(), Some(0));
+    assert_eq!(central(&pair, "audit", 10), values(&[("A", 0..10)]));
 
     // A comes back and carries on: its own history passes the check.
-    pair.edge.start();
-    pair.wait_for_edge();
-    assert_eq!(pair.publish_ndjson(ndjson("A", 10..15)), Ok((10, 15)));
-    pair.wait_acknowledged(15, Duration::from_secs(60));
-    let (records, gaps) = pair.consume_all("audit-again", 15);
-    assert!(gaps.is_empty(), "{gaps:?}");
-    let values: Vec<String> = records.values().cloned().collect();
-    let expected: Vec<String> = (0..15).map(|i| format!("A-{i}")).collect();
-    assert_eq!(values, expected);
-    assert_eq!(pair.edge.terminate(), Some(0));
+    a.start();
+    assert_eq!(a.api.publish_ndjson(ndjson("A", 10..15)), Ok((10, 15)));
+    a.wait_offsets((15, 15));
+    assert_eq!(a.proc.terminate(), Some(0));
+    assert_eq!(central(&pair, "audit-again", 15), values(&[("A", 0..15)]));
     assert_eq!(pair.broker.terminate(), Some(0));
 }

@@ -310,7 +310,10 @@ fn a_declared_hole_survives_a_power_cut_and_the_log_continues_after_it() {
                         .await
                         .unwrap();
                 }
-                wal.skip_to(25).await.unwrap();
+                // Only from the next offset the caller saw.
+                assert!(!wal.skip_to_from(9, 25).await.unwrap());
+                assert_eq!(wal.next_offset(), 10);
+                assert!(wal.skip_to_from(10, 25).await.unwrap());
                 wal.skip_to(20).await.unwrap(); // already past: a no-op
             });
             assert_eq!((wal.high_water_mark(), wal.next_offset()), (25, 25));

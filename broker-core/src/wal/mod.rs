@@ -369,6 +369,25 @@ impl Wal {
     /// # Errors
     /// [`WalError::Closed`], [`WalError::PreviousIo`].
     pub async fn skip_to(&self, end_offset: u64) -> Result<(), WalError> {
+        self.skip(None, end_offset).await.map(|_| ())
+    }
+
+    /// As [`Wal::skip_to`], only if the next offset is `expected_next` (no
+    /// append is pending or was made since the caller looked): returns
+    /// whether the hole was declared. An edge whose log holds nothing
+    /// unacknowledged uses it to continue at the broker's high-water mark.
+    ///
+    /// # Errors
+    /// As [`Wal::skip_to`].
+    pub async fn skip_to_from(
+        &self,
+        expected_next: u64,
+        end_offset: u64,
+    ) -> Result<bool, WalError> {
+        self.skip(Some(expected_next), end_offset).await
+    }
+
+    async fn skip(&self, expected_next: Option<u64>, end_offset: u64) -> Result<bool, WalError> {
         {
             let mut state = self.shared.state();
             if let Some(failure) = &state.failure {
@@ -377,8 +396,11 @@ impl Wal {
             if state.closing {
                 return Err(WalError::Closed);
             }
+            if expected_next.is_some_and(|n| n != state.next_offset) {
+                return Ok(false);
+            }
             if end_offset <= state.next_offset {
-                return Ok(());
+                return Ok(true);
             }
             let first = state.next_offset;
             state.next_offset = end_offset;
@@ -393,7 +415,7 @@ impl Wal {
             );
             self.shared.wake(&mut state);
         }
-        self.wait_for_offset(end_offset - 1).await.map(|_| ())
+        self.wait_for_offset(end_offset - 1).await.map(|_| true)
     }
 
     /// Seals the active segment now (if it holds any record) and starts a new

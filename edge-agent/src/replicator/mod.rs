@@ -48,6 +48,7 @@
 //! sending, checkpoints, archived offsets), [`stages`] (where each batch
 //! spends its time, for `/metrics`).
 
+mod history;
 pub mod link;
 mod pacing;
 pub mod routes;

@@ -286,7 +286,13 @@ async fn drive_stream(
                 })? {
                     let start = wal.log_start_offset();
                     let hwm = wal.high_water_mark();
-                    match stream.on_frame(frame, start, hwm)? {
+                    let event = match stream.on_frame(frame, start, hwm) {
+                        Err(EdgeError::BrokerAhead { broker, local }) => {
+                            super::history::adopt_broker_offset(&mut stream, topic, wal, broker, local).await?
+                        }
+                        other => other?,
+                    };
+                    match event {
                         EdgeEvent::Resumed { from } => {
                             routing.resumed(topic.name().as_str());
                             info!(topic = %topic.name(), from, local_hwm = hwm, "replication resumed");
@@ -339,7 +345,7 @@ async fn drive_stream(
                         EdgeEvent::Tip { base_offset, next_offset, crc32c } => {
                             let wal = Arc::clone(wal);
                             let mismatch = tokio::task::spawn_blocking(move || {
-                                tip_mismatch(&wal, base_offset, next_offset, crc32c)
+                                super::history::tip_mismatch(&wal, base_offset, next_offset, crc32c)
                             })
                             .await
                             .map_err(|e| StreamError::Wal(format!("tip check task failed: {e}")))?;
@@ -761,32 +767,4 @@ async fn record_acknowledgements(
             return;
         }
     }
-}
-
-/// Why the local WAL's batch at `base_offset` is not the central log's last
-/// batch (`base_offset..next_offset`, CRC `crc32c`; FORMAT.md, "Tip"), or
-/// `None` when it is, or when the local WAL cannot say: it no longer or
-/// not yet holds the offset, or cannot read it (damage is reported
-/// elsewhere). Batches travel verbatim, so a log that wrote the central
-/// batch holds it byte for byte.
-fn tip_mismatch(wal: &Wal, base_offset: u64, next_offset: u64, crc32c: u32) -> Option<String> {
-    if base_offset < wal.log_start_offset() || base_offset >= wal.high_water_mark() {
-        return None;
-    }
-    let batches = wal.read(base_offset, 1).ok()?;
-    let local = batches.first()?.header();
-    if local.base_offset != base_offset {
-        return Some(format!(
-            "the local batch holding offset {base_offset} starts at {}",
-            local.base_offset
-        ));
-    }
-    (local.next_offset() != next_offset || local.crc != crc32c).then(|| {
-        format!(
-            "the local batch at {base_offset} ends at {} with CRC {:#010x}, the broker's ends at \
-             {next_offset} with CRC {crc32c:#010x}",
-            local.next_offset(),
-            local.crc
-        )
-    })
 }

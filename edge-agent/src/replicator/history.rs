@@ -1,0 +1,98 @@
+//! Whether the broker's log of a topic is this edge's: the two checks made
+//! when a stream opens, before anything is sent.
+//!
+//! - [`tip_mismatch`]: the broker's last batch (its `Tip`, FORMAT.md
+//!   "Replication stream") must be the local batch at the same offset when
+//!   the local WAL holds that offset; otherwise another log (a second
+//!   device under this identity, or this device's log replaced) wrote the
+//!   broker's records, and the stream stops ([`EdgeError::Diverged`]).
+//! - [`adopt_broker_offset`]: a broker ahead of the local log, when nothing
+//!   local is unacknowledged (a new or reflashed device), is where the
+//!   local log continues.
+
+use broker_core::wal::Wal;
+use tracing::warn;
+use tributary_proto::replication::edge::{EdgeError, EdgeEvent, EdgeStream};
+use tributary_proto::replication::frame::Frame;
+
+use super::StreamError;
+use crate::topic::Topic;
+
+/// Why the local WAL's batch at `base_offset` is not the central log's last
+/// batch (`base_offset..next_offset`, CRC `crc32c`; FORMAT.md, "Tip"), or
+/// `None` when it is, or when the local WAL cannot say: it no longer or
+/// not yet holds the offset, or cannot read it (damage is reported
+/// elsewhere). Batches travel verbatim, so a log that wrote the central
+/// batch holds it byte for byte.
+pub(super) fn tip_mismatch(
+    wal: &Wal,
+    base_offset: u64,
+    next_offset: u64,
+    crc32c: u32,
+) -> Option<String> {
+    if base_offset < wal.log_start_offset() || base_offset >= wal.high_water_mark() {
+        return None;
+    }
+    let batches = wal.read(base_offset, 1).ok()?;
+    let local = batches.first()?.header();
+    if local.base_offset != base_offset {
+        return Some(format!(
+            "the local batch holding offset {base_offset} starts at {}",
+            local.base_offset
+        ));
+    }
+    (local.next_offset() != next_offset || local.crc != crc32c).then(|| {
+        format!(
+            "the local batch at {base_offset} ends at {} with CRC {:#010x}, the broker's ends at \
+             {next_offset} with CRC {crc32c:#010x}",
+            local.next_offset(),
+            local.crc
+        )
+    })
+}
+
+/// The broker holds offsets up to `broker`, past this edge's log (which
+/// ends at `local`). When nothing local is unacknowledged (a new or
+/// reflashed device's empty log, or one whose every record the broker
+/// acknowledged) there is nothing the broker's records could shadow: the
+/// log continues at `broker` (the offsets below it are a hole locally,
+/// held centrally) and the stream resumes there. Otherwise the broker's
+/// records may hide local ones: [`EdgeError::BrokerAhead`], which needs an
+/// operator (the `Tip` check tells the two apart once the local log
+/// reaches them).
+///
+/// # Errors
+/// [`EdgeError::BrokerAhead`]; WAL errors declaring the hole.
+pub(super) async fn adopt_broker_offset(
+    stream: &mut EdgeStream,
+    topic: &Topic,
+    wal: &Wal,
+    broker: u64,
+    local: u64,
+) -> Result<EdgeEvent, StreamError> {
+    let ahead = EdgeError::BrokerAhead { broker, local };
+    if topic.acknowledged_offset() < local {
+        return Err(StreamError::Edge(ahead));
+    }
+    let skipped = wal
+        .skip_to_from(local, broker)
+        .await
+        .map_err(|e| StreamError::Wal(e.to_string()))?;
+    if !skipped {
+        // A record was appended meanwhile: it is unacknowledged now.
+        return Err(StreamError::Edge(ahead));
+    }
+    warn!(
+        topic = %topic.name(),
+        from = local,
+        to = broker,
+        "the broker holds offsets this edge's log never had and nothing here is unacknowledged: the log continues at the broker's high-water mark (expected once after a device was replaced or reflashed; if it repeats, two devices share this edge id)"
+    );
+    Ok(stream.on_frame(
+        Frame::Welcome {
+            high_water_mark: broker,
+        },
+        wal.log_start_offset(),
+        wal.high_water_mark(),
+    )?)
+}
