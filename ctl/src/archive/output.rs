@@ -73,6 +73,11 @@ pub fn check(
             if meta.is_dir() {
                 bail!("{flag} {shown} is a directory: give a file path");
             }
+            // A device or socket (/dev/null) would be replaced by the
+            // final rename: never, not even with --force.
+            if !meta.is_file() && !meta.file_type().is_symlink() {
+                bail!("{flag} {shown} is not a regular file: give a file path");
+            }
             if !force {
                 bail!("{flag} {shown} exists: give --force to replace it");
             }
