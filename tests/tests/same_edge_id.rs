@@ -130,16 +130,23 @@ fn values(parts: &[(&str, std::ops::Range<u64>)]) -> Vec<String> {
         .collect()
 }
 
-#[test]
-fn a_new_device_under_an_existing_edge_id_continues_at_the_brokers_offset() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mut pair = Pair::new(dir.path(), "task_queue", None);
+/// A pair's broker, started, and device A, stopped after its records
+/// A-0..A-9 were acknowledged at offsets 0..10.
+fn first_device(dir: &Path) -> (Pair, Device) {
+    let mut pair = Pair::new(dir, "task_queue", None);
     pair.broker.start();
-    let mut a = Device::new(dir.path(), &pair, "device-a");
+    let mut a = Device::new(dir, &pair, "device-a");
     a.start();
     assert_eq!(a.api.publish_ndjson(ndjson("A", 0..10)), Ok((0, 10)));
     a.wait_offsets((10, 10));
     assert_eq!(a.proc.terminate(), Some(0));
+    (pair, a)
+}
+
+#[test]
+fn a_new_device_under_an_existing_edge_id_continues_at_the_brokers_offset() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut pair, mut a) = first_device(dir.path());
 
     // B, empty: its log continues at the broker's 10 before it publishes,
     // and it is healthy (the offsets below are the broker's, not a loss).
@@ -184,13 +191,7 @@ fn a_new_device_under_an_existing_edge_id_continues_at_the_brokers_offset() {
 #[test]
 fn a_device_that_published_before_meeting_the_broker_stops_and_keeps_its_records() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut pair = Pair::new(dir.path(), "task_queue", None);
-    pair.broker.start();
-    let mut a = Device::new(dir.path(), &pair, "device-a");
-    a.start();
-    assert_eq!(a.api.publish_ndjson(ndjson("A", 0..10)), Ok((0, 10)));
-    a.wait_offsets((10, 10));
-    assert_eq!(a.proc.terminate(), Some(0));
+    let (mut pair, mut a) = first_device(dir.path());
 
     // B publishes 20 records while the broker is down, at offsets 0..20.
     pair.broker.kill();
