@@ -202,3 +202,50 @@ async fn qos2_resends_after_a_restart_are_stored_exactly_once() {
             .is_none()
     );
 }
+
+/// A graceful shutdown with clients still connected returns only after each
+/// connection has saved its session: the unreleased QoS 2 id is there at the
+/// next start (in the same process, right away: the metadata store is free),
+/// so the client's resend after the restart is not stored twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_with_connected_clients_saves_their_sessions_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = config(dir.path());
+    config
+        .topics
+        .push(topic("/e1/t", StreamIntent::EventStream));
+    config.mqtt = Some(mqtt_config());
+
+    for round in 0..3u16 {
+        let agent = start(config.clone()).await;
+        let addr = agent.mqtt_addr().expect("mqtt listener");
+        let (mut c, present) = Client::connect(addr, "dev", false).await;
+        assert_eq!(present, round > 0, "round {round}");
+        let pkid = 100 + round;
+        c.publish_qos2(pkid, false, "once").await;
+        // A second, idle client that never sent CONNECT.
+        let _silent = TcpStream::connect(addr).await.unwrap();
+        agent.shutdown().await.unwrap();
+
+        let agent = start(config.clone()).await;
+        let stored = agent
+            .topics()
+            .store()
+            .get(&edge::mqtt_session("dev"))
+            .await
+            .unwrap()
+            .expect("session saved at shutdown");
+        assert_eq!(
+            stored["qos2"][pkid.to_string()]["state"],
+            json!("received"),
+            "round {round}: {stored}"
+        );
+        let (mut c, present) = Client::connect(agent.mqtt_addr().unwrap(), "dev", false).await;
+        assert!(present);
+        c.publish_qos2(pkid, true, "once").await; // a resend: not stored again
+        c.release(pkid).await;
+        let values = read_wal(&agent, "/e1/t", 0).len();
+        assert_eq!(values, usize::from(round) + 1, "round {round}");
+        agent.shutdown().await.unwrap();
+    }
+}

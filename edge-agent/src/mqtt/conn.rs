@@ -198,7 +198,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
     }
 
     async fn run(&mut self, mut stop: watch::Receiver<bool>) -> Result<(), Close> {
-        let first = self.next(Some(CONNECT_TIMEOUT), true).await;
+        let first = tokio::select! {
+            first = self.next(Some(CONNECT_TIMEOUT), true) => first,
+            // Nothing accepted yet: nothing to save or say.
+            _ = stop.wait_for(|&s| s) => return Ok(()),
+        };
         let connect = match first {
             Ok(Inbound::Connect(c)) => c,
             Ok(_) => return Err(close(Reason::Success, "first packet is not CONNECT")),

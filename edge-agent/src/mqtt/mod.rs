@@ -152,10 +152,16 @@ async fn accept_loop(
     mut stop: watch::Receiver<bool>,
 ) {
     let max = u64::from(shared.config.max_connections);
+    // Every connection task holds the topic manager (and so the metadata
+    // store): the loop ends only when they have, so that the agent's
+    // shutdown returns with the store closed (a restart in the same process
+    // would otherwise find it still open).
+    let mut connections = tokio::task::JoinSet::new();
     loop {
         let accepted = tokio::select! {
             r = listener.accept() => r,
-            _ = stop.wait_for(|&s| s) => return,
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+            _ = stop.wait_for(|&s| s) => break,
         };
         let (socket, peer) = match accepted {
             Ok(a) => a,
@@ -170,8 +176,8 @@ async fn accept_loop(
         let stats = shared.stats.clone();
         let open = stats.connections_open.fetch_add(1, Ordering::Relaxed) + 1;
         let guard = OpenGuard(stats.clone());
-        let (shared, stop, tls) = (shared.clone(), stop.clone(), tls.clone());
-        tokio::spawn(async move {
+        let (shared, mut stop, tls) = (shared.clone(), stop.clone(), tls.clone());
+        connections.spawn(async move {
             let _guard = guard;
             let peer = peer.to_string();
             if open > max {
@@ -182,8 +188,10 @@ async fn accept_loop(
             }
             match tls {
                 Some(acceptor) => {
-                    let handshake =
-                        tokio::time::timeout(conn::CONNECT_TIMEOUT, acceptor.accept(socket)).await;
+                    let handshake = tokio::select! {
+                        h = tokio::time::timeout(conn::CONNECT_TIMEOUT, acceptor.accept(socket)) => h,
+                        _ = stop.wait_for(|&s| s) => return,
+                    };
                     match handshake {
                         Ok(Ok(stream)) => conn::serve(stream, peer, shared, stop).await,
                         Ok(Err(e)) => debug!(%peer, error = %e, "mqtt TLS handshake failed"),
@@ -194,4 +202,8 @@ async fn accept_loop(
             }
         });
     }
+    drop(listener);
+    // Connections watch the same stop signal: a session closes with "server
+    // shutting down", a handshake or CONNECT in progress is dropped.
+    while connections.join_next().await.is_some() {}
 }
