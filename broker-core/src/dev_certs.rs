@@ -242,25 +242,26 @@ fn leaf(
     Ok((cert.pem(), key.serialize_pem()))
 }
 
-/// True if `edge` can be an edge id (and so a namespace, and not one the
-/// system keeps: [`tributary_proto::keys::reserved_edge_id`]).
+/// True if `edge` can be a new edge's id
+/// ([`tributary_proto::keys::new_edge_id_problem`]).
 pub fn is_valid_edge_id(edge: &str) -> bool {
-    tributary_proto::keys::reserved_edge_id(edge).is_none()
-        && !edge.is_empty()
-        && edge.len() <= 63
-        && edge
-            .bytes()
-            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+    tributary_proto::keys::new_edge_id_problem(edge).is_none()
 }
 
 /// True if `host` is an IP address or a DNS name (labels of 1-63 ASCII
 /// letters, digits or '-', not starting or ending with '-', at most 253
-/// bytes in all).
+/// bytes in all, the last label not all digits: RFC 3696 §2, so that a
+/// mistyped address such as `999.1.1.1` is refused, not taken for a name).
 pub fn is_valid_host(host: &str) -> bool {
     if host.parse::<std::net::IpAddr>().is_ok() {
         return true;
     }
+    let numeric_tld = host
+        .rsplit('.')
+        .next()
+        .is_some_and(|tld| tld.bytes().all(|b| b.is_ascii_digit()));
     !host.is_empty()
+        && !numeric_tld
         && host.len() <= 253
         && host.split('.').all(|label| {
             !label.is_empty()
@@ -508,6 +509,9 @@ mod tests {
             "x..y",
             "ex ample.net",
             &"a".repeat(64),
+            "999.1.1.1",
+            "10.0.0.256",
+            "1234",
         ] {
             let other = dir.path().join("other");
             let err = issue_for_hosts(&other, &ca_dir, &[1], &[bad.to_string()], &[]).unwrap_err();

@@ -234,6 +234,20 @@ async fn ingest_accepts_acks_dedups_and_refuses_bad_input() {
             Frame::Ack { next_offset: 5 }
         ]
     );
+    // The same offsets with other records (a second device under this edge
+    // id): not the stored batch, refused with Conflict, never acknowledged.
+    let other = batch(3, 2, 11);
+    let answer = exchange(
+        &conn,
+        &encode(&[hello("/plant1/power"), Frame::batch(&other, false)]),
+    )
+    .await;
+    assert_eq!(answer.first(), Some(&Frame::Welcome { high_water_mark: 9 }));
+    assert_eq!(error_code(&answer), Some(ErrorCode::Conflict), "{answer:?}");
+    assert!(
+        !answer.iter().any(|f| matches!(f, Frame::Ack { .. })),
+        "{answer:?}"
+    );
     let resume = exchange(&conn, &encode(&[hello("/plant1/power")])).await;
     assert_eq!(resume, vec![Frame::Welcome { high_water_mark: 9 }]);
     // An edge that asks for the tip gets the last batch (5..9) before the

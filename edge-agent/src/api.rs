@@ -7,7 +7,7 @@
 //! | `POST /v1/topics/{ns}/{topic}/batch` | publish an NDJSON batch ([`crate::ndjson`]), all or nothing |
 //! | `GET /v1/topics` | every topic with its counters ([`AgentStats`]) |
 //! | `GET /v1/topics/{ns}/{topic}` | one topic ([`crate::topic::TopicStats`]) |
-//! | `GET /health` | `{"status":"ok",...}` with `replication` (`state` connected / disconnected / not_configured, `connected_broker`, `last_error` and its age `last_error_age_ms` (kept after a reconnect until the next failure), `stalled_for_ms`, `unhealthy_after_ms`, `stalls`, per-topic `lag_records`); `"degraded"` with `faults` naming each topic whose WAL is latched (a full disk) and its path, and `damaged` naming each unreadable offset range of a WAL (topic, `first_offset`, `end_offset`, `kind`, `reason`); 503 `"unhealthy"` once nothing could leave the device for longer than `[replication] unhealthy_after_ms` ([`crate::health`]); 503 while shutting down |
+//! | `GET /health` | `{"status":"ok",...}` with `replication` (`state` connected / disconnected / not_configured, `connected_broker`, `last_error` and its age `last_error_age_ms` (kept after a reconnect until the next failure), `stalled_for_ms`, `unhealthy_after_ms`, `stalls`, per-topic `lag_records` and `stopped` (`reason`, `age_ms`, or null: the stream last ended for a reason an operator must look at, such as another log's records at the broker, until it resumes)); `"degraded"` also while a topic is `stopped`, with `faults` naming each topic whose WAL is latched (a full disk) and its path, and `damaged` naming each unreadable offset range of a WAL (topic, `first_offset`, `end_offset`, `kind`, `reason`); 503 `"unhealthy"` once nothing could leave the device for longer than `[replication] unhealthy_after_ms` ([`crate::health`]); 503 while shutting down |
 //! | `GET /metrics` | OpenMetrics text ([`crate::metrics`]) |
 //!
 //! Publish responses are sent once the batch is durable per the topic's
@@ -305,6 +305,10 @@ async fn health(
         )
     });
     let faults = manager.faults();
+    let stopped = replication
+        .as_ref()
+        .map(|r| r.stopped_topics())
+        .unwrap_or_default();
     let damaged: Vec<Value> = manager
         .stats()
         .topics
@@ -328,7 +332,7 @@ async fn health(
         // pile up locally. Restarting the agent does not help; an operator
         // (or the network) has to.
         (StatusCode::SERVICE_UNAVAILABLE, "unhealthy")
-    } else if !faults.is_empty() || !damaged.is_empty() {
+    } else if !faults.is_empty() || !damaged.is_empty() || !stopped.is_empty() {
         // Degraded, not down: replication and reads go on, and the agent
         // recovers by itself; a load balancer should not restart it.
         (StatusCode::OK, "degraded")
@@ -353,7 +357,7 @@ async fn health(
         "topics": manager.topics().len(),
         "faults": faults,
         "damaged": damaged,
-        "replication": replication_health(&manager, replication.as_deref(), stall.as_ref()),
+        "replication": replication_health(&manager, replication.as_deref(), stall.as_ref(), &stopped),
     });
     (status, axum::Json(body)).into_response()
 }
@@ -367,6 +371,7 @@ fn replication_health(
     manager: &TopicManager,
     stats: Option<&Arc<ReplicationStats>>,
     stall: Option<&(StallReport, std::time::Duration)>,
+    stopped: &[(String, String, std::time::Instant)],
 ) -> Value {
     let configured = !manager.config().brokers.is_empty() && manager.config().tls.is_some();
     let link = stats.map(|s| s.link_status()).unwrap_or_default();
@@ -375,20 +380,25 @@ fn replication_health(
         (true, Some(_)) => "connected",
         (true, None) => "disconnected",
     };
+    let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
     let lag: Vec<Value> = manager
         .stats()
         .topics
         .iter()
         .map(|t| {
+            let stopped = stopped
+                .iter()
+                .find(|(topic, _, _)| topic == t.name.as_str())
+                .map(|(_, reason, at)| json!({"reason": reason, "age_ms": ms(at.elapsed())}));
             json!({
                 "topic": t.name.as_str(),
                 "high_water_mark": t.high_water_mark,
                 "acknowledged_offset": t.acknowledged_offset,
                 "lag_records": t.high_water_mark.saturating_sub(t.acknowledged_offset),
+                "stopped": stopped,
             })
         })
         .collect();
-    let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
     json!({
         "state": state,
         "connected_broker": link.connected_broker,

@@ -93,16 +93,34 @@ pub fn https_agent_trusting(dirs: &[std::path::PathBuf]) -> ureq::Agent {
 /// # Panics
 /// If a CA file is missing or malformed.
 pub fn https_agent_with_timeout(dirs: &[std::path::PathBuf], timeout: Duration) -> ureq::Agent {
+    let pems: Vec<Vec<u8>> = dirs.iter().map(|dir| ca_pem(dir)).collect();
+    https_agent_with_roots(&pems, timeout)
+}
+
+/// The development CA certificate (PEM) of the certificates in `dir`.
+///
+/// # Panics
+/// If `dir/ca.pem` cannot be read.
+pub fn ca_pem(dir: &Path) -> Vec<u8> {
+    let ca = dir.join("ca.pem");
+    std::fs::read(&ca).unwrap_or_else(|e| panic!("{}: {e}", ca.display()))
+}
+
+/// An HTTPS agent trusting the CA certificates `pems` (PEM text, read
+/// before: a test that keeps CAs of other tests running in the same
+/// process must not read files those tests may have deleted since).
+///
+/// # Panics
+/// If a PEM holds no certificate.
+pub fn https_agent_with_roots(pems: &[Vec<u8>], timeout: Duration) -> ureq::Agent {
     let mut roots: Vec<ureq::tls::Certificate<'static>> = Vec::new();
-    for dir in dirs {
-        let ca = dir.join("ca.pem");
-        let pem = std::fs::read(&ca).unwrap_or_else(|e| panic!("{}: {e}", ca.display()));
+    for pem in pems {
         let before = roots.len();
-        roots.extend(ureq::tls::parse_pem(&pem).filter_map(|item| match item {
-            Ok(ureq::tls::PemItem::Certificate(cert)) => Some(cert),
+        roots.extend(ureq::tls::parse_pem(pem).filter_map(|item| match item {
+            Ok(ureq::tls::PemItem::Certificate(cert)) => Some(cert.to_owned()),
             _ => None,
         }));
-        assert!(roots.len() > before, "{}: no certificate", ca.display());
+        assert!(roots.len() > before, "a CA PEM without a certificate");
     }
     ureq::Agent::config_builder()
         .timeout_global(Some(timeout))

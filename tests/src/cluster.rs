@@ -194,6 +194,27 @@ intent = "{intent}"
         (records, gaps)
     }
 
+    /// Attaches the exclusive subscription `probe` to [`TOPIC`], which opens
+    /// the topic's WAL at the broker (its seal timer, retention and
+    /// background scrub run from then on), retrying for 60 s while the
+    /// broker starts.
+    pub fn open_topic(&self) {
+        let attach = AttachRequest {
+            subscription_type: SubscriptionType::Exclusive,
+            start: StartPosition::Earliest,
+            ..AttachRequest::default()
+        };
+        let client = self.consumer();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while client.attach(TOPIC, "probe", &attach).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "broker up and the topic open: not within 60 s"
+            );
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
     /// A client of the edge's local API (can move to another thread).
     pub fn api_client(edge_api: SocketAddr) -> EdgeClient {
         EdgeClient { api: edge_api }

@@ -23,7 +23,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use tributary_api::consumer::{AttachRequest, GapKind, StartPosition, SubscriptionType};
+use tributary_api::consumer::GapKind;
 use tributary_test_support::ports::free_tcp;
 use tributary_test_support::process::{Proc, bin_path};
 use tributary_tests::cluster::{Pair, TOPIC, metric_value, try_scrape};
@@ -212,20 +212,6 @@ fn wait_until(what: &str, mut check: impl FnMut() -> bool) {
     }
 }
 
-/// Attaches a subscription, which opens the topic's WAL at the broker (so
-/// its background scrub covers it before any edge connects).
-fn open_topic(pair: &Pair) {
-    let attach = AttachRequest {
-        subscription_type: SubscriptionType::Exclusive,
-        start: StartPosition::Earliest,
-        ..AttachRequest::default()
-    };
-    let client = pair.consumer();
-    wait_until("broker up and the topic open", || {
-        client.attach(TOPIC, "probe", &attach).is_ok()
-    });
-}
-
 /// Starts a tier service archiving the pair's broker into `bucket`.
 fn tier_service(pair: &Pair, bucket: &Path) -> Proc {
     let mut tier = Command::new(bin_path("tier-service"));
@@ -330,7 +316,7 @@ fn a_damaged_sealed_central_segment_is_reported_refetched_from_the_edge_and_tier
 
     // The broker alone: its scrub finds the damage in the sealed segment.
     pair.broker.start();
-    open_topic(&pair);
+    pair.open_topic();
     assert_reported(&pair, damaged);
     // A peek shows the records before the damage and says where it stopped.
     let (status, text) = tribctl(&pair, &["topics", "peek", TOPIC, "-n", "1000"]);
@@ -383,7 +369,7 @@ fn a_damaged_sealed_central_segment_is_reported_refetched_from_the_edge_and_tier
     drop(file);
     let lost = (last.2, last.2 + last.3);
     pair.broker.start();
-    open_topic(&pair);
+    pair.open_topic();
     assert_reported(&pair, lost);
     pair.edge.start();
     wait_until("lost end healed", || {
@@ -404,7 +390,7 @@ fn a_damaged_sealed_central_segment_is_reported_refetched_from_the_edge_and_tier
     let first = batches.first().expect("a batch");
     let whole_segment = (first.2, last.2 + last.3);
     pair.broker.start();
-    open_topic(&pair);
+    pair.open_topic();
     assert_reported(&pair, whole_segment);
     pair.edge.start();
     wait_until("lost segment healed", || {
@@ -462,7 +448,7 @@ fn a_damaged_range_nothing_holds_is_skipped_by_the_operator_as_a_hole() {
     pair.broker.kill();
     let damaged = flip_batch(&victim, target);
     pair.broker.start();
-    open_topic(&pair);
+    pair.open_topic();
     assert_reported(&pair, damaged);
     // The edge reconnects (a new batch is acknowledged), is asked for the
     // range and says it no longer holds it; no archive is configured: the
@@ -522,7 +508,7 @@ fn a_damaged_range_nothing_holds_is_skipped_by_the_operator_as_a_hole() {
         if round == 1 {
             assert_eq!(pair.broker.terminate(), Some(0));
             pair.broker.start();
-            open_topic(&pair);
+            pair.open_topic();
             // A full scrub interval passes: nothing is damaged any more.
             std::thread::sleep(Duration::from_secs(1));
             assert_clean(&pair);

@@ -48,17 +48,21 @@ fn enrollment_with_a_good_a_used_an_expired_and_an_unknown_token() {
     broker.start();
     let device = EnrollingEdge::new(dir.path(), "device", broker.ingest, "");
 
-    // No token for an id the system keeps: an edge writes to the namespace
-    // of its id.
-    for reserved in ["_system", "default"] {
-        let out = broker.tribctl(&["edges", "token", reserved, "--ttl", "10m"]);
-        assert_eq!(out.status.code(), Some(1), "{reserved}");
+    // No token for an id the system keeps (an edge writes to the namespace
+    // of its id), nor for one dev certificates refuse (a '.', over 63
+    // bytes): one rule for every new edge id.
+    let long = "e".repeat(64);
+    for bad in ["_system", "default", "a.b", long.as_str()] {
+        let out = broker.tribctl(&["edges", "token", bad, "--ttl", "10m"]);
+        assert_eq!(out.status.code(), Some(1), "{bad}");
         let stderr = text(&out.stderr);
         assert!(
-            stderr.contains("cannot be an edge id") && stderr.contains(reserved),
+            stderr.contains("cannot be an edge id") && stderr.contains(bad),
             "{stderr}"
         );
     }
+    let longest = "e".repeat(63);
+    assert!(broker.mint(&longest, "10m").starts_with("trib-enroll."));
 
     // A good token: key made on the device, certificate of the token's
     // edge for that key, the CA copied to tls.ca.

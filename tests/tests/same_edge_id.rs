@@ -82,7 +82,8 @@ impl Device {
     }
 
     /// Waits (20 s at most; streams are retried every 5 s) until the log
-    /// says the broker's records are not this device's.
+    /// says the broker's records are not this device's, and checks that
+    /// `/health` reports the topic stopped with that reason.
     fn wait_diverged(&self, range: &str) {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
@@ -92,6 +93,13 @@ impl Device {
                     text.contains(&format!("offsets {range}")) && text.contains("same edge id"),
                     "{text}"
                 );
+                // /health says so too, for the topic.
+                let health = edge_get(self.addr, "/health").expect("health");
+                assert_eq!(health["status"], "degraded", "{health}");
+                let reason = health["replication"]["topics"][0]["stopped"]["reason"]
+                    .as_str()
+                    .unwrap_or_default();
+                assert!(reason.contains(&format!("offsets {range}")), "{health}");
                 return;
             }
             assert!(Instant::now() < deadline, "never said why:\n{text}");
@@ -214,5 +222,63 @@ fn a_device_that_published_before_meeting_the_broker_stops_and_keeps_its_records
     a.wait_offsets((15, 15));
     assert_eq!(a.proc.terminate(), Some(0));
     assert_eq!(central(&pair, "audit-again", 15), values(&[("A", 0..15)]));
+    assert_eq!(pair.broker.terminate(), Some(0));
+}
+
+/// As above, but the broker already archived and trimmed the first log:
+/// its WAL holds no record (an empty active segment at offset 10). The
+/// last trimmed batch is kept (`wal.tip`), so the broker still shows it,
+/// and B, whose offsets 0..20 cover it, still stops with nothing
+/// acknowledged. Before, no `Tip` was sent and the broker acknowledged B's
+/// records 0..10 as duplicates of A's.
+#[test]
+fn a_device_that_published_offline_stops_even_after_the_broker_trimmed_its_log() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut pair, _a) = first_device(dir.path());
+    // Seal quiet segments after 300 ms and delete sealed segments (local
+    // retention, no tier service) as soon as they exist.
+    pair.broker.kill();
+    let broker_toml = dir.path().join("broker.toml");
+    let mut text = std::fs::read_to_string(&broker_toml).expect("broker.toml");
+    text.push_str(
+        "[wal]\nsegment_max_age_ms = 300\n[retention]\ninterval_ms = 200\nmax_age_ms = 1\n",
+    );
+    std::fs::write(&broker_toml, text).expect("broker.toml");
+    pair.broker.start();
+    pair.open_topic();
+    let wal = pair.broker_data.join("topics/plant1/readings");
+    let logs = || -> Vec<String> {
+        std::fs::read_dir(&wal)
+            .map(|d| {
+                d.filter_map(|e| e.ok())
+                    .map(|e| e.file_name().to_string_lossy().into_owned())
+                    .filter(|n| n.ends_with(".log"))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while logs() != vec![format!("{:020}.log", 10)] {
+        assert!(Instant::now() < deadline, "never trimmed: {:?}", logs());
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(wal.join("wal.tip").exists());
+
+    pair.broker.kill();
+    let mut b = Device::new(dir.path(), &pair, "device-b");
+    b.start();
+    // Two batches, the first ending where the broker's log ends: without
+    // the check B would resume at 10 and lose 0..10.
+    assert_eq!(b.api.publish_ndjson(ndjson("B", 0..10)), Ok((0, 10)));
+    assert_eq!(b.api.publish_ndjson(ndjson("B", 10..20)), Ok((10, 20)));
+    pair.broker.start();
+    b.wait_diverged("0..10");
+    assert_eq!(
+        b.api.edge_offsets(),
+        Some((20, 0)),
+        "nothing of B's is acknowledged; B keeps its 20 records"
+    );
+    assert_eq!(b.proc.terminate(), Some(0));
+    assert_eq!(logs(), vec![format!("{:020}.log", 10)]);
     assert_eq!(pair.broker.terminate(), Some(0));
 }

@@ -72,14 +72,21 @@ impl Wal {
     /// path): stored only if its base offset equals the next expected offset.
     /// A batch whose whole range is already stored is reported as
     /// [`AppendAtOutcome::Duplicate`] without writing (after that range is
-    /// durable).
+    /// durable) if it is the stored batch ([`Wal::verify_stored`], which
+    /// reads the WAL on this thread).
     ///
     /// # Errors
     /// [`WalError::Gap`] if it starts past the next offset,
-    /// [`WalError::Overlap`] if it straddles it, limit and state errors as
+    /// [`WalError::Overlap`] if it straddles it, [`WalError::NotStoredBatch`]
+    /// if its range holds another batch, limit and state errors as
     /// [`Wal::append_encoded`].
     pub async fn append_at(&self, batch: EncodedBatch) -> Result<AppendAtOutcome, WalError> {
-        self.enqueue_at(batch).await?.durable().await
+        let id = super::BatchId::of(batch.header());
+        let outcome = self.enqueue_at(batch).await?.durable().await?;
+        if let AppendAtOutcome::Duplicate(_) = outcome {
+            self.verify_stored(&id)?;
+        }
+        Ok(outcome)
     }
 
     /// The first half of [`Wal::append_at`]: checks and enqueues the batch
@@ -87,6 +94,8 @@ impl Wal {
     /// handle that resolves once it is durable. Calls take effect in call
     /// order, so a caller can enqueue batch after batch and await their
     /// durability concurrently (pipelining) — the replication ingest does.
+    /// A [`AppendAtOutcome::Duplicate`] is not checked against the stored
+    /// batch: the caller does that ([`Wal::verify_stored`]) once durable.
     ///
     /// # Errors
     /// As [`Wal::append_at`], for the enqueue step.
@@ -214,16 +223,23 @@ impl PendingAppend {
         self.outcome
     }
 
-    /// Resolves once the batch's range is durable per the sync mode.
+    /// Resolves once the batch's range is durable per the sync mode. A
+    /// duplicate's range is at least written (readable, even with
+    /// [`SyncMode::Async`]) when this resolves, so that it can be compared
+    /// with the stored batch.
     ///
     /// # Errors
     /// [`WalError::PreviousIo`] or [`WalError::Closed`] if the WAL stops
     /// first.
     pub async fn durable(self) -> Result<AppendAtOutcome, WalError> {
-        let next = match self.outcome {
-            AppendAtOutcome::Appended(a) | AppendAtOutcome::Duplicate(a) => a.next_offset,
+        let (next, mode) = match self.outcome {
+            AppendAtOutcome::Appended(a) => (a.next_offset, self.sync_mode),
+            AppendAtOutcome::Duplicate(a) if self.sync_mode == SyncMode::Async => {
+                (a.next_offset, SyncMode::OsCacheFlush)
+            }
+            AppendAtOutcome::Duplicate(a) => (a.next_offset, self.sync_mode),
         };
-        wait_durable(self.sync_mode, self.progress, next).await?;
+        wait_durable(mode, self.progress, next).await?;
         Ok(self.outcome)
     }
 }

@@ -55,6 +55,18 @@ pub enum WalError {
         /// The batch's next offset.
         next: u64,
     },
+    /// A batch whose offsets the WAL already holds is not the batch stored
+    /// there: another log wrote those offsets (two devices under one edge
+    /// id, a device whose log was replaced). Nothing was written.
+    #[error("offsets {base}..{next} already hold another batch ({reason})")]
+    NotStoredBatch {
+        /// The batch's base offset.
+        base: u64,
+        /// The batch's next offset.
+        next: u64,
+        /// What differs.
+        reason: String,
+    },
     /// Stored data is damaged. The range `first_offset..end_offset` cannot be
     /// read; nothing is skipped silently.
     #[error(

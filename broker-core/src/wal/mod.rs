@@ -51,6 +51,7 @@ pub mod segment;
 #[cfg(any(test, feature = "sim"))]
 pub mod sim;
 pub mod storage;
+mod tip;
 mod writer;
 
 use std::collections::BTreeMap;
@@ -75,6 +76,7 @@ pub use scan::ReadBuffers;
 pub use segment::SealedSegment;
 use segment::{SegmentMeta, WalFile, log_file_name, parse_file_name};
 use storage::{FsStorage, Storage};
+pub use tip::{BatchId, TIP_FILE_NAME};
 pub use tributary_proto::SyncMode;
 use tributary_proto::batch::BatchHeader;
 

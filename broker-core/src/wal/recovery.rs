@@ -371,7 +371,7 @@ pub(crate) fn recover(
             Some(WalFile::Log(base)) => logs.push(base),
             Some(WalFile::Index(base)) => indexes.push(base),
             Some(WalFile::Temporary) => report.removed_leftovers.push(name),
-            Some(WalFile::Mark) => {}
+            Some(WalFile::Mark | WalFile::Tip) => {}
             None => warn!(dir = %dir.display(), name, "ignoring a file the WAL does not own"),
         }
     }

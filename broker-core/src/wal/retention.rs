@@ -21,7 +21,8 @@ impl Wal {
     /// while a retention limit asks for it: total size over
     /// `retention_max_bytes`, or newest record older than
     /// `retention_max_age` at `now_ms` (ms since the Unix epoch). Never
-    /// deletes the active segment. Deletion happens only here.
+    /// deletes the active segment. Deletion happens only here. The last
+    /// deleted batch is recorded first (`wal.tip`, module `tip`).
     ///
     /// # Errors
     /// I/O errors; segments deleted before the error stay deleted.
@@ -32,30 +33,38 @@ impl Wal {
     ) -> Result<RetentionReport, WalError> {
         let config = &self.shared.config;
         let mut report = RetentionReport::default();
+        // Decide first (under the read lock), then record the last batch
+        // to be deleted (`wal.tip`: reading it needs the lock), then delete.
+        let doomed: Vec<(u64, u64, u64)> = {
+            let segments = self.shared.segments();
+            let mut total: u64 = segments.values().map(|s| s.bytes).sum();
+            let mut doomed = Vec::new();
+            for meta in segments.values().filter(|s| s.sealed) {
+                if meta.next_offset > safe_offset {
+                    break;
+                }
+                let over_size = config.retention_max_bytes.is_some_and(|max| total > max);
+                let over_age = config.retention_max_age.is_some_and(|age| {
+                    let newest = meta.max_timestamp_ms.unwrap_or(i64::MIN);
+                    now_ms.saturating_sub(newest) > age.as_millis() as i64
+                });
+                if !over_size && !over_age {
+                    break;
+                }
+                total -= meta.bytes;
+                doomed.push((meta.base_offset, meta.next_offset, meta.bytes));
+            }
+            doomed
+        };
+        if let Some(&(_, next, _)) = doomed.last() {
+            self.record_tip(next);
+        }
         let mut segments = self.shared.segments_mut();
-        let mut total: u64 = segments.values().map(|s| s.bytes).sum();
-        let candidates: Vec<u64> = segments
-            .values()
-            .filter(|s| s.sealed)
-            .map(|s| s.base_offset)
-            .collect();
-        for base in candidates {
-            let Some(meta) = segments.get(&base) else {
-                break;
-            };
-            if meta.next_offset > safe_offset {
-                break;
+        for (base, next, bytes) in doomed {
+            if segments.remove(&base).is_none() {
+                // Deleted by a concurrent call.
+                continue;
             }
-            let over_size = config.retention_max_bytes.is_some_and(|max| total > max);
-            let over_age = config.retention_max_age.is_some_and(|age| {
-                let newest = meta.max_timestamp_ms.unwrap_or(i64::MIN);
-                now_ms.saturating_sub(newest) > age.as_millis() as i64
-            });
-            if !over_size && !over_age {
-                break;
-            }
-            let (next, bytes) = (meta.next_offset, meta.bytes);
-            segments.remove(&base);
             let dir = &self.shared.dir;
             // The index goes first: a crash between the two leaves a `.log`
             // without an index, which recovery reseals (and retention
@@ -74,8 +83,7 @@ impl Wal {
                     .sync_dir(dir)
                     .map_err(io_err("fsync dir", dir))?;
             }
-            total -= bytes;
-            info!(dir = %dir.display(), base, next, bytes, over_size, over_age, "retention deleted a sealed segment");
+            info!(dir = %dir.display(), base, next, bytes, "retention deleted a sealed segment");
             report.deleted.push((base, next, bytes));
         }
         report.log_start = segments.values().next().map_or(0, |s| s.base_offset);

@@ -44,6 +44,8 @@ pub enum WalFile {
     Temporary,
     /// `wal.mark`, the sync mark (see `mark.rs`).
     Mark,
+    /// `wal.tip`, the last batch retention deleted (see `tip.rs`).
+    Tip,
 }
 
 /// Parses a WAL directory entry name; `None` for names the WAL does not own.
@@ -53,6 +55,9 @@ pub fn parse_file_name(name: &str) -> Option<WalFile> {
     }
     if name == super::mark::MARK_FILE_NAME {
         return Some(WalFile::Mark);
+    }
+    if name == super::tip::TIP_FILE_NAME {
+        return Some(WalFile::Tip);
     }
     let (stem, kind): (&str, fn(u64) -> WalFile) = if let Some(s) = name.strip_suffix(LOG_SUFFIX) {
         (s, WalFile::Log)

@@ -136,10 +136,31 @@ fn append_at_accepts_only_the_next_offset() {
                 next_offset: 3
             })
         );
+        // Offsets already stored, but not the stored batch: another log's
+        // records (two devices under one edge id). Refused, not a duplicate.
         assert!(matches!(
-            wal.append_at(batch_at(1, 1)).await.unwrap(),
-            AppendAtOutcome::Duplicate(_)
+            wal.append_at(batch_at(1, 1)).await,
+            Err(WalError::NotStoredBatch {
+                base: 1,
+                next: 2,
+                ..
+            })
         ));
+        let other = RecordBatch::new(0, vec![record("x"), record("y"), record("z")])
+            .encode(&limits)
+            .unwrap();
+        let refused = wal.append_at(other).await.unwrap_err();
+        assert!(
+            matches!(
+                refused,
+                WalError::NotStoredBatch {
+                    base: 0,
+                    next: 3,
+                    ..
+                }
+            ),
+            "{refused}"
+        );
         assert_eq!(wal.size_bytes(), size);
         assert!(matches!(
             wal.append_at(batch_at(5, 1)).await,

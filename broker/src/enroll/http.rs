@@ -84,6 +84,12 @@ async fn mint_token(
     body: Bytes,
 ) -> ApiResult {
     let edge = edge_of(&edge)?;
+    if let Some(why) = tributary_proto::keys::new_edge_id_problem(edge.as_str()) {
+        return Err(ApiError::invalid(
+            "edge_id",
+            format!("edge_id: {:?} cannot be an edge id: {why}", edge.as_str()),
+        ));
+    }
     let request: EnrollmentTokenRequest = if body.is_empty() {
         EnrollmentTokenRequest::default()
     } else {
@@ -140,6 +146,8 @@ async fn revoke_edge(
     Extension(caller): Extension<Principal>,
     Path(edge): Path<String>,
 ) -> ApiResult {
+    // Any edge that may exist can be revoked (also one enrolled before
+    // new ids were limited to the certificate-safe shape).
     let edge = edge_of(&edge)?;
     let revocation = EdgeRevocation {
         edge_id: edge.to_string(),

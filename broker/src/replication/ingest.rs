@@ -28,7 +28,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use broker_core::tls::peer_identity;
-use broker_core::wal::{AppendAtOutcome, PendingAppend, Wal, WalError};
+use broker_core::wal::{AppendAtOutcome, BatchId, PendingAppend, Wal, WalError};
 use bytes::{Bytes, BytesMut};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
@@ -161,8 +161,10 @@ enum Out {
     /// An answer frame.
     Frame(Frame),
     /// An acknowledgement once this append is durable; when the WAL took
-    /// it (the start of its `durable` stage, module [`super::stages`]).
-    Ack(PendingAppend, Instant),
+    /// it (the start of its `durable` stage, module [`super::stages`]);
+    /// for a duplicate, the WAL and the batch to compare with what it
+    /// stores there before acknowledging ([`Wal::verify_stored`]).
+    Ack(PendingAppend, Instant, Option<(Arc<Wal>, BatchId)>),
     /// An acknowledgement of everything below this offset, already durable
     /// (a declared hole).
     Stored(u64),
@@ -197,6 +199,25 @@ fn refusal(code: ErrorCode, message: impl Into<String>) -> Frame {
     }
 }
 
+/// A durable append's outcome, after checking a duplicate against the
+/// batch stored at its offsets (off the runtime: it reads the WAL). A
+/// re-sent batch of the same log is the stored batch byte for byte; any
+/// other is another log's (two devices under one edge id) and is refused
+/// ([`WalError::NotStoredBatch`], a `Conflict`), never acknowledged.
+async fn verified(
+    durable: Result<AppendAtOutcome, WalError>,
+    verify: Option<(Arc<Wal>, BatchId)>,
+) -> Result<AppendAtOutcome, WalError> {
+    let outcome = durable?;
+    let Some((wal, id)) = verify else {
+        return Ok(outcome);
+    };
+    tokio::task::spawn_blocking(move || wal.verify_stored(&id))
+        .await
+        .map_err(|e| WalError::Config(format!("duplicate check task failed: {e}")))??;
+    Ok(outcome)
+}
+
 /// The `Error` frame for a failed append. A full file system under the
 /// topic's WAL (`ENOSPC`, `EDQUOT`) is `Unavailable` (the edge keeps its
 /// records and retries with its backoff) with a message starting
@@ -207,6 +228,7 @@ fn wal_refusal(e: &WalError) -> Frame {
         WalError::Gap { .. } => ErrorCode::Gap,
         WalError::Overlap { .. } => ErrorCode::Overlap,
         WalError::Limit(_) => ErrorCode::TooLarge,
+        WalError::NotStoredBatch { .. } => ErrorCode::Conflict,
         _ => ErrorCode::Unavailable,
     };
     if e.is_disk_full() {
@@ -255,23 +277,25 @@ async fn write_loop(
                 continue;
             }
             Out::Frame(frame) => frame,
-            Out::Ack(pending, issued) => match pending.durable().await {
-                Ok(AppendAtOutcome::Appended(a) | AppendAtOutcome::Duplicate(a)) => {
-                    let durable = Instant::now();
-                    INGEST_STAGES
-                        .observe(Stage::Durable, durable.saturating_duration_since(issued));
-                    durable_at = Some(durable);
-                    let ack = acks.on_stored(a.next_offset);
-                    if let Some(datagram) = ack.datagram {
-                        // Best effort: a full datagram buffer or a lost
-                        // datagram leaves the Ack frame below to do the work.
-                        let _ = conn.send_datagram(datagram.to_bytes());
-                        repeats.on_sent(datagram, now(), conn.rtt());
+            Out::Ack(pending, issued, verify) => {
+                match verified(pending.durable().await, verify).await {
+                    Ok(AppendAtOutcome::Appended(a) | AppendAtOutcome::Duplicate(a)) => {
+                        let durable = Instant::now();
+                        INGEST_STAGES
+                            .observe(Stage::Durable, durable.saturating_duration_since(issued));
+                        durable_at = Some(durable);
+                        let ack = acks.on_stored(a.next_offset);
+                        if let Some(datagram) = ack.datagram {
+                            // Best effort: a full datagram buffer or a lost
+                            // datagram leaves the Ack frame below to do the work.
+                            let _ = conn.send_datagram(datagram.to_bytes());
+                            repeats.on_sent(datagram, now(), conn.rtt());
+                        }
+                        ack.frame
                     }
-                    ack.frame
+                    Err(e) => wal_refusal(&e),
                 }
-                Err(e) => wal_refusal(&e),
-            },
+            }
             Out::Stored(next_offset) => {
                 let ack = acks.on_stored(next_offset);
                 if let Some(datagram) = ack.datagram {
@@ -443,11 +467,13 @@ async fn handle_stream(
                             let resume = opened.high_water_mark();
                             let tip = if ingest.wants_tip() {
                                 let wal = Arc::clone(&opened);
-                                tokio::task::spawn_blocking(move || last_batch(&wal, resume))
+                                tokio::task::spawn_blocking(move || wal.batch_ending_at(resume))
                                     .await
                                     .ok()
                                     .flatten()
-                                    .and_then(|(base, next, crc)| ingest.tip(base, next, crc))
+                                    .and_then(|t| {
+                                        ingest.tip(t.base_offset, t.next_offset, t.crc32c)
+                                    })
                             } else {
                                 None
                             };
@@ -534,11 +560,14 @@ async fn handle_stream(
                     {
                         break 'stream Some(refusal(ErrorCode::Unavailable, e.to_string()));
                     }
+                    let id = BatchId::of(batch.header());
                     match wal.enqueue_at(batch).await {
                         Ok(pending) => {
                             let issued = Instant::now();
                             INGEST_STAGES.observe(Stage::Append, issued - decoded);
-                            if out.send(Out::Ack(pending, issued)).await.is_err() {
+                            let verify = matches!(pending.outcome(), AppendAtOutcome::Duplicate(_))
+                                .then(|| (Arc::clone(wal), id));
+                            if out.send(Out::Ack(pending, issued, verify)).await.is_err() {
                                 break 'stream None;
                             }
                         }
@@ -692,23 +721,4 @@ async fn handle_stream(
     if close_connection {
         connection.close(2u32.into(), b"broker lost its lease");
     }
-}
-
-/// `(base_offset, next_offset, crc32c)` of the batch holding offset
-/// `high_water_mark - 1` of `wal` (the central log's last batch, for the
-/// edge's `Tip` check), or `None` when there is none: an empty log, a log
-/// that starts at its high-water mark (a new owner starting at the
-/// archive's end), or a last offset in a hole or a damaged range.
-fn last_batch(wal: &Wal, high_water_mark: u64) -> Option<(u64, u64, u32)> {
-    let last = high_water_mark.checked_sub(1)?;
-    if last < wal.log_start_offset() {
-        return None;
-    }
-    let batches = wal.read(last, 1).ok()?;
-    let header = batches.first()?.header();
-    (header.next_offset() == high_water_mark).then_some((
-        header.base_offset,
-        header.next_offset(),
-        header.crc,
-    ))
 }

@@ -76,21 +76,29 @@ impl Node {
 
 /// Development CA directories of the test brokers written so far (the
 /// brokers serve HTTPS; [`agent`] trusts these CAs only).
-static TRUSTED: std::sync::Mutex<Vec<PathBuf>> = std::sync::Mutex::new(Vec::new());
+/// Every test's CA, as read when it was trusted: tests in this process run
+/// at once, and a finished test deletes its directory.
+static TRUSTED: std::sync::Mutex<Vec<(PathBuf, Vec<u8>)>> = std::sync::Mutex::new(Vec::new());
 
 /// Makes [`agent`] trust the development CA in `certs`.
 pub fn trust(certs: &Path) {
+    let pem = tributary_test_support::certs::ca_pem(certs);
     let mut trusted = TRUSTED.lock().unwrap_or_else(|e| e.into_inner());
-    if !trusted.iter().any(|d| d == certs) {
-        trusted.push(certs.to_path_buf());
+    if !trusted.iter().any(|(d, _)| d == certs) {
+        trusted.push((certs.to_path_buf(), pem));
     }
 }
 
 /// An HTTPS agent trusting the CAs of every broker config written in this
 /// process; 40 s timeout, statuses are answers.
 pub fn agent() -> ureq::Agent {
-    let trusted = TRUSTED.lock().unwrap_or_else(|e| e.into_inner()).clone();
-    tributary_test_support::certs::https_agent_trusting(&trusted)
+    let pems: Vec<Vec<u8>> = TRUSTED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .map(|(_, pem)| pem.clone())
+        .collect();
+    tributary_test_support::certs::https_agent_with_roots(&pems, std::time::Duration::from_secs(40))
 }
 
 pub fn get_json(url: &str) -> Result<Value, String> {

@@ -10,7 +10,7 @@
 //!   local is unacknowledged (a new or reflashed device), is where the
 //!   local log continues.
 
-use broker_core::wal::Wal;
+use broker_core::wal::{BatchId, Wal};
 use tracing::warn;
 use tributary_proto::replication::edge::{EdgeError, EdgeEvent, EdgeStream};
 use tributary_proto::replication::frame::Frame;
@@ -30,24 +30,10 @@ pub(super) fn tip_mismatch(
     next_offset: u64,
     crc32c: u32,
 ) -> Option<String> {
-    if base_offset < wal.log_start_offset() || base_offset >= wal.high_water_mark() {
-        return None;
-    }
-    let batches = wal.read(base_offset, 1).ok()?;
-    let local = batches.first()?.header();
-    if local.base_offset != base_offset {
-        return Some(format!(
-            "the local batch holding offset {base_offset} starts at {}",
-            local.base_offset
-        ));
-    }
-    (local.next_offset() != next_offset || local.crc != crc32c).then(|| {
-        format!(
-            "the local batch at {base_offset} ends at {} with CRC {:#010x}, the broker's ends at \
-             {next_offset} with CRC {crc32c:#010x}",
-            local.next_offset(),
-            local.crc
-        )
+    wal.mismatch(&BatchId {
+        base_offset,
+        next_offset,
+        crc32c,
     })
 }
 

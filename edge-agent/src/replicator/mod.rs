@@ -146,6 +146,30 @@ pub struct ReplicationStats {
     /// Time batches spent in each stage, from the WAL to the
     /// acknowledgement ([`stages`]).
     pub stages: stages::StageTimes,
+    /// Topics whose stream last ended for a reason an operator must look
+    /// at (a refusal that is not retryable, a broker ahead of the local
+    /// log, another log's records at the broker, a WAL failure): the
+    /// reason and when; removed when the topic's stream resumes. `/health`
+    /// reports them.
+    pub stopped: std::sync::Mutex<std::collections::BTreeMap<String, (String, std::time::Instant)>>,
+}
+
+impl ReplicationStats {
+    /// The topics in [`ReplicationStats::stopped`], with their reasons and
+    /// when they stopped.
+    pub fn stopped_topics(&self) -> Vec<(String, String, std::time::Instant)> {
+        let stopped = self.stopped.lock().unwrap_or_else(|p| p.into_inner());
+        stopped
+            .iter()
+            .map(|(topic, (why, at))| (topic.clone(), why.clone(), *at))
+            .collect()
+    }
+
+    /// The stream of `topic` runs again.
+    pub(crate) fn resumed(&self, topic: &str) {
+        let mut stopped = self.stopped.lock().unwrap_or_else(|p| p.into_inner());
+        stopped.remove(topic);
+    }
 }
 
 /// Counts one open connection in [`ReplicationStats::open_connections`]
@@ -626,11 +650,11 @@ fn on_stream_end(
             Duration::ZERO
         }
         StreamError::Edge(EdgeError::Refused { code, .. }) if code.is_retryable() => {
-            report_stream_end(topic, error, reports);
+            report_stream_end(&shared.stats, topic, error, reports);
             RETRYABLE_RESTART
         }
         _ => {
-            report_stream_end(topic, error, reports);
+            report_stream_end(&shared.stats, topic, error, reports);
             STREAM_RESTART
         }
     }
@@ -642,13 +666,22 @@ fn on_stream_end(
 /// ([`StreamReports`]); the stream is retried every 5 s meanwhile (1 s
 /// after a retryable refusal, which is a debug line). A lost
 /// connection is reported by the connection, not by each stream.
-fn report_stream_end(topic: &str, error: &StreamError, reports: &mut StreamReports) {
+fn report_stream_end(
+    stats: &ReplicationStats,
+    topic: &str,
+    error: &StreamError,
+    reports: &mut StreamReports,
+) {
     let needs_operator = match error {
         StreamError::Connection(_) => false,
         StreamError::Edge(EdgeError::Refused { code, .. }) => !code.is_retryable(),
         StreamError::Edge(_) | StreamError::Wal(_) => true,
     };
     let text = error.to_string();
+    if needs_operator {
+        let mut stopped = stats.stopped.lock().unwrap_or_else(|p| p.into_inner());
+        stopped.insert(topic.to_owned(), (text.clone(), std::time::Instant::now()));
+    }
     if reports.stream_ended(topic, needs_operator, &text) {
         warn!(topic, error = %text, "replication of the topic stopped; retrying every 5 s");
     } else {

@@ -295,6 +295,7 @@ async fn drive_stream(
                     match event {
                         EdgeEvent::Resumed { from } => {
                             routing.resumed(topic.name().as_str());
+                            stats.resumed(topic.name().as_str());
                             info!(topic = %topic.name(), from, local_hwm = hwm, "replication resumed");
                             let checkpoint = topic.acknowledged_offset();
                             if from < checkpoint {

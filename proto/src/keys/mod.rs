@@ -71,7 +71,7 @@ pub use metadata_key::{
 };
 pub use names::{
     BindingId, NameError, NameErrorKind, NamePart, NamespaceName, PrincipalName, RoleName,
-    SubjectName, SubscriptionName, TopicName, reserved_edge_id,
+    SubjectName, SubscriptionName, TopicName, new_edge_id_problem, reserved_edge_id,
 };
 pub use storage::{SegmentObject, StorageKey, StorageKeys};
 

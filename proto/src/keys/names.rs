@@ -285,6 +285,24 @@ pub fn reserved_edge_id(name: &str) -> Option<&'static str> {
     }
 }
 
+/// Why `name` cannot be given to a new edge, or `None`: an edge id is 1 to
+/// 63 ASCII letters, digits, '-' or '_' (it names the edge's certificate,
+/// its files and its namespace, and fits a DNS label), and not one the
+/// system keeps ([`reserved_edge_id`]). Dev certificates and enrollment
+/// tokens are issued only for such ids; an existing edge whose id is any
+/// valid namespace keeps working.
+pub fn new_edge_id_problem(name: &str) -> Option<&'static str> {
+    let shape = !name.is_empty()
+        && name.len() <= 63
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_');
+    if !shape {
+        return Some("an edge id is 1 to 63 ASCII letters, digits, '-' or '_'");
+    }
+    reserved_edge_id(name)
+}
+
 single_name!(
     /// A validated subscription name.
     SubscriptionName,

@@ -1,0 +1,273 @@
+//! Telling one log's batch from another's at the same offsets.
+//!
+//! Batches travel verbatim from the edge's WAL to the broker's and to the
+//! archive, so a batch is identified everywhere by its offsets and its CRC
+//! ([`BatchId`]). Two checks rely on it: a re-sent batch whose offsets the
+//! WAL already holds is a duplicate only if it *is* the stored batch
+//! ([`Wal::verify_stored`]; otherwise two logs, such as two devices under
+//! one edge id, wrote those offsets), and the `Tip` a broker sends when an
+//! edge stream opens ([`Wal::batch_ending_at`]).
+//!
+//! Retention deletes whole segments; the last batch it deleted is kept in
+//! `wal.tip` so that both checks still work when everything below the
+//! active segment was archived and trimmed (an empty active segment has no
+//! batch to show). Layout, 24 bytes, little-endian:
+//!
+//! ```text
+//! 0   8  base_offset  u64
+//! 8   8  next_offset  u64
+//! 16  4  crc          u32, the batch's CRC32C
+//! 20  4  crc32c       over bytes [0, 20)
+//! ```
+//!
+//! It is written atomically (`.tmp`, `fdatasync`, rename) before the
+//! segments are removed. It is a hint: a missing or damaged file only means
+//! those checks cannot be made below the log start, never an error.
+
+use tracing::warn;
+use tributary_proto::batch::BatchHeader;
+
+use super::storage::{read_file, write_file_atomic};
+use super::{Wal, WalError};
+
+/// Name of the tip file in a WAL directory.
+pub const TIP_FILE_NAME: &str = "wal.tip";
+const TIP_BYTES: usize = 24;
+
+/// A record batch's identity: its offsets and its stored CRC32C.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchId {
+    /// Offset of its first record.
+    pub base_offset: u64,
+    /// Offset just past its last record.
+    pub next_offset: u64,
+    /// The batch's CRC32C (FORMAT.md, "Record batch").
+    pub crc32c: u32,
+}
+
+impl BatchId {
+    /// The identity of the batch with this header.
+    pub fn of(header: &BatchHeader) -> BatchId {
+        BatchId {
+            base_offset: header.base_offset,
+            next_offset: header.next_offset(),
+            crc32c: header.crc,
+        }
+    }
+
+    fn encode(&self) -> [u8; TIP_BYTES] {
+        let mut out = [0u8; TIP_BYTES];
+        out[0..8].copy_from_slice(&self.base_offset.to_le_bytes());
+        out[8..16].copy_from_slice(&self.next_offset.to_le_bytes());
+        out[16..20].copy_from_slice(&self.crc32c.to_le_bytes());
+        let crc = crc32c::crc32c(&out[..20]);
+        out[20..24].copy_from_slice(&crc.to_le_bytes());
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> Option<BatchId> {
+        let bytes: &[u8; TIP_BYTES] = bytes.try_into().ok()?;
+        let u64_at = |at: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&bytes[at..at + 8]);
+            u64::from_le_bytes(b)
+        };
+        let u32_at = |at: usize| {
+            let mut b = [0u8; 4];
+            b.copy_from_slice(&bytes[at..at + 4]);
+            u32::from_le_bytes(b)
+        };
+        if crc32c::crc32c(&bytes[..20]) != u32_at(20) {
+            return None;
+        }
+        let id = BatchId {
+            base_offset: u64_at(0),
+            next_offset: u64_at(8),
+            crc32c: u32_at(16),
+        };
+        (id.base_offset < id.next_offset).then_some(id)
+    }
+}
+
+impl Wal {
+    /// The stored batch starting at `base_offset`, if this WAL can say: from
+    /// the segments when it holds the offset, else from `wal.tip` when that
+    /// records a batch starting there. `None` when the offset is not stored
+    /// (not yet, trimmed without a tip, a hole) or cannot be read (damage
+    /// is reported by reads and `damaged_ranges`), or when no batch starts
+    /// at it (then `Some` of the batch holding it, for the caller to
+    /// compare).
+    pub fn stored_batch(&self, base_offset: u64) -> Option<BatchId> {
+        if base_offset >= self.log_start_offset() {
+            if base_offset >= self.high_water_mark() {
+                return None;
+            }
+            let batches = self.read(base_offset, 1).ok()?;
+            return batches.first().map(|b| BatchId::of(b.header()));
+        }
+        self.recorded_tip()
+            .filter(|tip| tip.base_offset == base_offset)
+    }
+
+    /// The stored batch that ends exactly at `next_offset` (the high-water
+    /// mark a stream resumes at): what the broker sends as its `Tip`
+    /// (FORMAT.md, "Replication stream"). `None` when there is none or it
+    /// cannot be read, or a declared hole ends there.
+    pub fn batch_ending_at(&self, next_offset: u64) -> Option<BatchId> {
+        let last = next_offset.checked_sub(1)?;
+        let found = if last >= self.log_start_offset() {
+            let batches = self.read(last, 1).ok()?;
+            BatchId::of(batches.first()?.header())
+        } else {
+            self.recorded_tip()?
+        };
+        (found.next_offset == next_offset).then_some(found)
+    }
+
+    /// Why the stored batch at `id.base_offset` is not `id`, or `None` when
+    /// it is, or when this WAL cannot say (see [`Wal::stored_batch`]).
+    pub fn mismatch(&self, id: &BatchId) -> Option<String> {
+        let stored = self.stored_batch(id.base_offset)?;
+        if stored.base_offset != id.base_offset {
+            return Some(format!(
+                "the stored batch holding offset {} starts at {}",
+                id.base_offset, stored.base_offset
+            ));
+        }
+        (stored != *id).then(|| {
+            format!(
+                "the stored batch at {} ends at {} with CRC {:#010x}, the other ends at {} with CRC {:#010x}",
+                id.base_offset, stored.next_offset, stored.crc32c, id.next_offset, id.crc32c
+            )
+        })
+    }
+
+    /// Checks that a batch [`Wal::append_at`] reported as a duplicate is the
+    /// stored one. Reads the WAL: call it off the async runtime, after the
+    /// duplicate's range is durable (`PendingAppend::durable`).
+    ///
+    /// # Errors
+    /// [`WalError::NotStoredBatch`] when the WAL holds another batch there.
+    pub fn verify_stored(&self, id: &BatchId) -> Result<(), WalError> {
+        match self.mismatch(id) {
+            None => Ok(()),
+            Some(reason) => Err(WalError::NotStoredBatch {
+                base: id.base_offset,
+                next: id.next_offset,
+                reason,
+            }),
+        }
+    }
+
+    /// Records the batch ending at `next_offset` in `wal.tip` (retention,
+    /// before it deletes the segments below `next_offset`). Failure is
+    /// logged: the tip is a hint.
+    pub(super) fn record_tip(&self, next_offset: u64) {
+        let Some(id) = self.batch_ending_at(next_offset) else {
+            return;
+        };
+        let path = self.shared.dir.join(TIP_FILE_NAME);
+        if let Err(e) = write_file_atomic(self.shared.storage.as_ref(), &path, &id.encode()) {
+            warn!(path = %path.display(), error = %e, "could not record the last trimmed batch");
+        }
+    }
+
+    fn recorded_tip(&self) -> Option<BatchId> {
+        let path = self.shared.dir.join(TIP_FILE_NAME);
+        let bytes = read_file(self.shared.storage.as_ref(), &path, TIP_BYTES as u64 + 1).ok()?;
+        BatchId::decode(&bytes)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wal::tests::{record, rt, small_config};
+    use crate::wal::{AppendAtOutcome, SyncMode, WalConfig};
+    use tributary_proto::batch::{Codec, RecordBatch};
+
+    /// Everything archived and trimmed: the active segment is empty, yet the
+    /// batch ending at the high-water mark is known (the broker's `Tip`),
+    /// across a reopen, and a re-sent batch from another log at the trimmed
+    /// offsets is still told from the stored one.
+    #[test]
+    fn the_last_trimmed_batch_is_still_known() {
+        let dir = tempfile::tempdir().unwrap();
+        let config = WalConfig {
+            retention_max_bytes: Some(0),
+            ..small_config(SyncMode::FsyncBatch)
+        };
+        let limits = config.limits;
+        let batch = |base: u64, tag: &str| {
+            let records = (0..3).map(|i| record(&format!("{tag}{i}"))).collect();
+            RecordBatch::new(base, records).encode(&limits).unwrap()
+        };
+        rt().block_on(async {
+            let wal = Wal::open(dir.path(), config.clone()).unwrap();
+            wal.append(vec![record("a")], Codec::None).await.unwrap();
+            let last = batch(1, "b");
+            let last_id = BatchId::of(last.header());
+            wal.append_at(last.clone()).await.unwrap();
+            assert_eq!(wal.batch_ending_at(4), Some(last_id));
+            wal.roll().await.unwrap();
+            let report = wal.apply_retention(u64::MAX, 0).unwrap();
+            assert_eq!(report.log_start, 4, "{report:?}");
+            assert!(dir.path().join(TIP_FILE_NAME).exists());
+            assert_eq!(wal.batch_ending_at(4), Some(last_id));
+            assert_eq!(wal.batch_ending_at(3), None);
+            drop(wal);
+
+            let wal = Wal::open(dir.path(), config.clone()).unwrap();
+            assert_eq!(wal.log_start_offset(), 4);
+            assert_eq!(wal.batch_ending_at(4), Some(last_id));
+            assert!(matches!(
+                wal.append_at(last.clone()).await,
+                Ok(AppendAtOutcome::Duplicate(_))
+            ));
+            assert!(matches!(
+                wal.append_at(batch(1, "other")).await,
+                Err(WalError::NotStoredBatch {
+                    base: 1,
+                    next: 4,
+                    ..
+                })
+            ));
+            // Below the tip nothing can be told: a duplicate, as before.
+            assert!(matches!(
+                wal.append_at(batch(0, "z")).await,
+                Ok(AppendAtOutcome::Duplicate(_))
+            ));
+            drop(wal);
+
+            // A damaged tip file is no tip, never an error.
+            let path = dir.path().join(TIP_FILE_NAME);
+            let mut bytes = std::fs::read(&path).unwrap();
+            bytes[3] ^= 1;
+            std::fs::write(&path, &bytes).unwrap();
+            let wal = Wal::open(dir.path(), config).unwrap();
+            assert_eq!(wal.batch_ending_at(4), None);
+            assert!(matches!(
+                wal.append_at(batch(1, "other")).await,
+                Ok(AppendAtOutcome::Duplicate(_))
+            ));
+        });
+    }
+
+    #[test]
+    fn a_tip_round_trips_and_damage_is_no_tip() {
+        let id = BatchId {
+            base_offset: 7,
+            next_offset: 9,
+            crc32c: 0xdead_beef,
+        };
+        let bytes = id.encode();
+        assert_eq!(BatchId::decode(&bytes), Some(id));
+        for i in 0..TIP_BYTES {
+            let mut damaged = bytes;
+            damaged[i] ^= 0x40;
+            assert_eq!(BatchId::decode(&damaged), None, "byte {i}");
+        }
+        assert_eq!(BatchId::decode(&bytes[..23]), None);
+        assert_eq!(BatchId::decode(&[]), None);
+    }
+}
