@@ -198,6 +198,53 @@ impl Wal {
         }
     }
 
+    /// Returns once a durable sync mark says offsets below `next_offset`
+    /// were handed out, so that no power cut lets this WAL hand them out
+    /// again (recovery declares lost ones a hole; FORMAT.md, "Sync mark").
+    /// The edge calls it before it sends records to the broker: otherwise
+    /// an `os_cache_flush` topic that loses its unsynced tail in a power cut
+    /// would give new records the offsets of records the broker already
+    /// holds. One `fdatasync` of the mark serves every caller waiting
+    /// meanwhile. In `fsync_batch` it returns at once: readable records
+    /// are durable there, and recovery finds them.
+    ///
+    /// # Errors
+    /// [`WalError::PreviousIo`] or [`WalError::Closed`] if the WAL stops
+    /// first.
+    pub async fn mark_durable_through(&self, next_offset: u64) -> Result<(), WalError> {
+        if self.shared.config.sync_mode == SyncMode::FsyncBatch {
+            return Ok(());
+        }
+        let mut rx = self.shared.progress.subscribe();
+        if rx.borrow().mark_durable_next >= next_offset {
+            return Ok(());
+        }
+        {
+            let mut state = self.shared.state();
+            if let Some(failure) = &state.failure {
+                return Err(WalError::PreviousIo(failure.clone()));
+            }
+            if state.closing {
+                return Err(WalError::Closed);
+            }
+            if state.mark_sync_through < next_offset {
+                state.mark_sync_through = next_offset;
+                self.shared.wake(&mut state);
+            }
+        }
+        let progress = rx
+            .wait_for(|p| p.mark_durable_next >= next_offset || p.failure.is_some() || p.closed)
+            .await
+            .map_err(|_| WalError::Closed)?;
+        if progress.mark_durable_next >= next_offset {
+            return Ok(());
+        }
+        match &progress.failure {
+            Some(failure) => Err(WalError::PreviousIo(failure.clone())),
+            None => Err(WalError::Closed),
+        }
+    }
+
     async fn wait_durable(&self, next_offset: u64) -> Result<(), WalError> {
         wait_durable(
             self.shared.config.sync_mode,

@@ -107,6 +107,9 @@ pub(crate) struct AppendState {
     /// A hole declared by [`Wal::skip_to`] that the writer has not made
     /// durable yet: the offset after it.
     skip_to: Option<u64>,
+    /// The highest offset [`Wal::mark_durable_through`] asked the sync
+    /// mark to cover durably.
+    mark_sync_through: u64,
     closing: bool,
     failure: Option<Arc<str>>,
     /// Where the writer stands with its pool.
@@ -126,6 +129,10 @@ pub(crate) struct Progress {
     high_water_mark: u64,
     /// Roll requests served (see [`AppendState::roll_requests`]).
     rolls: u64,
+    /// The next offset held by the last sync mark made durable by the
+    /// writer: offsets below it are never handed out again, whatever a
+    /// power cut takes (see [`Wal::mark_durable_through`]).
+    mark_durable_next: u64,
     failure: Option<Arc<str>>,
     closed: bool,
 }
@@ -221,7 +228,7 @@ impl Wal {
         let file = storage
             .open_append(&active_path)
             .map_err(io_err("open", &active_path))?;
-        let core = writer::WriterCore::new(
+        let mut core = writer::WriterCore::new(
             storage.as_ref(),
             &dir,
             &config,
@@ -230,9 +237,11 @@ impl Wal {
             file,
             recovered.mark_seq,
         )?;
+        core.mark_written_next = next_offset;
         let (progress, _) = watch::channel(Progress {
             high_water_mark: next_offset,
             rolls: 0,
+            mark_durable_next: 0,
             failure: None,
             closed: false,
         });
@@ -248,6 +257,7 @@ impl Wal {
                 oldest_pending_at: None,
                 roll_requests: 0,
                 skip_to: None,
+                mark_sync_through: 0,
                 closing: false,
                 failure: None,
                 sched: Sched::Idle,

@@ -76,6 +76,11 @@ impl SimStorage {
         self.lock().syncs
     }
 
+    /// Number of `sync_data` calls on overwritten files (the sync mark).
+    pub fn mark_sync_count(&self) -> u64 {
+        self.lock().overwrite_syncs
+    }
+
     /// The `(offset, len)` of every `start_writeback` call so far, in order
     /// (any file). Writeback changes nothing in the simulation: only
     /// `sync_data` makes bytes durable.

@@ -59,6 +59,8 @@ enum Next {
     Roll(u64),
     /// `segment_max_age` reached.
     AgeRoll,
+    /// Write and `fdatasync` the sync mark ([`super::Wal::mark_durable_through`]).
+    SyncMark,
     /// Everything is flushed and the WAL is closing.
     Close,
     /// Nothing to do until this instant (of the WAL's clock), or until an
@@ -82,6 +84,11 @@ pub(crate) struct WriterCore {
     spare_bytes: Vec<u8>,
     spare_batches: Vec<PendingBatch>,
     mark: MarkWriter,
+    /// The next offset of the last mark this writer made durable.
+    mark_durable_next: u64,
+    /// The next offset of the last mark written (synced or not), or the
+    /// recovered next offset before the first.
+    pub(crate) mark_written_next: u64,
 }
 
 impl WriterCore {
@@ -113,6 +120,8 @@ impl WriterCore {
             spare_bytes: Vec::new(),
             spare_batches: Vec::new(),
             mark,
+            mark_durable_next: 0,
+            mark_written_next: active_base,
         })
     }
 }
@@ -205,6 +214,7 @@ impl Shared {
                 }
                 Next::Roll(target) => core.serve_rolls(self, target),
                 Next::AgeRoll => core.roll(self),
+                Next::SyncMark => core.write_mark(self, true),
                 Next::Close => {
                     let result = core
                         .file
@@ -295,6 +305,13 @@ impl WriterCore {
             return Next::Group {
                 roll_to: rolls_wanted.then_some(state.roll_requests),
             };
+        }
+        // Only while a mark newer than the durable one can be written: a
+        // request past what is written waits for the group that writes it.
+        if state.mark_sync_through > self.mark_durable_next
+            && self.mark_written_next > self.mark_durable_next
+        {
+            return Next::SyncMark;
         }
         if decision == FlushDecision::Idle {
             if rolls_wanted {
@@ -432,14 +449,22 @@ impl WriterCore {
         let path = shared.dir.join(MARK_FILE_NAME);
         let now = shared.config.clock.now();
         self.mark.write(mark).map_err(io_err("write", &path))?;
-        let synced = if sync {
-            self.mark.sync(now)
+        self.mark_written_next = next_offset;
+        if sync {
+            self.mark.sync(now).map_err(io_err("fdatasync", &path))?;
+            self.mark_durable_next = self.mark_durable_next.max(next_offset);
+            let durable_next = self.mark_durable_next;
+            shared
+                .progress
+                .send_modify(|p| p.mark_durable_next = p.mark_durable_next.max(durable_next));
+            Ok(())
         } else if durable {
-            self.mark.sync_if_due(now)
+            self.mark
+                .sync_if_due(now)
+                .map_err(io_err("fdatasync", &path))
         } else {
             Ok(())
-        };
-        synced.map_err(io_err("fdatasync", &path))
+        }
     }
 
     /// Starts writeback of the unsynced part of the active segment once it

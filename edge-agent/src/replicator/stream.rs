@@ -696,6 +696,16 @@ async fn read_ahead_loop(
                 return;
             }
         };
+        // Nothing leaves the device before a durable sync mark covers it: a
+        // power cut that takes the unsynced tail of an `os_cache_flush`
+        // topic must not let new records take offsets the broker holds
+        // (FORMAT.md, "Sync mark"). One mark `fdatasync` per read step.
+        if let Some(end) = frames.last().map(|f| f.0.next_offset())
+            && let Err(e) = wal.mark_durable_through(end).await
+        {
+            let _ = tx.send(Err(StreamError::Wal(e.to_string()))).await;
+            return;
+        }
         for (batch_header, raw_len, chunks, prepared_at) in frames {
             if batch_header.base_offset != next {
                 // Verbatim replication only ever resumes at a batch
