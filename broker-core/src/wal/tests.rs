@@ -1216,7 +1216,9 @@ fn offsets_made_durable_in_the_mark_survive_any_power_cut() {
         segment_max_bytes: 1 << 20,
         ..small_config(SyncMode::OsCacheFlush)
     };
-    let write = |sync_mark: bool| {
+    // The disk after a power cut at 64 random points of the unsynced tail,
+    // taken while the WAL is still open (a close would sync everything).
+    let cuts = |sync_mark: bool| -> Vec<SimStorage> {
         let storage = SimStorage::new();
         rt().block_on(async {
             let wal = Wal::open_with(Arc::new(storage.clone()), "/wal", config.clone()).unwrap();
@@ -1233,27 +1235,23 @@ fn offsets_made_durable_in_the_mark_survive_any_power_cut() {
                 wal.mark_durable_through(7).await.unwrap();
                 assert_eq!(storage.mark_sync_count(), syncs + 1);
             }
-            // The process is gone (no close): the disk is what it is.
-            std::mem::forget(wal);
-        });
-        storage
+            (0..64).map(|seed| storage.power_cut(seed)).collect()
+        })
     };
-    let next_after_cut = |storage: &SimStorage, seed: u64| {
-        let cut = storage.power_cut(seed);
+    let next_after = |cut: SimStorage| {
         rt().block_on(async {
             let wal = Wal::open_with(Arc::new(cut), "/wal", config.clone()).unwrap();
             let ack = wal.append(vec![record("new")], Codec::None).await.unwrap();
             ack.base_offset
         })
     };
-    let synced = write(true);
-    for seed in 0..64 {
-        let next = next_after_cut(&synced, seed);
+    for (seed, cut) in cuts(true).into_iter().enumerate() {
+        let next = next_after(cut);
         assert!(next >= 10, "seed {seed}: a new record got offset {next}");
     }
-    let unsynced = write(false);
-    let reused = (0..64)
-        .filter(|&seed| next_after_cut(&unsynced, seed) < 10)
+    let reused = cuts(false)
+        .into_iter()
+        .filter(|cut| next_after(cut.clone()) < 10)
         .count();
     assert!(reused > 0, "the control never lost its tail");
 }
