@@ -16,7 +16,8 @@
 //! | sealed segment longer than its index says, or empty | error `Corrupt`: sealed data changed |
 //! | sealed segment shorter than its index says | its end was lost: rescan it; the missing end (up to the index's end) is a damaged range, kept and reported at every open (the index stays until a repair rewrites both) |
 //! | non-last segment without a valid `.index` | scan it; damaged ranges (also a damaged end, up to the next segment's base) are kept and reported; seal it now |
-//! | gap or overlap between consecutive segments | error `MissingRange` |
+//! | gap between consecutive segments (both files of a segment gone) | like a lost segment: a sealed segment of 0 bytes over the gap, its whole range damaged (repairable); logged as an error |
+//! | overlap between consecutive segments | error `MissingRange` |
 //! | a batch whose base offset is past the expected one | a declared hole: report it, continue |
 //! | last segment sealed | crash between seal and creating the next segment: create it at the sealed end |
 //! | last segment, clean end | continue at its next offset |
@@ -302,6 +303,42 @@ fn lost_segments(
     out
 }
 
+/// Offsets `base..next_base` between two segments, whose files (`.log` and
+/// `.index`) are both gone: something other than retention deleted them
+/// (retention deletes only from the start). Like a lost segment they stay
+/// in the log as a sealed segment of 0 bytes whose whole range is damaged
+/// (reported, re-fetched from the edge or the archive, rewritten), not an
+/// error that makes the topic unusable.
+fn missing_segment(
+    dir: &Path,
+    base: u64,
+    next_base: u64,
+    report: &mut RecoveryReport,
+) -> SegmentMeta {
+    tracing::error!(
+        dir = %dir.display(),
+        base_offset = base,
+        end_offset = next_base,
+        "WAL segment files are missing between two segments (both the data file and the          index are gone): the offsets are reported as a damaged range and re-fetched from          the edge or the archive when one still holds them"
+    );
+    report.lost_segments.push((base, Some(next_base)));
+    report.unreadable.push(damaged(
+        base,
+        next_base,
+        base,
+        0,
+        0,
+        format!(
+            "the segment {} and its index are missing",
+            log_file_name(base)
+        ),
+    ));
+    let mut meta = SegmentMeta::empty(base);
+    meta.next_offset = next_base;
+    meta.sealed = true;
+    meta
+}
+
 pub(super) fn load_sealed(
     storage: &dyn Storage,
     dir: &Path,
@@ -567,16 +604,28 @@ pub(crate) fn recover(
     }
 
     let mut expected: Option<u64> = None;
+    let mut gaps = Vec::new();
     for meta in segments.values() {
         if let Some(expected) = expected
             && meta.base_offset != expected
         {
-            return Err(WalError::MissingRange {
-                expected_base: expected,
-                found_base: meta.base_offset,
-            });
+            if meta.base_offset < expected {
+                return Err(WalError::MissingRange {
+                    expected_base: expected,
+                    found_base: meta.base_offset,
+                });
+            }
+            gaps.push(missing_segment(
+                dir,
+                expected,
+                meta.base_offset,
+                &mut report,
+            ));
         }
         expected = Some(meta.next_offset);
+    }
+    for meta in gaps {
+        segments.insert(meta.base_offset, meta);
     }
     if report != RecoveryReport::default() {
         info!(

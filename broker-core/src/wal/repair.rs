@@ -404,7 +404,11 @@ impl Wal {
             file.sync_data().map_err(io_err("fdatasync", &tmp))?;
         }
         let index = dir.join(index_file_name(segment_base));
-        storage.remove(&index).map_err(io_err("remove", &index))?;
+        match storage.remove(&index) {
+            // A segment recovery found missing altogether (no `.index`).
+            Err(e) if e.kind() == io::ErrorKind::NotFound && old.bytes == 0 => {}
+            removed => removed.map_err(io_err("remove", &index))?,
+        }
         storage.sync_dir(dir).map_err(io_err("fsync dir", dir))?;
         shared
             .rewrites

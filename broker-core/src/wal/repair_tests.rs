@@ -434,10 +434,15 @@ fn a_sealed_segment_cut_short_is_reported_as_its_lost_end_and_a_repair_restores_
 #[test]
 fn a_lost_segment_file_is_a_damaged_range_and_a_repair_writes_it_again() {
     // The oldest and a middle segment, with the index readable; a middle
-    // segment whose index is unreadable too (its range runs to the next
-    // segment).
-    for (which, index_readable) in [(0, true), (1, true), (1, false)] {
-        let case = format!("segment {which}, index readable {index_readable}");
+    // segment whose index is unreadable too, or gone with it (its range
+    // runs to the next segment).
+    for (which, index) in [
+        (0, "readable"),
+        (1, "readable"),
+        (1, "garbage"),
+        (1, "gone"),
+    ] {
+        let case = format!("segment {which}, index {index}");
         let dir = tempfile::tempdir().unwrap();
         fill_on(Arc::new(FsStorage), dir.path(), 30);
         let wal = Wal::open(dir.path(), small_config(SyncMode::FsyncBatch)).unwrap();
@@ -447,13 +452,15 @@ fn a_lost_segment_file_is_a_damaged_range_and_a_repair_writes_it_again() {
         let original_index = std::fs::read(&seg.index_path).unwrap();
         let batches = batches_of(&original);
         std::fs::remove_file(&seg.log_path).unwrap();
-        if !index_readable {
-            std::fs::write(&seg.index_path, b"not an index").unwrap();
+        match index {
+            "garbage" => std::fs::write(&seg.index_path, b"not an index").unwrap(),
+            "gone" => std::fs::remove_file(&seg.index_path).unwrap(),
+            _ => {}
         }
 
         // Opens, with the whole segment reported as one damaged range.
         let wal = Wal::open(dir.path(), small_config(SyncMode::FsyncBatch)).unwrap();
-        let end = index_readable.then_some(seg.next_offset);
+        let end = (index != "garbage").then_some(seg.next_offset);
         assert_eq!(
             wal.recovery_report().lost_segments,
             vec![(seg.base_offset, end)],
@@ -495,7 +502,7 @@ fn a_lost_segment_file_is_a_damaged_range_and_a_repair_writes_it_again() {
                 .damaged
                 .is_empty()
         );
-        assert!(seg.index_path.exists(), "{case}");
+        assert_eq!(seg.index_path.exists(), index != "gone", "{case}");
         // Found again after a restart before the repair.
         drop(wal);
         let wal = Wal::open(dir.path(), small_config(SyncMode::FsyncBatch)).unwrap();

@@ -748,32 +748,6 @@ fn recovery_refuses_a_sealed_segment_whose_length_changed() {
 }
 
 #[test]
-fn recovery_refuses_a_missing_middle_segment() {
-    let dir = tempfile::tempdir().unwrap();
-    let config = small_config(SyncMode::FsyncBatch);
-    rt().block_on(async {
-        let wal = Wal::open(dir.path(), config.clone()).unwrap();
-        for _ in 0..3 {
-            wal.append(batch_of_size(1024), Codec::None).await.unwrap();
-        }
-        wal.close().await.unwrap();
-    });
-    std::fs::remove_file(segment_path(dir.path(), 1)).unwrap();
-    std::fs::remove_file(dir.path().join(index_file_name(1))).unwrap();
-    let err = Wal::open(dir.path(), config).unwrap_err();
-    assert!(
-        matches!(
-            err,
-            WalError::MissingRange {
-                expected_base: 1,
-                found_base: 2
-            }
-        ),
-        "{err}"
-    );
-}
-
-#[test]
 fn recovery_truncates_a_zero_filled_tail() {
     let dir = tempfile::tempdir().unwrap();
     let config = small_config(SyncMode::FsyncBatch);
