@@ -331,6 +331,27 @@ fn a_damaged_sealed_central_segment_is_reported_refetched_from_the_edge_and_tier
                 && l.contains(&format!("{}..{}", damaged.0, damaged.1))),
         "{text}"
     );
+    let (status, json) = tribctl(
+        &pair,
+        &["--output", "json", "topics", "peek", TOPIC, "-n", "1000"],
+    );
+    assert_eq!(status, 0, "{json}");
+    // stdout's JSON document first (stderr follows in `json`).
+    let json: Value = serde_json::Deserializer::from_str(&json)
+        .into_iter::<Value>()
+        .next()
+        .and_then(Result::ok)
+        .unwrap_or_else(|| panic!("peek JSON: {json}"));
+    assert_eq!(
+        json["messages"].as_array().map(Vec::len),
+        Some(damaged.0 as usize)
+    );
+    assert!(
+        json["stopped_before_damage"]
+            .as_str()
+            .is_some_and(|s| s.contains(&format!("{}..{}", damaged.0, damaged.1))),
+        "{json}"
+    );
 
     // The edge reconnects: the broker asks it for the range, and heals.
     pair.edge.start();

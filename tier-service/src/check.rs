@@ -32,6 +32,9 @@ pub fn check(config: &TierConfig) -> Report {
     }
     check_broker_tls(config, &mut report);
     report.data_dir("data_dir", &config.data_dir);
+    if let Some(why) = not_a_broker_data_dir(&config.data_dir) {
+        report.problem(why);
+    }
     report.listen("metrics_listen", config.metrics_listen, Transport::Tcp);
     match reqwest::Url::parse(&config.broker.url) {
         Ok(url) => match (url.host_str(), url.port_or_known_default()) {
@@ -62,6 +65,21 @@ pub fn check(config: &TierConfig) -> Report {
         None => {}
     }
     report
+}
+
+/// Why `dir` is clearly not a broker's data directory: it holds files but
+/// neither `topics/` (the WALs the service tiers) nor `raft/`. A missing or
+/// empty directory passes: the broker may not have run yet.
+fn not_a_broker_data_dir(dir: &std::path::Path) -> Option<String> {
+    let mut entries = std::fs::read_dir(dir).ok()?;
+    if entries.next().is_none() || dir.join("topics").is_dir() || dir.join("raft").is_dir() {
+        return None;
+    }
+    Some(format!(
+        "data_dir: {} holds neither topics/ nor raft/: it is not a broker's data directory \
+         (the tier service tiers the WALs in {{data_dir}}/topics)",
+        dir.display()
+    ))
 }
 
 /// The `[broker]` CA, client certificate and key, each named by its

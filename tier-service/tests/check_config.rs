@@ -145,6 +145,31 @@ url = "{bucket}"
     );
 }
 
+/// A data directory that is some other directory (files, but neither
+/// `topics/` nor `raft/`) is refused: the service would tier nothing, for
+/// ever, without a word.
+#[test]
+fn a_data_dir_that_is_not_the_brokers_is_a_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = config(dir.path(), "127.0.0.1:0", "");
+    let data = dir.path().join("broker");
+    std::fs::write(data.join("notes.txt"), "not a broker").unwrap();
+    let out = run(tier(&["check-config", "-c", path.to_str().unwrap()]));
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "error: data_dir: {} holds neither topics/ nor raft/",
+            data.display()
+        )),
+        "{stderr}"
+    );
+    // With the broker's layout it passes.
+    std::fs::create_dir(data.join("topics")).unwrap();
+    let out = run(tier(&["check-config", "-c", path.to_str().unwrap()]));
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+}
+
 #[test]
 fn a_metrics_port_in_use_stops_the_service_with_status_1() {
     let dir = tempfile::tempdir().unwrap();

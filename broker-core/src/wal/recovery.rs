@@ -600,7 +600,15 @@ pub(crate) fn recover(
         active.next_offset = mark.next_offset;
     }
     for range in &report.unreadable {
-        warn!(dir = %dir.display(), %range, "WAL range unreadable; kept, reported, and never reused");
+        if range.kind == UnreadableKind::Hole {
+            // Declared (a gap the edge or the broker skipped, a reflashed
+            // edge continuing at the broker's mark) or the offsets of a
+            // torn tail, whose truncation was warned about above: not news
+            // at every start.
+            info!(dir = %dir.display(), %range, "WAL hole: these offsets hold no record here and are never reused");
+        } else {
+            warn!(dir = %dir.display(), %range, "WAL range unreadable; kept, reported, and never reused");
+        }
     }
 
     let mut expected: Option<u64> = None;

@@ -347,12 +347,16 @@ pub fn run(ctx: &Context<'_>, command: &TopicsCommand) -> Result<String, Command
             }
             let query: Vec<(&str, &str)> = query.iter().map(|(k, v)| (*k, v.as_str())).collect();
             let path = format!("{}/records", topic_path(topic)?);
-            let value = client.get(&path, &query)?;
+            let mut value = client.get(&path, &query)?;
             let stopped = stopped_before_damage(&client, &path, &value, *max_messages);
+            // `--json` says it too, as `stopped_before_damage`.
+            if let (Some(why), Some(object)) = (&stopped, value.as_object_mut()) {
+                object.insert("stopped_before_damage".into(), why.clone().into());
+            }
             ctx.render(value, |r: ReceiveResponse| {
                 let mut text = peek_text(topic, &r);
-                if let Some(line) = &stopped {
-                    text.push_str(line);
+                if let Some(why) = &stopped {
+                    text.push_str(&format!("stopped before damage: {why}\n"));
                 }
                 text
             })
@@ -441,8 +445,8 @@ struct UnloadState {
 /// A peek returns the good records before a damaged range and stops there
 /// without naming it (a read that starts in it is refused, naming it). When
 /// `value` holds fewer than `max` records and stops below the high-water
-/// mark, one more read from its cursor asks why: the line to print when
-/// that is damage.
+/// mark, one more read from its cursor asks why: the broker's message
+/// naming the damaged range, when that is the reason.
 fn stopped_before_damage(
     client: &crate::client::AdminClient,
     path: &str,
@@ -458,7 +462,7 @@ fn stopped_before_damage(
         Err(tributary_api::client::ClientError::Api { kind, message, .. })
             if kind == "damaged_range" =>
         {
-            Some(format!("stopped before damage: {message}\n"))
+            Some(message)
         }
         _ => None,
     }

@@ -147,10 +147,11 @@ pub struct ReplicationStats {
     /// acknowledgement ([`stages`]).
     pub stages: stages::StageTimes,
     /// Topics whose stream last ended for a reason an operator must look
-    /// at (a refusal that is not retryable, a broker ahead of the local
-    /// log, another log's records at the broker, a WAL failure): the
-    /// reason and when; removed when the topic's stream resumes. `/health`
-    /// reports them.
+    /// at on the broker's side (a refusal that is not retryable, a broker
+    /// ahead of the local log, another log's records at the broker, a
+    /// protocol violation): the reason and when; removed when the topic's
+    /// stream resumes. `/health` reports them (local WAL failures are its
+    /// `faults`).
     pub stopped: std::sync::Mutex<std::collections::BTreeMap<String, (String, std::time::Instant)>>,
 }
 
@@ -678,7 +679,9 @@ fn report_stream_end(
         StreamError::Edge(_) | StreamError::Wal(_) => true,
     };
     let text = error.to_string();
-    if needs_operator {
+    // A local WAL failure is in `/health`'s `faults` already (and clears
+    // with it); what is recorded here is the broker's side.
+    if needs_operator && matches!(error, StreamError::Edge(_)) {
         let mut stopped = stats.stopped.lock().unwrap_or_else(|p| p.into_inner());
         stopped.insert(topic.to_owned(), (text.clone(), std::time::Instant::now()));
     }
