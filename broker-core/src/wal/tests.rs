@@ -222,7 +222,7 @@ fn invalid_config_is_refused() {
 }
 
 /// A record batch of exactly `size` bytes (one record).
-fn batch_of_size(size: usize) -> Vec<Record> {
+pub(super) fn batch_of_size(size: usize) -> Vec<Record> {
     // 48 header + 4 fixed record bytes + 2-byte value length varint.
     let value_len = size - 48 - 4 - 2;
     vec![Record {

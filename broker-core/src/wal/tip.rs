@@ -22,7 +22,10 @@
 //!
 //! It is written atomically (`.tmp`, `fdatasync`, rename) before the
 //! segments are removed. It is a hint: a missing or damaged file only means
-//! those checks cannot be made below the log start, never an error.
+//! those checks cannot be made below the log start, never an error. Its end
+//! offset is also where the log may start: recovery reports segments gone
+//! from the start of the log past it (deleted by something other than
+//! retention) as a damaged range.
 
 use tracing::warn;
 use tributary_proto::batch::BatchHeader;
@@ -173,10 +176,18 @@ impl Wal {
     }
 
     fn recorded_tip(&self) -> Option<BatchId> {
-        let path = self.shared.dir.join(TIP_FILE_NAME);
-        let bytes = read_file(self.shared.storage.as_ref(), &path, TIP_BYTES as u64 + 1).ok()?;
-        BatchId::decode(&bytes)
+        read_tip(self.shared.storage.as_ref(), &self.shared.dir)
     }
+}
+
+/// The batch recorded in `dir`'s `wal.tip`, if the file is there and valid.
+pub(super) fn read_tip(
+    storage: &dyn super::storage::Storage,
+    dir: &std::path::Path,
+) -> Option<BatchId> {
+    let path = dir.join(TIP_FILE_NAME);
+    let bytes = read_file(storage, &path, TIP_BYTES as u64 + 1).ok()?;
+    BatchId::decode(&bytes)
 }
 
 #[cfg(test)]
@@ -251,6 +262,48 @@ mod tests {
                 Ok(AppendAtOutcome::Duplicate(_))
             ));
         });
+    }
+
+    /// Segments deleted from the start of the log by something other than
+    /// retention (past the end `wal.tip` records) are a damaged range at
+    /// the next open, not a log that silently starts later.
+    #[test]
+    fn segments_gone_from_the_start_past_the_tip_are_a_damaged_range() {
+        use crate::wal::tests::batch_of_size;
+        let dir = tempfile::tempdir().unwrap();
+        let config = WalConfig {
+            retention_max_bytes: Some(3100),
+            ..small_config(SyncMode::FsyncBatch)
+        };
+        rt().block_on(async {
+            let wal = Wal::open(dir.path(), config.clone()).unwrap();
+            for _ in 0..5 {
+                wal.append(batch_of_size(1024), Codec::None).await.unwrap();
+            }
+            // Segments [0,1) .. [3,4) sealed, [4,5) active; retention
+            // keeps 3100 bytes: it deletes [0,1) and [1,2).
+            let report = wal.apply_retention(u64::MAX, 0).unwrap();
+            assert_eq!(report.log_start, 2, "{report:?}");
+        });
+        let reopened = Wal::open(dir.path(), config.clone()).unwrap();
+        assert!(reopened.damaged_ranges().is_empty());
+        assert_eq!(reopened.log_start_offset(), 2);
+        drop(reopened);
+        // Someone deletes the oldest remaining segment, index and all.
+        for name in [
+            crate::wal::segment::log_file_name(2),
+            crate::wal::segment::index_file_name(2),
+        ] {
+            std::fs::remove_file(dir.path().join(name)).unwrap();
+        }
+        let wal = Wal::open(dir.path(), config).unwrap();
+        assert_eq!(wal.log_start_offset(), 2, "the log still starts at 2");
+        let ranges = wal.damaged_ranges();
+        assert_eq!(ranges.len(), 1, "{ranges:?}");
+        assert_eq!((ranges[0].first_offset, ranges[0].end_offset), (2, 3));
+        assert_eq!(wal.recovery_report().lost_segments, vec![(2, Some(3))]);
+        assert!(matches!(wal.read(2, 1024), Err(WalError::Unreadable(_))));
+        assert_eq!(wal.read(3, 1024).unwrap()[0].base_offset(), 3);
     }
 
     #[test]
