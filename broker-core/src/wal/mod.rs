@@ -469,6 +469,20 @@ impl Wal {
     /// # Errors
     /// [`WalError::PreviousIo`] if the final flush failed.
     pub async fn close(self) -> Result<(), WalError> {
+        self.close_writer().await
+    }
+
+    /// Ends this handle's writer as [`Wal::close`] does (pending groups are
+    /// written and synced, the mark written), keeping the handle readable:
+    /// appends are refused with [`WalError::Closed`] from now on. The owner
+    /// of a directory calls it before anyone opens the directory again
+    /// while other holders (a stream being torn down, a consumer) may keep
+    /// this handle: a second writer on the same files would interleave
+    /// their appends.
+    ///
+    /// # Errors
+    /// [`WalError::PreviousIo`] if the final flush failed (or had before).
+    pub async fn close_writer(&self) -> Result<(), WalError> {
         self.begin_close();
         let mut rx = self.shared.progress.subscribe();
         let progress = rx

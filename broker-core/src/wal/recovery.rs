@@ -18,7 +18,7 @@
 //! | non-last segment without a valid `.index` | scan it; damaged ranges (also a damaged end, up to the next segment's base) are kept and reported; seal it now |
 //! | gap between consecutive segments (both files of a segment gone) | like a lost segment: a sealed segment of 0 bytes over the gap, its whole range damaged (repairable); logged as an error |
 //! | overlap between consecutive segments | error `MissingRange` |
-//! | the first segment starts past the end of the last batch retention deleted (`wal.tip`) | the same as a gap: the first segments were deleted by something else |
+//! | the first segment starts past the log start retention left (`wal.tip`) | the same as a gap: the first segments were deleted by something else |
 //! | a batch whose base offset is past the expected one | a declared hole: report it, continue |
 //! | last segment sealed | crash between seal and creating the next segment: create it at the sealed end |
 //! | last segment, clean end | continue at its next offset |
@@ -612,11 +612,10 @@ pub(crate) fn recover(
         }
     }
 
-    // Retention records the last batch it deletes (`wal.tip`) before it
-    // deletes: a log starting past that batch's end lost its first
-    // segments to something else.
-    let mut expected: Option<u64> = super::tip::read_tip(storage, dir)
-        .map(|tip| tip.next_offset)
+    // Retention records the log start it leaves (`wal.tip`) before it
+    // deletes: a log starting past it lost its first segments to something
+    // else.
+    let mut expected: Option<u64> = super::tip::trimmed_log_start(storage, dir)
         .filter(|&end| segments.keys().next().is_some_and(|&first| first > end));
     let mut gaps = Vec::new();
     for meta in segments.values() {

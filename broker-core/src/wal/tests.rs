@@ -1229,3 +1229,41 @@ fn offsets_made_durable_in_the_mark_survive_any_power_cut() {
         .count();
     assert!(reused > 0, "the control never lost its tail");
 }
+
+/// A handle whose writer was ended (`close_writer`) stays readable, refuses
+/// appends, and writes nothing more, also when it is dropped after another
+/// handle opened the directory and wrote: the broker ends an old handle's
+/// writer before it opens a topic again (an ownership change) while a
+/// stream or a consumer may still hold the old one.
+#[test]
+fn a_handle_whose_writer_ended_writes_nothing_more() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = small_config(SyncMode::FsyncBatch);
+    rt().block_on(async {
+        let old = Wal::open(dir.path(), config.clone()).unwrap();
+        old.append(vec![record("a")], Codec::None).await.unwrap();
+        old.close_writer().await.unwrap();
+        assert!(matches!(
+            old.append(vec![record("x")], Codec::None).await,
+            Err(WalError::Closed)
+        ));
+        assert_eq!(read_all(&old).len(), 1);
+
+        let new = Wal::open(dir.path(), config.clone()).unwrap();
+        new.append(vec![record("b")], Codec::None).await.unwrap();
+        new.close_writer().await.unwrap();
+        let mark = std::fs::read(dir.path().join(MARK_FILE_NAME)).unwrap();
+        let log = std::fs::read(segment_path(dir.path(), 0)).unwrap();
+        drop(old);
+        assert_eq!(
+            std::fs::read(dir.path().join(MARK_FILE_NAME)).unwrap(),
+            mark
+        );
+        assert_eq!(std::fs::read(segment_path(dir.path(), 0)).unwrap(), log);
+        drop(new);
+    });
+    let wal = Wal::open(dir.path(), config).unwrap();
+    let values: Vec<Bytes> = read_all(&wal).into_iter().map(|(_, v)| v).collect();
+    assert_eq!(values, vec![Bytes::from("value-a"), Bytes::from("value-b")]);
+    assert!(wal.damaged_ranges().is_empty());
+}

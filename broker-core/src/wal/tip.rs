@@ -8,24 +8,26 @@
 //! one edge id, wrote those offsets), and the `Tip` a broker sends when an
 //! edge stream opens ([`Wal::batch_ending_at`]).
 //!
-//! Retention deletes whole segments; the last batch it deleted is kept in
-//! `wal.tip` so that both checks still work when everything below the
-//! active segment was archived and trimmed (an empty active segment has no
-//! batch to show). Layout, 24 bytes, little-endian:
+//! Retention deletes whole segments; where it left the log start, and the
+//! last batch it deleted, are kept in `wal.tip` so that both checks still
+//! work when everything below the active segment was archived and trimmed
+//! (an empty active segment has no batch to show). Layout, 32 bytes,
+//! little-endian:
 //!
 //! ```text
-//! 0   8  base_offset  u64
-//! 8   8  next_offset  u64
-//! 16  4  crc          u32, the batch's CRC32C
-//! 20  4  crc32c       over bytes [0, 20)
+//! 0   8  log_start    u64, the log start retention left
+//! 8   8  base_offset  u64, the last deleted batch (0 and 0: not known,
+//! 16  8  next_offset  u64,  e.g. the segment ended in a hole or damage)
+//! 24  4  crc          u32, that batch's CRC32C
+//! 28  4  crc32c       over bytes [0, 28)
 //! ```
 //!
 //! It is written atomically (`.tmp`, `fdatasync`, rename) before the
 //! segments are removed. It is a hint: a missing or damaged file only means
-//! those checks cannot be made below the log start, never an error. Its end
-//! offset is also where the log may start: recovery reports segments gone
-//! from the start of the log past it (deleted by something other than
-//! retention) as a damaged range.
+//! those checks cannot be made below the log start, never an error.
+//! Recovery reports segments gone from the start of the log past
+//! `log_start` (deleted by something other than retention) as a damaged
+//! range.
 
 use tracing::warn;
 use tributary_proto::batch::BatchHeader;
@@ -35,7 +37,57 @@ use super::{Wal, WalError};
 
 /// Name of the tip file in a WAL directory.
 pub const TIP_FILE_NAME: &str = "wal.tip";
-const TIP_BYTES: usize = 24;
+const TIP_BYTES: usize = 32;
+
+/// What `wal.tip` holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct TipRecord {
+    /// The log start retention left.
+    log_start: u64,
+    /// The last batch it deleted, when known.
+    batch: Option<BatchId>,
+}
+
+impl TipRecord {
+    fn encode(&self) -> [u8; TIP_BYTES] {
+        let mut out = [0u8; TIP_BYTES];
+        out[0..8].copy_from_slice(&self.log_start.to_le_bytes());
+        if let Some(batch) = self.batch {
+            out[8..16].copy_from_slice(&batch.base_offset.to_le_bytes());
+            out[16..24].copy_from_slice(&batch.next_offset.to_le_bytes());
+            out[24..28].copy_from_slice(&batch.crc32c.to_le_bytes());
+        }
+        let crc = crc32c::crc32c(&out[..28]);
+        out[28..32].copy_from_slice(&crc.to_le_bytes());
+        out
+    }
+
+    fn decode(bytes: &[u8]) -> Option<TipRecord> {
+        let bytes: &[u8; TIP_BYTES] = bytes.try_into().ok()?;
+        let u64_at = |at: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&bytes[at..at + 8]);
+            u64::from_le_bytes(b)
+        };
+        let u32_at = |at: usize| {
+            let mut b = [0u8; 4];
+            b.copy_from_slice(&bytes[at..at + 4]);
+            u32::from_le_bytes(b)
+        };
+        if crc32c::crc32c(&bytes[..28]) != u32_at(28) {
+            return None;
+        }
+        let batch = BatchId {
+            base_offset: u64_at(8),
+            next_offset: u64_at(16),
+            crc32c: u32_at(24),
+        };
+        Some(TipRecord {
+            log_start: u64_at(0),
+            batch: (batch.base_offset < batch.next_offset).then_some(batch),
+        })
+    }
+}
 
 /// A record batch's identity: its offsets and its stored CRC32C.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,39 +108,6 @@ impl BatchId {
             next_offset: header.next_offset(),
             crc32c: header.crc,
         }
-    }
-
-    fn encode(&self) -> [u8; TIP_BYTES] {
-        let mut out = [0u8; TIP_BYTES];
-        out[0..8].copy_from_slice(&self.base_offset.to_le_bytes());
-        out[8..16].copy_from_slice(&self.next_offset.to_le_bytes());
-        out[16..20].copy_from_slice(&self.crc32c.to_le_bytes());
-        let crc = crc32c::crc32c(&out[..20]);
-        out[20..24].copy_from_slice(&crc.to_le_bytes());
-        out
-    }
-
-    fn decode(bytes: &[u8]) -> Option<BatchId> {
-        let bytes: &[u8; TIP_BYTES] = bytes.try_into().ok()?;
-        let u64_at = |at: usize| {
-            let mut b = [0u8; 8];
-            b.copy_from_slice(&bytes[at..at + 8]);
-            u64::from_le_bytes(b)
-        };
-        let u32_at = |at: usize| {
-            let mut b = [0u8; 4];
-            b.copy_from_slice(&bytes[at..at + 4]);
-            u32::from_le_bytes(b)
-        };
-        if crc32c::crc32c(&bytes[..20]) != u32_at(20) {
-            return None;
-        }
-        let id = BatchId {
-            base_offset: u64_at(0),
-            next_offset: u64_at(8),
-            crc32c: u32_at(16),
-        };
-        (id.base_offset < id.next_offset).then_some(id)
     }
 }
 
@@ -162,32 +181,38 @@ impl Wal {
         }
     }
 
-    /// Records the batch ending at `next_offset` in `wal.tip` (retention,
-    /// before it deletes the segments below `next_offset`). Failure is
-    /// logged: the tip is a hint.
+    /// Records `next_offset` as the log start and the batch ending there
+    /// in `wal.tip` (retention, before it deletes the segments below
+    /// `next_offset`). Failure is logged: the tip is a hint.
     pub(super) fn record_tip(&self, next_offset: u64) {
-        let Some(id) = self.batch_ending_at(next_offset) else {
-            return;
+        let record = TipRecord {
+            log_start: next_offset,
+            batch: self.batch_ending_at(next_offset),
         };
         let path = self.shared.dir.join(TIP_FILE_NAME);
-        if let Err(e) = write_file_atomic(self.shared.storage.as_ref(), &path, &id.encode()) {
+        if let Err(e) = write_file_atomic(self.shared.storage.as_ref(), &path, &record.encode()) {
             warn!(path = %path.display(), error = %e, "could not record the last trimmed batch");
         }
     }
 
     fn recorded_tip(&self) -> Option<BatchId> {
-        read_tip(self.shared.storage.as_ref(), &self.shared.dir)
+        read_tip(self.shared.storage.as_ref(), &self.shared.dir)?.batch
     }
 }
 
-/// The batch recorded in `dir`'s `wal.tip`, if the file is there and valid.
-pub(super) fn read_tip(
-    storage: &dyn super::storage::Storage,
-    dir: &std::path::Path,
-) -> Option<BatchId> {
+/// What `dir`'s `wal.tip` records, if the file is there and valid.
+fn read_tip(storage: &dyn super::storage::Storage, dir: &std::path::Path) -> Option<TipRecord> {
     let path = dir.join(TIP_FILE_NAME);
     let bytes = read_file(storage, &path, TIP_BYTES as u64 + 1).ok()?;
-    BatchId::decode(&bytes)
+    TipRecord::decode(&bytes)
+}
+
+/// The log start retention left in `dir` (from `wal.tip`), if recorded.
+pub(super) fn trimmed_log_start(
+    storage: &dyn super::storage::Storage,
+    dir: &std::path::Path,
+) -> Option<u64> {
+    read_tip(storage, dir).map(|t| t.log_start)
 }
 
 #[cfg(test)]
@@ -308,19 +333,28 @@ mod tests {
 
     #[test]
     fn a_tip_round_trips_and_damage_is_no_tip() {
-        let id = BatchId {
-            base_offset: 7,
-            next_offset: 9,
-            crc32c: 0xdead_beef,
+        let tip = TipRecord {
+            log_start: 9,
+            batch: Some(BatchId {
+                base_offset: 7,
+                next_offset: 9,
+                crc32c: 0xdead_beef,
+            }),
         };
-        let bytes = id.encode();
-        assert_eq!(BatchId::decode(&bytes), Some(id));
+        let bytes = tip.encode();
+        assert_eq!(TipRecord::decode(&bytes), Some(tip));
         for i in 0..TIP_BYTES {
             let mut damaged = bytes;
             damaged[i] ^= 0x40;
-            assert_eq!(BatchId::decode(&damaged), None, "byte {i}");
+            assert_eq!(TipRecord::decode(&damaged), None, "byte {i}");
         }
-        assert_eq!(BatchId::decode(&bytes[..23]), None);
-        assert_eq!(BatchId::decode(&[]), None);
+        assert_eq!(TipRecord::decode(&bytes[..31]), None);
+        assert_eq!(TipRecord::decode(&[]), None);
+        // A log start without a known batch (a segment ending in a hole).
+        let start_only = TipRecord {
+            log_start: 12,
+            batch: None,
+        };
+        assert_eq!(TipRecord::decode(&start_only.encode()), Some(start_only));
     }
 }

@@ -28,7 +28,9 @@ async fn wait_for_change(sub: &Sub, offset: u64, now: i64, wake_at: i64) {
     let sleep = Duration::from_millis(u64::try_from(wait_ms).unwrap_or(0).max(1));
     tokio::select! {
         _ = sub.changed.notified() => {}
-        _ = sub.wal.wait_for_offset(offset) => {}
+        // A WAL handle whose writer ended (the topic was reopened under a
+        // new ownership epoch) answers at once: then only the other two.
+        Ok(_) = sub.wal.wait_for_offset(offset) => {}
         _ = tokio::time::sleep(sleep) => {}
     }
 }

@@ -215,20 +215,33 @@ impl TopicStore {
     }
 
     /// The open WAL of `topic` if it is healthy and was opened under
-    /// `epoch`; a WAL of another epoch is dropped from `open`.
-    fn current(
+    /// `epoch`; a WAL of another epoch, or a latched one, is dropped from
+    /// `open` and its writer ended before this returns, so the caller may
+    /// open the directory again: holders of the old handle (a stream being
+    /// torn down, a consumer) keep reading it, but nothing writes through
+    /// it any more.
+    async fn current(
         &self,
         open: &mut HashMap<TopicName, Arc<Wal>>,
         topic: &TopicName,
         epoch: Option<u64>,
     ) -> Option<Arc<Wal>> {
-        if epoch.is_some() && self.opened_epoch(topic) != epoch {
-            if open.remove(topic).is_some() {
+        let stale = if epoch.is_some() && self.opened_epoch(topic) != epoch {
+            let stale = open.remove(topic);
+            if stale.is_some() {
                 info!(%topic, epoch, "reopening the topic under a new ownership epoch");
             }
-            return None;
+            stale
+        } else {
+            match healthy(open, topic) {
+                Ok(wal) => return Some(wal),
+                Err(stale) => stale,
+            }
+        };
+        if let Some(stale) = stale {
+            end_writer(topic, &stale).await;
         }
-        healthy(open, topic)
+        None
     }
 
     /// Closes the WALs of topics this broker no longer serves (another
@@ -249,6 +262,7 @@ impl TopicStore {
             .collect();
         for topic in lost {
             if let Some(wal) = open.remove(&topic) {
+                end_writer(&topic, &wal).await;
                 info!(%topic, high_water_mark = wal.high_water_mark(), "this broker no longer serves the topic; its WAL is closed");
             }
         }
@@ -405,7 +419,7 @@ impl TopicStore {
         self.claim_writer(topic, Writer::Edge).await?;
         let epoch = self.owned_epoch(topic, false).await?;
         let mut open = self.open.lock().await;
-        if let Some(wal) = self.current(&mut open, topic, epoch) {
+        if let Some(wal) = self.current(&mut open, topic, epoch).await {
             return Ok(wal);
         }
         let wal = Arc::new(self.open_wal(topic, loaded.wal_sync_mode, epoch).await?);
@@ -490,7 +504,10 @@ impl TopicStore {
         create_implicit: bool,
     ) -> Result<Arc<Wal>, TopicError> {
         let epoch = self.owned_epoch(topic, true).await?;
-        if let Some(wal) = self.current(&mut *self.open.lock().await, topic, epoch) {
+        if let Some(wal) = self
+            .current(&mut *self.open.lock().await, topic, epoch)
+            .await
+        {
             return Ok(wal);
         }
         let catalog = Catalog::new(self.store.as_ref());
@@ -503,7 +520,7 @@ impl TopicStore {
             other => other?,
         };
         let mut open = self.open.lock().await;
-        if let Some(wal) = self.current(&mut open, topic, epoch) {
+        if let Some(wal) = self.current(&mut open, topic, epoch).await {
             return Ok(wal);
         }
         let wal = Arc::new(self.open_wal(topic, loaded.wal_sync_mode, epoch).await?);
@@ -701,10 +718,9 @@ impl TopicStore {
     pub async fn close_all(&self) {
         let wals: Vec<(TopicName, Arc<Wal>)> = self.open.lock().await.drain().collect();
         for (topic, wal) in wals {
-            // A WAL still held by a stream being torn down closes on drop.
-            if let Ok(wal) = Arc::try_unwrap(wal)
-                && let Err(e) = wal.close().await
-            {
+            // Also when a stream being torn down, or a consumer, still
+            // holds the handle: its writer ends here.
+            if let Err(e) = wal.close_writer().await {
                 tracing::error!(%topic, error = %e, "closing topic WAL");
             }
         }
@@ -717,15 +733,30 @@ impl TopicStore {
 /// reopen of a latched WAL: it happens when the next edge stream or central
 /// write for the topic arrives (an edge retries every few seconds), and the
 /// stopped writer of the old handle writes nothing more; readers that still
-/// hold the old handle read what it had.
-fn healthy(open: &mut HashMap<TopicName, Arc<Wal>>, topic: &TopicName) -> Option<Arc<Wal>> {
-    let wal = open.get(topic)?;
+/// hold the old handle read what it had. `Err` holds the handle dropped
+/// from `open` (`None`: the topic was not open).
+fn healthy(
+    open: &mut HashMap<TopicName, Arc<Wal>>,
+    topic: &TopicName,
+) -> Result<Arc<Wal>, Option<Arc<Wal>>> {
+    let Some(wal) = open.get(topic) else {
+        return Err(None);
+    };
     match wal.failure() {
-        None => Some(wal.clone()),
+        None => Ok(wal.clone()),
         Some(failure) => {
             tracing::warn!(%topic, %failure, "reopening the topic's WAL after a latched I/O failure");
-            open.remove(topic);
-            None
+            Err(open.remove(topic))
         }
+    }
+}
+
+/// Ends the writer of a WAL handle dropped from `open` (see
+/// [`Wal::close_writer`]); a latched WAL's writer has ended already.
+async fn end_writer(topic: &TopicName, wal: &Wal) {
+    if let Err(e) = wal.close_writer().await
+        && wal.failure().is_none()
+    {
+        tracing::warn!(%topic, error = %e, "ending the writer of a topic's old WAL handle");
     }
 }
