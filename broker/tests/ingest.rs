@@ -236,10 +236,15 @@ async fn ingest_accepts_acks_dedups_and_refuses_bad_input() {
     );
     // The same offsets with other records (a second device under this edge
     // id): not the stored batch, refused with Conflict, never acknowledged.
+    // A new batch pipelined right behind it is not stored either.
     let other = batch(3, 2, 11);
     let answer = exchange(
         &conn,
-        &encode(&[hello("/plant1/power"), Frame::batch(&other, false)]),
+        &encode(&[
+            hello("/plant1/power"),
+            Frame::batch(&other, false),
+            Frame::batch(&batch(9, 1, 10), false),
+        ]),
     )
     .await;
     assert_eq!(answer.first(), Some(&Frame::Welcome { high_water_mark: 9 }));

@@ -156,6 +156,10 @@ pub(crate) struct Shared {
     /// before one and then finds damage reads again rather than report
     /// bytes at positions that moved.
     rewrites: std::sync::atomic::AtomicU64,
+    /// Held for a whole [`Wal::apply_retention`]: concurrent calls (the
+    /// tier service's trim, local retention) would write `wal.tip` out of
+    /// order.
+    retention: Mutex<()>,
 }
 
 impl Shared {
@@ -278,6 +282,7 @@ impl Wal {
                     .collect(),
             ),
             rewrites: std::sync::atomic::AtomicU64::new(0),
+            retention: Mutex::new(()),
         });
         // A first pass: the writer sets the age timer of a non-empty
         // active segment.

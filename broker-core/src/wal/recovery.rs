@@ -628,12 +628,13 @@ pub(crate) fn recover(
                     found_base: meta.base_offset,
                 });
             }
-            gaps.push(missing_segment(
-                dir,
-                expected,
-                meta.base_offset,
-                &mut report,
-            ));
+            let mut gap = missing_segment(dir, expected, meta.base_offset, &mut report);
+            // Unknown: the next segment's, so that age retention keeps the
+            // range as long as that one (not at once) while it waits for
+            // a repair.
+            gap.first_timestamp_ms = meta.first_timestamp_ms;
+            gap.max_timestamp_ms = meta.max_timestamp_ms;
+            gaps.push(gap);
         }
         expected = Some(meta.next_offset);
     }

@@ -324,6 +324,10 @@ impl Wal {
         // Segments stay locked for the rewrite: no reader plans a read of
         // this segment from metadata that is about to change.
         let mut segments = shared.segments_mut();
+        // As in retention: a handle whose writer ended changes no file.
+        if shared.state().closing {
+            return Err(WalError::Closed);
+        }
         let Some(old) = segments.get(&segment_base).filter(|m| m.sealed).cloned() else {
             return Err(WalError::NotDamaged { first_offset });
         };

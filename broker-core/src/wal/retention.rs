@@ -33,6 +33,11 @@ impl Wal {
     ) -> Result<RetentionReport, WalError> {
         let config = &self.shared.config;
         let mut report = RetentionReport::default();
+        let _one_at_a_time = self
+            .shared
+            .retention
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         // Decide first (under the read lock), then record the last batch
         // to be deleted (`wal.tip`: reading it needs the lock), then delete.
         let doomed: Vec<(u64, u64, u64)> = {
@@ -60,6 +65,12 @@ impl Wal {
             self.record_tip(next);
         }
         let mut segments = self.shared.segments_mut();
+        // Checked under the segments lock, which the writer's close also
+        // needs: a handle whose writer ended (`close_writer`, the directory
+        // about to be opened again) changes no file any more.
+        if self.shared.state().closing {
+            return Err(WalError::Closed);
+        }
         for (base, next, bytes) in doomed {
             if segments.remove(&base).is_none() {
                 // Deleted by a concurrent call.

@@ -1248,6 +1248,11 @@ fn a_handle_whose_writer_ended_writes_nothing_more() {
             Err(WalError::Closed)
         ));
         assert_eq!(read_all(&old).len(), 1);
+        // Nor does it delete or rewrite files (retention, repair).
+        assert!(matches!(
+            old.apply_retention(u64::MAX, 0),
+            Err(WalError::Closed)
+        ));
 
         let new = Wal::open(dir.path(), config.clone()).unwrap();
         new.append(vec![record("b")], Codec::None).await.unwrap();

@@ -190,8 +190,21 @@ impl Wal {
             batch: self.batch_ending_at(next_offset),
         };
         let path = self.shared.dir.join(TIP_FILE_NAME);
-        if let Err(e) = write_file_atomic(self.shared.storage.as_ref(), &path, &record.encode()) {
-            warn!(path = %path.display(), error = %e, "could not record the last trimmed batch");
+        let storage = self.shared.storage.as_ref();
+        if let Err(e) = write_file_atomic(storage, &path, &record.encode()) {
+            // An older tip would name a log start below the one about to
+            // be left, which the next open reports as segments lost. No tip
+            // only means "unknown" (removing needs no free space, unlike
+            // the write, which fails on a full disk).
+            warn!(path = %path.display(), error = %e, "could not record the log start retention leaves; removing the old record");
+            let removed = storage
+                .remove(&path)
+                .and_then(|()| storage.sync_dir(&self.shared.dir));
+            if let Err(e) = removed
+                && e.kind() != std::io::ErrorKind::NotFound
+            {
+                warn!(path = %path.display(), error = %e, "could not remove the old tip record");
+            }
         }
     }
 

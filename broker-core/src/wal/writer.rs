@@ -301,17 +301,20 @@ impl WriterCore {
             FlushDecision::WaitUntil(_) => state.closing || rolls_wanted || skip_wanted,
             FlushDecision::Idle => skip_wanted,
         };
-        if flush {
-            return Next::Group {
-                roll_to: rolls_wanted.then_some(state.roll_requests),
-            };
-        }
         // Only while a mark newer than the durable one can be written: a
         // request past what is written waits for the group that writes it.
+        // Before the next group, so that sustained appends (every decision
+        // `FlushNow`) cannot starve a waiting request; after a sync the two
+        // are equal, so groups cannot starve either.
         if state.mark_sync_through > self.mark_durable_next
             && self.mark_written_next > self.mark_durable_next
         {
             return Next::SyncMark;
+        }
+        if flush {
+            return Next::Group {
+                roll_to: rolls_wanted.then_some(state.roll_requests),
+            };
         }
         if decision == FlushDecision::Idle {
             if rolls_wanted {

@@ -161,10 +161,10 @@ enum Out {
     /// An answer frame.
     Frame(Frame),
     /// An acknowledgement once this append is durable; when the WAL took
-    /// it (the start of its `durable` stage, module [`super::stages`]);
-    /// for a duplicate, the WAL and the batch to compare with what it
-    /// stores there before acknowledging ([`Wal::verify_stored`]).
-    Ack(PendingAppend, Instant, Option<(Arc<Wal>, BatchId)>),
+    /// it (the start of its `durable` stage, module [`super::stages`]). A
+    /// duplicate was compared with the stored batch before
+    /// ([`check_duplicate`]).
+    Ack(PendingAppend, Instant),
     /// An acknowledgement of everything below this offset, already durable
     /// (a declared hole).
     Stored(u64),
@@ -199,23 +199,20 @@ fn refusal(code: ErrorCode, message: impl Into<String>) -> Frame {
     }
 }
 
-/// A durable append's outcome, after checking a duplicate against the
-/// batch stored at its offsets (off the runtime: it reads the WAL). A
-/// re-sent batch of the same log is the stored batch byte for byte; any
+/// Checks a batch the WAL took as a duplicate against the batch stored at
+/// its offsets, once they are written (off the runtime: it reads the WAL).
+/// A re-sent batch of the same log is the stored batch byte for byte; any
 /// other is another log's (two devices under one edge id) and is refused
-/// ([`WalError::NotStoredBatch`], a `Conflict`), never acknowledged.
-async fn verified(
-    durable: Result<AppendAtOutcome, WalError>,
-    verify: Option<(Arc<Wal>, BatchId)>,
-) -> Result<AppendAtOutcome, WalError> {
-    let outcome = durable?;
-    let Some((wal, id)) = verify else {
-        return Ok(outcome);
-    };
+/// ([`WalError::NotStoredBatch`], a `Conflict`). The read loop waits for
+/// this before it takes the stream's next batch, so nothing that follows
+/// a refused duplicate is stored either.
+async fn check_duplicate(wal: &Arc<Wal>, id: BatchId) -> Result<(), WalError> {
+    wal.wait_for_offset(id.next_offset.saturating_sub(1))
+        .await?;
+    let wal = Arc::clone(wal);
     tokio::task::spawn_blocking(move || wal.verify_stored(&id))
         .await
-        .map_err(|e| WalError::Config(format!("duplicate check task failed: {e}")))??;
-    Ok(outcome)
+        .map_err(|e| WalError::Config(format!("duplicate check task failed: {e}")))?
 }
 
 /// The `Error` frame for a failed append. A full file system under the
@@ -277,8 +274,8 @@ async fn write_loop(
                 continue;
             }
             Out::Frame(frame) => frame,
-            Out::Ack(pending, issued, verify) => {
-                match verified(pending.durable().await, verify).await {
+            Out::Ack(pending, issued) => {
+                match pending.durable().await {
                     Ok(AppendAtOutcome::Appended(a) | AppendAtOutcome::Duplicate(a)) => {
                         let durable = Instant::now();
                         INGEST_STAGES
@@ -565,9 +562,12 @@ async fn handle_stream(
                         Ok(pending) => {
                             let issued = Instant::now();
                             INGEST_STAGES.observe(Stage::Append, issued - decoded);
-                            let verify = matches!(pending.outcome(), AppendAtOutcome::Duplicate(_))
-                                .then(|| (Arc::clone(wal), id));
-                            if out.send(Out::Ack(pending, issued, verify)).await.is_err() {
+                            if matches!(pending.outcome(), AppendAtOutcome::Duplicate(_))
+                                && let Err(e) = check_duplicate(wal, id).await
+                            {
+                                break 'stream Some(wal_refusal(&e));
+                            }
+                            if out.send(Out::Ack(pending, issued)).await.is_err() {
                                 break 'stream None;
                             }
                         }

@@ -103,7 +103,9 @@ where
             }
         }
     }
-    let _ = conn.stream.shutdown().await;
+    // Bounded: a client that does not read must not hold up the agent's
+    // shutdown (which waits for every connection).
+    let _ = tokio::time::timeout(WRITE_TIMEOUT, conn.stream.shutdown()).await;
 }
 
 impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
