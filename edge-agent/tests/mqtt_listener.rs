@@ -29,6 +29,16 @@ fn mqtt_config() -> MqttConfig {
     MqttConfig::resolve(file, &NamespaceName::new("e1").unwrap()).unwrap()
 }
 
+/// An agent in `dir` with the WAL topic `/e1/t` and the MQTT listener.
+fn listener_config(dir: &std::path::Path) -> tributary_edge::config::AgentConfig {
+    let mut config = config(dir);
+    config
+        .topics
+        .push(topic("/e1/t", StreamIntent::EventStream));
+    config.mqtt = Some(mqtt_config());
+    config
+}
+
 struct Client {
     stream: TcpStream,
     buf: BytesMut,
@@ -110,11 +120,7 @@ fn with_headers(value: &str, client: &str, pkid: u16) -> Record {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn qos2_resends_after_a_restart_are_stored_exactly_once() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = config(dir.path());
-    config
-        .topics
-        .push(topic("/e1/t", StreamIntent::EventStream));
-    config.mqtt = Some(mqtt_config());
+    let config = listener_config(dir.path());
 
     // The state a SIGKILL leaves between the WAL append and recording the
     // packet id: pkid 7's record is in the WAL, its entry still pending;
@@ -210,11 +216,7 @@ async fn qos2_resends_after_a_restart_are_stored_exactly_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_with_connected_clients_saves_their_sessions_first() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = config(dir.path());
-    config
-        .topics
-        .push(topic("/e1/t", StreamIntent::EventStream));
-    config.mqtt = Some(mqtt_config());
+    let config = listener_config(dir.path());
 
     for round in 0..3u16 {
         let agent = start(config.clone()).await;

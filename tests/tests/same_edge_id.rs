@@ -151,6 +151,30 @@ fn first_device(dir: &Path) -> (Pair, Device) {
     (pair, a)
 }
 
+/// Device B, started while the pair's broker is down, publishes `batches`
+/// (records B-0..B-19, one publish each); once the broker is back, B finds
+/// the broker's last batch (A's, 0..10) is not its own, stops and keeps all
+/// 20 records unacknowledged.
+/// Each batch is `(first, end)`.
+fn offline_device_stops(dir: &Path, pair: &mut Pair, batches: &[(u64, u64)]) {
+    let mut b = Device::new(dir, pair, "device-b");
+    b.start();
+    for &(first, end) in batches {
+        assert_eq!(
+            b.api.publish_ndjson(ndjson("B", first..end)),
+            Ok((first, end))
+        );
+    }
+    pair.broker.start();
+    b.wait_diverged("0..10");
+    assert_eq!(
+        b.api.edge_offsets(),
+        Some((20, 0)),
+        "nothing of B's is acknowledged; B keeps its 20 records"
+    );
+    assert_eq!(b.proc.terminate(), Some(0));
+}
+
 #[test]
 fn a_new_device_under_an_existing_edge_id_continues_at_the_brokers_offset() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -203,17 +227,7 @@ fn a_device_that_published_before_meeting_the_broker_stops_and_keeps_its_records
 
     // B publishes 20 records while the broker is down, at offsets 0..20.
     pair.broker.kill();
-    let mut b = Device::new(dir.path(), &pair, "device-b");
-    b.start();
-    assert_eq!(b.api.publish_ndjson(ndjson("B", 0..20)), Ok((0, 20)));
-    pair.broker.start();
-    b.wait_diverged("0..10");
-    assert_eq!(
-        b.api.edge_offsets(),
-        Some((20, 0)),
-        "nothing of B's is acknowledged; B keeps its 20 records"
-    );
-    assert_eq!(b.proc.terminate(), Some(0));
+    offline_device_stops(dir.path(), &mut pair, &[(0, 20)]);
     assert_eq!(central(&pair, "audit", 10), values(&[("A", 0..10)]));
 
     // A comes back and carries on: its own history passes the check.
@@ -265,20 +279,9 @@ fn a_device_that_published_offline_stops_even_after_the_broker_trimmed_its_log()
     assert!(wal.join("wal.tip").exists());
 
     pair.broker.kill();
-    let mut b = Device::new(dir.path(), &pair, "device-b");
-    b.start();
     // Two batches, the first ending where the broker's log ends: without
     // the check B would resume at 10 and lose 0..10.
-    assert_eq!(b.api.publish_ndjson(ndjson("B", 0..10)), Ok((0, 10)));
-    assert_eq!(b.api.publish_ndjson(ndjson("B", 10..20)), Ok((10, 20)));
-    pair.broker.start();
-    b.wait_diverged("0..10");
-    assert_eq!(
-        b.api.edge_offsets(),
-        Some((20, 0)),
-        "nothing of B's is acknowledged; B keeps its 20 records"
-    );
-    assert_eq!(b.proc.terminate(), Some(0));
+    offline_device_stops(dir.path(), &mut pair, &[(0, 10), (10, 20)]);
     assert_eq!(logs(), vec![format!("{:020}.log", 10)]);
     assert_eq!(pair.broker.terminate(), Some(0));
 }

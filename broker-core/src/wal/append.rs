@@ -215,7 +215,7 @@ impl Wal {
         if self.shared.config.sync_mode == SyncMode::FsyncBatch {
             return Ok(());
         }
-        let mut rx = self.shared.progress.subscribe();
+        let rx = self.shared.progress.subscribe();
         if rx.borrow().mark_durable_next >= next_offset {
             return Ok(());
         }
@@ -232,17 +232,7 @@ impl Wal {
                 self.shared.wake(&mut state);
             }
         }
-        let progress = rx
-            .wait_for(|p| p.mark_durable_next >= next_offset || p.failure.is_some() || p.closed)
-            .await
-            .map_err(|_| WalError::Closed)?;
-        if progress.mark_durable_next >= next_offset {
-            return Ok(());
-        }
-        match &progress.failure {
-            Some(failure) => Err(WalError::PreviousIo(failure.clone())),
-            None => Err(WalError::Closed),
-        }
+        wait_progress(rx, |p| p.mark_durable_next >= next_offset).await
     }
 
     async fn wait_durable(&self, next_offset: u64) -> Result<(), WalError> {
@@ -293,17 +283,29 @@ impl PendingAppend {
 
 async fn wait_durable(
     sync_mode: SyncMode,
-    mut rx: watch::Receiver<Progress>,
+    rx: watch::Receiver<Progress>,
     next_offset: u64,
 ) -> Result<(), WalError> {
     if sync_mode == SyncMode::Async {
         return Ok(());
     }
+    wait_progress(rx, |p| p.high_water_mark >= next_offset).await
+}
+
+/// Waits until the writer's progress satisfies `reached`.
+///
+/// # Errors
+/// [`WalError::PreviousIo`] if the writer failed first, [`WalError::Closed`]
+/// if it closed first.
+pub(super) async fn wait_progress(
+    mut rx: watch::Receiver<Progress>,
+    reached: impl Fn(&Progress) -> bool,
+) -> Result<(), WalError> {
     let progress = rx
-        .wait_for(|p| p.high_water_mark >= next_offset || p.failure.is_some() || p.closed)
+        .wait_for(|p| reached(p) || p.failure.is_some() || p.closed)
         .await
         .map_err(|_| WalError::Closed)?;
-    if progress.high_water_mark >= next_offset {
+    if reached(&progress) {
         return Ok(());
     }
     match &progress.failure {

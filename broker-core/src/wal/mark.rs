@@ -72,11 +72,20 @@ fn encode(mark: &SyncMark, seq: u64) -> [u8; SLOT_BYTES] {
     slot
 }
 
-fn u64_at(bytes: &[u8], at: usize) -> Option<u64> {
+/// The little-endian `u64` at byte `at` of `bytes`, if it is all there.
+pub(super) fn u64_at(bytes: &[u8], at: usize) -> Option<u64> {
     bytes
         .get(at..at + 8)
         .and_then(|b| b.try_into().ok())
         .map(u64::from_le_bytes)
+}
+
+/// The little-endian `u32` at byte `at` of `bytes`, if it is all there.
+pub(super) fn u32_at(bytes: &[u8], at: usize) -> Option<u32> {
+    bytes
+        .get(at..at + 4)
+        .and_then(|b| b.try_into().ok())
+        .map(u32::from_le_bytes)
 }
 
 fn decode(slot: &[u8]) -> Option<(u64, SyncMark)> {

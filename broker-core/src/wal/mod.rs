@@ -454,18 +454,7 @@ impl Wal {
             self.shared.wake(&mut state);
             state.roll_requests
         };
-        let mut rx = self.shared.progress.subscribe();
-        let progress = rx
-            .wait_for(|p| p.rolls >= target || p.failure.is_some() || p.closed)
-            .await
-            .map_err(|_| WalError::Closed)?;
-        if progress.rolls >= target {
-            return Ok(());
-        }
-        match &progress.failure {
-            Some(failure) => Err(WalError::PreviousIo(failure.clone())),
-            None => Err(WalError::Closed),
-        }
+        append::wait_progress(self.shared.progress.subscribe(), |p| p.rolls >= target).await
     }
 
     /// Flushes and syncs everything pending, ends the writer's work and

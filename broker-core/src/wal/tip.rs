@@ -63,27 +63,17 @@ impl TipRecord {
     }
 
     fn decode(bytes: &[u8]) -> Option<TipRecord> {
-        let bytes: &[u8; TIP_BYTES] = bytes.try_into().ok()?;
-        let u64_at = |at: usize| {
-            let mut b = [0u8; 8];
-            b.copy_from_slice(&bytes[at..at + 8]);
-            u64::from_le_bytes(b)
-        };
-        let u32_at = |at: usize| {
-            let mut b = [0u8; 4];
-            b.copy_from_slice(&bytes[at..at + 4]);
-            u32::from_le_bytes(b)
-        };
-        if crc32c::crc32c(&bytes[..28]) != u32_at(28) {
+        use super::mark::{u32_at, u64_at};
+        if bytes.len() != TIP_BYTES || crc32c::crc32c(&bytes[..28]) != u32_at(bytes, 28)? {
             return None;
         }
         let batch = BatchId {
-            base_offset: u64_at(8),
-            next_offset: u64_at(16),
-            crc32c: u32_at(24),
+            base_offset: u64_at(bytes, 8)?,
+            next_offset: u64_at(bytes, 16)?,
+            crc32c: u32_at(bytes, 24)?,
         };
         Some(TipRecord {
-            log_start: u64_at(0),
+            log_start: u64_at(bytes, 0)?,
             batch: (batch.base_offset < batch.next_offset).then_some(batch),
         })
     }
@@ -112,13 +102,12 @@ impl BatchId {
 }
 
 impl Wal {
-    /// The stored batch starting at `base_offset`, if this WAL can say: from
-    /// the segments when it holds the offset, else from `wal.tip` when that
-    /// records a batch starting there. `None` when the offset is not stored
-    /// (not yet, trimmed without a tip, a hole) or cannot be read (damage
-    /// is reported by reads and `damaged_ranges`), or when no batch starts
-    /// at it (then `Some` of the batch holding it, for the caller to
-    /// compare).
+    /// The stored batch holding `base_offset`, if this WAL can say: from the
+    /// segments when it holds the offset (the batch may start earlier: the
+    /// caller compares), else from `wal.tip` when that records a batch
+    /// starting there. `None` when the offset is not stored (not yet,
+    /// trimmed without a tip, a hole) or cannot be read (damage is reported
+    /// by reads and `damaged_ranges`).
     pub fn stored_batch(&self, base_offset: u64) -> Option<BatchId> {
         if base_offset >= self.log_start_offset() {
             if base_offset >= self.high_water_mark() {
