@@ -1,7 +1,8 @@
 //! Topic ownership on the HTTP APIs: two brokers served in-process on
 //! 127.0.0.1:0, each with its own topic WALs and its own
 //! `Extension<Arc<Cluster>>` (lease renewed every 100 ms, `/cluster/*`
-//! followed by a watch) over one shared redb metadata store, driven by the
+//! followed by a watch, topics opened under their ownership epoch and
+//! closed when they move away) over one shared redb metadata store, driven by the
 //! Rust consumer client (which follows redirects) and raw HTTP (which does
 //! not). A third app without the extension shows the old behaviour.
 //!
@@ -131,10 +132,23 @@ impl Harness {
                         service.clone(),
                         state.auth.clone(),
                     )),
-                    topics,
+                    topics.clone(),
                 );
                 if let Some(cluster) = &cluster {
                     service.set_cluster(cluster.clone());
+                    // As the broker's server wires it: topics opened under
+                    // their ownership epoch, closed when it moves away.
+                    topics.set_cluster(cluster.clone());
+                    let (releasing, topics) = (cluster.clone(), topics.clone());
+                    tokio::spawn(async move {
+                        let mut changes = releasing.subscribe();
+                        loop {
+                            topics.release_lost().await;
+                            if changes.changed().await.is_err() {
+                                break;
+                            }
+                        }
+                    });
                     tokio::spawn(tributary_broker::cluster::lease::run(cluster.clone()));
                     tokio::spawn(cluster.clone().follow());
                     app = app.layer(axum::Extension(cluster.clone()));
@@ -791,4 +805,83 @@ fn a_stored_cursor_past_the_high_water_mark_is_clamped_on_attach() {
         .unwrap();
     let offsets: Vec<u64> = got.messages.iter().map(|m| m.offset).collect();
     assert_eq!(offsets, vec![2], "the record appended next is delivered");
+}
+
+/// A topic that moves away and back comes back as a new log (the takeover
+/// starts it at the archive's end): the subscription loaded before must
+/// not keep reading the old, closed WAL handle (it would never see another
+/// record). Its consumers are told to attach again, and the next attach
+/// resumes at the stored cursor on the new log.
+#[test]
+fn a_subscription_follows_its_topic_back_after_a_move() {
+    let h = Harness::start();
+    h.create_topic(EVENTS, "event_stream");
+    h.assign(EVENTS, 2, 1);
+    let values: Vec<String> = (0..10).map(|i| format!("a{i}")).collect();
+    let values: Vec<&str> = values.iter().map(String::as_str).collect();
+    assert_eq!(h.publish(1, EVENTS, &values), (0, 10));
+    let client = &h.brokers[1].client;
+    let attach = || {
+        client
+            .attach(
+                EVENTS,
+                "s",
+                &AttachRequest {
+                    start: StartPosition::Earliest,
+                    ..AttachRequest::default()
+                },
+            )
+            .unwrap()
+    };
+    let consumer = attach().consumer_id;
+    let got = client.receive(EVENTS, "s", consumer, 20, 2000).unwrap();
+    let offsets: Vec<u64> = got.messages.iter().map(|m| m.offset).collect();
+    assert_eq!(offsets, (0..10).collect::<Vec<u64>>());
+    client.ack(EVENTS, "s", consumer, &offsets).unwrap();
+    h.runtime.block_on(h.brokers[1].service.persist_all());
+    // The tier service archived 0..=9 (so a takeover starts at 10).
+    let name = TopicName::new(EVENTS).unwrap();
+    let keys = StorageKeys::default();
+    let fence = h.cluster(1).fence(&name, 1).unwrap();
+    h.runtime
+        .block_on(commit_descriptor(
+            &*h.store,
+            &keys,
+            &name,
+            &descriptor(&keys, &name),
+            Some(&fence),
+        ))
+        .unwrap();
+    // Away to broker 1 (epoch 2) and back to broker 2 (epoch 3).
+    h.runtime
+        .block_on(h.cluster(0).move_topic_forced(&name, 1))
+        .unwrap();
+    h.wait_routed(EVENTS, 1, 2);
+    h.runtime
+        .block_on(h.cluster(0).move_topic_forced(&name, 2))
+        .unwrap();
+    h.wait_routed(EVENTS, 2, 3);
+    assert_eq!(h.publish(1, EVENTS, &["b"]), (10, 11));
+    let stale = client.receive(EVENTS, "s", consumer, 20, 2000);
+    match stale {
+        Err(tributary_api::client::ClientError::Api {
+            status, message, ..
+        }) => {
+            assert_eq!(status, 404, "{message}");
+            assert!(message.contains("attach again"), "{message}");
+        }
+        other => panic!("the old session read the closed log: {other:?}"),
+    }
+    let again = attach();
+    assert_eq!(again.cursor, 10, "the stored cursor");
+    assert_eq!(again.high_water_mark, 11);
+    let got = client
+        .receive(EVENTS, "s", again.consumer_id, 20, 2000)
+        .unwrap();
+    let got: Vec<(u64, Option<String>)> = got
+        .messages
+        .iter()
+        .map(|m| (m.offset, m.value.clone()))
+        .collect();
+    assert_eq!(got, vec![(10, Some("b".to_owned()))]);
 }

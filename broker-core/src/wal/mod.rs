@@ -352,6 +352,14 @@ impl Wal {
         self.shared.state().failure.clone()
     }
 
+    /// Whether this handle's writer has ended ([`Wal::close_writer`], or a
+    /// close): it takes no more appends, and whoever owns the directory
+    /// may have opened it again under a new handle, so a long-lived reader
+    /// (a consumer subscription) should fetch the current handle.
+    pub fn writer_closed(&self) -> bool {
+        self.shared.progress.borrow().closed
+    }
+
     /// Unreadable offset ranges known to this WAL, oldest first: damaged
     /// bytes found by recovery or by reads, and declared holes, except those
     /// retention has deleted since. A metric, `/health` and the topics API

@@ -78,6 +78,9 @@ impl ConsumerService {
                 "consumer_name: at most 255 bytes without control characters",
             ));
         }
+        // A subscription loaded before its topic was reopened under another
+        // ownership epoch is unloaded here, so this attach loads it anew.
+        self.loaded_fresh(topic, &name).await?;
         let mut subs = self.subs.lock().await;
         let key = (topic.clone(), name.clone());
         let mut created = false;
@@ -146,7 +149,7 @@ impl ConsumerService {
             durable: sub.durable,
             created,
             cursor: st.dispatcher().cursor(),
-            high_water_mark: sub.wal.high_water_mark(),
+            high_water_mark: sub.wal().high_water_mark(),
             active,
             session_timeout_ms: self.config.session_timeout_ms,
             failure_policy: policy,
@@ -252,7 +255,8 @@ impl ConsumerService {
         let sub = Sub {
             topic: topic.clone(),
             name: name.clone(),
-            wal,
+            wal: std::sync::Mutex::new(wal),
+            epoch: self.topics.opened_epoch(topic),
             durable,
             producer_id,
             state: Mutex::new(Subscription::new(

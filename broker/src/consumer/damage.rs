@@ -86,7 +86,7 @@ impl ConsumerService {
     }
 
     async fn probe(&self, sub: &Sub, first: u64) -> Result<Probe, ConsumerError> {
-        let probe = records::blocking(&sub.wal, move |w| match w.read(first, 1) {
+        let probe = records::blocking(&sub.wal(), move |w| match w.read(first, 1) {
             Ok(_) | Err(WalError::OffsetBelowLogStart { .. }) => Ok(Probe::Readable),
             Err(WalError::Unreadable(range)) => match range.kind {
                 UnreadableKind::Damaged { .. } => {

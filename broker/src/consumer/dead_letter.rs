@@ -78,7 +78,7 @@ impl ConsumerService {
         let offset = copy.offset;
         let dlq = self.dead_letter_topic(sub, copy.dead_letter_topic.as_deref())?;
         let found = tiered::read_offsets(
-            &sub.wal,
+            &sub.wal(),
             self.archive(),
             &sub.topic,
             &[offset],

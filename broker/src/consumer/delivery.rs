@@ -26,11 +26,13 @@ fn deadline_after(now_ms: i64, max_wait_ms: u64) -> i64 {
 async fn wait_for_change(sub: &Sub, offset: u64, now: i64, wake_at: i64) {
     let wait_ms = wake_at.min(now + 250).saturating_sub(now);
     let sleep = Duration::from_millis(u64::try_from(wait_ms).unwrap_or(0).max(1));
+    let wal = sub.wal();
     tokio::select! {
         _ = sub.changed.notified() => {}
-        // A WAL handle whose writer ended (the topic was reopened under a
-        // new ownership epoch) answers at once: then only the other two.
-        Ok(_) = sub.wal.wait_for_offset(offset) => {}
+        // A WAL handle whose writer ended (the topic was closed here)
+        // answers at once: then only the other two, and the caller's next
+        // round fetches the current handle (`ConsumerService::fresh`).
+        Ok(_) = wal.wait_for_offset(offset) => {}
         _ = tokio::time::sleep(sleep) => {}
     }
 }
@@ -51,14 +53,16 @@ impl ConsumerService {
         encoding: ValueEncoding,
     ) -> Result<ReceiveResponse, ConsumerError> {
         let name = subscription_name(subscription)?;
-        let sub = self.sub(topic, &name).await?;
+        let mut sub = self.sub(topic, &name).await?;
         let deadline = deadline_after(self.now_ms(), max_wait_ms);
         loop {
+            // A long poll outlives a topic closed here meanwhile.
+            sub = self.current(sub).await?;
             let moved_past = self.check_damage(&sub, false).await?;
             let now = self.now_ms();
             let (deliveries, active, paused, cursor, next_due, hwm) = {
                 let mut st = self.session(&sub, consumer).await?;
-                let hwm = sub.wal.high_water_mark();
+                let hwm = sub.wal().high_water_mark();
                 let active = st.is_active(consumer);
                 let paused = st.meta().paused;
                 let mut deliveries = Vec::new();
@@ -88,7 +92,7 @@ impl ConsumerService {
             let offsets: Vec<u64> = deliveries.iter().map(|d| d.offset).collect();
             let mut gaps = Vec::new();
             let found =
-                tiered::read_offsets(&sub.wal, self.archive(), &sub.topic, &offsets, &mut gaps)
+                tiered::read_offsets(&sub.wal(), self.archive(), &sub.topic, &offsets, &mut gaps)
                     .await?;
             if let Some(damaged) = damage::take_damaged(&mut gaps) {
                 // Leased a moment ago and unreadable: taken back, never
@@ -159,9 +163,11 @@ impl ConsumerService {
         encoding: ValueEncoding,
     ) -> Result<ReceiveResponse, ConsumerError> {
         let name = subscription_name(subscription)?;
-        let sub = self.sub(topic, &name).await?;
+        let mut sub = self.sub(topic, &name).await?;
         let deadline = deadline_after(self.now_ms(), max_wait_ms);
         loop {
+            // A long poll outlives a topic closed here meanwhile.
+            sub = self.current(sub).await?;
             let moved_past = self.check_damage(&sub, true).await?;
             let (cursor, active, paused, limit) = {
                 let st = self.session(&sub, consumer).await?;
@@ -169,10 +175,10 @@ impl ConsumerService {
                     st.dispatcher().cursor(),
                     st.is_active(consumer),
                     st.meta().paused,
-                    st.lease_limit(sub.wal.high_water_mark()),
+                    st.lease_limit(sub.wal().high_water_mark()),
                 )
             };
-            let hwm = sub.wal.high_water_mark();
+            let hwm = sub.wal().high_water_mark();
             let now = self.now_ms();
             let readable = active && !paused && cursor < limit;
             if !readable && moved_past.is_empty() && now < deadline {
@@ -182,7 +188,7 @@ impl ConsumerService {
             let mut gaps = Vec::new();
             let records = if readable {
                 tiered::read_range(
-                    &sub.wal,
+                    &sub.wal(),
                     self.archive(),
                     &sub.topic,
                     cursor,
@@ -271,7 +277,7 @@ impl ConsumerService {
             }
         }
         let mut st = self.session(sub, consumer).await?;
-        let hwm = sub.wal.high_water_mark();
+        let hwm = sub.wal().high_water_mark();
         let inside = |o: u64| gaps.iter().any(|g| g.first_offset <= o && o < g.end_offset);
         for &offset in leased.iter().filter(|&&o| inside(o)) {
             // Leased to this consumer a moment ago: cannot be refused.
@@ -304,7 +310,7 @@ impl ConsumerService {
         let name = subscription_name(subscription)?;
         let sub = self.sub(topic, &name).await?;
         let mut st = self.session(&sub, consumer).await?;
-        let hwm = sub.wal.high_water_mark();
+        let hwm = sub.wal().high_water_mark();
         if let Some(bad) = offsets.iter().find(|&&o| o >= hwm) {
             return Err(invalid(
                 "offsets",
@@ -356,7 +362,7 @@ impl ConsumerService {
         let name = subscription_name(subscription)?;
         let sub = self.sub(topic, &name).await?;
         let mut st = self.session(&sub, consumer).await?;
-        let hwm = sub.wal.high_water_mark();
+        let hwm = sub.wal().high_water_mark();
         let end = offset.saturating_add(1);
         let outcome = st.ack_up_to(end, hwm).map_err(|e| match e {
             DispatchError::BeyondEnd { .. } => invalid(

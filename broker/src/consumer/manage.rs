@@ -41,10 +41,10 @@ impl ConsumerService {
                 ));
             }
         };
-        let loaded = self.loaded(topic, &name).await;
+        let loaded = self.loaded_fresh(topic, &name).await?;
         match loaded {
             Some(sub) => {
-                let cursor = self.start_cursor(&sub.topic, &sub.wal, start).await?;
+                let cursor = self.start_cursor(&sub.topic, &sub.wal(), start).await?;
                 let mut st = sub.state.lock().await;
                 st.seek(cursor);
                 self.persist(&sub, &mut st, true).await;
@@ -94,7 +94,7 @@ impl ConsumerService {
         paused: bool,
     ) -> Result<(), ConsumerError> {
         let name = subscription_name(subscription)?;
-        let loaded = self.loaded(topic, &name).await;
+        let loaded = self.loaded_fresh(topic, &name).await?;
         let durable = match &loaded {
             Some(sub) => sub.durable,
             None => {
@@ -166,7 +166,7 @@ impl ConsumerService {
         subscription: &str,
     ) -> Result<SubscriptionState, ConsumerError> {
         let name = subscription_name(subscription)?;
-        let loaded = self.loaded(topic, &name).await;
+        let loaded = self.loaded_fresh(topic, &name).await?;
         if let Some(sub) = loaded {
             let st = sub.state.lock().await;
             let dispatcher = st.dispatcher();
@@ -179,7 +179,7 @@ impl ConsumerService {
                 paused: st.meta().paused,
                 cursor: dispatcher.cursor(),
                 persisted_cursor: dispatcher.persisted_cursor(),
-                high_water_mark: sub.wal.high_water_mark(),
+                high_water_mark: sub.wal().high_water_mark(),
                 in_flight: dispatcher.in_flight() as u64,
                 blocked_at,
                 damaged,

@@ -198,6 +198,10 @@ impl From<TopicError> for ConsumerError {
                 kind: "writer_conflict",
                 message: e.to_string(),
             },
+            e @ (TopicError::NotOwner(_) | TopicError::NoOwner(_)) => ConsumerError::Conflict {
+                kind: "not_owner",
+                message: e.to_string(),
+            },
             other => ConsumerError::Internal(other.to_string()),
         }
     }
@@ -227,17 +231,32 @@ pub struct SubscriptionMeta {
     pub created_ms: i64,
 }
 
-/// One loaded subscription: what never changes, and its session machine
-/// behind the subscription lock.
+/// One loaded subscription: what never changes, the topic's WAL handle,
+/// and its session machine behind the subscription lock.
 struct Sub {
     topic: TopicName,
     name: SubscriptionName,
-    wal: Arc<Wal>,
+    /// The topic's WAL handle; replaced when the topic is reopened under
+    /// the same ownership epoch ([`ConsumerService::fresh`]).
+    wal: std::sync::Mutex<Arc<Wal>>,
+    /// The ownership epoch the WAL was opened under when the subscription
+    /// was loaded (`None` without a cluster).
+    epoch: Option<u64>,
     durable: bool,
     producer_id: String,
     state: Mutex<Subscription>,
     /// Wakes long polls when the subscription changes.
     changed: Notify,
+}
+
+impl Sub {
+    /// The topic's WAL handle now.
+    fn wal(&self) -> Arc<Wal> {
+        self.wal
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
 }
 
 type SubKey = (TopicName, SubscriptionName);
@@ -424,16 +443,84 @@ impl ConsumerService {
             .cloned()
     }
 
+    /// The loaded subscription a call naming a consumer session works on,
+    /// after [`ConsumerService::current`].
     async fn sub(
         &self,
         topic: &TopicName,
         name: &SubscriptionName,
     ) -> Result<Arc<Sub>, ConsumerError> {
-        self.loaded(topic, name).await.ok_or_else(|| {
-                ConsumerError::NotFound(format!(
-                    "subscription {name} of {topic} has no consumer attached on this broker: attach first"
-                ))
-            })
+        let sub = self.loaded(topic, name).await.ok_or_else(|| {
+            ConsumerError::NotFound(format!(
+                "subscription {name} of {topic} has no consumer attached on this broker: attach first"
+            ))
+        })?;
+        self.current(sub).await
+    }
+
+    /// The subscription if it is loaded here, after [`ConsumerService::fresh`]
+    /// (`None` also when it was just unloaded).
+    async fn loaded_fresh(
+        &self,
+        topic: &TopicName,
+        name: &SubscriptionName,
+    ) -> Result<Option<Arc<Sub>>, ConsumerError> {
+        match self.loaded(topic, name).await {
+            Some(sub) => self.fresh(sub).await,
+            None => Ok(None),
+        }
+    }
+
+    /// [`ConsumerService::fresh`], with an unloaded subscription refused:
+    /// `404`, "attach again".
+    async fn current(&self, sub: Arc<Sub>) -> Result<Arc<Sub>, ConsumerError> {
+        let (topic, name) = (sub.topic.clone(), sub.name.clone());
+        self.fresh(sub).await?.ok_or_else(|| {
+            ConsumerError::NotFound(format!(
+                "subscription {name} of {topic} was unloaded: the topic was reopened under another ownership epoch, which ended its consumer sessions; attach again (delivery resumes at the stored cursor)"
+            ))
+        })
+    }
+
+    /// `sub` as long as its WAL handle is the topic's current one. A
+    /// handle whose writer ended means the topic was closed here (its
+    /// ownership moved, its lease lapsed, its WAL latched a failure) and
+    /// may have been opened again: a subscription still reading the old
+    /// handle would never see another record. So the topic is opened again
+    /// (or the owner named: `409 not_owner`, and the next request is
+    /// redirected), and:
+    /// - under the same ownership epoch (a latched WAL reopened) the
+    ///   subscription takes the new handle and keeps its sessions, leases
+    ///   and cursor;
+    /// - under another epoch the local WAL is a new log (a takeover starts
+    ///   it at the archive's end) and another broker may have served the
+    ///   subscription meanwhile, so what this broker holds in memory is
+    ///   stale: the subscription is unloaded (`None`), its sessions end,
+    ///   and the next attach loads the stored cursor.
+    async fn fresh(&self, sub: Arc<Sub>) -> Result<Option<Arc<Sub>>, ConsumerError> {
+        if !sub.wal().writer_closed() {
+            return Ok(Some(sub));
+        }
+        let wal = self.topics.open_existing(&sub.topic, false).await?;
+        let epoch = self.topics.opened_epoch(&sub.topic);
+        if epoch == sub.epoch {
+            *sub.wal
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = wal;
+            info!(topic = %sub.topic, subscription = %sub.name, "the topic's WAL was reopened; the subscription reads the new handle");
+            return Ok(Some(sub));
+        }
+        {
+            let mut subs = self.subs.lock().await;
+            let key = (sub.topic.clone(), sub.name.clone());
+            if subs.get(&key).is_some_and(|s| Arc::ptr_eq(s, &sub)) {
+                subs.remove(&key);
+            }
+        }
+        sub.state.lock().await.remove();
+        sub.changed.notify_waiters();
+        warn!(topic = %sub.topic, subscription = %sub.name, was = sub.epoch, now = epoch, "the topic was reopened under another ownership epoch; the subscription is unloaded and its consumers must attach again");
+        Ok(None)
     }
 
     /// The subscription lock of `sub`, once `consumer`'s session is known
