@@ -15,6 +15,11 @@
 //!   skip-damaged`, which is refused for a range that is not exactly the
 //!   damaged one; afterwards the range is a declared hole in Raft, in the
 //!   WAL (also after a restart), for consumers and in the archive.
+//! - A whole sealed segment lost from the broker's disk (both files gone,
+//!   between two others) that the edge no longer holds: reported as
+//!   damaged with the segment's offsets; once skipped, the tier service
+//!   archives the next segment's object from the archive's end with the
+//!   hole in it, so the archive stays contiguous.
 
 use std::collections::BTreeMap;
 use std::io::{Seek, SeekFrom, Write};
@@ -568,6 +573,120 @@ fn a_damaged_range_nothing_holds_is_skipped_by_the_operator_as_a_hole() {
         text.contains(&format!("declared hole {}..{}", damaged.0, damaged.1)),
         "{text}"
     );
+    assert_eq!(pair.edge.terminate(), Some(0));
+    assert_eq!(pair.broker.terminate(), Some(0));
+}
+
+#[test]
+fn a_lost_central_segment_nothing_holds_is_skipped_and_archived_as_a_hole() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut pair = pair(dir.path(), SMALL_EDGE_SEGMENTS);
+    let central_wal = pair.broker_data.join("topics/plant1/readings");
+    let edge_wal = pair.edge_data.join("topics/plant1/readings");
+    pair.broker.start();
+    pair.edge.start();
+    pair.wait_for_edge();
+    // Three rounds apart by more than the 300 ms seal age: at least three
+    // sealed central segments.
+    let mut next = 0;
+    for _ in 0..3 {
+        for _ in 0..5 {
+            publish(&pair, &mut next);
+        }
+        pair.wait_acknowledged(next, Duration::from_secs(60));
+        std::thread::sleep(Duration::from_millis(800));
+    }
+    wait_sealed(&central_wal, next, 0);
+    let logs = sealed_logs(&central_wal);
+    assert!(logs.len() >= 3, "{logs:?}");
+    let victim = &logs[1];
+    let batches = batches_in(victim);
+    let first = batches.first().expect("a batch");
+    let last = batches.last().expect("a batch");
+    let lost = (first.2, last.2 + last.3);
+    let edge_start = || {
+        std::fs::read_dir(&edge_wal)
+            .expect("edge wal")
+            .filter_map(|e| {
+                let name = e.expect("entry").file_name().to_string_lossy().into_owned();
+                name.strip_suffix(".log")
+                    .and_then(|s| s.parse::<u64>().ok())
+            })
+            .min()
+            .expect("an edge segment")
+    };
+    wait_until("edge deleted the lost range", || edge_start() >= lost.1);
+    pair.broker.kill();
+    std::fs::remove_file(victim).expect("remove log");
+    std::fs::remove_file(victim.with_extension("index")).expect("remove index");
+    pair.broker.start();
+    pair.open_topic();
+    assert_reported(&pair, lost);
+    publish(&pair, &mut next);
+    pair.wait_acknowledged(next, Duration::from_secs(60));
+
+    // Before the skip the tier service archives up to the lost range and
+    // stops there.
+    let bucket = dir.path().join("archive");
+    let mut tier = tier_service(&pair, &bucket);
+    wait_tiered(&pair, lost.0);
+    std::thread::sleep(Duration::from_secs(1));
+    let url = format!("http://{}/metrics", pair.broker_admin);
+    let series = format!("tributary_broker_topic_tiered_offset{TOPIC_LABEL}");
+    let tiered = try_scrape(&url)
+        .ok()
+        .and_then(|t| metric_value(&t, &series));
+    assert_eq!(tiered, Some(lost.0), "tiered past a lost range");
+
+    let range = format!("{}..{}", lost.0, lost.1);
+    let (status, text) = tribctl(&pair, &["topics", "skip-damaged", TOPIC, "--range", &range]);
+    assert_eq!(status, 0, "{text}");
+    assert!(text.contains("recorded as a hole"), "{text}");
+    assert_clean(&pair);
+    // Sealed up to the record published last, then everything tiered.
+    publish(&pair, &mut next);
+    pair.wait_acknowledged(next, Duration::from_secs(60));
+    wait_sealed(&central_wal, next, next - 1);
+    wait_tiered(&pair, next);
+    assert_eq!(tier.terminate(), Some(0));
+    let out = Command::new(bin_path("tribctl"))
+        .arg("archive")
+        .arg("--bucket")
+        .arg(&bucket)
+        .args(["verify", TOPIC])
+        .output()
+        .expect("tribctl archive verify");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains(&format!("declared hole {}..{}", lost.0, lost.1)),
+        "{text}"
+    );
+
+    // Consumers, also after a restart, get every other record once and
+    // one hole notice for exactly the range.
+    for (round, subscription) in ["audit", "audit-after-restart"].iter().enumerate() {
+        if round == 1 {
+            assert_eq!(pair.broker.terminate(), Some(0));
+            pair.broker.start();
+            pair.open_topic();
+            std::thread::sleep(Duration::from_secs(1));
+            assert_clean(&pair);
+        }
+        let (records, gaps) = pair.consume_all(subscription, next);
+        let expected: BTreeMap<u64, String> = (0..next)
+            .filter(|o| !(lost.0..lost.1).contains(o))
+            .map(|o| (o, value(o)))
+            .collect();
+        assert!(records == expected, "{subscription}: records differ");
+        assert_eq!(gaps.len(), 1, "{gaps:?}");
+        assert_eq!((gaps[0].first_offset, gaps[0].end_offset), lost);
+        assert_eq!(gaps[0].kind, GapKind::Hole, "{gaps:?}");
+    }
     assert_eq!(pair.edge.terminate(), Some(0));
     assert_eq!(pair.broker.terminate(), Some(0));
 }

@@ -352,6 +352,13 @@ impl Tiering {
                 .next_back()
                 .filter(|(_, d)| d.next_offset() > segment.base_offset)
             {
+                if d.next_offset() == segment.next_offset
+                    && holes_tile(&committed.holes, d.start_offset, segment.base_offset)
+                {
+                    // Archived with the skipped lost range before it (see
+                    // below); the trim has not removed it yet.
+                    continue;
+                }
                 return Err(inconsistent(
                     topic,
                     format!(
@@ -360,22 +367,35 @@ impl Tiering {
                     ),
                 ));
             }
+            // A segment lost from the broker's disk leaves its offsets
+            // between the archive's end and the next local segment. Once an
+            // operator skipped them (declared holes, `skip-damaged`), the
+            // next segment's object starts at the archive's end and
+            // carries them, so the archive stays contiguous.
+            let mut object = std::borrow::Cow::Borrowed(segment);
             if let Some(t) = tiered
                 && segment.base_offset > t
             {
-                return Err(inconsistent(
-                    topic,
-                    format!(
-                        "offsets {t}..{} are neither committed nor in a local sealed segment",
-                        segment.base_offset
-                    ),
-                ));
+                if !holes_tile(&committed.holes, t, segment.base_offset) {
+                    return Err(inconsistent(
+                        topic,
+                        format!(
+                            "offsets {t}..{} are neither committed nor in a local sealed segment \
+                             (a segment lost from the broker's disk: it heals when the edge sends \
+                             the range again, or skip it with `tribctl topics skip-damaged {topic} \
+                             --range {t}..{}`)",
+                            segment.base_offset, segment.base_offset
+                        ),
+                    ));
+                }
+                info!(%topic, first_offset = t, end_offset = segment.base_offset, "a skipped lost segment: the next segment's object starts at the archive's end and carries the hole");
+                object.to_mut().base_offset = t;
             }
-            let holes = holes_in_segment(&committed.holes, segment);
+            let holes = holes_in_segment(&committed.holes, &object);
             let descriptor = self
-                .tier_segment_with_holes(topic, segment, &holes, report)
+                .tier_segment_with_holes(topic, &object, &holes, report)
                 .await
-                .map_err(|e| damaged_segment(topic, segment, e))?;
+                .map_err(|e| damaged_segment(topic, &object, e))?;
             tiered = Some(descriptor.next_offset());
         }
         let trimmable = tiered.is_some_and(|t| sealed.iter().any(|s| s.next_offset <= t));
@@ -648,6 +668,29 @@ fn damaged_segment(topic: &TopicName, segment: &SealedSegment, e: TierError) -> 
 static DAMAGE_REPORTED: std::sync::Mutex<std::collections::BTreeSet<(String, u64)>> =
     std::sync::Mutex::new(std::collections::BTreeSet::new());
 
+/// Whether the declared `holes` cover `first..end` exactly, end to end
+/// (a run of holes, none reaching past `end`).
+fn holes_tile(
+    holes: &[tributary_proto::replication::hole::HoleRecord],
+    first: u64,
+    end: u64,
+) -> bool {
+    let mut ranges: Vec<(u64, u64)> = holes
+        .iter()
+        .map(|h| (h.first_offset, h.end_offset))
+        .filter(|&(a, b)| a < end && b > first)
+        .collect();
+    ranges.sort_unstable();
+    let mut at = first;
+    for (a, b) in ranges {
+        if a != at || b > end {
+            return false;
+        }
+        at = b;
+    }
+    at == end
+}
+
 fn inconsistent(topic: &TopicName, reason: String) -> TierError {
     TierError::Inconsistent {
         topic: topic.to_string(),
@@ -717,4 +760,36 @@ pub fn local_topics(topics_dir: &Path) -> Result<Vec<(TopicName, PathBuf)>, Tier
     }
     out.sort();
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::holes_tile;
+    use tributary_proto::replication::frame::HoleCause;
+    use tributary_proto::replication::hole::HoleRecord;
+
+    fn holes(ranges: &[(u64, u64)]) -> Vec<HoleRecord> {
+        ranges
+            .iter()
+            .map(|&(a, b)| HoleRecord::new(a, b, HoleCause::Damaged, String::new(), 0))
+            .collect()
+    }
+
+    #[test]
+    fn only_holes_covering_the_range_end_to_end_tile_it() {
+        assert!(holes_tile(&holes(&[(100, 200)]), 100, 200));
+        assert!(holes_tile(
+            &holes(&[(150, 200), (5, 9), (100, 150)]),
+            100,
+            200
+        ));
+        assert!(!holes_tile(&holes(&[]), 100, 200));
+        assert!(!holes_tile(&holes(&[(100, 150)]), 100, 200), "short");
+        assert!(
+            !holes_tile(&holes(&[(100, 150), (160, 200)]), 100, 200),
+            "gap"
+        );
+        assert!(!holes_tile(&holes(&[(90, 200)]), 100, 200), "starts before");
+        assert!(!holes_tile(&holes(&[(100, 210)]), 100, 200), "reaches past");
+    }
 }

@@ -31,7 +31,9 @@ pub struct Block {
     /// Byte just past the block (the next entry's position, or the end of
     /// the batches region).
     pub end: u64,
-    /// Base offset of the batch at `position`.
+    /// Offset a reader of the block starts at: the base offset of the
+    /// batch at `position`, except in the first block, which starts at the
+    /// object's first offset (before any leading holes).
     pub base_offset: u64,
 }
 
@@ -166,7 +168,15 @@ impl ArchiveIndex {
             entry,
             position: u64::from(e.position),
             end,
-            base_offset: self.footer.base_offset + u64::from(e.relative_offset),
+            // The first block starts at the object's first offset, also
+            // when leading holes come before its first batch (that entry is
+            // then (their length, 0)): a reader from there crosses them and
+            // reports them, as it does holes between batches.
+            base_offset: if entry == 0 {
+                self.footer.base_offset
+            } else {
+                self.footer.base_offset + u64::from(e.relative_offset)
+            },
         }
     }
 

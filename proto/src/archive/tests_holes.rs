@@ -107,7 +107,16 @@ fn holes_at_the_start_and_the_end_of_a_segment() {
     assert_eq!(footer.record_count(), 2);
     assert_eq!(index.holes(), &[hole(90, 95), hole(97, 120)]);
     assert!(verify(&object, 1).is_intact());
-    assert_eq!(index.block_for_offset(119).map(|b| b.base_offset), Some(95));
+    // Reading starts at the object's first offset, so the leading hole is
+    // crossed (and reported) like any other.
+    assert_eq!(index.block_for_offset(119).map(|b| b.base_offset), Some(90));
+    let block = index.block_for_offset(90).unwrap();
+    let mut splitter = BatchSplitter::new(block.position, block.base_offset, Limits::default())
+        .with_holes(index.holes());
+    let batches = splitter.push(&object[..bytes.len()]).unwrap();
+    let offsets: Vec<u64> = batches.iter().map(|b| b.base_offset()).collect();
+    assert_eq!(offsets, vec![95, 96]);
+    assert_eq!(splitter.take_crossed(), vec![hole(90, 95)]);
 }
 
 #[test]
