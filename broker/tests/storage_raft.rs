@@ -146,6 +146,8 @@ fn descriptors_survive_a_leader_kill_and_a_full_restart() {
     let topic = TopicName::new("/plant/line-1").unwrap();
     let other = TopicName::new("/plant/line-2").unwrap();
     let leader = wait_for_leader(&nodes);
+    // The topics below are placed on the follower that is asked first.
+    common::wait_for_live_brokers(&nodes);
     let mut committed = Vec::new();
     let mut other_committed = Vec::new();
 
@@ -249,10 +251,25 @@ fn descriptors_survive_a_leader_kill_and_a_full_restart() {
             node.id
         );
     }
-    // And the tiered offset continues after the restart.
-    let d = segment(&nodes[holder], &topic, 100);
+    // And the tiered offset continues after the restart, on whichever
+    // broker owns the topic now (its lease may have lapsed during the
+    // restart, and a new owner's log starts at the archive's end).
+    common::wait_for_live_brokers(&nodes);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let owner = loop {
+        let owner = nodes.iter().position(|n| {
+            get_json(&n.url(&format!("/storage/topics{topic}/segments")))
+                .is_ok_and(|v| v["owned_here"] == true)
+        });
+        if let Some(owner) = owner {
+            break owner;
+        }
+        assert!(Instant::now() < deadline, "{topic} has no owner after 30 s");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    let d = segment(&nodes[owner], &topic, 100);
     assert_eq!(d.start_offset, 2000);
-    let (status, body) = commit(&nodes[holder], &topic, &d);
+    let (status, body) = commit(&nodes[owner], &topic, &d);
     assert_eq!(status, 201, "{body}");
     committed.push(d);
     for node in &nodes {

@@ -260,12 +260,18 @@ impl TopicStore {
             })
             .cloned()
             .collect();
-        for topic in lost {
-            if let Some(wal) = open.remove(&topic) {
-                end_writer(&topic, &wal).await;
-                info!(%topic, high_water_mark = wal.high_water_mark(), "this broker no longer serves the topic; its WAL is closed");
-            }
-        }
+        // Their writers end concurrently (each flushes and syncs what it
+        // holds) but before the map is unlocked: nobody opens one of these
+        // directories again while its old writer may still write.
+        let lost: Vec<(TopicName, Arc<Wal>)> = lost
+            .into_iter()
+            .filter_map(|topic| open.remove(&topic).map(|wal| (topic, wal)))
+            .collect();
+        futures::future::join_all(lost.iter().map(|(topic, wal)| async move {
+            end_writer(topic, wal).await;
+            info!(%topic, high_water_mark = wal.high_water_mark(), "this broker no longer serves the topic; its WAL is closed");
+        }))
+        .await;
         for (topic, marked) in self.layout.marked_topics() {
             if open.contains_key(&topic) {
                 continue;

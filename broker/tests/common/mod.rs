@@ -135,6 +135,42 @@ pub fn wait_for_leader(nodes: &[Node]) -> u64 {
     }
 }
 
+/// Waits (bounded) until every running node's cluster status shows every
+/// running node's lease live and active: only then does the load manager
+/// place a new topic on the broker a request reached (it prefers that
+/// broker only while it sees its lease), which a test publishing through a
+/// chosen broker relies on.
+pub fn wait_for_live_brokers(nodes: &[Node]) {
+    let running: BTreeSet<u64> = nodes
+        .iter()
+        .filter(|n| n.is_running())
+        .map(|n| n.id)
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let all_see_all = nodes.iter().filter(|n| n.is_running()).all(|n| {
+            n.status().is_some_and(|s| {
+                let live: BTreeSet<u64> = s["brokers"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter(|b| b["live"] == true && b["lifecycle"] == "active")
+                    .filter_map(|b| b["broker_id"].as_u64())
+                    .collect();
+                live == running
+            })
+        });
+        if all_see_all {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "not every broker's lease live within 60 s"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
 pub fn write_config(
     dir: &Path,
     certs: &Path,
