@@ -653,14 +653,9 @@ fn a_stale_owner_commits_no_descriptor_and_writes_no_state() {
     assert!(matches!(unloaded, UnloadOutcome::Unloaded(ref s) if s.next_offset == 10));
 }
 
-#[test]
-fn a_stale_owner_writes_no_cursor() {
-    let h = Harness::start();
-    h.create_topic(EVENTS, "event_stream");
-    h.assign(EVENTS, 2, 1);
-    assert_eq!(h.publish(1, EVENTS, &["a", "b", "c"]), (0, 3));
-    let client = &h.brokers[1].client;
-    let consumer = client
+/// Attaches a consumer to subscription `s` of [`EVENTS`] from earliest.
+fn attach_earliest(client: &ConsumerClient) -> tributary_api::consumer::AttachResponse {
+    client
         .attach(
             EVENTS,
             "s",
@@ -670,7 +665,16 @@ fn a_stale_owner_writes_no_cursor() {
             },
         )
         .unwrap()
-        .consumer_id;
+}
+
+#[test]
+fn a_stale_owner_writes_no_cursor() {
+    let h = Harness::start();
+    h.create_topic(EVENTS, "event_stream");
+    h.assign(EVENTS, 2, 1);
+    assert_eq!(h.publish(1, EVENTS, &["a", "b", "c"]), (0, 3));
+    let client = &h.brokers[1].client;
+    let consumer = attach_earliest(client).consumer_id;
     let got = client.receive(EVENTS, "s", consumer, 10, 2000).unwrap();
     assert_eq!(got.messages.len(), 3);
     client.ack(EVENTS, "s", consumer, &[0, 1]).unwrap();
@@ -821,19 +825,7 @@ fn a_subscription_follows_its_topic_back_after_a_move() {
     let values: Vec<&str> = values.iter().map(String::as_str).collect();
     assert_eq!(h.publish(1, EVENTS, &values), (0, 10));
     let client = &h.brokers[1].client;
-    let attach = || {
-        client
-            .attach(
-                EVENTS,
-                "s",
-                &AttachRequest {
-                    start: StartPosition::Earliest,
-                    ..AttachRequest::default()
-                },
-            )
-            .unwrap()
-    };
-    let consumer = attach().consumer_id;
+    let consumer = attach_earliest(client).consumer_id;
     let got = client.receive(EVENTS, "s", consumer, 20, 2000).unwrap();
     let offsets: Vec<u64> = got.messages.iter().map(|m| m.offset).collect();
     assert_eq!(offsets, (0..10).collect::<Vec<u64>>());
@@ -872,7 +864,7 @@ fn a_subscription_follows_its_topic_back_after_a_move() {
         }
         other => panic!("the old session read the closed log: {other:?}"),
     }
-    let again = attach();
+    let again = attach_earliest(client);
     assert_eq!(again.cursor, 10, "the stored cursor");
     assert_eq!(again.high_water_mark, 11);
     let got = client

@@ -300,6 +300,66 @@ fn assert_clean(pair: &Pair) {
     assert!(text.contains("Damaged ranges: none"), "{text}");
 }
 
+/// The first offset of the oldest segment file in the WAL directory `dir`.
+fn oldest_segment(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .expect("wal dir")
+        .filter_map(|e| {
+            let name = e.expect("entry").file_name().to_string_lossy().into_owned();
+            name.strip_suffix(".log")
+                .and_then(|s| s.parse::<u64>().ok())
+        })
+        .min()
+        .expect("a segment")
+}
+
+/// `tribctl archive verify` passes and lists `hole` as a declared hole.
+fn assert_archive_hole(bucket: &Path, hole: (u64, u64)) {
+    let out = Command::new(bin_path("tribctl"))
+        .arg("archive")
+        .arg("--bucket")
+        .arg(bucket)
+        .args(["verify", TOPIC])
+        .output()
+        .expect("tribctl archive verify");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{text}");
+    assert!(
+        text.contains(&format!("declared hole {}..{}", hole.0, hole.1)),
+        "{text}"
+    );
+}
+
+/// Consumers from earliest get every record below `next` but those of
+/// `hole` once, with their bytes, and one hole notice for exactly `hole`;
+/// also after a broker restart (the hole is applied again from Raft), after
+/// which nothing is reported damaged.
+fn assert_consumers_see_one_hole(pair: &mut Pair, next: u64, hole: (u64, u64)) {
+    for (round, subscription) in ["audit", "audit-after-restart"].iter().enumerate() {
+        if round == 1 {
+            assert_eq!(pair.broker.terminate(), Some(0));
+            pair.broker.start();
+            pair.open_topic();
+            // A full scrub interval passes: nothing is damaged any more.
+            std::thread::sleep(Duration::from_secs(1));
+            assert_clean(pair);
+        }
+        let (records, gaps) = pair.consume_all(subscription, next);
+        let expected: BTreeMap<u64, String> = (0..next)
+            .filter(|o| !(hole.0..hole.1).contains(o))
+            .map(|o| (o, value(o)))
+            .collect();
+        assert!(records == expected, "{subscription}: records differ");
+        assert_eq!(gaps.len(), 1, "{gaps:?}");
+        assert_eq!((gaps[0].first_offset, gaps[0].end_offset), hole);
+        assert_eq!(gaps[0].kind, GapKind::Hole, "{gaps:?}");
+    }
+}
+
 #[test]
 fn a_damaged_sealed_central_segment_is_reported_refetched_from_the_edge_and_tiered() {
     let dir = tempfile::tempdir().expect("tempdir");
@@ -457,17 +517,7 @@ fn a_damaged_range_nothing_holds_is_skipped_by_the_operator_as_a_hole() {
     let victim = wait_sealed(&central_wal, next, target);
     // The edge deleted its acknowledged segments: it no longer holds the
     // batch about to be damaged.
-    let edge_start = || {
-        std::fs::read_dir(&edge_wal)
-            .expect("edge wal")
-            .filter_map(|e| {
-                let name = e.expect("entry").file_name().to_string_lossy().into_owned();
-                name.strip_suffix(".log")
-                    .and_then(|s| s.parse::<u64>().ok())
-            })
-            .min()
-            .expect("an edge segment")
-    };
+    let edge_start = || oldest_segment(&edge_wal);
     wait_until("edge deleted its acknowledged segments", || {
         edge_start() > 3 * PER_BATCH
     });
@@ -530,25 +580,7 @@ fn a_damaged_range_nothing_holds_is_skipped_by_the_operator_as_a_hole() {
 
     // Consumers get a hole notice for exactly the range, every other record
     // once; also after a restart (the hole is applied again from Raft).
-    for (round, subscription) in ["audit", "audit-after-restart"].iter().enumerate() {
-        if round == 1 {
-            assert_eq!(pair.broker.terminate(), Some(0));
-            pair.broker.start();
-            pair.open_topic();
-            // A full scrub interval passes: nothing is damaged any more.
-            std::thread::sleep(Duration::from_secs(1));
-            assert_clean(&pair);
-        }
-        let (records, gaps) = pair.consume_all(subscription, next);
-        let expected: BTreeMap<u64, String> = (0..next)
-            .filter(|o| !(damaged.0..damaged.1).contains(o))
-            .map(|o| (o, value(o)))
-            .collect();
-        assert!(records == expected, "{subscription}: records differ");
-        assert_eq!(gaps.len(), 1, "{gaps:?}");
-        assert_eq!((gaps[0].first_offset, gaps[0].end_offset), damaged);
-        assert_eq!(gaps[0].kind, GapKind::Hole, "{gaps:?}");
-    }
+    assert_consumers_see_one_hole(&mut pair, next, damaged);
 
     // The archive shows the declared hole: the tier service archives the
     // rewritten segment with it.
@@ -556,23 +588,7 @@ fn a_damaged_range_nothing_holds_is_skipped_by_the_operator_as_a_hole() {
     let mut tier = tier_service(&pair, &bucket);
     wait_tiered(&pair, next);
     assert_eq!(tier.terminate(), Some(0));
-    let out = Command::new(bin_path("tribctl"))
-        .arg("archive")
-        .arg("--bucket")
-        .arg(&bucket)
-        .args(["verify", TOPIC])
-        .output()
-        .expect("tribctl archive verify");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "{text}");
-    assert!(
-        text.contains(&format!("declared hole {}..{}", damaged.0, damaged.1)),
-        "{text}"
-    );
+    assert_archive_hole(&bucket, damaged);
     assert_eq!(pair.edge.terminate(), Some(0));
     assert_eq!(pair.broker.terminate(), Some(0));
 }
@@ -604,17 +620,7 @@ fn a_lost_central_segment_nothing_holds_is_skipped_and_archived_as_a_hole() {
     let first = batches.first().expect("a batch");
     let last = batches.last().expect("a batch");
     let lost = (first.2, last.2 + last.3);
-    let edge_start = || {
-        std::fs::read_dir(&edge_wal)
-            .expect("edge wal")
-            .filter_map(|e| {
-                let name = e.expect("entry").file_name().to_string_lossy().into_owned();
-                name.strip_suffix(".log")
-                    .and_then(|s| s.parse::<u64>().ok())
-            })
-            .min()
-            .expect("an edge segment")
-    };
+    let edge_start = || oldest_segment(&edge_wal);
     wait_until("edge deleted the lost range", || edge_start() >= lost.1);
     pair.broker.kill();
     std::fs::remove_file(victim).expect("remove log");
@@ -649,44 +655,11 @@ fn a_lost_central_segment_nothing_holds_is_skipped_and_archived_as_a_hole() {
     wait_sealed(&central_wal, next, next - 1);
     wait_tiered(&pair, next);
     assert_eq!(tier.terminate(), Some(0));
-    let out = Command::new(bin_path("tribctl"))
-        .arg("archive")
-        .arg("--bucket")
-        .arg(&bucket)
-        .args(["verify", TOPIC])
-        .output()
-        .expect("tribctl archive verify");
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "{text}");
-    assert!(
-        text.contains(&format!("declared hole {}..{}", lost.0, lost.1)),
-        "{text}"
-    );
+    assert_archive_hole(&bucket, lost);
 
     // Consumers, also after a restart, get every other record once and
     // one hole notice for exactly the range.
-    for (round, subscription) in ["audit", "audit-after-restart"].iter().enumerate() {
-        if round == 1 {
-            assert_eq!(pair.broker.terminate(), Some(0));
-            pair.broker.start();
-            pair.open_topic();
-            std::thread::sleep(Duration::from_secs(1));
-            assert_clean(&pair);
-        }
-        let (records, gaps) = pair.consume_all(subscription, next);
-        let expected: BTreeMap<u64, String> = (0..next)
-            .filter(|o| !(lost.0..lost.1).contains(o))
-            .map(|o| (o, value(o)))
-            .collect();
-        assert!(records == expected, "{subscription}: records differ");
-        assert_eq!(gaps.len(), 1, "{gaps:?}");
-        assert_eq!((gaps[0].first_offset, gaps[0].end_offset), lost);
-        assert_eq!(gaps[0].kind, GapKind::Hole, "{gaps:?}");
-    }
+    assert_consumers_see_one_hole(&mut pair, next, lost);
     assert_eq!(pair.edge.terminate(), Some(0));
     assert_eq!(pair.broker.terminate(), Some(0));
 }
