@@ -829,11 +829,19 @@ fn a_subscription_follows_its_topic_back_after_a_move() {
     let got = client.receive(EVENTS, "s", consumer, 20, 2000).unwrap();
     let offsets: Vec<u64> = got.messages.iter().map(|m| m.offset).collect();
     assert_eq!(offsets, (0..10).collect::<Vec<u64>>());
-    client.ack(EVENTS, "s", consumer, &offsets).unwrap();
+    client.ack(EVENTS, "s", consumer, &offsets[..6]).unwrap();
     h.runtime.block_on(h.brokers[1].service.persist_all());
+    // Acknowledged, not yet persisted when the topic moves away.
+    client.ack(EVENTS, "s", consumer, &[6, 7]).unwrap();
     // The tier service archived 0..=9 (so a takeover starts at 10).
     let name = TopicName::new(EVENTS).unwrap();
     let keys = StorageKeys::default();
+    let cursor_key = tributary_proto::keys::topics::subscription_cursor(
+        &name,
+        &SubscriptionName::new("s").unwrap(),
+    );
+    let stored = || h.runtime.block_on(h.store.get(&cursor_key)).unwrap();
+    assert_eq!(stored(), Some(json!(6)));
     let fence = h.cluster(1).fence(&name, 1).unwrap();
     h.runtime
         .block_on(commit_descriptor(
@@ -849,10 +857,19 @@ fn a_subscription_follows_its_topic_back_after_a_move() {
         .block_on(h.cluster(0).move_topic_forced(&name, 1))
         .unwrap();
     h.wait_routed(EVENTS, 1, 2);
+    // Broker 1's consumers finished the subscription meanwhile.
+    h.runtime
+        .block_on(h.store.put(&cursor_key, json!(10)))
+        .unwrap();
     h.runtime
         .block_on(h.cluster(0).move_topic_forced(&name, 2))
         .unwrap();
     h.wait_routed(EVENTS, 2, 3);
+    // Broker 2 owns the topic again, but what it still holds of the
+    // subscription is from epoch 1: its cursor (8) is not written over the
+    // newer one.
+    h.runtime.block_on(h.brokers[1].service.persist_all());
+    assert_eq!(stored(), Some(json!(10)), "a stale subscription wrote");
     assert_eq!(h.publish(1, EVENTS, &["b"]), (10, 11));
     let stale = client.receive(EVENTS, "s", consumer, 20, 2000);
     match stale {

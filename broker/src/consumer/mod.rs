@@ -425,13 +425,30 @@ impl ConsumerService {
 
     /// Writes the cursor to Raft if the batching policy (or `force`) says
     /// so. Runs under the subscription lock, so cursor writes stay in order.
+    /// Nothing is written for a subscription loaded under another ownership
+    /// epoch than the one this broker serves the topic under now: another
+    /// broker may have served it since (it is unloaded by the next call
+    /// that reaches it, [`ConsumerService::fresh`]).
     async fn persist(&self, sub: &Sub, st: &mut Subscription, force: bool) {
+        if self.loaded_under_another_epoch(sub) {
+            return;
+        }
         if let Some(cursor) = st.poll_persist(self.now_ms(), force) {
             let key = keys::topics::subscription_cursor(&sub.topic, &sub.name);
             if let Err(e) = self.put_fenced(&sub.topic, &key, json!(cursor)).await {
                 error!(topic = %sub.topic, subscription = %sub.name, cursor, error = %e, "persisting the cursor failed; it is retried with the next acknowledgement");
             }
         }
+    }
+
+    /// Whether `sub` was loaded under an ownership epoch other than the one
+    /// this broker owns its topic under now (false without a cluster, and
+    /// while another broker owns it: those writes are fenced in Raft).
+    fn loaded_under_another_epoch(&self, sub: &Sub) -> bool {
+        let Some(cluster) = self.cluster.get() else {
+            return false;
+        };
+        matches!(cluster.route(&sub.topic), crate::cluster::Route::Local { epoch } if sub.epoch.is_some_and(|e| e != epoch))
     }
 
     /// The subscription if it is loaded on this broker (a consumer attached).
