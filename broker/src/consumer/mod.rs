@@ -377,6 +377,11 @@ impl ConsumerService {
     async fn tick(&self) {
         let subs: Vec<Arc<Sub>> = self.subs.lock().await.values().cloned().collect();
         for sub in subs {
+            if let Some(now) = self.stale_epoch(&sub) {
+                // No stale lease expiry, dead-letter copy or cursor write.
+                self.unload_stale(&sub, Some(now)).await;
+                continue;
+            }
             let now = self.now_ms();
             let mut st = sub.state.lock().await;
             let Some(tick) = st.tick(now) else {
@@ -430,7 +435,7 @@ impl ConsumerService {
     /// broker may have served it since (it is unloaded by the next call
     /// that reaches it, [`ConsumerService::fresh`]).
     async fn persist(&self, sub: &Sub, st: &mut Subscription, force: bool) {
-        if self.loaded_under_another_epoch(sub) {
+        if self.stale_epoch(sub).is_some() {
             return;
         }
         if let Some(cursor) = st.poll_persist(self.now_ms(), force) {
@@ -441,14 +446,16 @@ impl ConsumerService {
         }
     }
 
-    /// Whether `sub` was loaded under an ownership epoch other than the one
-    /// this broker owns its topic under now (false without a cluster, and
+    /// The ownership epoch this broker owns `sub`'s topic under now, if
+    /// `sub` was loaded under another one (`None` without a cluster, and
     /// while another broker owns it: those writes are fenced in Raft).
-    fn loaded_under_another_epoch(&self, sub: &Sub) -> bool {
-        let Some(cluster) = self.cluster.get() else {
-            return false;
-        };
-        matches!(cluster.route(&sub.topic), crate::cluster::Route::Local { epoch } if sub.epoch.is_some_and(|e| e != epoch))
+    fn stale_epoch(&self, sub: &Sub) -> Option<u64> {
+        match self.cluster.get()?.route(&sub.topic) {
+            crate::cluster::Route::Local { epoch } if sub.epoch.is_some_and(|e| e != epoch) => {
+                Some(epoch)
+            }
+            _ => None,
+        }
     }
 
     /// The subscription if it is loaded on this broker (a consumer attached).
@@ -527,17 +534,24 @@ impl ConsumerService {
             info!(topic = %sub.topic, subscription = %sub.name, "the topic's WAL was reopened; the subscription reads the new handle");
             return Ok(Some(sub));
         }
+        self.unload_stale(&sub, epoch).await;
+        Ok(None)
+    }
+
+    /// Forgets `sub`, loaded under an ownership epoch other than `now`
+    /// (the one its topic is served under here now): its sessions end,
+    /// nothing more is written for it, the next attach loads it anew.
+    async fn unload_stale(&self, sub: &Arc<Sub>, now: Option<u64>) {
         {
             let mut subs = self.subs.lock().await;
             let key = (sub.topic.clone(), sub.name.clone());
-            if subs.get(&key).is_some_and(|s| Arc::ptr_eq(s, &sub)) {
+            if subs.get(&key).is_some_and(|s| Arc::ptr_eq(s, sub)) {
                 subs.remove(&key);
             }
         }
         sub.state.lock().await.remove();
         sub.changed.notify_waiters();
-        warn!(topic = %sub.topic, subscription = %sub.name, was = sub.epoch, now = epoch, "the topic was reopened under another ownership epoch; the subscription is unloaded and its consumers must attach again");
-        Ok(None)
+        warn!(topic = %sub.topic, subscription = %sub.name, was = sub.epoch, now, "the topic is served here under another ownership epoch than when the subscription was loaded; it is unloaded and its consumers must attach again");
     }
 
     /// The subscription lock of `sub`, once `consumer`'s session is known
