@@ -29,6 +29,7 @@ use tributary_broker::replication::topics::TopicStore;
 use tributary_proto::Limits;
 use tributary_proto::intent::PoisonPolicy;
 use tributary_proto::keys::{SubscriptionName, TopicName};
+use tributary_test_support::loop_fs::LoopFs;
 
 const TOKEN: &str = "consumer-test-token";
 const BROKER_ADDR: &str = "127.0.0.1:7400";
@@ -39,6 +40,9 @@ struct Harness {
     base: String,
     client: ConsumerClient,
     raw: ureq::Agent,
+    /// The small filesystem under `topics/`, if any (unmounted before the
+    /// directory is removed: fields drop in order, the runtime first).
+    loop_fs: Option<LoopFs>,
     _dir: tempfile::TempDir,
 }
 
@@ -100,7 +104,23 @@ impl Harness {
 
     /// As [`Harness::start`], the consumer service timed by `clock`.
     fn start_with_clock(config: ConsumerConfig, clock: Arc<dyn Clock>) -> Harness {
+        Harness::start_with(config, clock, None)
+    }
+
+    /// As [`Harness::start`], with the topic WALs on a loop-mounted ext4
+    /// of `bytes` (root only; fails without mkfs.ext4 and losetup).
+    fn start_on_small_disk(config: ConsumerConfig, bytes: u64) -> Harness {
+        Harness::start_with(config, Arc::new(SystemClock), Some(bytes))
+    }
+
+    fn start_with(
+        config: ConsumerConfig,
+        clock: Arc<dyn Clock>,
+        small_disk_bytes: Option<u64>,
+    ) -> Harness {
         let dir = tempfile::tempdir().unwrap();
+        let loop_fs = small_disk_bytes
+            .map(|bytes| LoopFs::create_at(dir.path(), bytes, &dir.path().join("topics")));
         let store =
             Arc::new(RedbStore::open(dir.path().join("meta.redb"), Arc::new(SystemClock)).unwrap());
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -145,6 +165,7 @@ impl Harness {
             client: ConsumerClient::new(&base, TOKEN),
             base,
             raw,
+            loop_fs,
             _dir: dir,
         }
     }
@@ -1479,4 +1500,101 @@ fn a_cursor_read_moves_past_a_damaged_range_after_the_wait_with_a_dead_letter_en
     assert_eq!(offsets_of(&moved.messages), (20..30).collect::<Vec<_>>());
     let dlq = h.client.peek("/default/damaged-dlq", None, 10).unwrap();
     assert_eq!(dlq.messages.len(), 1);
+}
+
+/// A central publish that meets a full broker disk is refused with 507
+/// `disk_full` (nothing stored, retry); once space is free the next publish
+/// reopens the topic's WAL and is stored, and every acknowledged record is
+/// delivered once at its offset.
+#[test]
+fn a_full_broker_disk_answers_507_disk_full_and_publishing_resumes_once_space_is_free() {
+    let h = Harness::start_on_small_disk(fast(), 32 << 20);
+    let fs = h.loop_fs.as_ref().expect("a small disk");
+    h.create_topic("/jobs/work", "task_queue");
+    let value = |offset: u64| format!("job-{offset:08}-{}", "x".repeat(4000));
+    let mut acked: BTreeMap<u64, String> = BTreeMap::new();
+    let publish = |next: u64| {
+        let records = (0..16)
+            .map(|i| PublishRecord {
+                value: Some(value(next + i)),
+                ..PublishRecord::default()
+            })
+            .collect();
+        h.client.publish("/jobs/work", records)
+    };
+    let (base, next) = h.publish("/jobs/work", &["first"]);
+    assert_eq!((base, next), (0, 1));
+    acked.insert(0, "first".to_owned());
+    let mut next = next;
+    fs.fill();
+    // Bounded: 32 MiB hold at most ~500 such batches.
+    let refusal = (0..2000)
+        .find_map(|_| match publish(next) {
+            Ok(r) => {
+                assert_eq!(r.base_offset, next, "offsets continue");
+                for offset in r.base_offset..r.next_offset {
+                    acked.insert(offset, value(offset));
+                }
+                next = r.next_offset;
+                fs.fill();
+                None
+            }
+            Err(e) => Some(e),
+        })
+        .expect("a full disk refused a publish");
+    match refusal {
+        ClientError::Api {
+            status,
+            kind,
+            message,
+            ..
+        } => {
+            assert_eq!((status, kind.as_str()), (507, "disk_full"), "{message}");
+            assert!(message.contains("retry"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    fs.free();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let stored = loop {
+        match publish(next) {
+            Ok(r) => break r,
+            Err(e) => {
+                assert!(
+                    Instant::now() < deadline,
+                    "not stored after space was freed: {e}"
+                );
+                std::thread::sleep(Duration::from_millis(100));
+            }
+        }
+    };
+    assert!(stored.base_offset >= next, "an offset was handed out twice");
+    for offset in stored.base_offset..stored.next_offset {
+        acked.insert(offset, value(offset));
+    }
+    let consumer = h.attach("/jobs/work", "audit", SubscriptionType::Exclusive);
+    let mut got: BTreeMap<u64, String> = BTreeMap::new();
+    for _ in 0..1000 {
+        let batch = h
+            .client
+            .receive("/jobs/work", "audit", consumer, 1000, 200)
+            .unwrap();
+        if batch.messages.is_empty() {
+            break;
+        }
+        let offsets = offsets_of(&batch.messages);
+        for m in batch.messages {
+            assert!(
+                got.insert(m.offset, m.value.unwrap_or_default()).is_none(),
+                "offset {} twice",
+                m.offset
+            );
+        }
+        h.client
+            .ack("/jobs/work", "audit", consumer, &offsets)
+            .unwrap();
+    }
+    for (offset, value) in &acked {
+        assert_eq!(got.get(offset), Some(value), "acknowledged offset {offset}");
+    }
 }

@@ -121,6 +121,10 @@ impl From<ConsumerError> for ApiError {
             ConsumerError::BudgetExceeded(_) => {
                 ApiError::new(StatusCode::INSUFFICIENT_STORAGE, "budget_exceeded", message)
             }
+            ConsumerError::DiskFull(_) => {
+                tracing::warn!(error = %message, "consumer API: the broker's disk is full");
+                ApiError::new(StatusCode::INSUFFICIENT_STORAGE, "disk_full", message)
+            }
             ConsumerError::Internal(_) => {
                 tracing::error!(error = %message, "consumer API: internal error");
                 ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)

@@ -221,7 +221,8 @@ impl ConsumerService {
     /// # Errors
     /// [`ConsumerError::NotFound`], [`ConsumerError::Conflict`]
     /// (`writer_conflict`: an edge replicates into the topic),
-    /// [`ConsumerError::BudgetExceeded`] (nothing stored).
+    /// [`ConsumerError::BudgetExceeded`] (nothing stored),
+    /// [`ConsumerError::DiskFull`].
     pub async fn publish(
         &self,
         topic: &TopicName,

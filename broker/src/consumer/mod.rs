@@ -159,6 +159,11 @@ pub enum ConsumerError {
     /// `budget_exceeded`): nothing was stored; retry with backoff.
     #[error("{0}")]
     BudgetExceeded(String),
+    /// The broker's disk is full (507, `disk_full`): nothing was stored;
+    /// retry with backoff (the topic's WAL is reopened by the next write
+    /// once space is free).
+    #[error("disk_full: {0}")]
+    DiskFull(String),
     /// Storage or metadata failure (500).
     #[error("{0}")]
     Internal(String),
@@ -194,6 +199,9 @@ impl From<TopicError> for ConsumerError {
             TopicError::Wal(
                 e @ (broker_core::wal::WalError::Limit(_) | broker_core::wal::WalError::Encode(_)),
             ) => ConsumerError::TooLarge(e.to_string()),
+            TopicError::Wal(e) if e.is_disk_full() => ConsumerError::DiskFull(format!(
+                "the broker's disk is full, nothing was stored; retry with backoff ({e})"
+            )),
             e @ TopicError::Conflict { .. } => ConsumerError::Conflict {
                 kind: "writer_conflict",
                 message: e.to_string(),
