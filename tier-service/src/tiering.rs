@@ -35,7 +35,7 @@ use broker_core::wal::{SealedSegment, list_sealed_segments};
 use serde::Deserialize;
 use tokio::sync::watch;
 use tracing::{debug, error, info, warn};
-use tributary_proto::archive::{ArchiveTail, SegmentDescriptor};
+use tributary_proto::archive::{ArchiveTail, SegmentDescriptor, holes_cover_exactly};
 use tributary_proto::keys::{NamespaceName, StorageKeys, TopicName};
 
 use crate::broker_api::BrokerClient;
@@ -353,7 +353,7 @@ impl Tiering {
                 .filter(|(_, d)| d.next_offset() > segment.base_offset)
             {
                 if d.next_offset() == segment.next_offset
-                    && holes_tile(&committed.holes, d.start_offset, segment.base_offset)
+                    && after_skipped_range(&committed.holes, segment, d.start_offset).is_some()
                 {
                     // Archived with the skipped lost range before it (see
                     // below); the trim has not removed it yet.
@@ -376,7 +376,7 @@ impl Tiering {
             if let Some(t) = tiered
                 && segment.base_offset > t
             {
-                if !holes_tile(&committed.holes, t, segment.base_offset) {
+                let Some(widened) = after_skipped_range(&committed.holes, segment, t) else {
                     return Err(inconsistent(
                         topic,
                         format!(
@@ -387,9 +387,9 @@ impl Tiering {
                             segment.base_offset, segment.base_offset
                         ),
                     ));
-                }
+                };
                 info!(%topic, first_offset = t, end_offset = segment.base_offset, "a skipped lost segment: the next segment's object starts at the archive's end and carries the hole");
-                object.to_mut().base_offset = t;
+                object = std::borrow::Cow::Owned(widened);
             }
             let holes = holes_in_segment(&committed.holes, &object);
             let descriptor = self
@@ -668,27 +668,20 @@ fn damaged_segment(topic: &TopicName, segment: &SealedSegment, e: TierError) -> 
 static DAMAGE_REPORTED: std::sync::Mutex<std::collections::BTreeSet<(String, u64)>> =
     std::sync::Mutex::new(std::collections::BTreeSet::new());
 
-/// Whether the declared `holes` cover `first..end` exactly, end to end
-/// (a run of holes, none reaching past `end`).
-fn holes_tile(
+/// `segment` as an object starting at `from`, when the topic's declared
+/// `holes` cover exactly `from..segment.base_offset` (a lost segment an
+/// operator skipped); `None` otherwise.
+fn after_skipped_range(
     holes: &[tributary_proto::replication::hole::HoleRecord],
-    first: u64,
-    end: u64,
-) -> bool {
-    let mut ranges: Vec<(u64, u64)> = holes
-        .iter()
-        .map(|h| (h.first_offset, h.end_offset))
-        .filter(|&(a, b)| a < end && b > first)
-        .collect();
-    ranges.sort_unstable();
-    let mut at = first;
-    for (a, b) in ranges {
-        if a != at || b > end {
-            return false;
-        }
-        at = b;
-    }
-    at == end
+    segment: &SealedSegment,
+    from: u64,
+) -> Option<SealedSegment> {
+    let widened = SealedSegment {
+        base_offset: from,
+        ..segment.clone()
+    };
+    let declared = holes_in_segment(holes, &widened);
+    holes_cover_exactly(&declared, from, segment.base_offset).then_some(widened)
 }
 
 fn inconsistent(topic: &TopicName, reason: String) -> TierError {
@@ -760,36 +753,4 @@ pub fn local_topics(topics_dir: &Path) -> Result<Vec<(TopicName, PathBuf)>, Tier
     }
     out.sort();
     Ok(out)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::holes_tile;
-    use tributary_proto::replication::frame::HoleCause;
-    use tributary_proto::replication::hole::HoleRecord;
-
-    fn holes(ranges: &[(u64, u64)]) -> Vec<HoleRecord> {
-        ranges
-            .iter()
-            .map(|&(a, b)| HoleRecord::new(a, b, HoleCause::Damaged, String::new(), 0))
-            .collect()
-    }
-
-    #[test]
-    fn only_holes_covering_the_range_end_to_end_tile_it() {
-        assert!(holes_tile(&holes(&[(100, 200)]), 100, 200));
-        assert!(holes_tile(
-            &holes(&[(150, 200), (5, 9), (100, 150)]),
-            100,
-            200
-        ));
-        assert!(!holes_tile(&holes(&[]), 100, 200));
-        assert!(!holes_tile(&holes(&[(100, 150)]), 100, 200), "short");
-        assert!(
-            !holes_tile(&holes(&[(100, 150), (160, 200)]), 100, 200),
-            "gap"
-        );
-        assert!(!holes_tile(&holes(&[(90, 200)]), 100, 200), "starts before");
-        assert!(!holes_tile(&holes(&[(100, 210)]), 100, 200), "reaches past");
-    }
 }

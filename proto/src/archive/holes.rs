@@ -67,6 +67,14 @@ pub(super) fn check_sorted(holes: &[HoleRange]) -> Result<(), ArchiveError> {
     Ok(())
 }
 
+/// Whether `holes` (ascending, disjoint) cover exactly `[from, to)`, one
+/// after the other: the rule by which a gap in a segment's offsets is
+/// accepted as declared holes (the builder, readers, and the tier service
+/// for a skipped lost segment).
+pub fn holes_cover_exactly(holes: &[HoleRange], from: u64, to: u64) -> bool {
+    chain(holes, from, to).is_some()
+}
+
 /// The holes of `holes` (ascending, disjoint) that, one after the other,
 /// cover exactly `[from, to)`, as an index range; `None` if `[from, to)`
 /// is not exactly a run of declared holes (an undeclared gap).

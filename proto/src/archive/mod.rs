@@ -67,7 +67,7 @@ pub use builder::{ArchiveBuilder, ArchiveTail};
 pub use descriptor::SegmentDescriptor;
 pub use error::ArchiveError;
 pub use footer::Footer;
-pub use holes::HoleRange;
+pub use holes::{HoleRange, holes_cover_exactly};
 pub use index::{ArchiveIndex, Block, IndexEntry};
 pub use splitter::BatchSplitter;
 pub use verify::{Damage, SegmentVerifier, VerifyReport};

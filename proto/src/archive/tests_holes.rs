@@ -193,3 +193,27 @@ fn every_flipped_tail_byte_of_an_object_with_holes_is_detected() {
         assert!(open(&bad).is_err(), "flip at {pos} not detected");
     }
 }
+
+#[test]
+fn only_holes_covering_a_range_end_to_end_cover_it_exactly() {
+    assert!(holes_cover_exactly(&[hole(100, 200)], 100, 200));
+    assert!(holes_cover_exactly(
+        &[hole(5, 9), hole(100, 150), hole(150, 200)],
+        100,
+        200
+    ));
+    assert!(!holes_cover_exactly(&[], 100, 200));
+    assert!(!holes_cover_exactly(&[hole(100, 150)], 100, 200), "short");
+    assert!(
+        !holes_cover_exactly(&[hole(100, 150), hole(160, 200)], 100, 200),
+        "gap"
+    );
+    assert!(
+        !holes_cover_exactly(&[hole(90, 200)], 100, 200),
+        "starts before"
+    );
+    assert!(
+        !holes_cover_exactly(&[hole(100, 210)], 100, 200),
+        "reaches past"
+    );
+}
