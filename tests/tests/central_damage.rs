@@ -649,10 +649,12 @@ fn a_lost_central_segment_nothing_holds_is_skipped_and_archived_as_a_hole() {
     assert_eq!(status, 0, "{text}");
     assert!(text.contains("recorded as a hole"), "{text}");
     assert_clean(&pair);
-    // Sealed up to the record published last, then everything tiered.
+    // Everything tiered, the record published last too (its segment is
+    // sealed after 300 ms quiet). Not watched through the segment files:
+    // the running tier service archives and trims a sealed segment within
+    // a pass, so a poll of the directory can miss it.
     publish(&pair, &mut next);
     pair.wait_acknowledged(next, Duration::from_secs(60));
-    wait_sealed(&central_wal, next, next - 1);
     wait_tiered(&pair, next);
     assert_eq!(tier.terminate(), Some(0));
     assert_archive_hole(&bucket, lost);
