@@ -1505,7 +1505,8 @@ fn a_cursor_read_moves_past_a_damaged_range_after_the_wait_with_a_dead_letter_en
 /// A central publish that meets a full broker disk is refused with 507
 /// `disk_full` (nothing stored, retry); once space is free the next publish
 /// reopens the topic's WAL and is stored, and every acknowledged record is
-/// delivered once at its offset.
+/// delivered once at its offset, to a consumer session attached before
+/// the disk filled (it follows the reopened WAL).
 #[test]
 fn a_full_broker_disk_answers_507_disk_full_and_publishing_resumes_once_space_is_free() {
     let h = Harness::start_on_small_disk(fast(), 32 << 20);
@@ -1525,6 +1526,9 @@ fn a_full_broker_disk_answers_507_disk_full_and_publishing_resumes_once_space_is
     let (base, next) = h.publish("/jobs/work", &["first"]);
     assert_eq!((base, next), (0, 1));
     acked.insert(0, "first".to_owned());
+    // A consumer session from before the disk filled: it keeps reading
+    // after the topic's WAL is reopened (same handle swapped, session kept).
+    let consumer = h.attach("/jobs/work", "audit", SubscriptionType::Exclusive);
     let mut next = next;
     fs.fill();
     // Bounded: 32 MiB hold at most ~500 such batches.
@@ -1572,7 +1576,6 @@ fn a_full_broker_disk_answers_507_disk_full_and_publishing_resumes_once_space_is
     for offset in stored.base_offset..stored.next_offset {
         acked.insert(offset, value(offset));
     }
-    let consumer = h.attach("/jobs/work", "audit", SubscriptionType::Exclusive);
     let mut got: BTreeMap<u64, String> = BTreeMap::new();
     for _ in 0..1000 {
         let batch = h
@@ -1595,6 +1598,11 @@ fn a_full_broker_disk_answers_507_disk_full_and_publishing_resumes_once_space_is
             .unwrap();
     }
     for (offset, value) in &acked {
-        assert_eq!(got.get(offset), Some(value), "acknowledged offset {offset}");
+        assert!(
+            got.get(offset) == Some(value),
+            "acknowledged offset {offset}; got {:?}, acked {:?}",
+            got.keys().collect::<Vec<_>>(),
+            acked.keys().collect::<Vec<_>>()
+        );
     }
 }

@@ -352,12 +352,14 @@ impl Wal {
         self.shared.state().failure.clone()
     }
 
-    /// Whether this handle's writer has ended ([`Wal::close_writer`], or a
-    /// close): it takes no more appends, and whoever owns the directory
-    /// may have opened it again under a new handle, so a long-lived reader
-    /// (a consumer subscription) should fetch the current handle.
-    pub fn writer_closed(&self) -> bool {
-        self.shared.progress.borrow().closed
+    /// Whether this handle's writer has stopped: ended ([`Wal::close_writer`],
+    /// a close) or latched by an I/O failure ([`Wal::failure`]). It takes no
+    /// more appends, and whoever owns the directory may open it again under
+    /// a new handle, so a long-lived reader (a consumer subscription)
+    /// should fetch the current handle.
+    pub fn writer_stopped(&self) -> bool {
+        let progress = self.shared.progress.borrow();
+        progress.closed || progress.failure.is_some()
     }
 
     /// Unreadable offset ranges known to this WAL, oldest first: damaged

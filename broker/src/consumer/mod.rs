@@ -387,7 +387,7 @@ impl ConsumerService {
         for sub in subs {
             if let Some(now) = self.stale_epoch(&sub) {
                 // No stale lease expiry, dead-letter copy or cursor write.
-                self.unload_stale(&sub, Some(now)).await;
+                self.unload_stale(&sub, now).await;
                 continue;
             }
             let now = self.now_ms();
@@ -515,12 +515,13 @@ impl ConsumerService {
     }
 
     /// `sub` as long as its WAL handle is the topic's current one. A
-    /// handle whose writer ended means the topic was closed here (its
-    /// ownership moved, its lease lapsed, its WAL latched a failure) and
-    /// may have been opened again: a subscription still reading the old
-    /// handle would never see another record. So the topic is opened again
-    /// (or the owner named: `409 not_owner`, and the next request is
-    /// redirected), and:
+    /// handle whose writer stopped means the topic was closed here (its
+    /// ownership moved, its lease lapsed) or its WAL latched a failure, and
+    /// it may have been opened again: a subscription still reading the old
+    /// handle would never see another record. So it takes the handle the
+    /// topic store holds now, opening the topic if none is open (or naming
+    /// the owner: `409 not_owner`, and the next request is redirected),
+    /// and:
     /// - under the same ownership epoch (a latched WAL reopened) the
     ///   subscription takes the new handle and keeps its sessions, leases
     ///   and cursor;
@@ -530,26 +531,34 @@ impl ConsumerService {
     ///   stale: the subscription is unloaded (`None`), its sessions end,
     ///   and the next attach loads the stored cursor.
     async fn fresh(&self, sub: Arc<Sub>) -> Result<Option<Arc<Sub>>, ConsumerError> {
-        if !sub.wal().writer_closed() {
+        let old = sub.wal();
+        if !old.writer_stopped() {
             return Ok(Some(sub));
         }
-        let wal = self.topics.open_existing(&sub.topic, false).await?;
-        let epoch = self.topics.opened_epoch(&sub.topic);
-        if epoch == sub.epoch {
-            *sub.wal
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = wal;
-            info!(topic = %sub.topic, subscription = %sub.name, "the topic's WAL was reopened; the subscription reads the new handle");
-            return Ok(Some(sub));
+        let wal = match self.topics.get(&sub.topic).await {
+            Some(current) if !Arc::ptr_eq(&current, &old) => current,
+            // Latched, and not reopened yet: its records stay readable
+            // through it, and the topic's next write reopens it (a read
+            // never does: on a disk still full that would be a failing
+            // recovery per long-poll round).
+            Some(_) => return Ok(Some(sub)),
+            None => self.topics.open_existing(&sub.topic, false).await?,
+        };
+        if let Some(now) = self.stale_epoch(&sub) {
+            self.unload_stale(&sub, now).await;
+            return Ok(None);
         }
-        self.unload_stale(&sub, epoch).await;
-        Ok(None)
+        *sub.wal
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = wal;
+        info!(topic = %sub.topic, subscription = %sub.name, "the topic's WAL was reopened; the subscription reads the new handle");
+        Ok(Some(sub))
     }
 
     /// Forgets `sub`, loaded under an ownership epoch other than `now`
     /// (the one its topic is served under here now): its sessions end,
     /// nothing more is written for it, the next attach loads it anew.
-    async fn unload_stale(&self, sub: &Arc<Sub>, now: Option<u64>) {
+    async fn unload_stale(&self, sub: &Arc<Sub>, now: u64) {
         {
             let mut subs = self.subs.lock().await;
             let key = (sub.topic.clone(), sub.name.clone());
