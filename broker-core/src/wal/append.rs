@@ -269,15 +269,34 @@ impl PendingAppend {
     /// [`WalError::PreviousIo`] or [`WalError::Closed`] if the WAL stops
     /// first.
     pub async fn durable(self) -> Result<AppendAtOutcome, WalError> {
-        let (next, mode) = match self.outcome {
+        let (next, mode) = self.target();
+        wait_durable(mode, self.progress, next).await?;
+        Ok(self.outcome)
+    }
+
+    /// What [`PendingAppend::durable`] would resolve to if it were awaited
+    /// now, without waiting: `None` while the batch is not durable yet (and
+    /// the WAL neither failed nor closed).
+    pub fn durable_now(&self) -> Option<Result<AppendAtOutcome, WalError>> {
+        let (next, mode) = self.target();
+        let wait = std::pin::pin!(wait_durable(mode, self.progress.clone(), next));
+        match wait.poll(&mut std::task::Context::from_waker(std::task::Waker::noop())) {
+            std::task::Poll::Ready(done) => Some(done.map(|()| self.outcome)),
+            std::task::Poll::Pending => None,
+        }
+    }
+
+    /// The offset the batch waits for, and the sync mode that decides what
+    /// "durable" means for it (a duplicate in [`SyncMode::Async`] waits
+    /// until its range is at least written, to be compared).
+    fn target(&self) -> (u64, SyncMode) {
+        match self.outcome {
             AppendAtOutcome::Appended(a) => (a.next_offset, self.sync_mode),
             AppendAtOutcome::Duplicate(a) if self.sync_mode == SyncMode::Async => {
                 (a.next_offset, SyncMode::OsCacheFlush)
             }
             AppendAtOutcome::Duplicate(a) => (a.next_offset, self.sync_mode),
-        };
-        wait_durable(mode, self.progress, next).await?;
-        Ok(self.outcome)
+        }
     }
 }
 

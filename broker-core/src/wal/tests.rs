@@ -1057,9 +1057,15 @@ fn group_commit_window_is_timed_by_the_injected_clock() {
         nudge_writer(&wal);
         assert_eq!(wal.high_water_mark(), 0, "1 ms before the window closes");
         assert_eq!(storage.sync_count(), syncs);
+        assert!(a.durable_now().is_none(), "not durable: no answer yet");
         clock.advance(1);
         nudge_writer(&wal);
         assert_eq!(wal.high_water_mark(), 2, "the window closed: one group");
+        assert!(
+            matches!(b.durable_now(), Some(Ok(AppendAtOutcome::Appended(x))) if x.next_offset == 2),
+            "durable now, without waiting: {:?}",
+            b.durable_now()
+        );
         assert_eq!(storage.sync_count(), syncs + 1, "one fdatasync for both");
         let durable = tokio::time::timeout(Duration::from_secs(10), async {
             (a.durable().await, b.durable().await)

@@ -7,7 +7,8 @@
 //! the namespace named like that identity. Batches are appended verbatim
 //! with `append_at` and pipelined: the stream keeps reading and enqueuing
 //! while earlier batches are being made durable, and acknowledgements leave
-//! in order, each once its batch is durable per the topic's sync mode, on
+//! in order, each once its batch is durable per the topic's sync mode (one
+//! cumulative `Ack` for every batch found durable together), on
 //! the stream and, for an edge whose Hello asks for it, repeated in a QUIC
 //! datagram
 //! ([`AckDatagram`](tributary_proto::replication::frame::AckDatagram)) that a
@@ -244,21 +245,27 @@ async fn write_loop(
     let mut bytes = BytesMut::new();
     let mut gate: Option<(Arc<crate::cluster::Cluster>, TopicName, u64)> = None;
     let mut progress: Option<Arc<TopicProgress>> = None;
+    // An item taken from `out` by `fold_durable` and not folded.
+    let mut peeked: Option<Out> = None;
     loop {
         let repeat_due = repeats.next_due();
-        let item = tokio::select! {
-            item = out.recv() => match item {
-                Some(item) => item,
-                None => break,
-            },
-            () = sleep_until(repeat_due), if repeat_due.is_some() => {
-                if let Some(datagram) = repeats.due(now()) {
-                    let _ = conn.send_datagram(datagram.to_bytes());
+        let item = match peeked.take() {
+            Some(item) => item,
+            None => tokio::select! {
+                item = out.recv() => match item {
+                    Some(item) => item,
+                    None => break,
+                },
+                () = sleep_until(repeat_due), if repeat_due.is_some() => {
+                    if let Some(datagram) = repeats.due(now()) {
+                        let _ = conn.send_datagram(datagram.to_bytes());
+                    }
+                    continue;
                 }
-                continue;
-            }
+            },
         };
-        // When the batch acknowledged by `frame` was seen durable.
+        // When the batches acknowledged by `frame` were seen durable, and
+        // how many it acknowledges.
         let mut durable_at = None;
         let frame = match item {
             Out::Acknowledger(new) => {
@@ -280,8 +287,11 @@ async fn write_loop(
                         let durable = Instant::now();
                         INGEST_STAGES
                             .observe(Stage::Durable, durable.saturating_duration_since(issued));
-                        durable_at = Some(durable);
-                        let ack = acks.on_stored(a.next_offset);
+                        let (next_offset, folded, next) =
+                            fold_durable(&mut out, a.next_offset, durable);
+                        durable_at = Some((durable, 1 + folded));
+                        peeked = next;
+                        let ack = acks.on_stored(next_offset);
                         if let Some(datagram) = ack.datagram {
                             // Best effort: a full datagram buffer or a lost
                             // datagram leaves the Ack frame below to do the work.
@@ -331,8 +341,11 @@ async fn write_loop(
         if send.write_all(&bytes).await.is_err() {
             return;
         }
-        if let Some(durable) = durable_at {
-            INGEST_STAGES.observe(Stage::Ack, durable.elapsed());
+        if let Some((durable, batches)) = durable_at {
+            let took = durable.elapsed();
+            for _ in 0..batches {
+                INGEST_STAGES.observe(Stage::Ack, took);
+            }
         }
         if last {
             break;
@@ -341,6 +354,37 @@ async fn write_loop(
     let _ = send.finish();
     // Let the peer read everything before the stream is dropped.
     let _ = send.stopped().await;
+}
+
+/// Takes from `out` the acknowledgements queued behind one about to be
+/// sent whose batches are durable already, so that one cumulative `Ack`
+/// (and one datagram) answers them all: under load a stream's batches
+/// often become durable together (one group write), and an `Ack` each
+/// cost the broker and the edge a packet each. Returns the offset to
+/// acknowledge, how many batches were folded, and the first item not
+/// folded (a batch not durable yet, a failed one, or anything else), to be
+/// handled next in order.
+fn fold_durable(
+    out: &mut mpsc::Receiver<Out>,
+    mut next_offset: u64,
+    durable: Instant,
+) -> (u64, usize, Option<Out>) {
+    let mut folded = 0;
+    loop {
+        match out.try_recv() {
+            Ok(Out::Ack(pending, issued)) => match pending.durable_now() {
+                Some(Ok(AppendAtOutcome::Appended(a) | AppendAtOutcome::Duplicate(a))) => {
+                    INGEST_STAGES
+                        .observe(Stage::Durable, durable.saturating_duration_since(issued));
+                    next_offset = next_offset.max(a.next_offset);
+                    folded += 1;
+                }
+                _ => return (next_offset, folded, Some(Out::Ack(pending, issued))),
+            },
+            Ok(other) => return (next_offset, folded, Some(other)),
+            Err(_) => return (next_offset, folded, None),
+        }
+    }
 }
 
 /// The refusal that ends a stream whose topic this broker no longer serves
@@ -722,3 +766,7 @@ async fn handle_stream(
         connection.close(2u32.into(), b"broker lost its lease");
     }
 }
+
+#[cfg(test)]
+#[path = "ingest_tests.rs"]
+mod tests;

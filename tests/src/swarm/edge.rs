@@ -18,6 +18,7 @@ use tributary_proto::replication::edge::{EdgeEvent, EdgeStream, Window};
 use tributary_proto::replication::frame::{self, AckDatagram, Frame};
 
 use super::log::TopicLog;
+use super::measure::TransportTotals;
 
 /// What every edge of a swarm shares.
 #[derive(Debug, Clone)]
@@ -63,6 +64,9 @@ pub struct SimEdge {
     /// The broker's high-water mark of each topic, asked with a fresh
     /// `Hello` once the topic was done (`None`: not asked or no answer).
     pub broker_hwm: Vec<Option<u64>>,
+    /// Transport counters of its connections that carried production
+    /// (the warm-up connection before the swarm's go is left out).
+    pub transport: TransportTotals,
 }
 
 /// Acknowledgement datagrams of one connection, routed by stream id: each
@@ -114,6 +118,7 @@ impl SimEdge {
             connect_failures: 0,
             last_error: None,
             broker_hwm: vec![None; count],
+            transport: TransportTotals::default(),
         }
     }
 
@@ -167,6 +172,9 @@ impl SimEdge {
                 .filter_map(Result::err)
                 .collect();
             let finished = errors.is_empty() && self.all_done();
+            if ctx.go.borrow().is_some() {
+                self.transport.add(&conn.stats());
+            }
             conn.close(0u32.into(), if finished { b"done" } else { b"again" });
             router.abort();
             if finished {
@@ -297,7 +305,10 @@ async fn stream_topic(
                             }
                             topic.resumed(from, Instant::now());
                         }
-                        EdgeEvent::Acked { next_offset } => topic.acknowledged(next_offset, Instant::now()),
+                        EdgeEvent::Acked { next_offset } => {
+                            topic.ack_frames += 1;
+                            topic.acknowledged(next_offset, Instant::now());
+                        }
                         // Progress reports (13 bytes per topic and second
                         // at most) are left out of the swarm's load.
                         // The swarm does not ask for the tip (no

@@ -82,6 +82,9 @@ pub struct TopicLog {
     pub latencies: Latencies,
     /// Streams that ended before the topic was done.
     pub stream_failures: u64,
+    /// `Ack` frames received on its streams (one may acknowledge several
+    /// batches).
+    pub ack_frames: u64,
     /// The last reason a stream ended early.
     pub last_error: Option<String>,
 }
@@ -103,6 +106,7 @@ impl TopicLog {
             in_flight: VecDeque::new(),
             latencies: Latencies::default(),
             stream_failures: 0,
+            ack_frames: 0,
             last_error: None,
         }
     }

@@ -79,6 +79,54 @@ impl ProcSample {
     }
 }
 
+/// QUIC transport counters summed over the swarm's connections, from
+/// each connection's `quinn::ConnectionStats` when it closes: how the
+/// bytes were cut into datagrams and system calls, and how many
+/// acknowledgements and flow-control updates the broker sent for them.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct TransportTotals {
+    /// Datagrams the edges sent.
+    pub datagrams_sent: u64,
+    /// `sendmsg` calls carrying them (fewer than datagrams with GSO).
+    pub send_calls: u64,
+    /// Datagrams the edges received (the broker's ACKs, acknowledgement
+    /// datagrams and frames, flow-control updates).
+    pub datagrams_received: u64,
+    /// QUIC ACK frames the edges received from the broker.
+    pub acks_received: u64,
+    /// `MAX_DATA` and `MAX_STREAM_DATA` frames the edges received
+    /// (flow-control credit).
+    pub credit_updates_received: u64,
+    /// Congestion events (window reductions) at the edges.
+    pub congestion_events: u64,
+    /// Packets the edges declared lost.
+    pub lost_packets: u64,
+}
+
+impl TransportTotals {
+    /// Adds one connection's statistics.
+    pub fn add(&mut self, stats: &quinn::ConnectionStats) {
+        self.datagrams_sent += stats.udp_tx.datagrams;
+        self.send_calls += stats.udp_tx.ios;
+        self.datagrams_received += stats.udp_rx.datagrams;
+        self.acks_received += stats.frame_rx.acks;
+        self.credit_updates_received += stats.frame_rx.max_data + stats.frame_rx.max_stream_data;
+        self.congestion_events += stats.path.congestion_events;
+        self.lost_packets += stats.path.lost_packets;
+    }
+
+    /// Adds another total.
+    pub fn merge(&mut self, other: &TransportTotals) {
+        self.datagrams_sent += other.datagrams_sent;
+        self.send_calls += other.send_calls;
+        self.datagrams_received += other.datagrams_received;
+        self.acks_received += other.acks_received;
+        self.credit_updates_received += other.credit_updates_received;
+        self.congestion_events += other.congestion_events;
+        self.lost_packets += other.lost_packets;
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -37,7 +37,7 @@ use tributary_proto::replication::edge::Window;
 
 use edge::{EdgeContext, SimEdge};
 use log::{Production, TopicLog};
-use measure::{Latencies, ProcSample};
+use measure::{Latencies, ProcSample, TransportTotals};
 
 /// Keep-alive and idle timeout of every simulated edge: the edge agent's
 /// defaults (`[replication] keep_alive_ms`, `idle_timeout_ms`).
@@ -220,6 +220,15 @@ pub struct Report {
     /// The broker's RSS at the end of the hold (every connection idle),
     /// bytes.
     pub broker_rss_held: Option<u64>,
+    /// The swarm's own CPU seconds (this process) over the same interval
+    /// as [`Report::broker_cpu_seconds`]: the load generator shares the
+    /// machine's cores with the broker.
+    pub swarm_cpu_seconds: Option<f64>,
+    /// QUIC counters of the edges' connections that carried production.
+    pub transport: TransportTotals,
+    /// `Ack` frames the edges received (fewer than batches when one
+    /// acknowledges several).
+    pub ack_frames: u64,
 }
 
 impl Report {
@@ -326,6 +335,26 @@ impl Report {
                     b / 1024.0
                 )),
         );
+        if let Some(cpu) = self.swarm_cpu_seconds {
+            out += &format!("swarm (this process) CPU {cpu:.2} s\n");
+        }
+        let t = &self.transport;
+        if t.datagrams_sent > 0 {
+            let batches = self.ack_samples.max(1) as f64;
+            out += &format!(
+                "edges sent {} datagrams in {} sendmsg ({:.1} per batch), received {} datagrams, {} QUIC ACK frames ({:.2} per batch), {} credit updates, {} Ack frames; {} congestion events, {} lost packets\n",
+                t.datagrams_sent,
+                t.send_calls,
+                t.datagrams_sent as f64 / batches,
+                t.datagrams_received,
+                t.acks_received,
+                t.acks_received as f64 / batches,
+                t.credit_updates_received,
+                self.ack_frames,
+                t.congestion_events,
+                t.lost_packets,
+            );
+        }
         for t in self.mismatches().iter().take(10) {
             out += &format!(
                 "NOT EXACT {}: produced {} acked {} broker hwm {:?} last error {:?}\n",
@@ -402,6 +431,7 @@ pub async fn run(config: &SwarmConfig) -> Result<Report, SwarmError> {
         go,
     });
     let sample = || config.broker_pid.and_then(ProcSample::read);
+    let own = || ProcSample::read(std::process::id());
     let at_start = sample();
     let mut tasks = Vec::with_capacity(config.edges);
     let total_topics = config.edges * config.topics_per_edge;
@@ -426,12 +456,14 @@ pub async fn run(config: &SwarmConfig) -> Result<Report, SwarmError> {
     }
     let all_welcomed = started.elapsed();
     let at_go = sample();
+    let own_at_go = own();
     let go_at = Instant::now();
     let _ = go_tx.send(Some(go_at));
     while topics_done.load(Ordering::Relaxed) < total_topics && Instant::now() < ctx.deadline {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     let at_end = sample();
+    let own_at_end = own();
     let mut held = None;
     if let Some(hold) = config.hold {
         let until = (Instant::now() + hold).min(ctx.deadline);
@@ -453,6 +485,9 @@ pub async fn run(config: &SwarmConfig) -> Result<Report, SwarmError> {
         go: at_go,
         end: at_end,
         held,
+        swarm_cpu_seconds: own_at_go
+            .zip(own_at_end)
+            .map(|(a, b)| b.cpu_seconds - a.cpu_seconds),
     };
     Ok(report(
         config,
@@ -471,6 +506,8 @@ struct Samples {
     go: Option<ProcSample>,
     end: Option<ProcSample>,
     held: Option<ProcSample>,
+    /// This process's CPU seconds between `go` and `end`.
+    swarm_cpu_seconds: Option<f64>,
 }
 
 fn report(
@@ -487,7 +524,10 @@ fn report(
     let mut last_ack = go_at;
     let mut first_contact = Some(Duration::ZERO);
     let (mut connects, mut connect_failures, mut stream_failures) = (0, 0, 0);
+    let mut transport = TransportTotals::default();
+    let mut ack_frames = 0;
     for edge in edges {
+        transport.merge(&edge.transport);
         if let Some(setup) = edge.setup {
             setups.push(setup);
         }
@@ -496,6 +536,7 @@ fn report(
         for (topic, hwm) in edge.topics.iter().zip(&edge.broker_hwm) {
             latencies.extend(&topic.latencies);
             stream_failures += topic.stream_failures;
+            ack_frames += topic.ack_frames;
             last_ack = last_ack.max(topic.last_ack.unwrap_or(go_at));
             first_contact = match (first_contact, topic.first_ack) {
                 (Some(max), Some(first)) => Some(max.max(first.saturating_duration_since(started))),
@@ -540,6 +581,9 @@ fn report(
         broker_rss_end: samples.end.map(|s| s.rss_bytes),
         broker_peak_rss: samples.end.map(|s| s.peak_rss_bytes),
         broker_rss_held: samples.held.map(|s| s.rss_bytes),
+        swarm_cpu_seconds: samples.swarm_cpu_seconds,
+        transport,
+        ack_frames,
     }
 }
 
@@ -573,6 +617,15 @@ pub fn report_json(report: &Report) -> serde_json::Value {
         "broker_peak_rss": report.broker_peak_rss,
         "broker_rss_held": report.broker_rss_held,
         "broker_rss_per_connection": report.rss_per_connection(),
+        "swarm_cpu_s": report.swarm_cpu_seconds,
+        "datagrams_sent": report.transport.datagrams_sent,
+        "send_calls": report.transport.send_calls,
+        "datagrams_received": report.transport.datagrams_received,
+        "acks_received": report.transport.acks_received,
+        "credit_updates_received": report.transport.credit_updates_received,
+        "congestion_events": report.transport.congestion_events,
+        "lost_packets": report.transport.lost_packets,
+        "ack_frames": report.ack_frames,
     })
 }
 
