@@ -379,10 +379,12 @@ fn a_damaged_sealed_central_segment_is_reported_refetched_from_the_edge_and_tier
     let damaged = flip_batch(&victim, next / 2);
     eprintln!("flipped 16 bytes of {damaged:?} in {}", victim.display());
 
-    // The broker alone: its scrub finds the damage in the sealed segment.
+    // The broker alone: its scrub finds the damage in the sealed segment,
+    // in a topic nothing opened since the restart (no edge, no consumer:
+    // the scrub opens it).
     pair.broker.start();
-    pair.open_topic();
     assert_reported(&pair, damaged);
+    pair.open_topic();
     // A peek shows the records before the damage and says where it stopped.
     let (status, text) = tribctl(&pair, &["topics", "peek", TOPIC, "-n", "1000"]);
     assert_eq!(status, 0, "{text}");

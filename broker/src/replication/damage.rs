@@ -2,7 +2,10 @@
 //!
 //! - **Found**: a background pass CRC-checks the sealed segments of every
 //!   open topic at a bounded rate (`[wal] scrub_bytes_per_sec`,
-//!   [`Wal::scrub_segment`]); reads find damage too, and opening a WAL
+//!   [`Wal::scrub_segment`]), and opens, one per check, the topics this
+//!   broker serves that nothing opened since it started (so damage in a
+//!   topic nobody reads after a restart is found too); reads find damage
+//!   too, and opening a WAL
 //!   lists a sealed segment whose data file is gone (its index kept) as
 //!   one damaged range. Either way the WAL lists the range once
 //!   ([`Wal::damaged_ranges`]) and logs it once.
@@ -149,6 +152,10 @@ pub struct DamageService {
     attempts: Mutex<HashMap<(TopicName, u64), Attempt>>,
     /// Per topic: the next sealed segment to scrub.
     cursors: Mutex<HashMap<TopicName, u64>>,
+    /// Unopened topics tried in this round of [`DamageService::open_next_unopened`]
+    /// (one that fails to open is tried again in the next round, after the
+    /// others).
+    opened_tried: Mutex<std::collections::HashSet<TopicName>>,
     next_stream: AtomicU64,
     repaired: AtomicU64,
 }
@@ -167,6 +174,23 @@ impl Drop for RouteGuard {
             streams.remove(&self.topic);
         }
     }
+}
+
+/// The first of `candidates` not `tried` in this round (and marks it
+/// tried); `None` ends the round and starts a new one, so a topic that
+/// failed is tried again only after every other one.
+fn next_to_try(
+    candidates: Vec<TopicName>,
+    tried: &mut std::collections::HashSet<TopicName>,
+) -> Option<TopicName> {
+    let next = candidates.into_iter().find(|t| !tried.contains(t));
+    match &next {
+        Some(topic) => {
+            tried.insert(topic.clone());
+        }
+        None => tried.clear(),
+    }
+    next
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -191,6 +215,7 @@ impl DamageService {
             streams: Mutex::new(HashMap::new()),
             attempts: Mutex::new(HashMap::new()),
             cursors: Mutex::new(HashMap::new()),
+            opened_tried: Mutex::new(std::collections::HashSet::new()),
             next_stream: AtomicU64::new(0),
             repaired: AtomicU64::new(0),
         })
@@ -319,8 +344,32 @@ impl DamageService {
                     }
                     service.request_repairs(&topic, &wal).await;
                 }
+                if service.scrub_bytes_per_sec > 0 && debt == 0 {
+                    service.open_next_unopened().await;
+                }
             }
         })
+    }
+
+    /// Opens one topic this broker serves but nobody opened since it
+    /// started, so that the scrub covers it from the next check on: damage
+    /// in a topic no edge, consumer or publish touches after a restart
+    /// would otherwise stay out of `/health` until something reads it.
+    /// Opening is what a consumer's first read does (recovery of the tail,
+    /// the ownership checks); a failure is logged and the topic is tried
+    /// again once every other one was.
+    async fn open_next_unopened(&self) {
+        let unopened = self.topics.served_unopened().await;
+        let topic = next_to_try(unopened, &mut lock(&self.opened_tried));
+        let Some(topic) = topic else {
+            return;
+        };
+        match self.topics.open_existing(&topic, false).await {
+            Ok(wal) => {
+                info!(%topic, high_water_mark = wal.high_water_mark(), "opened a topic nothing had opened since the start, to scrub it");
+            }
+            Err(e) => warn!(%topic, error = %e, "opening a topic to scrub it failed"),
+        }
     }
 
     /// CRC-checks the next sealed segment of `topic`; returns its bytes.
@@ -485,4 +534,26 @@ fn now_ms() -> i64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A topic that keeps failing to open does not hold up the others: each
+    /// round tries every unopened topic once, in order.
+    #[test]
+    fn unopened_topics_are_tried_in_rounds() {
+        let topic = |n: &str| TopicName::new(n).expect("topic name");
+        let (a, b) = (topic("/ns/a"), topic("/ns/b"));
+        let mut tried = std::collections::HashSet::new();
+        let both = || vec![a.clone(), b.clone()];
+        assert_eq!(next_to_try(both(), &mut tried), Some(a.clone()));
+        // `a` failed to open and is still unopened: `b` comes first.
+        assert_eq!(next_to_try(both(), &mut tried), Some(b.clone()));
+        assert_eq!(next_to_try(both(), &mut tried), None, "round over");
+        assert_eq!(next_to_try(both(), &mut tried), Some(a.clone()), "again");
+        // `a` opened meanwhile; `b` is still due in this round.
+        assert_eq!(next_to_try(vec![b.clone()], &mut tried), Some(b.clone()));
+    }
 }

@@ -715,6 +715,24 @@ impl TopicStore {
         out
     }
 
+    /// Topics with a local copy (an ownership marker) that this broker
+    /// serves but has not opened: after a restart nothing reads them until
+    /// an edge, a consumer or a publish comes, so the background scrub
+    /// opens them one at a time ([`super::damage`]). Empty without a cluster.
+    pub async fn served_unopened(&self) -> Vec<TopicName> {
+        let Some(cluster) = self.cluster.get() else {
+            return Vec::new();
+        };
+        let open = self.open.lock().await;
+        let served =
+            |t: &TopicName| matches!(cluster.route(t), crate::cluster::Route::Local { .. });
+        let mut out: Vec<TopicName> = (self.layout.marked_topics().into_iter())
+            .filter_map(|(t, _)| (!open.contains_key(&t) && served(&t)).then_some(t))
+            .collect();
+        out.sort_by(|a, b| a.as_str().cmp(b.as_str()));
+        out
+    }
+
     /// An already open topic's WAL.
     pub async fn get(&self, topic: &TopicName) -> Option<Arc<Wal>> {
         self.open.lock().await.get(topic).cloned()
