@@ -440,6 +440,15 @@ pub fn transport_config_with(
 /// `net.core.rmem_max` / `wmem_max`.
 pub const UDP_BUFFER_BYTES: usize = 4 * 1024 * 1024;
 
+/// Kernel buffer size asked for the broker's ingest socket, bytes, both
+/// directions: one socket takes the datagrams of every edge, and on busy
+/// cores its reader thread is sometimes descheduled long enough to overflow
+/// 4 MiB (at 1,000 edges sending backlogs, 2,318 and 13,709 datagrams
+/// dropped in two runs with 4 MiB, none in two with 16 MiB, 20 % more
+/// records/s; `docs/benchmarks.md`, "Fan-in"). The broker's package raises
+/// `net.core.rmem_max` / `wmem_max` to this (`/usr/lib/sysctl.d/`).
+pub const INGEST_UDP_BUFFER_BYTES: usize = 16 * 1024 * 1024;
+
 /// Binds a UDP socket for a QUIC endpoint on `addr`, with send and receive
 /// buffers of [`UDP_BUFFER_BYTES`] as far as the kernel allows (a smaller
 /// grant is logged once per socket with the sysctl to raise, and is not an
@@ -448,17 +457,29 @@ pub const UDP_BUFFER_BYTES: usize = 4 * 1024 * 1024;
 /// # Errors
 /// The bind error.
 pub fn bind_udp(addr: std::net::SocketAddr) -> std::io::Result<std::net::UdpSocket> {
+    bind_udp_with(addr, UDP_BUFFER_BYTES)
+}
+
+/// [`bind_udp`] asking for `buffer_bytes` instead (the broker's ingest
+/// socket: [`INGEST_UDP_BUFFER_BYTES`]).
+///
+/// # Errors
+/// The bind error.
+pub fn bind_udp_with(
+    addr: std::net::SocketAddr,
+    buffer_bytes: usize,
+) -> std::io::Result<std::net::UdpSocket> {
     let socket = std::net::UdpSocket::bind(addr)?;
     let state = quinn::udp::UdpSocketState::new((&socket).into())?;
-    let _ = state.set_recv_buffer_size((&socket).into(), UDP_BUFFER_BYTES);
-    let _ = state.set_send_buffer_size((&socket).into(), UDP_BUFFER_BYTES);
+    let _ = state.set_recv_buffer_size((&socket).into(), buffer_bytes);
+    let _ = state.set_send_buffer_size((&socket).into(), buffer_bytes);
     // Linux reports twice what it grants (its bookkeeping overhead).
     let granted = state.recv_buffer_size((&socket).into()).unwrap_or(0);
-    if granted < UDP_BUFFER_BYTES {
+    if granted < buffer_bytes {
         tracing::info!(
             %addr,
             granted_bytes = granted,
-            wanted_bytes = UDP_BUFFER_BYTES,
+            wanted_bytes = buffer_bytes,
             "UDP receive buffer capped by the kernel; raise net.core.rmem_max and \
              net.core.wmem_max for fast links"
         );

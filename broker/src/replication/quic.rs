@@ -126,6 +126,17 @@ pub fn server_endpoint(
     addr: SocketAddr,
     state_dir: &Path,
 ) -> Result<quinn::Endpoint, QuicEndpointError> {
+    server_endpoint_with(server, addr, state_dir, broker_core::tls::UDP_BUFFER_BYTES)
+}
+
+/// [`server_endpoint`] whose socket asks the kernel for `buffer_bytes` of
+/// send and receive buffer.
+fn server_endpoint_with(
+    server: quinn::ServerConfig,
+    addr: SocketAddr,
+    state_dir: &Path,
+    buffer_bytes: usize,
+) -> Result<quinn::Endpoint, QuicEndpointError> {
     let key = reset_key(state_dir)?;
     let cid_key = cid_key(&key);
     let mut config = quinn::EndpointConfig::new(Arc::new(key));
@@ -133,7 +144,7 @@ pub fn server_endpoint(
         Box::new(quinn_proto::HashedConnectionIdGenerator::from_key(cid_key))
     });
     let bind = |source| QuicEndpointError::Bind { addr, source };
-    let socket = broker_core::tls::bind_udp(addr).map_err(bind)?;
+    let socket = broker_core::tls::bind_udp_with(addr, buffer_bytes).map_err(bind)?;
     quinn::Endpoint::new(config, Some(server), socket, Arc::new(quinn::TokioRuntime)).map_err(bind)
 }
 
@@ -176,7 +187,9 @@ impl ReceiveThread {
     }
 
     /// [`server_endpoint`] whose socket is registered with, and read on,
-    /// this thread; the endpoint's connections run on the caller's runtime.
+    /// this thread, with the ingest socket's larger kernel buffers
+    /// ([`broker_core::tls::INGEST_UDP_BUFFER_BYTES`]); the endpoint's
+    /// connections run on the caller's runtime.
     ///
     /// # Errors
     /// As [`server_endpoint`].
@@ -187,7 +200,12 @@ impl ReceiveThread {
         state_dir: &Path,
     ) -> Result<quinn::Endpoint, QuicEndpointError> {
         let _inside = self.0.as_ref().map(tokio::runtime::Runtime::enter);
-        server_endpoint(server, addr, state_dir)
+        server_endpoint_with(
+            server,
+            addr,
+            state_dir,
+            broker_core::tls::INGEST_UDP_BUFFER_BYTES,
+        )
     }
 }
 
