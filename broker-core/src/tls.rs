@@ -443,9 +443,9 @@ pub const UDP_BUFFER_BYTES: usize = 4 * 1024 * 1024;
 /// Kernel buffer size asked for the broker's ingest socket, bytes, both
 /// directions: one socket takes the datagrams of every edge, and on busy
 /// cores its reader thread is sometimes descheduled long enough to overflow
-/// 4 MiB (at 1,000 edges sending backlogs, 2,318 and 13,709 datagrams
-/// dropped in two runs with 4 MiB, none in two with 16 MiB, 20 % more
-/// records/s; `docs/benchmarks.md`, "Fan-in"). The broker's package raises
+/// 4 MiB (at 1,000 edges sending backlogs the edges lost 2,318 and 13,709
+/// packets in two runs with 4 MiB, none in two with 16 MiB, which took
+/// 20 % more records/s; `docs/benchmarks.md`, "Fan-in"). The broker's package raises
 /// `net.core.rmem_max` / `wmem_max` to this (`/usr/lib/sysctl.d/`).
 pub const INGEST_UDP_BUFFER_BYTES: usize = 16 * 1024 * 1024;
 
