@@ -723,11 +723,16 @@ impl TopicStore {
         let Some(cluster) = self.cluster.get() else {
             return Vec::new();
         };
-        let open = self.open.lock().await;
-        let served =
-            |t: &TopicName| matches!(cluster.route(t), crate::cluster::Route::Local { .. });
-        let mut out: Vec<TopicName> = (self.layout.marked_topics().into_iter())
-            .filter_map(|(t, _)| (!open.contains_key(&t) && served(&t)).then_some(t))
+        let marked = self.layout.marked_topics();
+        // The open-map lock only for the membership test: openers wait on it.
+        let unopened: Vec<TopicName> = {
+            let open = self.open.lock().await;
+            (marked.into_iter())
+                .filter_map(|(t, _)| (!open.contains_key(&t)).then_some(t))
+                .collect()
+        };
+        let mut out: Vec<TopicName> = (unopened.into_iter())
+            .filter(|t| matches!(cluster.route(t), crate::cluster::Route::Local { .. }))
             .collect();
         out.sort_by(|a, b| a.as_str().cmp(b.as_str()));
         out
