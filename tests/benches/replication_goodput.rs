@@ -10,8 +10,8 @@
 //! mixed with how two processes share two cores.
 //! The bench first runs `cargo build --release -p broker -p edge-agent` (a
 //! no-op when fresh). `INTENT`s default to `event_stream` (central sync mode
-//! `os_cache_flush`) and `task_queue` (`fsync_batch`). About 200 MB per
-//! case; two to three minutes in all, mostly publishing the backlogs.
+//! `os_cache_flush`) and `task_queue` (`fsync_batch`). About 1 GB per
+//! case; three to four minutes in all, mostly publishing the backlogs.
 //!
 //! # What is measured
 //! - **Replication** (the product, real processes): the release `broker` and
@@ -61,8 +61,10 @@ use tributary_tests::cluster::{Pair, try_scrape};
 const VALUE_BYTES: usize = 1024;
 /// Records per published batch (one WAL batch of ~1.07 MB).
 const RECORDS_PER_BATCH: usize = 1024;
-/// Batches in the backlog: ~200 MB of values.
-const BATCHES: usize = 190;
+/// Batches in the backlog: ~1 GB of values, a drain of about two seconds
+/// (with 200 MB the drain took half a second and one run's CPU per GB
+/// varied by a third between runs).
+const BATCHES: usize = 950;
 /// Value bytes of the backlog; also the raw stream's size.
 const PAYLOAD_BYTES: u64 = (BATCHES * RECORDS_PER_BATCH * VALUE_BYTES) as u64;
 /// Interval between polls of the edge's acknowledged offset.
