@@ -95,6 +95,19 @@ impl Client {
         assert_eq!(self.recv().await, Packet::PubRec(v4::PubRec::new(pkid)));
     }
 
+    /// Whether the agent closes this connection within 5 s (EOF; 3.1.1
+    /// has no server DISCONNECT), skipping anything it sent before.
+    async fn closed_by_agent(&mut self) -> bool {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(5);
+        loop {
+            match tokio::time::timeout_at(deadline, self.stream.read_buf(&mut self.buf)).await {
+                Ok(Ok(0)) | Ok(Err(_)) => return true,
+                Ok(Ok(_)) => {}
+                Err(_) => return false,
+            }
+        }
+    }
+
     async fn release(&mut self, pkid: u16) {
         self.send(Packet::PubRel(v4::PubRel::new(pkid))).await;
         assert_eq!(self.recv().await, Packet::PubComp(v4::PubComp::new(pkid)));
@@ -250,4 +263,95 @@ async fn shutdown_with_connected_clients_saves_their_sessions_first() {
         assert_eq!(values, usize::from(round) + 1, "round {round}");
         agent.shutdown().await.unwrap();
     }
+}
+
+/// Session take-over (MQTT 3.1.1 §3.1.4) while the connection holding the
+/// session is busy with a packet: here a resent QoS 2 PUBLISH whose
+/// pending id makes the agent scan 32 MB of WAL. The new connection gets
+/// the session only after the old one finished that packet and let go;
+/// the old one is closed. Before, the new connection took the session from
+/// the store at once, the old one missed the take-over (it was not
+/// waiting for it) and lived on, and when it ended it put its stale
+/// session back over the new one's: the next connection then stored a
+/// resent QoS 2 message a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_taken_over_mid_packet_is_handed_over_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = listener_config(dir.path());
+    let agent = start(config.clone()).await;
+    let value = "x".repeat(1024);
+    for _ in 0..64 {
+        let records = (0..500).map(|_| record(value.as_bytes())).collect();
+        agent
+            .topics()
+            .publish(&name("/e1/t"), records)
+            .await
+            .unwrap();
+    }
+    let bulk = 64 * 500;
+    // pkid 9 is pending from offset 0 and its record is not in the WAL:
+    // its resend scans all of it.
+    let session = json!({"client_id": "dev", "qos2": {
+        "9": {"state": "pending", "topic": "/e1/t", "from": 0},
+    }});
+    agent
+        .topics()
+        .store()
+        .put(&edge::mqtt_session("dev"), session)
+        .await
+        .unwrap();
+    agent.shutdown().await.unwrap();
+
+    let agent = start(config).await;
+    let addr = agent.mqtt_addr().expect("mqtt listener");
+    let (mut old, present) = Client::connect(addr, "dev", false).await;
+    assert!(present);
+    let mut resend = v4::Publish::new("s/a", QoS::ExactlyOnce, b"nine".to_vec());
+    resend.pkid = 9;
+    resend.dup = true;
+    old.send(Packet::Publish(resend)).await;
+    // Pacing, not synchronisation: let the scan start (the outcome below
+    // must hold whenever the take-over lands).
+    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    let (mut new, present) = Client::connect(addr, "dev", false).await;
+    assert!(present);
+    assert!(
+        old.closed_by_agent().await,
+        "the connection whose session was taken over is closed"
+    );
+    new.publish_qos2(9, true, "nine").await; // stored by the old connection
+    new.publish_qos2(11, false, "eleven").await;
+    new.send(Packet::Disconnect).await;
+    // The new connection saves its session as it ends...
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let stored = agent
+            .topics()
+            .store()
+            .get(&edge::mqtt_session("dev"))
+            .await
+            .unwrap();
+        if stored.is_some_and(|s| s["qos2"]["11"]["state"] == json!("received")) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "session not saved");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // ... and only then does the old client's socket close. Pacing: give a
+    // connection that wrongly outlived the take-over time to end and put
+    // its session back.
+    drop(old);
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+
+    let (mut next, present) = Client::connect(addr, "dev", false).await;
+    assert!(present);
+    next.publish_qos2(11, true, "eleven").await; // a resend: not stored again
+    next.release(11).await;
+    next.release(9).await;
+    let values: Vec<Bytes> = read_wal(&agent, "/e1/t", bulk)
+        .into_iter()
+        .map(|(_, r)| r.value)
+        .collect();
+    assert_eq!(values, vec!["nine", "eleven"]);
+    agent.shutdown().await.unwrap();
 }

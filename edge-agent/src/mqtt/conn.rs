@@ -18,7 +18,8 @@ use tributary_proto::Record;
 use super::MqttConfig;
 use super::mapping::{self, HEADER_CONTENT_TYPE, HEADER_MQTT_TOPIC};
 use super::session::{
-    HEADER_CLIENT_ID, HEADER_PACKET_ID, Qos2State, Session, SessionSlot, SessionStore, stored_since,
+    Claim, HEADER_CLIENT_ID, HEADER_PACKET_ID, HeldSession, Qos2State, Session, SessionStore,
+    stored_since,
 };
 use super::stats::MqttStats;
 use super::wire::{self, ConnectIn, DecodeError, Inbound, Outbound, PublishIn, Reason, Version};
@@ -30,6 +31,11 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// A write (an acknowledgement) that does not finish in this time ends
 /// the connection: a client that never reads cannot hold the agent.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a CONNECT waits for the connection that holds its client id's
+/// session to finish the packet it is handling (a write in it may take
+/// [`WRITE_TIMEOUT`]) and let the session go; then CONNACK 0x89 (server
+/// busy), and the client retries.
+pub const TAKEOVER_WAIT: Duration = WRITE_TIMEOUT.saturating_add(Duration::from_secs(5));
 /// Longest client id accepted, bytes.
 pub const MAX_CLIENT_ID_BYTES: usize = 256;
 
@@ -90,7 +96,10 @@ where
     match conn.run(stop).await {
         Ok(()) => debug!(%peer, "mqtt connection closed"),
         Err(close) => {
-            if matches!(close.reason, Reason::Success | Reason::ServerShuttingDown) {
+            if matches!(
+                close.reason,
+                Reason::Success | Reason::ServerShuttingDown | Reason::SessionTakenOver
+            ) {
                 debug!(%peer, reason_code = close.reason as u8, why = %close.why, "mqtt connection ended");
             } else {
                 // The client broke a rule (too large, malformed, a bad topic
@@ -210,7 +219,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
             Ok(_) => return Err(close(Reason::Success, "first packet is not CONNECT")),
             Err(close) => return self.refuse_connect(close).await,
         };
-        let (slot, mut session) = match self.accept(&connect).await {
+        let (mut claim, mut held, mut session) = match self.accept(&connect).await {
             Ok(s) => s,
             Err(close) => return self.refuse_connect(close).await,
         };
@@ -219,7 +228,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
         let result = loop {
             let packet = tokio::select! {
                 p = self.next(wait, false) => p,
-                _ = slot.kick.notified() => break Err(close(Reason::Success, "session taken over")),
+                () = claim.taken_over() => break Err(close(Reason::SessionTakenOver, "session taken over by a new connection")),
                 _ = stop.wait_for(|&s| s) => break Err(close(Reason::ServerShuttingDown, "agent shutting down")),
             };
             let packet = match packet {
@@ -239,7 +248,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
         {
             warn!(error = %e, "mqtt session could not be saved at the end of its connection");
         }
-        *slot.session.lock().await = Some(session);
+        // Only now may a connection that took the session over have it.
+        *held = Some(session);
+        drop(held);
         result
     }
 
@@ -259,7 +270,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
         }
     }
 
-    async fn accept(&mut self, c: &ConnectIn) -> Result<(Arc<SessionSlot>, Session), Close> {
+    async fn accept(&mut self, c: &ConnectIn) -> Result<(Claim, HeldSession, Session), Close> {
         let shared = self.shared;
         if let Some(credentials) = &shared.config.credentials {
             let ok = c
@@ -286,13 +297,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
             c.client_id.clone()
         };
         let slot = shared.sessions.slot(&client_id);
-        slot.kick.notify_waiters();
-        let lock = tokio::time::timeout(Duration::from_secs(5), slot.session.lock()).await;
-        let mut guard = lock.map_err(|_| {
+        let claim = slot.claim();
+        let mut held = slot.acquire(TAKEOVER_WAIT).await.ok_or_else(|| {
             close(Reason::Success, "session still held").with_connack(Reason::ServerBusy)
         })?;
-        let current = guard.take();
-        drop(guard);
+        let current = held.take();
         let (session, present) = SessionStore::open(
             &shared.manager,
             current,
@@ -321,7 +330,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
         .await?;
         shared.stats.count(&shared.stats.connections_accepted);
         debug!(client_id = %client_id, version = match self.version { crate::mqtt::wire::Version::V311 => "3.1.1", crate::mqtt::wire::Version::V5 => "5.0" }, persistent, session_present = present, "mqtt client connected");
-        Ok((slot, session))
+        Ok((claim, held, session))
     }
 
     /// Handles one packet; `Ok(false)` at DISCONNECT.

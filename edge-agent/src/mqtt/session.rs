@@ -19,10 +19,11 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use broker_core::metadata::{MetadataError, MetadataStore};
 use serde::{Deserialize, Serialize};
-use tokio::sync::Notify;
+use tokio::sync::watch;
 use tributary_proto::keys::{TopicName, edge};
 
 use crate::manager::TopicManager;
@@ -98,14 +99,79 @@ pub struct SessionStore {
     live: Mutex<HashMap<String, Arc<SessionSlot>>>,
 }
 
-/// The slot of one client id: its session and the kick that ends the
-/// connection holding it (session take-over).
-#[derive(Debug, Default)]
+/// The slot of one client id: its session, locked by the connection that
+/// owns it for as long as that connection runs, and the generation of its
+/// latest claim.
+///
+/// Take-over (MQTT 3.1.1 §3.1.4 and 5.0 §3.1.4: a CONNECT with the client
+/// id of a connected client ends the older connection): the new
+/// connection [`SessionSlot::claim`]s the slot, which the owner sees at
+/// its next [`Claim::taken_over`] even if it was busy with a packet at
+/// that instant, and then [`SessionSlot::acquire`]s the session, which
+/// the owner hands back only after it finished that packet and saved. So
+/// two connections never hold one session, and the older one cannot write
+/// its state over the newer one's.
+#[derive(Debug)]
 pub struct SessionSlot {
-    /// The session, locked by the connection that owns it.
-    pub session: tokio::sync::Mutex<Option<Session>>,
-    /// Notified when a new connection takes the session over.
-    pub kick: Notify,
+    session: Arc<tokio::sync::Mutex<Option<Session>>>,
+    generation: watch::Sender<u64>,
+}
+
+impl Default for SessionSlot {
+    fn default() -> SessionSlot {
+        SessionSlot {
+            session: Arc::default(),
+            generation: watch::channel(0).0,
+        }
+    }
+}
+
+/// The session of a slot, held by one connection; dropping it hands the
+/// session (as left in it) to the next connection.
+pub type HeldSession = tokio::sync::OwnedMutexGuard<Option<Session>>;
+
+/// One connection's claim on a [`SessionSlot`].
+#[derive(Debug)]
+pub struct Claim {
+    generation: u64,
+    latest: watch::Receiver<u64>,
+}
+
+impl SessionSlot {
+    /// Claims the slot for a new connection: any earlier claim is taken
+    /// over from now on.
+    pub fn claim(&self) -> Claim {
+        let mut generation = 0;
+        self.generation.send_modify(|g| {
+            *g += 1;
+            generation = *g;
+        });
+        Claim {
+            generation,
+            latest: self.generation.subscribe(),
+        }
+    }
+
+    /// The session, once the connection holding it let it go; `None` if
+    /// that takes longer than `wait`.
+    pub async fn acquire(&self, wait: Duration) -> Option<HeldSession> {
+        tokio::time::timeout(wait, self.session.clone().lock_owned())
+            .await
+            .ok()
+    }
+}
+
+impl Claim {
+    /// Resolves once a later connection claimed the slot (at once if one
+    /// already has).
+    pub async fn taken_over(&mut self) {
+        let mine = self.generation;
+        if self.latest.wait_for(|&g| g != mine).await.is_err() {
+            // The slot's sender lives as long as the slot, which this
+            // claim's connection keeps: not reached.
+            std::future::pending::<()>().await;
+        }
+    }
 }
 
 /// The key of `client_id`'s session.
@@ -249,5 +315,53 @@ pub fn stored_since(
                 return true;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A take-over is seen by a connection that was busy when it happened
+    /// (a missed wake-up left two connections on one session), and the new
+    /// connection gets the session only when the old one lets it go, with
+    /// what the old one left in it.
+    #[tokio::test]
+    async fn a_take_over_is_seen_late_and_waits_for_the_session() {
+        let slot = Arc::new(SessionSlot::default());
+        let mut old = slot.claim();
+        let mut held = slot.acquire(Duration::from_secs(1)).await.expect("free");
+        let session = held.insert(Session::default());
+        session.data.client_id = "dev".into();
+
+        let mut new = slot.claim();
+        // The old connection looks only now, after the claim.
+        tokio::time::timeout(Duration::from_secs(1), old.taken_over())
+            .await
+            .expect("the take-over is seen after the fact");
+        assert!(
+            slot.acquire(Duration::from_millis(50)).await.is_none(),
+            "the session is still held"
+        );
+        let waiting = tokio::spawn({
+            let slot = slot.clone();
+            async move { slot.acquire(Duration::from_secs(5)).await }
+        });
+        held.as_mut()
+            .expect("held")
+            .data
+            .qos2
+            .insert(7, Qos2State::Received);
+        drop(held);
+        let handed = waiting.await.expect("task").expect("handed over");
+        let handed = handed.as_ref().expect("the session left in the slot");
+        assert_eq!(handed.data.client_id, "dev");
+        assert_eq!(handed.data.qos2.get(&7), Some(&Qos2State::Received));
+        // The newest claim is not taken over.
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), new.taken_over())
+                .await
+                .is_err()
+        );
     }
 }

@@ -129,6 +129,9 @@ pub enum Reason {
     ServerBusy = 0x89,
     /// 0x8B.
     ServerShuttingDown = 0x8B,
+    /// 0x8E (DISCONNECT only): a new connection with this client id took
+    /// the session over.
+    SessionTakenOver = 0x8E,
     /// 0x90: the topic maps to no Tributary topic.
     TopicNameInvalid = 0x90,
     /// 0x92 (PUBCOMP only).
@@ -438,6 +441,7 @@ fn v5_disconnect(reason: Reason) -> v5::DisconnectReasonCode {
         Reason::NotAuthorized => D::NotAuthorized,
         Reason::ServerBusy => D::ServerBusy,
         Reason::ServerShuttingDown => D::ServerShuttingDown,
+        Reason::SessionTakenOver => D::SessionTakenOver,
         Reason::TopicNameInvalid => D::TopicNameInvalid,
         Reason::ReceiveMaximumExceeded => D::ReceiveMaximumExceeded,
         Reason::TopicAliasInvalid => D::TopicAliasInvalid,
