@@ -114,6 +114,31 @@ impl Client {
     }
 }
 
+/// Waits (at most 5 s) until the stored session of client `dev` passes
+/// `done`.
+async fn wait_for_stored_session(
+    agent: &tributary_edge::agent::Agent,
+    done: impl Fn(&serde_json::Value) -> bool,
+) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let stored = agent
+            .topics()
+            .store()
+            .get(&edge::mqtt_session("dev"))
+            .await
+            .unwrap();
+        if stored.as_ref().is_some_and(&done) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "session not saved: {stored:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 fn with_headers(value: &str, client: &str, pkid: u16) -> Record {
     Record {
         timestamp_ms: NOW_MS as i64,
@@ -174,23 +199,7 @@ async fn qos2_resends_after_a_restart_are_stored_exactly_once() {
     assert_eq!(c.recv().await, Packet::PubComp(v4::PubComp::new(10)));
     c.send(Packet::Disconnect).await;
     // The connection saves its session when it ends.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    loop {
-        let stored = agent
-            .topics()
-            .store()
-            .get(&edge::mqtt_session("dev"))
-            .await
-            .unwrap();
-        if stored.is_some_and(|s| s["qos2"] == json!({})) {
-            break;
-        }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "session not saved at the end"
-        );
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    wait_for_stored_session(&agent, |s| s["qos2"] == json!({})).await;
 
     let values: Vec<Bytes> = read_wal(&agent, "/e1/t", 0)
         .into_iter()
@@ -323,20 +332,7 @@ async fn a_session_taken_over_mid_packet_is_handed_over_whole() {
     new.publish_qos2(11, false, "eleven").await;
     new.send(Packet::Disconnect).await;
     // The new connection saves its session as it ends...
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    loop {
-        let stored = agent
-            .topics()
-            .store()
-            .get(&edge::mqtt_session("dev"))
-            .await
-            .unwrap();
-        if stored.is_some_and(|s| s["qos2"]["11"]["state"] == json!("received")) {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "session not saved");
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+    wait_for_stored_session(&agent, |s| s["qos2"]["11"]["state"] == json!("received")).await;
     // ... and only then does the old client's socket close. Pacing: give a
     // connection that wrongly outlived the take-over time to end and put
     // its session back.
