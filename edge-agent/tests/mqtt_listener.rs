@@ -114,6 +114,23 @@ impl Client {
     }
 }
 
+/// Stores `session` as client `dev`'s (the state a SIGKILL leaves), shuts
+/// `agent` down and starts it again with `config`.
+async fn restart_with_session(
+    agent: tributary_edge::agent::Agent,
+    config: tributary_edge::config::AgentConfig,
+    session: serde_json::Value,
+) -> tributary_edge::agent::Agent {
+    agent
+        .topics()
+        .store()
+        .put(&edge::mqtt_session("dev"), session)
+        .await
+        .unwrap();
+    agent.shutdown().await.unwrap();
+    start(config).await
+}
+
 /// Waits (at most 5 s) until the stored session of client `dev` passes
 /// `done`.
 async fn wait_for_stored_session(
@@ -173,15 +190,7 @@ async fn qos2_resends_after_a_restart_are_stored_exactly_once() {
         "7": {"state": "pending", "topic": "/e1/t", "from": 0},
         "9": {"state": "pending", "topic": "/e1/t", "from": 1},
     }});
-    agent
-        .topics()
-        .store()
-        .put(&edge::mqtt_session("dev"), session)
-        .await
-        .unwrap();
-    agent.shutdown().await.unwrap();
-
-    let agent = start(config.clone()).await;
+    let agent = restart_with_session(agent, config.clone(), session).await;
     let addr = agent.mqtt_addr().expect("mqtt listener");
     let (mut c, present) = Client::connect(addr, "dev", false).await;
     assert!(present, "the stored session is resumed");
@@ -303,15 +312,7 @@ async fn a_session_taken_over_mid_packet_is_handed_over_whole() {
     let session = json!({"client_id": "dev", "qos2": {
         "9": {"state": "pending", "topic": "/e1/t", "from": 0},
     }});
-    agent
-        .topics()
-        .store()
-        .put(&edge::mqtt_session("dev"), session)
-        .await
-        .unwrap();
-    agent.shutdown().await.unwrap();
-
-    let agent = start(config).await;
+    let agent = restart_with_session(agent, config, session).await;
     let addr = agent.mqtt_addr().expect("mqtt listener");
     let (mut old, present) = Client::connect(addr, "dev", false).await;
     assert!(present);
