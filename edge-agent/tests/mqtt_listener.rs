@@ -352,3 +352,63 @@ async fn a_session_taken_over_mid_packet_is_handed_over_whole() {
     assert_eq!(values, vec!["nine", "eleven"]);
     agent.shutdown().await.unwrap();
 }
+
+/// A QoS 2 entry left `pending` (its append completed, the connection
+/// saved nothing since, then the agent died) whose range of the WAL was
+/// acknowledged and deleted before the client resent: the resend is not
+/// stored again. Before, the look-up began at the WAL's new start, did
+/// not find the record and stored a second copy.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resend_whose_range_was_deleted_is_not_stored_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = listener_config(dir.path());
+    // Segments of one batch (1 % of the budget, at least a batch), deleted
+    // once acknowledged.
+    config.limits = small_limits();
+    let t = config.topics.last_mut().expect("the topic");
+    t.disk_budget_bytes = Some(100_000);
+    t.retain_until = Some(tributary_edge::config::RetainUntil::Acknowledged);
+    let agent = start(config.clone()).await;
+    agent
+        .topics()
+        .publish(&name("/e1/t"), vec![with_headers("five", "dev", 5)])
+        .await
+        .unwrap();
+    for i in 0..20 {
+        let value = format!("other {i:>800}");
+        agent
+            .topics()
+            .publish(&name("/e1/t"), vec![record(value.as_bytes())])
+            .await
+            .unwrap();
+    }
+    let topic = agent.topics().topic(&name("/e1/t")).expect("topic");
+    let deleted = agent
+        .topics()
+        .on_acknowledged(&name("/e1/t"), topic.high_water_mark())
+        .await
+        .unwrap()
+        .deleted_segments;
+    assert!(!deleted.is_empty());
+    let start_after = topic.wal().expect("wal").log_start_offset();
+    assert!(
+        start_after > 1,
+        "offset 0 deleted: log starts at {start_after}"
+    );
+    drop(topic);
+    let session = json!({"client_id": "dev", "qos2": {
+        "5": {"state": "pending", "topic": "/e1/t", "from": 0},
+    }});
+    let agent = restart_with_session(agent, config, session).await;
+    let (mut c, present) = Client::connect(agent.mqtt_addr().unwrap(), "dev", false).await;
+    assert!(present);
+    c.publish_qos2(5, true, "five").await;
+    c.release(5).await;
+    let hwm = agent
+        .topics()
+        .topic(&name("/e1/t"))
+        .expect("topic")
+        .high_water_mark();
+    assert_eq!(hwm, 21, "nothing stored");
+    agent.shutdown().await.unwrap();
+}

@@ -12,7 +12,7 @@
 //! `received` id is answered PUBREC without storing; a resend of a
 //! `pending` id (after a restart) scans the topic's WAL from `from` for a
 //! record with the client's id and packet id: found, it is not stored
-//! again. PUBREL forgets the id in memory; the session is written again
+//! again (nor when the WAL was deleted past `from`: [`stored_since`]). PUBREL forgets the id in memory; the session is written again
 //! with the next message and when the connection ends. An entry left on
 //! disk for a released id is harmless: a new message with that id comes
 //! without DUP and replaces it.
@@ -278,6 +278,15 @@ impl Session {
 /// Whether the WAL of `topic` holds, at or above `from`, a record that
 /// `client_id` published with packet id `pkid` (a QoS 2 record stored
 /// before the agent died without recording it).
+///
+/// If the WAL no longer starts at or below `from` (replicated, archived
+/// and deleted, or dropped by `drop_oldest`), the message counts as
+/// stored without a look: an entry is left `pending` on disk either by a
+/// crash right after it was written, when nothing past `from` can have
+/// been archived yet, or by an append that completed on a connection that
+/// saved nothing since (the `received` state is kept in memory). So a
+/// released `from` means the record was appended and has left with its
+/// range; storing the resend would duplicate it.
 pub fn stored_since(
     manager: &TopicManager,
     topic: &TopicName,
@@ -288,9 +297,12 @@ pub fn stored_since(
     let Some(wal) = manager.topic(topic).and_then(|t| t.wal()) else {
         return false;
     };
+    if from < wal.log_start_offset() {
+        return true;
+    }
     let limits = manager.config().limits;
     let pkid_text = pkid.to_string();
-    let mut next = from.max(wal.log_start_offset());
+    let mut next = from;
     loop {
         let batches = match wal.read(next, 1 << 20) {
             Ok(b) if !b.is_empty() => b,
