@@ -114,6 +114,29 @@ impl Client {
     }
 }
 
+/// [`listener_config`] with segments of two records (1 % of the topic's
+/// budget, at least a batch) deleted once acknowledged.
+fn deleting_config(dir: &std::path::Path) -> tributary_edge::config::AgentConfig {
+    let mut config = listener_config(dir);
+    config.limits = small_limits();
+    let t = config.topics.last_mut().expect("the topic");
+    t.disk_budget_bytes = Some(100_000);
+    t.retain_until = Some(tributary_edge::config::RetainUntil::Acknowledged);
+    config
+}
+
+/// Publishes 20 records of about 800 bytes to `/e1/t`.
+async fn publish_others(agent: &tributary_edge::agent::Agent) {
+    for i in 0..20 {
+        let value = format!("other {i:>800}");
+        agent
+            .topics()
+            .publish(&name("/e1/t"), vec![record(value.as_bytes())])
+            .await
+            .unwrap();
+    }
+}
+
 /// Stores `session` as client `dev`'s (the state a SIGKILL leaves), shuts
 /// `agent` down and starts it again with `config`.
 async fn restart_with_session(
@@ -361,27 +384,14 @@ async fn a_session_taken_over_mid_packet_is_handed_over_whole() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_resend_whose_range_was_deleted_is_not_stored_again() {
     let dir = tempfile::tempdir().unwrap();
-    let mut config = listener_config(dir.path());
-    // Segments of one batch (1 % of the budget, at least a batch), deleted
-    // once acknowledged.
-    config.limits = small_limits();
-    let t = config.topics.last_mut().expect("the topic");
-    t.disk_budget_bytes = Some(100_000);
-    t.retain_until = Some(tributary_edge::config::RetainUntil::Acknowledged);
+    let config = deleting_config(dir.path());
     let agent = start(config.clone()).await;
     agent
         .topics()
         .publish(&name("/e1/t"), vec![with_headers("five", "dev", 5)])
         .await
         .unwrap();
-    for i in 0..20 {
-        let value = format!("other {i:>800}");
-        agent
-            .topics()
-            .publish(&name("/e1/t"), vec![record(value.as_bytes())])
-            .await
-            .unwrap();
-    }
+    publish_others(&agent).await;
     let topic = agent.topics().topic(&name("/e1/t")).expect("topic");
     let deleted = agent
         .topics()
@@ -410,5 +420,66 @@ async fn a_resend_whose_range_was_deleted_is_not_stored_again() {
         .expect("topic")
         .high_water_mark();
     assert_eq!(hwm, 21, "nothing stored");
+    agent.shutdown().await.unwrap();
+}
+
+/// A QoS 2 message whose entry a crash left `pending` but whose record
+/// never reached the WAL, resent only after the WAL past its entry was
+/// acknowledged and deleted: stored (once). The agent settles every pending
+/// entry when the listener starts, before anything can delete from a WAL;
+/// looked up only at the resend, the deleted range would have been taken
+/// for the stored record and the message lost.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pending_entries_are_settled_at_start_before_their_range_can_go() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = deleting_config(dir.path());
+    let agent = start(config.clone()).await;
+    agent
+        .topics()
+        .publish(&name("/e1/t"), vec![with_headers("seven", "dev", 7)])
+        .await
+        .unwrap();
+    publish_others(&agent).await;
+    // 7 was stored at offset 0; 9 was about to be stored at 21 when the
+    // agent died.
+    let session = json!({"client_id": "dev", "qos2": {
+        "7": {"state": "pending", "topic": "/e1/t", "from": 0},
+        "9": {"state": "pending", "topic": "/e1/t", "from": 21},
+    }});
+    let agent = restart_with_session(agent, config, session).await;
+    let stored = agent
+        .topics()
+        .store()
+        .get(&edge::mqtt_session("dev"))
+        .await
+        .unwrap()
+        .expect("session");
+    assert_eq!(
+        stored["qos2"],
+        json!({"7": {"state": "received"}}),
+        "settled at start"
+    );
+    // While the client is away the WAL moves on past both entries.
+    publish_others(&agent).await;
+    let topic = agent.topics().topic(&name("/e1/t")).expect("topic");
+    agent
+        .topics()
+        .on_acknowledged(&name("/e1/t"), topic.high_water_mark())
+        .await
+        .unwrap();
+    let log_start = topic.wal().expect("wal").log_start_offset();
+    assert!(log_start > 21, "log starts at {log_start}");
+
+    let (mut c, present) = Client::connect(agent.mqtt_addr().unwrap(), "dev", false).await;
+    assert!(present);
+    c.publish_qos2(9, true, "nine").await;
+    c.publish_qos2(7, true, "seven").await;
+    c.release(9).await;
+    c.release(7).await;
+    let values: Vec<Bytes> = read_wal(&agent, "/e1/t", 41)
+        .into_iter()
+        .map(|(_, r)| r.value)
+        .collect();
+    assert_eq!(values, vec!["nine"], "9 stored once, 7 not again");
     agent.shutdown().await.unwrap();
 }

@@ -48,6 +48,9 @@ pub enum MqttError {
     /// `[mqtt.tls]` could not be loaded.
     #[error("mqtt.tls: {0}")]
     Tls(String),
+    /// The stored sessions' pending QoS 2 messages could not be settled.
+    #[error(transparent)]
+    Session(#[from] session::SessionError),
 }
 
 /// A running MQTT listener (and bridge).
@@ -87,6 +90,15 @@ impl MqttServer {
             addr: config.listen,
             source,
         })?;
+        let settled = session::settle_pending(&manager).await?;
+        if settled != session::Settled::default() {
+            info!(
+                stored = settled.stored,
+                not_stored = settled.not_stored,
+                unreadable = settled.unreadable,
+                "mqtt: settled the QoS 2 messages a crash left pending (stored ones are not stored again on resend)"
+            );
+        }
         let stats = Arc::new(MqttStats::default());
         let bridge = config.bridge.clone().map(|b| {
             tokio::spawn(bridge::run(

@@ -9,13 +9,16 @@
 //! before the append; (2) the record is appended with the headers
 //! `mqtt.client_id` and `mqtt.packet_id` and awaited durable; (3) the entry
 //! becomes `received` in memory and PUBREC is sent. A resend (DUP) of a
-//! `received` id is answered PUBREC without storing; a resend of a
-//! `pending` id (after a restart) scans the topic's WAL from `from` for a
-//! record with the client's id and packet id: found, it is not stored
-//! again (nor when the WAL was deleted past `from`: [`stored_since`]). PUBREL forgets the id in memory; the session is written again
-//! with the next message and when the connection ends. An entry left on
-//! disk for a released id is harmless: a new message with that id comes
-//! without DUP and replaces it.
+//! `received` id is answered PUBREC without storing. The `pending`
+//! entries a crash left are settled when the listener starts
+//! ([`settle_pending`], before anything can append to or delete from a
+//! WAL): the topic's WAL is scanned from `from` for a record with the
+//! client's id and packet id; found, the entry becomes `received`,
+//! absent, it is removed and the resend is stored as a new message.
+//! PUBREL removes the entry and saves the session before the PUBCOMP goes
+//! out, so an id the session knows is a message not yet released; the
+//! `received` state is saved with the session's next save (the next
+//! message, a PUBREL, the connection's end).
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -247,6 +250,77 @@ impl SessionStore {
             present,
         ))
     }
+}
+
+/// What [`settle_pending`] did with the `pending` QoS 2 entries it found.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Settled {
+    /// Found stored (in the WAL, or in a range since deleted): now
+    /// `received`, so a resend is not stored again.
+    pub stored: usize,
+    /// Not in the WAL: removed, so the client's resend is stored as new.
+    pub not_stored: usize,
+    /// Sessions whose stored state could not be decoded (left as they are;
+    /// their client's CONNECT is refused with the reason).
+    pub unreadable: usize,
+}
+
+/// Settles every `pending` QoS 2 entry that a crash left in the stored
+/// sessions, by looking for its record in the topic's WAL
+/// ([`stored_since`]). Run when the listener starts, before any connection,
+/// the local API or the replicator can append to or delete from a WAL: an
+/// entry whose record never reached the WAL is then told apart from one
+/// whose record did, even if its client comes back only after that part of
+/// the WAL was replicated, archived and deleted (a deleted range would
+/// otherwise be taken for a stored record, and the message lost).
+///
+/// # Errors
+/// [`SessionError::Metadata`] if the store cannot be listed or written.
+pub async fn settle_pending(manager: &TopicManager) -> Result<Settled, SessionError> {
+    let stored = manager
+        .store()
+        .list(edge::MQTT_SESSIONS_PREFIX)
+        .await
+        .map_err(|source| SessionError::Metadata {
+            client_id: String::new(),
+            source,
+        })?;
+    let mut settled = Settled::default();
+    for (key, value) in stored {
+        let Ok(mut data) = serde_json::from_value::<SessionData>(value) else {
+            settled.unreadable += 1;
+            tracing::warn!(
+                key,
+                "mqtt session unreadable: left for its client's CONNECT to report"
+            );
+            continue;
+        };
+        let mut changed = false;
+        for (pkid, state) in data.qos2.iter_mut() {
+            let Qos2State::Pending { topic, from } = state else {
+                continue;
+            };
+            let found = TopicName::new(topic.as_str())
+                .is_ok_and(|topic| stored_since(manager, &topic, *from, &data.client_id, *pkid));
+            if found {
+                settled.stored += 1;
+                *state = Qos2State::Received;
+            } else {
+                settled.not_stored += 1;
+            }
+            changed = true;
+        }
+        if changed {
+            data.qos2.retain(|_, state| *state == Qos2State::Received);
+            let session = Session {
+                persistent: true,
+                data,
+                qos1_acked: Default::default(),
+            };
+            session.save(manager).await?;
+        }
+    }
+    Ok(settled)
 }
 
 impl Session {
