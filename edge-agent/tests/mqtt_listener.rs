@@ -483,3 +483,56 @@ async fn pending_entries_are_settled_at_start_before_their_range_can_go() {
     assert_eq!(values, vec!["nine"], "9 stored once, 7 not again");
     agent.shutdown().await.unwrap();
 }
+
+/// The listener keeps in memory only the sessions of connected clients:
+/// anonymous and clean-session clients' sessions end with their
+/// connection, and a persistent one is in the store. Before, every client
+/// id ever seen (each anonymous connection its own) kept its session in
+/// memory for the life of the agent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_leave_memory_when_their_connection_ends() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = start(listener_config(dir.path())).await;
+    let addr = agent.mqtt_addr().expect("mqtt listener");
+    let sessions = || async {
+        let reply = get(agent.local_addr(), "/metrics").await;
+        reply
+            .text
+            .lines()
+            .filter(|l| l.starts_with("tributary_edge_mqtt_sessions_in_memory"))
+            .find_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+            .expect("the gauge")
+    };
+    let (mut kept, _) = Client::connect(addr, "kept", false).await;
+    for i in 0..20 {
+        let (id, clean) = match i % 3 {
+            0 => (String::new(), true),
+            1 => (format!("clean-{i}"), true),
+            _ => (format!("persistent-{i}"), false),
+        };
+        let (mut c, _) = Client::connect(addr, &id, clean).await;
+        c.publish_qos2(1, false, "x").await;
+        c.send(Packet::Disconnect).await;
+        assert!(c.closed_by_agent().await);
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while sessions().await != 1 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{} sessions in memory, 1 client connected",
+            sessions().await
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    kept.send(Packet::Disconnect).await;
+    assert!(kept.closed_by_agent().await);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while sessions().await != 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "sessions left in memory"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    agent.shutdown().await.unwrap();
+}

@@ -18,8 +18,8 @@ use tributary_proto::Record;
 use super::MqttConfig;
 use super::mapping::{self, HEADER_CONTENT_TYPE, HEADER_MQTT_TOPIC};
 use super::session::{
-    Claim, HEADER_CLIENT_ID, HEADER_PACKET_ID, HeldSession, Qos2State, Session, SessionStore,
-    stored_since,
+    Claim, HEADER_CLIENT_ID, HEADER_PACKET_ID, HeldSession, Qos2State, Session, SessionSlot,
+    SessionStore, stored_since,
 };
 use super::stats::MqttStats;
 use super::wire::{self, ConnectIn, DecodeError, Inbound, Outbound, PublishIn, Reason, Version};
@@ -219,10 +219,11 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
             Ok(_) => return Err(close(Reason::Success, "first packet is not CONNECT")),
             Err(close) => return self.refuse_connect(close).await,
         };
-        let (mut claim, mut held, mut session) = match self.accept(&connect).await {
+        let (slot, mut claim, mut held, mut session) = match self.accept(&connect).await {
             Ok(s) => s,
             Err(close) => return self.refuse_connect(close).await,
         };
+        let client_id = session.data.client_id.clone();
         let wait = (connect.keep_alive_s > 0)
             .then(|| Duration::from_millis(u64::from(connect.keep_alive_s) * 1500));
         let result = loop {
@@ -241,16 +242,19 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
                 Err(close) => break Err(close),
             }
         };
-        // The session (QoS 2 state) stays for the next connection with
-        // this client id, persistent or not; a clean start drops it.
+        // A persistent session stays for the next connection with this
+        // client id (saved, and in memory while one waits for it); any
+        // other ends with its connection (MQTT 3.1.1 §3.1.2.4, 5.0
+        // §3.1.2.11.2: session expiry 0).
         if session.persistent
             && let Err(e) = session.save(&self.shared.manager).await
         {
             warn!(error = %e, "mqtt session could not be saved at the end of its connection");
         }
         // Only now may a connection that took the session over have it.
-        *held = Some(session);
+        *held = session.persistent.then_some(session);
         drop(held);
+        self.shared.sessions.release(&client_id, &slot, &claim);
         result
     }
 
@@ -270,7 +274,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
         }
     }
 
-    async fn accept(&mut self, c: &ConnectIn) -> Result<(Claim, HeldSession, Session), Close> {
+    async fn accept(
+        &mut self,
+        c: &ConnectIn,
+    ) -> Result<(Arc<SessionSlot>, Claim, HeldSession, Session), Close> {
         let shared = self.shared;
         if let Some(credentials) = &shared.config.credentials {
             let ok = c
@@ -298,6 +305,25 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
         };
         let slot = shared.sessions.slot(&client_id);
         let claim = slot.claim();
+        match self.resume(c, &client_id, persistent, &slot).await {
+            Ok((held, session)) => Ok((slot, claim, held, session)),
+            Err(close) => {
+                shared.sessions.release(&client_id, &slot, &claim);
+                Err(close)
+            }
+        }
+    }
+
+    /// Takes the session of `slot` over (waiting for its connection to
+    /// let go), opens or starts it per `c` and sends the CONNACK.
+    async fn resume(
+        &mut self,
+        c: &ConnectIn,
+        client_id: &str,
+        persistent: bool,
+        slot: &SessionSlot,
+    ) -> Result<(HeldSession, Session), Close> {
+        let shared = self.shared;
         let mut held = slot.acquire(TAKEOVER_WAIT).await.ok_or_else(|| {
             close(Reason::Success, "session still held").with_connack(Reason::ServerBusy)
         })?;
@@ -305,7 +331,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
         let (session, present) = SessionStore::open(
             &shared.manager,
             current,
-            &client_id,
+            client_id,
             c.clean_start,
             persistent,
         )
@@ -330,7 +356,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
         .await?;
         shared.stats.count(&shared.stats.connections_accepted);
         debug!(client_id = %client_id, version = match self.version { crate::mqtt::wire::Version::V311 => "3.1.1", crate::mqtt::wire::Version::V5 => "5.0" }, persistent, session_present = present, "mqtt client connected");
-        Ok((claim, held, session))
+        Ok((held, session))
     }
 
     /// Handles one packet; `Ok(false)` at DISCONNECT.

@@ -112,8 +112,8 @@ impl MqttServer {
         let shared = Arc::new(conn::Shared {
             manager,
             config,
+            sessions: session::SessionStore::with_gauge(stats.sessions_in_memory.clone()),
             stats: stats.clone(),
-            sessions: Default::default(),
         });
         info!(listen = %local_addr, tls = tls.is_some(), "mqtt listener started");
         let accept = tokio::spawn(accept_loop(listener, tls, shared, stop));

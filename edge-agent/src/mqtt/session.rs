@@ -21,6 +21,7 @@
 //! message, a PUBREL, the connection's end).
 
 use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -100,6 +101,8 @@ pub enum SessionError {
 #[derive(Debug, Default)]
 pub struct SessionStore {
     live: Mutex<HashMap<String, Arc<SessionSlot>>>,
+    /// The number of entries in `live`, for `/metrics`.
+    gauge: Arc<AtomicU64>,
 }
 
 /// The slot of one client id: its session, locked by the connection that
@@ -165,6 +168,11 @@ impl SessionSlot {
 }
 
 impl Claim {
+    /// Whether no later connection claimed the slot.
+    pub fn is_latest(&self) -> bool {
+        *self.latest.borrow() == self.generation
+    }
+
     /// Resolves once a later connection claimed the slot (at once if one
     /// already has).
     pub async fn taken_over(&mut self) {
@@ -183,13 +191,46 @@ pub fn session_key(client_id: &str) -> String {
 }
 
 impl SessionStore {
+    /// An empty store that keeps `gauge` at its number of slots.
+    pub fn with_gauge(gauge: Arc<AtomicU64>) -> SessionStore {
+        SessionStore {
+            live: Mutex::default(),
+            gauge,
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, HashMap<String, Arc<SessionSlot>>> {
         self.live.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The slot of `client_id` (created empty).
     pub fn slot(&self, client_id: &str) -> Arc<SessionSlot> {
-        self.lock().entry(client_id.to_owned()).or_default().clone()
+        let mut live = self.lock();
+        let slot = live.entry(client_id.to_owned()).or_default().clone();
+        self.gauge.store(live.len() as u64, Ordering::Relaxed);
+        slot
+    }
+
+    /// Forgets `client_id`'s slot after its connection (the holder of
+    /// `claim`) ended, unless a later connection claimed it or holds it:
+    /// memory then keeps only the sessions of connected clients and of
+    /// those about to connect (a persistent session is in the store; any
+    /// other ended with its connection). Without this every client id ever
+    /// seen, and every anonymous connection, kept a slot.
+    pub fn release(&self, client_id: &str, slot: &Arc<SessionSlot>, claim: &Claim) {
+        let mut live = self.lock();
+        let ours = live.get(client_id).is_some_and(|s| Arc::ptr_eq(s, slot));
+        // The map's reference and the caller's: nobody else has it, and
+        // taking one (`slot`) needs the lock held here.
+        if ours && claim.is_latest() && Arc::strong_count(slot) == 2 {
+            live.remove(client_id);
+            self.gauge.store(live.len() as u64, Ordering::Relaxed);
+        }
+    }
+
+    /// Client ids with a slot in memory.
+    pub fn live(&self) -> usize {
+        self.lock().len()
     }
 
     /// Loads (or starts) the session of `client_id` for a new connection:
@@ -407,6 +448,40 @@ pub fn stored_since(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A slot is forgotten when its connection ends, unless a later
+    /// connection claimed it or holds it (and is about to claim it).
+    #[test]
+    fn a_slot_is_forgotten_when_its_last_connection_ends() {
+        let store = SessionStore::default();
+        let a = store.slot("a");
+        let claim = a.claim();
+        store.release("a", &a, &claim);
+        assert_eq!(store.live(), 0);
+
+        // Taken over: the old connection's end keeps it.
+        let old = store.slot("a");
+        let old_claim = old.claim();
+        let new = store.slot("a");
+        let new_claim = new.claim();
+        store.release("a", &old, &old_claim);
+        assert_eq!(store.live(), 1);
+        drop(old);
+        store.release("a", &new, &new_claim);
+        assert_eq!(store.live(), 0);
+
+        // A connection that has the slot but has not claimed it yet.
+        let b = store.slot("b");
+        let b_claim = b.claim();
+        let _arriving = store.slot("b");
+        store.release("b", &b, &b_claim);
+        assert_eq!(store.live(), 1);
+        // A slot replaced in the map is not removed by the old one's end.
+        let c = Arc::new(SessionSlot::default());
+        let c_claim = c.claim();
+        store.release("b", &c, &c_claim);
+        assert_eq!(store.live(), 1);
+    }
 
     /// A take-over is seen by a connection that was busy when it happened
     /// (a missed wake-up left two connections on one session), and the new

@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The counters; every field is a monotonic count except
-/// `connections_open`.
+/// `connections_open` and `sessions_in_memory`.
 #[derive(Debug, Default)]
 pub struct MqttStats {
     /// CONNECTs accepted.
@@ -15,6 +15,9 @@ pub struct MqttStats {
     pub connections_refused_limit: AtomicU64,
     /// Connections open now (gauge).
     pub connections_open: AtomicU64,
+    /// Client ids whose session the listener holds in memory now (gauge;
+    /// kept by [`super::session::SessionStore`]).
+    pub sessions_in_memory: std::sync::Arc<AtomicU64>,
     /// CONNECTs refused for a bad username or password.
     pub auth_failures: AtomicU64,
     /// CONNECTs of an unsupported protocol name or level.
@@ -183,6 +186,11 @@ impl MqttStats {
             "tributary_edge_mqtt_connections_open",
             "MQTT connections open now.",
             [(out.labels(&[]), get(&self.connections_open))],
+        );
+        out.gauge(
+            "tributary_edge_mqtt_sessions_in_memory",
+            "MQTT client ids whose session the listener holds in memory now (connected or about to connect).",
+            [(out.labels(&[]), get(&self.sessions_in_memory))],
         );
     }
 }
