@@ -484,11 +484,11 @@ async fn pending_entries_are_settled_at_start_before_their_range_can_go() {
     agent.shutdown().await.unwrap();
 }
 
-/// The listener keeps in memory only the sessions of connected clients:
-/// anonymous and clean-session clients' sessions end with their
-/// connection, and a persistent one is in the store. Before, every client
-/// id ever seen (each anonymous connection its own) kept its session in
-/// memory for the life of the agent.
+/// The listener keeps in memory the sessions of connected clients and the
+/// persistent ones: anonymous and clean-session clients' sessions end with
+/// their connection. Before, every client id ever seen (each anonymous
+/// connection its own) kept its session in memory for the life of the
+/// agent.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_leave_memory_when_their_connection_ends() {
     let dir = tempfile::tempdir().unwrap();
@@ -503,7 +503,7 @@ async fn sessions_leave_memory_when_their_connection_ends() {
             .find_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
             .expect("the gauge")
     };
-    let (mut kept, _) = Client::connect(addr, "kept", false).await;
+    let (mut connected, _) = Client::connect(addr, "connected", true).await;
     for i in 0..20 {
         let (id, clean) = match i % 3 {
             0 => (String::new(), true),
@@ -515,22 +515,23 @@ async fn sessions_leave_memory_when_their_connection_ends() {
         c.send(Packet::Disconnect).await;
         assert!(c.closed_by_agent().await);
     }
+    // 6 persistent sessions and the connected client's.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while sessions().await != 1 {
+    while sessions().await != 7 {
         assert!(
             std::time::Instant::now() < deadline,
-            "{} sessions in memory, 1 client connected",
+            "{} sessions in memory, 7 expected",
             sessions().await
         );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
-    kept.send(Packet::Disconnect).await;
-    assert!(kept.closed_by_agent().await);
+    connected.send(Packet::Disconnect).await;
+    assert!(connected.closed_by_agent().await);
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
-    while sessions().await != 0 {
+    while sessions().await != 6 {
         assert!(
             std::time::Instant::now() < deadline,
-            "sessions left in memory"
+            "the clean session stays in memory"
         );
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }

@@ -243,18 +243,21 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
             }
         };
         // A persistent session stays for the next connection with this
-        // client id (saved, and in memory while one waits for it); any
-        // other ends with its connection (MQTT 3.1.1 §3.1.2.4, 5.0
-        // §3.1.2.11.2: session expiry 0).
+        // client id (saved, and in memory for the QoS 1 redelivery count);
+        // any other ends with its connection (MQTT 3.1.1 §3.1.2.4, 5.0
+        // §3.1.2.11.2: session expiry 0), and so does its slot.
         if session.persistent
             && let Err(e) = session.save(&self.shared.manager).await
         {
             warn!(error = %e, "mqtt session could not be saved at the end of its connection");
         }
         // Only now may a connection that took the session over have it.
-        *held = session.persistent.then_some(session);
+        let persistent = session.persistent;
+        *held = persistent.then_some(session);
         drop(held);
-        self.shared.sessions.release(&client_id, &slot, &claim);
+        if !persistent {
+            self.shared.sessions.release(&client_id, &slot, &claim);
+        }
         result
     }
 

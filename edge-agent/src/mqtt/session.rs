@@ -212,11 +212,10 @@ impl SessionStore {
     }
 
     /// Forgets `client_id`'s slot after its connection (the holder of
-    /// `claim`) ended, unless a later connection claimed it or holds it:
-    /// memory then keeps only the sessions of connected clients and of
-    /// those about to connect (a persistent session is in the store; any
-    /// other ended with its connection). Without this every client id ever
-    /// seen, and every anonymous connection, kept a slot.
+    /// `claim`) ended without a session to keep (not persistent, or its
+    /// CONNECT failed), unless a later connection claimed it or holds it.
+    /// Without this every client id ever seen, and every anonymous
+    /// connection, kept a slot.
     pub fn release(&self, client_id: &str, slot: &Arc<SessionSlot>, claim: &Claim) {
         let mut live = self.lock();
         let ours = live.get(client_id).is_some_and(|s| Arc::ptr_eq(s, slot));

@@ -189,7 +189,7 @@ impl MqttStats {
         );
         out.gauge(
             "tributary_edge_mqtt_sessions_in_memory",
-            "MQTT client ids whose session the listener holds in memory now (connected or about to connect).",
+            "MQTT client ids whose session the listener holds in memory now: connected clients and persistent sessions.",
             [(out.labels(&[]), get(&self.sessions_in_memory))],
         );
     }
