@@ -660,6 +660,79 @@ fn start_mosquitto(dir: &std::path::Path) -> (Proc, SocketAddr) {
     (proc, addr)
 }
 
+/// Publishes `sensors/warmup` to the local broker until the agent's bridge
+/// stored one (bounded: 30 s): its persistent session exists from then on,
+/// and the local broker queues for it. Returns the messages published.
+fn bridge_warm_up(edge: &MqttEdge, broker: SocketAddr) -> u64 {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut warmups = 0u64;
+    loop {
+        let out = mosquitto_pub(broker, &["-q", "1", "-t", "sensors/warmup", "-m", "warmup"]);
+        assert!(out.status.success(), "mosquitto_pub: {out:?}");
+        warmups += 1;
+        let metrics = try_scrape(&format!("http://{}/metrics", edge.api)).unwrap_or_default();
+        if metric_value(&metrics, "tributary_edge_mqtt_bridge_records_total").unwrap_or(0) > 0 {
+            return warmups;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the bridge never stored a message"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// A bridged message whose record is over `max_record_bytes` (1 MiB by
+/// default) can never be stored: the bridge acknowledges it to the local
+/// broker, logs and counts it, and goes on with the messages behind it.
+/// Before, it retried the first one every 500 ms for ever, and a message
+/// over the bridge's old packet limit (1 MiB + 64 KiB) ended every
+/// connection while being read: either stalled every message after it.
+#[test]
+fn mqtt_bridge_acknowledges_a_message_too_large_to_store_and_goes_on() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut mosquitto, broker) = start_mosquitto(dir.path());
+    let extra = format!(
+        "{RULES}\n[mqtt.bridge]\naddress = \"{broker}\"\nclient_id = \"edge-bridge\"\nsubscriptions = [\"sensors/#\"]\n"
+    );
+    let mut edge = MqttEdge::new(dir.path(), "event_stream", &extra);
+    edge.start();
+    let warmups = bridge_warm_up(&edge, broker);
+    for (name, bytes) in [("big", 1 << 20), ("huge", 2 << 20)] {
+        let file = dir.path().join(name);
+        std::fs::write(&file, vec![b'x'; bytes]).expect("payload file");
+        let file = file.to_string_lossy().into_owned();
+        let out = mosquitto_pub(broker, &["-q", "1", "-t", "sensors/big", "-f", &file]);
+        assert!(out.status.success(), "mosquitto_pub: {out:?}");
+        let after = format!("after-{name}");
+        let out = mosquitto_pub(broker, &["-q", "1", "-t", "sensors/after", "-m", &after]);
+        assert!(out.status.success(), "mosquitto_pub: {out:?}");
+    }
+    let client = Pair::api_client(edge.api);
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while client.edge_offsets().map_or(0, |(h, _)| h) < warmups + 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the bridge stalled behind the message too large to store"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let metrics = try_scrape(&format!("http://{}/metrics", edge.api)).expect("metrics");
+    assert_eq!(
+        metric_value(&metrics, "tributary_edge_mqtt_records_too_large_total"),
+        Some(2)
+    );
+    assert_eq!(edge.edge.terminate(), Some(0));
+    mosquitto.kill();
+    let records = read_records(&edge.wal_dir("readings"));
+    let stored: Vec<String> = records
+        .iter()
+        .map(|(_, r)| String::from_utf8_lossy(&r.value).into_owned())
+        .filter(|v| v != "warmup")
+        .collect();
+    assert_eq!(stored, ["after-big", "after-huge"]);
+}
+
 #[test]
 fn mqtt_bridge_loses_nothing_published_with_qos1_across_10_agent_sigkills() {
     const KILLS: usize = 10;
@@ -671,24 +744,7 @@ fn mqtt_bridge_loses_nothing_published_with_qos1_across_10_agent_sigkills() {
     );
     let mut edge = MqttEdge::new(dir.path(), "event_stream", &extra);
     edge.start();
-    // The bridge's persistent session exists once a message comes
-    // through: from then on the local broker queues for it.
-    let deadline = Instant::now() + Duration::from_secs(30);
-    let mut warmups = 0u64;
-    loop {
-        let out = mosquitto_pub(broker, &["-q", "1", "-t", "sensors/warmup", "-m", "warmup"]);
-        assert!(out.status.success(), "mosquitto_pub: {out:?}");
-        warmups += 1;
-        let metrics = try_scrape(&format!("http://{}/metrics", edge.api)).unwrap_or_default();
-        if metric_value(&metrics, "tributary_edge_mqtt_bridge_records_total").unwrap_or(0) > 0 {
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the bridge never stored a message"
-        );
-        std::thread::sleep(Duration::from_millis(200));
-    }
+    let warmups = bridge_warm_up(&edge, broker);
     let args = json!({"host": "127.0.0.1", "port": broker.port(), "client_id": "bridge-pub",
         "protocol": 3, "qos": 1, "count": COUNT, "topic": "sensors/bridge", "prefix": "b-",
         "clean": true, "pace_s": 0.003, "deadline_s": 120});

@@ -5,7 +5,10 @@
 //! i.e. once its record is durable. A message the agent did not
 //! acknowledge (it crashed, the disk budget is full) stays queued in the
 //! local broker's session and is delivered again: at least once, nothing
-//! lost; a crash between the append and the PUBACK stores it twice.
+//! lost; a crash between the append and the PUBACK stores it twice. A
+//! message that can never be stored (its record over `max_record_bytes`,
+//! or its topic matching no rule) is acknowledged, logged and counted, so
+//! it cannot hold up the queue behind it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -19,10 +22,18 @@ use tributary_proto::Record;
 use super::config::BridgeConfig;
 use super::mapping::{self, HEADER_MQTT_TOPIC, MappingRule};
 use super::stats::MqttStats;
-use crate::manager::TopicManager;
+use crate::manager::{TopicError, TopicManager};
+use crate::topic::PublishError;
 
 /// Pause before retrying a publish the agent refused (a full budget).
 const RETRY: Duration = Duration::from_millis(500);
+/// Largest MQTT packet the bridge reads, bytes: the protocol's largest
+/// Remaining Length (MQTT 3.1.1 §2.2.3). A smaller limit would make a
+/// larger message queued at the local broker end every connection while
+/// being read, and be delivered again, for ever: the bridge reads it and
+/// refuses it as too large instead (bound the local broker's
+/// `message_size_limit` where memory is tight).
+const MAX_INCOMING_PACKET: usize = 268_435_455;
 
 /// Runs the bridge until `stop` turns true.
 pub async fn run(
@@ -36,8 +47,7 @@ pub async fn run(
     options.set_clean_session(false);
     options.set_manual_acks(true);
     options.set_keep_alive(Duration::from_secs(30));
-    let limit = manager.config().limits.max_record_bytes as usize + 65_536;
-    options.set_max_packet_size(limit, 65_536);
+    options.set_max_packet_size(MAX_INCOMING_PACKET, 65_536);
     if let Some((user, password)) = &config.login {
         options.set_credentials(user.clone(), password.clone());
     }
@@ -116,6 +126,16 @@ async fn store(
                 stats.count(&stats.bridge_records);
                 stats.count(&stats.records_stored);
                 stats.add(&stats.bytes_stored, p.payload.len() as u64);
+                return true;
+            }
+            Err(TopicError::Publish(PublishError::TooLarge { .. })) => {
+                stats.count(&stats.records_too_large);
+                warn!(
+                    mqtt_topic = %p.topic,
+                    payload_bytes = p.payload.len(),
+                    max_record_bytes = manager.config().limits.max_record_bytes,
+                    "mqtt bridge: a message too large to store is acknowledged to the local broker and dropped (counted in tributary_edge_mqtt_records_too_large_total)"
+                );
                 return true;
             }
             Err(e) => {
