@@ -537,3 +537,128 @@ async fn sessions_leave_memory_when_their_connection_ends() {
     }
     agent.shutdown().await.unwrap();
 }
+
+/// A client that trickles its CONNECT a byte at a time is closed once the
+/// CONNECT time (10 s) has passed in all: before, each byte restarted it,
+/// so a few such sockets held every `max_connections` place without
+/// authenticating.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connect_trickled_byte_by_byte_is_cut_off_after_the_connect_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = start(listener_config(dir.path())).await;
+    let mut connect = BytesMut::new();
+    Packet::Connect(v4::Connect::new("slow"))
+        .write(&mut connect, 1 << 20)
+        .unwrap();
+    let mut stream = TcpStream::connect(agent.mqtt_addr().unwrap())
+        .await
+        .unwrap();
+    let started = std::time::Instant::now();
+    let mut sent = 0;
+    let closed_after = loop {
+        // Never the last byte: the CONNECT stays incomplete.
+        if sent + 1 < connect.len() {
+            if stream.write_all(&connect[sent..=sent]).await.is_err() {
+                break started.elapsed();
+            }
+            sent += 1;
+        }
+        let mut byte = [0u8; 1];
+        match tokio::time::timeout(std::time::Duration::from_secs(2), stream.read(&mut byte)).await
+        {
+            Ok(Ok(0)) | Ok(Err(_)) => break started.elapsed(),
+            Ok(Ok(_)) => panic!("an answer to an incomplete CONNECT"),
+            Err(_) => {}
+        }
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(16),
+            "still open after {sent} bytes in {:?}",
+            started.elapsed()
+        );
+    };
+    assert!(
+        closed_after >= std::time::Duration::from_secs(9),
+        "closed after {closed_after:?}"
+    );
+    agent.shutdown().await.unwrap();
+}
+
+/// A 5.0 PUBLISH with a user property named like the agent's own headers
+/// (`mqtt.` and more) is refused with 0x83 and nothing is stored: a
+/// client could otherwise write another client's `mqtt.client_id` and
+/// `mqtt.packet_id`, which the QoS 2 crash recovery looks for, and make
+/// that client's resend look stored (lost), or hide its own (stored twice,
+/// as a fresh-user trial showed). Other user properties are kept.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_property_named_like_the_agents_headers_is_refused() {
+    use rumqttc::v5::mqttbytes::v5 as m5;
+    let dir = tempfile::tempdir().unwrap();
+    let agent = start(listener_config(dir.path())).await;
+    let mut stream = TcpStream::connect(agent.mqtt_addr().unwrap())
+        .await
+        .unwrap();
+    let mut buf = BytesMut::new();
+    let mut exchange = async |packet: m5::Packet| {
+        let mut out = BytesMut::new();
+        packet.write(&mut out, None).unwrap();
+        stream.write_all(&out).await.unwrap();
+        loop {
+            match m5::Packet::read(&mut buf, None) {
+                Ok(p) => return p,
+                Err(rumqttc::v5::mqttbytes::Error::InsufficientBytes(_)) => {}
+                Err(e) => panic!("decode: {e}"),
+            }
+            let n =
+                tokio::time::timeout(std::time::Duration::from_secs(5), stream.read_buf(&mut buf))
+                    .await
+                    .expect("an answer within 5 s")
+                    .unwrap();
+            assert!(n > 0, "connection closed");
+        }
+    };
+    let connect = m5::Connect {
+        keep_alive: 60,
+        client_id: "props".into(),
+        clean_start: true,
+        properties: None,
+    };
+    assert!(matches!(
+        exchange(m5::Packet::Connect(connect, None, None)).await,
+        m5::Packet::ConnAck(_)
+    ));
+    for (pkid, (name, value)) in [(1u16, ("mqtt.packet_id", "5")), (2, ("site", "north"))] {
+        let properties = m5::PublishProperties {
+            user_properties: vec![(name.into(), value.into())],
+            ..Default::default()
+        };
+        let mut publish = m5::Publish::new(
+            "s/a",
+            rumqttc::v5::mqttbytes::QoS::AtLeastOnce,
+            name,
+            Some(properties),
+        );
+        publish.pkid = pkid;
+        match exchange(m5::Packet::Publish(publish)).await {
+            m5::Packet::PubAck(ack) => {
+                let want = if pkid == 1 {
+                    m5::PubAckReason::ImplementationSpecificError
+                } else {
+                    m5::PubAckReason::Success
+                };
+                assert_eq!((ack.pkid, ack.reason), (pkid, want));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    let records = read_wal(&agent, "/e1/t", 0);
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].1.value, "site");
+    assert!(
+        records[0]
+            .1
+            .headers
+            .iter()
+            .any(|(n, v)| n == "site" && v == "north")
+    );
+    agent.shutdown().await.unwrap();
+}

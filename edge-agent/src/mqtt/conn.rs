@@ -36,6 +36,10 @@ pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// [`WRITE_TIMEOUT`]) and let the session go; then CONNACK 0x89 (server
 /// busy), and the client retries.
 pub const TAKEOVER_WAIT: Duration = WRITE_TIMEOUT.saturating_add(Duration::from_secs(5));
+/// User property names beginning with this are refused: the agent's own
+/// record headers ([`HEADER_MQTT_TOPIC`], [`HEADER_CLIENT_ID`],
+/// [`HEADER_PACKET_ID`]) begin with it.
+pub const RESERVED_HEADER_PREFIX: &str = "mqtt.";
 /// Longest client id accepted, bytes.
 pub const MAX_CLIENT_ID_BYTES: usize = 256;
 
@@ -141,9 +145,16 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
         }
     }
 
-    /// Reads until a packet decodes (or `wait` passes, or EOF).
+    /// Reads until a packet decodes, or EOF, or `wait` passes: for the
+    /// first packet (the CONNECT) in all, so that a client trickling bytes
+    /// cannot hold a `max_connections` place before it authenticated; for
+    /// later packets between reads (the keep-alive: a large PUBLISH on a
+    /// slow link may take longer than it, as with other brokers).
     async fn next(&mut self, wait: Option<Duration>, first: bool) -> Result<Inbound, Close> {
         let max = self.shared.config.max_packet_bytes;
+        let connect_deadline = wait
+            .filter(|_| first)
+            .map(|wait| tokio::time::Instant::now() + wait);
         loop {
             let decoded = if first {
                 wire::decode_first(&mut self.buf, max).map(|(v, p)| {
@@ -159,13 +170,19 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
                 Err(e) => return Err(self.decode_failure(e, first)),
             }
             let read = self.stream.read_buf(&mut self.buf);
-            let n = match wait {
-                Some(wait) => match tokio::time::timeout(wait, read).await {
+            let deadline =
+                connect_deadline.or_else(|| wait.map(|wait| tokio::time::Instant::now() + wait));
+            let n = match deadline {
+                Some(at) => match tokio::time::timeout_at(at, read).await {
                     Ok(r) => r,
                     Err(_) => {
                         return Err(close(
                             Reason::Success,
-                            "keep-alive timeout: nothing received",
+                            if first {
+                                "no whole CONNECT in time"
+                            } else {
+                                "keep-alive timeout: nothing received"
+                            },
                         ));
                     }
                 },
@@ -447,6 +464,22 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
         if let Err(why) = mapping::check_topic_name(mqtt_topic) {
             stats.count(&stats.malformed_packets);
             return Err(close(Reason::TopicNameInvalid, why));
+        }
+        if let Some((name, _)) = p
+            .user_properties
+            .iter()
+            .find(|(name, _)| name.starts_with(RESERVED_HEADER_PREFIX))
+        {
+            // The agent's own headers (`mqtt.topic`, and the QoS 2 dedupe
+            // pair that a crash recovery looks for) must not be written by
+            // a client: another client's `mqtt.client_id` and
+            // `mqtt.packet_id` would make its resend look stored.
+            stats.count(&stats.reserved_property_refused);
+            let why = format!(
+                "user property {name:?}: names beginning with {RESERVED_HEADER_PREFIX:?} are the agent's own headers"
+            );
+            info!(%why, "mqtt publish refused, not acknowledged");
+            return self.refuse(&p, Reason::ImplementationSpecific, why).await;
         }
         let Some(topic) = mapping::map_topic(&shared.config.rules, mqtt_topic).cloned() else {
             stats.count(&stats.unmapped_refused);

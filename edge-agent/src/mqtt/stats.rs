@@ -39,6 +39,8 @@ pub struct MqttStats {
     /// PUBLISHes refused: their record (payload, topic header, properties)
     /// is over the agent's `max_record_bytes` (0x83).
     pub records_too_large: AtomicU64,
+    /// PUBLISHes refused: a user property name begins with `mqtt.` (0x83).
+    pub reserved_property_refused: AtomicU64,
     /// QoS 1 resends (DUP) of a packet id already stored and acknowledged
     /// on this session since the agent started: stored again.
     pub qos1_redeliveries: AtomicU64,
@@ -76,7 +78,7 @@ impl MqttStats {
     /// Adds the `tributary_edge_mqtt_*` families to `out`.
     pub fn add_to(&self, out: &mut crate::metrics::Exposition) {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        let counters: [(&str, &str, u64); 17] = [
+        let counters: [(&str, &str, u64); 18] = [
             (
                 "connections",
                 "MQTT CONNECT packets the listener accepted.",
@@ -131,6 +133,11 @@ impl MqttStats {
                 "records_too_large",
                 "PUBLISH packets refused because their record is over max_record_bytes.",
                 get(&self.records_too_large),
+            ),
+            (
+                "reserved_property_refused",
+                "PUBLISH packets refused because a user property name begins with mqtt. (the agent's own headers).",
+                get(&self.reserved_property_refused),
             ),
             (
                 "qos1_redeliveries",

@@ -205,6 +205,7 @@ fn v5_error(e: v5b::Error) -> DecodeError {
 /// # Errors
 /// [`DecodeError`]; [`DecodeError::Incomplete`] leaves `buf` untouched.
 pub fn decode_first(buf: &mut BytesMut, max: u32) -> Result<(Version, Inbound), DecodeError> {
+    whole_frame(buf, max)?;
     let mut probe = buf.clone();
     match v5::Packet::read(&mut probe, Some(max)) {
         Ok(packet) => {
@@ -212,10 +213,38 @@ pub fn decode_first(buf: &mut BytesMut, max: u32) -> Result<(Version, Inbound), 
             Ok((Version::V5, from_v5(packet)))
         }
         Err(v5b::Error::InvalidProtocolLevel(4)) => {
-            let packet = v4::Packet::read(buf, max as usize).map_err(v4_error)?;
+            let packet =
+                v4::Packet::read(buf, max as usize).map_err(|e| within_frame(v4_error(e)))?;
             Ok((Version::V311, from_v4(packet)))
         }
+        Err(e) => Err(within_frame(fix_max(v5_error(e), max))),
+    }
+}
+
+/// Checks that `buf` starts with a whole packet as its fixed header frames
+/// it (the same in 3.1.1 and 5.0), at most `max` bytes of remaining length:
+/// [`DecodeError::Incomplete`] until then. Called before the codec reads a
+/// packet, so that a codec's "insufficient bytes" is known to come from
+/// inside a whole frame ([`within_frame`]), and what a client may make the
+/// agent buffer is one frame of at most `max` bytes.
+fn whole_frame(buf: &BytesMut, max: u32) -> Result<(), DecodeError> {
+    match v5::check(buf.iter(), Some(max)) {
+        Ok(_) => Ok(()),
         Err(e) => Err(fix_max(v5_error(e), max)),
+    }
+}
+
+/// The codec's error for a packet [`whole_frame`] found complete: a field
+/// that runs past the packet's end (e.g. a CONNECT without its property
+/// length) is malformed, not a reason to wait for more bytes. Waiting made
+/// the agent buffer without bound before any authentication, and drop a
+/// malformed PUBLISH without a word.
+fn within_frame(e: DecodeError) -> DecodeError {
+    match e {
+        DecodeError::Incomplete => {
+            DecodeError::Malformed("a field runs past the end of its packet".into())
+        }
+        other => other,
     }
 }
 
@@ -231,10 +260,11 @@ fn fix_max(e: DecodeError, max: u32) -> DecodeError {
 /// # Errors
 /// [`DecodeError`]; [`DecodeError::Incomplete`] leaves `buf` untouched.
 pub fn decode(version: Version, buf: &mut BytesMut, max: u32) -> Result<Inbound, DecodeError> {
+    whole_frame(buf, max)?;
     match version {
         Version::V311 => v4::Packet::read(buf, max as usize)
             .map(from_v4)
-            .map_err(|e| fix_max(v4_error(e), max)),
+            .map_err(|e| within_frame(fix_max(v4_error(e), max))),
         Version::V5 => {
             // MQTT 5 §3.14.2.1: a DISCONNECT with reason 0x00 and no
             // properties may have remaining length 0 (paho sends that);
@@ -245,7 +275,7 @@ pub fn decode(version: Version, buf: &mut BytesMut, max: u32) -> Result<Inbound,
             }
             v5::Packet::read(buf, Some(max))
                 .map(from_v5)
-                .map_err(|e| fix_max(v5_error(e), max))
+                .map_err(|e| within_frame(fix_max(v5_error(e), max)))
         }
     }
 }
@@ -586,6 +616,41 @@ mod tests {
             decode_first(&mut buf, 8),
             Err(DecodeError::TooLarge { size: 12, max: 8 })
         ));
+    }
+
+    /// A packet whose fixed header frames it completely but whose content
+    /// runs past its end is malformed. The codec says "insufficient bytes"
+    /// for it, which was taken for "wait for more": a 5.0 CONNECT without
+    /// its property length made the agent buffer whatever followed,
+    /// without bound and before any authentication (a fresh-user trial
+    /// grew the agent from 9 to 225 MiB), and a malformed 5.0 PUBLISH
+    /// vanished without a DISCONNECT.
+    #[test]
+    fn a_field_past_the_end_of_its_packet_is_malformed() {
+        // CONNECT level 5 whose packet ends after the keep-alive: no
+        // property length, no client id.
+        let connect = [0x10, 10, 0, 4, b'M', b'Q', b'T', b'T', 5, 2, 0, 60];
+        let mut buf = BytesMut::from(&connect[..]);
+        buf.extend_from_slice(&[0u8; 4096]);
+        assert!(matches!(
+            decode_first(&mut buf, 1024),
+            Err(DecodeError::Malformed(_))
+        ));
+        // PUBLISH QoS 0, topic length 9 in a packet of 3 bytes.
+        let mut buf = BytesMut::from(&[0x30u8, 3, 0, 9, b's'][..]);
+        buf.extend_from_slice(&[0xC0, 0x00]);
+        for version in [Version::V5, Version::V311] {
+            assert!(
+                matches!(
+                    decode(version, &mut buf.clone(), 1024),
+                    Err(DecodeError::Malformed(_))
+                ),
+                "{version:?}"
+            );
+        }
+        // A frame not yet whole is still incomplete, however it starts.
+        let mut part = BytesMut::from(&connect[..10]);
+        assert_eq!(decode_first(&mut part, 1024), Err(DecodeError::Incomplete));
     }
 
     #[test]
