@@ -662,3 +662,30 @@ async fn a_user_property_named_like_the_agents_headers_is_refused() {
     );
     agent.shutdown().await.unwrap();
 }
+
+/// A clean session ends with its connection (3.1.1 §3.1.2.4): a later
+/// CONNECT of that client id without a clean session finds no session,
+/// and a message reusing a packet id of the old one is new and stored.
+/// Before, the old session stayed in memory and was resumed (session
+/// present), and the new message was taken for a resend: acknowledged
+/// (PUBREC, PUBCOMP) and never stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clean_session_ends_with_its_connection() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = start(listener_config(dir.path())).await;
+    let addr = agent.mqtt_addr().unwrap();
+    let (mut c, _) = Client::connect(addr, "c1", true).await;
+    c.publish_qos2(1, false, "first").await; // no PUBREL
+    c.send(Packet::Disconnect).await;
+    assert!(c.closed_by_agent().await);
+    let (mut c, present) = Client::connect(addr, "c1", false).await;
+    assert!(!present, "the clean session ended with its connection");
+    c.publish_qos2(1, false, "second").await;
+    c.release(1).await;
+    let values: Vec<Bytes> = read_wal(&agent, "/e1/t", 0)
+        .into_iter()
+        .map(|(_, r)| r.value)
+        .collect();
+    assert_eq!(values, vec!["first", "second"]);
+    agent.shutdown().await.unwrap();
+}
