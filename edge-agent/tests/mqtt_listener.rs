@@ -591,54 +591,17 @@ async fn a_connect_trickled_byte_by_byte_is_cut_off_after_the_connect_time() {
 /// as a fresh-user trial showed). Other user properties are kept.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_user_property_named_like_the_agents_headers_is_refused() {
-    use rumqttc::v5::mqttbytes::v5 as m5;
     let dir = tempfile::tempdir().unwrap();
     let agent = start(listener_config(dir.path())).await;
-    let mut stream = TcpStream::connect(agent.mqtt_addr().unwrap())
-        .await
-        .unwrap();
-    let mut buf = BytesMut::new();
-    let mut exchange = async |packet: m5::Packet| {
-        let mut out = BytesMut::new();
-        packet.write(&mut out, None).unwrap();
-        stream.write_all(&out).await.unwrap();
-        loop {
-            match m5::Packet::read(&mut buf, None) {
-                Ok(p) => return p,
-                Err(rumqttc::v5::mqttbytes::Error::InsufficientBytes(_)) => {}
-                Err(e) => panic!("decode: {e}"),
-            }
-            let n =
-                tokio::time::timeout(std::time::Duration::from_secs(5), stream.read_buf(&mut buf))
-                    .await
-                    .expect("an answer within 5 s")
-                    .unwrap();
-            assert!(n > 0, "connection closed");
-        }
-    };
-    let connect = m5::Connect {
-        keep_alive: 60,
-        client_id: "props".into(),
-        clean_start: true,
-        properties: None,
-    };
-    assert!(matches!(
-        exchange(m5::Packet::Connect(connect, None, None)).await,
-        m5::Packet::ConnAck(_)
-    ));
+    let (mut c, _) = V5Client::connect(agent.mqtt_addr().unwrap(), "props", true, 0).await;
     for (pkid, (name, value)) in [(1u16, ("mqtt.packet_id", "5")), (2, ("site", "north"))] {
         let properties = m5::PublishProperties {
             user_properties: vec![(name.into(), value.into())],
             ..Default::default()
         };
-        let mut publish = m5::Publish::new(
-            "s/a",
-            rumqttc::v5::mqttbytes::QoS::AtLeastOnce,
-            name,
-            Some(properties),
-        );
+        let mut publish = m5::Publish::new("s/a", m5q::AtLeastOnce, name, Some(properties));
         publish.pkid = pkid;
-        match exchange(m5::Packet::Publish(publish)).await {
+        match c.exchange(m5::Packet::Publish(publish)).await {
             m5::Packet::PubAck(ack) => {
                 let want = if pkid == 1 {
                     m5::PubAckReason::ImplementationSpecificError
@@ -687,5 +650,149 @@ async fn a_clean_session_ends_with_its_connection() {
         .map(|(_, r)| r.value)
         .collect();
     assert_eq!(values, vec!["first", "second"]);
+    agent.shutdown().await.unwrap();
+}
+
+use rumqttc::v5::mqttbytes::QoS as m5q;
+use rumqttc::v5::mqttbytes::v5 as m5;
+
+/// An MQTT 5.0 client over raw TCP (rumqttc's codec).
+struct V5Client {
+    stream: TcpStream,
+    buf: BytesMut,
+}
+
+impl V5Client {
+    /// Connects as `id` with `clean_start` and a session expiry of
+    /// `expiry_s`; returns the client and whether a session was present.
+    async fn connect(
+        addr: std::net::SocketAddr,
+        id: &str,
+        clean_start: bool,
+        expiry_s: u32,
+    ) -> (V5Client, bool) {
+        let mut c = V5Client {
+            stream: TcpStream::connect(addr).await.unwrap(),
+            buf: BytesMut::new(),
+        };
+        let properties = m5::ConnectProperties {
+            session_expiry_interval: Some(expiry_s),
+            ..m5::ConnectProperties::new()
+        };
+        let connect = m5::Connect {
+            keep_alive: 60,
+            client_id: id.into(),
+            clean_start,
+            properties: Some(properties),
+        };
+        match c.exchange(m5::Packet::Connect(connect, None, None)).await {
+            m5::Packet::ConnAck(ack) => {
+                assert_eq!(ack.code, m5::ConnectReturnCode::Success);
+                (c, ack.session_present)
+            }
+            other => panic!("expected CONNACK, got {other:?}"),
+        }
+    }
+
+    async fn send(&mut self, packet: m5::Packet) {
+        let mut out = BytesMut::new();
+        packet.write(&mut out, None).unwrap();
+        self.stream.write_all(&out).await.unwrap();
+    }
+
+    /// Sends `packet` and returns the next packet the agent sends.
+    async fn exchange(&mut self, packet: m5::Packet) -> m5::Packet {
+        self.send(packet).await;
+        loop {
+            match m5::Packet::read(&mut self.buf, None) {
+                Ok(p) => return p,
+                Err(rumqttc::v5::mqttbytes::Error::InsufficientBytes(_)) => {}
+                Err(e) => panic!("decode: {e}"),
+            }
+            let n = tokio::time::timeout(
+                std::time::Duration::from_secs(5),
+                self.stream.read_buf(&mut self.buf),
+            )
+            .await
+            .expect("an answer within 5 s")
+            .unwrap();
+            assert!(n > 0, "connection closed");
+        }
+    }
+
+    /// PUBLISH QoS 2 `payload` as `pkid`, expecting PUBREC 0.
+    async fn publish_qos2(&mut self, pkid: u16, payload: &str) {
+        let mut publish = m5::Publish::new("s/a", m5q::ExactlyOnce, payload.to_owned(), None);
+        publish.pkid = pkid;
+        match self.exchange(m5::Packet::Publish(publish)).await {
+            m5::Packet::PubRec(rec) => {
+                assert_eq!((rec.pkid, rec.reason), (pkid, m5::PubRecReason::Success));
+            }
+            other => panic!("expected PUBREC, got {other:?}"),
+        }
+    }
+
+    /// DISCONNECT, with `expiry_s` as the new session expiry if given; waits
+    /// for the agent to close the connection.
+    async fn disconnect(mut self, expiry_s: Option<u32>) {
+        let properties = expiry_s.map(|e| m5::DisconnectProperties {
+            session_expiry_interval: Some(e),
+            reason_string: None,
+            user_properties: Vec::new(),
+            server_reference: None,
+        });
+        self.send(m5::Packet::Disconnect(m5::Disconnect {
+            reason_code: m5::DisconnectReasonCode::NormalDisconnection,
+            properties,
+        }))
+        .await;
+        let mut rest = Vec::new();
+        let read = self.stream.read_to_end(&mut rest);
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), read)
+            .await
+            .expect("closed within 5 s");
+    }
+}
+
+/// MQTT 5.0 §3.1.2.11.2: a session resumed by a CONNECT with session
+/// expiry 0, or whose DISCONNECT sets it to 0, ends with that connection,
+/// stored copy included. Before, the stored copy stayed (stale: it still
+/// held a QoS 2 id the client had since released), a later persistent
+/// CONNECT resumed it (session present), and a new message reusing the id
+/// was taken for a resend: acknowledged and never stored (found by a
+/// fresh-user trial).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_ended_by_expiry_zero_leaves_no_stored_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = start(listener_config(dir.path())).await;
+    let addr = agent.mqtt_addr().unwrap();
+    // Resumed with expiry 0, released there, then resumed persistently.
+    let (mut c, _) = V5Client::connect(addr, "a", false, 600).await;
+    c.publish_qos2(1, "a-first").await;
+    c.disconnect(None).await;
+    let (mut c, present) = V5Client::connect(addr, "a", false, 0).await;
+    assert!(present);
+    match c
+        .exchange(m5::Packet::PubRel(m5::PubRel::new(1, None)))
+        .await
+    {
+        m5::Packet::PubComp(comp) => assert_eq!(comp.reason, m5::PubCompReason::Success),
+        other => panic!("{other:?}"),
+    }
+    c.disconnect(None).await;
+    let (mut c, present) = V5Client::connect(addr, "a", false, 600).await;
+    assert!(!present, "the session ended with the expiry-0 connection");
+    c.publish_qos2(1, "a-second").await;
+    c.disconnect(Some(0)).await;
+    // Ended by its DISCONNECT.
+    let (mut c, present) = V5Client::connect(addr, "a", false, 600).await;
+    assert!(!present, "the session ended with its DISCONNECT's expiry 0");
+    c.publish_qos2(1, "a-third").await;
+    c.disconnect(None).await;
+    let values: Vec<Bytes> = read_wal(&agent, "/e1/t", 0)
+        .into_iter()
+        .map(|(_, r)| r.value)
+        .collect();
+    assert_eq!(values, vec!["a-first", "a-second", "a-third"]);
     agent.shutdown().await.unwrap();
 }

@@ -263,10 +263,17 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
         // client id (saved, and in memory for the QoS 1 redelivery count);
         // any other ends with its connection (MQTT 3.1.1 §3.1.2.4, 5.0
         // §3.1.2.11.2: session expiry 0), and so does its slot.
-        if session.persistent
-            && let Err(e) = session.save(&self.shared.manager).await
-        {
-            warn!(error = %e, "mqtt session could not be saved at the end of its connection");
+        if session.persistent {
+            if let Err(e) = session.save(&self.shared.manager).await {
+                warn!(error = %e, "mqtt session could not be saved at the end of its connection");
+            }
+        } else if session.stored {
+            // A stored session resumed by a connection with session expiry
+            // 0 (or ended by its DISCONNECT) ends now: a copy left in the
+            // store would come back, stale, at the next persistent CONNECT.
+            if let Err(e) = session.delete_stored(&self.shared.manager).await {
+                warn!(error = %e, "mqtt session could not be deleted at the end of its connection");
+            }
         }
         // Only now may a connection that took the session over have it.
         let persistent = session.persistent;
@@ -408,6 +415,10 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
             }
             Inbound::PingReq => self.send(&Outbound::PingResp).await?,
             Inbound::Disconnect => return Ok(false),
+            Inbound::DisconnectEndingSession => {
+                session.persistent = false;
+                return Ok(false);
+            }
             Inbound::Subscribe(pkid, n) => {
                 self.shared
                     .stats

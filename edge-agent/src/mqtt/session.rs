@@ -73,6 +73,9 @@ pub struct Session {
     /// QoS 1 packet ids acknowledged on this session since the agent
     /// started: a DUP resend of one is a counted redelivery.
     pub qos1_acked: std::collections::HashSet<u16>,
+    /// A copy of it may be in the metadata store (it was read from there,
+    /// or persistent at some point), to delete when it ends.
+    pub stored: bool,
 }
 
 /// Error of the session store.
@@ -255,6 +258,7 @@ impl SessionStore {
             manager.store().delete(&key).await.map_err(meta)?;
             let mut session = Session {
                 persistent,
+                stored: persistent,
                 ..Session::default()
             };
             session.data.client_id = client_id.to_owned();
@@ -262,6 +266,7 @@ impl SessionStore {
         }
         if let Some(mut live) = current {
             live.persistent = persistent;
+            live.stored |= persistent;
             return Ok((live, true));
         }
         let stored = manager.store().get(&key).await.map_err(meta)?;
@@ -286,6 +291,7 @@ impl SessionStore {
                 persistent,
                 data,
                 qos1_acked: Default::default(),
+                stored: present || persistent,
             },
             present,
         ))
@@ -356,6 +362,7 @@ pub async fn settle_pending(manager: &TopicManager) -> Result<Settled, SessionEr
                 persistent: true,
                 data,
                 qos1_acked: Default::default(),
+                stored: true,
             };
             session.save(manager).await?;
         }
@@ -364,6 +371,22 @@ pub async fn settle_pending(manager: &TopicManager) -> Result<Settled, SessionEr
 }
 
 impl Session {
+    /// Deletes the session's copy in the metadata store (the session ended).
+    ///
+    /// # Errors
+    /// [`SessionError::Metadata`].
+    pub async fn delete_stored(&self, manager: &TopicManager) -> Result<(), SessionError> {
+        manager
+            .store()
+            .delete(&session_key(&self.data.client_id))
+            .await
+            .map(|_| ())
+            .map_err(|source| SessionError::Metadata {
+                client_id: self.data.client_id.clone(),
+                source,
+            })
+    }
+
     /// Writes the session to the metadata store (persistent sessions only;
     /// one committed redb transaction).
     ///

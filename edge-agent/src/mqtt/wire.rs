@@ -69,8 +69,12 @@ pub enum Inbound {
     PubRel(u16),
     /// PINGREQ.
     PingReq,
-    /// DISCONNECT (5.0: with a reason; session expiry updates ignored).
+    /// DISCONNECT (5.0: with a reason; a session expiry other than 0 is
+    /// ignored).
     Disconnect,
+    /// A 5.0 DISCONNECT that sets the session expiry to 0: the session ends
+    /// with this connection (MQTT 5.0 §3.14.2.2.2).
+    DisconnectEndingSession,
     /// SUBSCRIBE: packet id and number of filters.
     Subscribe(u16, usize),
     /// UNSUBSCRIBE: packet id and number of filters.
@@ -359,7 +363,13 @@ fn from_v5(packet: v5::Packet) -> Inbound {
         }
         v5::Packet::PubRel(r) => Inbound::PubRel(r.pkid),
         v5::Packet::PingReq(_) => Inbound::PingReq,
-        v5::Packet::Disconnect(_) => Inbound::Disconnect,
+        v5::Packet::Disconnect(d) => {
+            if d.properties.and_then(|p| p.session_expiry_interval) == Some(0) {
+                Inbound::DisconnectEndingSession
+            } else {
+                Inbound::Disconnect
+            }
+        }
         v5::Packet::Subscribe(s) => Inbound::Subscribe(s.pkid, s.filters.len()),
         v5::Packet::Unsubscribe(u) => Inbound::Unsubscribe(u.pkid, u.filters.len()),
         v5::Packet::Auth(_) => Inbound::Unexpected("AUTH"),
