@@ -796,3 +796,34 @@ async fn a_session_ended_by_expiry_zero_leaves_no_stored_copy() {
     assert_eq!(values, vec!["a-first", "a-second", "a-third"]);
     agent.shutdown().await.unwrap();
 }
+
+/// A CONNECT announcing more than 64 KiB is refused as soon as its header
+/// arrives, before any authentication: the agent does not wait for (and
+/// buffer) a PUBLISH-sized first packet on each of its connections.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connect_over_64_kib_is_refused_at_its_header() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = start(listener_config(dir.path())).await;
+    let mut stream = TcpStream::connect(agent.mqtt_addr().unwrap())
+        .await
+        .unwrap();
+    // CONNECT, remaining length 64 KiB + 1 (variable byte integer).
+    let len = 64 * 1024 + 1;
+    stream
+        .write_all(&[
+            0x10,
+            (len & 0x7f) as u8 | 0x80,
+            ((len >> 7) & 0x7f) as u8 | 0x80,
+            (len >> 14) as u8,
+        ])
+        .await
+        .unwrap();
+    let mut rest = Vec::new();
+    let closed = tokio::time::timeout(
+        std::time::Duration::from_secs(2),
+        stream.read_to_end(&mut rest),
+    )
+    .await;
+    assert!(closed.is_ok(), "still open 2 s after the header");
+    agent.shutdown().await.unwrap();
+}

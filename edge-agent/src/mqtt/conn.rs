@@ -40,6 +40,10 @@ pub const TAKEOVER_WAIT: Duration = WRITE_TIMEOUT.saturating_add(Duration::from_
 /// record headers ([`HEADER_MQTT_TOPIC`], [`HEADER_CLIENT_ID`],
 /// [`HEADER_PACKET_ID`]) begin with it.
 pub const RESERVED_HEADER_PREFIX: &str = "mqtt.";
+/// Largest CONNECT accepted (remaining length), bytes: the client id,
+/// credentials, properties and will fit easily; 256 connections that have
+/// not authenticated then hold at most 16 MiB.
+pub const MAX_CONNECT_BYTES: u32 = 64 * 1024;
 /// Longest client id accepted, bytes.
 pub const MAX_CLIENT_ID_BYTES: usize = 256;
 
@@ -151,7 +155,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
     /// later packets between reads (the keep-alive: a large PUBLISH on a
     /// slow link may take longer than it, as with other brokers).
     async fn next(&mut self, wait: Option<Duration>, first: bool) -> Result<Inbound, Close> {
-        let max = self.shared.config.max_packet_bytes;
+        // Before a CONNECT was accepted nobody is authenticated: what a
+        // connection may make the agent buffer is a CONNECT's worth, not
+        // a PUBLISH's (the will message, the only large part, is unused).
+        let max = if first {
+            self.shared.config.max_packet_bytes.min(MAX_CONNECT_BYTES)
+        } else {
+            self.shared.config.max_packet_bytes
+        };
         let connect_deadline = wait
             .filter(|_| first)
             .map(|wait| tokio::time::Instant::now() + wait);
