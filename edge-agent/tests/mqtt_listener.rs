@@ -125,6 +125,38 @@ fn deleting_config(dir: &std::path::Path) -> tributary_edge::config::AgentConfig
     config
 }
 
+/// Starts an agent with [`deleting_config`] whose `/e1/t` holds client
+/// `dev`'s QoS 2 record `value` (packet id `pkid`) at offset 0 and 20
+/// other records after it.
+async fn start_with_stored(
+    config: &tributary_edge::config::AgentConfig,
+    value: &str,
+    pkid: u16,
+) -> tributary_edge::agent::Agent {
+    let agent = start(config.clone()).await;
+    agent
+        .topics()
+        .publish(&name("/e1/t"), vec![with_headers(value, "dev", pkid)])
+        .await
+        .unwrap();
+    publish_others(&agent).await;
+    agent
+}
+
+/// Acknowledges all of `/e1/t`, which deletes its sealed segments; returns
+/// the WAL's new start.
+async fn delete_acknowledged(agent: &tributary_edge::agent::Agent) -> u64 {
+    let topic = agent.topics().topic(&name("/e1/t")).expect("topic");
+    let deleted = agent
+        .topics()
+        .on_acknowledged(&name("/e1/t"), topic.high_water_mark())
+        .await
+        .unwrap()
+        .deleted_segments;
+    assert!(!deleted.is_empty());
+    topic.wal().expect("wal").log_start_offset()
+}
+
 /// Publishes 20 records of about 800 bytes to `/e1/t`.
 async fn publish_others(agent: &tributary_edge::agent::Agent) {
     for i in 0..20 {
@@ -385,27 +417,12 @@ async fn a_session_taken_over_mid_packet_is_handed_over_whole() {
 async fn a_resend_whose_range_was_deleted_is_not_stored_again() {
     let dir = tempfile::tempdir().unwrap();
     let config = deleting_config(dir.path());
-    let agent = start(config.clone()).await;
-    agent
-        .topics()
-        .publish(&name("/e1/t"), vec![with_headers("five", "dev", 5)])
-        .await
-        .unwrap();
-    publish_others(&agent).await;
-    let topic = agent.topics().topic(&name("/e1/t")).expect("topic");
-    let deleted = agent
-        .topics()
-        .on_acknowledged(&name("/e1/t"), topic.high_water_mark())
-        .await
-        .unwrap()
-        .deleted_segments;
-    assert!(!deleted.is_empty());
-    let start_after = topic.wal().expect("wal").log_start_offset();
+    let agent = start_with_stored(&config, "five", 5).await;
+    let start_after = delete_acknowledged(&agent).await;
     assert!(
         start_after > 1,
         "offset 0 deleted: log starts at {start_after}"
     );
-    drop(topic);
     let session = json!({"client_id": "dev", "qos2": {
         "5": {"state": "pending", "topic": "/e1/t", "from": 0},
     }});
@@ -433,13 +450,7 @@ async fn a_resend_whose_range_was_deleted_is_not_stored_again() {
 async fn pending_entries_are_settled_at_start_before_their_range_can_go() {
     let dir = tempfile::tempdir().unwrap();
     let config = deleting_config(dir.path());
-    let agent = start(config.clone()).await;
-    agent
-        .topics()
-        .publish(&name("/e1/t"), vec![with_headers("seven", "dev", 7)])
-        .await
-        .unwrap();
-    publish_others(&agent).await;
+    let agent = start_with_stored(&config, "seven", 7).await;
     // 7 was stored at offset 0; 9 was about to be stored at 21 when the
     // agent died.
     let session = json!({"client_id": "dev", "qos2": {
@@ -461,13 +472,7 @@ async fn pending_entries_are_settled_at_start_before_their_range_can_go() {
     );
     // While the client is away the WAL moves on past both entries.
     publish_others(&agent).await;
-    let topic = agent.topics().topic(&name("/e1/t")).expect("topic");
-    agent
-        .topics()
-        .on_acknowledged(&name("/e1/t"), topic.high_water_mark())
-        .await
-        .unwrap();
-    let log_start = topic.wal().expect("wal").log_start_offset();
+    let log_start = delete_acknowledged(&agent).await;
     assert!(log_start > 21, "log starts at {log_start}");
 
     let (mut c, present) = Client::connect(agent.mqtt_addr().unwrap(), "dev", false).await;

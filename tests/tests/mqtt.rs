@@ -660,6 +660,20 @@ fn start_mosquitto(dir: &std::path::Path) -> (Proc, SocketAddr) {
     (proc, addr)
 }
 
+/// Mosquitto and an agent bridged to it (`sensors/#`), warmed up
+/// ([`bridge_warm_up`]): returns both, mosquitto's address and the warm-up
+/// messages stored.
+fn start_bridged_edge(dir: &std::path::Path) -> (Proc, SocketAddr, MqttEdge, u64) {
+    let (mosquitto, broker) = start_mosquitto(dir);
+    let extra = format!(
+        "{RULES}\n[mqtt.bridge]\naddress = \"{broker}\"\nclient_id = \"edge-bridge\"\nsubscriptions = [\"sensors/#\"]\n"
+    );
+    let mut edge = MqttEdge::new(dir, "event_stream", &extra);
+    edge.start();
+    let warmups = bridge_warm_up(&edge, broker);
+    (mosquitto, broker, edge, warmups)
+}
+
 /// Publishes `sensors/warmup` to the local broker until the agent's bridge
 /// stored one (bounded: 30 s): its persistent session exists from then on,
 /// and the local broker queues for it. Returns the messages published.
@@ -691,13 +705,7 @@ fn bridge_warm_up(edge: &MqttEdge, broker: SocketAddr) -> u64 {
 #[test]
 fn mqtt_bridge_acknowledges_a_message_too_large_to_store_and_goes_on() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (mut mosquitto, broker) = start_mosquitto(dir.path());
-    let extra = format!(
-        "{RULES}\n[mqtt.bridge]\naddress = \"{broker}\"\nclient_id = \"edge-bridge\"\nsubscriptions = [\"sensors/#\"]\n"
-    );
-    let mut edge = MqttEdge::new(dir.path(), "event_stream", &extra);
-    edge.start();
-    let warmups = bridge_warm_up(&edge, broker);
+    let (mut mosquitto, broker, mut edge, warmups) = start_bridged_edge(dir.path());
     for (name, bytes) in [("big", 1 << 20), ("huge", 2 << 20)] {
         let file = dir.path().join(name);
         std::fs::write(&file, vec![b'x'; bytes]).expect("payload file");
@@ -738,13 +746,7 @@ fn mqtt_bridge_loses_nothing_published_with_qos1_across_10_agent_sigkills() {
     const KILLS: usize = 10;
     const COUNT: u64 = 2000;
     let dir = tempfile::tempdir().expect("tempdir");
-    let (mut mosquitto, broker) = start_mosquitto(dir.path());
-    let extra = format!(
-        "{RULES}\n[mqtt.bridge]\naddress = \"{broker}\"\nclient_id = \"edge-bridge\"\nsubscriptions = [\"sensors/#\"]\n"
-    );
-    let mut edge = MqttEdge::new(dir.path(), "event_stream", &extra);
-    edge.start();
-    let warmups = bridge_warm_up(&edge, broker);
+    let (mut mosquitto, broker, mut edge, warmups) = start_bridged_edge(dir.path());
     let args = json!({"host": "127.0.0.1", "port": broker.port(), "client_id": "bridge-pub",
         "protocol": 3, "qos": 1, "count": COUNT, "topic": "sensors/bridge", "prefix": "b-",
         "clean": true, "pace_s": 0.003, "deadline_s": 120});
