@@ -41,8 +41,9 @@ pub const TAKEOVER_WAIT: Duration = WRITE_TIMEOUT.saturating_add(Duration::from_
 /// [`HEADER_PACKET_ID`]) begin with it.
 pub const RESERVED_HEADER_PREFIX: &str = "mqtt.";
 /// Largest CONNECT accepted (remaining length), bytes: the client id,
-/// credentials, properties and will fit easily; 256 connections that have
-/// not authenticated then hold at most 16 MiB.
+/// credentials, properties and will fit easily; a connection that has not
+/// authenticated holds one such frame at most (16 MiB for the default 256
+/// connections, plus the read buffers' spare capacity).
 pub const MAX_CONNECT_BYTES: u32 = 64 * 1024;
 /// Longest client id accepted, bytes.
 pub const MAX_CLIENT_ID_BYTES: usize = 256;
