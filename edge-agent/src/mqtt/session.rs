@@ -90,6 +90,9 @@ pub enum SessionError {
         #[source]
         source: MetadataError,
     },
+    /// The stored sessions could not be listed (at start, to settle them).
+    #[error("mqtt sessions: listing the stored sessions: {0}")]
+    List(#[source] MetadataError),
     /// A stored session could not be decoded.
     #[error("mqtt session {client_id:?}: stored session unreadable: {reason}")]
     Decode {
@@ -321,16 +324,14 @@ pub struct Settled {
 /// otherwise be taken for a stored record, and the message lost).
 ///
 /// # Errors
-/// [`SessionError::Metadata`] if the store cannot be listed or written.
+/// [`SessionError::List`] if the store cannot be listed,
+/// [`SessionError::Metadata`] if a settled session cannot be written.
 pub async fn settle_pending(manager: &TopicManager) -> Result<Settled, SessionError> {
     let stored = manager
         .store()
         .list(edge::MQTT_SESSIONS_PREFIX)
         .await
-        .map_err(|source| SessionError::Metadata {
-            client_id: String::new(),
-            source,
-        })?;
+        .map_err(SessionError::List)?;
     let mut settled = Settled::default();
     for (key, value) in stored {
         let Ok(mut data) = serde_json::from_value::<SessionData>(value) else {
