@@ -419,12 +419,12 @@ impl Session {
 ///
 /// If the WAL no longer starts at or below `from` (replicated, archived
 /// and deleted, or dropped by `drop_oldest`), the message counts as
-/// stored without a look: an entry is left `pending` on disk either by a
-/// crash right after it was written, when nothing past `from` can have
-/// been archived yet, or by an append that completed on a connection that
-/// saved nothing since (the `received` state is kept in memory). So a
-/// released `from` means the record was appended and has left with its
-/// range; storing the resend would duplicate it.
+/// stored without a look. That holds because [`settle_pending`] runs at
+/// start, before anything can delete from a WAL: an entry a crash left
+/// right after it was written is settled while its range is still there,
+/// so one whose range is gone was left by an append that completed on a
+/// connection that saved nothing since (the `received` state is kept in
+/// memory), and storing the resend would duplicate it.
 pub fn stored_since(
     manager: &TopicManager,
     topic: &TopicName,
