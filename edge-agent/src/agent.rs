@@ -81,6 +81,10 @@ pub enum AgentError {
     /// names the setting).
     #[error("{0}")]
     LocalApiTls(broker_core::tls::TlsError),
+    /// The HTTP publishes a crash left unanswered could not be settled
+    /// ([`crate::pending::settle_all`]): the local metadata store failed.
+    #[error("settling the publishes a crash left unanswered: {0}")]
+    Settle(MetadataError),
     /// Closing the topics failed.
     #[error("shutdown: {0}")]
     Close(#[from] TopicError),
@@ -240,6 +244,19 @@ impl Agent {
         let config = Arc::new(config);
         let manager = Arc::new(TopicManager::open(config.clone(), store, clock).await?);
         log_metadata_recovery(&store_report, manager.metadata_rebuild());
+        // Before the local API, the MQTT listener or the replicator can
+        // append to or delete from a WAL (crate::pending).
+        let settled = crate::pending::settle_all(&manager)
+            .await
+            .map_err(AgentError::Settle)?;
+        if settled != crate::pending::Settled::default() {
+            info!(
+                stored = settled.stored,
+                not_stored = settled.not_stored,
+                unreadable = settled.unreadable,
+                "settled the HTTP publishes a crash left unanswered (a retry of a stored one gets its offsets)"
+            );
+        }
         // Loaded before any task starts, so a refusal leaves nothing
         // running. Refuses a key that is not the certificate's, so the
         // agent does not take records it could never send.

@@ -47,8 +47,11 @@ use crate::health::StallReport;
 use crate::manager::{AgentStats, TopicError, TopicManager};
 use crate::metrics;
 use crate::ndjson::{self, NdjsonError};
+use crate::pending::PendingRequest;
 use crate::replicator::ReplicationStats;
 use crate::topic::{PublishAck, PublishError};
+
+mod retry;
 
 /// Prefix of request headers that become record headers
 /// (`x-trib-h-unit: celsius` → header `unit` = `celsius`).
@@ -509,6 +512,15 @@ async fn publish_record(
                 ),
             ));
         }
+        if crate::pending::is_reserved(name) {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "header {header_name}: record header names beginning with {} are the agent's own",
+                    crate::pending::reserved_prefixes()
+                ),
+            ));
+        }
         record_headers.push((name.to_owned(), Bytes::copy_from_slice(value.as_bytes())));
     }
     let max = manager.config().limits.max_record_bytes as usize;
@@ -529,8 +541,9 @@ async fn publish_record(
         headers: record_headers,
         value,
     };
+    let request = retry::request_key(&headers)?.map(|key| PendingRequest::Key { key });
     // Hashed only when an `Idempotency-Key` asks for it.
-    let fp = if headers.contains_key(crate::idempotency::HEADER) {
+    let fp = if request.is_some() {
         let mut parts: Vec<&[u8]> = vec![raw_query.as_deref().unwrap_or("").as_bytes()];
         for (n, v) in &record.headers {
             parts.push(n.as_bytes());
@@ -541,9 +554,13 @@ async fn publish_record(
     } else {
         String::new()
     };
-    let ack = idempotent(&manager, &name, &headers, fp, async {
+    let mut records = [record];
+    if let Some(request) = &request {
+        retry::tag(&mut records, request);
+    }
+    let ack = retry::checked(&manager, &name, request, fp, 1, async {
         manager
-            .publish(&name, vec![record])
+            .publish(&name, records.into())
             .await
             .map_err(|e| publish_error(e, None))
     })
@@ -584,24 +601,12 @@ async fn publish_batch(
         }
     })?;
     let ndjson::ParsedBatch {
-        records,
+        mut records,
         lines,
         producer,
     } = parsed;
-    // Hashed only for a request that asks for retries without duplicates.
-    let fp = if producer.is_some() || headers.contains_key(crate::idempotency::HEADER) {
-        crate::idempotency::fingerprint(&[b"batch", &body])
-    } else {
-        String::new()
-    };
-    let publish = async {
-        manager
-            .publish(&name, records)
-            .await
-            .map_err(|e| publish_error(e, Some(&lines)))
-    };
-    let ack = match producer {
-        Some(_) if headers.contains_key(crate::idempotency::HEADER) => {
+    let request = match (producer, retry::request_key(&headers)?) {
+        (Some(_), Some(_)) => {
             return Err(ApiError::new(
                 StatusCode::BAD_REQUEST,
                 format!(
@@ -610,129 +615,32 @@ async fn publish_batch(
                 ),
             ));
         }
-        Some(producer) => sequenced(&manager, &name, &producer, fp, publish).await?,
-        None => idempotent(&manager, &name, &headers, fp, publish).await?,
+        (Some(p), None) => Some(PendingRequest::Producer {
+            producer_id: p.id,
+            first_sequence: p.first_sequence,
+            last_sequence: p.last_sequence,
+        }),
+        (None, Some(key)) => Some(PendingRequest::Key { key }),
+        (None, None) => None,
     };
+    // Hashed only for a request that asks for retries without duplicates.
+    let fp = match request {
+        Some(_) => crate::idempotency::fingerprint(&[b"batch", &body]),
+        None => String::new(),
+    };
+    if let Some(request) = &request {
+        retry::tag(&mut records, request);
+    }
+    let count = records.len() as u64;
+    let publish = async {
+        manager
+            .publish(&name, records)
+            .await
+            .map_err(|e| publish_error(e, Some(&lines)))
+    };
+    let ack = retry::checked(&manager, &name, request, fp, count, publish).await?;
     debug!(topic = %name, base_offset = ack.base_offset, count = ack.count, "published a batch");
     Ok(axum::Json(PublishResponse::new(&name, ack)))
-}
-
-/// Runs `publish` unless the request carries an `Idempotency-Key` already
-/// used on `name`: then the remembered answer (same request, fingerprint
-/// `fp`) or 409 (another request). See [`crate::idempotency`].
-async fn idempotent(
-    manager: &TopicManager,
-    name: &TopicName,
-    headers: &HeaderMap,
-    fp: String,
-    publish: impl std::future::Future<Output = Result<PublishAck, ApiError>>,
-) -> Result<PublishAck, ApiError> {
-    use crate::idempotency as idem;
-    let Some(key) = headers.get(idem::HEADER) else {
-        return publish.await;
-    };
-    let key = key.to_str().map_err(|_| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            format!("header {}: not visible ASCII", idem::HEADER),
-        )
-    })?;
-    idem::check_key(key).map_err(|m| ApiError::new(StatusCode::BAD_REQUEST, m))?;
-    let store_key = idem::store_key(name, key);
-    let lock = idem::LOCKS.get(&store_key);
-    let _serial = lock.lock().await;
-    if let Some(used) = idem::lookup(manager, &store_key)
-        .await
-        .map_err(store_error)?
-    {
-        if used.fingerprint != fp {
-            return Err(ApiError::new(
-                StatusCode::CONFLICT,
-                format!("{} {key:?} was used on {name} for another request within the last 24 h; nothing stored", idem::HEADER),
-            )
-            .with_kind("idempotency_key_reused")
-            .with("base_offset", json!(used.base_offset)));
-        }
-        debug!(topic = %name, key, "idempotent retry: answering the original offsets");
-        return Ok(PublishAck {
-            base_offset: used.base_offset,
-            next_offset: used.next_offset,
-            count: used.count,
-        });
-    }
-    let ack = publish.await?;
-    if let Err(e) = idem::remember(manager, &store_key, fp, &ack).await {
-        error!(error = %e, topic = %name, "the idempotency key could not be stored; a retry would store the records again");
-    }
-    Ok(ack)
-}
-
-/// 500 for a failed read of the idempotency store.
-fn store_error(e: broker_core::metadata::MetadataError) -> ApiError {
-    ApiError::new(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        format!("idempotency key store: {e}"),
-    )
-}
-
-/// Runs `publish` unless [`crate::sequence::decide`] says the batch of
-/// `producer` is a retry (the remembered answer) or refused (409). Requests
-/// of one producer on `name` run one after the other.
-async fn sequenced(
-    manager: &TopicManager,
-    name: &TopicName,
-    producer: &ndjson::Producer,
-    fp: String,
-    publish: impl std::future::Future<Output = Result<PublishAck, ApiError>>,
-) -> Result<PublishAck, ApiError> {
-    use crate::sequence::{self as seq, Decision, Refusal};
-    let store_key = seq::store_key(name, &producer.id);
-    let lock = crate::idempotency::LOCKS.get(&store_key);
-    let _serial = lock.lock().await;
-    let mut state = seq::load(manager, &store_key).await.map_err(store_error)?;
-    let (first, last) = (producer.first_sequence, producer.last_sequence);
-    match seq::decide(&state, first, last, &fp) {
-        Decision::Store => {}
-        Decision::Replay(batch) => {
-            debug!(topic = %name, producer = producer.id, first, "sequenced retry: answering the original offsets");
-            // A use: the window runs for another 24 h.
-            if let Err(e) = seq::save(manager, &store_key, &state).await {
-                error!(error = %e, topic = %name, "the producer's sequence window could not be refreshed");
-            }
-            return Ok(batch.ack());
-        }
-        Decision::Refuse(refusal) => {
-            let mut err = ApiError::new(
-                StatusCode::CONFLICT,
-                format!(
-                    "producer_id {:?} on {name}: {refusal}; nothing stored",
-                    producer.id
-                ),
-            )
-            .with_kind(refusal.kind())
-            .with("producer_id", json!(producer.id));
-            err = match refusal {
-                Refusal::Reused { base_offset, .. } => err.with("base_offset", json!(base_offset)),
-                Refusal::Duplicate { last_sequence, .. } => {
-                    err.with("last_sequence", json!(last_sequence))
-                }
-                Refusal::Gap { expected, .. } => err.with("expected_sequence", json!(expected)),
-            };
-            return Err(err);
-        }
-    }
-    let ack = publish.await?;
-    state.remember(seq::StoredBatch {
-        first_sequence: first,
-        last_sequence: last,
-        base_offset: ack.base_offset,
-        next_offset: ack.next_offset,
-        fingerprint: fp,
-    });
-    if let Err(e) = seq::save(manager, &store_key, &state).await {
-        error!(error = %e, topic = %name, "the producer's sequence window could not be stored; a retry would store the records again");
-    }
-    Ok(ack)
 }
 
 enum BodyError {

@@ -4,9 +4,9 @@
 //! offsets, a different request with a used key is refused (409). The
 //! answer is kept in the metadata store at
 //! `/edge/idempotency/{ns}/{topic}/{hex key}` for [`WINDOW_MS`], so it
-//! survives an agent restart. It is written after the append is durable: an
-//! agent killed between the two stores a retry again (the window in which
-//! the producer never got an answer).
+//! survives an agent restart. A marker committed before the append
+//! ([`crate::pending`]) lets the agent tell, after a crash, whether the
+//! records of a request it never answered were stored.
 
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -111,25 +111,14 @@ pub async fn lookup(
     Ok(value.and_then(|v| serde_json::from_value(v).ok()))
 }
 
-/// Remembers the answer `ack` of `store_key` for [`WINDOW_MS`].
-///
-/// # Errors
-/// [`MetadataError`] from the store.
-pub async fn remember(
-    manager: &TopicManager,
-    store_key: &str,
-    fingerprint: String,
-    ack: &PublishAck,
-) -> Result<(), MetadataError> {
-    let value: Value = serde_json::to_value(Remembered {
+/// The value remembered at a key's store key: `fingerprint` and the
+/// answer `ack` (written with [`crate::pending::complete`]).
+pub fn answer(fingerprint: String, ack: &PublishAck) -> Value {
+    serde_json::to_value(Remembered {
         fingerprint,
         base_offset: ack.base_offset,
         next_offset: ack.next_offset,
         count: ack.count,
     })
-    .unwrap_or_default();
-    manager
-        .store()
-        .put_with_ttl(store_key, value, WINDOW_MS)
-        .await
+    .unwrap_or_default()
 }

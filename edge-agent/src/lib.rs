@@ -48,6 +48,7 @@ pub mod manager;
 pub mod metrics;
 pub mod mqtt;
 pub mod ndjson;
+pub mod pending;
 pub mod recovery;
 pub mod refusals;
 pub mod replicator;

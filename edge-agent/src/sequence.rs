@@ -18,9 +18,8 @@
 //!
 //! A gap is refused rather than stored so that a producer whose earlier
 //! batch got lost in transit resends it first: the topic keeps the
-//! producer's order. The window is written after the append is durable,
-//! as for `Idempotency-Key`: an agent killed between the two stores a
-//! retry again (the producer never got an answer).
+//! producer's order. As for `Idempotency-Key`, a marker committed before
+//! the append ([`crate::pending`]) settles a batch a crash left unanswered.
 
 use std::fmt::Write;
 
@@ -201,6 +200,26 @@ pub async fn load(manager: &TopicManager, store_key: &str) -> Result<ProducerSta
     Ok(value
         .and_then(|v| serde_json::from_value(v).ok())
         .unwrap_or_default())
+}
+
+/// The value of `state` with the stored batch `first..=last` added:
+/// offsets of `ack`, body fingerprint `fingerprint` (written with
+/// [`crate::pending::complete`]).
+pub fn answer(
+    mut state: ProducerState,
+    first: u64,
+    last: u64,
+    fingerprint: String,
+    ack: &PublishAck,
+) -> Value {
+    state.remember(StoredBatch {
+        first_sequence: first,
+        last_sequence: last,
+        base_offset: ack.base_offset,
+        next_offset: ack.next_offset,
+        fingerprint,
+    });
+    serde_json::to_value(&state).unwrap_or_default()
 }
 
 /// Stores `state` at `store_key` for [`WINDOW_MS`] from now.

@@ -1,0 +1,236 @@
+//! The publish routes' retry checks: an `Idempotency-Key` header
+//! ([`crate::idempotency`]) or NDJSON `producer_id` + `sequence`
+//! ([`crate::sequence`]), each made crash-proof by a marker committed
+//! before the append ([`crate::pending`]).
+
+use axum::http::{HeaderMap, StatusCode};
+use serde_json::json;
+use tracing::{debug, error};
+use tributary_proto::Record;
+use tributary_proto::keys::TopicName;
+
+use super::ApiError;
+use crate::idempotency as idem;
+use crate::manager::TopicManager;
+use crate::pending::{self, Pending, PendingRequest};
+use crate::sequence::{self as seq, Decision, Refusal};
+use crate::topic::PublishAck;
+
+/// The request's `Idempotency-Key`, checked (1 to 200 bytes of visible
+/// ASCII), if it has one.
+///
+/// # Errors
+/// 400 naming the rule.
+pub(super) fn request_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
+    let Some(key) = headers.get(idem::HEADER) else {
+        return Ok(None);
+    };
+    let key = key.to_str().map_err(|_| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("header {}: not visible ASCII", idem::HEADER),
+        )
+    })?;
+    idem::check_key(key).map_err(|m| ApiError::new(StatusCode::BAD_REQUEST, m))?;
+    Ok(Some(key.to_owned()))
+}
+
+/// Puts the headers naming `request` on the first of `records`, so that a
+/// crash before its answer is recorded can be settled ([`crate::pending`]).
+pub(super) fn tag(records: &mut [Record], request: &PendingRequest) {
+    if let Some(first) = records.first_mut() {
+        first.headers.extend(request.headers());
+    }
+}
+
+/// Runs `publish` under the retry check `request` asks for (none: just
+/// `publish`); `fp` is the request's fingerprint, `count` its records.
+///
+/// # Errors
+/// `publish`'s, 409 for a refused retry, 500 when the metadata store fails
+/// before anything was stored.
+pub(super) async fn checked(
+    manager: &TopicManager,
+    name: &TopicName,
+    request: Option<PendingRequest>,
+    fp: String,
+    count: u64,
+    publish: impl Future<Output = Result<PublishAck, ApiError>>,
+) -> Result<PublishAck, ApiError> {
+    match request {
+        None => publish.await,
+        Some(request @ PendingRequest::Key { .. }) => {
+            idempotent(manager, name, request, fp, count, publish).await
+        }
+        Some(request @ PendingRequest::Producer { .. }) => {
+            sequenced(manager, name, request, fp, count, publish).await
+        }
+    }
+}
+
+/// 500 for a failed read or write of the retry state before the append.
+fn store_error(e: broker_core::metadata::MetadataError) -> ApiError {
+    ApiError::new(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        format!("idempotency key store: {e}"),
+    )
+}
+
+/// Settles a marker a failed earlier request left on `store_key` (the
+/// caller holds the key's lock, so none is in progress).
+async fn settle_leftover(manager: &TopicManager, store_key: &str) -> Result<(), ApiError> {
+    if let Some(left) = pending::load(manager, store_key)
+        .await
+        .map_err(store_error)?
+    {
+        pending::settle(manager, store_key, &left)
+            .await
+            .map_err(store_error)?;
+    }
+    Ok(())
+}
+
+/// Steps 1–3 of [`crate::pending`]: marks, runs `publish`, then writes
+/// the answer that `answer` makes of the acknowledgement (or deletes the
+/// marker when `publish` failed).
+async fn marked(
+    manager: &TopicManager,
+    name: &TopicName,
+    store_key: &str,
+    marker: Pending,
+    publish: impl Future<Output = Result<PublishAck, ApiError>>,
+    answer: impl FnOnce(&PublishAck) -> serde_json::Value,
+) -> Result<PublishAck, ApiError> {
+    pending::mark(manager, store_key, &marker)
+        .await
+        .map_err(store_error)?;
+    match publish.await {
+        Ok(ack) => {
+            if let Err(e) = pending::complete(manager, store_key, answer(&ack)).await {
+                error!(error = %e, topic = %name, "the retry answer could not be recorded; the marker stays and is settled by the next retry or restart");
+            }
+            Ok(ack)
+        }
+        Err(refused) => {
+            if let Err(e) = pending::abandon(manager, store_key).await {
+                error!(error = %e, topic = %name, "the marker of a refused publish could not be deleted; the next retry or restart settles it");
+            }
+            Err(refused)
+        }
+    }
+}
+
+/// Runs `publish` unless the `Idempotency-Key` of `request` was already
+/// used on `name`: then the remembered answer (same request, fingerprint
+/// `fp`) or 409 (another request). See [`crate::idempotency`].
+async fn idempotent(
+    manager: &TopicManager,
+    name: &TopicName,
+    request: PendingRequest,
+    fp: String,
+    count: u64,
+    publish: impl Future<Output = Result<PublishAck, ApiError>>,
+) -> Result<PublishAck, ApiError> {
+    let PendingRequest::Key { key } = &request else {
+        return publish.await;
+    };
+    let store_key = idem::store_key(name, key);
+    let lock = idem::LOCKS.get(&store_key);
+    let _serial = lock.lock().await;
+    settle_leftover(manager, &store_key).await?;
+    if let Some(used) = idem::lookup(manager, &store_key)
+        .await
+        .map_err(store_error)?
+    {
+        if used.fingerprint != fp {
+            return Err(ApiError::new(
+                StatusCode::CONFLICT,
+                format!("{} {key:?} was used on {name} for another request within the last 24 h; nothing stored", idem::HEADER),
+            )
+            .with_kind("idempotency_key_reused")
+            .with("base_offset", json!(used.base_offset)));
+        }
+        debug!(topic = %name, key, "idempotent retry: answering the original offsets");
+        return Ok(PublishAck {
+            base_offset: used.base_offset,
+            next_offset: used.next_offset,
+            count: used.count,
+        });
+    }
+    let marker = Pending {
+        topic: name.to_string(),
+        from: pending::high_water_mark(manager, name),
+        count,
+        fingerprint: fp.clone(),
+        request: request.clone(),
+    };
+    marked(manager, name, &store_key, marker, publish, |ack| {
+        idem::answer(fp, ack)
+    })
+    .await
+}
+
+/// Runs `publish` unless [`crate::sequence::decide`] says the batch of
+/// `request`'s producer is a retry (the remembered answer) or refused
+/// (409). Requests of one producer on `name` run one after the other.
+async fn sequenced(
+    manager: &TopicManager,
+    name: &TopicName,
+    request: PendingRequest,
+    fp: String,
+    count: u64,
+    publish: impl Future<Output = Result<PublishAck, ApiError>>,
+) -> Result<PublishAck, ApiError> {
+    let PendingRequest::Producer {
+        producer_id,
+        first_sequence: first,
+        last_sequence: last,
+    } = &request
+    else {
+        return publish.await;
+    };
+    let (first, last) = (*first, *last);
+    let store_key = seq::store_key(name, producer_id);
+    let lock = idem::LOCKS.get(&store_key);
+    let _serial = lock.lock().await;
+    settle_leftover(manager, &store_key).await?;
+    let state = seq::load(manager, &store_key).await.map_err(store_error)?;
+    match seq::decide(&state, first, last, &fp) {
+        Decision::Store => {}
+        Decision::Replay(batch) => {
+            debug!(topic = %name, producer = producer_id, first, "sequenced retry: answering the original offsets");
+            // A use: the window runs for another 24 h.
+            if let Err(e) = seq::save(manager, &store_key, &state).await {
+                error!(error = %e, topic = %name, "the producer's sequence window could not be refreshed");
+            }
+            return Ok(batch.ack());
+        }
+        Decision::Refuse(refusal) => {
+            let mut err = ApiError::new(
+                StatusCode::CONFLICT,
+                format!("producer_id {producer_id:?} on {name}: {refusal}; nothing stored"),
+            )
+            .with_kind(refusal.kind())
+            .with("producer_id", json!(producer_id));
+            err = match refusal {
+                Refusal::Reused { base_offset, .. } => err.with("base_offset", json!(base_offset)),
+                Refusal::Duplicate { last_sequence, .. } => {
+                    err.with("last_sequence", json!(last_sequence))
+                }
+                Refusal::Gap { expected, .. } => err.with("expected_sequence", json!(expected)),
+            };
+            return Err(err);
+        }
+    }
+    let marker = Pending {
+        topic: name.to_string(),
+        from: pending::high_water_mark(manager, name),
+        count,
+        fingerprint: fp.clone(),
+        request: request.clone(),
+    };
+    marked(manager, name, &store_key, marker, publish, |ack| {
+        seq::answer(state, first, last, fp, ack)
+    })
+    .await
+}
