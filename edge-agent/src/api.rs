@@ -512,12 +512,12 @@ async fn publish_record(
                 ),
             ));
         }
-        if crate::pending::is_reserved(name) {
+        if crate::mqtt::conn::is_reserved_header(name) {
             return Err(ApiError::new(
                 StatusCode::BAD_REQUEST,
                 format!(
-                    "header {header_name}: record header names beginning with {} are the agent's own",
-                    crate::pending::reserved_prefixes()
+                    "header {header_name}: record header names beginning with {:?} are the agent's own",
+                    crate::mqtt::conn::RESERVED_HEADER_PREFIX
                 ),
             ));
         }
@@ -554,13 +554,11 @@ async fn publish_record(
     } else {
         String::new()
     };
-    let mut records = [record];
-    if let Some(request) = &request {
-        retry::tag(&mut records, request);
-    }
-    let ack = retry::checked(&manager, &name, request, fp, 1, async {
+    let records = vec![record];
+    let check = request.map(|r| retry::Check::new(r, fp, &records));
+    let ack = retry::checked(&manager, &name, check, async {
         manager
-            .publish(&name, records.into())
+            .publish(&name, records)
             .await
             .map_err(|e| publish_error(e, None))
     })
@@ -601,7 +599,7 @@ async fn publish_batch(
         }
     })?;
     let ndjson::ParsedBatch {
-        mut records,
+        records,
         lines,
         producer,
     } = parsed;
@@ -628,17 +626,14 @@ async fn publish_batch(
         Some(_) => crate::idempotency::fingerprint(&[b"batch", &body]),
         None => String::new(),
     };
-    if let Some(request) = &request {
-        retry::tag(&mut records, request);
-    }
-    let count = records.len() as u64;
+    let check = request.map(|r| retry::Check::new(r, fp, &records));
     let publish = async {
         manager
             .publish(&name, records)
             .await
             .map_err(|e| publish_error(e, Some(&lines)))
     };
-    let ack = retry::checked(&manager, &name, request, fp, count, publish).await?;
+    let ack = retry::checked(&manager, &name, check, publish).await?;
     debug!(topic = %name, base_offset = ack.base_offset, count = ack.count, "published a batch");
     Ok(axum::Json(PublishResponse::new(&name, ack)))
 }

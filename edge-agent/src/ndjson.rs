@@ -8,7 +8,7 @@
 //! | `value_b64` | string | the value as standard base64 (with padding) |
 //! | `key` | string | optional key, UTF-8 text |
 //! | `key_b64` | string | optional key, standard base64 |
-//! | `headers` | object of string → string | optional headers, kept in the order written; names beginning with `mqtt.` or `http.` are refused (the agent's own, [`crate::pending::RESERVED_HEADER_PREFIXES`]) |
+//! | `headers` | object of string → string | optional headers, kept in the order written; names beginning with `mqtt.` are refused (the agent's own, [`crate::mqtt::conn::RESERVED_HEADER_PREFIX`]) |
 //! | `timestamp_ms` | integer 0 to 253402300799999 | optional; ms since the Unix epoch (up to 9999-12-31T23:59:59.999Z), else the agent's clock |
 //! | `producer_id` | string | optional, 1 to [`MAX_PRODUCER_ID_BYTES`] bytes of visible ASCII: who sends the batch ([`crate::sequence`]) |
 //! | `sequence` | integer ≥ 0 | optional, with `producer_id`: the record's number in that producer's stream |
@@ -333,13 +333,13 @@ fn parse_line(raw: &[u8], line: usize, now_ms: i64) -> Result<ParsedLine, LineEr
         .headers
         .0
         .iter()
-        .find(|(name, _)| crate::pending::is_reserved(name))
+        .find(|(name, _)| crate::mqtt::conn::is_reserved_header(name))
     {
         return Err(err(
             Some(&format!("headers.{name}")),
             format!(
-                "header names beginning with {} are the agent's own",
-                crate::pending::reserved_prefixes()
+                "header names beginning with {:?} are the agent's own",
+                crate::mqtt::conn::RESERVED_HEADER_PREFIX
             ),
         ));
     }

@@ -8,27 +8,28 @@
 //! 1. the marker [`Pending`] is committed at
 //!    `/edge/pending/{ns}/{topic}/...` (the path of the answer it stands
 //!    for, [`pending_key`]): topic, high-water mark before the append
-//!    (`from`), record count, fingerprint and what identifies the request;
-//! 2. the records are appended, the first carrying the agent's header(s)
-//!    naming the request ([`PendingRequest::headers`]), and awaited durable;
+//!    (`from`), record count, a SHA-256 of the records as they will be
+//!    stored ([`records_digest`]: timestamps, keys, headers, values),
+//!    the request's fingerprint and what identifies it;
+//! 2. the records are appended as one WAL batch and awaited durable;
 //! 3. one transaction deletes the marker and writes the answer
 //!    (`/edge/idempotency/...`, [`complete`]); a failed append deletes the
 //!    marker ([`abandon`]).
 //!
 //! A crash leaves at most the marker. [`settle_all`] runs when the agent
 //! starts, before the local API, the MQTT listener or the replicator can
-//! append to or delete from a WAL: it scans the topic's WAL from `from` for
-//! the first record carrying the request's header; found at offset `o`, the
-//! answer is written as if step 3 had run (`o`..`o + count`); absent, the
-//! marker is deleted and the retry is stored as a new request. The records
-//! of one publish are one WAL batch, so the first record's presence means
-//! all of them are stored.
-//!
-//! Header names beginning with `mqtt.` or `http.` are the agent's own
-//! ([`RESERVED_HEADER_PREFIXES`]): publishes that set them are refused, so
-//! no record can pass for another request's.
+//! append to or delete from a WAL. Per topic it scans the WAL from the
+//! lowest `from` and gives each marker the first batch at or above its
+//! `from` with its record count and digest that no answer and no other
+//! marker has taken; found at offset `o`, the answer is written as if
+//! step 3 had run (`o`..`o + count`); absent, the marker is deleted and the
+//! retry is stored as a new request. The stored records stay exactly what
+//! the client sent. Two requests with identical records (same timestamps
+//! too) are interchangeable: each batch goes to one of them, so the count
+//! of copies is right whichever it is.
 
-use bytes::Bytes;
+use std::collections::{BTreeMap, HashSet};
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tributary_proto::Record;
@@ -36,39 +37,14 @@ use tributary_proto::keys::TopicName;
 
 use broker_core::metadata::{MetadataError, MetadataStore, Txn};
 
-use crate::idempotency::WINDOW_MS;
+use crate::idempotency::{Remembered, WINDOW_MS};
 use crate::manager::TopicManager;
 use crate::sequence;
 use crate::topic::PublishAck;
 
-/// Record header names that only the agent sets: `mqtt.` (MQTT topic and
-/// QoS 2 dedupe headers, [`crate::mqtt`]) and `http.` (this module's).
-pub const RESERVED_HEADER_PREFIXES: [&str; 2] = ["mqtt.", "http."];
-/// Header of the first record of a publish with an `Idempotency-Key`: the
-/// key.
-pub const HEADER_IDEMPOTENCY_KEY: &str = "http.idempotency_key";
-/// Header of the first record of a sequenced batch: its `producer_id`.
-pub const HEADER_PRODUCER_ID: &str = "http.producer_id";
-/// Header of the first record of a sequenced batch: its first `sequence`
-/// (decimal).
-pub const HEADER_SEQUENCE: &str = "http.sequence";
 /// Where the markers live.
 pub const PENDING_PREFIX: &str = "/edge/pending/";
 const ANSWERS_PREFIX: &str = "/edge/idempotency/";
-
-/// [`RESERVED_HEADER_PREFIXES`] for a message: `"mqtt." or "http."`.
-pub fn reserved_prefixes() -> String {
-    RESERVED_HEADER_PREFIXES
-        .iter()
-        .map(|p| format!("{p:?}"))
-        .collect::<Vec<_>>()
-        .join(" or ")
-}
-
-/// Whether `name` begins with one of [`RESERVED_HEADER_PREFIXES`].
-pub fn is_reserved(name: &str) -> bool {
-    RESERVED_HEADER_PREFIXES.iter().any(|p| name.starts_with(p))
-}
 
 /// What identifies the request whose records are being stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -90,40 +66,32 @@ pub enum PendingRequest {
     },
 }
 
-impl PendingRequest {
-    /// The headers the request's first record carries.
-    pub fn headers(&self) -> Vec<(String, Bytes)> {
-        match self {
-            PendingRequest::Key { key } => vec![(
-                HEADER_IDEMPOTENCY_KEY.to_owned(),
-                Bytes::copy_from_slice(key.as_bytes()),
-            )],
-            PendingRequest::Producer {
-                producer_id,
-                first_sequence,
-                ..
-            } => vec![
-                (
-                    HEADER_PRODUCER_ID.to_owned(),
-                    Bytes::copy_from_slice(producer_id.as_bytes()),
-                ),
-                (
-                    HEADER_SEQUENCE.to_owned(),
-                    Bytes::from(first_sequence.to_string()),
-                ),
-            ],
+/// SHA-256 (hex) of `records` as stored: each record's timestamp, key
+/// (absent and empty differ), headers and value, length-prefixed.
+pub fn records_digest(records: &[Record]) -> String {
+    let mut parts: Vec<&[u8]> = Vec::new();
+    let stamps: Vec<[u8; 8]> = records
+        .iter()
+        .map(|r| r.timestamp_ms.to_be_bytes())
+        .collect();
+    for (r, stamp) in records.iter().zip(&stamps) {
+        parts.push(stamp);
+        match &r.key {
+            Some(key) => {
+                parts.push(b"k");
+                parts.push(key);
+            }
+            None => parts.push(b"-"),
         }
+        for (name, value) in &r.headers {
+            parts.push(b"h");
+            parts.push(name.as_bytes());
+            parts.push(value);
+        }
+        parts.push(b"v");
+        parts.push(&r.value);
     }
-
-    /// Whether `record` is the first record of this request.
-    fn matches(&self, record: &Record) -> bool {
-        self.headers().iter().all(|(name, value)| {
-            record
-                .headers
-                .iter()
-                .any(|(n, v)| n == name && v.as_ref() == value.as_ref())
-        })
-    }
+    crate::idempotency::fingerprint(&parts)
 }
 
 /// The marker of a publish in progress (step 1 of the module doc).
@@ -136,6 +104,8 @@ pub struct Pending {
     pub from: u64,
     /// Records in the request.
     pub count: u64,
+    /// [`records_digest`] of them.
+    pub records_digest: String,
     /// SHA-256 (hex) of the request, as in the answer.
     pub fingerprint: String,
     /// What identifies it.
@@ -225,68 +195,143 @@ pub async fn abandon(manager: &TopicManager, store_key: &str) -> Result<(), Meta
         .map(drop)
 }
 
-/// The offset of the first record at or above `from` in the WAL of `topic`
-/// that passes `hit`; `None` if there is none, the topic has no WAL, or
-/// the WAL cannot be read (a damaged batch is skipped).
-pub fn find_record(
+/// Base offsets of the answers recorded for `topic`: every key's and
+/// every producer window's batch. Their batches belong to them.
+///
+/// # Errors
+/// [`MetadataError`] listing them.
+async fn answered_offsets(
+    manager: &TopicManager,
+    topic: &str,
+) -> Result<HashSet<u64>, MetadataError> {
+    let prefix = format!("{ANSWERS_PREFIX}{}/", topic.trim_start_matches('/'));
+    let mut out = HashSet::new();
+    for (_, value) in manager.store().list(&prefix).await? {
+        if let Ok(answer) = serde_json::from_value::<Remembered>(value.clone()) {
+            out.insert(answer.base_offset);
+        } else if let Ok(window) = serde_json::from_value::<sequence::ProducerState>(value) {
+            out.extend(window.batches.iter().map(|b| b.base_offset));
+        }
+    }
+    Ok(out)
+}
+
+/// For each of `markers` (all of one topic), the base offset of the WAL
+/// batch it gets (module doc): the first at or above its `from`, with its
+/// record count and digest, not in `taken` and not given to a marker with
+/// a lower `from`.
+fn match_batches(
     manager: &TopicManager,
     topic: &TopicName,
-    from: u64,
-    hit: impl Fn(&Record) -> bool,
-) -> Option<u64> {
-    let wal = manager.topic(topic).and_then(|t| t.wal())?;
+    markers: &[&Pending],
+    taken: &HashSet<u64>,
+) -> Vec<Option<u64>> {
+    let mut found = vec![None; markers.len()];
+    let Some(wal) = manager.topic(topic).and_then(|t| t.wal()) else {
+        return found;
+    };
+    let Some(low) = markers.iter().map(|m| m.from).min() else {
+        return found;
+    };
+    let mut order: Vec<usize> = (0..markers.len()).collect();
+    order.sort_by_key(|&i| markers[i].from);
     let limits = manager.config().limits;
-    let mut next = from.max(wal.log_start_offset());
-    loop {
+    let mut next = low.max(wal.log_start_offset());
+    while found.iter().any(Option::is_none) {
         let batches = match wal.read(next, 1 << 20) {
             Ok(b) if !b.is_empty() => b,
-            _ => return None,
+            _ => break,
         };
         for batch in batches {
             next = batch.next_offset();
             let Ok(decoded) = batch.decode(&limits) else {
                 continue;
             };
-            if let Some(i) = decoded.records.iter().position(&hit) {
-                return Some(decoded.base_offset + i as u64);
+            let base = decoded.base_offset;
+            if taken.contains(&base) {
+                continue;
+            }
+            let mut digest = None;
+            for &i in &order {
+                let m = markers[i];
+                if found[i].is_some() || m.from > base || m.count != decoded.records.len() as u64 {
+                    continue;
+                }
+                let d = digest.get_or_insert_with(|| records_digest(&decoded.records));
+                if *d == m.records_digest {
+                    found[i] = Some(base);
+                    break;
+                }
             }
         }
     }
+    found
 }
 
-/// Settles the marker `pending` of `store_key` (module doc): returns the
+/// Settles `markers` (store key and marker, all of `topic`): for each, the
 /// answer when its records are in the WAL, `None` when they are not (the
 /// marker is then deleted).
 ///
 /// # Errors
-/// [`MetadataError`] writing the answer or deleting the marker.
+/// [`MetadataError`] reading the answers, writing one or deleting a marker.
+async fn settle_topic(
+    manager: &TopicManager,
+    topic: &str,
+    markers: &[(String, Pending)],
+) -> Result<Vec<Option<PublishAck>>, MetadataError> {
+    let taken = answered_offsets(manager, topic).await?;
+    let refs: Vec<&Pending> = markers.iter().map(|(_, p)| p).collect();
+    let found = match TopicName::new(topic) {
+        Ok(name) => match_batches(manager, &name, &refs, &taken),
+        Err(_) => vec![None; markers.len()],
+    };
+    let mut out = Vec::with_capacity(markers.len());
+    for ((store_key, pending), base) in markers.iter().zip(found) {
+        let Some(base_offset) = base else {
+            abandon(manager, store_key).await?;
+            out.push(None);
+            continue;
+        };
+        let ack = PublishAck {
+            base_offset,
+            next_offset: base_offset + pending.count,
+            count: pending.count,
+        };
+        let value = answer(manager, store_key, pending, &ack).await?;
+        complete(manager, store_key, value).await?;
+        out.push(Some(ack));
+    }
+    Ok(out)
+}
+
+/// Settles the marker `pending` of `store_key` alone: one a failed write
+/// of the metadata store left while the agent ran (the key's lock is
+/// held, so its request is not in progress). Other requests in progress
+/// on the topic are not considered: one with records identical to this
+/// one's, timestamps included, could have its batch taken for this one's.
+///
+/// # Errors
+/// As [`settle_all`].
 pub async fn settle(
     manager: &TopicManager,
     store_key: &str,
     pending: &Pending,
 ) -> Result<Option<PublishAck>, MetadataError> {
-    let found = TopicName::new(pending.topic.as_str()).ok().and_then(|topic| {
-        find_record(manager, &topic, pending.from, |r| pending.request.matches(r))
-    });
-    let Some(base_offset) = found else {
-        abandon(manager, store_key).await?;
-        return Ok(None);
-    };
-    let ack = PublishAck {
-        base_offset,
-        next_offset: base_offset + pending.count,
-        count: pending.count,
-    };
-    let value = answer(manager, store_key, pending, &ack).await?;
-    complete(manager, store_key, value).await?;
-    Ok(Some(ack))
+    let one = [(store_key.to_owned(), pending.clone())];
+    Ok(settle_topic(manager, &pending.topic, &one)
+        .await?
+        .pop()
+        .flatten())
 }
 
 /// The marker of `store_key`, if any (an unreadable one counts as absent).
 ///
 /// # Errors
 /// [`MetadataError`].
-pub async fn load(manager: &TopicManager, store_key: &str) -> Result<Option<Pending>, MetadataError> {
+pub async fn load(
+    manager: &TopicManager,
+    store_key: &str,
+) -> Result<Option<Pending>, MetadataError> {
     let value = manager.store().get(&pending_key(store_key)).await?;
     Ok(value.and_then(|v| serde_json::from_value(v).ok()))
 }
@@ -308,22 +353,31 @@ pub struct Settled {
 /// # Errors
 /// [`MetadataError`] listing the markers or writing a settlement.
 pub async fn settle_all(manager: &TopicManager) -> Result<Settled, MetadataError> {
-    let markers = manager.store().list(PENDING_PREFIX).await?;
+    let mut by_topic: BTreeMap<String, Vec<(String, Pending)>> = BTreeMap::new();
     let mut settled = Settled::default();
-    for (key, value) in markers {
+    for (key, value) in manager.store().list(PENDING_PREFIX).await? {
         let store_key = format!(
             "{ANSWERS_PREFIX}{}",
             key.strip_prefix(PENDING_PREFIX).unwrap_or(&key)
         );
-        let Ok(pending) = serde_json::from_value::<Pending>(value) else {
-            tracing::warn!(key, "unreadable publish marker: deleted");
-            settled.unreadable += 1;
-            manager.store().delete(&key).await?;
-            continue;
-        };
-        match settle(manager, &store_key, &pending).await? {
-            Some(_) => settled.stored += 1,
-            None => settled.not_stored += 1,
+        match serde_json::from_value::<Pending>(value) {
+            Ok(pending) => by_topic
+                .entry(pending.topic.clone())
+                .or_default()
+                .push((store_key, pending)),
+            Err(_) => {
+                tracing::warn!(key, "unreadable publish marker: deleted");
+                settled.unreadable += 1;
+                manager.store().delete(&key).await?;
+            }
+        }
+    }
+    for (topic, markers) in &by_topic {
+        for outcome in settle_topic(manager, topic, markers).await? {
+            match outcome {
+                Some(_) => settled.stored += 1,
+                None => settled.not_stored += 1,
+            }
         }
     }
     Ok(settled)
@@ -332,6 +386,7 @@ pub async fn settle_all(manager: &TopicManager) -> Result<Settled, MetadataError
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytes::Bytes;
 
     #[test]
     fn marker_keys_mirror_answer_keys() {
@@ -345,43 +400,37 @@ mod tests {
         );
     }
 
-    #[test]
-    fn a_request_matches_only_a_record_with_all_its_headers() {
-        let request = PendingRequest::Producer {
-            producer_id: "press-4".into(),
-            first_sequence: 7,
-            last_sequence: 9,
-        };
-        let record = |headers: Vec<(&str, &str)>| Record {
-            timestamp_ms: 0,
-            key: None,
+    fn record(ts: i64, key: Option<&str>, headers: &[(&str, &str)], value: &str) -> Record {
+        Record {
+            timestamp_ms: ts,
+            key: key.map(|k| Bytes::copy_from_slice(k.as_bytes())),
             headers: headers
-                .into_iter()
-                .map(|(n, v)| (n.to_owned(), Bytes::copy_from_slice(v.as_bytes())))
+                .iter()
+                .map(|(n, v)| ((*n).to_owned(), Bytes::copy_from_slice(v.as_bytes())))
                 .collect(),
-            value: Bytes::new(),
-        };
-        let first = record(vec![
-            ("x", "1"),
-            (HEADER_PRODUCER_ID, "press-4"),
-            (HEADER_SEQUENCE, "7"),
-        ]);
-        assert!(request.matches(&first));
-        assert!(!request.matches(&record(vec![(HEADER_PRODUCER_ID, "press-4")])));
-        assert!(!request.matches(&record(vec![
-            (HEADER_PRODUCER_ID, "press-4"),
-            (HEADER_SEQUENCE, "8")
-        ])));
-        let key = PendingRequest::Key { key: "o-1".into() };
-        assert!(key.matches(&record(vec![(HEADER_IDEMPOTENCY_KEY, "o-1")])));
-        assert!(!key.matches(&record(vec![(HEADER_IDEMPOTENCY_KEY, "o-12")])));
+            value: Bytes::copy_from_slice(value.as_bytes()),
+        }
     }
 
     #[test]
-    fn the_agents_header_prefixes_are_reserved() {
-        assert!(is_reserved("mqtt.topic"));
-        assert!(is_reserved("http.idempotency_key"));
-        assert!(!is_reserved("http"));
-        assert!(!is_reserved("x-http.a"));
+    fn the_digest_covers_every_part_of_every_record() {
+        let base = [
+            record(1, Some("k"), &[("h", "1")], "v"),
+            record(2, None, &[], "w"),
+        ];
+        let digest = records_digest(&base);
+        let changed: [[Record; 2]; 6] = [
+            [record(9, Some("k"), &[("h", "1")], "v"), base[1].clone()],
+            [record(1, None, &[("h", "1")], "v"), base[1].clone()],
+            [record(1, Some(""), &[("h", "1")], "v"), base[1].clone()],
+            [record(1, Some("k"), &[("h", "2")], "v"), base[1].clone()],
+            [record(1, Some("k"), &[("h", "1")], "x"), base[1].clone()],
+            // Bytes moved between fields.
+            [record(1, Some("k"), &[("h", "1v")], ""), base[1].clone()],
+        ];
+        for records in &changed {
+            assert_ne!(records_digest(records), digest, "{records:?}");
+        }
+        assert_eq!(records_digest(&base.clone()), digest);
     }
 }

@@ -4,17 +4,15 @@
 //! gets its original offsets and one that never reached the WAL is stored
 //! once. The crash states are written as a SIGKILL leaves them (records in
 //! the WAL, the marker in the metadata store, no answer);
-//! `tests/tests/idempotency.rs` produces them with real SIGKILLs.
+//! `tests/tests/idempotency.rs` produces them with real SIGKILLs. The
+//! stored records stay exactly what the client sent (no header added).
 
 mod common;
 
 use broker_core::metadata::MetadataStore;
-use bytes::Bytes;
 use common::*;
 use serde_json::{Value, json};
-use tributary_edge::pending::{
-    HEADER_IDEMPOTENCY_KEY, HEADER_PRODUCER_ID, HEADER_SEQUENCE, PENDING_PREFIX,
-};
+use tributary_edge::pending::{PENDING_PREFIX, records_digest};
 use tributary_proto::batch::Record;
 use tributary_proto::intent::StreamIntent;
 
@@ -26,14 +24,17 @@ fn retries_config(dir: &std::path::Path) -> tributary_edge::AgentConfig {
     config
 }
 
-/// `value` with the headers `headers` (the agent's, as a publish adds them).
-fn tagged(value: &str, headers: &[(&str, &str)]) -> Record {
-    let mut r = record(value.as_bytes());
-    r.headers = headers
-        .iter()
-        .map(|(n, v)| ((*n).to_owned(), Bytes::copy_from_slice(v.as_bytes())))
-        .collect();
-    r
+/// Records of `values`, stamped as the test agent stamps them.
+fn records(values: &[&str]) -> Vec<Record> {
+    values.iter().map(|v| record(v.as_bytes())).collect()
+}
+
+/// The marker of a keyed request `body` whose records are `values`.
+fn key_marker(key: &str, body: &str, from: u64, values: &[&str]) -> Value {
+    json!({"topic": "/e1/t", "from": from, "count": values.len(),
+           "records_digest": records_digest(&records(values)),
+           "fingerprint": fingerprint(body),
+           "request": {"kind": "key", "key": key}})
 }
 
 /// Appends `records` to `/e1/t` as one batch (the append a crash
@@ -110,23 +111,14 @@ async fn a_keyed_publish_a_crash_left_unanswered_is_answered_or_stored_once() {
     let agent = start(config.clone()).await;
     let k1_body = "{\"value\":\"a\"}\n{\"value\":\"b\"}\n";
     let k2_body = "{\"value\":\"c\"}\n";
-    append(
-        &agent,
-        vec![tagged("a", &[(HEADER_IDEMPOTENCY_KEY, "k1")]), record(b"b")],
-    )
-    .await;
-    append(&agent, vec![record(b"other")]).await;
-    let marker = |key: &str, body: &str, from: u64, count: u64| {
-        json!({"topic": "/e1/t", "from": from, "count": count,
-               "fingerprint": fingerprint(body),
-               "request": {"kind": "key", "key": key}})
-    };
+    append(&agent, records(&["a", "b"])).await;
+    append(&agent, records(&["other"])).await;
     let agent = crash_with_markers(
         agent,
         config,
         &[
-            (&hex("k1"), marker("k1", k1_body, 0, 2)),
-            (&hex("k2"), marker("k2", k2_body, 3, 1)),
+            (&hex("k1"), key_marker("k1", k1_body, 0, &["a", "b"])),
+            (&hex("k2"), key_marker("k2", k2_body, 3, &["c"])),
         ],
     )
     .await;
@@ -139,7 +131,11 @@ async fn a_keyed_publish_a_crash_left_unanswered_is_answered_or_stored_once() {
         k1_body.as_bytes(),
     )
     .await;
-    assert_eq!(answer(&retry), (200, json!(0), json!(2), json!(2)), "{retry:?}");
+    assert_eq!(
+        answer(&retry),
+        (200, json!(0), json!(2), json!(2)),
+        "{retry:?}"
+    );
     let retry = post(
         agent.local_addr(),
         BATCH,
@@ -147,7 +143,11 @@ async fn a_keyed_publish_a_crash_left_unanswered_is_answered_or_stored_once() {
         k2_body.as_bytes(),
     )
     .await;
-    assert_eq!(answer(&retry), (200, json!(3), json!(4), json!(1)), "{retry:?}");
+    assert_eq!(
+        answer(&retry),
+        (200, json!(3), json!(4), json!(1)),
+        "{retry:?}"
+    );
     let again = post(
         agent.local_addr(),
         BATCH,
@@ -172,91 +172,142 @@ async fn a_sequenced_batch_a_crash_left_unanswered_is_answered_at_restart() {
         format!("{{\"value\":\"{v}\",\"producer_id\":\"p7\",\"sequence\":{seq}}}\n")
     };
     let body = format!("{}{}", line("a", 0), line("b", 1));
-    append(
-        &agent,
-        vec![
-            tagged("a", &[(HEADER_PRODUCER_ID, "p7"), (HEADER_SEQUENCE, "0")]),
-            record(b"b"),
-        ],
-    )
-    .await;
+    append(&agent, records(&["a", "b"])).await;
     let marker = json!({"topic": "/e1/t", "from": 0, "count": 2,
+        "records_digest": records_digest(&records(&["a", "b"])),
         "fingerprint": fingerprint(&body),
         "request": {"kind": "producer", "producer_id": "p7",
                     "first_sequence": 0, "last_sequence": 1}});
-    let agent = crash_with_markers(agent, config, &[(&format!("producers/{}", hex("p7")), marker)])
-        .await;
+    let agent = crash_with_markers(
+        agent,
+        config,
+        &[(&format!("producers/{}", hex("p7")), marker)],
+    )
+    .await;
     assert_eq!(markers_left(&agent).await, 0, "settled at start");
     let retry = post(agent.local_addr(), BATCH, &[], body.as_bytes()).await;
-    assert_eq!(answer(&retry), (200, json!(0), json!(2), json!(2)), "{retry:?}");
+    assert_eq!(
+        answer(&retry),
+        (200, json!(0), json!(2), json!(2)),
+        "{retry:?}"
+    );
     let next = post(agent.local_addr(), BATCH, &[], line("c", 2).as_bytes()).await;
-    assert_eq!(answer(&next), (200, json!(2), json!(3), json!(1)), "{next:?}");
+    assert_eq!(
+        answer(&next),
+        (200, json!(2), json!(3), json!(1)),
+        "{next:?}"
+    );
     assert_eq!(values(&agent), ["a", "b", "c"]);
     agent.shutdown().await.unwrap();
 }
 
-/// What a keyed publish stores: its records, the first with the header
-/// `http.idempotency_key`; no marker is left once it is answered.
+/// Two keyed requests with identical records, both unanswered, only one
+/// batch in the WAL, and a third whose answer was written holding an
+/// identical batch: the WAL batch goes to one marker, the answered batch
+/// to neither, so one retry is answered and the other stored: the count
+/// of copies is right. What a keyed publish stores is the client's record
+/// alone, and no marker is left once it is answered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_keyed_publish_tags_its_first_record_and_leaves_no_marker() {
+async fn identical_unanswered_requests_get_one_batch_each_at_most() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = retries_config(dir.path());
+    let agent = start(config.clone()).await;
+    let body = "{\"value\":\"same\"}\n";
+    // k0 answered at 0 (the normal path), then k1 or k2 stored at 1.
+    let first = post(
+        agent.local_addr(),
+        BATCH,
+        &[("idempotency-key", "k0")],
+        body.as_bytes(),
+    )
+    .await;
+    assert_eq!(
+        answer(&first),
+        (200, json!(0), json!(1), json!(1)),
+        "{first:?}"
+    );
+    let stored = read_wal(&agent, "/e1/t", 0);
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0].1, record(b"same"), "the client's record alone");
+    assert_eq!(markers_left(&agent).await, 0);
+    append(&agent, records(&["same"])).await;
+    let agent = crash_with_markers(
+        agent,
+        config,
+        &[
+            (&hex("k1"), key_marker("k1", body, 0, &["same"])),
+            (&hex("k2"), key_marker("k2", body, 0, &["same"])),
+        ],
+    )
+    .await;
+    assert_eq!(markers_left(&agent).await, 0, "settled at start");
+    let mut answers = Vec::new();
+    for key in ["k1", "k2", "k1", "k2"] {
+        let reply = post(
+            agent.local_addr(),
+            BATCH,
+            &[("idempotency-key", key)],
+            body.as_bytes(),
+        )
+        .await;
+        answers.push(answer(&reply));
+    }
+    assert_eq!(
+        answers,
+        [
+            (200, json!(1), json!(2), json!(1)),
+            (200, json!(2), json!(3), json!(1)),
+            (200, json!(1), json!(2), json!(1)),
+            (200, json!(2), json!(3), json!(1)),
+        ]
+    );
+    assert_eq!(
+        values(&agent),
+        ["same", "same", "same"],
+        "three requests, three copies"
+    );
+    agent.shutdown().await.unwrap();
+}
+
+/// Record headers named like the agent's MQTT headers (`mqtt.*`) are
+/// refused on both HTTP routes, nothing stored: a record carrying a
+/// client's `mqtt.client_id` and `mqtt.packet_id` would make that client's
+/// QoS 2 resend look stored after a crash.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn record_headers_named_like_the_agents_own_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let agent = start(retries_config(dir.path())).await;
     let reply = post(
         agent.local_addr(),
         "/v1/topics/e1/t/records",
-        &[("idempotency-key", "o-1"), ("x-trib-h-unit", "C")],
-        b"21.5",
+        &[("x-trib-h-mqtt.packet_id", "7")],
+        b"v",
     )
     .await;
-    assert_eq!(answer(&reply), (200, json!(0), json!(1), json!(1)), "{reply:?}");
-    let stored = read_wal(&agent, "/e1/t", 0);
-    let headers: Vec<(&str, &[u8])> = stored[0]
-        .1
-        .headers
-        .iter()
-        .map(|(n, v)| (n.as_str(), v.as_ref()))
-        .collect();
-    assert_eq!(
-        headers,
-        [("unit", &b"C"[..]), (HEADER_IDEMPOTENCY_KEY, &b"o-1"[..])]
+    assert_eq!(reply.status, 400, "{reply:?}");
+    assert_eq!(reply.body["kind"], "invalid_input");
+    assert!(
+        reply.error().contains("x-trib-h-mqtt.packet_id"),
+        "{reply:?}"
     );
-    assert_eq!(markers_left(&agent).await, 0);
-    agent.shutdown().await.unwrap();
-}
-
-/// Record headers named like the agent's own (`mqtt.*`, `http.*`) are
-/// refused on both routes, nothing stored: a record carrying another
-/// request's `http.idempotency_key` would pass for it after a crash.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn record_headers_named_like_the_agents_own_are_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let agent = start(retries_config(dir.path())).await;
-    for header in ["x-trib-h-http.idempotency_key", "x-trib-h-mqtt.packet_id"] {
-        let reply = post(
-            agent.local_addr(),
-            "/v1/topics/e1/t/records",
-            &[(header, "k1")],
-            b"v",
-        )
-        .await;
-        assert_eq!(reply.status, 400, "{reply:?}");
-        assert_eq!(reply.body["kind"], "invalid_input");
-        assert!(reply.error().contains(header), "{reply:?}");
-    }
-    let body = "{\"value\":\"a\"}\n{\"value\":\"b\",\"headers\":{\"site\":\"n\",\"http.sequence\":\"0\"}}\n";
+    let body = "{\"value\":\"a\"}\n{\"value\":\"b\",\"headers\":{\"site\":\"n\",\"mqtt.client_id\":\"dev\"}}\n";
     let reply = post(agent.local_addr(), BATCH, &[], body.as_bytes()).await;
     assert_eq!(reply.status, 400, "{reply:?}");
     assert_eq!(
         (&reply.body["line"], &reply.body["field"]),
-        (&json!(2), &json!("headers.http.sequence"))
+        (&json!(2), &json!("headers.mqtt.client_id"))
     );
     let fine = post(
         agent.local_addr(),
         "/v1/topics/e1/t/records",
-        &[("x-trib-h-httpx", "1")],
+        &[("x-trib-h-mqttx", "1")],
         b"v",
     )
     .await;
-    assert_eq!(answer(&fine), (200, json!(0), json!(1), json!(1)), "{fine:?}");
+    assert_eq!(
+        answer(&fine),
+        (200, json!(0), json!(1), json!(1)),
+        "{fine:?}"
+    );
     agent.shutdown().await.unwrap();
 }

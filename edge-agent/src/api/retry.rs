@@ -35,16 +35,43 @@ pub(super) fn request_key(headers: &HeaderMap) -> Result<Option<String>, ApiErro
     Ok(Some(key.to_owned()))
 }
 
-/// Puts the headers naming `request` on the first of `records`, so that a
-/// crash before its answer is recorded can be settled ([`crate::pending`]).
-pub(super) fn tag(records: &mut [Record], request: &PendingRequest) {
-    if let Some(first) = records.first_mut() {
-        first.headers.extend(request.headers());
+/// A request's retry check, taken before its records go to the append.
+pub(super) struct Check {
+    request: PendingRequest,
+    /// The request's fingerprint.
+    fp: String,
+    /// Its records.
+    count: u64,
+    /// [`pending::records_digest`] of them.
+    digest: String,
+}
+
+impl Check {
+    /// The check `request` asks for, of a request with fingerprint `fp`
+    /// whose records are `records`.
+    pub(super) fn new(request: PendingRequest, fp: String, records: &[Record]) -> Check {
+        Check {
+            request,
+            fp,
+            count: records.len() as u64,
+            digest: pending::records_digest(records),
+        }
+    }
+
+    fn marker(&self, manager: &TopicManager, name: &TopicName) -> Pending {
+        Pending {
+            topic: name.to_string(),
+            from: pending::high_water_mark(manager, name),
+            count: self.count,
+            records_digest: self.digest.clone(),
+            fingerprint: self.fp.clone(),
+            request: self.request.clone(),
+        }
     }
 }
 
-/// Runs `publish` under the retry check `request` asks for (none: just
-/// `publish`); `fp` is the request's fingerprint, `count` its records.
+/// Runs `publish` (the append of the request's records) under `check`
+/// (none: just `publish`).
 ///
 /// # Errors
 /// `publish`'s, 409 for a refused retry, 500 when the metadata store fails
@@ -52,19 +79,15 @@ pub(super) fn tag(records: &mut [Record], request: &PendingRequest) {
 pub(super) async fn checked(
     manager: &TopicManager,
     name: &TopicName,
-    request: Option<PendingRequest>,
-    fp: String,
-    count: u64,
+    check: Option<Check>,
     publish: impl Future<Output = Result<PublishAck, ApiError>>,
 ) -> Result<PublishAck, ApiError> {
-    match request {
+    match check {
         None => publish.await,
-        Some(request @ PendingRequest::Key { .. }) => {
-            idempotent(manager, name, request, fp, count, publish).await
-        }
-        Some(request @ PendingRequest::Producer { .. }) => {
-            sequenced(manager, name, request, fp, count, publish).await
-        }
+        Some(check) => match &check.request {
+            PendingRequest::Key { .. } => idempotent(manager, name, check, publish).await,
+            PendingRequest::Producer { .. } => sequenced(manager, name, check, publish).await,
+        },
     }
 }
 
@@ -126,12 +149,10 @@ async fn marked(
 async fn idempotent(
     manager: &TopicManager,
     name: &TopicName,
-    request: PendingRequest,
-    fp: String,
-    count: u64,
+    check: Check,
     publish: impl Future<Output = Result<PublishAck, ApiError>>,
 ) -> Result<PublishAck, ApiError> {
-    let PendingRequest::Key { key } = &request else {
+    let PendingRequest::Key { key } = &check.request else {
         return publish.await;
     };
     let store_key = idem::store_key(name, key);
@@ -142,7 +163,7 @@ async fn idempotent(
         .await
         .map_err(store_error)?
     {
-        if used.fingerprint != fp {
+        if used.fingerprint != check.fp {
             return Err(ApiError::new(
                 StatusCode::CONFLICT,
                 format!("{} {key:?} was used on {name} for another request within the last 24 h; nothing stored", idem::HEADER),
@@ -157,15 +178,9 @@ async fn idempotent(
             count: used.count,
         });
     }
-    let marker = Pending {
-        topic: name.to_string(),
-        from: pending::high_water_mark(manager, name),
-        count,
-        fingerprint: fp.clone(),
-        request: request.clone(),
-    };
+    let marker = check.marker(manager, name);
     marked(manager, name, &store_key, marker, publish, |ack| {
-        idem::answer(fp, ack)
+        idem::answer(check.fp, ack)
     })
     .await
 }
@@ -176,16 +191,14 @@ async fn idempotent(
 async fn sequenced(
     manager: &TopicManager,
     name: &TopicName,
-    request: PendingRequest,
-    fp: String,
-    count: u64,
+    check: Check,
     publish: impl Future<Output = Result<PublishAck, ApiError>>,
 ) -> Result<PublishAck, ApiError> {
     let PendingRequest::Producer {
         producer_id,
         first_sequence: first,
         last_sequence: last,
-    } = &request
+    } = &check.request
     else {
         return publish.await;
     };
@@ -195,7 +208,7 @@ async fn sequenced(
     let _serial = lock.lock().await;
     settle_leftover(manager, &store_key).await?;
     let state = seq::load(manager, &store_key).await.map_err(store_error)?;
-    match seq::decide(&state, first, last, &fp) {
+    match seq::decide(&state, first, last, &check.fp) {
         Decision::Store => {}
         Decision::Replay(batch) => {
             debug!(topic = %name, producer = producer_id, first, "sequenced retry: answering the original offsets");
@@ -222,15 +235,9 @@ async fn sequenced(
             return Err(err);
         }
     }
-    let marker = Pending {
-        topic: name.to_string(),
-        from: pending::high_water_mark(manager, name),
-        count,
-        fingerprint: fp.clone(),
-        request: request.clone(),
-    };
+    let marker = check.marker(manager, name);
     marked(manager, name, &store_key, marker, publish, |ack| {
-        seq::answer(state, first, last, fp, ack)
+        seq::answer(state, first, last, check.fp, ack)
     })
     .await
 }

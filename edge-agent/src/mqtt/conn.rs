@@ -36,6 +36,18 @@ pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 /// [`WRITE_TIMEOUT`]) and let the session go; then CONNACK 0x89 (server
 /// busy), and the client retries.
 pub const TAKEOVER_WAIT: Duration = WRITE_TIMEOUT.saturating_add(Duration::from_secs(5));
+/// User property names beginning with this are refused: the agent's own
+/// record headers ([`HEADER_MQTT_TOPIC`], [`HEADER_CLIENT_ID`],
+/// [`HEADER_PACKET_ID`]) begin with it.
+pub const RESERVED_HEADER_PREFIX: &str = "mqtt.";
+
+/// Whether a record header `name` is one only the agent may set (begins
+/// with [`RESERVED_HEADER_PREFIX`]); refused on every publish path (MQTT
+/// user properties, HTTP record headers), since a forged
+/// `mqtt.client_id` + `mqtt.packet_id` would make a resend look stored.
+pub fn is_reserved_header(name: &str) -> bool {
+    name.starts_with(RESERVED_HEADER_PREFIX)
+}
 /// Largest CONNECT accepted (remaining length), bytes: the client id,
 /// credentials, properties and will fit easily; a connection that has not
 /// authenticated holds one such frame at most (16 MiB for the default 256
@@ -487,17 +499,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
         if let Some((name, _)) = p
             .user_properties
             .iter()
-            .find(|(name, _)| crate::pending::is_reserved(name))
+            .find(|(name, _)| name.starts_with(RESERVED_HEADER_PREFIX))
         {
-            // The agent's own headers (`mqtt.topic`, the QoS 2 dedupe pair
-            // and the HTTP retry headers that a crash recovery looks for,
-            // crate::pending::RESERVED_HEADER_PREFIXES) must not be written
-            // by a client: another client's `mqtt.client_id` and
+            // The agent's own headers (`mqtt.topic`, and the QoS 2 dedupe
+            // pair that a crash recovery looks for) must not be written by
+            // a client: another client's `mqtt.client_id` and
             // `mqtt.packet_id` would make its resend look stored.
             stats.count(&stats.reserved_property_refused);
             let why = format!(
-                "user property {name:?}: names beginning with {} are the agent's own headers",
-                crate::pending::reserved_prefixes()
+                "user property {name:?}: names beginning with {RESERVED_HEADER_PREFIX:?} are the agent's own headers"
             );
             info!(%why, "mqtt publish refused, not acknowledged");
             return self.refuse(&p, Reason::ImplementationSpecific, why).await;

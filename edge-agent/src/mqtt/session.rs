@@ -438,18 +438,34 @@ pub fn stored_since(
     if from < wal.log_start_offset() {
         return true;
     }
+    let limits = manager.config().limits;
     let pkid_text = pkid.to_string();
-    let header = |r: &tributary_proto::Record, name: &str| {
-        r.headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .map(|(_, v)| v.clone())
-    };
-    crate::pending::find_record(manager, topic, from, |r| {
-        header(r, HEADER_CLIENT_ID).as_deref() == Some(client_id.as_bytes())
-            && header(r, HEADER_PACKET_ID).as_deref() == Some(pkid_text.as_bytes())
-    })
-    .is_some()
+    let mut next = from;
+    loop {
+        let batches = match wal.read(next, 1 << 20) {
+            Ok(b) if !b.is_empty() => b,
+            _ => return false,
+        };
+        for batch in batches {
+            next = batch.next_offset();
+            let Ok(decoded) = batch.decode(&limits) else {
+                continue;
+            };
+            let hit = decoded.records.iter().any(|r| {
+                let header = |name: &str| {
+                    r.headers
+                        .iter()
+                        .find(|(n, _)| n == name)
+                        .map(|(_, v)| v.as_ref())
+                };
+                header(HEADER_CLIENT_ID) == Some(client_id.as_bytes())
+                    && header(HEADER_PACKET_ID) == Some(pkid_text.as_bytes())
+            });
+            if hit {
+                return true;
+            }
+        }
+    }
 }
 
 #[cfg(test)]
