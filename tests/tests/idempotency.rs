@@ -5,7 +5,7 @@
 //! another body for a used key or sequence range is refused with 409, a
 //! sequence gap too, and malformed producer fields with 400.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tributary_tests::mqtt::{MqttEdge, read_records};
@@ -19,6 +19,11 @@ fn post(edge: &MqttEdge, key: &str, body: &str) -> (u16, Value) {
 /// POSTs `body` to `/plant1/readings`' batch route, with the
 /// `Idempotency-Key` `key` if given.
 fn post_with(edge: &MqttEdge, key: Option<&str>, body: &str) -> (u16, Value) {
+    try_post(edge, key, body).expect("post")
+}
+
+/// As [`post_with`]; `Err` when the request got no answer (the agent died).
+fn try_post(edge: &MqttEdge, key: Option<&str>, body: &str) -> Result<(u16, Value), ureq::Error> {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .timeout_global(Some(Duration::from_secs(30)))
         .http_status_as_error(false)
@@ -33,9 +38,9 @@ fn post_with(edge: &MqttEdge, key: Option<&str>, body: &str) -> (u16, Value) {
     if let Some(key) = key {
         request = request.header("idempotency-key", key);
     }
-    let mut response = request.send(body.to_owned()).expect("post");
+    let mut response = request.send(body.to_owned())?;
     let status = response.status().as_u16();
-    (status, response.body_mut().read_json().expect("json"))
+    Ok((status, response.body_mut().read_json()?))
 }
 
 fn wait_api(edge: &MqttEdge) {
@@ -239,4 +244,136 @@ fn a_retried_batch_with_producer_sequences_is_stored_once_even_across_a_sigkill(
             .all(|(_, r)| r.key.is_none() && r.headers.is_empty()),
         "producer_id and sequence are not part of the record"
     );
+}
+
+/// SIGKILLs the process `pid` after `delay`, on a thread of its own.
+fn kill_after(pid: u32, delay: Duration) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        std::thread::sleep(delay);
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", &pid.to_string()])
+            .status();
+    })
+}
+
+/// Posts `requests` batches of two records back to back, each retried
+/// until answered, while the agent is SIGKILLed [`KILLS`] times at
+/// moments spread over 5–60 ms after its API is up (so most land inside
+/// a request: before, during or after its append, or while its answer
+/// is written). `request(i)` gives the key and body of batch `i`, whose
+/// values are `r{i}a` and `r{i}b`. Returns the answers.
+fn posts_through_sigkills(
+    edge: &mut MqttEdge,
+    request: impl Fn(usize) -> (Option<String>, String),
+) -> (Vec<Value>, usize) {
+    const KILLS: usize = 15;
+    let deadline = Instant::now() + Duration::from_secs(180);
+    let mut answers = Vec::new();
+    let mut kills = 0;
+    // Deterministic spread of delays (a linear congruential sequence).
+    let mut seed: u64 = 0x2545_f491;
+    let mut delay = || {
+        seed = seed.wrapping_mul(6_364_136_223_846_793_005).wrapping_add(1);
+        Duration::from_millis(5 + (seed >> 33) % 56)
+    };
+    let mut killer = Some(kill_after(edge.edge.pid().expect("running"), delay()));
+    // After the last kill, 20 more requests on a quiet agent.
+    let mut after_last_kill = 0;
+    while kills < KILLS || after_last_kill < 20 {
+        let i = answers.len();
+        assert!(
+            Instant::now() < deadline,
+            "bounded: {kills} kills, {i} requests"
+        );
+        let (key, body) = request(i);
+        match try_post(edge, key.as_deref(), &body) {
+            Ok((200, answer)) => {
+                answers.push(answer);
+                if kills == KILLS {
+                    after_last_kill += 1;
+                }
+            }
+            Ok((status, answer)) => panic!("request {i}: {status} {answer}"),
+            Err(_) => {
+                // The agent died (mid-request or between two): restart it
+                // and retry request i.
+                if let Some(k) = killer.take() {
+                    k.join().expect("killer");
+                }
+                edge.edge.kill();
+                edge.start();
+                wait_api(edge);
+                kills += 1;
+                if kills < KILLS {
+                    killer = Some(kill_after(edge.edge.pid().expect("running"), delay()));
+                }
+            }
+        }
+    }
+    (answers, kills)
+}
+
+/// Every batch `i` is stored once, at the offsets its answer gave.
+fn assert_stored_once(edge: &mut MqttEdge, answers: &[Value]) {
+    assert_eq!(edge.edge.terminate(), Some(0));
+    let stored: Vec<(u64, String)> = read_records(&edge.wal_dir("readings"))
+        .into_iter()
+        .map(|(offset, r)| (offset, String::from_utf8_lossy(&r.value).into_owned()))
+        .collect();
+    let expected: Vec<(u64, String)> = (0..answers.len())
+        .flat_map(|i| [format!("r{i}a"), format!("r{i}b")])
+        .zip(0u64..)
+        .map(|(v, o)| (o, v))
+        .collect();
+    assert_eq!(stored.len(), expected.len(), "records stored");
+    assert_eq!(stored, expected, "each batch once, in order");
+    for (i, answer) in answers.iter().enumerate() {
+        let base = 2 * i as u64;
+        assert_eq!(
+            offsets(answer),
+            (Some(base), Some(base + 2), Some(2)),
+            "answer of batch {i}"
+        );
+    }
+}
+
+fn pair(i: usize) -> String {
+    format!("{{\"value\":\"r{i}a\"}}\n{{\"value\":\"r{i}b\"}}\n")
+}
+
+/// Keyed batches posted while the agent is SIGKILLed 15 times at random
+/// moments, each retried until answered: every batch is stored exactly
+/// once and every answer names its own offsets. Before the agent
+/// committed a marker ahead of each append (`crate::pending`), a kill
+/// between a durable append and the recorded answer stored the retry a
+/// second time.
+#[test]
+fn keyed_batches_posted_through_sigkills_are_stored_once_each() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut edge = MqttEdge::new(dir.path(), "audit_log", RULES);
+    edge.start();
+    wait_api(&edge);
+    let (answers, kills) =
+        posts_through_sigkills(&mut edge, |i| (Some(format!("batch-{i}")), pair(i)));
+    assert_eq!(kills, 15);
+    assert_stored_once(&mut edge, &answers);
+}
+
+/// The same with NDJSON `producer_id` + `sequence` instead of a key.
+#[test]
+fn sequenced_batches_posted_through_sigkills_are_stored_once_each() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut edge = MqttEdge::new(dir.path(), "audit_log", RULES);
+    edge.start();
+    wait_api(&edge);
+    let (answers, kills) = posts_through_sigkills(&mut edge, |i| {
+        let seq = 2 * i;
+        let body = format!(
+            "{{\"value\":\"r{i}a\",\"producer_id\":\"press\",\"sequence\":{seq}}}\n{{\"value\":\"r{i}b\",\"producer_id\":\"press\",\"sequence\":{}}}\n",
+            seq + 1
+        );
+        (None, body)
+    });
+    assert_eq!(kills, 15);
+    assert_stored_once(&mut edge, &answers);
 }
