@@ -832,3 +832,112 @@ async fn a_connect_over_64_kib_is_refused_at_its_header() {
     assert!(closed.is_ok(), "still open 2 s after the header");
     agent.shutdown().await.unwrap();
 }
+
+/// An agent with the listener and the manual clock the test moves; its
+/// sessions are swept every `sweep`.
+async fn start_with_clock(
+    dir: &std::path::Path,
+    sweep: std::time::Duration,
+) -> (
+    tributary_edge::Agent,
+    std::sync::Arc<broker_core::clock::ManualClock>,
+) {
+    let mut config = listener_config(dir);
+    if let Some(mqtt) = config.mqtt.as_mut() {
+        mqtt.session_sweep_interval = sweep;
+    }
+    let clock = std::sync::Arc::new(broker_core::clock::ManualClock::new(NOW_MS));
+    let agent = tributary_edge::Agent::start_with_clock(config, clock.clone())
+        .await
+        .expect("agent starts");
+    (agent, clock)
+}
+
+/// MQTT 5.0 §3.1.2.11.2: a session whose expiry interval has passed since
+/// its connection ended is discarded. Before, sessions never expired: a
+/// client back after the interval (which, told nothing else, may have
+/// dropped its own state) got "session present", and its next message
+/// reusing a QoS 2 packet id still `received` in the old session was taken
+/// for a resend: acknowledged (PUBREC) and never stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_past_its_expiry_interval_is_not_resumed() {
+    let dir = tempfile::tempdir().unwrap();
+    // The sweeper runs at start only: this is the CONNECT's own check.
+    let (agent, clock) = start_with_clock(dir.path(), std::time::Duration::from_secs(3600)).await;
+    let addr = agent.mqtt_addr().expect("mqtt listener");
+    let (mut c, present) = V5Client::connect(addr, "exp", false, 10).await;
+    assert!(!present);
+    c.publish_qos2(5, "old").await;
+    c.disconnect(None).await;
+    // Within the interval: resumed. Its DISCONNECT sets 30 s.
+    clock.advance(9_999);
+    let (c, present) = V5Client::connect(addr, "exp", false, 10).await;
+    assert!(present, "9.999 s after the end of a 10 s session");
+    c.disconnect(Some(30)).await;
+    clock.advance(29_999);
+    let (c, present) = V5Client::connect(addr, "exp", false, 10).await;
+    assert!(present, "29.999 s after a DISCONNECT that set 30 s");
+    c.disconnect(None).await;
+    clock.advance(10_000);
+    let (mut c, present) = V5Client::connect(addr, "exp", false, 10).await;
+    assert!(!present, "10 s after: expired");
+    c.publish_qos2(5, "new").await;
+    let values: Vec<Bytes> = read_wal(&agent, "/e1/t", 0)
+        .into_iter()
+        .map(|(_, r)| r.value)
+        .collect();
+    assert_eq!(
+        values,
+        vec!["old", "new"],
+        "the new message with id 5 stored"
+    );
+    agent.shutdown().await.unwrap();
+}
+
+/// Expired sessions leave the metadata store and memory without their
+/// client coming back; one that never expires (interval 0xFFFFFFFF) and a
+/// connected one stay.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_sessions_are_swept_from_store_and_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let (agent, clock) = start_with_clock(dir.path(), std::time::Duration::from_millis(20)).await;
+    let addr = agent.mqtt_addr().expect("mqtt listener");
+    for (id, expiry) in [("gone", 5), ("forever", u32::MAX)] {
+        let (mut c, _) = V5Client::connect(addr, id, false, expiry).await;
+        c.publish_qos2(1, id).await;
+        c.disconnect(None).await;
+    }
+    let (connected, _) = V5Client::connect(addr, "connected", false, 5).await;
+    clock.advance(3_600_000);
+    let metric = |text: &str, name: &str| {
+        text.lines()
+            .filter(|l| l.starts_with(name))
+            .find_map(|l| l.rsplit(' ').next()?.parse::<u64>().ok())
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    loop {
+        let text = get(agent.local_addr(), "/metrics").await.text;
+        let expired = metric(&text, "tributary_edge_mqtt_sessions_expired_total");
+        let in_memory = metric(&text, "tributary_edge_mqtt_sessions_in_memory");
+        if expired == Some(1) && in_memory == Some(2) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "expired {expired:?}, in memory {in_memory:?}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let stored: Vec<String> = agent
+        .topics()
+        .store()
+        .list(edge::MQTT_SESSIONS_PREFIX)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|(_, v)| v["client_id"].as_str().unwrap_or_default().to_owned())
+        .collect();
+    assert_eq!(stored, ["connected", "forever"]);
+    connected.disconnect(None).await;
+    agent.shutdown().await.unwrap();
+}

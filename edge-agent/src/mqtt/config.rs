@@ -103,7 +103,14 @@ pub struct MqttConfig {
     pub rules: Vec<MappingRule>,
     /// The bridge, when configured.
     pub bridge: Option<BridgeConfig>,
+    /// How often sessions past their expiry interval are removed from
+    /// memory and the metadata store ([`DEFAULT_SESSION_SWEEP_INTERVAL`];
+    /// not in the file: tests shorten it).
+    pub session_sweep_interval: std::time::Duration,
 }
+
+/// How often expired sessions are swept by default: 60 s.
+pub const DEFAULT_SESSION_SWEEP_INTERVAL: std::time::Duration = std::time::Duration::from_secs(60);
 
 /// Validated `[mqtt.bridge]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -196,6 +203,7 @@ impl MqttConfig {
             tls: file.tls,
             rules,
             bridge,
+            session_sweep_interval: DEFAULT_SESSION_SWEEP_INTERVAL,
         })
     }
 }

@@ -284,6 +284,8 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
         // any other ends with its connection (MQTT 3.1.1 §3.1.2.4, 5.0
         // §3.1.2.11.2: session expiry 0), and so does its slot.
         if session.persistent {
+            let now = u64::try_from(self.shared.manager.now_ms()).unwrap_or(0);
+            session.data.expires_at_ms = super::session::expiry_deadline(now, session.expiry_s);
             if let Err(e) = session.save(&self.shared.manager).await {
                 warn!(error = %e, "mqtt session could not be saved at the end of its connection");
             }
@@ -375,12 +377,14 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
             close(Reason::Success, "session still held").with_connack(Reason::ServerBusy)
         })?;
         let current = held.take();
+        let now = u64::try_from(shared.manager.now_ms()).unwrap_or(0);
         let (session, present) = SessionStore::open(
             &shared.manager,
             current,
             client_id,
             c.clean_start,
-            persistent,
+            c.session_expiry_s,
+            now,
         )
         .await
         .map_err(|e| {
@@ -434,9 +438,15 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
                 self.send(&Outbound::PubComp(pkid, reason)).await?;
             }
             Inbound::PingReq => self.send(&Outbound::PingResp).await?,
-            Inbound::Disconnect => return Ok(false),
-            Inbound::DisconnectEndingSession => {
-                session.persistent = false;
+            Inbound::Disconnect { session_expiry_s } => {
+                // MQTT 5.0 §3.14.2.2.2: 0 ends the session now; another
+                // value replaces the interval of a persistent session (a
+                // session that began with 0 stays non-persistent).
+                match session_expiry_s {
+                    Some(0) => session.persistent = false,
+                    Some(s) if session.persistent => session.expiry_s = s,
+                    _ => {}
+                }
                 return Ok(false);
             }
             Inbound::Subscribe(pkid, n) => {

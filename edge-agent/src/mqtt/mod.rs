@@ -62,6 +62,7 @@ pub struct MqttServer {
     pub stats: Arc<MqttStats>,
     accept: JoinHandle<()>,
     bridge: Option<JoinHandle<()>>,
+    sweeper: JoinHandle<()>,
 }
 
 impl MqttServer {
@@ -116,18 +117,22 @@ impl MqttServer {
             stats: stats.clone(),
         });
         info!(listen = %local_addr, tls = tls.is_some(), "mqtt listener started");
+        let sweeper = tokio::spawn(sweep_expired(shared.clone(), stop.clone()));
         let accept = tokio::spawn(accept_loop(listener, tls, shared, stop));
         Ok(MqttServer {
             local_addr,
             stats,
             accept,
             bridge,
+            sweeper,
         })
     }
 
-    /// Waits for the accept loop and the bridge to end (after `stop`).
+    /// Waits for the accept loop, the bridge and the session sweeper to
+    /// end (after `stop`).
     pub async fn join(self) {
         let _ = self.accept.await;
+        let _ = self.sweeper.await;
         if let Some(bridge) = self.bridge {
             let _ = bridge.await;
         }
@@ -146,6 +151,32 @@ fn load_tls(paths: &config::MqttTlsFileConfig) -> Result<tokio_rustls::TlsAccept
         .with_single_cert(certs, key)
         .map_err(|e| MqttError::Tls(e.to_string()))?;
     Ok(tokio_rustls::TlsAcceptor::from(Arc::new(server)))
+}
+
+/// Removes sessions past their expiry interval
+/// ([`session::SessionStore::sweep`]) at start (those that expired while
+/// the agent was down) and every `session_sweep_interval`, until `stop`.
+async fn sweep_expired(shared: Arc<conn::Shared>, mut stop: watch::Receiver<bool>) {
+    loop {
+        let now = u64::try_from(shared.manager.now_ms()).unwrap_or(0);
+        match shared.sessions.sweep(&shared.manager, now).await {
+            Ok(0) => {}
+            Ok(n) => {
+                shared.stats.add(&shared.stats.sessions_expired, n as u64);
+                info!(
+                    sessions = n,
+                    "mqtt: removed sessions whose expiry interval passed"
+                );
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "mqtt: sweeping expired sessions failed; retried at the next sweep")
+            }
+        }
+        tokio::select! {
+            () = tokio::time::sleep(shared.config.session_sweep_interval) => {}
+            _ = stop.wait_for(|&s| s) => return,
+        }
+    }
 }
 
 /// Decrements the open-connection gauge when a connection task ends.

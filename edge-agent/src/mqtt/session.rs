@@ -19,6 +19,12 @@
 //! out, so an id the session knows is a message not yet released; the
 //! `received` state is saved with the session's next save (the next
 //! message, a PUBREL, the connection's end).
+//!
+//! Expiry (MQTT 5.0 §3.1.2.11.2): when a persistent session's connection
+//! ends, `expires_at_ms` is set to that instant plus its session expiry
+//! interval (never for 3.1.1 and 0xFFFFFFFF); [`SessionStore::open`]
+//! discards a session at or past it, and [`SessionStore::sweep`] removes
+//! such sessions from the store and from memory.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -60,6 +66,19 @@ pub struct SessionData {
     pub client_id: String,
     /// QoS 2 packet ids in flight.
     pub qos2: BTreeMap<u16, Qos2State>,
+    /// When the session expires, ms since the Unix epoch: set when its
+    /// connection ends (the end plus the session expiry interval, MQTT 5.0
+    /// §3.1.2.11.2); absent while a connection holds it and for sessions
+    /// that never expire (3.1.1 `clean_session = false`, 5.0 interval
+    /// 0xFFFFFFFF).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at_ms: Option<u64>,
+}
+
+/// When a session whose connection ends at `now_ms` expires, for the
+/// session expiry interval `expiry_s` (`u32::MAX`: never).
+pub fn expiry_deadline(now_ms: u64, expiry_s: u32) -> Option<u64> {
+    (expiry_s != u32::MAX).then(|| now_ms.saturating_add(u64::from(expiry_s) * 1000))
 }
 
 /// One client's session.
@@ -76,6 +95,9 @@ pub struct Session {
     /// A copy of it may be in the metadata store (it was read from there,
     /// or persistent at some point), to delete when it ends.
     pub stored: bool,
+    /// Session expiry interval, s, counted from the end of the connection
+    /// (`u32::MAX`: never).
+    pub expiry_s: u32,
 }
 
 /// Error of the session store.
@@ -238,10 +260,12 @@ impl SessionStore {
         self.lock().len()
     }
 
-    /// Loads (or starts) the session of `client_id` for a new connection:
-    /// with `clean_start` any stored session is deleted; `persistent`
-    /// says whether the new one is kept. Returns the session and whether
-    /// a stored one was resumed.
+    /// Loads (or starts) the session of `client_id` for a new connection
+    /// at `now_ms`: with `clean_start` any stored session is deleted; one
+    /// whose expiry passed is discarded (MQTT 5.0 §3.1.2.11.2); the new
+    /// connection's session expiry interval `expiry_s` (0: the session
+    /// ends with the connection) says whether it is kept. Returns the
+    /// session and whether an earlier one was resumed.
     ///
     /// # Errors
     /// [`SessionError`].
@@ -250,54 +274,121 @@ impl SessionStore {
         current: Option<Session>,
         client_id: &str,
         clean_start: bool,
-        persistent: bool,
+        expiry_s: u32,
+        now_ms: u64,
     ) -> Result<(Session, bool), SessionError> {
+        let persistent = expiry_s > 0;
         let key = session_key(client_id);
         let meta = |source| SessionError::Metadata {
             client_id: client_id.to_owned(),
             source,
         };
-        if clean_start {
-            manager.store().delete(&key).await.map_err(meta)?;
+        let fresh = || {
             let mut session = Session {
                 persistent,
                 stored: persistent,
+                expiry_s,
                 ..Session::default()
             };
             session.data.client_id = client_id.to_owned();
-            return Ok((session, false));
-        }
-        if let Some(mut live) = current {
-            live.persistent = persistent;
-            live.stored |= persistent;
-            return Ok((live, true));
-        }
-        let stored = manager.store().get(&key).await.map_err(meta)?;
-        let (data, present) = match stored {
-            Some(value) => (
-                serde_json::from_value::<SessionData>(value).map_err(|e| SessionError::Decode {
-                    client_id: client_id.to_owned(),
-                    reason: e.to_string(),
-                })?,
-                true,
-            ),
-            None => (
-                SessionData {
-                    client_id: client_id.to_owned(),
-                    qos2: BTreeMap::new(),
-                },
-                false,
-            ),
+            session
         };
-        Ok((
-            Session {
-                persistent,
-                data,
-                qos1_acked: Default::default(),
-                stored: present || persistent,
+        if clean_start {
+            manager.store().delete(&key).await.map_err(meta)?;
+            return Ok((fresh(), false));
+        }
+        let earlier = match current {
+            Some(live) => Some(live),
+            None => match manager.store().get(&key).await.map_err(meta)? {
+                Some(value) => Some(Session {
+                    data: serde_json::from_value::<SessionData>(value).map_err(|e| {
+                        SessionError::Decode {
+                            client_id: client_id.to_owned(),
+                            reason: e.to_string(),
+                        }
+                    })?,
+                    stored: true,
+                    ..Session::default()
+                }),
+                None => None,
             },
-            present,
-        ))
+        };
+        let Some(mut session) = earlier else {
+            return Ok((fresh(), false));
+        };
+        if session.data.expires_at_ms.is_some_and(|t| t <= now_ms) {
+            // Its QoS 2 entries go with it: a client told "no session"
+            // starts its packet ids afresh, and a stale `received` entry
+            // would take its next message for a resend and drop it.
+            if session.stored {
+                manager.store().delete(&key).await.map_err(meta)?;
+            }
+            return Ok((fresh(), false));
+        }
+        session.persistent = persistent;
+        session.stored |= persistent;
+        session.expiry_s = expiry_s;
+        if session.data.expires_at_ms.take().is_some() && persistent {
+            // Held by a connection: no deadline until it ends; saved, so
+            // that an agent crash meanwhile does not leave the old one.
+            session.save(manager).await?;
+        }
+        Ok((session, true))
+    }
+
+    /// Removes every stored session whose expiry passed by `now_ms` and
+    /// that no connection holds, from the metadata store and from memory
+    /// (MQTT 5.0 §3.1.2.11.2). Returns how many.
+    ///
+    /// # Errors
+    /// [`SessionError::List`], [`SessionError::Metadata`].
+    pub async fn sweep(&self, manager: &TopicManager, now_ms: u64) -> Result<usize, SessionError> {
+        let expired = |value: Option<serde_json::Value>| {
+            value
+                .and_then(|v| serde_json::from_value::<SessionData>(v).ok())
+                .filter(|d| d.expires_at_ms.is_some_and(|t| t <= now_ms))
+        };
+        let stored = manager
+            .store()
+            .list(edge::MQTT_SESSIONS_PREFIX)
+            .await
+            .map_err(SessionError::List)?;
+        let mut removed = 0;
+        for (key, value) in stored {
+            let Some(data) = expired(Some(value)) else {
+                continue;
+            };
+            let meta = |source| SessionError::Metadata {
+                client_id: data.client_id.clone(),
+                source,
+            };
+            let slot = self.slot(&data.client_id);
+            // A connection holding it (connected, or taking it over) is
+            // not expired; otherwise nobody can open it while this runs.
+            if let Ok(mut held) = slot.session.clone().try_lock_owned() {
+                // Read again: a connection may have come and gone since the
+                // listing and set a later expiry.
+                if expired(manager.store().get(&key).await.map_err(meta)?).is_some() {
+                    manager.store().delete(&key).await.map_err(meta)?;
+                    *held = None;
+                    removed += 1;
+                }
+            }
+            self.forget_unused(&data.client_id, &slot);
+        }
+        Ok(removed)
+    }
+
+    /// Forgets `client_id`'s slot if it holds no session and nobody else
+    /// has it (the map's reference and the caller's).
+    fn forget_unused(&self, client_id: &str, slot: &Arc<SessionSlot>) {
+        let mut live = self.lock();
+        let ours = live.get(client_id).is_some_and(|s| Arc::ptr_eq(s, slot));
+        let empty = slot.session.try_lock().is_ok_and(|s| s.is_none());
+        if ours && empty && Arc::strong_count(slot) == 2 {
+            live.remove(client_id);
+            self.gauge.store(live.len() as u64, Ordering::Relaxed);
+        }
     }
 }
 
@@ -362,8 +453,8 @@ pub async fn settle_pending(manager: &TopicManager) -> Result<Settled, SessionEr
             let session = Session {
                 persistent: true,
                 data,
-                qos1_acked: Default::default(),
                 stored: true,
+                ..Session::default()
             };
             session.save(manager).await?;
         }

@@ -46,6 +46,8 @@ pub struct MqttStats {
     pub qos1_redeliveries: AtomicU64,
     /// QoS 2 resends of a packet id already stored: not stored again.
     pub qos2_duplicates: AtomicU64,
+    /// Sessions removed because their expiry interval passed.
+    pub sessions_expired: AtomicU64,
     /// SUBSCRIBEs refused.
     pub subscribe_refused: AtomicU64,
     /// Connections closed because the client did not read.
@@ -78,7 +80,7 @@ impl MqttStats {
     /// Adds the `tributary_edge_mqtt_*` families to `out`.
     pub fn add_to(&self, out: &mut crate::metrics::Exposition) {
         let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
-        let counters: [(&str, &str, u64); 18] = [
+        let counters: [(&str, &str, u64); 19] = [
             (
                 "connections",
                 "MQTT CONNECT packets the listener accepted.",
@@ -148,6 +150,11 @@ impl MqttStats {
                 "qos2_duplicates",
                 "QoS 2 resends the listener recognised and did not store again.",
                 get(&self.qos2_duplicates),
+            ),
+            (
+                "sessions_expired",
+                "Sessions removed from memory and the metadata store because their expiry interval passed since their connection ended.",
+                get(&self.sessions_expired),
             ),
             (
                 "subscribe_refused",

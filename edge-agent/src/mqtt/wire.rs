@@ -69,12 +69,12 @@ pub enum Inbound {
     PubRel(u16),
     /// PINGREQ.
     PingReq,
-    /// DISCONNECT (5.0: with a reason; a session expiry other than 0 is
-    /// ignored).
-    Disconnect,
-    /// A 5.0 DISCONNECT that sets the session expiry to 0: the session ends
-    /// with this connection (MQTT 5.0 §3.14.2.2.2).
-    DisconnectEndingSession,
+    /// DISCONNECT; a 5.0 one may carry a new session expiry interval, s
+    /// (MQTT 5.0 §3.14.2.2.2; 0 ends the session with this connection).
+    Disconnect {
+        /// The new session expiry interval, if the DISCONNECT sets one.
+        session_expiry_s: Option<u32>,
+    },
     /// SUBSCRIBE: packet id and number of filters.
     Subscribe(u16, usize),
     /// UNSUBSCRIBE: packet id and number of filters.
@@ -275,7 +275,9 @@ pub fn decode(version: Version, buf: &mut BytesMut, max: u32) -> Result<Inbound,
             // rumqttc 0.25's v5 reader refuses it (`PayloadRequired`).
             if buf.starts_with(&[0xE0, 0x00]) {
                 let _ = buf.split_to(2);
-                return Ok(Inbound::Disconnect);
+                return Ok(Inbound::Disconnect {
+                    session_expiry_s: None,
+                });
             }
             v5::Packet::read(buf, Some(max))
                 .map(from_v5)
@@ -307,7 +309,9 @@ fn from_v4(packet: v4::Packet) -> Inbound {
         }),
         v4::Packet::PubRel(r) => Inbound::PubRel(r.pkid),
         v4::Packet::PingReq => Inbound::PingReq,
-        v4::Packet::Disconnect => Inbound::Disconnect,
+        v4::Packet::Disconnect => Inbound::Disconnect {
+            session_expiry_s: None,
+        },
         v4::Packet::Subscribe(s) => Inbound::Subscribe(s.pkid, s.filters.len()),
         v4::Packet::Unsubscribe(u) => Inbound::Unsubscribe(u.pkid, u.topics.len()),
         other => Inbound::Unexpected(v4_name(&other)),
@@ -363,13 +367,9 @@ fn from_v5(packet: v5::Packet) -> Inbound {
         }
         v5::Packet::PubRel(r) => Inbound::PubRel(r.pkid),
         v5::Packet::PingReq(_) => Inbound::PingReq,
-        v5::Packet::Disconnect(d) => {
-            if d.properties.and_then(|p| p.session_expiry_interval) == Some(0) {
-                Inbound::DisconnectEndingSession
-            } else {
-                Inbound::Disconnect
-            }
-        }
+        v5::Packet::Disconnect(d) => Inbound::Disconnect {
+            session_expiry_s: d.properties.and_then(|p| p.session_expiry_interval),
+        },
         v5::Packet::Subscribe(s) => Inbound::Subscribe(s.pkid, s.filters.len()),
         v5::Packet::Unsubscribe(u) => Inbound::Unsubscribe(u.pkid, u.filters.len()),
         v5::Packet::Auth(_) => Inbound::Unexpected("AUTH"),
@@ -666,7 +666,12 @@ mod tests {
     #[test]
     fn an_empty_v5_disconnect_is_a_disconnect() {
         let mut buf = BytesMut::from(&[0xE0u8, 0x00, 0xC0, 0x00][..]);
-        assert_eq!(decode(Version::V5, &mut buf, 1024), Ok(Inbound::Disconnect));
+        assert_eq!(
+            decode(Version::V5, &mut buf, 1024),
+            Ok(Inbound::Disconnect {
+                session_expiry_s: None
+            })
+        );
         assert_eq!(decode(Version::V5, &mut buf, 1024), Ok(Inbound::PingReq));
     }
 }
