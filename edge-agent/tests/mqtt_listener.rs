@@ -941,3 +941,45 @@ async fn expired_sessions_are_swept_from_store_and_memory() {
     connected.disconnect(None).await;
     agent.shutdown().await.unwrap();
 }
+
+/// A session whose connection a crash ended (stored without a deadline,
+/// as a connection holds it) expires its interval after the agent's
+/// start; one without an interval (3.1.1, or 0xFFFFFFFF) never does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_held_when_the_agent_crashed_expires_after_the_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let hour = std::time::Duration::from_secs(3600);
+    let (agent, _) = start_with_clock(dir.path(), hour).await;
+    for (id, session) in [
+        (
+            "crashed",
+            json!({"client_id": "crashed", "qos2": {"5": {"state": "received"}}, "session_expiry_s": 10}),
+        ),
+        (
+            "forever",
+            json!({"client_id": "forever", "qos2": {"5": {"state": "received"}}}),
+        ),
+    ] {
+        agent
+            .topics()
+            .store()
+            .put(&edge::mqtt_session(id), session)
+            .await
+            .unwrap();
+    }
+    agent.shutdown().await.unwrap();
+    let (agent, clock) = start_with_clock(dir.path(), hour).await;
+    let addr = agent.mqtt_addr().expect("mqtt listener");
+    clock.advance(10_000);
+    let (mut c, present) = V5Client::connect(addr, "crashed", false, 10).await;
+    assert!(!present, "10 s after the restart");
+    c.publish_qos2(5, "new").await;
+    let (_, present) = V5Client::connect(addr, "forever", false, u32::MAX).await;
+    assert!(present);
+    let values: Vec<Bytes> = read_wal(&agent, "/e1/t", 0)
+        .into_iter()
+        .map(|(_, r)| r.value)
+        .collect();
+    assert_eq!(values, vec!["new"]);
+    agent.shutdown().await.unwrap();
+}

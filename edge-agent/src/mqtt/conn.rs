@@ -285,7 +285,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
         // §3.1.2.11.2: session expiry 0), and so does its slot.
         if session.persistent {
             let now = u64::try_from(self.shared.manager.now_ms()).unwrap_or(0);
-            session.data.expires_at_ms = super::session::expiry_deadline(now, session.expiry_s);
+            session.data.start_expiry(now);
             if let Err(e) = session.save(&self.shared.manager).await {
                 warn!(error = %e, "mqtt session could not be saved at the end of its connection");
             }
@@ -444,7 +444,9 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
                 // session that began with 0 stays non-persistent).
                 match session_expiry_s {
                     Some(0) => session.persistent = false,
-                    Some(s) if session.persistent => session.expiry_s = s,
+                    Some(s) if session.persistent => {
+                        session.data.session_expiry_s = super::session::finite_expiry(s);
+                    }
                     _ => {}
                 }
                 return Ok(false);

@@ -91,7 +91,8 @@ impl MqttServer {
             addr: config.listen,
             source,
         })?;
-        let settled = session::settle_pending(&manager).await?;
+        let now = u64::try_from(manager.now_ms()).unwrap_or(0);
+        let settled = session::settle_pending(&manager, now).await?;
         if settled != session::Settled::default() {
             info!(
                 stored = settled.stored,

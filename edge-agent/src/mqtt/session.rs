@@ -73,12 +73,28 @@ pub struct SessionData {
     /// 0xFFFFFFFF).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at_ms: Option<u64>,
+    /// The session expiry interval, s, when finite (from the CONNECT that
+    /// holds or last held the session, or a later 5.0 DISCONNECT); absent:
+    /// never expires. Lets the agent's start give a session whose
+    /// connection a crash ended its deadline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_expiry_s: Option<u32>,
 }
 
-/// When a session whose connection ends at `now_ms` expires, for the
-/// session expiry interval `expiry_s` (`u32::MAX`: never).
-pub fn expiry_deadline(now_ms: u64, expiry_s: u32) -> Option<u64> {
-    (expiry_s != u32::MAX).then(|| now_ms.saturating_add(u64::from(expiry_s) * 1000))
+/// The finite session expiry interval of `expiry_s` (`u32::MAX`: never,
+/// `None`).
+pub fn finite_expiry(expiry_s: u32) -> Option<u32> {
+    (expiry_s != u32::MAX).then_some(expiry_s)
+}
+
+impl SessionData {
+    /// Sets the deadline of a session whose connection ended at `now_ms`:
+    /// `now_ms` + its interval (none when it never expires).
+    pub fn start_expiry(&mut self, now_ms: u64) {
+        self.expires_at_ms = self
+            .session_expiry_s
+            .map(|s| now_ms.saturating_add(u64::from(s) * 1000));
+    }
 }
 
 /// One client's session.
@@ -95,9 +111,6 @@ pub struct Session {
     /// A copy of it may be in the metadata store (it was read from there,
     /// or persistent at some point), to delete when it ends.
     pub stored: bool,
-    /// Session expiry interval, s, counted from the end of the connection
-    /// (`u32::MAX`: never).
-    pub expiry_s: u32,
 }
 
 /// Error of the session store.
@@ -287,10 +300,10 @@ impl SessionStore {
             let mut session = Session {
                 persistent,
                 stored: persistent,
-                expiry_s,
                 ..Session::default()
             };
             session.data.client_id = client_id.to_owned();
+            session.data.session_expiry_s = finite_expiry(expiry_s);
             session
         };
         if clean_start {
@@ -327,7 +340,7 @@ impl SessionStore {
         }
         session.persistent = persistent;
         session.stored |= persistent;
-        session.expiry_s = expiry_s;
+        session.data.session_expiry_s = finite_expiry(expiry_s);
         if session.data.expires_at_ms.take().is_some() && persistent {
             // Held by a connection: no deadline until it ends; saved, so
             // that an agent crash meanwhile does not leave the old one.
@@ -417,7 +430,7 @@ pub struct Settled {
 /// # Errors
 /// [`SessionError::List`] if the store cannot be listed,
 /// [`SessionError::Metadata`] if a settled session cannot be written.
-pub async fn settle_pending(manager: &TopicManager) -> Result<Settled, SessionError> {
+pub async fn settle_pending(manager: &TopicManager, now_ms: u64) -> Result<Settled, SessionError> {
     let stored = manager
         .store()
         .list(edge::MQTT_SESSIONS_PREFIX)
@@ -433,7 +446,13 @@ pub async fn settle_pending(manager: &TopicManager) -> Result<Settled, SessionEr
             );
             continue;
         };
-        let mut changed = false;
+        // A session a connection held when the agent stopped (a crash,
+        // or a shutdown that could not save) has no deadline yet: its
+        // connection ended now.
+        let mut changed = data.expires_at_ms.is_none() && data.session_expiry_s.is_some();
+        if changed {
+            data.start_expiry(now_ms);
+        }
         for (pkid, state) in data.qos2.iter_mut() {
             let Qos2State::Pending { topic, from } = state else {
                 continue;
