@@ -26,7 +26,13 @@
 //! retry is stored as a new request. The stored records stay exactly what
 //! the client sent. Two requests with identical records (same timestamps
 //! too) are interchangeable: each batch goes to one of them, so the count
-//! of copies is right whichever it is.
+//! of copies is right whichever it is. What the digest cannot tell apart:
+//! a publish *without* a retry check whose records are identical to a
+//! marked request's, timestamps included, that lands after the marker
+//! while the marked request's own append never happened (a crash in
+//! between): its batch is taken for the marked request's, and one copy
+//! is missing. With timestamps from the agent's clock that needs
+//! identical values in the same millisecond.
 
 use std::collections::{BTreeMap, HashSet};
 
