@@ -89,6 +89,23 @@ fn answer(reply: &Reply) -> (u16, Value, Value, Value) {
     )
 }
 
+/// POSTs `body` to the batch route with the `Idempotency-Key` `key`; the
+/// answer's status and offsets.
+async fn post_keyed(
+    agent: &tributary_edge::Agent,
+    key: &str,
+    body: &str,
+) -> (u16, Value, Value, Value) {
+    let reply = post(
+        agent.local_addr(),
+        BATCH,
+        &[("idempotency-key", key)],
+        body.as_bytes(),
+    )
+    .await;
+    answer(&reply)
+}
+
 async fn markers_left(agent: &tributary_edge::Agent) -> usize {
     agent
         .topics()
@@ -124,38 +141,13 @@ async fn a_keyed_publish_a_crash_left_unanswered_is_answered_or_stored_once() {
     .await;
     assert_eq!(markers_left(&agent).await, 0, "settled at start");
 
-    let retry = post(
-        agent.local_addr(),
-        BATCH,
-        &[("idempotency-key", "k1")],
-        k1_body.as_bytes(),
-    )
-    .await;
     assert_eq!(
-        answer(&retry),
-        (200, json!(0), json!(2), json!(2)),
-        "{retry:?}"
+        post_keyed(&agent, "k1", k1_body).await,
+        (200, json!(0), json!(2), json!(2))
     );
-    let retry = post(
-        agent.local_addr(),
-        BATCH,
-        &[("idempotency-key", "k2")],
-        k2_body.as_bytes(),
-    )
-    .await;
-    assert_eq!(
-        answer(&retry),
-        (200, json!(3), json!(4), json!(1)),
-        "{retry:?}"
-    );
-    let again = post(
-        agent.local_addr(),
-        BATCH,
-        &[("idempotency-key", "k2")],
-        k2_body.as_bytes(),
-    )
-    .await;
-    assert_eq!(answer(&again), answer(&retry));
+    let k2 = (200, json!(3), json!(4), json!(1));
+    assert_eq!(post_keyed(&agent, "k2", k2_body).await, k2);
+    assert_eq!(post_keyed(&agent, "k2", k2_body).await, k2, "again");
     assert_eq!(values(&agent), ["a", "b", "other", "c"]);
     agent.shutdown().await.unwrap();
 }
@@ -214,17 +206,9 @@ async fn identical_unanswered_requests_get_one_batch_each_at_most() {
     let agent = start(config.clone()).await;
     let body = "{\"value\":\"same\"}\n";
     // k0 answered at 0 (the normal path), then k1 or k2 stored at 1.
-    let first = post(
-        agent.local_addr(),
-        BATCH,
-        &[("idempotency-key", "k0")],
-        body.as_bytes(),
-    )
-    .await;
     assert_eq!(
-        answer(&first),
-        (200, json!(0), json!(1), json!(1)),
-        "{first:?}"
+        post_keyed(&agent, "k0", body).await,
+        (200, json!(0), json!(1), json!(1))
     );
     let stored = read_wal(&agent, "/e1/t", 0);
     assert_eq!(stored.len(), 1);
@@ -243,14 +227,7 @@ async fn identical_unanswered_requests_get_one_batch_each_at_most() {
     assert_eq!(markers_left(&agent).await, 0, "settled at start");
     let mut answers = Vec::new();
     for key in ["k1", "k2", "k1", "k2"] {
-        let reply = post(
-            agent.local_addr(),
-            BATCH,
-            &[("idempotency-key", key)],
-            body.as_bytes(),
-        )
-        .await;
-        answers.push(answer(&reply));
+        answers.push(post_keyed(&agent, key, body).await);
     }
     assert_eq!(
         answers,

@@ -99,9 +99,14 @@ fn store_error(e: broker_core::metadata::MetadataError) -> ApiError {
     )
 }
 
-/// Settles a marker a failed earlier request left on `store_key` (the
-/// caller holds the key's lock, so none is in progress).
-async fn settle_leftover(manager: &TopicManager, store_key: &str) -> Result<(), ApiError> {
+/// Waits for the requests ahead with `store_key` (the lock of its key),
+/// then settles a marker a failed earlier one left (see
+/// [`pending::settle`]). The request runs while the guard lives.
+async fn serialize(
+    manager: &TopicManager,
+    store_key: &str,
+) -> Result<tokio::sync::OwnedMutexGuard<()>, ApiError> {
+    let serial = idem::LOCKS.get(store_key).lock_owned().await;
     if let Some(left) = pending::load(manager, store_key)
         .await
         .map_err(store_error)?
@@ -110,7 +115,7 @@ async fn settle_leftover(manager: &TopicManager, store_key: &str) -> Result<(), 
             .await
             .map_err(store_error)?;
     }
-    Ok(())
+    Ok(serial)
 }
 
 /// Steps 1–3 of [`crate::pending`]: marks, runs `publish`, then writes
@@ -156,9 +161,7 @@ async fn idempotent(
         return publish.await;
     };
     let store_key = idem::store_key(name, key);
-    let lock = idem::LOCKS.get(&store_key);
-    let _serial = lock.lock().await;
-    settle_leftover(manager, &store_key).await?;
+    let _serial = serialize(manager, &store_key).await?;
     if let Some(used) = idem::lookup(manager, &store_key)
         .await
         .map_err(store_error)?
@@ -204,9 +207,7 @@ async fn sequenced(
     };
     let (first, last) = (*first, *last);
     let store_key = seq::store_key(name, producer_id);
-    let lock = idem::LOCKS.get(&store_key);
-    let _serial = lock.lock().await;
-    settle_leftover(manager, &store_key).await?;
+    let _serial = serialize(manager, &store_key).await?;
     let state = seq::load(manager, &store_key).await.map_err(store_error)?;
     match seq::decide(&state, first, last, &check.fp) {
         Decision::Store => {}
