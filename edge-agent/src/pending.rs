@@ -14,7 +14,10 @@
 //! 2. the records are appended as one WAL batch and awaited durable;
 //! 3. one transaction deletes the marker and writes the answer
 //!    (`/edge/idempotency/...`, [`complete`]); a failed append deletes the
-//!    marker ([`abandon`]).
+//!    marker ([`abandon`]). Both are committed without an `fsync`: a crash
+//!    that loses them leaves the synced marker, settled as below into the
+//!    same outcome. So a keyed request costs one metadata `fsync` (the
+//!    marker), as it did before the markers (the answer).
 //!
 //! A crash leaves at most the marker. [`settle_all`] runs when the agent
 //! starts, before the local API, the MQTT listener or the replicator can
@@ -169,7 +172,11 @@ pub fn high_water_mark(manager: &TopicManager, topic: &TopicName) -> u64 {
 }
 
 /// Step 3: deletes the marker of `store_key` and writes `answer` there (for
-/// [`WINDOW_MS`]) in one transaction.
+/// [`WINDOW_MS`]) in one transaction, committed without an `fsync`
+/// ([`broker_core::metadata::redb::RedbStore::txn_unsynced`]): a crash that
+/// loses it leaves the synced marker, which the next start settles into
+/// the same answer. It reaches the disk with the next synced commit (the
+/// next marker, at the latest).
 ///
 /// # Errors
 /// [`MetadataError`].
@@ -180,7 +187,7 @@ pub async fn complete(
 ) -> Result<(), MetadataError> {
     manager
         .store()
-        .txn(
+        .txn_unsynced(
             Txn::new()
                 .delete(pending_key(store_key))
                 .put_with_ttl(store_key, answer, WINDOW_MS),
@@ -189,14 +196,16 @@ pub async fn complete(
         .map(drop)
 }
 
-/// The append failed: deletes the marker of `store_key`.
+/// The append failed, or the records are not in the WAL: deletes the
+/// marker of `store_key` (unsynced, as [`complete`]: a lost delete is
+/// redone at the next start).
 ///
 /// # Errors
 /// [`MetadataError`].
 pub async fn abandon(manager: &TopicManager, store_key: &str) -> Result<(), MetadataError> {
     manager
         .store()
-        .delete(&pending_key(store_key))
+        .txn_unsynced(Txn::new().delete(pending_key(store_key)))
         .await
         .map(drop)
 }

@@ -14,7 +14,9 @@
 //! Every write is one redb write transaction committed with
 //! [`Durability::Immediate`] (redb's default, set explicitly): `commit`
 //! returns after the data and the new root are `fsync`ed, so an
-//! acknowledged write survives a process crash and power loss. Transactions
+//! acknowledged write survives a process crash and power loss. The one
+//! exception is [`RedbStore::txn_unsynced`], asked for by name, for writes
+//! a caller redoes after a crash. Transactions
 //! whose preconditions fail, and purges that find nothing, are aborted and
 //! cost no `fsync`.
 //!
@@ -152,6 +154,24 @@ impl std::fmt::Debug for RedbStore {
 }
 
 impl RedbStore {
+    /// Applies `txn` as [`MetadataStore::txn`] does, but commits without
+    /// an `fsync` (redb's [`Durability::None`]): visible at once (reads,
+    /// watches), on disk with the next synced commit. A crash before that
+    /// loses it whole: the store reopens with the state before it. Only
+    /// for writes a caller can redo after a crash (the edge's publish
+    /// answers, whose committed marker is settled again at start).
+    ///
+    /// # Errors
+    /// As [`MetadataStore::txn`].
+    pub fn txn_unsynced(&self, txn: Txn) -> BoxFuture<'_, Result<TxnOutcome, MetadataError>> {
+        let prepared = match txn.validate() {
+            Ok(prepared) => prepared,
+            Err(err) => return Box::pin(async move { Err(err) }),
+        };
+        let applied = self.blocking("txn", move |inner| apply(inner, prepared, Durability::None));
+        Box::pin(async move { Ok(applied.await?.outcome) })
+    }
+
     /// Opens the store at `path`, creating the file if it does not exist,
     /// and checks its format version and that its tables can be read.
     /// Writes to the file only if it is new (or a table is missing), so an
@@ -227,19 +247,24 @@ struct Applied {
     deleted_live: Vec<bool>,
 }
 
-/// Begins a durable write transaction.
-fn begin_write(db: &Database) -> Result<WriteTransaction, MetadataError> {
+/// Begins a write transaction committed with `durability`.
+fn begin_write(db: &Database, durability: Durability) -> Result<WriteTransaction, MetadataError> {
     let mut txn = db.begin_write().map_err(backend("begin a write"))?;
-    txn.set_durability(Durability::Immediate)
+    txn.set_durability(durability)
         .map_err(backend("set durability"))?;
     Ok(txn)
 }
 
-/// Checks the preconditions and applies the ops in one redb transaction,
-/// then publishes the events. Called on the blocking pool.
-fn apply(inner: &Inner, prepared: ValidatedTxn) -> Result<Applied, MetadataError> {
+/// Checks the preconditions and applies the ops in one redb transaction
+/// committed with `durability`, then publishes the events. Called on the
+/// blocking pool.
+fn apply(
+    inner: &Inner,
+    prepared: ValidatedTxn,
+    durability: Durability,
+) -> Result<Applied, MetadataError> {
     let _writer = inner.lock_writes();
-    inner.write_with("write", |db| apply_on(inner, db, prepared))
+    inner.write_with("write", |db| apply_on(inner, db, prepared, durability))
 }
 
 /// [`apply`] on the open database, under the write lock.
@@ -247,9 +272,10 @@ fn apply_on(
     inner: &Inner,
     db: &Database,
     prepared: ValidatedTxn,
+    durability: Durability,
 ) -> Result<Applied, MetadataError> {
     let now_ms = inner.clock.now_ms();
-    let txn = begin_write(db)?;
+    let txn = begin_write(db, durability)?;
     let mut events = Vec::with_capacity(prepared.ops.len());
     let mut deleted_live = Vec::new();
     let failed = {
@@ -335,7 +361,7 @@ fn purge(inner: &Inner) -> Result<usize, MetadataError> {
 /// [`purge`] on the open database, under the write lock.
 fn purge_on(inner: &Inner, db: &Database) -> Result<usize, MetadataError> {
     let now_ms = inner.clock.now_ms();
-    let txn = begin_write(db)?;
+    let txn = begin_write(db, Durability::Immediate)?;
     let expired = {
         let mut kv = txn.open_table(KV).map_err(backend("open a table"))?;
         let mut expiry = txn.open_table(EXPIRY).map_err(backend("open a table"))?;
@@ -388,7 +414,9 @@ impl MetadataStore for RedbStore {
             Ok(prepared) => prepared,
             Err(err) => return Box::pin(async move { Err(err) }),
         };
-        let applied = self.blocking("txn", move |inner| apply(inner, prepared));
+        let applied = self.blocking("txn", move |inner| {
+            apply(inner, prepared, Durability::Immediate)
+        });
         Box::pin(async move { Ok(applied.await?.outcome) })
     }
 
@@ -397,7 +425,9 @@ impl MetadataStore for RedbStore {
             Ok(prepared) => prepared,
             Err(err) => return Box::pin(async move { Err(err) }),
         };
-        let applied = self.blocking("delete", move |inner| apply(inner, prepared));
+        let applied = self.blocking("delete", move |inner| {
+            apply(inner, prepared, Durability::Immediate)
+        });
         Box::pin(async move {
             Ok(applied
                 .await?

@@ -1,4 +1,5 @@
-//! Tests of the embedded store: durability across reopen and SIGKILL,
+//! Tests of the embedded store: durability across reopen and SIGKILL
+//! (unsynced transactions included),
 //! format versions, locking, damaged JSON, runtime misuse.
 
 use std::collections::BTreeSet;
@@ -192,6 +193,9 @@ fn crash_child_writer() {
             }
             // stdout is line-buffered: the line is out once println returns.
             println!("{ACK}{key}");
+            // Unsynced: on disk with the next synced write, or lost whole.
+            let unsynced = Txn::new().put(format!("{key}/unsynced"), json!(i));
+            assert!(store.txn_unsynced(unsynced).await.unwrap().applied());
         }
     });
 }
@@ -263,9 +267,20 @@ fn sigkill_loses_no_acknowledged_write() {
                     assert!(stored.contains(&format!("{key}/pair")), "{key}/pair lost");
                 }
             }
+            // An unsynced write reaches the disk with the next synced one:
+            // every one followed by an acknowledged write is there.
+            for key in acked.iter().rev().skip(1) {
+                assert!(
+                    stored.contains(&format!("{key}/unsynced")),
+                    "seed {CRASH_SEED:#x} round {round}: {key}/unsynced lost though a later synced write was acknowledged"
+                );
+            }
             // Everything stored was written by this round's child, in
             // order: at most one unacknowledged write at the end.
-            let singles = stored.iter().filter(|k| !k.ends_with("/pair")).count();
+            let singles = stored
+                .iter()
+                .filter(|k| !k.ends_with("/pair") && !k.ends_with("/unsynced"))
+                .count();
             println!(
                 "round {round}: killed after {delay:?}, {} acknowledged, {singles} stored",
                 acked.len()
