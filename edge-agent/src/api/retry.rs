@@ -3,6 +3,8 @@
 //! ([`crate::sequence`]), each made crash-proof by a marker committed
 //! before the append ([`crate::pending`]).
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
 use axum::http::{HeaderMap, StatusCode};
 use serde_json::json;
 use tracing::{debug, error};
@@ -99,6 +101,11 @@ fn store_error(e: broker_core::metadata::MetadataError) -> ApiError {
     )
 }
 
+/// Whether a marker may have been left since the agent started (a
+/// metadata write after an append failed): until then no request looks
+/// for one (the start settled every earlier marker).
+static LEFTOVERS: AtomicBool = AtomicBool::new(false);
+
 /// Waits for the requests ahead with `store_key` (the lock of its key),
 /// then settles a marker a failed earlier one left (see
 /// [`pending::settle`]). The request runs while the guard lives.
@@ -107,6 +114,9 @@ async fn serialize(
     store_key: &str,
 ) -> Result<tokio::sync::OwnedMutexGuard<()>, ApiError> {
     let serial = idem::LOCKS.get(store_key).lock_owned().await;
+    if !LEFTOVERS.load(Ordering::Relaxed) {
+        return Ok(serial);
+    }
     if let Some(left) = pending::load(manager, store_key)
         .await
         .map_err(store_error)?
@@ -135,12 +145,14 @@ async fn marked(
     match publish.await {
         Ok(ack) => {
             if let Err(e) = pending::complete(manager, store_key, answer(&ack)).await {
+                LEFTOVERS.store(true, Ordering::Relaxed);
                 error!(error = %e, topic = %name, "the retry answer could not be recorded; the marker stays and is settled by the next retry or restart");
             }
             Ok(ack)
         }
         Err(refused) => {
             if let Err(e) = pending::abandon(manager, store_key).await {
+                LEFTOVERS.store(true, Ordering::Relaxed);
                 error!(error = %e, topic = %name, "the marker of a refused publish could not be deleted; the next retry or restart settles it");
             }
             Err(refused)
