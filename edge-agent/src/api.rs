@@ -556,13 +556,7 @@ async fn publish_record(
     };
     let records = vec![record];
     let check = request.map(|r| retry::Check::new(r, fp, &records));
-    let ack = retry::checked(&manager, &name, check, async {
-        manager
-            .publish(&name, records)
-            .await
-            .map_err(|e| publish_error(e, None))
-    })
-    .await?;
+    let ack = retry::checked(&manager, &name, check, records, |e| publish_error(e, None)).await?;
     debug!(topic = %name, base_offset = ack.base_offset, "published one record");
     Ok(axum::Json(PublishResponse::new(&name, ack)))
 }
@@ -627,13 +621,10 @@ async fn publish_batch(
         None => String::new(),
     };
     let check = request.map(|r| retry::Check::new(r, fp, &records));
-    let publish = async {
-        manager
-            .publish(&name, records)
-            .await
-            .map_err(|e| publish_error(e, Some(&lines)))
-    };
-    let ack = retry::checked(&manager, &name, check, publish).await?;
+    let ack = retry::checked(&manager, &name, check, records, |e| {
+        publish_error(e, Some(&lines))
+    })
+    .await?;
     debug!(topic = %name, base_offset = ack.base_offset, count = ack.count, "published a batch");
     Ok(axum::Json(PublishResponse::new(&name, ack)))
 }

@@ -519,11 +519,25 @@ impl TopicManager {
         name: &TopicName,
         records: Vec<Record>,
     ) -> Result<PublishAck, TopicError> {
+        self.publish_marked(name, records, None).await
+    }
+
+    /// [`TopicManager::publish`] with a marker step ([`crate::topic::Mark`],
+    /// [`crate::topic::Topic::publish_marked`]).
+    ///
+    /// # Errors
+    /// As [`TopicManager::publish`].
+    pub async fn publish_marked(
+        &self,
+        name: &TopicName,
+        records: Vec<Record>,
+        mark: Option<crate::topic::Mark<'_>>,
+    ) -> Result<PublishAck, TopicError> {
         if self.closing.load(Ordering::SeqCst) {
             return Err(TopicError::ShuttingDown);
         }
         let topic = self.get_or_create(name).await?;
-        Ok(topic.publish(records).await?)
+        Ok(topic.publish_marked(records, mark).await?)
     }
 
     /// The replicator's report: the broker durably holds every record of

@@ -165,12 +165,6 @@ pub async fn mark(
     manager.store().put(&pending_key(store_key), value).await
 }
 
-/// The high-water mark `from` of a marker for `topic` (0 before the topic
-/// exists).
-pub fn high_water_mark(manager: &TopicManager, topic: &TopicName) -> u64 {
-    manager.topic(topic).map_or(0, |t| t.high_water_mark())
-}
-
 /// Step 3: deletes the marker of `store_key` and writes `answer` there (for
 /// [`WINDOW_MS`]) in one transaction, committed without an `fsync`
 /// ([`broker_core::metadata::redb::RedbStore::txn_unsynced`]): a crash that

@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use broker_core::catalog::TopicLoadSettings;
 use broker_core::clock::Clock;
-use broker_core::wal::{RetentionReport, UnreadableKind, Wal, WalError};
+use broker_core::wal::{AppendAtOutcome, RetentionReport, UnreadableKind, Wal, WalError};
 use serde::Serialize;
 use tracing::{debug, info, warn};
 use tributary_proto::batch::EncodeError;
@@ -42,12 +42,29 @@ use crate::recovery::{FaultReport, Reopener};
 use crate::ring::RealtimeRing;
 
 mod archive;
+mod claims;
 mod damage;
 mod errors;
 mod reopen;
 
 pub use damage::DamagedRange;
 pub use errors::{AckError, PublishError, TopicFull};
+
+/// What a marked publish runs once its content is claimed and before its
+/// batch is enqueued: given the WAL's next offset (`from`), it commits the
+/// request's marker ([`crate::pending`]); an error stops the publish.
+pub type Mark<'a> = Box<
+    dyn FnOnce(
+            u64,
+        ) -> std::pin::Pin<
+            Box<
+                dyn std::future::Future<Output = Result<(), broker_core::metadata::MetadataError>>
+                    + Send
+                    + 'a,
+            >,
+        > + Send
+        + 'a,
+>;
 
 /// Dropped ranges kept per topic for [`TopicStats::recent_dropped_ranges`].
 pub const RECENT_DROPPED_RANGES: usize = 16;
@@ -225,6 +242,9 @@ pub struct Topic {
     /// Held while retention deletes segments and while the WAL is
     /// reopened, so a reopen never sees a segment half deleted.
     maintenance: tokio::sync::Mutex<()>,
+    /// Keeps batches identical to a marked publish's out of the range its
+    /// marker's settlement searches ([`claims`]).
+    claims: claims::ContentClaims,
 }
 
 /// Everything [`Topic::open_wal`] and [`Topic::open_ring`] need.
@@ -296,6 +316,7 @@ impl Topic {
             room: tokio::sync::Mutex::new(()),
             reopener: Mutex::new(Reopener::default()),
             maintenance: tokio::sync::Mutex::new(()),
+            claims: claims::ContentClaims::default(),
         }
     }
 
@@ -379,6 +400,20 @@ impl Topic {
     /// [`PublishError::Full`] (budget), [`PublishError::Closed`],
     /// [`PublishError::Wal`].
     pub async fn publish(&self, records: Vec<Record>) -> Result<PublishAck, PublishError> {
+        self.publish_marked(records, None).await
+    }
+
+    /// [`Topic::publish`], running `mark` first when given ([`Mark`]):
+    /// no batch with the same records is enqueued between `mark`'s
+    /// `from` and this batch (see `topic/claims.rs`).
+    ///
+    /// # Errors
+    /// As [`Topic::publish`], and [`PublishError::Marker`].
+    pub async fn publish_marked(
+        &self,
+        records: Vec<Record>,
+        mark: Option<Mark<'_>>,
+    ) -> Result<PublishAck, PublishError> {
         let count = records.len() as u64;
         let batch = RecordBatch {
             base_offset: 0,
@@ -402,6 +437,14 @@ impl Topic {
         let bytes = encoded.len() as u64;
         let ack = match &self.log {
             TopicLog::Ring(ring) => {
+                if let Some(mark) = mark {
+                    mark(ring.next_offset())
+                        .await
+                        .map_err(|source| PublishError::Marker {
+                            topic: self.name.clone(),
+                            source,
+                        })?;
+                }
                 let push = ring.push(batch.records);
                 if let Some((from, to)) = push.dropped {
                     debug!(topic = %self.name, from, to, "realtime ring full: dropped the oldest records");
@@ -412,14 +455,19 @@ impl Topic {
                     count,
                 }
             }
-            TopicLog::Wal(_) => self.append(encoded, count).await?,
+            TopicLog::Wal(_) => self.append(encoded, count, mark).await?,
         };
         self.counters.records_in.fetch_add(count, Ordering::Relaxed);
         self.counters.bytes_in.fetch_add(bytes, Ordering::Relaxed);
         Ok(ack)
     }
 
-    async fn append(&self, encoded: EncodedBatch, count: u64) -> Result<PublishAck, PublishError> {
+    async fn append(
+        &self,
+        encoded: EncodedBatch,
+        count: u64,
+        mark: Option<Mark<'_>>,
+    ) -> Result<PublishAck, PublishError> {
         let closed = || PublishError::Closed {
             topic: self.name.clone(),
         };
@@ -435,12 +483,34 @@ impl Topic {
                 .fetch_add(count, Ordering::Relaxed);
             return Err(exceeded);
         }
-        match wal.append_encoded(encoded).await {
-            Ok(ack) => Ok(PublishAck {
-                base_offset: ack.base_offset,
-                next_offset: ack.next_offset,
-                count,
-            }),
+        let key = (encoded.header().crc, encoded.len());
+        let enqueued = match mark {
+            None => {
+                let _passage = self.claims.pass(key).await;
+                wal.enqueue_encoded(encoded).await
+            }
+            Some(mark) => {
+                let _claim = self.claims.claim(key).await;
+                if let Err(source) = mark(wal.next_offset()).await {
+                    budget::release(&self.budget, &self.agent_budget, bytes);
+                    let topic = self.name.clone();
+                    return Err(PublishError::Marker { topic, source });
+                }
+                wal.enqueue_encoded(encoded).await
+            }
+        };
+        let durable = match enqueued {
+            Ok(pending) => pending.durable().await,
+            Err(e) => Err(e),
+        };
+        match durable {
+            Ok(AppendAtOutcome::Appended(ack) | AppendAtOutcome::Duplicate(ack)) => {
+                Ok(PublishAck {
+                    base_offset: ack.base_offset,
+                    next_offset: ack.next_offset,
+                    count,
+                })
+            }
             Err(source) => {
                 budget::release(&self.budget, &self.agent_budget, bytes);
                 let refusal = match source {

@@ -89,6 +89,23 @@ impl Wal {
         Ok(outcome)
     }
 
+    /// The first half of [`Wal::append_encoded`]: enqueues the batch at the
+    /// next offsets (waiting only for memory under `max_pending_bytes`)
+    /// and returns a handle that resolves once it is durable. When this
+    /// returns, the batch's offsets are assigned: a later call gets later
+    /// ones.
+    ///
+    /// # Errors
+    /// As [`Wal::append_encoded`], for the enqueue step.
+    pub async fn enqueue_encoded(&self, batch: EncodedBatch) -> Result<PendingAppend, WalError> {
+        let outcome = self.enqueue(batch, None).await?;
+        Ok(PendingAppend {
+            outcome,
+            progress: self.shared.progress.subscribe(),
+            sync_mode: self.shared.config.sync_mode,
+        })
+    }
+
     /// The first half of [`Wal::append_at`]: checks and enqueues the batch
     /// (waiting only for memory under `max_pending_bytes`) and returns a
     /// handle that resolves once it is durable. Calls take effect in call

@@ -13,10 +13,10 @@ use tributary_proto::keys::TopicName;
 
 use super::ApiError;
 use crate::idempotency as idem;
-use crate::manager::TopicManager;
+use crate::manager::{TopicError, TopicManager};
 use crate::pending::{self, Pending, PendingRequest};
 use crate::sequence::{self as seq, Decision, Refusal};
-use crate::topic::PublishAck;
+use crate::topic::{Mark, PublishAck, PublishError};
 
 /// The request's `Idempotency-Key`, checked (1 to 200 bytes of visible
 /// ASCII), if it has one.
@@ -60,10 +60,10 @@ impl Check {
         }
     }
 
-    fn marker(&self, manager: &TopicManager, name: &TopicName) -> Pending {
+    fn marker(&self, name: &TopicName, from: u64) -> Pending {
         Pending {
             topic: name.to_string(),
-            from: pending::high_water_mark(manager, name),
+            from,
             count: self.count,
             records_digest: self.digest.clone(),
             fingerprint: self.fp.clone(),
@@ -72,25 +72,52 @@ impl Check {
     }
 }
 
-/// Runs `publish` (the append of the request's records) under `check`
-/// (none: just `publish`).
+/// Publishes `records` to `name` under `check` (none: a plain publish);
+/// `refused` turns a publish error into the answer.
 ///
 /// # Errors
-/// `publish`'s, 409 for a refused retry, 500 when the metadata store fails
-/// before anything was stored.
+/// The publish's, 409 for a refused retry, 500 when the metadata store
+/// fails before anything was stored.
 pub(super) async fn checked(
     manager: &TopicManager,
     name: &TopicName,
     check: Option<Check>,
-    publish: impl Future<Output = Result<PublishAck, ApiError>>,
+    records: Vec<Record>,
+    refused: impl FnOnce(TopicError) -> ApiError,
 ) -> Result<PublishAck, ApiError> {
-    match check {
-        None => publish.await,
-        Some(check) => match &check.request {
-            PendingRequest::Key { .. } => idempotent(manager, name, check, publish).await,
-            PendingRequest::Producer { .. } => sequenced(manager, name, check, publish).await,
-        },
+    let Some(check) = check else {
+        return manager.publish(name, records).await.map_err(refused);
+    };
+    let publish = Publish {
+        manager,
+        name,
+        records,
+        refused,
+    };
+    match &check.request {
+        PendingRequest::Key { key } => idempotent(publish, key, &check).await,
+        PendingRequest::Producer {
+            producer_id,
+            first_sequence,
+            last_sequence,
+        } => {
+            sequenced(
+                publish,
+                producer_id,
+                (*first_sequence, *last_sequence),
+                &check,
+            )
+            .await
+        }
     }
+}
+
+/// A publish waiting for its retry check.
+struct Publish<'a, F> {
+    manager: &'a TopicManager,
+    name: &'a TopicName,
+    records: Vec<Record>,
+    refused: F,
 }
 
 /// 500 for a failed read or write of the retry state before the append.
@@ -128,21 +155,34 @@ async fn serialize(
     Ok(serial)
 }
 
-/// Steps 1–3 of [`crate::pending`]: marks, runs `publish`, then writes
-/// the answer that `answer` makes of the acknowledgement (or deletes the
-/// marker when `publish` failed).
-async fn marked(
-    manager: &TopicManager,
-    name: &TopicName,
+/// Steps 1–3 of [`crate::pending`]: publishes with the marker of `check`
+/// committed at the step the topic gives it (its content claimed,
+/// [`crate::topic::Topic::publish_marked`]), then writes the answer that
+/// `answer` makes of the acknowledgement, or deletes the marker when the
+/// append failed after it.
+async fn marked<F: FnOnce(TopicError) -> ApiError>(
+    publish: Publish<'_, F>,
     store_key: &str,
-    marker: Pending,
-    publish: impl Future<Output = Result<PublishAck, ApiError>>,
+    check: &Check,
     answer: impl FnOnce(&PublishAck) -> serde_json::Value,
 ) -> Result<PublishAck, ApiError> {
-    pending::mark(manager, store_key, &marker)
-        .await
-        .map_err(store_error)?;
-    match publish.await {
+    let Publish {
+        manager,
+        name,
+        records,
+        refused,
+    } = publish;
+    let marker_stored = AtomicBool::new(false);
+    let mark: Mark<'_> = Box::new(|from| {
+        let marker = check.marker(name, from);
+        let stored = &marker_stored;
+        Box::pin(async move {
+            pending::mark(manager, store_key, &marker).await?;
+            stored.store(true, Ordering::Relaxed);
+            Ok(())
+        })
+    });
+    match manager.publish_marked(name, records, Some(mark)).await {
         Ok(ack) => {
             if let Err(e) = pending::complete(manager, store_key, answer(&ack)).await {
                 LEFTOVERS.store(true, Ordering::Relaxed);
@@ -150,28 +190,28 @@ async fn marked(
             }
             Ok(ack)
         }
-        Err(refused) => {
-            if let Err(e) = pending::abandon(manager, store_key).await {
+        Err(TopicError::Publish(PublishError::Marker { source, .. })) => Err(store_error(source)),
+        Err(e) => {
+            if marker_stored.load(Ordering::Relaxed)
+                && let Err(e) = pending::abandon(manager, store_key).await
+            {
                 LEFTOVERS.store(true, Ordering::Relaxed);
                 error!(error = %e, topic = %name, "the marker of a refused publish could not be deleted; the next retry or restart settles it");
             }
-            Err(refused)
+            Err(refused(e))
         }
     }
 }
 
-/// Runs `publish` unless the `Idempotency-Key` of `request` was already
-/// used on `name`: then the remembered answer (same request, fingerprint
-/// `fp`) or 409 (another request). See [`crate::idempotency`].
-async fn idempotent(
-    manager: &TopicManager,
-    name: &TopicName,
-    check: Check,
-    publish: impl Future<Output = Result<PublishAck, ApiError>>,
+/// Publishes unless the `Idempotency-Key` `key` was already used on the
+/// topic: then the remembered answer (same request, fingerprint
+/// `check.fp`) or 409 (another request). See [`crate::idempotency`].
+async fn idempotent<F: FnOnce(TopicError) -> ApiError>(
+    publish: Publish<'_, F>,
+    key: &str,
+    check: &Check,
 ) -> Result<PublishAck, ApiError> {
-    let PendingRequest::Key { key } = &check.request else {
-        return publish.await;
-    };
+    let (manager, name) = (publish.manager, publish.name);
     let store_key = idem::store_key(name, key);
     let _serial = serialize(manager, &store_key).await?;
     if let Some(used) = idem::lookup(manager, &store_key)
@@ -193,31 +233,21 @@ async fn idempotent(
             count: used.count,
         });
     }
-    let marker = check.marker(manager, name);
-    marked(manager, name, &store_key, marker, publish, |ack| {
-        idem::answer(check.fp, ack)
-    })
-    .await
+    let fp = check.fp.clone();
+    marked(publish, &store_key, check, |ack| idem::answer(fp, ack)).await
 }
 
-/// Runs `publish` unless [`crate::sequence::decide`] says the batch of
-/// `request`'s producer is a retry (the remembered answer) or refused
-/// (409). Requests of one producer on `name` run one after the other.
-async fn sequenced(
-    manager: &TopicManager,
-    name: &TopicName,
-    check: Check,
-    publish: impl Future<Output = Result<PublishAck, ApiError>>,
+/// Publishes unless [`crate::sequence::decide`] says the batch
+/// `first..=last` of `producer_id` is a retry (the remembered answer) or
+/// refused (409). Requests of one producer on a topic run one after the
+/// other.
+async fn sequenced<F: FnOnce(TopicError) -> ApiError>(
+    publish: Publish<'_, F>,
+    producer_id: &str,
+    (first, last): (u64, u64),
+    check: &Check,
 ) -> Result<PublishAck, ApiError> {
-    let PendingRequest::Producer {
-        producer_id,
-        first_sequence: first,
-        last_sequence: last,
-    } = &check.request
-    else {
-        return publish.await;
-    };
-    let (first, last) = (*first, *last);
+    let (manager, name) = (publish.manager, publish.name);
     let store_key = seq::store_key(name, producer_id);
     let _serial = serialize(manager, &store_key).await?;
     let state = seq::load(manager, &store_key).await.map_err(store_error)?;
@@ -248,9 +278,9 @@ async fn sequenced(
             return Err(err);
         }
     }
-    let marker = check.marker(manager, name);
-    marked(manager, name, &store_key, marker, publish, |ack| {
-        seq::answer(state, first, last, check.fp, ack)
+    let fp = check.fp.clone();
+    marked(publish, &store_key, check, |ack| {
+        seq::answer(state, first, last, fp, ack)
     })
     .await
 }

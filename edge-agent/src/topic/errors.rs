@@ -92,6 +92,15 @@ pub enum PublishError {
         /// The failure as the WAL reported it.
         detail: String,
     },
+    /// The marker of a publish with a retry check could not be committed
+    /// ([`crate::pending`]; HTTP 500): nothing was appended.
+    #[error("topic {topic}: the retry marker could not be stored, nothing appended: {source}")]
+    Marker {
+        /// The topic.
+        topic: TopicName,
+        /// The metadata store's error.
+        source: broker_core::metadata::MetadataError,
+    },
     /// The WAL failed (HTTP 500).
     #[error("topic {topic}: {source}")]
     Wal {
