@@ -5,13 +5,16 @@
 //!
 //! Order of one such publish, with the request's key lock held:
 //!
-//! 1. the marker [`Pending`] is committed at
+//! 1. the topic claims the batch's content (no batch with identical
+//!    records is enqueued by anyone else until step 2 is done,
+//!    `topic/claims.rs`), and the marker [`Pending`] is committed at
 //!    `/edge/pending/{ns}/{topic}/...` (the path of the answer it stands
-//!    for, [`pending_key`]): topic, high-water mark before the append
-//!    (`from`), record count, a SHA-256 of the records as they will be
-//!    stored ([`records_digest`]: timestamps, keys, headers, values),
-//!    the request's fingerprint and what identifies it;
-//! 2. the records are appended as one WAL batch and awaited durable;
+//!    for, [`pending_key`]): topic, the WAL's next offset (`from`), record
+//!    count, a SHA-256 of the records as they will be stored
+//!    ([`records_digest`]: timestamps, keys, headers, values), the
+//!    request's fingerprint and what identifies it;
+//! 2. the records are enqueued as one WAL batch, the claim ends, and the
+//!    batch is awaited durable;
 //! 3. one transaction deletes the marker and writes the answer
 //!    (`/edge/idempotency/...`, [`complete`]); a failed append deletes the
 //!    marker ([`abandon`]). Both are committed without an `fsync`: a crash
@@ -27,15 +30,11 @@
 //! marker has taken; found at offset `o`, the answer is written as if
 //! step 3 had run (`o`..`o + count`); absent, the marker is deleted and the
 //! retry is stored as a new request. The stored records stay exactly what
-//! the client sent. Two requests with identical records (same timestamps
-//! too) are interchangeable: each batch goes to one of them, so the count
-//! of copies is right whichever it is. What the digest cannot tell apart:
-//! a publish *without* a retry check whose records are identical to a
-//! marked request's, timestamps included, that lands after the marker
-//! while the marked request's own append never happened (a crash in
-//! between): its batch is taken for the marked request's, and one copy
-//! is missing. With timestamps from the agent's clock that needs
-//! identical values in the same millisecond.
+//! the client sent. The claim makes the first match the request's own
+//! batch: an identical batch of another request lands before `from` or
+//! after the request's batch, and none lands after `from` at all if the
+//! request's batch was never enqueued (its publishers wait for the claim,
+//! and the crash ends them too).
 
 use std::collections::{BTreeMap, HashSet};
 
