@@ -254,6 +254,7 @@ impl Agent {
                 stored = settled.stored,
                 not_stored = settled.not_stored,
                 unreadable = settled.unreadable,
+                realtime_answers_forgotten = settled.realtime_answers,
                 "settled the HTTP publishes a crash left unanswered (a retry of a stored one gets its offsets)"
             );
         }

@@ -543,8 +543,19 @@ async fn publish_record(
     };
     let request = retry::request_key(&headers)?.map(|key| PendingRequest::Key { key });
     // Hashed only when an `Idempotency-Key` asks for it.
+    // Of the request's meaning, not its spelling: the query's key and
+    // timestamp as parsed (a retry may encode or order them otherwise).
+    let given_ts = query.timestamp_ms.map(i64::to_be_bytes);
     let fp = if request.is_some() {
-        let mut parts: Vec<&[u8]> = vec![raw_query.as_deref().unwrap_or("").as_bytes()];
+        let mut parts: Vec<&[u8]> = vec![b"record"];
+        match &record.key {
+            Some(key) => parts.extend([&b"k"[..], key]),
+            None => parts.push(b"-"),
+        }
+        match &given_ts {
+            Some(ts) => parts.extend([&b"t"[..], ts]),
+            None => parts.push(b"-"),
+        }
         for (n, v) in &record.headers {
             parts.push(n.as_bytes());
             parts.push(v);

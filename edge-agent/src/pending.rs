@@ -353,10 +353,15 @@ pub struct Settled {
     pub not_stored: usize,
     /// Markers that could not be decoded (deleted).
     pub unreadable: usize,
+    /// Answers of realtime topics forgotten: their ring starts again at
+    /// the restart and reuses the offsets they name.
+    pub realtime_answers: usize,
 }
 
-/// Settles every marker a crash left (module doc). Run at start, before
-/// anything can append to or delete from a WAL.
+/// Settles every marker a crash left (module doc), and forgets the
+/// answers of realtime topics (their records did not outlive the restart;
+/// a retry is stored again). Run at start, before anything can append to
+/// or delete from a WAL.
 ///
 /// # Errors
 /// [`MetadataError`] listing the markers or writing a settlement.
@@ -386,6 +391,16 @@ pub async fn settle_all(manager: &TopicManager) -> Result<Settled, MetadataError
                 Some(_) => settled.stored += 1,
                 None => settled.not_stored += 1,
             }
+        }
+    }
+    for topic in manager.topics().iter().filter(|t| t.is_realtime()) {
+        let prefix = format!(
+            "{ANSWERS_PREFIX}{}/",
+            topic.name().as_str().trim_start_matches('/')
+        );
+        for (key, _) in manager.store().list(&prefix).await? {
+            manager.store().delete(&key).await?;
+            settled.realtime_answers += 1;
         }
     }
     Ok(settled)

@@ -288,3 +288,102 @@ async fn record_headers_named_like_the_agents_own_are_refused() {
     );
     agent.shutdown().await.unwrap();
 }
+
+/// A retry is judged by what the request means, not how it is spelled:
+/// the query's key and timestamp in another order or encoding are the
+/// same request (the answer, not 409). Two `Idempotency-Key` headers are
+/// refused (400): before, the first won and a retry carrying the second
+/// was stored again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_is_matched_by_meaning_and_one_key_per_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = start(retries_config(dir.path())).await;
+    let records = |query: &str| format!("/v1/topics/e1/t/records?{query}");
+    let first = post(
+        agent.local_addr(),
+        &records("key=a&timestamp_ms=5"),
+        &[("idempotency-key", "q1")],
+        b"v",
+    )
+    .await;
+    assert_eq!(
+        answer(&first),
+        (200, json!(0), json!(1), json!(1)),
+        "{first:?}"
+    );
+    for query in ["timestamp_ms=5&key=a", "key=%61&timestamp_ms=5"] {
+        let retry = post(
+            agent.local_addr(),
+            &records(query),
+            &[("idempotency-key", "q1")],
+            b"v",
+        )
+        .await;
+        assert_eq!(answer(&retry), answer(&first), "{query}: {retry:?}");
+    }
+    let other = post(
+        agent.local_addr(),
+        &records("key=b&timestamp_ms=5"),
+        &[("idempotency-key", "q1")],
+        b"v",
+    )
+    .await;
+    assert_eq!(
+        other.status, 409,
+        "another key is another request: {other:?}"
+    );
+    let two = post(
+        agent.local_addr(),
+        BATCH,
+        &[("idempotency-key", "q2"), ("idempotency-key", "q3")],
+        b"{\"value\":\"x\"}\n",
+    )
+    .await;
+    assert_eq!(two.status, 400, "{two:?}");
+    assert!(two.error().contains("more than once"), "{two:?}");
+    let upper = post(
+        agent.local_addr(),
+        BATCH,
+        &[],
+        b"{\"value\":\"x\",\"headers\":{\"MQTT.client_id\":\"dev\"}}\n",
+    )
+    .await;
+    assert_eq!(upper.status, 400, "{upper:?}");
+    assert_eq!(values(&agent), ["v"]);
+    agent.shutdown().await.unwrap();
+}
+
+/// A realtime topic's records do not outlive the agent, and after a crash
+/// its ring starts again at the checkpoint, reusing offsets (a trial got
+/// a keyed retry answered with offsets that then held another record):
+/// answers are forgotten at every start, so a keyed retry after a restart
+/// is stored again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn realtime_answers_do_not_outlive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = retries_config(dir.path());
+    config.topics.push(topic("/e1/rt", StreamIntent::Realtime));
+    let agent = start(config.clone()).await;
+    let path = "/v1/topics/e1/rt/records";
+    let keyed = post(agent.local_addr(), path, &[("idempotency-key", "r1")], b"k").await;
+    assert_eq!(
+        answer(&keyed),
+        (200, json!(0), json!(1), json!(1)),
+        "{keyed:?}"
+    );
+    agent.shutdown().await.unwrap();
+    let agent = start(config).await;
+    let other = post(agent.local_addr(), path, &[], b"other").await;
+    assert_eq!(
+        answer(&other),
+        (200, json!(1), json!(2), json!(1)),
+        "{other:?}"
+    );
+    let retry = post(agent.local_addr(), path, &[("idempotency-key", "r1")], b"k").await;
+    assert_eq!(
+        answer(&retry),
+        (200, json!(2), json!(3), json!(1)),
+        "stored again: {retry:?}"
+    );
+    agent.shutdown().await.unwrap();
+}

@@ -18,8 +18,8 @@ use crate::pending::{self, Pending, PendingRequest};
 use crate::sequence::{self as seq, Decision, Refusal};
 use crate::topic::{Mark, PublishAck, PublishError};
 
-/// The request's `Idempotency-Key`, checked (1 to 200 bytes of visible
-/// ASCII), if it has one.
+/// The request's `Idempotency-Key`, checked (once, 1 to 200 bytes of
+/// visible ASCII), if it has one.
 ///
 /// # Errors
 /// 400 naming the rule.
@@ -27,6 +27,12 @@ pub(super) fn request_key(headers: &HeaderMap) -> Result<Option<String>, ApiErro
     let Some(key) = headers.get(idem::HEADER) else {
         return Ok(None);
     };
+    if headers.get_all(idem::HEADER).iter().count() > 1 {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            format!("header {}: given more than once", idem::HEADER),
+        ));
+    }
     let key = key.to_str().map_err(|_| {
         ApiError::new(
             StatusCode::BAD_REQUEST,

@@ -42,11 +42,12 @@ pub const TAKEOVER_WAIT: Duration = WRITE_TIMEOUT.saturating_add(Duration::from_
 pub const RESERVED_HEADER_PREFIX: &str = "mqtt.";
 
 /// Whether a record header `name` is one only the agent may set (begins
-/// with [`RESERVED_HEADER_PREFIX`]); refused on every publish path (MQTT
+/// with [`RESERVED_HEADER_PREFIX`], in any case); refused on every publish path (MQTT
 /// user properties, HTTP record headers), since a forged
 /// `mqtt.client_id` + `mqtt.packet_id` would make a resend look stored.
 pub fn is_reserved_header(name: &str) -> bool {
-    name.starts_with(RESERVED_HEADER_PREFIX)
+    name.get(..RESERVED_HEADER_PREFIX.len())
+        .is_some_and(|p| p.eq_ignore_ascii_case(RESERVED_HEADER_PREFIX))
 }
 /// Largest CONNECT accepted (remaining length), bytes: the client id,
 /// credentials, properties and will fit easily; a connection that has not
@@ -511,7 +512,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
         if let Some((name, _)) = p
             .user_properties
             .iter()
-            .find(|(name, _)| name.starts_with(RESERVED_HEADER_PREFIX))
+            .find(|(name, _)| is_reserved_header(name))
         {
             // The agent's own headers (`mqtt.topic`, and the QoS 2 dedupe
             // pair that a crash recovery looks for) must not be written by
