@@ -547,3 +547,87 @@ fn a_damaged_sealed_segment_of_a_central_topic_is_dead_lettered_after_the_wait_a
         expected.len()
     );
 }
+
+/// A message dead-lettered moves the cursor on and the cursor is written
+/// at once: a broker SIGKILL right after does not copy it to the
+/// dead-letter topic again. Before, the cursor waited for the persist
+/// batch (here 100 acks or 10 minutes), and each crash within it copied
+/// every dead-lettered message again (a trial found 1,072 entries for
+/// 150 poison messages after 10 kills, all replayed).
+#[test]
+fn a_dead_letter_is_persisted_at_once_and_not_copied_again_after_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut broker = Broker::new(
+        dir.path(),
+        "cursor_persist_every_acks = 100\ncursor_persist_interval_ms = 600000\ntick_ms = 50",
+    );
+    broker.start();
+    broker.create_topic("task_queue");
+    let client = broker.client();
+    publish(&client, 3);
+    let attach = AttachRequest {
+        start: StartPosition::Earliest,
+        ..AttachRequest::default()
+    };
+    let consumer = client
+        .attach(TOPIC, "workers", &attach)
+        .unwrap()
+        .consumer_id;
+    // Offset 0 is nacked until dead-lettered (task_queue: 5 redeliveries),
+    // 1 and 2 acked.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while client.state(TOPIC, "workers").unwrap().cursor < 3 {
+        assert!(Instant::now() < deadline, "not dead-lettered within 60 s");
+        let got = client
+            .receive(TOPIC, "workers", consumer, 10, 500)
+            .expect("receive");
+        for m in &got.messages {
+            if m.offset == 0 {
+                let nack = tributary_api::consumer::NackRequest {
+                    consumer_id: consumer,
+                    offsets: vec![0],
+                    delay_ms: Some(0),
+                    reason: Some("poison".into()),
+                };
+                client.nack(TOPIC, "workers", &nack).expect("nack");
+            } else {
+                client
+                    .ack(TOPIC, "workers", consumer, &[m.offset])
+                    .expect("ack");
+            }
+        }
+    }
+    let state = client.state(TOPIC, "workers").unwrap();
+    assert_eq!((state.cursor, state.persisted_cursor), (3, 3));
+
+    broker.proc.kill();
+    broker.start();
+    let again = client.attach(TOPIC, "workers", &attach).unwrap();
+    assert_eq!(again.cursor, 3, "resumes past the dead-lettered message");
+    // Time for another copy to be made, had the crash left one to make.
+    std::thread::sleep(Duration::from_millis(500));
+    let dlq = client
+        .peek(&format!("{TOPIC}-dlq"), Some(0), 10)
+        .expect("peek the dead-letter topic");
+    assert_eq!(dlq.high_water_mark, 1, "one copy in the dead-letter topic");
+
+    // Should a crash ever leave two copies of one message (the window
+    // between a copy and its cursor write), a replay makes one message of
+    // them: here a second copy written by hand.
+    let copy = &dlq.messages[0];
+    let headers = copy
+        .headers
+        .iter()
+        .map(|h| (h.name.clone(), h.value.clone().unwrap_or_default()))
+        .collect();
+    let twin = PublishRecord {
+        value: Some("job-0".into()),
+        headers,
+        ..PublishRecord::default()
+    };
+    client
+        .publish(&format!("{TOPIC}-dlq"), vec![twin])
+        .expect("a second copy");
+    let replayed = client.replay_dlq(TOPIC, "workers").expect("replay");
+    assert_eq!(replayed.replayed, 1, "one message replayed from two copies");
+}

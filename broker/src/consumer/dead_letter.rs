@@ -20,8 +20,9 @@ impl ConsumerService {
     /// Makes every pending dead-letter copy of `sub`: takes them out under
     /// the lock `st`, releases it for the appends, then takes it again to
     /// record each outcome (a confirmed copy finishes its message; a failed
-    /// one stays pending, retried on the next tick) and returns it. Without
-    /// pending copies the lock is kept throughout.
+    /// one stays pending, retried on the next tick), persists the cursor if
+    /// a copy was made, and returns it. Without pending copies the lock is
+    /// kept throughout.
     pub(super) async fn flush_dead_letters<'a>(
         &self,
         sub: &'a Sub,
@@ -38,18 +39,36 @@ impl ConsumerService {
             outcomes.push((copy, outcome));
         }
         let mut st = sub.state.lock().await;
+        let mut copied = false;
         for (copy, outcome) in outcomes {
             let (offset, attempt) = (copy.offset, copy.attempt);
             match outcome {
                 Ok(dlq_offset) => {
+                    copied = true;
                     st.dead_letter_copied(&copy);
                     info!(topic = %sub.topic, subscription = %sub.name, offset, attempt, dlq_offset, "poison message copied to the dead-letter topic");
                 }
                 Err(e) => {
-                    error!(topic = %sub.topic, subscription = %sub.name, offset, error = %e, "copy to the dead-letter topic failed; retrying");
+                    // A dead-letter topic's first copy waits for its owner
+                    // to be placed: expected, not an error.
+                    let placing = matches!(
+                        &e,
+                        ConsumerError::Conflict { kind: "not_owner", message } if message.contains("no owner yet")
+                    );
+                    if placing {
+                        info!(topic = %sub.topic, subscription = %sub.name, offset, reason = %e, "dead-letter copy waits for the dead-letter topic's owner; retrying");
+                    } else {
+                        error!(topic = %sub.topic, subscription = %sub.name, offset, error = %e, "copy to the dead-letter topic failed; retrying");
+                    }
                     st.dead_letter_failed(copy);
                 }
             }
+        }
+        if copied {
+            // The cursor may now pass the copied messages: persisted at
+            // once, so a crash does not copy them again (before, each crash
+            // within the persist interval made another copy of each).
+            self.persist(sub, &mut st, true).await;
         }
         st
     }
@@ -183,6 +202,9 @@ impl ConsumerService {
         let topic_text = topic.to_string();
         let sub_text = name.to_string();
         let mut replay = Vec::new();
+        // A crash between a copy and the cursor write that follows it can
+        // copy a message twice: one replay per original offset.
+        let mut seen = std::collections::HashSet::new();
         for (offset, record) in found {
             let header = |n: &str| {
                 record
@@ -195,6 +217,11 @@ impl ConsumerService {
             if header("x-original-topic").as_deref() != Some(topic_text.as_bytes())
                 || header("x-original-subscription").as_deref() != Some(sub_text.as_bytes())
                 || header(super::damage::DAMAGED_RANGE_HEADER).is_some()
+            {
+                continue;
+            }
+            if let Some(original) = header("x-original-topic-offset")
+                && !seen.insert(original)
             {
                 continue;
             }
