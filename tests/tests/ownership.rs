@@ -602,6 +602,28 @@ fn central_appends_through_any_broker_share_one_log_and_can_wait_for_the_archive
         ranges.push((response.base_offset, response.next_offset));
     }
     assert_eq!(ranges, vec![(0, 3), (3, 5)]);
+    // A topic that does not exist is 404, not a `503 no_owner` to retry
+    // for ever; an `ack=archived` wait over 10 minutes is refused before
+    // anything is stored.
+    for (path, want) in [
+        ("/v1/topics/plant1/nosuch/records?max_messages=1", 404),
+        ("/v1/topics/nons/foo/records?max_messages=1", 404),
+    ] {
+        let r = agent
+            .get(format!("{}{path}", fleet.nodes[1].url()))
+            .header(
+                "Authorization",
+                format!("Bearer {}", tributary_tests::fleet::TOKEN),
+            )
+            .call()
+            .expect("peek");
+        assert_eq!(r.status().as_u16(), want, "{path}");
+    }
+    let too_long = fleet
+        .consumer(2)
+        .publish_archived(JOBS, vec![record("never")], 600_001)
+        .expect_err("a wait over 10 minutes");
+    assert!(too_long.to_string().contains("max_wait_ms"), "{too_long}");
     for via in 1..=3 {
         let got = fleet.consumer(via).peek(JOBS, Some(0), 10).expect("peek");
         let values: Vec<String> = got.messages.into_iter().filter_map(|m| m.value).collect();

@@ -315,7 +315,8 @@ const MAX_PUBLISH_RECORDS: usize = 10_000;
 
 /// `?ack=` of a publish: `durable` (default: the records are durable on
 /// the topic's owner per its sync mode) or `archived` (also committed in
-/// the archive, waited for up to `max_wait_ms`, default 120000).
+/// the archive, waited for up to `max_wait_ms`, default 120000, at most
+/// [`MAX_ARCHIVE_WAIT_MS`]).
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct PublishQuery {
@@ -337,6 +338,10 @@ fn default_archive_wait() -> u64 {
     120_000
 }
 
+/// Longest `?ack=archived` wait accepted, ms (10 min): a request is not a
+/// place to wait for an archive that hours will not bring.
+const MAX_ARCHIVE_WAIT_MS: u64 = 600_000;
+
 async fn publish(
     State(api): State<Api>,
     Path((ns, topic)): Path<(String, String)>,
@@ -345,6 +350,15 @@ async fn publish(
 ) -> ApiResult {
     let topic = topic_from_path(&ns, &topic)?;
     let Query(q) = query.map_err(|r| ApiError::invalid("query", r.body_text()))?;
+    if q.max_wait_ms > MAX_ARCHIVE_WAIT_MS {
+        return Err(ApiError::invalid(
+            "max_wait_ms",
+            format!(
+                "max_wait_ms: at most {MAX_ARCHIVE_WAIT_MS}, got {}; nothing stored",
+                q.max_wait_ms
+            ),
+        ));
+    }
     let r: PublishRequest = parse_json(&body)?;
     if r.records.is_empty() || r.records.len() > MAX_PUBLISH_RECORDS {
         return Err(ApiError::invalid(

@@ -28,7 +28,7 @@ use axum::extract::{MatchedPath, Request};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use broker_core::catalog::Catalog;
+use broker_core::catalog::{Catalog, CatalogError};
 use broker_core::metadata::{MetadataStore, Precondition};
 use serde_json::json;
 use tributary_proto::keys::TopicName;
@@ -199,7 +199,19 @@ pub(crate) async fn owner_route(
             tracing::debug!(%topic, owner = owner.broker_id, epoch = owner.epoch, "request for a topic owned elsewhere");
             response
         }
-        Route::Unassigned { reason } => no_owner(&reason),
+        Route::Unassigned { reason } => {
+            // A topic that does not exist has no owner to wait for: the
+            // handler answers 404 (it was a `503 no_owner` with
+            // `Retry-After: 1`, for ever).
+            let missing = matches!(
+                Catalog::new(&*store).load_settings(&topic).await,
+                Err(CatalogError::TopicNotFound { .. })
+            );
+            if missing {
+                return next.run(request).await;
+            }
+            no_owner(&reason)
+        }
     }
 }
 
