@@ -897,6 +897,40 @@ fn bad_inputs_get_clear_4xx_errors() {
             "invalid_input",
             "request body",
         ),
+        // An array of a struct's fields in order is no object (serde read
+        // `[]` as an attach with every default).
+        (
+            "POST",
+            format!("/v1/topics{JOBS}/subscriptions/x9/attach"),
+            Some("[]".to_owned()),
+            400,
+            "invalid_input",
+            "a JSON object expected",
+        ),
+        (
+            "POST",
+            format!("{sub}/pause"),
+            Some(r#"{"x": 1}"#.to_owned()),
+            400,
+            "invalid_input",
+            "x",
+        ),
+        (
+            "POST",
+            format!("/v1/topics{JOBS}/subscriptions/x9/attach"),
+            Some(r#"{"start": {"timestamp": -5}}"#.to_owned()),
+            400,
+            "invalid_input",
+            "start.timestamp",
+        ),
+        (
+            "POST",
+            format!("/v1/topics{JOBS}/subscriptions/x9/attach"),
+            Some(r#"{"consumer_name": ""}"#.to_owned()),
+            400,
+            "invalid_input",
+            "consumer_name",
+        ),
         (
             "POST",
             format!("{sub}/receive"),

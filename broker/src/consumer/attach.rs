@@ -71,12 +71,16 @@ impl ConsumerService {
     ) -> Result<AttachResponse, ConsumerError> {
         let name = subscription_name(subscription)?;
         if let Some(label) = &request.consumer_name
-            && (label.len() > 255 || label.chars().any(char::is_control))
+            && (label.is_empty() || label.len() > 255 || label.chars().any(char::is_control))
         {
             return Err(invalid(
                 "consumer_name",
-                "consumer_name: at most 255 bytes without control characters",
+                "consumer_name: 1 to 255 bytes without control characters",
             ));
+        }
+        if let StartPosition::Timestamp(ts) = request.start {
+            tributary_proto::limits::check_timestamp_ms(ts)
+                .map_err(|why| invalid("start.timestamp", format!("start.timestamp: {why}")))?;
         }
         // A subscription loaded before its topic was reopened under another
         // ownership epoch is unloaded here, so this attach loads it anew.

@@ -282,14 +282,28 @@ async fn seek(State(api): State<Api>, Path((ns, topic, sub)): SubPath, body: Byt
     ok(json!({"topic": topic, "subscription": sub, "cursor": cursor}))
 }
 
-async fn pause(State(api): State<Api>, Path((ns, topic, sub)): SubPath) -> ApiResult {
+/// The body of a call that takes none: empty or `{}`.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NoFields {}
+
+fn no_fields(body: &Bytes) -> Result<(), ApiError> {
+    if !body.iter().all(u8::is_ascii_whitespace) {
+        parse_json::<NoFields>(body)?;
+    }
+    Ok(())
+}
+
+async fn pause(State(api): State<Api>, Path((ns, topic, sub)): SubPath, body: Bytes) -> ApiResult {
     let topic = topic_from_path(&ns, &topic)?;
+    no_fields(&body)?;
     api.service.set_paused(&topic, &sub, true).await?;
     ok(json!({"topic": topic, "subscription": sub, "paused": true}))
 }
 
-async fn resume(State(api): State<Api>, Path((ns, topic, sub)): SubPath) -> ApiResult {
+async fn resume(State(api): State<Api>, Path((ns, topic, sub)): SubPath, body: Bytes) -> ApiResult {
     let topic = topic_from_path(&ns, &topic)?;
+    no_fields(&body)?;
     api.service.set_paused(&topic, &sub, false).await?;
     ok(json!({"topic": topic, "subscription": sub, "paused": false}))
 }

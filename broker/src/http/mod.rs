@@ -28,6 +28,15 @@ pub use self::peer::PeerCertificate;
 /// field; for a field of the wrong type, unknown or missing, `{path}: …`
 /// with `field` set to the path (`max_messages`, `descriptor.size`).
 pub(crate) fn parse_json<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
+    // Every body is an object: serde would also read a struct from an array
+    // of its fields in order (`[]` was an attach with every default).
+    if body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'[') {
+        return Err(ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_input",
+            "request body: a JSON object expected, not an array",
+        ));
+    }
     let mut deserializer = serde_json::Deserializer::from_slice(body);
     serde_path_to_error::deserialize(&mut deserializer).map_err(|err| {
         let path = err.path().to_string();
