@@ -836,6 +836,12 @@ fn failover_delivers_to_the_oldest_session_and_the_standby_takes_over() {
         .receive(JOBS, "fo", first.consumer_id, 1, 0)
         .unwrap();
     assert_eq!(got.messages[0].offset, 0);
+    // The standby received nothing: its ack-up-to would skip offset 1,
+    // which no one has seen (a trial's standby moved the cursor to 9).
+    let (status, body) = api_status(h.client.ack_up_to(JOBS, "fo", second.consumer_id, 1));
+    assert_eq!(status, 409, "{body}");
+    assert!(body.contains("not_active"), "{body}");
+    assert_eq!(h.client.state(JOBS, "fo").unwrap().cursor, 0);
     // The active consumer goes silent: its session expires, its lease comes
     // back, and the standby receives everything.
     let deadline = Instant::now() + Duration::from_secs(10);

@@ -362,6 +362,18 @@ impl ConsumerService {
         let name = subscription_name(subscription)?;
         let sub = self.sub(topic, &name).await?;
         let mut st = self.session(&sub, consumer).await?;
+        // A standby of a failover subscription received nothing: its
+        // cumulative ack would skip what the active consumer has not seen.
+        if !st.is_active(consumer) {
+            return Err(ConsumerError::Conflict {
+                kind: "not_active",
+                message: format!(
+                    "consumer {consumer} is a standby of {name} (the active consumer is {}); only the consumer that receives can acknowledge up to an offset",
+                    st.active_consumer()
+                        .map_or_else(|| "none".to_owned(), |c| c.to_string())
+                ),
+            });
+        }
         let hwm = sub.wal().high_water_mark();
         let end = offset.saturating_add(1);
         let outcome = st.ack_up_to(end, hwm).map_err(|e| match e {
