@@ -631,3 +631,47 @@ fn a_dead_letter_is_persisted_at_once_and_not_copied_again_after_a_crash() {
     let replayed = client.replay_dlq(TOPIC, "workers").expect("replay");
     assert_eq!(replayed.replayed, 1, "one message replayed from two copies");
 }
+
+/// An answer the broker gives before reading the request body (a bad
+/// token here) reaches an HTTP/2 client whole. Before, the unread body made
+/// hyper reset the stream and curl reported a framing error (exit 92)
+/// instead of the 401 (a trial: 10 of 10 POSTs of 200 kB; and half of the
+/// redirects to a topic's owner).
+#[test]
+fn an_early_refusal_reaches_an_http2_client_with_a_body_in_flight() {
+    let curl = std::env::split_paths(&std::env::var_os("PATH").unwrap_or_default())
+        .map(|dir| dir.join("curl"))
+        .find(|p| p.is_file())
+        .expect("this test needs curl: apt-get install curl (./.ci/run installs it)");
+    let dir = tempfile::tempdir().unwrap();
+    let mut broker = Broker::new(dir.path(), "");
+    broker.start();
+    let body = dir.path().join("body.json");
+    std::fs::write(&body, vec![b'a'; 200_000]).unwrap();
+    for _ in 0..5 {
+        let out = Command::new(&curl)
+            .args([
+                "-sS",
+                "--http2-prior-knowledge",
+                "-o",
+                "-",
+                "-w",
+                "\n%{http_code}",
+            ])
+            .args(["-X", "POST", "-H", "Authorization: Bearer wrong"])
+            .args(["-H", "content-type: application/json", "--data-binary"])
+            .arg(format!("@{}", body.display()))
+            .arg(format!("{}/v1/topics{TOPIC}/records", broker.url))
+            .output()
+            .expect("curl runs");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "curl: {:?} {}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(stdout.ends_with("\n401"), "{stdout}");
+        assert!(stdout.contains("unauthorized"), "{stdout}");
+    }
+}

@@ -331,6 +331,7 @@ pub async fn guard(
         Err(who) => {
             let response = unauthorized(who.message);
             record(&who.name, "unknown", &Scope::default(), &response);
+            crate::http::drain_body(request).await;
             return response;
         }
     };
@@ -367,6 +368,7 @@ pub async fn guard(
             &Scope::default(),
             &response,
         );
+        crate::http::drain_body(request).await;
         return response;
     };
     let (scope, mut request) = match scope_of(rule.scope, request).await {
@@ -393,6 +395,7 @@ pub async fn guard(
             .with("namespace", json!(scope.namespace))
             .into_response();
             record(&principal.name, principal.kind, &scope, &response);
+            crate::http::drain_body(request).await;
             return response;
         }
     }

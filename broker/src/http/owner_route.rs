@@ -197,6 +197,7 @@ pub(crate) async fn owner_route(
                 }
             }
             tracing::debug!(%topic, owner = owner.broker_id, epoch = owner.epoch, "request for a topic owned elsewhere");
+            super::drain_body(request).await;
             response
         }
         Route::Unassigned { reason } => {
@@ -210,6 +211,7 @@ pub(crate) async fn owner_route(
             if missing {
                 return next.run(request).await;
             }
+            super::drain_body(request).await;
             no_owner(&reason)
         }
     }
