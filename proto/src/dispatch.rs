@@ -199,6 +199,14 @@ impl Dispatcher {
             .count()
     }
 
+    /// Leases `consumer` holds.
+    pub fn in_flight_of(&self, consumer: ConsumerId) -> usize {
+        self.slots
+            .values()
+            .filter(|s| matches!(s.state, SlotState::Leased { consumer: c, .. } if c == consumer))
+            .count()
+    }
+
     /// The next offset never leased yet.
     pub fn next_new(&self) -> u64 {
         self.next_new
@@ -323,6 +331,34 @@ impl Dispatcher {
             }
         }
         released
+    }
+
+    /// Ends every lease `consumer` holds as a failed delivery (its session
+    /// timed out or was taken over: the consumer died or restarted while
+    /// holding them, perhaps because of them): each is ready again at once
+    /// while its attempts allow, past `max_redelivery_count` the poison
+    /// policy applies, as for a nack with no delay. So a message that
+    /// crashes its consumer every time reaches the policy instead of
+    /// looping. Returns the poison actions.
+    pub fn release_failed(
+        &mut self,
+        consumer: ConsumerId,
+        now_ms: i64,
+        reason: &str,
+    ) -> Vec<Action> {
+        let held: Vec<u64> = self
+            .slots
+            .iter()
+            .filter_map(|(&offset, slot)| match slot.state {
+                SlotState::Leased {
+                    consumer: holder, ..
+                } if holder == consumer => Some(offset),
+                _ => None,
+            })
+            .collect();
+        held.into_iter()
+            .filter_map(|offset| self.fail(now_ms, offset, Some(0), reason))
+            .collect()
     }
 
     /// Takes back the lease of `offset` that the driver could not read (so

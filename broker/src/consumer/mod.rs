@@ -21,8 +21,10 @@
 //!   nothing and disappear when their last consumer session ends.
 //! - **Types**: exclusive (one live consumer), shared (every consumer
 //!   leases), failover (only the oldest live session receives).
-//! - **Sessions** end after `session_timeout_ms` without a call, or on
-//!   detach; their leases are redelivered at once.
+//! - **Sessions** end after `session_timeout_ms` without a call, on a
+//!   take-over by `consumer_name`, or on detach; their leases are
+//!   redelivered at once, counted as failed deliveries except on detach
+//!   (so a message that crashes its consumer reaches the poison policy).
 //! - **Cursor persistence** is batched (`cursor_persist_every_acks` acks or
 //!   `cursor_persist_interval_ms`, whichever first, and at shutdown, seek,
 //!   pause): after a crash a subscription resumes at the persisted cursor,

@@ -319,7 +319,10 @@ impl Subscription {
                 expires_in_ms: expires_at.saturating_sub(now_ms).max(0),
             });
         }
-        let replaced = same_name.map(|old| (old, self.detach(now_ms, old)));
+        let replaced = same_name.map(|old| {
+            let (held, _) = self.end_failed(now_ms, old, "consumer session taken over");
+            (old, held)
+        });
         let consumer = next_id();
         self.ever_attached = true;
         self.sessions.insert(
@@ -359,6 +362,18 @@ impl Subscription {
         self.dispatcher.release(consumer, now_ms)
     }
 
+    /// Ends session `consumer` that timed out or was taken over: each lease
+    /// it held is a failed delivery (`reason`), redelivered at once or
+    /// given to the poison policy ([`Dispatcher::release_failed`]; a
+    /// dead-letter copy is queued). Returns how many leases it held.
+    fn end_failed(&mut self, now_ms: i64, consumer: u64, reason: &str) -> (usize, Vec<Action>) {
+        self.sessions.remove(&consumer);
+        let held = self.dispatcher.in_flight_of(consumer);
+        let actions = self.dispatcher.release_failed(consumer, now_ms, reason);
+        self.queue_dead_letters(&actions);
+        (held, actions)
+    }
+
     /// The periodic work at `now_ms`: ends sessions silent for longer than
     /// the session timeout (their leases are redelivered at once), processes
     /// expired leases, and says whether the failure policy is due for a
@@ -374,12 +389,18 @@ impl Subscription {
             .filter(|(_, s)| now_ms.saturating_sub(s.last_seen_ms) > timeout)
             .map(|(&id, _)| id)
             .collect();
+        let mut actions = Vec::new();
         let expired = expired
             .into_iter()
-            .map(|id| (id, self.detach(now_ms, id)))
+            .map(|id| {
+                let (held, poison) = self.end_failed(now_ms, id, "consumer session timed out");
+                actions.extend(poison);
+                (id, held)
+            })
             .collect();
-        let actions = self.dispatcher.on_timeout(now_ms);
-        self.queue_dead_letters(&actions);
+        let timed_out = self.dispatcher.on_timeout(now_ms);
+        self.queue_dead_letters(&timed_out);
+        actions.extend(timed_out);
         let refresh_policy = self.durable
             && now_ms.saturating_sub(self.last_policy_refresh_ms) >= self.timings.policy_refresh_ms;
         if refresh_policy {
@@ -814,5 +835,27 @@ mod tests {
         assert_eq!(again.map(|a| a.replaced), Ok(Some((1, 0))));
         let ids: Vec<u64> = shared.consumers().iter().map(|c| c.consumer_id).collect();
         assert_eq!(ids, vec![2, 3]);
+        // A message that crashes its consumer each time: every take-over
+        // counts as a failed delivery, so after max_redelivery_count (3)
+        // redeliveries it is dead-lettered instead of looping for ever (a
+        // trial reached attempt 4 with a limit of 1 and no dead letter).
+        let mut crashing = subscription(SubscriptionType::Exclusive, true, 3);
+        let _ = crashing.attach(0, SubscriptionType::Exclusive, Some("w".into()), || 100);
+        for restart in 0..4u64 {
+            let consumer = 100 + restart;
+            let leased = crashing.lease(0, consumer, 1, 5).0;
+            assert_eq!(leased.len(), 1, "restart {restart}");
+            assert_eq!(
+                (leased[0].offset, leased[0].attempt),
+                (0, restart as u32 + 1)
+            );
+            let _ = crashing.attach(0, SubscriptionType::Exclusive, Some("w".into()), || {
+                consumer + 1
+            });
+        }
+        let copies = crashing.take_dead_letters();
+        assert_eq!(copies.len(), 1, "{copies:?}");
+        assert_eq!((copies[0].offset, copies[0].attempt), (0, 4));
+        assert_eq!(copies[0].reason, "consumer session taken over");
     }
 }
