@@ -108,7 +108,8 @@ pub fn records_digest(records: &[Record]) -> String {
 pub struct Pending {
     /// The Tributary topic.
     pub topic: String,
-    /// High-water mark of the topic before the append.
+    /// The WAL's next offset when the marker was committed (the content
+    /// claimed): the request's batch, if it was enqueued, is at or above.
     pub from: u64,
     /// Records in the request.
     pub count: u64,

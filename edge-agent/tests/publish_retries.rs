@@ -387,3 +387,52 @@ async fn realtime_answers_do_not_outlive_a_restart() {
     );
     agent.shutdown().await.unwrap();
 }
+
+/// Keyed requests whose client goes away right after sending them (the
+/// connection closed before the answer) and are then retried: each batch
+/// is stored once. A request's future is dropped when its connection
+/// closes; before the checked publish ran on a task of its own, one
+/// dropped between its append and its answer left a marker that only the
+/// next start would settle, and the retry stored the batch again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keyed_requests_whose_client_went_away_are_stored_once_on_retry() {
+    use tokio::io::AsyncWriteExt;
+    const REQUESTS: usize = 100;
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = retries_config(dir.path());
+    config.limits.max_batch_bytes = 4 << 20;
+    let agent = start(config).await;
+    let body = |i: usize| -> String {
+        (0..1500)
+            .map(|j| format!("{{\"value\":\"r{i}-{j:04}-{}\"}}\n", "x".repeat(100)))
+            .collect()
+    };
+    for i in 0..REQUESTS {
+        let body = body(i);
+        let mut socket = tokio::net::TcpStream::connect(agent.local_addr())
+            .await
+            .unwrap();
+        let head = format!(
+            "POST {BATCH} HTTP/1.1\r\nhost: agent\r\nidempotency-key: k{i}\r\ncontent-length: {}\r\n\r\n",
+            body.len()
+        );
+        socket.write_all(head.as_bytes()).await.unwrap();
+        socket.write_all(body.as_bytes()).await.unwrap();
+        // Gone at once, at a moment that moves through the request's steps.
+        tokio::time::sleep(std::time::Duration::from_micros((i as u64 % 40) * 250)).await;
+        drop(socket);
+    }
+    for i in 0..REQUESTS {
+        let reply = post_keyed(&agent, &format!("k{i}"), &body(i)).await;
+        assert_eq!(reply.0, 200, "k{i}: {reply:?}");
+    }
+    let stored = read_wal(&agent, "/e1/t", 0);
+    let mut seen = std::collections::HashMap::new();
+    for (_, r) in &stored {
+        *seen.entry(r.value.clone()).or_insert(0u32) += 1;
+    }
+    let twice = seen.values().filter(|&&n| n > 1).count();
+    assert_eq!(twice, 0, "{twice} records stored more than once");
+    assert_eq!(stored.len(), REQUESTS * 1500, "every batch once");
+    agent.shutdown().await.unwrap();
+}

@@ -3,6 +3,7 @@
 //! ([`crate::sequence`]), each made crash-proof by a marker committed
 //! before the append ([`crate::pending`]).
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use axum::http::{HeaderMap, StatusCode};
@@ -81,11 +82,17 @@ impl Check {
 /// Publishes `records` to `name` under `check` (none: a plain publish);
 /// `refused` turns a publish error into the answer.
 ///
+/// A checked publish runs on a task of its own, to its end even if the
+/// client goes away: dropped between its marker and its answer (hyper drops
+/// a request's future when its connection closes), it would leave a marker
+/// that only the next start settles, and a retry meanwhile would be stored
+/// again.
+///
 /// # Errors
 /// The publish's, 409 for a refused retry, 500 when the metadata store
 /// fails before anything was stored.
 pub(super) async fn checked(
-    manager: &TopicManager,
+    manager: &Arc<TopicManager>,
     name: &TopicName,
     check: Option<Check>,
     records: Vec<Record>,
@@ -94,36 +101,57 @@ pub(super) async fn checked(
     let Some(check) = check else {
         return manager.publish(name, records).await.map_err(refused);
     };
-    let publish = Publish {
-        manager,
-        name,
-        records,
-        refused,
-    };
-    match &check.request {
-        PendingRequest::Key { key } => idempotent(publish, key, &check).await,
-        PendingRequest::Producer {
-            producer_id,
-            first_sequence,
-            last_sequence,
-        } => {
-            sequenced(
-                publish,
-                producer_id,
-                (*first_sequence, *last_sequence),
-                &check,
-            )
-            .await
+    let task = tokio::spawn({
+        let manager = manager.clone();
+        let name = name.clone();
+        async move {
+            let publish = Publish {
+                manager: &manager,
+                name: &name,
+                records,
+            };
+            match &check.request {
+                PendingRequest::Key { key } => idempotent(publish, key, &check).await,
+                PendingRequest::Producer {
+                    producer_id,
+                    first_sequence,
+                    last_sequence,
+                } => {
+                    let range = (*first_sequence, *last_sequence);
+                    sequenced(publish, producer_id, range, &check).await
+                }
+            }
         }
+    });
+    match task.await {
+        Ok(Ok(ack)) => Ok(ack),
+        Ok(Err(Failed::Answer(e))) => Err(e),
+        Ok(Err(Failed::Publish(e))) => Err(refused(e)),
+        Err(e) => Err(ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("publish task: {e}"),
+        )),
+    }
+}
+
+/// Why a checked publish did not store: an answer already made (409, 500),
+/// or the publish's own refusal (mapped by the route).
+enum Failed {
+    Answer(ApiError),
+    Publish(TopicError),
+}
+
+impl From<ApiError> for Failed {
+    fn from(e: ApiError) -> Failed {
+        Failed::Answer(e)
     }
 }
 
 /// A publish waiting for its retry check.
-struct Publish<'a, F> {
+struct Publish<'a> {
     manager: &'a TopicManager,
     name: &'a TopicName,
     records: Vec<Record>,
-    refused: F,
 }
 
 /// 500 for a failed read or write of the retry state before the append.
@@ -166,17 +194,16 @@ async fn serialize(
 /// [`crate::topic::Topic::publish_marked`]), then writes the answer that
 /// `answer` makes of the acknowledgement, or deletes the marker when the
 /// append failed after it.
-async fn marked<F: FnOnce(TopicError) -> ApiError>(
-    publish: Publish<'_, F>,
+async fn marked(
+    publish: Publish<'_>,
     store_key: &str,
     check: &Check,
     answer: impl FnOnce(&PublishAck) -> serde_json::Value,
-) -> Result<PublishAck, ApiError> {
+) -> Result<PublishAck, Failed> {
     let Publish {
         manager,
         name,
         records,
-        refused,
     } = publish;
     let marker_stored = AtomicBool::new(false);
     let mark: Mark<'_> = Box::new(|from| {
@@ -196,7 +223,9 @@ async fn marked<F: FnOnce(TopicError) -> ApiError>(
             }
             Ok(ack)
         }
-        Err(TopicError::Publish(PublishError::Marker { source, .. })) => Err(store_error(source)),
+        Err(TopicError::Publish(PublishError::Marker { source, .. })) => {
+            Err(store_error(source).into())
+        }
         Err(e) => {
             if marker_stored.load(Ordering::Relaxed)
                 && let Err(e) = pending::abandon(manager, store_key).await
@@ -204,7 +233,7 @@ async fn marked<F: FnOnce(TopicError) -> ApiError>(
                 LEFTOVERS.store(true, Ordering::Relaxed);
                 error!(error = %e, topic = %name, "the marker of a refused publish could not be deleted; the next retry or restart settles it");
             }
-            Err(refused(e))
+            Err(Failed::Publish(e))
         }
     }
 }
@@ -212,11 +241,7 @@ async fn marked<F: FnOnce(TopicError) -> ApiError>(
 /// Publishes unless the `Idempotency-Key` `key` was already used on the
 /// topic: then the remembered answer (same request, fingerprint
 /// `check.fp`) or 409 (another request). See [`crate::idempotency`].
-async fn idempotent<F: FnOnce(TopicError) -> ApiError>(
-    publish: Publish<'_, F>,
-    key: &str,
-    check: &Check,
-) -> Result<PublishAck, ApiError> {
+async fn idempotent(publish: Publish<'_>, key: &str, check: &Check) -> Result<PublishAck, Failed> {
     let (manager, name) = (publish.manager, publish.name);
     let store_key = idem::store_key(name, key);
     let _serial = serialize(manager, &store_key).await?;
@@ -230,7 +255,8 @@ async fn idempotent<F: FnOnce(TopicError) -> ApiError>(
                 format!("{} {key:?} was used on {name} for another request within the last 24 h; nothing stored", idem::HEADER),
             )
             .with_kind("idempotency_key_reused")
-            .with("base_offset", json!(used.base_offset)));
+            .with("base_offset", json!(used.base_offset))
+            .into());
         }
         debug!(topic = %name, key, "idempotent retry: answering the original offsets");
         return Ok(PublishAck {
@@ -247,12 +273,12 @@ async fn idempotent<F: FnOnce(TopicError) -> ApiError>(
 /// `first..=last` of `producer_id` is a retry (the remembered answer) or
 /// refused (409). Requests of one producer on a topic run one after the
 /// other.
-async fn sequenced<F: FnOnce(TopicError) -> ApiError>(
-    publish: Publish<'_, F>,
+async fn sequenced(
+    publish: Publish<'_>,
     producer_id: &str,
     (first, last): (u64, u64),
     check: &Check,
-) -> Result<PublishAck, ApiError> {
+) -> Result<PublishAck, Failed> {
     let (manager, name) = (publish.manager, publish.name);
     let store_key = seq::store_key(name, producer_id);
     let _serial = serialize(manager, &store_key).await?;
@@ -281,7 +307,7 @@ async fn sequenced<F: FnOnce(TopicError) -> ApiError>(
                 }
                 Refusal::Gap { expected, .. } => err.with("expected_sequence", json!(expected)),
             };
-            return Err(err);
+            return Err(err.into());
         }
     }
     let fp = check.fp.clone();
