@@ -195,7 +195,7 @@ impl ConsumerService {
         // it (damaged central bytes) holds nothing to replay, and the WAL
         // reports it.
         let found = records::blocking(&dlq_wal, move |w| {
-            records::read_range_blocking(w, from, 10_000, &mut Vec::new())
+            records::read_range_blocking(w, from, 10_000, records::MAX_READ_BYTES, &mut Vec::new())
         })
         .await?;
         let end = found.last().map_or(from, |(o, _)| o + 1);

@@ -91,11 +91,26 @@ fn decode_into(
         })
 }
 
+/// Most record bytes (keys, header values, values) one range read
+/// returns: 64 MiB. The read stops before the record that would pass it,
+/// returning at least one, so a peek or replay of 1,000 records of 1 MiB
+/// answers about 64 of them (the next call goes on) instead of holding a
+/// gigabyte.
+pub const MAX_READ_BYTES: usize = 64 << 20;
+
+/// A record's bytes for [`MAX_READ_BYTES`].
+fn record_bytes(record: &Record) -> usize {
+    let headers: usize = record.headers.iter().map(|(n, v)| n.len() + v.len()).sum();
+    record.value.len() + record.key.as_ref().map_or(0, |k| k.len()) + headers
+}
+
 /// Up to `max_count` records from `from` (below the high-water mark), by
-/// offset. Declared holes are stepped over and each is added to `gaps` (at
-/// most [`MAX_GAPS_PER_READ`] per call): never skipped silently. A damaged
-/// range ends the read: it is added to `gaps` (kind `damaged`, always the
-/// last entry) and nothing at or after it is returned.
+/// offset, at most `max_bytes` of them (at least one; see
+/// [`MAX_READ_BYTES`]). Declared holes are stepped over and each is added
+/// to `gaps` (at most [`MAX_GAPS_PER_READ`] per call): never skipped
+/// silently. A damaged range ends the read: it is added to `gaps` (kind
+/// `damaged`, always the last entry) and nothing at or after it is
+/// returned.
 ///
 /// # Errors
 /// [`ReadError`].
@@ -103,12 +118,14 @@ pub fn read_range_blocking(
     wal: &Wal,
     from: u64,
     max_count: usize,
+    max_bytes: usize,
     gaps: &mut Vec<Gap>,
 ) -> Result<Vec<(u64, Record)>, ReadError> {
     let mut out = Vec::new();
     let mut next = from;
     let mut stepped = 0;
-    while out.len() < max_count {
+    let mut bytes = 0usize;
+    'read: while out.len() < max_count {
         let batches = match wal.read(next, READ_STEP_BYTES) {
             Ok(batches) => batches,
             Err(WalError::Unreadable(range)) if range.end_offset > next => {
@@ -134,6 +151,11 @@ pub fn read_range_blocking(
             for (i, record) in decoded.records.into_iter().enumerate() {
                 let offset = decoded.base_offset + i as u64;
                 if offset >= next && out.len() < max_count {
+                    let size = record_bytes(&record);
+                    if !out.is_empty() && bytes.saturating_add(size) > max_bytes {
+                        break 'read;
+                    }
+                    bytes = bytes.saturating_add(size);
                     out.push((offset, record));
                 }
             }
@@ -286,4 +308,39 @@ pub fn decode_b64(field: &str, text: &str) -> Result<Bytes, String> {
     B64.decode(text)
         .map(Bytes::from)
         .map_err(|e| format!("{field}: not valid base64: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use broker_core::wal::WalConfig;
+    use bytes::Bytes;
+
+    /// A range read stops before the record that would pass its byte
+    /// budget, with at least one record, and the next read goes on from
+    /// there: nothing is skipped.
+    #[tokio::test]
+    async fn a_range_read_stops_at_its_byte_budget_and_the_next_goes_on() {
+        let dir = tempfile::tempdir().unwrap();
+        let wal = Wal::open(dir.path(), WalConfig::default()).unwrap();
+        let record = |i: u8| Record {
+            timestamp_ms: 0,
+            key: None,
+            headers: Vec::new(),
+            value: Bytes::from(vec![i; 1000]),
+        };
+        wal.append((0..10).map(record).collect(), tributary_proto::Codec::None)
+            .await
+            .unwrap();
+        let mut gaps = Vec::new();
+        let first = read_range_blocking(&wal, 0, 100, 3500, &mut gaps).unwrap();
+        assert_eq!(first.iter().map(|(o, _)| *o).collect::<Vec<_>>(), [0, 1, 2]);
+        let rest = read_range_blocking(&wal, 3, 100, 3500, &mut gaps).unwrap();
+        assert_eq!(rest.iter().map(|(o, _)| *o).collect::<Vec<_>>(), [3, 4, 5]);
+        // A record over the whole budget is still returned, alone.
+        let one = read_range_blocking(&wal, 6, 100, 10, &mut gaps).unwrap();
+        assert_eq!(one.len(), 1);
+        assert_eq!(one[0].1.value, vec![6u8; 1000]);
+        assert!(gaps.is_empty());
+    }
 }

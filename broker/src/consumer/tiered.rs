@@ -191,7 +191,8 @@ pub async fn read_range(
         let want = max_count - out.len();
         let read = records::blocking(wal, move |w| {
             let mut found = Vec::new();
-            records::read_range_blocking(w, next, want, &mut found).map(|got| (got, found))
+            records::read_range_blocking(w, next, want, records::MAX_READ_BYTES, &mut found)
+                .map(|got| (got, found))
         });
         match read.await {
             Ok((got, found)) => {
