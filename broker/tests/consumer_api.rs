@@ -1646,3 +1646,35 @@ fn a_full_broker_disk_answers_507_disk_full_and_publishing_resumes_once_space_is
         );
     }
 }
+
+/// A receive of many large messages answers at most about 64 MiB of them
+/// (the rest are given back unleased, not lost or leased twice), and the
+/// next receive goes on. Before, it read and answered every leased
+/// message at once (1,000 messages of 1 MiB: a gigabyte in one answer).
+#[test]
+fn a_receive_of_large_messages_answers_about_64_mib_and_the_next_goes_on() {
+    let h = Harness::start(fast());
+    h.create_topic(JOBS, "event_stream");
+    let big = "x".repeat(1_000_000);
+    for _ in 0..100 {
+        h.publish(JOBS, &[big.as_str()]);
+    }
+    let c = h.attach(JOBS, "w", SubscriptionType::Shared);
+    let first = h.client.receive(JOBS, "w", c, 100, 0).unwrap();
+    let n = first.messages.len();
+    // Read 16 at a time until 64 MiB are passed: 80 of 1 MB.
+    assert_eq!(n, 80, "messages in the first answer");
+    let offsets: Vec<u64> = first.messages.iter().map(|m| m.offset).collect();
+    assert_eq!(offsets, (0..n as u64).collect::<Vec<_>>());
+    let second = h.client.receive(JOBS, "w", c, 100, 0).unwrap();
+    let rest: Vec<u64> = second.messages.iter().map(|m| m.offset).collect();
+    assert_eq!(
+        rest,
+        (n as u64..100).collect::<Vec<_>>(),
+        "the rest, once each"
+    );
+    assert!(
+        second.messages.iter().all(|m| m.attempt == 1),
+        "given back unleased, not failed"
+    );
+}

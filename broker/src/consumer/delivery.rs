@@ -5,7 +5,8 @@
 use std::time::Duration;
 
 use tributary_api::consumer::{
-    AckResponse, AckUpToResponse, NackRequest, NackResponse, ReceiveResponse, ValueEncoding,
+    AckResponse, AckUpToResponse, GapKind, NackRequest, NackResponse, ReceiveResponse,
+    ValueEncoding,
 };
 use tributary_proto::dispatch::{AckOutcome, Action, DispatchError};
 use tributary_proto::keys::TopicName;
@@ -14,6 +15,10 @@ use super::{
     ConsumerError, ConsumerService, Sub, damage, invalid, log_actions, records, subscription_name,
     tiered,
 };
+
+/// Leased messages a receive reads at a time, checking the byte budget
+/// ([`records::MAX_READ_BYTES`]) between steps.
+const RECEIVE_READ_STEP: usize = 16;
 
 /// The end of a long poll of `max_wait_ms` from `now_ms` (Unix ms).
 fn deadline_after(now_ms: i64, max_wait_ms: u64) -> i64 {
@@ -89,11 +94,37 @@ impl ConsumerService {
                 wait_for_change(&sub, hwm, now, wake).await;
                 continue;
             }
-            let offsets: Vec<u64> = deliveries.iter().map(|d| d.offset).collect();
+            let leased: Vec<u64> = deliveries.iter().map(|d| d.offset).collect();
             let mut gaps = Vec::new();
-            let found =
-                tiered::read_offsets(&sub.wal(), self.archive(), &sub.topic, &offsets, &mut gaps)
-                    .await?;
+            // Read in steps up to records::MAX_READ_BYTES (at least one
+            // step): the leases past it are given back unread, so a receive
+            // of 1,000 large messages does not hold them all at once.
+            let mut found = std::collections::BTreeMap::new();
+            let (mut bytes, mut read) = (0usize, 0usize);
+            for step in leased.chunks(RECEIVE_READ_STEP) {
+                let got =
+                    tiered::read_offsets(&sub.wal(), self.archive(), &sub.topic, step, &mut gaps)
+                        .await?;
+                bytes = got
+                    .values()
+                    .map(records::record_bytes)
+                    .fold(bytes, usize::saturating_add);
+                found.extend(got);
+                read += step.len();
+                let damaged = gaps.last().is_some_and(|g| g.kind == GapKind::Damaged);
+                if damaged || bytes >= records::MAX_READ_BYTES {
+                    break;
+                }
+            }
+            if read < leased.len() {
+                let mut st = self.session(&sub, consumer).await?;
+                st.return_unread(leased[read..].iter().copied(), now);
+            }
+            let offsets = &leased[..read];
+            let deliveries: Vec<_> = deliveries
+                .into_iter()
+                .filter(|d| offsets.contains(&d.offset))
+                .collect();
             if let Some(damaged) = damage::take_damaged(&mut gaps) {
                 // Leased a moment ago and unreadable: taken back, never
                 // handed out (the subscription waits at the range).
@@ -110,8 +141,7 @@ impl ConsumerService {
             let mut cursor = if gaps.is_empty() {
                 cursor
             } else {
-                self.settle_gaps(&sub, consumer, &mut gaps, &offsets)
-                    .await?
+                self.settle_gaps(&sub, consumer, &mut gaps, offsets).await?
             };
             let messages: Vec<_> = deliveries
                 .iter()

@@ -99,7 +99,7 @@ fn decode_into(
 pub const MAX_READ_BYTES: usize = 64 << 20;
 
 /// A record's bytes for [`MAX_READ_BYTES`].
-fn record_bytes(record: &Record) -> usize {
+pub(super) fn record_bytes(record: &Record) -> usize {
     let headers: usize = record.headers.iter().map(|(n, v)| n.len() + v.len()).sum();
     record.value.len() + record.key.as_ref().map_or(0, |k| k.len()) + headers
 }
