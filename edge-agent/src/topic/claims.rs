@@ -99,16 +99,23 @@ impl ContentClaims {
         claim
     }
 
+    /// Applies `change` to `key`'s entry; wakes the waiters only if one
+    /// may wait on it (a claim is held or ended): the passage of an
+    /// unclaimed content, every publish's case, wakes nobody.
     fn release(&self, key: ContentKey, change: fn(&mut Entry)) {
         let mut state = self.lock();
-        if let Some(entry) = state.get_mut(&key) {
-            change(entry);
-            if !entry.claimed && entry.passing == 0 {
-                state.remove(&key);
-            }
+        let Some(entry) = state.get_mut(&key) else {
+            return;
+        };
+        let was_claimed = entry.claimed;
+        change(entry);
+        if !entry.claimed && entry.passing == 0 {
+            state.remove(&key);
         }
         drop(state);
-        self.changed.notify_waiters();
+        if was_claimed {
+            self.changed.notify_waiters();
+        }
     }
 }
 
