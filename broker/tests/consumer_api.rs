@@ -499,6 +499,56 @@ fn dead_letter_copies_with_exact_headers_and_replay_brings_it_back() {
     assert_eq!(m.header_text("x-original-topic"), None);
     // Replaying again moves nothing (the replay cursor is durable).
     assert_eq!(h.client.replay_dlq(JOBS, "workers").unwrap().replayed, 0);
+    // A name that never was a subscription here is 404, and no replay
+    // cursor is stored for it.
+    assert_eq!(
+        api_status(h.client.replay_dlq(JOBS, "nobody")),
+        (404, "not_found".to_owned())
+    );
+    let dlq_topic = TopicName::new("/default/jobs-dlq").unwrap();
+    let cursor_of = |sub: &str| {
+        let key = tributary_proto::keys::topics::subscription_cursor(
+            &dlq_topic,
+            &SubscriptionName::new(sub).unwrap(),
+        );
+        h.runtime.block_on(h.store.get(&key)).unwrap()
+    };
+    assert_eq!(cursor_of("replay.nobody"), None);
+    assert_eq!(cursor_of("replay.workers"), Some(json!(1)));
+}
+
+#[test]
+fn a_subscription_name_leaves_room_for_its_replay_cursor() {
+    let h = Harness::start(fast());
+    h.create_topic(JOBS, "task_queue");
+    let attach = |name: &str| {
+        h.client.attach(
+            JOBS,
+            name,
+            &AttachRequest {
+                subscription_type: SubscriptionType::Shared,
+                ..AttachRequest::default()
+            },
+        )
+    };
+    // `replay.` + 248 bytes = 255, the longest name.
+    assert!(attach(&"s".repeat(248)).is_ok());
+    assert_eq!(
+        api_status(attach(&"s".repeat(249))),
+        (400, "invalid_input".to_owned())
+    );
+    assert_eq!(
+        api_status(h.client.replay_dlq(JOBS, &"s".repeat(249))),
+        (400, "invalid_input".to_owned())
+    );
+    // A 248-byte subscription's dead letters replay.
+    assert_eq!(
+        h.client
+            .replay_dlq(JOBS, &"s".repeat(248))
+            .unwrap()
+            .replayed,
+        0
+    );
 }
 
 #[test]

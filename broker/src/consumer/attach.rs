@@ -178,6 +178,9 @@ impl ConsumerService {
             })?),
             None => None,
         };
+        if stored.is_none() {
+            super::dead_letter::check_replayable(name)?;
+        }
         let (meta, cursor, (policy, source), durable, created) = match stored {
             Some(meta) => {
                 let cursor = match self.store.get(&cursor_key).await? {

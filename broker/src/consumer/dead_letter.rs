@@ -16,6 +16,62 @@ use super::session::{DeadLetterCopy, Subscription};
 use super::{ConsumerError, ConsumerService, Sub, invalid, records, subscription_name, tiered};
 use crate::replication::topics::TopicError;
 
+/// The prefix of the subscription whose cursor tracks a replay of
+/// `{sub}`'s dead letters: `replay.{sub}`.
+const REPLAY_PREFIX: &str = "replay.";
+
+/// `replay.{name}`, the subscription that holds the replay cursor of
+/// `name`'s dead letters.
+///
+/// # Errors
+/// [`ConsumerError::Invalid`] when `name` is longer than
+/// [`keys::MAX_NAME_BYTES`] less the 7-byte prefix.
+fn replay_subscription(name: &SubscriptionName) -> Result<SubscriptionName, ConsumerError> {
+    SubscriptionName::new(&format!("{REPLAY_PREFIX}{name}")).map_err(|_| {
+        invalid(
+            "subscription",
+            format!(
+                "subscription: at most {} bytes (its dead letters' replay cursor is `{REPLAY_PREFIX}{{name}}`), this one has {}",
+                keys::MAX_NAME_BYTES - REPLAY_PREFIX.len(),
+                name.as_str().len()
+            ),
+        )
+    })
+}
+
+impl ConsumerService {
+    /// Whether `name` is a subscription of `topic`: stored (durable) or
+    /// loaded on this broker (ephemeral).
+    async fn subscription_known(
+        &self,
+        topic: &TopicName,
+        name: &SubscriptionName,
+    ) -> Result<bool, ConsumerError> {
+        if self
+            .subs
+            .lock()
+            .await
+            .contains_key(&(topic.clone(), name.clone()))
+        {
+            return Ok(true);
+        }
+        Ok(self
+            .store
+            .get(&keys::topics::subscription(topic, name))
+            .await?
+            .is_some())
+    }
+}
+
+/// Refuses to create a subscription whose dead letters could not be
+/// replayed (its name leaves no room for `replay.`): at most 248 bytes.
+///
+/// # Errors
+/// [`ConsumerError::Invalid`] naming the limit.
+pub(super) fn check_replayable(name: &SubscriptionName) -> Result<(), ConsumerError> {
+    replay_subscription(name).map(|_| ())
+}
+
 impl ConsumerService {
     /// Makes every pending dead-letter copy of `sub`: takes them out under
     /// the lock `st`, releases it for the appends, then takes it again to
@@ -165,12 +221,7 @@ impl ConsumerService {
                 .with_suffix("-dlq")
                 .map_err(|e| invalid("topic", format!("topic: {e}")))?,
         };
-        let replay_name = SubscriptionName::new(&format!("replay.{name}")).map_err(|e| {
-            invalid(
-                "subscription",
-                format!("subscription: too long to replay: {e}"),
-            )
-        })?;
+        let replay_name = replay_subscription(&name)?;
         let dlq_wal = match self.topics.open_existing(&dlq, false).await {
             Ok(wal) => wal,
             Err(TopicError::Catalog(CatalogError::TopicNotFound { .. })) => {
@@ -184,13 +235,8 @@ impl ConsumerService {
             Err(e) => return Err(e.into()),
         };
         let cursor_key = keys::topics::subscription_cursor(&dlq, &replay_name);
-        let from = self
-            .store
-            .get(&cursor_key)
-            .await?
-            .and_then(|v| v.as_u64())
-            .unwrap_or(0)
-            .max(dlq_wal.log_start_offset());
+        let stored_cursor = self.store.get(&cursor_key).await?.and_then(|v| v.as_u64());
+        let from = stored_cursor.unwrap_or(0).max(dlq_wal.log_start_offset());
         // A dead-letter topic is written centrally; an unreadable range in
         // it (damaged central bytes) holds nothing to replay, and the WAL
         // reports it.
@@ -205,6 +251,7 @@ impl ConsumerService {
         // A crash between a copy and the cursor write that follows it can
         // copy a message twice: one replay per original offset.
         let mut seen = std::collections::HashSet::new();
+        let mut any_entry = false;
         for (offset, record) in found {
             let header = |n: &str| {
                 record
@@ -213,11 +260,14 @@ impl ConsumerService {
                     .find(|(k, _)| k == n)
                     .map(|(_, v)| v.clone())
             };
-            // An entry naming a damaged range holds no message to replay.
             if header("x-original-topic").as_deref() != Some(topic_text.as_bytes())
                 || header("x-original-subscription").as_deref() != Some(sub_text.as_bytes())
-                || header(super::damage::DAMAGED_RANGE_HEADER).is_some()
             {
+                continue;
+            }
+            any_entry = true;
+            // An entry naming a damaged range holds no message to replay.
+            if header(super::damage::DAMAGED_RANGE_HEADER).is_some() {
                 continue;
             }
             if let Some(original) = header("x-original-topic-offset")
@@ -234,6 +284,14 @@ impl ConsumerService {
                 Bytes::from(format!("{dlq}@{offset}")),
             ));
             replay.push(record);
+        }
+        // A name that was never a subscription here (no cursor, no
+        // metadata, not loaded, no entry read) is a mistake: say so rather
+        // than store a replay cursor for it.
+        if !any_entry && stored_cursor.is_none() && !self.subscription_known(topic, &name).await? {
+            return Err(ConsumerError::NotFound(format!(
+                "subscription {name} of {topic} does not exist and has no dead-lettered messages in {dlq}"
+            )));
         }
         let mut offsets = Vec::new();
         if !replay.is_empty() {
