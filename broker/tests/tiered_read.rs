@@ -341,3 +341,51 @@ fn a_subscription_from_earliest_reads_tiered_and_trimmed_segments_from_the_archi
         "timestamp lookup in the archive"
     );
 }
+
+#[test]
+fn a_read_from_the_archive_answers_about_64_mib_and_the_next_goes_on() {
+    const BIG: u64 = 100;
+    const VALUE_BYTES: usize = 1_000_000;
+    let h = Harness::new();
+    let spec = TopicSpec::parse(TOPIC, "event_stream", 0).unwrap();
+    h.runtime
+        .block_on(Catalog::new(h.store.as_ref()).create_topic(&spec))
+        .unwrap();
+    let base = h.serve(Some(h.archive()));
+    let client = ConsumerClient::new(&base, TOKEN);
+    let big = |i: u64| PublishRecord {
+        value: Some(format!("{i:07}{}", "b".repeat(VALUE_BYTES - 7))),
+        ..PublishRecord::default()
+    };
+    // One record per request: the API takes bodies up to 2 MiB.
+    let publish = |i: u64| {
+        let r = client.publish(TOPIC, vec![big(i)]).unwrap();
+        assert_eq!(r.base_offset, i);
+    };
+    (0..BIG).for_each(publish);
+    h.roll();
+    let report = h.tier(&base);
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    assert_eq!(h.log_start(), BIG, "the 100 MB segment tiered and trimmed");
+    (BIG..BIG + 10).for_each(publish);
+    // 64 MiB holds 67 records of 1,000,000 bytes: a peek of 1,000 from
+    // the archive stops there, the next goes on across the WAL boundary.
+    let mut offsets = Vec::new();
+    let mut sizes = Vec::new();
+    let mut from = 0;
+    for _ in 0..5 {
+        let got = client.peek(TOPIC, Some(from), 1000).unwrap().messages;
+        let Some(last) = got.last() else { break };
+        from = last.offset + 1;
+        sizes.push(got.len());
+        for m in &got {
+            assert_eq!(
+                m.value.as_deref().map(|v| &v[..7]),
+                Some(format!("{:07}", m.offset).as_str())
+            );
+        }
+        offsets.extend(got.iter().map(|m| m.offset));
+    }
+    assert_eq!(sizes, vec![67, 43]);
+    assert_eq!(offsets, (0..BIG + 10).collect::<Vec<_>>());
+}

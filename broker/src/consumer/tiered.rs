@@ -72,25 +72,46 @@ fn not_configured(offset: u64, log_start: u64) -> ReadError {
     ReadError::Tiered { offset, log_start }
 }
 
-/// Up to `max_count` records of `topic` in `[from, until)` from the archive.
-/// Records of the archive from `from` up to `until` (at most `max_count`),
-/// and the declared holes the read stepped over (as gap notices), so a
-/// consumer learns of a hole in the archive as it does of one in the WAL.
+/// What [`archive_range`] read.
+struct ArchivePart {
+    /// Records by offset.
+    records: Vec<(u64, Record)>,
+    /// Declared holes the read stepped over, as gap notices.
+    holes: Vec<Gap>,
+    /// Record bytes read ([`records::record_bytes`]).
+    bytes: usize,
+    /// The read stopped at its count or byte limit before `until`.
+    full: bool,
+}
+
+/// Records of `topic` from the archive in `[from, until)`: at most
+/// `max_count` of them and at most `max_bytes` of record bytes (at least
+/// one record), and the declared holes the read stepped over (as gap
+/// notices), so a consumer learns of a hole in the archive as it does of
+/// one in the WAL.
 async fn archive_range(
     archive: &Archive,
     topic: &TopicName,
     from: u64,
     until: u64,
     max_count: usize,
-) -> Result<(Vec<(u64, Record)>, Vec<Gap>), ReadError> {
+    max_bytes: usize,
+) -> Result<ArchivePart, ReadError> {
     if max_count == 0 || from >= until {
-        return Ok((Vec::new(), Vec::new()));
+        return Ok(ArchivePart {
+            records: Vec::new(),
+            holes: Vec::new(),
+            bytes: 0,
+            full: max_count == 0,
+        });
     }
     let archive = archive.clone();
     let topic = topic.clone();
     drive(async move || {
         let mut out = Vec::new();
         let mut holes: Vec<Gap> = Vec::new();
+        let mut bytes = 0usize;
+        let mut full = false;
         archive
             .read_with_holes(
                 &topic,
@@ -99,8 +120,15 @@ async fn archive_range(
                     if r.offset >= until {
                         return ControlFlow::Break(());
                     }
+                    let size = records::record_bytes(&r.record);
+                    if !out.is_empty() && bytes.saturating_add(size) > max_bytes {
+                        full = true;
+                        return ControlFlow::Break(());
+                    }
+                    bytes = bytes.saturating_add(size);
                     out.push((r.offset, r.record));
                     if out.len() >= max_count {
+                        full = true;
                         ControlFlow::Break(())
                     } else {
                         ControlFlow::Continue(())
@@ -119,13 +147,18 @@ async fn archive_range(
             )
             .await
             .map_err(|e| ReadError::Archive(e.to_string()))?;
-        // A read that stopped at `max_count`: holes past its last record
-        // are for the next read.
-        if out.len() >= max_count {
+        // A read that stopped at a limit: holes past its last record are
+        // for the next read.
+        if full {
             let last = out.last().map_or(u64::MAX, |(o, _)| *o);
             holes.retain(|h| h.first_offset <= last);
         }
-        Ok((out, holes))
+        Ok(ArchivePart {
+            records: out,
+            holes,
+            bytes,
+            full,
+        })
     })
     .await
 }
@@ -157,13 +190,23 @@ pub async fn read_range(
     gaps: &mut Vec<Gap>,
 ) -> Result<Vec<(u64, Record)>, ReadError> {
     let mut out: Vec<(u64, Record)> = Vec::new();
+    let mut bytes = 0usize;
     let mut next = from;
     for _ in 0..ATTEMPTS {
         let log_start = wal.log_start_offset();
         if next < log_start {
             let archive = archive.ok_or_else(|| not_configured(next, log_start))?;
-            let (got, holes) =
-                archive_range(archive, topic, next, log_start, max_count - out.len()).await?;
+            let part = archive_range(
+                archive,
+                topic,
+                next,
+                log_start,
+                max_count - out.len(),
+                records::MAX_READ_BYTES.saturating_sub(bytes),
+            )
+            .await?;
+            let (got, holes) = (part.records, part.holes);
+            bytes = bytes.saturating_add(part.bytes);
             let expect = past_gaps(next, &holes);
             match got.first() {
                 Some((first, _)) if *first == expect => {}
@@ -178,7 +221,7 @@ pub async fn read_range(
             next = past_gaps(got.last().map_or(expect, |(last, _)| last + 1), &holes);
             gaps.extend(holes);
             out.extend(got);
-            if out.len() >= max_count {
+            if part.full {
                 return Ok(out);
             }
             if next < log_start {
@@ -189,10 +232,10 @@ pub async fn read_range(
             }
         }
         let want = max_count - out.len();
+        let budget = records::MAX_READ_BYTES.saturating_sub(bytes).max(1);
         let read = records::blocking(wal, move |w| {
             let mut found = Vec::new();
-            records::read_range_blocking(w, next, want, records::MAX_READ_BYTES, &mut found)
-                .map(|got| (got, found))
+            records::read_range_blocking(w, next, want, budget, &mut found).map(|got| (got, found))
         });
         match read.await {
             Ok((got, found)) => {
@@ -230,7 +273,16 @@ pub async fn read_offsets(
             && first < log_start
         {
             let archive = archive.ok_or_else(|| not_configured(first, log_start))?;
-            let (got, holes) = archive_range(archive, topic, first, log_start, LOOKUP_RUN).await?;
+            let part = archive_range(
+                archive,
+                topic,
+                first,
+                log_start,
+                LOOKUP_RUN,
+                records::MAX_READ_BYTES,
+            )
+            .await?;
+            let (got, holes) = (part.records, part.holes);
             let first_record = past_gaps(first, &holes);
             if !holes.is_empty() {
                 wanted.retain(|&o| {
