@@ -252,6 +252,41 @@ impl Wal {
         wait_progress(rx, |p| p.mark_durable_next >= next_offset).await
     }
 
+    /// Returns once every record below `next_offset` survives a power cut,
+    /// whatever the WAL's sync mode: in `fsync_batch` once they are durable
+    /// (each group is `fdatasync`ed), otherwise after one `fdatasync` of
+    /// the active segment and the sync mark that serves every caller
+    /// waiting meanwhile. For the rare write that must outlive a power cut
+    /// in a topic that does not sync (a dead-letter copy whose source
+    /// message the cursor then passes).
+    ///
+    /// # Errors
+    /// [`WalError::PreviousIo`] (the sync failed: the WAL stops) or
+    /// [`WalError::Closed`] if the WAL stops first.
+    pub async fn sync_through(&self, next_offset: u64) -> Result<(), WalError> {
+        if self.shared.config.sync_mode == SyncMode::FsyncBatch {
+            return self.wait_durable(next_offset).await;
+        }
+        let rx = self.shared.progress.subscribe();
+        if rx.borrow().data_durable_next >= next_offset {
+            return Ok(());
+        }
+        {
+            let mut state = self.shared.state();
+            if let Some(failure) = &state.failure {
+                return Err(WalError::PreviousIo(failure.clone()));
+            }
+            if state.closing {
+                return Err(WalError::Closed);
+            }
+            if state.data_sync_through < next_offset {
+                state.data_sync_through = next_offset;
+                self.shared.wake(&mut state);
+            }
+        }
+        wait_progress(rx, |p| p.data_durable_next >= next_offset).await
+    }
+
     async fn wait_durable(&self, next_offset: u64) -> Result<(), WalError> {
         wait_durable(
             self.shared.config.sync_mode,

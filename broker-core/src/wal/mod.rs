@@ -110,6 +110,8 @@ pub(crate) struct AppendState {
     /// The highest offset [`Wal::mark_durable_through`] asked the sync
     /// mark to cover durably.
     mark_sync_through: u64,
+    /// The highest offset [`Wal::sync_through`] asked to be `fdatasync`ed.
+    data_sync_through: u64,
     closing: bool,
     failure: Option<Arc<str>>,
     /// Where the writer stands with its pool.
@@ -133,6 +135,9 @@ pub(crate) struct Progress {
     /// writer: offsets below it are never handed out again, whatever a
     /// power cut takes (see [`Wal::mark_durable_through`]).
     mark_durable_next: u64,
+    /// Offsets below it are `fdatasync`ed (what [`Wal::sync_through`]
+    /// waits for; in `fsync_batch` the high-water mark says it).
+    data_durable_next: u64,
     failure: Option<Arc<str>>,
     closed: bool,
 }
@@ -246,6 +251,7 @@ impl Wal {
             high_water_mark: next_offset,
             rolls: 0,
             mark_durable_next: 0,
+            data_durable_next: 0,
             failure: None,
             closed: false,
         });
@@ -262,6 +268,7 @@ impl Wal {
                 roll_requests: 0,
                 skip_to: None,
                 mark_sync_through: 0,
+                data_sync_through: 0,
                 closing: false,
                 failure: None,
                 sched: Sched::Idle,

@@ -61,6 +61,9 @@ enum Next {
     AgeRoll,
     /// Write and `fdatasync` the sync mark ([`super::Wal::mark_durable_through`]).
     SyncMark,
+    /// `fdatasync` the active segment, then the sync mark
+    /// ([`super::Wal::sync_through`]).
+    SyncData,
     /// Everything is flushed and the WAL is closing.
     Close,
     /// Nothing to do until this instant (of the WAL's clock), or until an
@@ -86,6 +89,8 @@ pub(crate) struct WriterCore {
     mark: MarkWriter,
     /// The next offset of the last mark this writer made durable.
     mark_durable_next: u64,
+    /// Offsets below it were `fdatasync`ed by [`Next::SyncData`].
+    data_durable_next: u64,
     /// The next offset of the last mark written (synced or not), or the
     /// recovered next offset before the first.
     pub(crate) mark_written_next: u64,
@@ -121,6 +126,7 @@ impl WriterCore {
             spare_batches: Vec::new(),
             mark,
             mark_durable_next: 0,
+            data_durable_next: 0,
             mark_written_next: active_base,
         })
     }
@@ -215,6 +221,7 @@ impl Shared {
                 Next::Roll(target) => core.serve_rolls(self, target),
                 Next::AgeRoll => core.roll(self),
                 Next::SyncMark => core.write_mark(self, true),
+                Next::SyncData => core.sync_data(self),
                 Next::Close => {
                     let result = core
                         .file
@@ -310,6 +317,13 @@ impl WriterCore {
             && self.mark_written_next > self.mark_durable_next
         {
             return Next::SyncMark;
+        }
+        // The same for a data sync: only while written records are not
+        // synced yet.
+        if state.data_sync_through > self.data_durable_next
+            && self.mark_written_next > self.data_durable_next
+        {
+            return Next::SyncData;
         }
         if flush {
             return Next::Group {
@@ -468,6 +482,22 @@ impl WriterCore {
         } else {
             Ok(())
         }
+    }
+
+    /// `fdatasync`s the active segment (earlier segments were synced when
+    /// they were sealed) and then the sync mark: every record written so
+    /// far survives a power cut.
+    fn sync_data(&mut self, shared: &Shared) -> Result<(), WalError> {
+        self.file
+            .sync_data()
+            .map_err(io_err("fdatasync", &self.active_path(shared)))?;
+        self.write_mark(shared, true)?;
+        self.data_durable_next = self.mark_written_next;
+        let durable_next = self.data_durable_next;
+        shared
+            .progress
+            .send_modify(|p| p.data_durable_next = p.data_durable_next.max(durable_next));
+        Ok(())
     }
 
     /// Starts writeback of the unsynced part of the active segment once it

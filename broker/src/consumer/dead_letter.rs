@@ -191,6 +191,15 @@ impl ConsumerService {
         }
         self.check_dead_letter_owner(&dlq).await?;
         let ack = self.topics.append_central(&dlq, vec![record], true).await?;
+        // The cursor passes the source message next (and retention may
+        // then trim it): the copy must outlive a power cut, whatever the
+        // dead-letter topic's sync mode (an implicit one does not sync).
+        self.topics
+            .open_existing(&dlq, false)
+            .await?
+            .sync_through(ack.next_offset)
+            .await
+            .map_err(TopicError::from)?;
         Ok(ack.base_offset)
     }
 
