@@ -44,6 +44,8 @@ const SEALED: u64 = 3;
 /// Records left in the active segment.
 const TAIL: u64 = 50;
 const TOTAL: u64 = SEALED * PER_SEGMENT + TAIL;
+/// How long delivery waits at a damaged range before the poison policy.
+const DAMAGE_WAIT_MS: u64 = 1500;
 
 struct Harness {
     runtime: tokio::runtime::Runtime,
@@ -103,6 +105,7 @@ impl Harness {
         self.runtime.block_on(async move {
             let config = ConsumerConfig {
                 tick_ms: 50,
+                damage_wait_ms: DAMAGE_WAIT_MS,
                 ..ConsumerConfig::default()
             };
             let service = ConsumerService::new(
@@ -388,4 +391,204 @@ fn a_read_from_the_archive_answers_about_64_mib_and_the_next_goes_on() {
     }
     assert_eq!(sizes, vec![67, 43]);
     assert_eq!(offsets, (0..BIG + 10).collect::<Vec<_>>());
+}
+
+/// Flips the byte at `at` (a fraction of the batches region) of the one
+/// archive object of `topic`; returns the object's path and its bytes
+/// before.
+fn flip_in_object(h: &Harness, topic: &TopicName, at: f64) -> (std::path::PathBuf, Vec<u8>) {
+    let archive = h.archive();
+    let (objects, _) = h.runtime.block_on(archive.segments(topic)).unwrap();
+    assert_eq!(objects.len(), 1);
+    let index = h.runtime.block_on(archive.open(&objects[0])).unwrap();
+    let position = (index.footer().batches_bytes as f64 * at) as usize;
+    let path = h.dir.path().join("bucket").join(&objects[0].key);
+    let good = std::fs::read(&path).unwrap();
+    let mut bytes = good.clone();
+    bytes[position] ^= 0xff;
+    std::fs::write(&path, &bytes).unwrap();
+    (path, good)
+}
+
+#[test]
+fn a_damaged_archive_object_stops_delivery_before_it_and_the_poison_policy_moves_past_it() {
+    let h = Harness::new();
+    let spec = TopicSpec::parse(TOPIC, "task_queue", 0).unwrap();
+    h.runtime
+        .block_on(Catalog::new(h.store.as_ref()).create_topic(&spec))
+        .unwrap();
+    let base = h.serve(Some(h.archive()));
+    let client = ConsumerClient::new(&base, TOKEN);
+    // One sealed segment of 8 batches of 25 records, tiered and trimmed,
+    // then 25 records in the WAL.
+    for first in (0..200).step_by(25) {
+        let r = client
+            .publish(TOPIC, (first..first + 25).map(record).collect())
+            .unwrap();
+        assert_eq!(r.base_offset, first);
+    }
+    h.roll();
+    let report = h.tier(&base);
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    assert_eq!(h.log_start(), 200);
+    client
+        .publish(TOPIC, (200..225).map(record).collect())
+        .unwrap();
+    flip_in_object(&h, &h.topic(), 0.45);
+
+    // A peek from 0 answers the records before the damage; one from the
+    // damage names it (503 damaged_range).
+    let peek = client.peek(TOPIC, Some(0), 1000).unwrap();
+    let first = peek.messages.last().map_or(0, |m| m.offset + 1);
+    assert!(first > 0 && first < 100, "{first}");
+    assert_eq!(first % 25, 0, "the damage starts at a batch: {first}");
+    assert_eq!(
+        peek.messages.iter().map(|m| m.offset).collect::<Vec<_>>(),
+        (0..first).collect::<Vec<_>>()
+    );
+    let (status, kind, message) = api_error(client.peek(TOPIC, Some(first), 10));
+    assert_eq!((status, kind.as_str()), (503, "damaged_range"), "{message}");
+    assert!(message.contains("archive object"), "{message}");
+    let Err(ClientError::Api { body, .. }) = client.peek(TOPIC, Some(first), 10) else {
+        unreachable!()
+    };
+    let end = body["end_offset"].as_u64().unwrap();
+    assert!(end > first && end <= 200, "{first}..{end}");
+
+    // A consumer receives everything before it, then waits at it (no
+    // lease at or past it), then the poison policy (dead_letter) moves
+    // past with a dead-letter entry naming the range; everything after it
+    // arrives once.
+    let consumer = client
+        .attach(
+            TOPIC,
+            "workers",
+            &AttachRequest {
+                subscription_type: SubscriptionType::Shared,
+                start: StartPosition::Earliest,
+                ..AttachRequest::default()
+            },
+        )
+        .unwrap()
+        .consumer_id;
+    let mut received = Vec::new();
+    let mut saw_waiting = false;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while (received.len() as u64) < 225 - (end - first) && Instant::now() < deadline {
+        let got = client.receive(TOPIC, "workers", consumer, 64, 200).unwrap();
+        if got.damaged.is_some() {
+            saw_waiting = true;
+        }
+        let offsets: Vec<u64> = got.messages.iter().map(|m| m.offset).collect();
+        if !offsets.is_empty() {
+            client.ack(TOPIC, "workers", consumer, &offsets).unwrap();
+        }
+        received.extend(offsets);
+    }
+    assert!(saw_waiting, "delivery never reported the damaged range");
+    let expected: Vec<u64> = (0..first).chain(end..225).collect();
+    assert_eq!(received, expected);
+    let state = client.state(TOPIC, "workers").unwrap();
+    assert_eq!(state.cursor, 225);
+    let dlq = client.peek("/default/tiered-dlq", Some(0), 10).unwrap();
+    assert_eq!(dlq.messages.len(), 1, "one entry naming the range");
+    assert_eq!(
+        dlq.messages[0].header_text("x-damaged-range"),
+        Some(format!("{first}..{end}").as_str())
+    );
+    assert_eq!(
+        dlq.messages[0].header_text("x-original-topic-offset"),
+        Some(first.to_string().as_str())
+    );
+}
+
+#[test]
+fn a_damaged_archive_object_healed_within_the_wait_is_delivered_whole() {
+    let h = Harness::new();
+    let spec = TopicSpec::parse(TOPIC, "task_queue", 0).unwrap();
+    h.runtime
+        .block_on(Catalog::new(h.store.as_ref()).create_topic(&spec))
+        .unwrap();
+    let base = h.serve(Some(h.archive()));
+    let client = ConsumerClient::new(&base, TOKEN);
+    for first in (0..100).step_by(25) {
+        client
+            .publish(TOPIC, (first..first + 25).map(record).collect())
+            .unwrap();
+    }
+    h.roll();
+    let report = h.tier(&base);
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    let (object, good) = flip_in_object(&h, &h.topic(), 0.6);
+    let consumer = client
+        .attach(
+            TOPIC,
+            "workers",
+            &AttachRequest {
+                subscription_type: SubscriptionType::Shared,
+                start: StartPosition::Earliest,
+                ..AttachRequest::default()
+            },
+        )
+        .unwrap()
+        .consumer_id;
+    let got = client.receive(TOPIC, "workers", consumer, 100, 0).unwrap();
+    let damaged = got.damaged.expect("stopped at the damage");
+    let before: Vec<u64> = got.messages.iter().map(|m| m.offset).collect();
+    assert_eq!(before, (0..damaged.first_offset).collect::<Vec<_>>());
+    client.ack(TOPIC, "workers", consumer, &before).unwrap();
+    // The object is written again whole (as the audit's re-upload would).
+    std::fs::write(&object, &good).unwrap();
+    let got = client
+        .receive(TOPIC, "workers", consumer, 100, 1000)
+        .unwrap();
+    assert_eq!(
+        got.messages.iter().map(|m| m.offset).collect::<Vec<_>>(),
+        (damaged.first_offset..100).collect::<Vec<_>>()
+    );
+    assert!(got.damaged.is_none());
+}
+
+#[test]
+fn leases_of_a_receive_that_failed_to_read_the_archive_are_given_back_unread() {
+    let h = Harness::new();
+    let spec = TopicSpec::parse(TOPIC, "task_queue", 0).unwrap();
+    h.runtime
+        .block_on(Catalog::new(h.store.as_ref()).create_topic(&spec))
+        .unwrap();
+    let base = h.serve(Some(h.archive()));
+    let client = ConsumerClient::new(&base, TOKEN);
+    client
+        .publish(TOPIC, (0..50).map(record).collect())
+        .unwrap();
+    h.roll();
+    let report = h.tier(&base);
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    let consumer = client
+        .attach(
+            TOPIC,
+            "workers",
+            &AttachRequest {
+                subscription_type: SubscriptionType::Shared,
+                start: StartPosition::Earliest,
+                ..AttachRequest::default()
+            },
+        )
+        .unwrap()
+        .consumer_id;
+    let (object, good) = flip_in_object(&h, &h.topic(), 0.0);
+    std::fs::remove_file(&object).unwrap();
+    let (status, _, message) = api_error(client.receive(TOPIC, "workers", consumer, 100, 0));
+    assert_eq!(status, 500, "{message}");
+    assert!(message.contains("not in the archive"), "{message}");
+    std::fs::write(&object, &good).unwrap();
+    // At once (not after the 30 s ack timeout), first attempt.
+    let got = client.receive(TOPIC, "workers", consumer, 100, 0).unwrap();
+    assert_eq!(
+        got.messages
+            .iter()
+            .map(|m| (m.offset, m.attempt))
+            .collect::<Vec<_>>(),
+        (0..50).map(|o| (o, 1)).collect::<Vec<_>>()
+    );
 }

@@ -20,6 +20,12 @@ use tributary_api::consumer::{DamageState, DamagedRange, Gap, GapKind};
 use tributary_proto::Record;
 use tributary_proto::intent::PoisonPolicy;
 
+use std::ops::ControlFlow;
+
+use tributary_archive::BucketError;
+use tributary_archive::reader::{Archive, Start};
+
+use super::records::ReadError;
 use super::{ConsumerError, ConsumerService, Sub, records};
 
 /// Header of a dead-letter entry that describes a damaged range instead of
@@ -85,8 +91,15 @@ impl ConsumerService {
         i64::try_from(self.config.damage_wait_ms).unwrap_or(i64::MAX)
     }
 
-    async fn probe(&self, sub: &Sub, first: u64) -> Result<Probe, ConsumerError> {
-        let probe = records::blocking(&sub.wal(), move |w| match w.read(first, 1) {
+    async fn probe(&self, sub: &Sub, known: &DamageWait) -> Result<Probe, ConsumerError> {
+        let first = known.first;
+        let wal = sub.wal();
+        if first < wal.log_start_offset()
+            && let Some(archive) = self.archive()
+        {
+            return self.probe_archive(archive, sub, known).await;
+        }
+        let probe = records::blocking(&wal, move |w| match w.read(first, 1) {
             Ok(_) | Err(WalError::OffsetBelowLogStart { .. }) => Ok(Probe::Readable),
             Err(WalError::Unreadable(range)) => match range.kind {
                 UnreadableKind::Damaged { .. } => {
@@ -98,6 +111,38 @@ impl ConsumerService {
         })
         .await?;
         Ok(probe)
+    }
+
+    /// [`Self::probe`] of a range below the WAL's log start: one read of
+    /// its first record from the archive (damaged bytes in an object heal
+    /// when the object is written again).
+    async fn probe_archive(
+        &self,
+        archive: &Archive,
+        sub: &Sub,
+        known: &DamageWait,
+    ) -> Result<Probe, ConsumerError> {
+        let (archive, topic, first) = (archive.clone(), sub.topic.clone(), known.first);
+        let read = super::tiered::drive(async move || {
+            Ok(archive
+                .read(
+                    &topic,
+                    Start::Offset(first),
+                    &mut |_| ControlFlow::Break(()),
+                )
+                .await)
+        })
+        .await?;
+        match read {
+            Ok(()) => Ok(Probe::Readable),
+            Err(e @ BucketError::Archive { .. }) => Ok(Probe::Damaged(Gap {
+                first_offset: known.first,
+                end_offset: known.end,
+                kind: GapKind::Damaged,
+                reason: format!("archive: {e}"),
+            })),
+            Err(e) => Err(ReadError::Archive(e.to_string()).into()),
+        }
     }
 
     /// A read of `sub` stopped at `gap` (kind `damaged`): remembered (the
@@ -127,7 +172,7 @@ impl ConsumerService {
         let Some(known) = known else {
             return Ok(Vec::new());
         };
-        let probe = self.probe(sub, known.first).await?;
+        let probe = self.probe(sub, &known).await?;
         let now = self.now_ms();
         let mut st = sub.state.lock().await;
         let gap = match probe {

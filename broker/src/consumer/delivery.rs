@@ -102,9 +102,24 @@ impl ConsumerService {
             let mut found = std::collections::BTreeMap::new();
             let (mut bytes, mut read) = (0usize, 0usize);
             for step in leased.chunks(RECEIVE_READ_STEP) {
-                let got =
-                    tiered::read_offsets(&sub.wal(), self.archive(), &sub.topic, step, &mut gaps)
-                        .await?;
+                let got = match tiered::read_offsets(
+                    &sub.wal(),
+                    self.archive(),
+                    &sub.topic,
+                    step,
+                    &mut gaps,
+                )
+                .await
+                {
+                    Ok(got) => got,
+                    Err(e) => {
+                        // Nobody receives them: given back unread (not a
+                        // failed delivery), offered again by the next read.
+                        let mut st = self.session(&sub, consumer).await?;
+                        st.return_unread(leased.iter().copied(), now);
+                        return Err(e.into());
+                    }
+                };
                 bytes = got
                     .values()
                     .map(records::record_bytes)

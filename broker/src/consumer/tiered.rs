@@ -16,6 +16,7 @@ use std::sync::Arc;
 
 use broker_core::wal::{Wal, WalError};
 use tributary_api::consumer::{Gap, GapKind};
+use tributary_archive::BucketError;
 use tributary_archive::reader::{Archive, Start};
 use tributary_proto::Record;
 use tributary_proto::keys::TopicName;
@@ -57,7 +58,7 @@ pub async fn log_start(
 /// Runs an archive read to completion. The reader takes `&mut dyn FnMut`
 /// callbacks, so its futures are not `Send`; this drives one on a blocking
 /// thread with the runtime's handle, so callers stay `Send`.
-async fn drive<T, F>(make: F) -> Result<T, ReadError>
+pub(super) async fn drive<T, F>(make: F) -> Result<T, ReadError>
 where
     T: Send + 'static,
     F: AsyncFnOnce() -> Result<T, ReadError> + Send + 'static,
@@ -112,7 +113,7 @@ async fn archive_range(
         let mut holes: Vec<Gap> = Vec::new();
         let mut bytes = 0usize;
         let mut full = false;
-        archive
+        let read = archive
             .read_with_holes(
                 &topic,
                 Start::Offset(from),
@@ -145,8 +146,25 @@ async fn archive_range(
                     }
                 },
             )
-            .await
-            .map_err(|e| ReadError::Archive(e.to_string()))?;
+            .await;
+        match read {
+            Ok(()) => {}
+            // Damaged bytes in an object: the records before them, then
+            // the damaged range as the last gap (the read stops there, as
+            // at a damaged range of the WAL).
+            Err(e @ BucketError::Archive { .. }) => {
+                let at = out.last().map_or(from, |(o, _)| o + 1);
+                holes.retain(|h| h.first_offset < at);
+                holes.push(damaged_gap(&archive, &topic, at, &e).await);
+                return Ok(ArchivePart {
+                    records: out,
+                    holes,
+                    bytes,
+                    full: true,
+                });
+            }
+            Err(e) => return Err(ReadError::Archive(e.to_string())),
+        }
         // A read that stopped at a limit: holes past its last record are
         // for the next read.
         if full {
@@ -161,6 +179,44 @@ async fn archive_range(
         })
     })
     .await
+}
+
+/// The damaged range of the archive a read of `topic` failed at, from
+/// `at` (the first offset it did not deliver): the range a full
+/// verification of the object holding `at` finds there, else `at` to the
+/// object's end (gap kind `damaged`, reason naming the object and error).
+async fn damaged_gap(archive: &Archive, topic: &TopicName, at: u64, error: &BucketError) -> Gap {
+    let mut gap = Gap {
+        first_offset: at,
+        end_offset: at + 1,
+        kind: GapKind::Damaged,
+        reason: format!("archive: {error}"),
+    };
+    let Ok((objects, _)) = archive.segments(topic).await else {
+        return gap;
+    };
+    let Some(object) = objects
+        .iter()
+        .find(|o| o.start_offset <= at && at <= o.end_offset)
+    else {
+        return gap;
+    };
+    gap.end_offset = object.end_offset + 1;
+    let verdict = archive.verify(object, &mut |_| {}).await;
+    if let Some(damage) = verdict
+        .damage
+        .iter()
+        .find(|d| d.first_offset <= at && at < d.end_offset)
+    {
+        gap.end_offset = damage.end_offset;
+        gap.reason = format!("archive object {}: {damage}", object.key);
+    }
+    gap
+}
+
+/// Whether the last of `gaps` is a damaged range (a read stopped there).
+fn ends_damaged(gaps: &[Gap]) -> bool {
+    gaps.last().is_some_and(|g| g.kind == GapKind::Damaged)
 }
 
 /// `next` moved past every gap in `gaps` that starts at or before it.
@@ -207,6 +263,11 @@ pub async fn read_range(
             .await?;
             let (got, holes) = (part.records, part.holes);
             bytes = bytes.saturating_add(part.bytes);
+            if ends_damaged(&holes) {
+                gaps.extend(holes);
+                out.extend(got);
+                return Ok(out);
+            }
             let expect = past_gaps(next, &holes);
             match got.first() {
                 Some((first, _)) if *first == expect => {}
@@ -283,6 +344,27 @@ pub async fn read_offsets(
             )
             .await?;
             let (got, holes) = (part.records, part.holes);
+            if ends_damaged(&holes) {
+                // The records before the damage; nothing at or past it.
+                for (offset, record) in got {
+                    if wanted.remove(&offset) {
+                        out.insert(offset, record);
+                    }
+                }
+                wanted.retain(|&o| {
+                    !holes
+                        .iter()
+                        .any(|h| h.kind == GapKind::Hole && h.first_offset <= o && o < h.end_offset)
+                });
+                let mut holes = holes;
+                if wanted.is_empty() {
+                    // The damage lies past every offset asked for: a
+                    // later read meets it.
+                    holes.pop();
+                }
+                gaps.extend(holes);
+                return Ok(out);
+            }
             let first_record = past_gaps(first, &holes);
             if !holes.is_empty() {
                 wanted.retain(|&o| {
