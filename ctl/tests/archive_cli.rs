@@ -246,6 +246,55 @@ fn verify_counts_a_clean_bucket_and_names_damage() {
         "the error names where the damage starts: {stderr}"
     );
 
+    // A range that ends right before the damage reads nothing of it:
+    // `cat` by count and by last offset, and every export format, succeed.
+    let last = first - 1;
+    let count = (first - start).to_string();
+    let from = start.to_string();
+    for args in [
+        vec![
+            "cat",
+            TOPIC,
+            "--from-offset",
+            &from,
+            "--max-records",
+            &count,
+        ],
+        vec![
+            "cat",
+            TOPIC,
+            "--from-offset",
+            &from,
+            "--to-offset",
+            &last.to_string(),
+        ],
+    ] {
+        let out = tribctl(&bucket, &args);
+        assert!(out.status.success(), "{args:?}: {out:?}");
+        assert_eq!(
+            stdout(&out).lines().count() as u64,
+            first - start,
+            "{args:?}"
+        );
+    }
+    for format in ["jsonl", "csv", "parquet", "batches"] {
+        let target = dir.path().join(format!("before-damage.{format}"));
+        let out = tribctl(
+            &bucket,
+            &[
+                "export",
+                TOPIC,
+                "--format",
+                format,
+                "--to-offset",
+                &last.to_string(),
+                "--out",
+                target.to_str().unwrap(),
+            ],
+        );
+        assert!(out.status.success(), "{format}: {out:?}");
+    }
+
     // A missing object is a gap.
     std::fs::write(&path, {
         bytes[pos] ^= 0x10;

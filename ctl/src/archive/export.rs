@@ -262,6 +262,11 @@ async fn batches(
                 }
                 bar.add(u64::from(batch.record_count()));
                 written += u64::from(batch.record_count());
+                // Nothing past a complete range is read (a damaged batch
+                // after it must not fail the export).
+                if limits.complete(batch.next_offset().saturating_sub(1), written) {
+                    return Ok(ControlFlow::Break(()));
+                }
                 Ok(ControlFlow::Continue(()))
             },
             &mut say_hole,

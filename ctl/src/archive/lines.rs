@@ -121,6 +121,14 @@ impl Limits {
         self.to_offset.is_some_and(|to| offset > to)
             || self.max_records.is_some_and(|max| written >= max)
     }
+
+    /// Whether the range is complete once the record at `offset` is taken
+    /// as the `written`-th: nothing after it may be read (a damaged batch
+    /// past the range must not fail the output).
+    pub fn complete(&self, offset: u64, written: u64) -> bool {
+        self.to_offset.is_some_and(|to| offset >= to)
+            || self.max_records.is_some_and(|max| written >= max)
+    }
 }
 
 /// Writes one record to an output: a line, a CSV row, a Parquet row.
@@ -157,10 +165,15 @@ impl<W: RecordWriter> Limited<W> {
         if self.limits.past(r.offset, self.written) {
             return ControlFlow::Break(());
         }
+        let offset = r.offset;
         match self.writer.write(r) {
             Ok(()) => {
                 self.written += 1;
-                ControlFlow::Continue(())
+                if self.limits.complete(offset, self.written) {
+                    ControlFlow::Break(())
+                } else {
+                    ControlFlow::Continue(())
+                }
             }
             Err(e) => {
                 self.error = Some(e);
