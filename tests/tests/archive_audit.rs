@@ -180,6 +180,16 @@ fn an_emptied_bucket_is_noticed_by_the_audit_and_verify_names_the_lost_range() {
         try_scrape(&format!("http://{tier_metrics}/metrics"))
             .is_ok_and(|t| metric_value(&t, "tributary_tier_archive_missing_segments") == Some(2))
     });
+    // /health says so (503): an operator must act.
+    let mut response = agent()
+        .get(&format!("http://{tier_metrics}/health"))
+        .call()
+        .expect("GET /health");
+    let status = response.status().as_u16();
+    let health: Value = response.body_mut().read_json().unwrap_or(Value::Null);
+    assert_eq!(status, 503, "{health}");
+    assert_eq!(health["status"], "archive_data_missing", "{health}");
+    assert_eq!(health["archive_missing_segments"], 2, "{health}");
 
     // tribctl: refused without --admin-url, exit 1 naming the ranges with it.
     let s3_flags = [

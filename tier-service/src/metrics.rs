@@ -20,10 +20,10 @@
 //! | `tributary_tier_skipped_not_owner_total` | counter | topic passes skipped because another broker owns the topic (nothing uploaded) |
 //! | `tributary_tier_object_conflicts_total` | counter | segments refused because a committed object at their key holds other bytes (never replaced) |
 //! | `tributary_tier_archive_missing_segments` | gauge | committed segments the last archive audit found missing or damaged with no local copy (lost from the archive) |
-//! | `tributary_tier_backlog_age_seconds` | gauge | age of the oldest sealed segment the last pass left uncommitted (0: no backlog) |
+//! | `tributary_tier_backlog_age_seconds` | gauge | age of the oldest sealed segment waiting in the running pass or left uncommitted by the last (0: no backlog) |
 //! | `tributary_tier_damaged_segments` | gauge | local sealed segments the last pass found damaged (CRC) and did not upload |
 //! | `tributary_tier_upload_stalled` | gauge | 1 while `upload_stalled` holds (see `/health`), else 0 |
-//! | `tributary_tier_backlog_segments` | gauge | sealed segments of the last pass not committed by it: an upper bound of what waits for tiering (segments tiered earlier and not yet trimmed count too) |
+//! | `tributary_tier_backlog_segments` | gauge | sealed segments waiting in the running pass, else those of the last pass not committed by it: an upper bound of what waits for tiering (segments tiered earlier and not yet trimmed count too) |
 //!
 //! Counters count since the process started. A metrics listener that cannot
 //! bind is logged and the service goes on without it: archiving matters
@@ -75,6 +75,10 @@ pub struct TierStats {
     last_commit_ms: AtomicU64,
     stall_after_ms: AtomicU64,
     last_error: std::sync::Mutex<Option<String>>,
+    /// Topics the running pass found sealed segments waiting in: topic →
+    /// (when the oldest was sealed, ms since the Unix epoch; how many).
+    /// Cleared at the end of each pass, whose report then speaks.
+    pending: std::sync::Mutex<std::collections::BTreeMap<String, (u64, u64)>>,
 }
 
 /// The counters of this process ([`crate::service::run`] updates them).
@@ -96,12 +100,15 @@ pub static STATS: TierStats = TierStats {
     last_commit_ms: AtomicU64::new(0),
     stall_after_ms: AtomicU64::new(300_000),
     last_error: std::sync::Mutex::new(None),
+    pending: std::sync::Mutex::new(std::collections::BTreeMap::new()),
 };
 
 /// What `/health` reports.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Health {
-    /// `ok` or `upload_stalled`.
+    /// `ok`, `upload_stalled`, or `archive_data_missing` (the last audit
+    /// found committed segments in no object and no local copy: records
+    /// lost from the archive, an operator must act).
     pub status: &'static str,
     /// Whether no segment was committed for `stall_after_ms` while a
     /// backlog exists.
@@ -114,6 +121,9 @@ pub struct Health {
     pub last_commit_ms: u64,
     /// The stall threshold, ms.
     pub stall_after_ms: u64,
+    /// Committed segments the last archive audit found missing or damaged
+    /// with no local copy to upload again.
+    pub archive_missing_segments: u64,
     /// The last pass error (topic and error text, which names the object
     /// store's failure), if any pass failed since the last commit.
     pub last_error: Option<String>,
@@ -156,6 +166,40 @@ impl TierStats {
             pass.sealed_segments.saturating_sub(pass.committed),
             Ordering::Relaxed,
         );
+        self.pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clear();
+    }
+
+    /// What the running pass found waiting in `topic`: `Some((oldest
+    /// sealed at, ms since the Unix epoch; segments))`, or `None` once
+    /// none waits. `/health` sees a backlog (and a stalled upload) while
+    /// a pass hangs on the object store, not only when it ends.
+    pub fn note_pending(&self, topic: &str, waiting: Option<(u64, u64)>) {
+        let mut pending = self
+            .pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        match waiting {
+            Some(w) => pending.insert(topic.to_owned(), w),
+            None => pending.remove(topic),
+        };
+    }
+
+    /// A segment was committed at `now_ms` (the stall clock restarts).
+    pub fn note_commit(&self, now_ms: u64) {
+        self.last_commit_ms.fetch_max(now_ms, Ordering::Relaxed);
+    }
+
+    /// The running pass's backlog: (oldest sealed at, segments), if any.
+    fn live_backlog(&self) -> Option<(u64, u64)> {
+        let pending = self
+            .pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let oldest = pending.values().map(|(since, _)| *since).min()?;
+        Some((oldest, pending.values().map(|(_, n)| n).sum()))
     }
 
     /// Starts the stall clock at `now_ms` with threshold `stall_after_ms`.
@@ -167,14 +211,23 @@ impl TierStats {
     /// The health at `now_ms` (ms since the Unix epoch).
     pub fn health(&self, now_ms: u64) -> Health {
         let backlog = self.backlog_age_ms.load(Ordering::Relaxed);
-        let backlog = (backlog != u64::MAX).then_some(backlog);
+        let last_pass = (backlog != u64::MAX).then_some(backlog);
+        let live = self
+            .live_backlog()
+            .map(|(since, _)| now_ms.saturating_sub(since));
         let last_commit_ms = self.last_commit_ms.load(Ordering::Relaxed);
         let stall_after_ms = self.stall_after_ms.load(Ordering::Relaxed);
-        let upload_stalled =
-            backlog.is_some() && now_ms.saturating_sub(last_commit_ms) >= stall_after_ms;
+        // The last pass left a backlog (it failed), or the running one has
+        // had a segment waiting that long.
+        let upload_stalled = (last_pass.is_some() || live.is_some_and(|age| age >= stall_after_ms))
+            && now_ms.saturating_sub(last_commit_ms) >= stall_after_ms;
+        let backlog = last_pass.max(live);
+        let archive_missing_segments = self.missing.load(Ordering::Relaxed);
         Health {
             status: if upload_stalled {
                 "upload_stalled"
+            } else if archive_missing_segments > 0 {
+                "archive_data_missing"
             } else {
                 "ok"
             },
@@ -182,6 +235,7 @@ impl TierStats {
             backlog_age_seconds: backlog.map(|ms| ms / 1000),
             last_commit_ms,
             stall_after_ms,
+            archive_missing_segments,
             last_error: self
                 .last_error
                 .lock()
@@ -277,8 +331,9 @@ impl TierStats {
             ),
             (
                 "tributary_tier_backlog_segments",
-                "Sealed segments of the last pass it did not commit (upper bound of the tiering backlog).",
-                load(&self.backlog),
+                "Sealed segments waiting in the running pass, else those the last pass did not commit (upper bound of the tiering backlog).",
+                self.live_backlog()
+                    .map_or_else(|| load(&self.backlog), |(_, n)| n),
             ),
             (
                 "tributary_tier_backlog_age_seconds",
@@ -314,7 +369,7 @@ impl TierStats {
 async fn health() -> Response {
     let now = u64::try_from(crate::tiering::now_ms()).unwrap_or(0);
     let health = STATS.health(now);
-    let status = if health.upload_stalled {
+    let status = if health.status != "ok" {
         StatusCode::SERVICE_UNAVAILABLE
     } else {
         StatusCode::OK

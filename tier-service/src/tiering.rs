@@ -32,6 +32,8 @@ use std::time::{Duration, Instant, SystemTime};
 
 use backon::{ExponentialBuilder, Retryable};
 use broker_core::wal::{SealedSegment, list_sealed_segments};
+
+use crate::metrics::STATS;
 use serde::Deserialize;
 use tokio::sync::watch;
 use tracing::{debug, error, info, warn};
@@ -327,6 +329,23 @@ impl Tiering {
             .filter(|s| s.next_offset > retired_below && !by_start.contains_key(&s.base_offset))
             .map(|s| ms_since_modified(&s.index_path).unwrap_or(0))
             .collect();
+        // What waits, by base offset → sealed at (ms since the Unix
+        // epoch), for `/health` while this pass runs.
+        let listed_at = u64::try_from(now_ms()).unwrap_or(0);
+        let mut waiting: BTreeMap<u64, u64> = sealed
+            .iter()
+            .filter(|s| s.next_offset > retired_below && !by_start.contains_key(&s.base_offset))
+            .zip(&report.pending_ages_ms)
+            .map(|(s, age)| (s.base_offset, listed_at.saturating_sub(*age)))
+            .collect();
+        let note_waiting = |waiting: &BTreeMap<u64, u64>| {
+            let oldest = waiting.values().min().copied();
+            STATS.note_pending(
+                topic.as_str(),
+                oldest.map(|since| (since, waiting.len() as u64)),
+            );
+        };
+        note_waiting(&waiting);
         for segment in &sealed {
             if *shutdown.borrow() {
                 return Ok(());
@@ -397,7 +416,11 @@ impl Tiering {
                 .await
                 .map_err(|e| damaged_segment(topic, &object, e))?;
             tiered = Some(descriptor.next_offset());
+            STATS.note_commit(u64::try_from(now_ms()).unwrap_or(0));
+            waiting.remove(&segment.base_offset);
+            note_waiting(&waiting);
         }
+        STATS.note_pending(topic.as_str(), None);
         let trimmable = tiered.is_some_and(|t| sealed.iter().any(|s| s.next_offset <= t));
         if trimmable && !*shutdown.borrow() {
             match self.retry("trim", || self.broker.trim(topic)).await? {

@@ -17,25 +17,30 @@ use tributary_test_support::ports::free_tcp;
 use tributary_tier::faults::Faults;
 use tributary_tier::service;
 
-#[test]
-fn an_unreachable_object_store_turns_health_into_upload_stalled_with_its_error() {
-    let h = Harness::new(&["/ns/stall"]);
-    h.write(600, 20);
-    let sealed = h.wal(&h.topics[0]).sealed_segments().len();
-    assert!(sealed >= 2, "{sealed}");
-    // Nothing listens on this port: every request is refused at once.
-    let dead = free_tcp();
+/// The tier service against the S3 endpoint `endpoint` (request timeout
+/// `timeout_ms`, no retries), `upload_stall_after_ms` 1 s, with its
+/// metrics listener; returns `get(path)` on that listener, the stop sender
+/// and the running service.
+fn start(
+    h: &Harness,
+    endpoint: std::net::SocketAddr,
+    timeout_ms: u64,
+) -> (
+    std::net::SocketAddr,
+    tokio::sync::oneshot::Sender<()>,
+    tokio::task::JoinHandle<Result<service::RunReport, tributary_tier::error::TierError>>,
+) {
     let metrics = free_tcp();
     let mut config = h.tier_config();
     config.store = StoreConfig {
         url: Some("s3://tributary-test".into()),
-        endpoint: Some(format!("http://{dead}")),
+        endpoint: Some(format!("http://{endpoint}")),
         region: Some("us-east-1".into()),
         path_style: Some(true),
         allow_http: Some(true),
         access_key_id: Some("testing".into()),
         secret_access_key: Some("testing".into()),
-        request_timeout_ms: Some(500),
+        request_timeout_ms: Some(timeout_ms),
         max_retries: Some(0),
         ..StoreConfig::default()
     };
@@ -59,28 +64,48 @@ fn an_unreachable_object_store_turns_health_into_upload_stalled_with_its_error()
         .spawn(service::run(config, Faults::none(), false, async move {
             let _ = stop_rx.await;
         }));
-    let get = |path: &str| -> Option<(u16, String)> {
-        h.runtime.block_on(async {
-            tributary_archive::install_crypto_provider();
-            let response = reqwest::get(format!("http://{metrics}{path}")).await.ok()?;
-            let status = response.status().as_u16();
-            Some((status, response.text().await.ok()?))
-        })
-    };
-    let started = Instant::now();
-    let deadline = started + Duration::from_secs(20);
-    let health: Value = loop {
-        if let Some((status, text)) = get("/health") {
+    (metrics, stop_tx, running)
+}
+
+/// `GET path` on the metrics listener: status and body.
+fn get(h: &Harness, metrics: std::net::SocketAddr, path: &str) -> Option<(u16, String)> {
+    h.runtime.block_on(async {
+        tributary_archive::install_crypto_provider();
+        let response = reqwest::get(format!("http://{metrics}{path}")).await.ok()?;
+        let status = response.status().as_u16();
+        Some((status, response.text().await.ok()?))
+    })
+}
+
+/// Polls `/health` until it answers 503 (at most `within`); returns its
+/// body. Every 200 before says `upload_stalled: false`.
+fn wait_stalled(h: &Harness, metrics: std::net::SocketAddr, within: Duration) -> Value {
+    let deadline = Instant::now() + within;
+    loop {
+        if let Some((status, text)) = get(h, metrics, "/health") {
             let body: Value = serde_json::from_str(&text).unwrap();
             if status == 503 {
-                break body;
+                return body;
             }
             assert_eq!(status, 200, "{text}");
             assert_eq!(body["upload_stalled"], false, "{text}");
         }
         assert!(Instant::now() < deadline, "never stalled");
         std::thread::sleep(Duration::from_millis(50));
-    };
+    }
+}
+
+#[test]
+fn an_unreachable_object_store_turns_health_into_upload_stalled_with_its_error() {
+    let h = Harness::new(&["/ns/stall"]);
+    h.write(600, 20);
+    let sealed = h.wal(&h.topics[0]).sealed_segments().len();
+    assert!(sealed >= 2, "{sealed}");
+    // Nothing listens on this port: every request is refused at once.
+    let dead = free_tcp();
+    let started = Instant::now();
+    let (metrics, stop_tx, running) = start(&h, dead, 500);
+    let health = wait_stalled(&h, metrics, Duration::from_secs(20));
     assert!(started.elapsed() >= Duration::from_millis(1000));
     assert_eq!(health["status"], "upload_stalled", "{health}");
     assert_eq!(health["upload_stalled"], true, "{health}");
@@ -90,7 +115,7 @@ fn an_unreachable_object_store_turns_health_into_upload_stalled_with_its_error()
         error.starts_with("/ns/stall: ") && error.contains(&dead.to_string()),
         "the object store's error, naming its endpoint: {health}"
     );
-    let (_, text) = get("/metrics").unwrap();
+    let (_, text) = get(&h, metrics, "/metrics").unwrap();
     assert!(
         text.lines().any(|l| l == "tributary_tier_upload_stalled 1"),
         "{text}"
@@ -108,4 +133,53 @@ fn an_unreachable_object_store_turns_health_into_upload_stalled_with_its_error()
     assert!(h.descriptors(&h.topics[0]).is_empty(), "nothing committed");
     let _ = stop_tx.send(());
     h.runtime.block_on(running).unwrap().unwrap();
+}
+
+#[test]
+fn a_hung_object_store_is_a_stalled_upload_while_the_pass_still_waits() {
+    let h = Harness::new(&["/ns/hung"]);
+    h.write(600, 20);
+    let sealed = h.wal(&h.topics[0]).sealed_segments().len();
+    assert!(sealed >= 2, "{sealed}");
+    // An endpoint that accepts connections and never answers (a hung
+    // store): the first request waits for its 10 s timeout.
+    let hung = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = hung.local_addr().unwrap();
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let held = std::thread::spawn({
+        let done = done.clone();
+        move || {
+            let mut held = Vec::new();
+            hung.set_nonblocking(true).unwrap();
+            let until = Instant::now() + Duration::from_secs(30);
+            while Instant::now() < until
+                && held.len() < 64
+                && !done.load(std::sync::atomic::Ordering::Relaxed)
+            {
+                match hung.accept() {
+                    Ok((conn, _)) => held.push(conn),
+                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
+                }
+            }
+        }
+    });
+    let started = Instant::now();
+    let (metrics, stop_tx, running) = start(&h, endpoint, 10_000);
+    // Stalled once the segments waited 1 s with no commit, long before the
+    // pass ends (the request's timeout).
+    let health = wait_stalled(&h, metrics, Duration::from_secs(8));
+    assert!(started.elapsed() < Duration::from_secs(9), "{health}");
+    assert_eq!(health["upload_stalled"], true, "{health}");
+    assert!(health["backlog_age_seconds"].as_u64().is_some(), "{health}");
+    let (_, text) = get(&h, metrics, "/metrics").unwrap();
+    assert!(
+        text.lines()
+            .any(|l| l == format!("tributary_tier_backlog_segments {sealed}")),
+        "{text}"
+    );
+    assert!(h.descriptors(&h.topics[0]).is_empty(), "nothing committed");
+    let _ = stop_tx.send(());
+    h.runtime.block_on(running).unwrap().unwrap();
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    held.join().unwrap();
 }
