@@ -104,7 +104,7 @@ struct RangeArgs {
     /// Topic (`/ns/topic`).
     topic: String,
     /// First offset (default: the first in the archive).
-    #[arg(long, conflicts_with = "from_timestamp")]
+    #[arg(long, conflicts_with = "from_timestamp", allow_negative_numbers = true)]
     from_offset: Option<u64>,
     /// Start at the first record (in offset order) with a timestamp at or
     /// after this: ms since the Unix epoch, or RFC 3339
@@ -112,10 +112,10 @@ struct RangeArgs {
     #[arg(long, value_parser = parse_timestamp)]
     from_timestamp: Option<i64>,
     /// Last offset, inclusive.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     to_offset: Option<u64>,
     /// Stop after this many records.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     max_records: Option<u64>,
 }
 
@@ -309,7 +309,13 @@ async fn ls(
 ) -> anyhow::Result<()> {
     let Some(topic) = topic else {
         let mut rows = Vec::new();
-        for topic in archive.topics().await? {
+        let topics = archive.topics().await?;
+        if topics.is_empty() {
+            eprintln!(
+                "note: no topic has segment objects in this bucket (check --bucket and --prefix)"
+            );
+        }
+        for topic in topics {
             let (objects, _) = archive.segments(&topic).await?;
             let bytes: u64 = objects.iter().map(|o| o.size).sum();
             let first = objects.first().map(|o| o.start_offset);
@@ -346,6 +352,9 @@ async fn ls(
     };
     let topic = parse_topic(topic)?;
     let (objects, foreign) = archive.segments(&topic).await?;
+    if objects.is_empty() && foreign.is_empty() && !compare_broker {
+        ensure_archived(archive, &topic).await?;
+    }
     let mut rows = Vec::new();
     for object in &objects {
         let footer = archive.footer(object).await;

@@ -467,6 +467,10 @@ fn verify_fails_on_a_missing_bucket_a_wrong_prefix_and_an_unknown_topic() {
             "error: the archive has no segment objects of /plant1/typo (check the topic name and --prefix)\n",
         ),
         (
+            &["ls", "/plant1/typo"][..],
+            "error: the archive has no segment objects of /plant1/typo (check the topic name and --prefix)\n",
+        ),
+        (
             &["cat", TOPIC, "--from-offset", "10", "--to-offset", "5"],
             "error: --to-offset 5 is before --from-offset 10: no offset is in that range\n",
         ),
@@ -479,6 +483,75 @@ fn verify_fails_on_a_missing_bucket_a_wrong_prefix_and_an_unknown_topic() {
         assert_eq!(out.status.code(), Some(1), "{args:?}: {out:?}");
         assert_eq!(String::from_utf8_lossy(&out.stderr), message, "{args:?}");
         assert_eq!(stdout(&out), "", "{args:?}");
+    }
+
+    // Out-of-range options are refused by the parser (exit 2), naming
+    // the option, before anything is read or written.
+    let out_file = dir.path().join("x.parquet");
+    let out_path = out_file.to_str().unwrap();
+    for (args, says) in [
+        (
+            vec![
+                "export",
+                TOPIC,
+                "--format",
+                "parquet",
+                "--out",
+                out_path,
+                "--zstd-level",
+                "0",
+            ],
+            "invalid value '0' for '--zstd-level <ZSTD_LEVEL>': 0 is not in 1..=22",
+        ),
+        (
+            vec![
+                "export",
+                TOPIC,
+                "--format",
+                "parquet",
+                "--out",
+                out_path,
+                "--zstd-level",
+                "23",
+            ],
+            "23 is not in 1..=22",
+        ),
+        (
+            vec![
+                "export",
+                TOPIC,
+                "--format",
+                "parquet",
+                "--out",
+                out_path,
+                "--row-group-rows",
+                "0",
+            ],
+            "invalid value '0' for '--row-group-rows <ROW_GROUP_ROWS>': must be at least 1",
+        ),
+        (
+            vec![
+                "export",
+                TOPIC,
+                "--format",
+                "parquet",
+                "--out",
+                out_path,
+                "--infer-rows",
+                "0",
+            ],
+            "invalid value '0' for '--infer-rows <INFER_ROWS>': must be at least 1",
+        ),
+        (
+            vec!["cat", TOPIC, "--from-offset", "-1"],
+            "invalid value '-1' for '--from-offset <FROM_OFFSET>'",
+        ),
+    ] {
+        let out = tribctl(&bucket, &args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(stderr.contains(says), "{args:?}: {stderr}");
+        assert!(!out_file.exists(), "{args:?} wrote the output");
     }
 
     // A mistyped directory is named, and not created, by any command.

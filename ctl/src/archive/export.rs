@@ -57,6 +57,15 @@ pub enum ExportFormat {
     Batches,
 }
 
+/// A count of at least 1 (clap's ranged parsers do not cover `usize`).
+fn at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".into()),
+        Ok(n) => Ok(n),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
 /// Options of `export` besides the range.
 #[derive(Debug, Args)]
 pub struct ExportArgs {
@@ -74,18 +83,19 @@ pub struct ExportArgs {
     /// json), or `infer` to infer them from the first `--infer-rows` values.
     #[arg(long)]
     json_columns: Option<String>,
-    /// Values `--json-columns infer` looks at.
-    #[arg(long, default_value_t = DEFAULT_INFER_ROWS)]
+    /// Values `--json-columns infer` looks at (at least 1).
+    #[arg(long, default_value_t = DEFAULT_INFER_ROWS, value_parser = at_least_one)]
     infer_rows: usize,
     /// Parquet with `--json-columns`: write records whose value does not
     /// fit here (Parquet, with `_reason`) instead of stopping the export.
     #[arg(long)]
     rejected: Option<PathBuf>,
-    /// Parquet: largest row group, rows.
-    #[arg(long, default_value_t = ParquetOptions::default().row_group_rows)]
+    /// Parquet: largest row group, rows (at least 1).
+    #[arg(long, default_value_t = ParquetOptions::default().row_group_rows, value_parser = at_least_one)]
     row_group_rows: usize,
     /// Parquet: zstd level (1..=22; higher is smaller and slower).
-    #[arg(long, default_value_t = ParquetOptions::default().zstd_level)]
+    #[arg(long, default_value_t = ParquetOptions::default().zstd_level,
+          value_parser = clap::value_parser!(i32).range(1..=22))]
     zstd_level: i32,
     /// Replace `--out` (and `--rejected`) if it exists; without it an
     /// existing file is refused.
