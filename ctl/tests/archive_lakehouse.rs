@@ -281,6 +281,43 @@ fn parquet_export_raw_and_typed_with_rejects_named_by_offset() {
     let n = column(&batches[0], "n").as_primitive::<Int64Type>();
     assert_eq!(n.len(), 13);
     assert_eq!(n.value(12), 12);
+
+    // Inference over values that are not all JSON objects: with
+    // --rejected, from the objects, the others rejected (offset 21).
+    let inferred = dir.path().join("inferred-rejecting.parquet");
+    let rejected = dir.path().join("inferred-rejected.parquet");
+    let said = run_ok(
+        &bucket,
+        &[
+            "export",
+            TOPIC,
+            "--format",
+            "parquet",
+            "--json-columns",
+            "infer",
+            "--from-offset",
+            "14",
+            "--out",
+            inferred.to_str().unwrap(),
+            "--rejected",
+            rejected.to_str().unwrap(),
+        ],
+    );
+    assert!(said.contains("n:int64,p:double,site:string"), "{said}");
+    let (batches, _) = read_parquet(&inferred);
+    let offsets: Vec<u64> = batches
+        .iter()
+        .flat_map(|b| {
+            column(b, "offset")
+                .as_primitive::<UInt64Type>()
+                .values()
+                .to_vec()
+        })
+        .collect();
+    assert_eq!(offsets, (14..40).filter(|&o| o != 21).collect::<Vec<_>>());
+    let (rb, _) = read_parquet(&rejected);
+    let offs = column(&rb[0], "offset").as_primitive::<UInt64Type>();
+    assert_eq!((rb[0].num_rows(), offs.value(0)), (1, 21));
 }
 
 /// (offset, p, n, _extra) of every typed row.

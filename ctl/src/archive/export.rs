@@ -416,9 +416,22 @@ impl<'a> ParquetRows<'a> {
         let layout = match self.layout.take() {
             Some(layout) => layout,
             None => {
-                let columns =
-                    JsonColumns::infer(self.held.iter().map(|r| (r.offset, &r.record.value[..])))
-                        .map_err(|e| anyhow!("--json-columns infer: {e}"))?;
+                // With `--rejected`, a value that is not a JSON object is
+                // rejected below rather than stopping the inference.
+                let rejecting = self.rejected_out.is_some();
+                let columns = JsonColumns::infer(
+                    self.held
+                        .iter()
+                        .filter(|r| {
+                            !rejecting
+                                || serde_json::from_slice::<
+                                    serde_json::Map<String, serde_json::Value>,
+                                >(&r.record.value)
+                                .is_ok()
+                        })
+                        .map(|r| (r.offset, &r.record.value[..])),
+                )
+                .map_err(|e| anyhow!("--json-columns infer: {e}"))?;
                 let names: Vec<String> = columns
                     .columns()
                     .iter()
