@@ -29,8 +29,10 @@
 //! The layout is decided once per topic, at its first segment with
 //! records, and then fixed (in Raft): the columns declared for the topic
 //! in `[lakehouse.columns]`, else (with `infer = true`, the default)
-//! columns inferred from that segment's first `infer_rows` values when
-//! they are JSON objects, else the raw layout (`value` as bytes).
+//! columns inferred from the JSON objects among that segment's first
+//! `infer_rows` values when they are more than half of them (the other
+//! values then go to `_rejected`, as misfits of declared columns do), else
+//! the raw layout (`value` as bytes).
 //!
 //! Cold retention removes the Parquet files of the segments it retires
 //! ([`sweep_below`]).
@@ -305,11 +307,23 @@ fn choose_layout(
     if !config.infer {
         return Ok(StoredLayout::Raw);
     }
-    let sample = records
+    // One malformed value must not fix the raw layout for good: the
+    // columns come from the objects when most values are objects.
+    let sample: Vec<&ArchivedRecord> = records.iter().take(config.infer_rows).collect();
+    let objects: Vec<&ArchivedRecord> = sample
         .iter()
-        .take(config.infer_rows)
-        .map(|r| (r.offset, &r.record.value[..]));
-    match JsonColumns::infer(sample) {
+        .copied()
+        .filter(|r| {
+            serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(&r.record.value)
+                .is_ok()
+        })
+        .collect();
+    let from = if objects.len() * 2 > sample.len() {
+        objects
+    } else {
+        sample
+    };
+    match JsonColumns::infer(from.iter().map(|r| (r.offset, &r.record.value[..]))) {
         Ok(columns) => {
             info!(%topic, columns = columns.columns().iter().map(|c| c.name.as_str()).collect::<Vec<_>>().join(","), "lakehouse columns inferred and fixed");
             Ok(StoredLayout::Json { columns })
@@ -536,6 +550,38 @@ mod tests {
                 ("value_offset_2", "value_offset")
             ]
         );
+    }
+
+    #[test]
+    fn columns_come_from_the_objects_when_most_values_are_objects() {
+        let records = |values: &[&str]| -> Vec<ArchivedRecord> {
+            values
+                .iter()
+                .enumerate()
+                .map(|(i, v)| ArchivedRecord {
+                    offset: i as u64,
+                    record: tributary_proto::batch::Record {
+                        timestamp_ms: 0,
+                        key: None,
+                        headers: Vec::new(),
+                        value: bytes::Bytes::from(v.to_string()),
+                    },
+                })
+                .collect()
+        };
+        let topic = TopicName::new("/p/t").expect("topic");
+        let config = LakehouseConfig::default();
+        let mostly = records(&[r#"{"t":1.5}"#, "garbage", r#"{"t":2.5}"#, r#"{"t":3}"#]);
+        let layout = choose_layout(&config, &topic, &mostly).expect("layout");
+        let StoredLayout::Json { columns } = layout else {
+            panic!("{layout:?}");
+        };
+        assert_eq!(columns.columns()[0].name, "t");
+        let half = records(&[r#"{"t":1.5}"#, "garbage", "\u{1}", r#"{"t":3}"#]);
+        assert!(matches!(
+            choose_layout(&config, &topic, &half).expect("layout"),
+            StoredLayout::Raw
+        ));
     }
 
     #[test]
