@@ -17,8 +17,9 @@ use std::sync::Arc;
 use broker_core::wal::{Wal, WalError};
 use tributary_api::consumer::{Gap, GapKind};
 use tributary_archive::BucketError;
-use tributary_archive::reader::{Archive, Start};
+use tributary_archive::reader::{Archive, SegmentObjectInfo, Start};
 use tributary_proto::Record;
+use tributary_proto::archive::Damage;
 use tributary_proto::keys::TopicName;
 
 use super::records::{self, ReadError};
@@ -202,9 +203,8 @@ async fn damaged_gap(archive: &Archive, topic: &TopicName, at: u64, error: &Buck
         return gap;
     };
     gap.end_offset = object.end_offset + 1;
-    let verdict = archive.verify(object, &mut |_| {}).await;
-    if let Some(damage) = verdict
-        .damage
+    let damage = object_damage(archive, object).await;
+    if let Some(damage) = damage
         .iter()
         .find(|d| d.first_offset <= at && at < d.end_offset)
     {
@@ -212,6 +212,54 @@ async fn damaged_gap(archive: &Archive, topic: &TopicName, at: u64, error: &Buck
         gap.reason = format!("archive object {}: {damage}", object.key);
     }
     gap
+}
+
+/// How long a verification of an archive object is reused: reads that
+/// keep meeting the same damaged object (a subscription waiting at it, a
+/// poll loop of peeks) verify it once in this time, not once each.
+const VERIFIED_FOR: std::time::Duration = std::time::Duration::from_secs(30);
+
+/// Verifications remembered, at most (the oldest are dropped past it).
+const VERIFIED_MAX: usize = 64;
+
+/// Recent verifications: (object key, size) → (when, damage found).
+type Verified = BTreeMap<(String, u64), (std::time::Instant, Vec<Damage>)>;
+
+static VERIFIED: std::sync::Mutex<Verified> = std::sync::Mutex::new(BTreeMap::new());
+
+/// The damage a full verification of `object` finds (remembered for
+/// [`VERIFIED_FOR`]; an object written again has another size or is
+/// verified again after that).
+async fn object_damage(archive: &Archive, object: &SegmentObjectInfo) -> Vec<Damage> {
+    let id = (object.key.clone(), object.size);
+    let now = std::time::Instant::now();
+    {
+        let verified = VERIFIED
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some((at, damage)) = verified.get(&id)
+            && now.duration_since(*at) < VERIFIED_FOR
+        {
+            return damage.clone();
+        }
+    }
+    let damage = archive.verify(object, &mut |_| {}).await.damage;
+    let mut verified = VERIFIED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    verified.retain(|_, (at, _)| now.duration_since(*at) < VERIFIED_FOR);
+    while verified.len() >= VERIFIED_MAX {
+        let Some(oldest) = verified
+            .iter()
+            .min_by_key(|(_, (at, _))| *at)
+            .map(|(k, _)| k.clone())
+        else {
+            break;
+        };
+        verified.remove(&oldest);
+    }
+    verified.insert(id, (now, damage.clone()));
+    damage
 }
 
 /// Whether the last of `gaps` is a damaged range (a read stopped there).
