@@ -324,6 +324,21 @@ impl Drop for RaftCut {
 /// The committed archive end of `topic` as a broker reports it
 /// (`tiered_offset` of the storage API).
 fn tiered_offset(fleet: &Fleet, via: u64, topic: &str) -> Option<u64> {
+    Some(
+        segments_listing(fleet, via, topic)?["tiered_offset"]
+            .as_u64()
+            .unwrap_or(0),
+    )
+}
+
+/// The owner and epoch of `topic` as broker `via` sees them.
+fn owner_seen_by(fleet: &Fleet, via: u64, topic: &str) -> Option<(u64, u64)> {
+    let listing = segments_listing(fleet, via, topic)?;
+    Some((listing["owner"].as_u64()?, listing["epoch"].as_u64()?))
+}
+
+/// `GET /v1/storage/topics{topic}/segments` through broker `via`.
+fn segments_listing(fleet: &Fleet, via: u64, topic: &str) -> Option<serde_json::Value> {
     let url = format!(
         "{}/v1/storage/topics{topic}/segments",
         fleet.nodes[(via - 1) as usize].url()
@@ -340,8 +355,7 @@ fn tiered_offset(fleet: &Fleet, via: u64, topic: &str) -> Option<u64> {
         )
         .call()
         .ok()?;
-    let value: serde_json::Value = response.body_mut().read_json().ok()?;
-    Some(value["tiered_offset"].as_u64().unwrap_or(0))
+    response.body_mut().read_json().ok()
 }
 
 #[test]
@@ -668,5 +682,51 @@ fn central_appends_through_any_broker_share_one_log_and_can_wait_for_the_archive
     assert!(text.contains("not committed in the archive"), "{text}");
     let got = fleet.consumer(1).peek(JOBS, Some(6), 10).expect("peek");
     assert_eq!(got.messages.len(), 1, "the record is stored once");
+
+    // An `ack=archived` wait whose owner is taken over (stopped past its
+    // lease) before the archive commit: the new owner starts at the
+    // archive's end, so the records are gone, and the waiting request says
+    // so (503 owner_changed: re-publish) instead of 504 "do not re-publish".
+    let (owner, epoch) = fleet.marked_owner(JOBS).expect("JOBS has an owner");
+    let other = owner % 3 + 1;
+    let owner_client = fleet.consumer(owner);
+    let waiting = std::thread::spawn(move || {
+        owner_client.publish_archived(JOBS, vec![record("lost-with-owner")], 120_000)
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    let pid = fleet.node(owner).broker.pid().expect("owner pid");
+    signal(pid, "-STOP");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while owner_seen_by(&fleet, other, JOBS).is_none_or(|(_, e)| e == epoch) {
+        assert!(Instant::now() < deadline, "nobody took {JOBS} over");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    signal(pid, "-CONT");
+    let err = waiting
+        .join()
+        .expect("publisher thread")
+        .expect_err("the records were lost with their owner");
+    let tributary_api::consumer_client::ClientError::Api {
+        status,
+        kind,
+        message,
+        ..
+    } = err
+    else {
+        panic!("expected an API error, got {err}");
+    };
+    assert_eq!((status, kind.as_str()), (503, "owner_changed"), "{message}");
+    assert!(
+        message.contains("records 7..8") && message.contains("re-publish them"),
+        "{message}"
+    );
     assert_eq!(fleet.edge.terminate(), Some(0), "edge-agent exit");
+}
+
+fn signal(pid: u32, sig: &str) {
+    let status = Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success(), "kill {sig} {pid}");
 }

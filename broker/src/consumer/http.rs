@@ -106,6 +106,9 @@ impl From<ConsumerError> for ApiError {
             ConsumerError::TooLarge(_) => {
                 ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", message)
             }
+            ConsumerError::OwnerChanged(_) => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "owner_changed", message)
+            }
             ConsumerError::ArchiveNotConfigured(_) => ApiError::new(
                 StatusCode::SERVICE_UNAVAILABLE,
                 "archive_not_configured",
@@ -421,12 +424,15 @@ async fn publish(
     }
     let count = u32::try_from(out.len()).unwrap_or(u32::MAX);
     let (base_offset, next_offset) = api.service.publish(&topic, out).await?;
+    let epoch = api.service.write_epoch(&topic);
     if q.ack == PublishAck::Archived
         && !api
             .service
             .wait_archived(
                 &topic,
+                base_offset,
                 next_offset,
+                epoch,
                 std::time::Duration::from_millis(q.max_wait_ms),
             )
             .await?

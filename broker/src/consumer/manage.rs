@@ -236,6 +236,12 @@ impl ConsumerService {
         Ok((ack.base_offset, ack.next_offset))
     }
 
+    /// The ownership epoch this broker writes `topic` under now (`None`
+    /// without cluster ownership): what [`Self::wait_archived`] compares.
+    pub fn write_epoch(&self, topic: &TopicName) -> Option<u64> {
+        self.topics.opened_epoch(topic)
+    }
+
     /// Waits until the committed archive of `topic` (`segments/cur`)
     /// reaches `next_offset`, at most `limit`: the `ack=archived` publish
     /// of a central-written topic, which has no edge copy. Returns whether
@@ -243,14 +249,29 @@ impl ConsumerService {
     ///
     /// # Errors
     /// [`ConsumerError::Internal`] for a malformed `segments/cur`.
+    ///
+    /// `epoch` is the ownership epoch the records were appended under
+    /// ([`Self::write_epoch`]): once the topic has another epoch, a new
+    /// owner took it over at the archive's end, so records not archived by
+    /// then are not stored anywhere: [`ConsumerError::OwnerChanged`].
     pub async fn wait_archived(
         &self,
         topic: &TopicName,
+        base_offset: u64,
         next_offset: u64,
+        epoch: Option<u64>,
         limit: std::time::Duration,
     ) -> Result<bool, ConsumerError> {
         let deadline = tokio::time::Instant::now() + limit;
         loop {
+            // The epoch first, then the archive: an archive read after the
+            // change is the one the new owner started from.
+            let moved_to = match (epoch, self.topics.cluster()) {
+                (Some(epoch), Some(cluster)) => {
+                    cluster.owner(topic).filter(|(_, now)| *now != epoch)
+                }
+                _ => None,
+            };
             let archived = crate::storage::tiered_offset(
                 self.topics.store().as_ref(),
                 self.topics.storage_keys(),
@@ -261,6 +282,12 @@ impl ConsumerService {
             .unwrap_or(0);
             if archived >= next_offset {
                 return Ok(true);
+            }
+            if let Some((owner, now_epoch)) = moved_to {
+                return Err(ConsumerError::OwnerChanged(format!(
+                    "records {base_offset}..{next_offset} of {topic} were not archived (the archive ends at {archived}) when broker {owner} took the topic over at epoch {now_epoch} (they were written at epoch {}): they are not stored, re-publish them",
+                    epoch.unwrap_or_default()
+                )));
             }
             if tokio::time::Instant::now() >= deadline {
                 return Ok(false);

@@ -109,6 +109,11 @@ impl Default for ConsumerConfig {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConsumerError {
+    /// An `ack=archived` publish whose records were lost with their owner:
+    /// another broker took the topic over before they were archived (503
+    /// `owner_changed`, re-publish).
+    #[error("{0}")]
+    OwnerChanged(String),
     /// Bad input naming the field (400).
     #[error("{message}")]
     Invalid {
