@@ -324,6 +324,7 @@ pub async fn run(
         topics.clone(),
     )
     .layer(axum::Extension(damage.clone()))
+    .layer(axum::Extension(consumers.clone()))
     .layer(axum::Extension(cluster.clone()))
     .layer(axum::Extension(fleet.clone()))
     .layer(axum::middleware::map_response(crate::http::json_rejections));

@@ -730,3 +730,83 @@ fn signal(pid: u32, sig: &str) {
         .expect("kill");
     assert!(status.success(), "kill {sig} {pid}");
 }
+
+/// A planned move hands a subscription's acknowledged progress over: the
+/// old owner stores the cursor it had not persisted yet (batched: 1,000
+/// acks or 5 s), so a consumer attaching at the new owner does not get
+/// what it acknowledged again (the cluster trial: 100 acknowledged
+/// messages redelivered after each `topics move`).
+#[test]
+fn a_moved_topic_keeps_the_acknowledged_progress_of_its_subscriptions() {
+    use tributary_api::consumer::{AttachRequest, StartPosition, SubscriptionType};
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut fleet = Fleet::new(dir.path(), &TOPICS, "", "");
+    fleet.start_all();
+    let (base, end) = publish_ndjson(fleet.edge_api, READINGS, ndjson(READINGS, 0, 300))
+        .expect("publish 300 records");
+    assert_eq!((base, end), (0, 300));
+    wait_acknowledged(fleet.edge_api, READINGS, 300, Duration::from_secs(60));
+    let (owner, epoch) = wait_for_owner(&fleet, READINGS, None, Duration::from_secs(30));
+    let request = AttachRequest {
+        subscription_type: SubscriptionType::Shared,
+        start: StartPosition::Earliest,
+        ..AttachRequest::default()
+    };
+    let at_owner = fleet.consumer(owner);
+    let consumer = at_owner
+        .attach(READINGS, "workers", &request)
+        .expect("attach at the owner")
+        .consumer_id;
+    let got = at_owner
+        .receive(READINGS, "workers", consumer, 100, 5_000)
+        .expect("receive");
+    let offsets: Vec<u64> = got.messages.iter().map(|m| m.offset).collect();
+    assert_eq!(offsets, (0..100).collect::<Vec<_>>());
+    at_owner
+        .ack(READINGS, "workers", consumer, &offsets)
+        .expect("ack");
+    let state = at_owner.state(READINGS, "workers").expect("state");
+    assert_eq!(
+        (state.cursor, state.persisted_cursor),
+        (100, 0),
+        "acknowledged, not persisted yet"
+    );
+    // Asked of the third broker: redirected to the owner, which stores the
+    // progress and moves the topic.
+    let target = 1 + owner % 3;
+    let third = 1 + target % 3;
+    let out = Command::new(bin_path("tribctl"))
+        .args(["--admin-url", &fleet.nodes[(third - 1) as usize].url()])
+        .args(["--token", tributary_tests::fleet::TOKEN])
+        .args(["topics", "move", READINGS, "--to", &target.to_string()])
+        .env_remove("TRIB_ADMIN_URL")
+        .output()
+        .expect("tribctl topics move");
+    assert!(out.status.success(), "tribctl topics move: {out:?}");
+    // The consumer attaches again (its session ended with the move) and
+    // is sent to the new owner: it starts at 100.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let attached = loop {
+        match fleet.consumer(target).attach(READINGS, "workers", &request) {
+            Ok(a) if a.high_water_mark >= 300 => break a,
+            Ok(_) | Err(_) => {
+                assert!(Instant::now() < deadline, "no attach at the new owner");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+    };
+    assert_eq!(attached.cursor, 100, "acknowledged messages come again");
+    let got = fleet
+        .consumer(target)
+        .receive(READINGS, "workers", attached.consumer_id, 10, 5_000)
+        .expect("receive at the new owner");
+    assert_eq!(got.messages.first().map(|m| m.offset), Some(100));
+    let moved = wait_for_owner(
+        &fleet,
+        READINGS,
+        Some((owner, epoch)),
+        Duration::from_secs(30),
+    );
+    assert_eq!(moved.0, target);
+    assert_eq!(fleet.edge.terminate(), Some(0), "edge-agent exit");
+}

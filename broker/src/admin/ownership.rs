@@ -10,6 +10,7 @@ use std::sync::Arc;
 use axum::body::Bytes;
 use axum::extract::{Extension, Path};
 use axum::http::StatusCode;
+use axum::response::IntoResponse;
 use serde_json::json;
 use tributary_api::cluster::{
     BrokerView, DEFAULT_MAX_MOVES, MoveRequest, MoveResponse, PlannedMove, RebalanceRequest,
@@ -76,14 +77,48 @@ fn cluster_error(err: ClusterError) -> ApiError {
 }
 
 /// `POST /v1/topics/{ns}/{topic}/move {"to": N}`: `200` [`MoveResponse`].
+/// A request to a broker other than the topic's live owner is redirected
+/// there (`307`): the owner first stores its subscriptions' acknowledged
+/// progress (batched cursors), then moves the topic, so consumers resume
+/// at the new owner where they left off.
 pub(super) async fn move_topic(
     cluster: Option<Extension<Arc<Cluster>>>,
+    consumers: Option<Extension<Arc<crate::consumer::ConsumerService>>>,
     Path((namespace, topic)): Path<(String, String)>,
     body: Bytes,
 ) -> ApiResult {
     let cluster = cluster_of(cluster)?;
     let topic = topic_from_path(&namespace, &topic)?;
     let request: MoveRequest = parse_json(&body)?;
+    match cluster.route(&topic) {
+        crate::cluster::Route::Remote(owner) => {
+            let location = format!(
+                "{}/v1/topics{topic}/move",
+                owner.admin_url.trim_end_matches('/')
+            );
+            let mut response = ApiError::new(
+                StatusCode::TEMPORARY_REDIRECT,
+                "not_owner",
+                format!(
+                    "topic {topic} is owned by broker {} (epoch {}): it moves the topic",
+                    owner.broker_id, owner.epoch
+                ),
+            )
+            .into_response();
+            if let Ok(value) = axum::http::HeaderValue::from_str(&location) {
+                response
+                    .headers_mut()
+                    .insert(axum::http::header::LOCATION, value);
+            }
+            return Ok(response);
+        }
+        crate::cluster::Route::Local { .. } => {
+            if let Some(Extension(consumers)) = &consumers {
+                consumers.persist_topic(&topic).await;
+            }
+        }
+        crate::cluster::Route::Unassigned { .. } => {}
+    }
     let from = cluster.owner(&topic).map(|(b, _)| b);
     let epoch = cluster
         .move_topic(&topic, request.to)

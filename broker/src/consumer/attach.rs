@@ -181,6 +181,7 @@ impl ConsumerService {
         if stored.is_none() {
             super::dead_letter::check_replayable(name)?;
         }
+        let stored_cursor = self.store.get(&cursor_key).await?.and_then(|v| v.as_u64());
         let (meta, cursor, (policy, source), durable, created) = match stored {
             Some(meta) => {
                 let cursor = match self.store.get(&cursor_key).await? {
@@ -259,9 +260,15 @@ impl ConsumerService {
         } else {
             format!("broker:{}", self.node_id)
         };
+        let written = if created && durable {
+            Some(cursor)
+        } else {
+            stored_cursor
+        };
         let sub = Sub {
             topic: topic.clone(),
             name: name.clone(),
+            written: std::sync::Mutex::new(written),
             wal: std::sync::Mutex::new(wal),
             epoch: self.topics.opened_epoch(topic),
             durable,

@@ -258,6 +258,10 @@ struct Sub {
     /// was loaded (`None` without a cluster).
     epoch: Option<u64>,
     durable: bool,
+    /// The cursor this broker last found stored or wrote for the
+    /// subscription (`None`: none stored): what a hand-over
+    /// ([`ConsumerService::hand_off`]) compares before it writes.
+    written: std::sync::Mutex<Option<u64>>,
     producer_id: String,
     state: Mutex<Subscription>,
     /// Wakes long polls when the subscription changes.
@@ -397,6 +401,10 @@ impl ConsumerService {
                 self.unload_stale(&sub, now).await;
                 continue;
             }
+            if let Some((owner, epoch)) = self.taken_over(&sub) {
+                self.hand_off(&sub, owner, epoch).await;
+                continue;
+            }
             let now = self.now_ms();
             let mut st = sub.state.lock().await;
             let Some(tick) = st.tick(now) else {
@@ -434,6 +442,23 @@ impl ConsumerService {
         }
     }
 
+    /// Writes the cursor of every durable subscription of `topic` loaded
+    /// here now (before a planned move hands the topic over).
+    pub async fn persist_topic(&self, topic: &TopicName) {
+        let subs: Vec<Arc<Sub>> = self
+            .subs
+            .lock()
+            .await
+            .values()
+            .filter(|s| &s.topic == topic)
+            .cloned()
+            .collect();
+        for sub in subs {
+            let mut st = sub.state.lock().await;
+            self.persist(&sub, &mut st, true).await;
+        }
+    }
+
     /// Writes every durable subscription's cursor now (shutdown).
     pub async fn persist_all(&self) {
         let subs: Vec<Arc<Sub>> = self.subs.lock().await.values().cloned().collect();
@@ -455,8 +480,15 @@ impl ConsumerService {
         }
         if let Some(cursor) = st.poll_persist(self.now_ms(), force) {
             let key = keys::topics::subscription_cursor(&sub.topic, &sub.name);
-            if let Err(e) = self.put_fenced(&sub.topic, &key, json!(cursor)).await {
-                error!(topic = %sub.topic, subscription = %sub.name, cursor, error = %e, "persisting the cursor failed; it is retried with the next acknowledgement");
+            match self.put_fenced(&sub.topic, &key, json!(cursor)).await {
+                Ok(()) => {
+                    *sub.written
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(cursor);
+                }
+                Err(e) => {
+                    error!(topic = %sub.topic, subscription = %sub.name, cursor, error = %e, "persisting the cursor failed; it is retried with the next acknowledgement");
+                }
             }
         }
     }
@@ -471,6 +503,57 @@ impl ConsumerService {
             }
             _ => None,
         }
+    }
+
+    /// Another broker's ownership of `sub`'s topic (owner, epoch), once
+    /// Raft says the topic moved away from the epoch `sub` was loaded
+    /// under (a move, a rebalance, a takeover after this broker's lease
+    /// lapsed).
+    fn taken_over(&self, sub: &Sub) -> Option<(u64, u64)> {
+        let cluster = self.cluster.get()?;
+        let loaded_at = sub.epoch?;
+        cluster
+            .owner(&sub.topic)
+            .filter(|(owner, epoch)| *owner != cluster.me() && *epoch != loaded_at)
+    }
+
+    /// Hands `sub` over to the topic's new owner: the acknowledged
+    /// progress not yet persisted (batched) is written, but only if the
+    /// stored cursor is still the one this broker last found or wrote, so
+    /// nothing the new owner wrote since (a seek, its own progress) is
+    /// overwritten; then the subscription is unloaded here (its sessions
+    /// end, the consumers attach again and are sent to the new owner).
+    /// Without it a planned move redelivered everything acknowledged in
+    /// the last persist interval.
+    async fn hand_off(&self, sub: &Arc<Sub>, owner: u64, epoch: u64) {
+        let cursor = {
+            let st = sub.state.lock().await;
+            st.dispatcher().cursor()
+        };
+        let written = *sub
+            .written
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if sub.durable && written != Some(cursor) {
+            let key = keys::topics::subscription_cursor(&sub.topic, &sub.name);
+            let txn = match written {
+                Some(w) => broker_core::metadata::Txn::new().when_equals(key.clone(), json!(w)),
+                None => broker_core::metadata::Txn::new().when_absent(key.clone()),
+            }
+            .put(key, json!(cursor));
+            match self.store.txn(txn).await {
+                Ok(outcome) if outcome.applied() => {
+                    info!(topic = %sub.topic, subscription = %sub.name, cursor, owner, epoch, "the topic moved: this broker's acknowledged progress is stored for the new owner");
+                }
+                Ok(_) => {
+                    info!(topic = %sub.topic, subscription = %sub.name, cursor, owner, epoch, "the topic moved and the new owner already wrote the cursor: this broker's progress is not written over it");
+                }
+                Err(e) => {
+                    warn!(topic = %sub.topic, subscription = %sub.name, cursor, error = %e, "the topic moved: storing this broker's acknowledged progress failed; the new owner redelivers from the stored cursor");
+                }
+            }
+        }
+        self.forget(sub).await;
     }
 
     /// The subscription if it is loaded on this broker (a consumer attached).
@@ -562,10 +645,9 @@ impl ConsumerService {
         Ok(Some(sub))
     }
 
-    /// Forgets `sub`, loaded under an ownership epoch other than `now`
-    /// (the one its topic is served under here now): its sessions end,
-    /// nothing more is written for it, the next attach loads it anew.
-    async fn unload_stale(&self, sub: &Arc<Sub>, now: u64) {
+    /// Removes `sub` from this broker: its sessions end, nothing more is
+    /// written for it, the next attach loads it anew.
+    async fn forget(&self, sub: &Arc<Sub>) {
         {
             let mut subs = self.subs.lock().await;
             let key = (sub.topic.clone(), sub.name.clone());
@@ -575,6 +657,13 @@ impl ConsumerService {
         }
         sub.state.lock().await.remove();
         sub.changed.notify_waiters();
+    }
+
+    /// Forgets `sub`, loaded under an ownership epoch other than `now`
+    /// (the one its topic is served under here now): its sessions end,
+    /// nothing more is written for it, the next attach loads it anew.
+    async fn unload_stale(&self, sub: &Arc<Sub>, now: u64) {
+        self.forget(sub).await;
         warn!(topic = %sub.topic, subscription = %sub.name, was = sub.epoch, now, "the topic is served here under another ownership epoch than when the subscription was loaded; it is unloaded and its consumers must attach again");
     }
 
