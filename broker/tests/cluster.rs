@@ -118,6 +118,34 @@ fn three_brokers_survive_leader_kill_and_catch_up_by_snapshot() {
         create_namespace(&nodes[writer], &name);
         expected.insert(name);
     }
+    // Enough metadata that the snapshot is megabytes (the cluster trial's
+    // 1.4 MB snapshot never reached its follower within openraft's default
+    // 200 ms per snapshot request): 10 manifests of 6 topics of 64
+    // partitions, each one Raft entry.
+    for m in 0..10 {
+        let name = format!("bulk-{m}");
+        let topics: String = (0..6)
+            .map(|t| {
+                format!("  - name: /{name}/t{t}\n    intent: task_queue\n    partitions: 64\n")
+            })
+            .collect();
+        let manifest = format!("namespaces:\n  - {name}\ntopics:\n{topics}");
+        let mut response = agent()
+            .post(&nodes[writer].url("/apply"))
+            .header("Authorization", &format!("Bearer {TOKEN}"))
+            .header("Content-Type", "application/yaml")
+            .send(manifest.as_bytes())
+            .expect("apply request");
+        let status = response.status().as_u16();
+        let body = response.body_mut().read_to_string().unwrap_or_default();
+        assert_eq!(status, 200, "apply {name}: {body}");
+        expected.insert(name);
+    }
+    for i in 0..50 {
+        let name = format!("after-bulk-{i:03}");
+        create_namespace(&nodes[writer], &name);
+        expected.insert(name);
+    }
     let leader_index = nodes
         .iter()
         .position(|n| n.id == leader)

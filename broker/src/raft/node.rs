@@ -21,6 +21,12 @@ use openraft::raft::ClientWriteResponse;
 
 use super::{MetaCommand, MetaResponse, NodeId, Raft, TypeConfig};
 
+/// Bytes of a snapshot sent per `InstallSnapshot` request.
+const SNAPSHOT_CHUNK_BYTES: u64 = 1 << 20;
+
+/// How long one `InstallSnapshot` request may take, ms.
+const SNAPSHOT_CHUNK_TIMEOUT_MS: u64 = 10_000;
+
 /// How to run one metadata node.
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
@@ -155,6 +161,14 @@ impl MetaNode {
             election_timeout_max: config.election_timeout_ms.1,
             snapshot_policy: openraft::SnapshotPolicy::LogsSinceLast(config.snapshot_every),
             max_in_snapshot_log_to_keep: config.logs_kept_after_snapshot,
+            // A follower that fell behind the purged log gets the snapshot
+            // in chunks of 1 MiB, each allowed 10 s to arrive and (the
+            // last) be installed. openraft's defaults, 3 MiB within 200 ms,
+            // failed every time for a 1.4 MB snapshot on a loaded machine:
+            // the follower never caught up, kept renewing its lease and was
+            // given topics it could not serve.
+            install_snapshot_timeout: SNAPSHOT_CHUNK_TIMEOUT_MS,
+            snapshot_max_chunk_size: SNAPSHOT_CHUNK_BYTES,
             ..Default::default()
         }
         .validate()
