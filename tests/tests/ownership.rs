@@ -658,6 +658,27 @@ fn central_appends_through_any_broker_share_one_log_and_can_wait_for_the_archive
     let body = r.body_mut().read_to_string().unwrap_or_default();
     assert_eq!(r.status().as_u16(), 409, "{body}");
     assert!(body.contains("central_written"), "{body}");
+    // A topic that does not exist is 404 (not "waits for the load
+    // manager"); a broker's audit topic is pinned (not "written centrally").
+    for (topic, status, kind) in [
+        ("/plant1/nosuch", 404, "not_found"),
+        ("/_system/audit-broker-1", 409, "pinned"),
+    ] {
+        let mut r = agent
+            .post(format!("{}/v1/topics{topic}/move", fleet.nodes[0].url()))
+            .header(
+                "Authorization",
+                format!("Bearer {}", tributary_tests::fleet::TOKEN),
+            )
+            .send_json(serde_json::json!({"to": 2}))
+            .expect("move request");
+        let body = r.body_mut().read_to_string().unwrap_or_default();
+        assert_eq!(r.status().as_u16(), status, "{topic}: {body}");
+        assert!(
+            body.contains(&format!("\"kind\":\"{kind}\"")),
+            "{topic}: {body}"
+        );
+    }
     // ack=archived returns once the records are committed in the archive.
     let response = fleet
         .consumer(2)

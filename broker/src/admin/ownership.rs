@@ -68,6 +68,9 @@ fn cluster_error(err: ClusterError) -> ApiError {
         ClusterError::Move(_) => "move_refused",
         ClusterError::Contended(_) => "contended",
         ClusterError::CentralWritten(_) => "central_written",
+        ClusterError::TopicNotFound(_) => {
+            return ApiError::new(StatusCode::NOT_FOUND, "not_found", message);
+        }
         _ => {
             tracing::error!(error = %err, "admin API: ownership change failed");
             return ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message);
@@ -90,6 +93,10 @@ pub(super) async fn move_topic(
     let cluster = cluster_of(cluster)?;
     let topic = topic_from_path(&namespace, &topic)?;
     let request: MoveRequest = parse_json(&body)?;
+    cluster
+        .check_move(&topic, request.to)
+        .await
+        .map_err(cluster_error)?;
     match cluster.route(&topic) {
         crate::cluster::Route::Remote(owner) => {
             let location = format!(

@@ -141,6 +141,9 @@ pub enum ClusterError {
     /// Another writer changed the topic's ownership first.
     #[error("ownership of {0} changed meanwhile; retry")]
     Contended(TopicName),
+    /// No such topic.
+    #[error("topic {0} does not exist")]
+    TopicNotFound(TopicName),
 }
 
 /// This broker's ownership state.
@@ -563,10 +566,46 @@ impl Cluster {
     /// # Errors
     /// [`ClusterError::Move`] when the rules refuse; as [`Cluster::apply_change`].
     pub async fn move_topic(&self, topic: &TopicName, to: u64) -> Result<u64, ClusterError> {
+        self.check_move(topic, to).await?;
+        self.move_topic_forced(topic, to).await
+    }
+
+    /// Whether [`Cluster::move_topic`] would move `topic` to `to` now
+    /// (nothing is written).
+    ///
+    /// # Errors
+    /// [`ClusterError::TopicNotFound`], [`ClusterError::Move`],
+    /// [`ClusterError::CentralWritten`], metadata errors.
+    pub async fn check_move(&self, topic: &TopicName, to: u64) -> Result<(), ClusterError> {
+        if self.owner(topic).is_none()
+            && self
+                .store
+                .get(&tributary_proto::keys::topics::marker(topic))
+                .await?
+                .is_none()
+        {
+            return Err(ClusterError::TopicNotFound(topic.clone()));
+        }
+        if let Some(broker) = tributary_proto::cluster::pinned_broker(topic) {
+            return Err(ClusterError::Move(
+                tributary_proto::cluster::placement::MoveError::Pinned {
+                    topic: topic.clone(),
+                    broker,
+                },
+            ));
+        }
         if self.is_central_written(topic).await? {
             return Err(ClusterError::CentralWritten(topic.clone()));
         }
-        self.move_topic_forced(topic, to).await
+        let snapshot = self.read().snapshot(self.clock.now_ms());
+        tributary_proto::cluster::placement::plan_move(
+            &snapshot,
+            topic,
+            to,
+            "move",
+            self.clock.now_ms(),
+        )?;
+        Ok(())
     }
 
     /// [`Cluster::move_topic`] without the check for centrally written

@@ -217,6 +217,13 @@ impl From<TopicError> for ConsumerError {
                 kind: "not_owner",
                 message: e.to_string(),
             },
+            // The topic was closed here under the request: its ownership
+            // moved (the new owner starts at the archive's end) or the
+            // broker is stopping. Nothing was acknowledged; retry.
+            TopicError::Wal(broker_core::wal::WalError::Closed) => ConsumerError::Conflict {
+                kind: "not_owner",
+                message: "the topic was closed on this broker during the request (its ownership moved, or the broker is stopping): nothing was acknowledged, retry".into(),
+            },
             other => ConsumerError::Internal(other.to_string()),
         }
     }
@@ -701,6 +708,26 @@ fn log_actions(sub: &Sub, actions: &[Action]) {
             Action::Dropped { offset } => {
                 warn!(topic = %sub.topic, subscription = %sub.name, offset, "poison message dropped (poison policy none)");
             }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_wal_closed_under_a_request_is_a_retryable_not_owner() {
+        let e = ConsumerError::from(TopicError::Wal(broker_core::wal::WalError::Closed));
+        match e {
+            ConsumerError::Conflict { kind, message } => {
+                assert_eq!(kind, "not_owner");
+                assert!(
+                    message.contains("nothing was acknowledged, retry"),
+                    "{message}"
+                );
+            }
+            other => panic!("{other:?}"),
         }
     }
 }
