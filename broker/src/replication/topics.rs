@@ -512,7 +512,9 @@ impl TopicStore {
         // A topic that does not exist gets no owner: placing it would leave
         // an ownership entry in Raft for any name a request carried.
         if !create_implicit && !self.open.lock().await.contains_key(topic) {
-            Catalog::new(self.store.as_ref()).load_settings(topic).await?;
+            Catalog::new(self.store.as_ref())
+                .load_settings(topic)
+                .await?;
         }
         let epoch = self.owned_epoch(topic, true).await?;
         if let Some(wal) = self
