@@ -410,18 +410,17 @@ fn flip_in_object(h: &Harness, topic: &TopicName, at: f64) -> (std::path::PathBu
     (path, good)
 }
 
-#[test]
-fn a_damaged_archive_object_stops_delivery_before_it_and_the_poison_policy_moves_past_it() {
-    let h = Harness::new();
+/// A `task_queue` topic served with the archive, `count` records (a
+/// multiple of 25, published 25 per batch) in one sealed segment that is
+/// tiered and trimmed; returns the consumer API's base URL and a client.
+fn tiered_task_queue(h: &Harness, count: u64) -> (String, ConsumerClient) {
     let spec = TopicSpec::parse(TOPIC, "task_queue", 0).unwrap();
     h.runtime
         .block_on(Catalog::new(h.store.as_ref()).create_topic(&spec))
         .unwrap();
     let base = h.serve(Some(h.archive()));
     let client = ConsumerClient::new(&base, TOKEN);
-    // One sealed segment of 8 batches of 25 records, tiered and trimmed,
-    // then 25 records in the WAL.
-    for first in (0..200).step_by(25) {
+    for first in (0..count).step_by(25) {
         let r = client
             .publish(TOPIC, (first..first + 25).map(record).collect())
             .unwrap();
@@ -430,7 +429,32 @@ fn a_damaged_archive_object_stops_delivery_before_it_and_the_poison_policy_moves
     h.roll();
     let report = h.tier(&base);
     assert!(report.errors.is_empty(), "{:?}", report.errors);
-    assert_eq!(h.log_start(), 200);
+    assert_eq!(h.log_start(), count);
+    (base, client)
+}
+
+/// A shared consumer of `workers` from the earliest offset.
+fn attach_earliest(client: &ConsumerClient) -> u64 {
+    client
+        .attach(
+            TOPIC,
+            "workers",
+            &AttachRequest {
+                subscription_type: SubscriptionType::Shared,
+                start: StartPosition::Earliest,
+                ..AttachRequest::default()
+            },
+        )
+        .unwrap()
+        .consumer_id
+}
+
+#[test]
+fn a_damaged_archive_object_stops_delivery_before_it_and_the_poison_policy_moves_past_it() {
+    let h = Harness::new();
+    // One sealed segment of 8 batches of 25 records, tiered and trimmed,
+    // then 25 records in the WAL.
+    let (_, client) = tiered_task_queue(&h, 200);
     client
         .publish(TOPIC, (200..225).map(record).collect())
         .unwrap();
@@ -459,18 +483,7 @@ fn a_damaged_archive_object_stops_delivery_before_it_and_the_poison_policy_moves
     // lease at or past it), then the poison policy (dead_letter) moves
     // past with a dead-letter entry naming the range; everything after it
     // arrives once.
-    let consumer = client
-        .attach(
-            TOPIC,
-            "workers",
-            &AttachRequest {
-                subscription_type: SubscriptionType::Shared,
-                start: StartPosition::Earliest,
-                ..AttachRequest::default()
-            },
-        )
-        .unwrap()
-        .consumer_id;
+    let consumer = attach_earliest(&client);
     let mut received = Vec::new();
     let mut saw_waiting = false;
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -505,33 +518,9 @@ fn a_damaged_archive_object_stops_delivery_before_it_and_the_poison_policy_moves
 #[test]
 fn a_damaged_archive_object_healed_within_the_wait_is_delivered_whole() {
     let h = Harness::new();
-    let spec = TopicSpec::parse(TOPIC, "task_queue", 0).unwrap();
-    h.runtime
-        .block_on(Catalog::new(h.store.as_ref()).create_topic(&spec))
-        .unwrap();
-    let base = h.serve(Some(h.archive()));
-    let client = ConsumerClient::new(&base, TOKEN);
-    for first in (0..100).step_by(25) {
-        client
-            .publish(TOPIC, (first..first + 25).map(record).collect())
-            .unwrap();
-    }
-    h.roll();
-    let report = h.tier(&base);
-    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    let (_, client) = tiered_task_queue(&h, 100);
     let (object, good) = flip_in_object(&h, &h.topic(), 0.6);
-    let consumer = client
-        .attach(
-            TOPIC,
-            "workers",
-            &AttachRequest {
-                subscription_type: SubscriptionType::Shared,
-                start: StartPosition::Earliest,
-                ..AttachRequest::default()
-            },
-        )
-        .unwrap()
-        .consumer_id;
+    let consumer = attach_earliest(&client);
     let got = client.receive(TOPIC, "workers", consumer, 100, 0).unwrap();
     let damaged = got.damaged.expect("stopped at the damage");
     let before: Vec<u64> = got.messages.iter().map(|m| m.offset).collect();
@@ -552,30 +541,8 @@ fn a_damaged_archive_object_healed_within_the_wait_is_delivered_whole() {
 #[test]
 fn leases_of_a_receive_that_failed_to_read_the_archive_are_given_back_unread() {
     let h = Harness::new();
-    let spec = TopicSpec::parse(TOPIC, "task_queue", 0).unwrap();
-    h.runtime
-        .block_on(Catalog::new(h.store.as_ref()).create_topic(&spec))
-        .unwrap();
-    let base = h.serve(Some(h.archive()));
-    let client = ConsumerClient::new(&base, TOKEN);
-    client
-        .publish(TOPIC, (0..50).map(record).collect())
-        .unwrap();
-    h.roll();
-    let report = h.tier(&base);
-    assert!(report.errors.is_empty(), "{:?}", report.errors);
-    let consumer = client
-        .attach(
-            TOPIC,
-            "workers",
-            &AttachRequest {
-                subscription_type: SubscriptionType::Shared,
-                start: StartPosition::Earliest,
-                ..AttachRequest::default()
-            },
-        )
-        .unwrap()
-        .consumer_id;
+    let (_, client) = tiered_task_queue(&h, 50);
+    let consumer = attach_earliest(&client);
     let (object, good) = flip_in_object(&h, &h.topic(), 0.0);
     std::fs::remove_file(&object).unwrap();
     let (status, _, message) = api_error(client.receive(TOPIC, "workers", consumer, 100, 0));

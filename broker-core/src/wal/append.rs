@@ -232,8 +232,24 @@ impl Wal {
         if self.shared.config.sync_mode == SyncMode::FsyncBatch {
             return Ok(());
         }
+        self.sync_request(
+            next_offset,
+            |s| &mut s.mark_sync_through,
+            |p| p.mark_durable_next,
+        )
+        .await
+    }
+
+    /// Asks the writer to raise the request `slot` selects to
+    /// `next_offset` and waits until the progress `reached` reports it.
+    async fn sync_request(
+        &self,
+        next_offset: u64,
+        slot: fn(&mut super::AppendState) -> &mut u64,
+        reached: fn(&Progress) -> u64,
+    ) -> Result<(), WalError> {
         let rx = self.shared.progress.subscribe();
-        if rx.borrow().mark_durable_next >= next_offset {
+        if reached(&rx.borrow()) >= next_offset {
             return Ok(());
         }
         {
@@ -244,12 +260,13 @@ impl Wal {
             if state.closing {
                 return Err(WalError::Closed);
             }
-            if state.mark_sync_through < next_offset {
-                state.mark_sync_through = next_offset;
+            let requested = slot(&mut state);
+            if *requested < next_offset {
+                *requested = next_offset;
                 self.shared.wake(&mut state);
             }
         }
-        wait_progress(rx, |p| p.mark_durable_next >= next_offset).await
+        wait_progress(rx, |p| reached(p) >= next_offset).await
     }
 
     /// Returns once every record below `next_offset` survives a power cut,
@@ -267,24 +284,12 @@ impl Wal {
         if self.shared.config.sync_mode == SyncMode::FsyncBatch {
             return self.wait_durable(next_offset).await;
         }
-        let rx = self.shared.progress.subscribe();
-        if rx.borrow().data_durable_next >= next_offset {
-            return Ok(());
-        }
-        {
-            let mut state = self.shared.state();
-            if let Some(failure) = &state.failure {
-                return Err(WalError::PreviousIo(failure.clone()));
-            }
-            if state.closing {
-                return Err(WalError::Closed);
-            }
-            if state.data_sync_through < next_offset {
-                state.data_sync_through = next_offset;
-                self.shared.wake(&mut state);
-            }
-        }
-        wait_progress(rx, |p| p.data_durable_next >= next_offset).await
+        self.sync_request(
+            next_offset,
+            |s| &mut s.data_sync_through,
+            |p| p.data_durable_next,
+        )
+        .await
     }
 
     async fn wait_durable(&self, next_offset: u64) -> Result<(), WalError> {
