@@ -1728,3 +1728,48 @@ fn a_receive_of_large_messages_answers_about_64_mib_and_the_next_goes_on() {
         "given back unleased, not failed"
     );
 }
+
+#[test]
+fn a_central_publish_to_a_topic_an_edge_replicates_into_is_409_writer_conflict_saying_so() {
+    let h = Harness::start(fast());
+    h.create_topic(JOBS, "task_queue");
+    // The edge's writer marker, as its first stream writes it.
+    let topic = TopicName::new(JOBS).unwrap();
+    let key = tributary_proto::keys::topics::producer(
+        &topic,
+        tributary_broker::replication::topics::EDGE_PRODUCER_ID,
+    );
+    h.runtime
+        .block_on(h.store.put(&key, json!({"kind": "edge"})))
+        .unwrap();
+    let err = h
+        .client
+        .publish(
+            JOBS,
+            vec![PublishRecord {
+                value: Some("x".into()),
+                ..PublishRecord::default()
+            }],
+        )
+        .unwrap_err();
+    let ClientError::Api {
+        status,
+        kind,
+        message,
+        ..
+    } = err
+    else {
+        panic!("{err}");
+    };
+    assert_eq!(
+        (status, kind.as_str()),
+        (409, "writer_conflict"),
+        "{message}"
+    );
+    assert_eq!(
+        message,
+        "topic /default/jobs: an edge replicates into it, so it takes no central publish (the edge assigns its offsets): publish at the edge, or to another topic"
+    );
+    let peek = h.client.peek(JOBS, Some(0), 10).unwrap();
+    assert!(peek.messages.is_empty(), "nothing stored");
+}

@@ -209,7 +209,7 @@ impl From<TopicError> for ConsumerError {
             TopicError::Wal(e) if e.is_disk_full() => ConsumerError::DiskFull(format!(
                 "the broker's disk is full, nothing was stored; retry with backoff ({e})"
             )),
-            e @ TopicError::Conflict { .. } => ConsumerError::Conflict {
+            e @ (TopicError::Conflict { .. } | TopicError::WriterConflict { .. }) => ConsumerError::Conflict {
                 kind: "writer_conflict",
                 message: e.to_string(),
             },

@@ -56,7 +56,7 @@ pub(super) async fn declare(
     );
     match topics.record_hole(topic, &record).await {
         Ok(()) => {}
-        Err(e @ TopicError::Conflict { .. }) => {
+        Err(e @ (TopicError::Conflict { .. } | TopicError::WriterConflict { .. })) => {
             return Err(refuse(ErrorCode::Conflict, e.to_string()));
         }
         Err(e) => return Err(refuse(ErrorCode::Unavailable, e.to_string())),

@@ -569,7 +569,9 @@ async fn handle_stream(
                             let _ = out.send(Out::Frame(redirect)).await;
                             break 'stream None;
                         }
-                        Err(e @ TopicError::Conflict { .. }) => {
+                        Err(
+                            e @ (TopicError::Conflict { .. } | TopicError::WriterConflict { .. }),
+                        ) => {
                             break 'stream Some(refusal(ErrorCode::Conflict, e.to_string()));
                         }
                         Err(e @ TopicError::NoOwner(_)) if lease_stale(&topics) => {

@@ -70,6 +70,15 @@ pub enum TopicError {
         /// The edge's intent summary.
         edge: String,
     },
+    /// The topic is written by the other kind of writer (edge replication
+    /// or central publishes), which would take the offsets this one needs.
+    #[error("topic {topic}: {reason}")]
+    WriterConflict {
+        /// The topic.
+        topic: TopicName,
+        /// Who writes it and what to do.
+        reason: String,
+    },
 }
 
 /// Producer id of the writer marker of a topic fed by edge replication
@@ -453,18 +462,14 @@ impl TopicStore {
         };
         let own_key = tributary_proto::keys::topics::producer(topic, own);
         let other_key = tributary_proto::keys::topics::producer(topic, other);
-        let conflict = |topic: &TopicName| TopicError::Conflict {
+        let conflict = |topic: &TopicName| {
+            TopicError::WriterConflict {
             topic: topic.clone(),
-            central: match writer {
-                Writer::Edge => {
-                    "records published centrally (consumer API, dead-letter copies)".into()
-                }
-                Writer::Central => "records replicated from an edge".into(),
+            reason: match writer {
+                Writer::Edge => "it holds records published centrally (consumer API, dead-letter copies), so an edge cannot replicate into it: give the edge's topic another name".into(),
+                Writer::Central => "an edge replicates into it, so it takes no central publish (the edge assigns its offsets): publish at the edge, or to another topic".into(),
             },
-            edge: match writer {
-                Writer::Edge => "edge replication".into(),
-                Writer::Central => "a central publish".into(),
-            },
+        }
         };
         for _ in 0..3 {
             if self
@@ -567,10 +572,12 @@ impl TopicStore {
             .map_err(CatalogError::from)?
             .is_some();
         if !marked && wal.high_water_mark() > 0 {
-            return Err(TopicError::Conflict {
+            return Err(TopicError::WriterConflict {
                 topic: topic.clone(),
-                central: "records from an edge (no central writer marker)".into(),
-                edge: "a central publish".into(),
+                reason: format!(
+                    "this broker holds {} records of it that no central publish wrote (an edge's, or those of a deleted topic of the same name, whose local copy stays): it takes no central publish; publish to another topic",
+                    wal.high_water_mark()
+                ),
             });
         }
         self.claim_writer(topic, Writer::Central).await?;
