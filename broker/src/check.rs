@@ -76,6 +76,14 @@ pub fn check(mut config: BrokerConfig) -> Report {
     for (id, addr) in &config.members {
         report.peer(&format!("members.{id}"), addr);
     }
+    if let Some(own) = config.members.get(&config.node_id)
+        && let Some(note) = crate::config::own_member_problem(own, config.raft_listen)
+    {
+        report.note(format!(
+            "members.{}: {note} (fine only behind a port mapping)",
+            config.node_id
+        ));
+    }
     if let Some(addr) = &config.cluster.advertised_ingest {
         report.peer("cluster.advertised_ingest", addr);
     }

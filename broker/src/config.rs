@@ -321,6 +321,32 @@ fn default_node_id() -> NodeId {
     1
 }
 
+/// Why this node's own `[members]` address `own` may not be where
+/// `raft_listen` listens (peers would call another port or host): a
+/// different port, or a different IP when both are IPs and `raft_listen`
+/// is not a wildcard. A host name is not resolved. Only a note for
+/// `check-config`: behind a port mapping the two differ on purpose.
+pub(crate) fn own_member_problem(own: &str, raft_listen: SocketAddr) -> Option<String> {
+    let (host, port) = own.rsplit_once(':')?;
+    let port: u16 = port.parse().ok()?;
+    if port != raft_listen.port() {
+        return Some(format!(
+            "this node's address {own} has port {port}, but raft_listen is {raft_listen}: the other nodes would call a port nobody listens on"
+        ));
+    }
+    let ip: std::net::IpAddr = host
+        .trim_start_matches('[')
+        .trim_end_matches(']')
+        .parse()
+        .ok()?;
+    if !raft_listen.ip().is_unspecified() && ip != raft_listen.ip() {
+        return Some(format!(
+            "this node's address {own} is not where raft_listen ({raft_listen}) listens"
+        ));
+    }
+    None
+}
+
 fn default_raft_listen() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], 7401))
 }
@@ -450,6 +476,18 @@ impl BrokerConfig {
                 format!("does not list this node ({})", self.node_id),
             );
         }
+        let mut by_addr: BTreeMap<&str, NodeId> = BTreeMap::new();
+        for (id, addr) in &self.members {
+            if let Some(other) = by_addr.insert(addr.as_str(), *id) {
+                invalid(
+                    "members",
+                    format!(
+                        "members {other} and {id} share the address {addr}: each node needs its own"
+                    ),
+                );
+            }
+        }
+
         if self.wal.segment_max_age_ms == Some(0) {
             invalid(
                 "wal.segment_max_age_ms",

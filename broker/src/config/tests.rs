@@ -111,6 +111,26 @@ fn unknown_keys_and_bad_values_are_refused() {
     .unwrap();
     let err = config.validate().unwrap_err().to_string();
     assert!(err.contains("members"), "{err}");
+    // Two members at one address.
+    let config: BrokerConfig = toml::from_str(
+        "data_dir = \"x\"\nnode_id = 1\n[members]\n1 = \"127.0.0.1:7401\"\n2 = \"127.0.0.1:7401\"",
+    )
+    .unwrap();
+    let problems: Vec<String> = config.problems().iter().map(|p| p.to_string()).collect();
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.contains("members 1 and 2 share the address 127.0.0.1:7401")),
+        "{problems:?}"
+    );
+    // This node's own address on another port or IP than raft_listen (a
+    // note of check-config); a host name or a wildcard listen is fine.
+    let listen: SocketAddr = "127.0.0.1:7401".parse().unwrap();
+    let note = |own: &str, listen: SocketAddr| own_member_problem(own, listen);
+    assert!(note("127.0.0.1:7411", listen).is_some_and(|n| n.contains("has port 7411")));
+    assert!(note("127.0.0.2:7401", listen).is_some_and(|n| n.contains("is not where")));
+    assert_eq!(note("broker-1.plant:7401", listen), None);
+    assert_eq!(note("10.0.0.2:7401", "0.0.0.0:7401".parse().unwrap()), None);
     // Inside [tls] too (the same table serves the edge agent and the
     // tier service).
     let err = toml::from_str::<BrokerConfig>(
