@@ -131,9 +131,17 @@ fn check_config_says_ok_or_every_problem_on_its_own_line() {
             .find(|l| l.starts_with("admin_listen"))
             .unwrap()
             .to_owned();
+        // Member 1 (this node) at its own raft_listen.
+        let raft = t
+            .lines()
+            .find_map(|l| l.strip_prefix("raft_listen = "))
+            .unwrap()
+            .to_owned();
         t.replace(&admin_line, "admin_listen = \"192.0.2.1:7400\"")
             .replace("admin_plain_http = true\n", "")
-            + "[members]\n1 = \"127.0.0.1:7401\"\n2 = \"127.0.0.1:99999\"\n[wal]\nsegment_max_age_ms = 0\n[ingest]\nreceive_budget_bytes = 65536\n"
+            + &format!(
+                "[members]\n1 = {raft}\n2 = \"127.0.0.1:99999\"\n[wal]\nsegment_max_age_ms = 0\n[ingest]\nreceive_budget_bytes = 65536\n"
+            )
     });
     let out = run(broker(&["check-config", "-c", bad.to_str().unwrap()]));
     assert_eq!(out.status.code(), Some(1), "{out:?}");
@@ -477,5 +485,23 @@ fn check_config_names_every_problem_of_the_enroll_ca() {
                 other_key.display(),
                 ca_cert.display()
             )
+    );
+}
+
+#[test]
+fn this_nodes_member_address_on_another_port_than_raft_listen_is_a_note() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = config(dir.path(), |t| {
+        t + "[members]\n1 = \"127.0.0.1:1\"\n2 = \"127.0.0.1:2\"\n"
+    });
+    let out = run(broker(&["check-config", "-c", path.to_str().unwrap()]));
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(text(&out.stdout), "ok\n");
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(
+            "note: members.1: this node's address 127.0.0.1:1 has port 1, but raft_listen is"
+        ) && stderr.contains("(fine only behind a port mapping)"),
+        "{stderr}"
     );
 }
