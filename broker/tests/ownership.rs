@@ -689,13 +689,53 @@ fn a_stale_owner_writes_no_cursor() {
     h.runtime.block_on(h.brokers[1].service.persist_all());
     assert_eq!(cursor(), Some(json!(2)));
     client.ack(EVENTS, "s", consumer, &[2]).unwrap();
+    // Someone else wrote the cursor meanwhile (as the new owner's seek or
+    // progress would): the old owner's hand-off compares with the 2 it
+    // wrote and leaves it alone.
+    h.runtime
+        .block_on(h.store.put(&cursor_key, json!(1)))
+        .unwrap();
     h.runtime
         .block_on(h.cluster(0).move_topic_forced(&name, 1))
         .unwrap();
     h.wait_routed(EVENTS, 1, 2);
-    // Moved away: its cursor write (3) is refused in Raft.
+    // Several ticks of the old owner (50 ms each), then a persist: its
+    // cursor (3) is written nowhere.
+    std::thread::sleep(Duration::from_millis(500));
     h.runtime.block_on(h.brokers[1].service.persist_all());
-    assert_eq!(cursor(), Some(json!(2)), "a stale owner wrote the cursor");
+    assert_eq!(cursor(), Some(json!(1)), "a stale owner wrote the cursor");
+}
+
+#[test]
+fn a_topic_that_moves_away_hands_its_acknowledged_progress_over() {
+    let h = Harness::start();
+    h.create_topic(EVENTS, "event_stream");
+    h.assign(EVENTS, 2, 1);
+    assert_eq!(h.publish(1, EVENTS, &["a", "b", "c"]), (0, 3));
+    let client = &h.brokers[1].client;
+    let consumer = attach_earliest(client).consumer_id;
+    let got = client.receive(EVENTS, "s", consumer, 10, 2000).unwrap();
+    assert_eq!(got.messages.len(), 3);
+    client.ack(EVENTS, "s", consumer, &[0, 1, 2]).unwrap();
+    let name = TopicName::new(EVENTS).unwrap();
+    let cursor_key = tributary_proto::keys::topics::subscription_cursor(
+        &name,
+        &SubscriptionName::new("s").unwrap(),
+    );
+    let cursor = || h.runtime.block_on(h.store.get(&cursor_key)).unwrap();
+    assert_eq!(cursor(), Some(json!(0)), "batched: not written yet");
+    // Moved away by another broker (a rebalance, a takeover): within a
+    // tick the old owner stores the 3 it acknowledged, its session ends.
+    h.runtime
+        .block_on(h.cluster(0).move_topic_forced(&name, 1))
+        .unwrap();
+    h.wait_routed(EVENTS, 1, 2);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while cursor() != Some(json!(3)) {
+        assert!(Instant::now() < deadline, "not handed over: {:?}", cursor());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    assert!(client.receive(EVENTS, "s", consumer, 10, 0).is_err());
 }
 
 #[test]

@@ -10,7 +10,6 @@ use std::sync::Arc;
 use axum::body::Bytes;
 use axum::extract::{Extension, Path};
 use axum::http::StatusCode;
-use axum::response::IntoResponse;
 use serde_json::json;
 use tributary_api::cluster::{
     BrokerView, DEFAULT_MAX_MOVES, MoveRequest, MoveResponse, PlannedMove, RebalanceRequest,
@@ -80,10 +79,10 @@ fn cluster_error(err: ClusterError) -> ApiError {
 }
 
 /// `POST /v1/topics/{ns}/{topic}/move {"to": N}`: `200` [`MoveResponse`].
-/// A request to a broker other than the topic's live owner is redirected
-/// there (`307`): the owner first stores its subscriptions' acknowledged
-/// progress (batched cursors), then moves the topic, so consumers resume
-/// at the new owner where they left off.
+/// Answered by any broker. The owner first stores its subscriptions'
+/// acknowledged progress (batched cursors), so consumers resume at the new
+/// owner where they left off; elsewhere the old owner hands it over within
+/// a tick of seeing the move.
 pub(super) async fn move_topic(
     cluster: Option<Extension<Arc<Cluster>>>,
     consumers: Option<Extension<Arc<crate::consumer::ConsumerService>>>,
@@ -97,34 +96,13 @@ pub(super) async fn move_topic(
         .check_move(&topic, request.to)
         .await
         .map_err(cluster_error)?;
-    match cluster.route(&topic) {
-        crate::cluster::Route::Remote(owner) => {
-            let location = format!(
-                "{}/v1/topics{topic}/move",
-                owner.admin_url.trim_end_matches('/')
-            );
-            let mut response = ApiError::new(
-                StatusCode::TEMPORARY_REDIRECT,
-                "not_owner",
-                format!(
-                    "topic {topic} is owned by broker {} (epoch {}): it moves the topic",
-                    owner.broker_id, owner.epoch
-                ),
-            )
-            .into_response();
-            if let Ok(value) = axum::http::HeaderValue::from_str(&location) {
-                response
-                    .headers_mut()
-                    .insert(axum::http::header::LOCATION, value);
-            }
-            return Ok(response);
-        }
-        crate::cluster::Route::Local { .. } => {
-            if let Some(Extension(consumers)) = &consumers {
-                consumers.persist_topic(&topic).await;
-            }
-        }
-        crate::cluster::Route::Unassigned { .. } => {}
+    // Asked of the owner, the move first stores its subscriptions'
+    // acknowledged progress; asked elsewhere, the old owner hands it over
+    // within a tick once it sees the move (`ConsumerService::hand_off`).
+    if let crate::cluster::Route::Local { .. } = cluster.route(&topic)
+        && let Some(Extension(consumers)) = &consumers
+    {
+        consumers.persist_topic(&topic).await;
     }
     let from = cluster.owner(&topic).map(|(b, _)| b);
     let epoch = cluster
