@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use common::Harness;
 use serde_json::Value;
 use tributary_archive::StoreConfig;
+use tributary_test_support::moto::Moto;
 use tributary_test_support::ports::free_tcp;
 use tributary_tier::faults::Faults;
 use tributary_tier::service;
@@ -23,7 +24,8 @@ use tributary_tier::service;
 /// and the running service.
 fn start(
     h: &Harness,
-    endpoint: std::net::SocketAddr,
+    endpoint: &str,
+    bucket: &str,
     timeout_ms: u64,
 ) -> (
     std::net::SocketAddr,
@@ -33,16 +35,9 @@ fn start(
     let metrics = free_tcp();
     let mut config = h.tier_config();
     config.store = StoreConfig {
-        url: Some("s3://tributary-test".into()),
-        endpoint: Some(format!("http://{endpoint}")),
-        region: Some("us-east-1".into()),
-        path_style: Some(true),
-        allow_http: Some(true),
-        access_key_id: Some("testing".into()),
-        secret_access_key: Some("testing".into()),
         request_timeout_ms: Some(timeout_ms),
         max_retries: Some(0),
-        ..StoreConfig::default()
+        ..common::s3_store(endpoint, bucket)
     };
     config.upload.part_size_bytes = 5 * 1024 * 1024;
     config.upload.multipart_threshold_bytes = 5 * 1024 * 1024;
@@ -104,7 +99,7 @@ fn an_unreachable_object_store_turns_health_into_upload_stalled_with_its_error()
     // Nothing listens on this port: every request is refused at once.
     let dead = free_tcp();
     let started = Instant::now();
-    let (metrics, stop_tx, running) = start(&h, dead, 500);
+    let (metrics, stop_tx, running) = start(&h, &format!("http://{dead}"), "tributary-test", 500);
     let health = wait_stalled(&h, metrics, Duration::from_secs(20));
     assert!(started.elapsed() >= Duration::from_millis(1000));
     assert_eq!(health["status"], "upload_stalled", "{health}");
@@ -137,38 +132,33 @@ fn an_unreachable_object_store_turns_health_into_upload_stalled_with_its_error()
 
 #[test]
 fn a_hung_object_store_is_a_stalled_upload_while_the_pass_still_waits() {
+    // A real S3 server that stops answering (SIGSTOP) while the service
+    // runs, as in the tier trial: uploads wait for their 10 s timeout.
+    let moto = Moto::start();
+    let endpoint = moto.endpoint();
     let h = Harness::new(&["/ns/hung"]);
+    h.runtime
+        .block_on(common::create_bucket(&endpoint, "tributary-hung"));
+    let (metrics, stop_tx, running) = start(&h, &endpoint, "tributary-hung", 10_000);
+    // Healthy first: a pass over nothing has run.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while get(&h, metrics, "/metrics").is_none_or(|(_, t)| {
+        !t.lines().any(|l| {
+            l.starts_with("tributary_tier_passes_total ") && l != "tributary_tier_passes_total 0"
+        })
+    }) {
+        assert!(Instant::now() < deadline, "no pass");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    signal(moto.pid(), "-STOP");
     h.write(600, 20);
     let sealed = h.wal(&h.topics[0]).sealed_segments().len();
     assert!(sealed >= 2, "{sealed}");
-    // An endpoint that accepts connections and never answers (a hung
-    // store): the first request waits for its 10 s timeout.
-    let hung = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let endpoint = hung.local_addr().unwrap();
-    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let held = std::thread::spawn({
-        let done = done.clone();
-        move || {
-            let mut held = Vec::new();
-            hung.set_nonblocking(true).unwrap();
-            let until = Instant::now() + Duration::from_secs(30);
-            while Instant::now() < until
-                && held.len() < 64
-                && !done.load(std::sync::atomic::Ordering::Relaxed)
-            {
-                match hung.accept() {
-                    Ok((conn, _)) => held.push(conn),
-                    Err(_) => std::thread::sleep(Duration::from_millis(20)),
-                }
-            }
-        }
-    });
-    let started = Instant::now();
-    let (metrics, stop_tx, running) = start(&h, endpoint, 10_000);
+    let written = Instant::now();
     // Stalled once the segments waited 1 s with no commit, long before the
     // pass ends (the request's timeout).
     let health = wait_stalled(&h, metrics, Duration::from_secs(8));
-    assert!(started.elapsed() < Duration::from_secs(9), "{health}");
+    assert!(written.elapsed() < Duration::from_secs(9), "{health}");
     assert_eq!(health["upload_stalled"], true, "{health}");
     assert!(health["backlog_age_seconds"].as_u64().is_some(), "{health}");
     let (_, text) = get(&h, metrics, "/metrics").unwrap();
@@ -178,8 +168,15 @@ fn a_hung_object_store_is_a_stalled_upload_while_the_pass_still_waits() {
         "{text}"
     );
     assert!(h.descriptors(&h.topics[0]).is_empty(), "nothing committed");
+    signal(moto.pid(), "-CONT");
     let _ = stop_tx.send(());
     h.runtime.block_on(running).unwrap().unwrap();
-    done.store(true, std::sync::atomic::Ordering::Relaxed);
-    held.join().unwrap();
+}
+
+fn signal(pid: u32, sig: &str) {
+    let status = std::process::Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .status()
+        .expect("kill");
+    assert!(status.success(), "kill {sig} {pid}");
 }
