@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::time::Duration;
 
 use broker_core::catalog::Catalog;
 use broker_core::metadata::TxnOutcome;
@@ -161,6 +162,35 @@ impl ConsumerService {
         })
     }
 
+    /// Right after a topic moved here from a live broker (a move, a
+    /// rebalance, a drain), waits until [`super::HAND_OVER_GRACE_MS`] after the
+    /// assignment before a subscription is loaded: the old owner writes its
+    /// last acknowledged cursor within a tick of seeing the move
+    /// ([`ConsumerService::hand_off`]), and a load before that would
+    /// deliver those messages again.
+    async fn await_hand_over(&self, topic: &TopicName) {
+        let Some(cluster) = self.cluster.get() else {
+            return;
+        };
+        let Some(assignment) = cluster.own_assignment(topic) else {
+            return;
+        };
+        if assignment.previous_owner.is_none()
+            || !matches!(assignment.reason.as_str(), "move" | "rebalance" | "drain")
+        {
+            return;
+        }
+        let until = i64::try_from(assignment.assigned_at_ms)
+            .unwrap_or(i64::MAX)
+            .saturating_add(super::HAND_OVER_GRACE_MS);
+        let wait = until
+            .saturating_sub(self.now_ms())
+            .clamp(0, super::HAND_OVER_GRACE_MS);
+        if wait > 0 {
+            tokio::time::sleep(Duration::from_millis(wait.unsigned_abs())).await;
+        }
+    }
+
     async fn load_or_create(
         &self,
         topic: &TopicName,
@@ -168,6 +198,7 @@ impl ConsumerService {
         request: &AttachRequest,
     ) -> Result<(Arc<Sub>, bool, PolicySource), ConsumerError> {
         let wal = self.topics.open_existing(topic, false).await?;
+        self.await_hand_over(topic).await;
         let catalog = Catalog::new(self.store.as_ref());
         let meta_key = keys::topics::subscription(topic, name);
         let cursor_key = keys::topics::subscription_cursor(topic, name);

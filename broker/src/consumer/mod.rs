@@ -287,6 +287,10 @@ impl Sub {
 
 type SubKey = (TopicName, SubscriptionName);
 
+/// How long after a topic moved here from a live broker a subscription
+/// waits before it is loaded (the old owner's hand-over), ms.
+const HAND_OVER_GRACE_MS: i64 = 2_000;
+
 /// The broker's subscriptions and consumer sessions.
 pub struct ConsumerService {
     topics: Arc<TopicStore>,
