@@ -214,6 +214,12 @@ fn status_describe_move_and_rebalance() {
     assert!(dry.ends_with("would move (dry run)\n"), "{dry}");
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(server.clusters[0].owned().len(), 4, "a dry run moved");
+    // --max-moves 0 would say "balanced" while topics could move.
+    let zero = server.fails(&["cluster", "rebalance", "--max-moves", "0"]);
+    assert!(
+        zero.contains("invalid value '0' for '--max-moves <MAX_MOVES>'"),
+        "{zero}"
+    );
     let real = server.ok(&["cluster", "rebalance", "--max-moves", "1"]);
     assert!(real.ends_with("1 topic(s) moved\n"), "{real}");
     server.wait_until("one topic on broker 2", |s| {

@@ -263,20 +263,6 @@ mod tests {
         }
     }
 
-    fn quic_recv_threads() -> usize {
-        std::fs::read_dir("/proc/self/task")
-            .map(|tasks| {
-                tasks
-                    .filter_map(Result::ok)
-                    .filter(|t| {
-                        std::fs::read_to_string(t.path().join("comm"))
-                            .is_ok_and(|c| c.trim() == RECEIVE_THREAD_NAME)
-                    })
-                    .count()
-            })
-            .unwrap_or(0)
-    }
-
     /// An endpoint whose socket is read on the receive thread (which
     /// exists while it runs) carries a stream byte for byte, and dropping
     /// the thread inside a runtime does not panic.
@@ -293,12 +279,21 @@ mod tests {
         let client = TlsIdentity::load(&edge_paths(&certs, "e1"))
             .and_then(|id| id.quic_client(ALPN_REPLICATION))
             .expect("client config");
-        let before = quic_recv_threads();
         let thread = ReceiveThread::start().expect("thread");
         let endpoint = thread
             .server_endpoint(server, "127.0.0.1:0".parse().expect("addr"), dir.path())
             .expect("endpoint");
-        assert_eq!(quic_recv_threads(), before + 1);
+        // Work given to it runs on a thread of that name (checked on the
+        // thread itself: counting the process's threads raced with other
+        // tests of the same process starting theirs).
+        let name = thread
+            .0
+            .as_ref()
+            .expect("runtime")
+            .spawn(async { std::thread::current().name().map(str::to_owned) })
+            .await
+            .expect("task on the receive thread");
+        assert_eq!(name.as_deref(), Some(RECEIVE_THREAD_NAME));
         let addr = endpoint.local_addr().expect("addr");
         let payload: Vec<u8> = (0..4 * 1024 * 1024u32).map(|i| (i % 251) as u8).collect();
         let serve = tokio::spawn(async move {

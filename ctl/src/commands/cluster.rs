@@ -25,9 +25,9 @@ pub enum ClusterCommand {
         /// Only print the moves; change nothing.
         #[arg(long)]
         dry_run: bool,
-        /// Most moves (default 16).
-        #[arg(long)]
-        max_moves: Option<usize>,
+        /// Most moves (default 16; at least 1).
+        #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+        max_moves: Option<u32>,
     },
 }
 
@@ -117,7 +117,7 @@ pub fn run(ctx: &Context<'_>, command: &ClusterCommand) -> Result<String, Comman
         ClusterCommand::Rebalance { dry_run, max_moves } => {
             let body = RebalanceRequest {
                 dry_run: *dry_run,
-                max_moves: *max_moves,
+                max_moves: max_moves.map(|n| n as usize),
             };
             let value = client.send_json(
                 Method::Post,
