@@ -92,7 +92,7 @@ pub(super) async fn move_topic(
     let cluster = cluster_of(cluster)?;
     let topic = topic_from_path(&namespace, &topic)?;
     let request: MoveRequest = parse_json(&body)?;
-    cluster
+    let change = cluster
         .check_move(&topic, request.to)
         .await
         .map_err(cluster_error)?;
@@ -105,10 +105,7 @@ pub(super) async fn move_topic(
         consumers.persist_topic(&topic).await;
     }
     let from = cluster.owner(&topic).map(|(b, _)| b);
-    let epoch = cluster
-        .move_topic(&topic, request.to)
-        .await
-        .map_err(cluster_error)?;
+    let epoch = cluster.apply_move(&change).await.map_err(cluster_error)?;
     tracing::info!(%topic, from, to = request.to, epoch, "topic moved by an operator");
     ok(
         StatusCode::OK,

@@ -566,17 +566,22 @@ impl Cluster {
     /// # Errors
     /// [`ClusterError::Move`] when the rules refuse; as [`Cluster::apply_change`].
     pub async fn move_topic(&self, topic: &TopicName, to: u64) -> Result<u64, ClusterError> {
-        self.check_move(topic, to).await?;
-        self.move_topic_forced(topic, to).await
+        let change = self.check_move(topic, to).await?;
+        self.apply_move(&change).await
     }
 
-    /// Whether [`Cluster::move_topic`] would move `topic` to `to` now
-    /// (nothing is written).
+    /// The change [`Cluster::move_topic`] would make to move `topic` to
+    /// `to` now (nothing is written; [`Cluster::apply_move`] writes it, on
+    /// the condition that the topic's ownership did not change meanwhile).
     ///
     /// # Errors
     /// [`ClusterError::TopicNotFound`], [`ClusterError::Move`],
     /// [`ClusterError::CentralWritten`], metadata errors.
-    pub async fn check_move(&self, topic: &TopicName, to: u64) -> Result<(), ClusterError> {
+    pub async fn check_move(
+        &self,
+        topic: &TopicName,
+        to: u64,
+    ) -> Result<tributary_proto::cluster::placement::Change, ClusterError> {
         if self.owner(topic).is_none()
             && self
                 .store
@@ -597,15 +602,33 @@ impl Cluster {
         if self.is_central_written(topic).await? {
             return Err(ClusterError::CentralWritten(topic.clone()));
         }
-        let snapshot = self.read().snapshot(self.clock.now_ms());
-        tributary_proto::cluster::placement::plan_move(
-            &snapshot,
-            topic,
-            to,
-            "move",
-            self.clock.now_ms(),
-        )?;
-        Ok(())
+        self.plan_move(topic, to)
+    }
+
+    /// Writes a move planned by [`Cluster::check_move`]; returns the new
+    /// epoch.
+    ///
+    /// # Errors
+    /// As [`Cluster::apply_change`].
+    pub async fn apply_move(
+        &self,
+        change: &tributary_proto::cluster::placement::Change,
+    ) -> Result<u64, ClusterError> {
+        self.apply_change(change).await?;
+        Ok(change.assignment.epoch)
+    }
+
+    /// The placement rules' move of `topic` to `to` on the current view.
+    fn plan_move(
+        &self,
+        topic: &TopicName,
+        to: u64,
+    ) -> Result<tributary_proto::cluster::placement::Change, ClusterError> {
+        let now = self.clock.now_ms();
+        let snapshot = self.read().snapshot(now);
+        Ok(tributary_proto::cluster::placement::plan_move(
+            &snapshot, topic, to, "move", now,
+        )?)
     }
 
     /// [`Cluster::move_topic`] without the check for centrally written
@@ -616,16 +639,8 @@ impl Cluster {
     /// # Errors
     /// As [`Cluster::move_topic`], never [`ClusterError::CentralWritten`].
     pub async fn move_topic_forced(&self, topic: &TopicName, to: u64) -> Result<u64, ClusterError> {
-        let snapshot = self.read().snapshot(self.clock.now_ms());
-        let change = tributary_proto::cluster::placement::plan_move(
-            &snapshot,
-            topic,
-            to,
-            "move",
-            self.clock.now_ms(),
-        )?;
-        self.apply_change(&change).await?;
-        Ok(change.assignment.epoch)
+        let change = self.plan_move(topic, to)?;
+        self.apply_move(&change).await
     }
 
     /// The moves that would even out topic counts (at most `max_moves`),
