@@ -32,8 +32,6 @@ use std::time::{Duration, Instant, SystemTime};
 
 use backon::{ExponentialBuilder, Retryable};
 use broker_core::wal::{SealedSegment, list_sealed_segments};
-
-use crate::metrics::STATS;
 use serde::Deserialize;
 use tokio::sync::watch;
 use tracing::{debug, error, info, warn};
@@ -43,6 +41,7 @@ use tributary_proto::keys::{NamespaceName, StorageKeys, TopicName};
 use crate::broker_api::BrokerClient;
 use crate::error::TierError;
 use crate::faults::Faults;
+use crate::metrics::STATS;
 use crate::upload::{
     UploadTuning, expected_tail_with_holes, holes_in_segment, upload_segment_with_mode,
     verify_object,
@@ -324,19 +323,20 @@ impl Tiering {
             .collect();
         let mut tiered = committed.tiered_offset;
         let retired_below = committed.retired_below.unwrap_or(0);
-        report.pending_ages_ms = sealed
-            .iter()
-            .filter(|s| s.next_offset > retired_below && !by_start.contains_key(&s.base_offset))
-            .map(|s| ms_since_modified(&s.index_path).unwrap_or(0))
-            .collect();
         // What waits, by base offset → sealed at (ms since the Unix
-        // epoch), for `/health` while this pass runs.
+        // epoch), for `/health` while this pass runs, and the report.
         let listed_at = u64::try_from(now_ms()).unwrap_or(0);
         let mut waiting: BTreeMap<u64, u64> = sealed
             .iter()
             .filter(|s| s.next_offset > retired_below && !by_start.contains_key(&s.base_offset))
-            .zip(&report.pending_ages_ms)
-            .map(|(s, age)| (s.base_offset, listed_at.saturating_sub(*age)))
+            .map(|s| {
+                let age = ms_since_modified(&s.index_path).unwrap_or(0);
+                (s.base_offset, listed_at.saturating_sub(age))
+            })
+            .collect();
+        report.pending_ages_ms = waiting
+            .values()
+            .map(|since| listed_at.saturating_sub(*since))
             .collect();
         let note_waiting = |waiting: &BTreeMap<u64, u64>| {
             let oldest = waiting.values().min().copied();
