@@ -50,6 +50,11 @@ pub mod refusal {
     /// 400: the body is not a PEM certificate signing request with a valid
     /// self-signature.
     pub const INVALID_CSR: &str = "invalid_csr";
+    /// 403: the token's edge id is one no edge may have (a broker's
+    /// certificate identity `broker-…`, the brokers' server name, a system
+    /// namespace): no certificate is signed for it, whatever token was
+    /// stored for it.
+    pub const EDGE_ID_RESERVED: &str = "edge_id_reserved";
 }
 
 /// `POST /v1/edges/{edge_id}/token` body.

@@ -80,6 +80,11 @@ impl Archive {
         Archive { bucket, keys }
     }
 
+    /// The storage prefix this archive reads under.
+    pub fn keys(&self) -> &StorageKeys {
+        &self.keys
+    }
+
     /// The bucket.
     pub fn bucket(&self) -> &Bucket {
         &self.bucket

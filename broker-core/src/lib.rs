@@ -8,6 +8,9 @@
 //! - [`catalog`]: creating, loading and describing intent-backed topics over
 //!   any metadata store;
 //! - [`clock`]: injected time (monotonic and wall clock) and a manual test clock;
+//! - [`data_dir`]: whose a data directory is (`identity.json`), checked at
+//!   start so a changed `node_id`/`edge_id` or another component's
+//!   directory is refused;
 //! - [`secrets`]: token and key files refused when world-readable,
 //!   `$CREDENTIALS_DIRECTORY`;
 //! - [`tls`]: certificates, identities and the rustls/quinn configurations;
@@ -25,6 +28,7 @@ pub mod catalog;
 pub mod check;
 pub mod client_cert;
 pub mod clock;
+pub mod data_dir;
 #[cfg(feature = "dev-certs")]
 pub mod dev_certs;
 pub mod metadata;

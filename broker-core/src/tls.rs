@@ -19,8 +19,9 @@ use std::time::Duration;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
 
-/// DNS name every broker certificate carries; clients verify it.
-pub const BROKER_SERVER_NAME: &str = "tributary-broker";
+/// DNS name every broker certificate carries; clients verify it. No edge
+/// may have it as its id ([`tributary_proto::keys::reserved_edge_id`]).
+pub const BROKER_SERVER_NAME: &str = tributary_proto::keys::BROKER_SERVER_NAME;
 /// ALPN protocol of Raft traffic between brokers.
 pub const ALPN_RAFT: &[u8] = b"tributary-raft/1";
 /// ALPN protocol of edge → broker replication.
@@ -252,6 +253,34 @@ impl TlsIdentity {
     /// it ([`certificate_identity`]); `None` if it cannot be parsed.
     pub fn identity(&self) -> Option<String> {
         certificate_identity(self.certs.first()?)
+    }
+
+    /// Checks that this identity's certificate is a client certificate
+    /// that chains to its CA (`ca`) and is valid now, as a broker checks
+    /// it in the handshake.
+    ///
+    /// # Errors
+    /// [`TlsError::Config`] naming why (another CA, expired, not for client
+    /// authentication).
+    pub fn verify_client_chain(&self) -> Result<(), TlsError> {
+        let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+            self.roots.clone(),
+            provider(),
+        )
+        .build()
+        .map_err(|e| TlsError::Config(e.to_string()))?;
+        let (leaf, intermediates) = self
+            .certs
+            .split_first()
+            .ok_or_else(|| TlsError::Config("no certificate".into()))?;
+        verifier
+            .verify_client_cert(leaf, intermediates, rustls::pki_types::UnixTime::now())
+            .map(|_| ())
+            .map_err(|e| {
+                TlsError::Config(format!(
+                    "the certificate is not a valid client certificate of the CA in tls.ca: {e}"
+                ))
+            })
     }
 
     /// The certificate chain, leaf first.
@@ -525,6 +554,25 @@ pub fn certificate_identity(cert: &CertificateDer<'_>) -> Option<String> {
         .next()
         .and_then(|cn| cn.as_str().ok())
         .map(str::to_string)
+}
+
+/// Whether `cert` carries `name` among its subject alternative DNS names
+/// (ASCII case ignored). Every broker certificate carries
+/// [`BROKER_SERVER_NAME`] (brokers verify it when connecting to each
+/// other); a certificate signed for an enrolling edge carries only the
+/// edge id, so the Raft listener requires it besides the `broker-` identity.
+pub fn certificate_has_dns_name(cert: &CertificateDer<'_>, name: &str) -> bool {
+    use x509_parser::prelude::{FromDer, GeneralName, X509Certificate};
+    let Ok((_, parsed)) = X509Certificate::from_der(cert.as_ref()) else {
+        return false;
+    };
+    let Ok(Some(san)) = parsed.subject_alternative_name() else {
+        return false;
+    };
+    san.value
+        .general_names
+        .iter()
+        .any(|n| matches!(n, GeneralName::DNSName(dns) if dns.eq_ignore_ascii_case(name)))
 }
 
 /// The start of validity (`notBefore`) of a certificate, seconds since the

@@ -49,11 +49,32 @@ fn line(error: &ConfigError) -> String {
     }
 }
 
+/// The data directory's identity file against `node_id`
+/// ([`broker_core::data_dir::inspect`]): a refusal is a `data_dir` problem;
+/// a directory from before identity files is a note (start-up writes the
+/// file).
+fn data_dir_identity(report: &mut Report, config: &BrokerConfig) {
+    use broker_core::data_dir::{self, Found, Owner};
+    let owner = Owner::Broker {
+        node_id: config.node_id,
+    };
+    match data_dir::inspect(&config.data_dir, &owner) {
+        Ok(Found::Matches | Found::Fresh) => {}
+        Ok(Found::Adopted) => report.note(format!(
+            "data_dir: {} has no identity file yet (written before identity files): start-up \
+             writes {} for {owner}",
+            config.data_dir.display(),
+            data_dir::identity_path(&config.data_dir).display()
+        )),
+        Err(e) => report.problem(format!("data_dir: {e}")),
+    }
+}
+
 /// Checks `config` as the broker would at start-up, collecting every
 /// problem: secrets (token file), values, the TLS files and the
-/// certificate's identity, the data directory, the listen addresses, the
-/// Raft members' and advertised addresses, the `[enroll]` CA and the
-/// `[archive]` bucket.
+/// certificate's identity, the data directory and its identity file, the
+/// listen addresses, the Raft members' and advertised addresses, the
+/// `[enroll]` CA and the `[archive]` bucket.
 /// Nothing is bound, created or connected to.
 pub fn check(mut config: BrokerConfig) -> Report {
     let mut report = Report::new();
@@ -70,6 +91,9 @@ pub fn check(mut config: BrokerConfig) -> Report {
         report.problem(line(&e));
     }
     report.data_dir("data_dir", &config.data_dir);
+    if !report.mentions("data_dir") {
+        data_dir_identity(&mut report, &config);
+    }
     report.listen("raft_listen", config.raft_listen, Transport::Udp);
     report.listen("admin_listen", config.admin_listen, Transport::Tcp);
     report.listen("ingest_listen", config.ingest_listen, Transport::Udp);

@@ -19,7 +19,8 @@
 //! key = "/etc/tributary/broker-1.key"
 //! ca = "/etc/tributary/ca.pem"
 //!
-//! [members]                          # omit for a single node
+//! [members]                          # omit for a single node; read only
+//!                                    # when the cluster first forms
 //! 1 = "10.0.0.1:7401"
 //! 2 = "10.0.0.2:7401"
 //! 3 = "10.0.0.3:7401"
@@ -27,7 +28,7 @@
 //! [wal]                              # central topic WALs
 //! segment_max_age_ms = 60000         # seal the active segment after 1 min
 //!
-//! [retention]                        # only without a tier service:
+//! [retention]                        # only without a tier service ([archive]):
 //! interval_ms = 60000                # delete what every durable subscription
 //! # max_age_ms = 604800000           # acked, or what is older than this
 //!
@@ -494,6 +495,22 @@ impl BrokerConfig {
                 "must be at least 1 (or left out)".into(),
             );
         }
+        // Local retention deletes sealed segments by cursor or age, not by
+        // the archive's end: beside a tier service it deleted segments
+        // that were never archived (the config trial).
+        if self.retention.interval_ms.is_some() && self.archive.is_some() {
+            invalid(
+                "retention",
+                "local retention is for a broker without a tier service; with [archive] the tier service's trims delete archived segments (remove [retention], or [archive] if no tier service runs)".into(),
+            );
+        }
+        // 0 panicked the damage check's timer while /health said ok.
+        if self.wal.damage_check_interval_ms == Some(0) {
+            invalid(
+                "wal.damage_check_interval_ms",
+                "must be at least 1 (or left out; scrub_bytes_per_sec = 0 turns the background check off)".into(),
+            );
+        }
         // openraft's own rules (`Config::validate`), named by setting.
         let r = &self.raft;
         if r.heartbeat_ms == 0 {
@@ -533,6 +550,28 @@ impl BrokerConfig {
                 "retention.interval_ms",
                 "must be at least 1 (or left out)".into(),
             );
+        }
+        // A limit of 0 refused every batch for good (a config trial); a
+        // refresh of 0 cannot drive a timer.
+        let b = &self.budget;
+        if b.unarchived_bytes == Some(0) {
+            invalid(
+                "budget.unarchived_bytes",
+                "must be at least 1 (0 refuses every batch; leave it out for no limit)".into(),
+            );
+        }
+        for (topic, limit) in &b.topics {
+            if let Err(e) = tributary_proto::keys::TopicName::new(topic) {
+                invalid("budget.topics", format!("{topic:?}: {e}"));
+            } else if *limit == 0 {
+                invalid(
+                    "budget.topics",
+                    format!("{topic}: must be at least 1 (0 refuses every batch)"),
+                );
+            }
+        }
+        if b.refresh_ms == 0 {
+            invalid("budget.refresh_ms", "must be at least 1".into());
         }
         if let Some(archive) = &self.archive {
             if let Err(e) = tributary_proto::keys::StorageKeys::new(&archive.prefix) {

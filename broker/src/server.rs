@@ -52,6 +52,10 @@ pub enum ServerError {
         /// `{data_dir}/topics`.
         topics: std::path::PathBuf,
     },
+    /// The data directory is another node's or another component's, or its
+    /// identity file is unreadable (see [`broker_core::data_dir`]).
+    #[error(transparent)]
+    DataDir(#[from] broker_core::data_dir::IdentityError),
     /// A listener could not be bound or failed.
     #[error("{what} listener on {addr}: {source}")]
     Listen {
@@ -98,7 +102,12 @@ pub async fn run(
         snapshot_every: config.raft.snapshot_every,
         logs_kept_after_snapshot: config.raft.logs_kept_after_snapshot,
     };
+    // Whose the directory is comes first (an edge agent's directory is
+    // refused as such, not for its missing Raft state); the file is written
+    // only once nothing else refuses the directory.
+    broker_core::data_dir::inspect(&config.data_dir, &data_dir_owner(&config))?;
     refuse_lost_metadata(&config.data_dir)?;
+    claim_data_dir(&config)?;
     let node = MetaNode::start(node_config, &tls).await?;
     let store = RaftMetadataStore::new(node.clone(), Arc::new(SystemClock));
     let store: Arc<dyn broker_core::metadata::MetadataStore> = Arc::new(store);
@@ -161,6 +170,8 @@ pub async fn run(
         },
     );
     topics.set_cluster(cluster.clone());
+    // The cluster's id: created once (put-if-absent), then read back.
+    let identity_task = topics.identity().spawn_load();
     let cluster_tasks = {
         let leader_node = node.clone();
         let me = config.node_id;
@@ -372,6 +383,7 @@ pub async fn run(
         task.abort();
     }
     watchdog.abort();
+    identity_task.abort();
     ingest.close(0u32.into(), b"broker shutting down");
     // Record the edges' disconnects while Raft still runs (bounded: without
     // a leader the next start rewrites them).
@@ -394,6 +406,31 @@ pub async fn run(
     topics.close_all().await;
     node.shutdown().await;
     result
+}
+
+/// This broker as the owner of its data directory.
+fn data_dir_owner(config: &BrokerConfig) -> broker_core::data_dir::Owner {
+    broker_core::data_dir::Owner::Broker {
+        node_id: config.node_id,
+    }
+}
+
+/// Claims the data directory for this broker (`identity.json`, written on
+/// first start and on a directory from before identity files), or refuses
+/// it: another `node_id`'s, an edge agent's, an unreadable file.
+///
+/// # Errors
+/// [`ServerError::DataDir`].
+fn claim_data_dir(config: &BrokerConfig) -> Result<(), ServerError> {
+    let found = broker_core::data_dir::claim(&config.data_dir, &data_dir_owner(config))?;
+    if found == broker_core::data_dir::Found::Adopted {
+        info!(
+            path = %broker_core::data_dir::identity_path(&config.data_dir).display(),
+            node_id = config.node_id,
+            "data directory from before identity files: identity file written from the configuration"
+        );
+    }
+    Ok(())
 }
 
 /// Refuses to start on a data directory whose Raft database

@@ -197,7 +197,7 @@ impl Harness {
 
 /// Stands in for the HTTPS listener: a request with `x-test-peer: NAME`
 /// arrives as if over a connection whose client certificate has identity
-/// NAME.
+/// NAME (and `notBefore` from `x-test-not-before: SECONDS`, if given).
 async fn pretend_client_certificate(
     mut request: axum::extract::Request,
     next: axum::middleware::Next,
@@ -207,12 +207,37 @@ async fn pretend_client_certificate(
         .get("x-test-peer")
         .and_then(|v| v.to_str().ok())
         .map(str::to_owned);
+    let not_before_s = request
+        .headers()
+        .get("x-test-not-before")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse().ok());
     if let Some(identity) = identity {
         request
             .extensions_mut()
-            .insert(tributary_broker::auth::PeerCertificate { identity });
+            .insert(tributary_broker::auth::PeerCertificate {
+                identity,
+                not_before_s,
+            });
     }
     next.run(request).await
+}
+
+/// `GET path` as if over a connection whose client certificate has
+/// identity `peer` (and `notBefore` `not_before_s`): status and JSON body.
+fn get_as_peer(h: &Harness, peer: &str, not_before_s: Option<i64>, path: &str) -> (u16, Value) {
+    let mut request = ureq::http::Request::builder()
+        .method("GET")
+        .uri(format!("{}{path}", h.base))
+        .header("x-test-peer", peer);
+    if let Some(s) = not_before_s {
+        request = request.header("x-test-not-before", s.to_string());
+    }
+    let response = h.raw.run(request.body(()).unwrap()).unwrap();
+    let status = response.status().as_u16();
+    let body: Value =
+        serde_json::from_str(&response.into_body().read_to_string().unwrap()).unwrap();
+    (status, body)
 }
 
 /// A concrete path for a route template, in namespace `a`, topic `t`.
@@ -738,19 +763,7 @@ fn every_route_the_routers_declare_has_a_table_entry() {
 #[test]
 fn a_client_certificate_authenticates_only_as_a_certificate_principal() {
     let h = Harness::start();
-    let as_peer = |peer: &str, path: &str| {
-        let request = ureq::http::Request::builder()
-            .method("GET")
-            .uri(format!("{}{path}", h.base))
-            .header("x-test-peer", peer)
-            .body(())
-            .unwrap();
-        let response = h.raw.run(request).unwrap();
-        let status = response.status().as_u16();
-        let body: Value =
-            serde_json::from_str(&response.into_body().read_to_string().unwrap()).unwrap();
-        (status, body)
-    };
+    let as_peer = |peer: &str, path: &str| get_as_peer(&h, peer, None, path);
     // Unknown identity: 401.
     assert_eq!(as_peer("tier-7", "/v1/auth/whoami").0, 401);
     // A token principal of that name does not make the certificate valid.
@@ -772,6 +785,51 @@ fn a_client_certificate_authenticates_only_as_a_certificate_principal() {
     h.grant("tier-8", "tier", None);
     assert_eq!(as_peer("tier-8", "/v1/storage/topics").0, 200);
     assert_eq!(as_peer("tier-8", "/v1/auth/principals").0, 403);
+}
+
+/// A security trial (F5): an admin made a certificate principal named
+/// like an edge; after `POST /v1/edges/{edge}/revoke` that edge's
+/// certificates kept working on the admin API while ingest refused them.
+/// Now the API refuses the certificates the revocation covers (issued
+/// before it) and takes one issued after it.
+#[test]
+fn a_revoked_edge_certificate_no_longer_authenticates_as_a_certificate_principal() {
+    let h = Harness::start();
+    let as_peer =
+        |not_before_s: i64| get_as_peer(&h, "plant9", Some(not_before_s), "/v1/auth/whoami");
+    let now_s = i64::try_from(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs(),
+    )
+    .unwrap();
+    let issued_before = now_s - 3600;
+    let reply = h.admin(
+        "POST",
+        "/v1/auth/principals",
+        json!({"name": "plant9", "kind": "certificate"}),
+    );
+    assert_eq!(reply.status, 201, "{}", reply.body);
+    let (status, who) = as_peer(issued_before);
+    assert_eq!(status, 200, "{who}");
+    assert_eq!(who["name"], "plant9");
+
+    let reply = h.admin("POST", "/v1/edges/plant9/revoke", json!({}));
+    assert_eq!(reply.status, 200, "{}", reply.body);
+    let (status, body) = as_peer(issued_before);
+    assert_eq!(status, 401, "{body}");
+    assert_eq!(body["kind"], "unauthorized");
+    assert!(
+        body["error"]
+            .as_str()
+            .unwrap()
+            .contains("client certificate revoked"),
+        "{body}"
+    );
+    // A certificate issued after the revocation (a re-enrolled device).
+    let (status, who) = as_peer(now_s + 5);
+    assert_eq!(status, 200, "{who}");
 }
 
 /// Archiving the audit topic is not itself audited: otherwise every
@@ -805,4 +863,34 @@ fn storage_calls_on_the_audit_topic_are_not_audited_but_on_other_topics_are() {
     assert_eq!(records_after.len(), 2, "{records_after:?}");
     assert_eq!(records[1].action, "POST /v1/storage/topics/a/x/unload");
     assert_eq!(records[1].topic.as_deref(), Some("x"));
+}
+
+#[test]
+fn a_json_body_with_data_after_its_object_is_refused_and_changes_nothing() {
+    let h = Harness::start();
+    for (path, body) in [
+        ("/v1/auth/principals", r#"{"name":"tg1"}garbage"#),
+        ("/v1/auth/principals", r#"{"name":"tg1"} {"x":1}"#),
+        (
+            "/v1/topics",
+            r#"{"name":"/default/t2","intent":"task_queue"} {"x":1}"#,
+        ),
+    ] {
+        let reply = h.request("POST", path, Some(BOOTSTRAP), Some(body));
+        assert_eq!(reply.status, 400, "{body}: {}", reply.body);
+        assert_eq!(reply.body["kind"], "invalid_input", "{}", reply.body);
+        let error = reply.body["error"].as_str().unwrap();
+        assert!(error.starts_with("request body: data after"), "{error}");
+    }
+    let keys = h.metadata();
+    assert!(!keys.contains_key("/auth/principals/tg1"), "{keys:?}");
+    assert!(!keys.keys().any(|k| k.contains("/default/t2")), "{keys:?}");
+    // Trailing whitespace is fine.
+    let reply = h.request(
+        "POST",
+        "/v1/auth/principals",
+        Some(BOOTSTRAP),
+        Some("{\"name\":\"tg1\"} \n"),
+    );
+    assert_eq!(reply.status, 201, "{}", reply.body);
 }

@@ -232,6 +232,10 @@ fn a_data_dir_with_topic_wals_but_no_raft_database_is_refused() {
             b"batches",
             "the WAL is untouched"
         );
+        assert!(
+            !data.join("identity.json").exists(),
+            "a refused directory is not claimed"
+        );
     }
 }
 

@@ -136,6 +136,7 @@ fn hello_asking(topic: &str, ack_datagrams: bool) -> Frame {
         ack_datagrams,
         progress: false,
         tip: false,
+        cluster_id: false,
     })
 }
 
@@ -604,5 +605,64 @@ async fn a_declared_hole_is_acknowledged_at_its_end_and_replication_continues_af
             Frame::Ack { next_offset: 13 }
         ]
     );
+    broker.stop().await;
+}
+
+/// A Hello that asks for the cluster's id (`"cluster_id":true`).
+fn hello_asking_cluster_id(topic: &str) -> Frame {
+    let Frame::Hello(hello) = hello(topic) else {
+        unreachable!("hello() builds a Hello");
+    };
+    Frame::Hello(Hello {
+        cluster_id: true,
+        ..hello
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cluster_id_goes_first_and_only_to_edges_that_ask() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let certs = dir.path().join("certs");
+    broker_core::dev_certs::issue(&certs, &[1], &["plant1".into()]).expect("certs");
+    let plant1 =
+        TlsIdentity::load(&broker_core::dev_certs::edge_paths(&certs, "plant1")).expect("tls");
+    let endpoint = client(&plant1);
+    let broker = start_broker(&dir.path().join("broker"), &certs).await;
+    let conn = connect(&endpoint, broker.ingest)
+        .await
+        .expect("plant1 connects");
+    // (A restart keeps the id: broker/tests/cluster_id.rs.)
+    let answer = exchange(
+        &conn,
+        &encode(&[
+            hello_asking_cluster_id("/plant1/power"),
+            Frame::batch(&batch(0, 3, 10), false),
+        ]),
+    )
+    .await;
+    let Some(&Frame::ClusterId { id }) = answer.first() else {
+        panic!("no cluster id first: {answer:?}");
+    };
+    assert_eq!(
+        answer[1..],
+        [
+            Frame::Welcome { high_water_mark: 0 },
+            Frame::Ack { next_offset: 3 }
+        ]
+    );
+    // An edge that does not ask (older, or any Hello without the field)
+    // gets exactly what it got before: no frame it does not know.
+    let answer = exchange(&conn, &encode(&[hello("/plant1/power")])).await;
+    assert_eq!(answer, vec![Frame::Welcome { high_water_mark: 3 }]);
+    // Every stream that asks gets the same id.
+    let answer = exchange(&conn, &encode(&[hello_asking_cluster_id("/plant1/power")])).await;
+    assert_eq!(
+        answer,
+        vec![
+            Frame::ClusterId { id },
+            Frame::Welcome { high_water_mark: 3 }
+        ]
+    );
+    conn.close(0u32.into(), b"done");
     broker.stop().await;
 }

@@ -168,6 +168,24 @@ fn descriptors_survive_a_leader_kill_and_a_full_restart() {
     for i in 0..10u64 {
         let d = segment(&nodes[holder], &topic, 100);
         assert_eq!((d.start_offset, d.end_offset), (i * 100, i * 100 + 99));
+        if i == 0 {
+            // A tier service with another `prefix` than the broker's
+            // [archive]: refused, nothing committed (the config trial's
+            // broker committed it and trimmed, then found the records
+            // nowhere under its own prefix).
+            let (status, body) = post(
+                &format!(
+                    "{}?prefix=/other",
+                    nodes[holder].url("/storage/descriptors")
+                ),
+                &json!({ "topic": topic, "descriptor": d }),
+            );
+            assert_eq!(
+                (status, body["kind"].as_str()),
+                (409, Some("prefix_mismatch")),
+                "{body}"
+            );
+        }
         let (status, body) = commit(&nodes[holder], &topic, &d);
         assert_eq!(status, 201, "{body}");
         assert_eq!(body["tiered_offset"], json!(i * 100 + 100));

@@ -605,7 +605,8 @@ fn namespaces_and_cluster_status() {
     );
     assert_eq!(
         server.ok(&["cluster", "status"]),
-        "Node ID: 1\n\
+        "Cluster ID: unknown\n\
+         Node ID: 1\n\
          State: Leader\n\
          Leader: 1\n\
          Term: 2\n\
@@ -621,7 +622,7 @@ fn namespaces_and_cluster_status() {
             "node_id": 1, "leader": 1, "term": 2,
             "members": {"1": "127.0.0.1:7500"},
             "last_applied_index": 17, "snapshot_index": null, "purged_index": null,
-            "state": "Leader"
+            "state": "Leader", "cluster_id": null
         })
     );
 }

@@ -452,7 +452,7 @@ fn csv_export_and_bad_inputs_get_their_outcomes() {
             out_s,
         ],
     );
-    assert!(err.contains("fixed column"), "{err}");
+    assert!(err.contains("reserved column name"), "{err}");
     assert!(!out.exists());
 
     // An empty range (a start after the last timestamp): a valid Parquet

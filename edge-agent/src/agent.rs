@@ -46,6 +46,10 @@ pub enum AgentError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// The data directory is another edge's or another component's, or its
+    /// identity file is unreadable (see [`broker_core::data_dir`]).
+    #[error(transparent)]
+    Identity(#[from] broker_core::data_dir::IdentityError),
     /// The local metadata store could not be opened (held by another agent,
     /// another format version, an I/O failure). A damaged store is not an
     /// error: it is moved aside and replaced (see
@@ -203,6 +207,25 @@ fn spawn_stall_watch(
     })
 }
 
+/// Claims the data directory for this edge (`identity.json`, written on
+/// first start and on a directory from before identity files whose topics
+/// are all of this `edge_id`), or refuses it: another `edge_id`'s (its
+/// unreplicated backlog would be stranded), a broker's, an unreadable file.
+fn claim_data_dir(config: &AgentConfig) -> Result<(), AgentError> {
+    let owner = broker_core::data_dir::Owner::EdgeAgent {
+        edge_id: config.edge_id.as_str().to_owned(),
+    };
+    let found = broker_core::data_dir::claim(&config.data_dir, &owner)?;
+    if found == broker_core::data_dir::Found::Adopted {
+        info!(
+            path = %broker_core::data_dir::identity_path(&config.data_dir).display(),
+            edge_id = config.edge_id.as_str(),
+            "data directory from before identity files: identity file written from the configuration"
+        );
+    }
+    Ok(())
+}
+
 impl Agent {
     /// Starts an agent with the system clock; see [`Agent::start_with_clock`].
     ///
@@ -212,14 +235,15 @@ impl Agent {
         Agent::start_with_clock(config, Arc::new(SystemClock)).await
     }
 
-    /// Creates the data directory, opens the local metadata store
+    /// Creates the data directory, claims it for this `edge_id` or refuses
+    /// it ([`broker_core::data_dir::claim`]), opens the local metadata store
     /// (`{data_dir}/metadata.redb`) and every topic, binds the local API
     /// (port 0 picks a free port; see [`Agent::local_addr`]) and starts
     /// serving. `clock` stamps records published without a timestamp.
     ///
     /// # Errors
-    /// [`AgentError::DataDir`], [`AgentError::Metadata`],
-    /// [`AgentError::Open`], [`AgentError::Bind`].
+    /// [`AgentError::DataDir`], [`AgentError::Identity`],
+    /// [`AgentError::Metadata`], [`AgentError::Open`], [`AgentError::Bind`].
     pub async fn start_with_clock(
         config: AgentConfig,
         clock: Arc<dyn Clock>,
@@ -229,6 +253,7 @@ impl Agent {
             path: data_dir.clone(),
             source,
         })?;
+        claim_data_dir(&config)?;
         let path = data_dir.join(METADATA_FILE);
         let (store, store_report) = {
             let (file, clock) = (path.clone(), clock.clone());
@@ -416,9 +441,7 @@ impl Agent {
                 )))
             }
             _ => {
-                warn!(
-                    "no broker address or no TLS configuration: records are kept locally, not replicated"
-                );
+                warn!("no broker address: records are kept locally, not replicated");
                 None
             }
         };

@@ -37,7 +37,7 @@ use axum::routing::{get, post};
 use bytes::BytesMut;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
-use tracing::{debug, error};
+use tracing::{debug, error, warn};
 use tributary_proto::Record;
 use tributary_proto::keys::TopicName;
 
@@ -173,10 +173,29 @@ fn publish_error(e: TopicError, lines: Option<&[usize]>) -> ApiError {
                 .with("topic", json!(topic.as_str()))
                 .with("path", json!(path.display().to_string()))
         }
+        ref other if on_full_disk(other) => {
+            // Creating an implicit topic (its settings, its WAL directory)
+            // on a full disk: like a full WAL, nothing was stored.
+            warn!(error = %other, "publish refused: the disk under the agent's data is full");
+            ApiError::new(StatusCode::INSUFFICIENT_STORAGE, message).with_kind("disk_full")
+        }
         other => {
             error!(error = %other, "publish failed");
             ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, message)
         }
+    }
+}
+
+/// Whether `e` failed because the file system under the agent's data (its
+/// metadata store or a new WAL directory) is full.
+fn on_full_disk(e: &TopicError) -> bool {
+    use crate::manager::OpenError;
+    use broker_core::catalog::CatalogError;
+    match e {
+        TopicError::Metadata(m)
+        | TopicError::Open(OpenError::Catalog(CatalogError::Metadata(m))) => m.is_disk_full(),
+        TopicError::Open(OpenError::Wal { source, .. }) => source.is_disk_full(),
+        _ => false,
     }
 }
 
@@ -368,8 +387,10 @@ async fn health(
 /// `/health`'s `replication`: `state` (`not_configured`, `connected`,
 /// `disconnected`), the connected broker, the last error, how long nothing
 /// could leave the device (`stalled_for_ms`, with `unhealthy_after_ms` and
-/// the `stalls`, one sentence each) and each topic's lag (records published
-/// but not yet acknowledged by the broker).
+/// the `stalls`, one sentence each), each topic's lag (records published
+/// but not yet acknowledged by the broker) and `cluster_id`, the central
+/// cluster the checkpoints belong to (`/edge/cluster`, once a stream read
+/// or recorded it).
 fn replication_health(
     manager: &TopicManager,
     stats: Option<&Arc<ReplicationStats>>,
@@ -411,6 +432,7 @@ fn replication_health(
         "unhealthy_after_ms": stall.map(|(_, after)| ms(*after)),
         "stalls": stall.map(|(r, _)| r.reasons.clone()).unwrap_or_default(),
         "topics": lag,
+        "cluster_id": stats.and_then(|s| s.cluster.known()).map(|id| id.to_string()),
     })
 }
 

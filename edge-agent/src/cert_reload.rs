@@ -58,8 +58,9 @@ pub enum ReloadError {
     Tls(#[from] TlsError),
     /// The certificate is another edge's.
     #[error(
-        "tls.cert: {} is the certificate of {found:?}, not of this edge {expected:?}",
-        path.display()
+        "tls.cert: {} is the certificate of {}, not of this edge {expected:?}",
+        path.display(),
+        .found.as_deref().map_or_else(|| "no edge identity".to_owned(), |f| format!("{f:?}"))
     )]
     Identity {
         /// The certificate file.
@@ -140,6 +141,9 @@ impl CertReloader {
                 expected: self.edge_id.clone(),
             });
         }
+        // A pair from another CA (or expired) would be presented and
+        // refused by every broker at the next connection: keep the old.
+        identity.verify_client_chain()?;
         self.slot.replace(identity.certified_key()?);
         self.swaps.send_modify(|n| *n += 1);
         Ok(self.edge_id.clone())
@@ -281,9 +285,21 @@ mod tests {
         std::fs::copy(&e2.key, &paths.key).unwrap();
         let err = reloader.reload().unwrap_err().to_string();
         assert!(
-            err.contains("is the certificate of Some(\"e2\"), not of this edge \"e1\""),
+            err.contains("is the certificate of \"e2\", not of this edge \"e1\""),
             "{err}"
         );
+        assert_eq!(presented(&reloader), rotated);
+
+        // A pair for this edge from another CA (the config trial: it was
+        // swapped in, then every broker refused it): refused, the rotated
+        // certificate stays.
+        let other = dir.path().join("other-ca");
+        dev_certs::issue(&other, &[], &["e1".into()]).unwrap();
+        let foreign = dev_certs::edge_paths(&other, "e1");
+        std::fs::copy(&foreign.cert, &paths.cert).unwrap();
+        std::fs::copy(&foreign.key, &paths.key).unwrap();
+        let err = reloader.reload().unwrap_err().to_string();
+        assert!(err.contains("not a valid client certificate"), "{err}");
         let key = reloader.resolver().current();
         assert_eq!(certificate_identity(&key.cert[0]).as_deref(), Some("e1"));
         assert_eq!(presented(&reloader), rotated);

@@ -10,6 +10,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use broker_core::check::{Report, Transport};
+use broker_core::data_dir::{self, Found, Owner};
 use broker_core::tls::{TlsError, TlsPaths};
 
 use crate::config::{self, AgentConfig, ConfigError, FileConfig, Overrides};
@@ -18,6 +19,9 @@ use crate::config::{self, AgentConfig, ConfigError, FileConfig, Overrides};
 /// when it does not validate, the file's merged with the flags.
 struct Targets {
     data_dir: Option<PathBuf>,
+    /// The configured owner of the data directory (only when the
+    /// configuration resolves: `edge_id` may come from the certificate).
+    owner: Option<Owner>,
     tls: Option<TlsPaths>,
     local_api: SocketAddr,
     brokers: Vec<String>,
@@ -29,6 +33,9 @@ impl Targets {
     fn resolved(config: &AgentConfig) -> Targets {
         Targets {
             data_dir: Some(config.data_dir.clone()),
+            owner: Some(Owner::EdgeAgent {
+                edge_id: config.edge_id.as_str().to_owned(),
+            }),
             tls: config.tls.clone(),
             local_api: config.local_api,
             brokers: config.brokers.clone(),
@@ -53,6 +60,7 @@ impl Targets {
             .or_else(|| tls_file.map(|t| t.ca.clone()));
         Targets {
             data_dir: overrides.data_dir.clone().or_else(|| file.data_dir.clone()),
+            owner: None,
             tls: match (cert, key, ca) {
                 (Some(cert), Some(key), Some(ca)) => Some(TlsPaths { cert, key, ca }),
                 _ => None,
@@ -74,8 +82,8 @@ impl Targets {
 
 /// Checks the configuration at `path` (if any) with `overrides` as `run`
 /// would load it, collecting every problem: the file's syntax, validation,
-/// the TLS files, the data directory, the local API and MQTT addresses and
-/// the brokers' addresses. Nothing is bound, created or connected to.
+/// the TLS files, the data directory and its identity file, the local API
+/// and MQTT addresses and the brokers' addresses. Nothing is bound, created or connected to.
 pub fn check(path: Option<&Path>, overrides: &Overrides) -> Report {
     let mut report = Report::new();
     let file = match path.map(read_file).transpose() {
@@ -98,17 +106,31 @@ pub fn check(path: Option<&Path>, overrides: &Overrides) -> Report {
         && !report.mentions("data_dir")
     {
         report.data_dir("data_dir", dir);
+        if let Some(owner) = &targets.owner
+            && !report.mentions("data_dir")
+        {
+            data_dir_identity(&mut report, dir, owner);
+        }
     }
-    if let Some(paths) = &targets.tls
-        && let Err(errors) = paths.check("tls")
-    {
-        for e in errors {
-            let named = match &e {
-                TlsError::Setting { setting, .. } => report.mentions(setting),
-                _ => false,
-            };
-            if !named {
-                report.problem(e.to_string());
+    if let Some(paths) = &targets.tls {
+        match paths.check("tls") {
+            // Brokers refuse a certificate of another CA (or an expired
+            // one) in the handshake; say so before deploying.
+            Ok(identity) => {
+                if let Err(e) = identity.verify_client_chain() {
+                    report.problem(format!("tls.cert: {e}"));
+                }
+            }
+            Err(errors) => {
+                for e in errors {
+                    let named = match &e {
+                        TlsError::Setting { setting, .. } => report.mentions(setting),
+                        _ => false,
+                    };
+                    if !named {
+                        report.problem(e.to_string());
+                    }
+                }
             }
         }
     }
@@ -125,6 +147,22 @@ pub fn check(path: Option<&Path>, overrides: &Overrides) -> Report {
         report.peer(&format!("brokers[{i}]"), broker);
     }
     report
+}
+
+/// The data directory's identity file against `edge_id`
+/// ([`data_dir::inspect`]): a refusal is a `data_dir` problem; a directory
+/// from before identity files is a note (start-up writes the file).
+fn data_dir_identity(report: &mut Report, dir: &Path, owner: &Owner) {
+    match data_dir::inspect(dir, owner) {
+        Ok(Found::Matches | Found::Fresh) => {}
+        Ok(Found::Adopted) => report.note(format!(
+            "data_dir: {} has no identity file yet (written before identity files): start-up \
+             writes {} for {owner}",
+            dir.display(),
+            data_dir::identity_path(dir).display()
+        )),
+        Err(e) => report.problem(format!("data_dir: {e}")),
+    }
 }
 
 fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {

@@ -372,6 +372,17 @@ impl AgentConfig {
             check_broker_address(broker)
                 .map_err(|r| ConfigError::invalid(format!("brokers[{i}]"), r))?;
         }
+        if !brokers.is_empty() && tls.is_none() {
+            // Replication is mutual TLS only: without it the agent would
+            // run, take records and never send one (a config trial's
+            // finding), with nothing but a log line to say so.
+            return Err(ConfigError::invalid(
+                "brokers",
+                "replication needs mutual TLS: add a [tls] table with cert, key and ca \
+                 (edge-agent enroll writes them), or leave brokers out to keep records on \
+                 this device only",
+            ));
+        }
         let limits = resolve_limits(file.max_record_bytes, file.max_batch_bytes)?;
         let replication = ReplicationSettings::resolve(file.replication)?;
         let disk_budget_bytes = overrides.disk_budget_bytes.or(file.disk_budget_bytes);
@@ -524,7 +535,7 @@ pub fn enroll_paths(
         flag.clone().or_else(|| from_file.cloned()).ok_or_else(|| {
             ConfigError::invalid(
                 field,
-                "not set: enroll writes the certificate, key and CA where [tls] cert, key and ca                  (or --tls-cert, --tls-key, --tls-ca) say",
+                "not set: enroll writes the certificate, key and CA where [tls] cert, key and ca (or --tls-cert, --tls-key, --tls-ca) say",
             )
         })
     };

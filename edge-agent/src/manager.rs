@@ -13,6 +13,7 @@
 //! | `/topics/{ns}/{topic}/delivery` | `"Reliable"` / `"NonReliable"` |
 //! | `/edge/checkpoints/{ns}/{topic}` | next offset acknowledged by the broker (JSON number) |
 //! | `/edge/archived/{ns}/{topic}` | offset below which the broker reported everything archived (JSON number); with `retain_until = "archived"` retention deletes only below the smaller of it and the checkpoint |
+//! | `/edge/cluster` | id of the central cluster the checkpoints and archived offsets came from (JSON string; `crate::replicator::cluster`) |
 //!
 //! A configured topic is created with its intent on first start; an unknown
 //! topic is created on its first publish with the broker fallback (no
@@ -367,12 +368,16 @@ impl TopicManager {
             info!(topic = %name, next_offset, "realtime topic opened (in memory)");
             return Ok(Topic::open_ring(parts, next_offset));
         }
-        let wal_config = wal_config_for(
+        let mut wal_config = wal_config_for(
             &parts.settings,
             &policy,
             self.config.disk_budget_bytes,
             &self.config.limits,
         );
+        // The broker holds everything below the checkpoint: a log whose
+        // end was lost here (a removed directory, a truncated segment)
+        // continues past it, so no acknowledged offset is handed out again.
+        wal_config.min_next_offset = acknowledged.max(archived);
         let wal_dir = dir.clone();
         let wal = tokio::task::spawn_blocking(move || Wal::open(wal_dir, wal_config))
             .await
@@ -394,9 +399,6 @@ impl TopicManager {
             bytes = wal.size_bytes(),
             "durable topic opened"
         );
-        if acknowledged > wal.high_water_mark() {
-            warn!(topic = %name, acknowledged, high_water_mark = wal.high_water_mark(), "checkpoint is past the local WAL's end");
-        }
         let topic = Topic::open_wal(parts, wal);
         // Segments acknowledged before a crash may still be on disk.
         if acknowledged > 0 && acknowledged <= topic.high_water_mark() {

@@ -41,6 +41,7 @@
 //! | `tributary_edge_replication_wire_bytes_total` | counter | `edge` |
 //! | `tributary_edge_replication_redirects_total` | counter | `edge` |
 //! | `tributary_edge_replication_redirect_loops_total` | counter | `edge` |
+//! | `tributary_edge_replication_cluster_mismatches_total` | counter | `edge`: streams stopped because the broker belongs to another cluster than the one the checkpoints came from |
 //! | `tributary_edge_replication_stage_seconds` | histogram | `edge`, `stage` (`read`, `compress`, `queue`, `send`, `ack`: where a batch spent its time, [`crate::replicator::stages`]) |
 //! | `tributary_edge_mqtt_*` | counter, gauge | `edge` (`qos` on `publishes`; [`crate::mqtt::MqttStats`]) |
 
@@ -419,6 +420,11 @@ pub fn add_replication(
             "tributary_edge_replication_redirect_loops",
             "Times a topic followed too many redirects without a Welcome and was held back.",
             get(&stats.redirect_loops),
+        ),
+        (
+            "tributary_edge_replication_cluster_mismatches",
+            "Topic streams stopped because the broker belongs to another cluster than the one this edge's checkpoints came from (/edge/cluster).",
+            get(&stats.cluster.mismatches),
         ),
     ] {
         out.counter(name, help, [(out.labels(&[]), value)]);

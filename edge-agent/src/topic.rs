@@ -46,6 +46,7 @@ mod damage;
 mod errors;
 mod publish;
 mod reopen;
+mod tight;
 
 pub use damage::DamagedRange;
 pub use errors::{AckError, PublishError, TopicFull};
@@ -470,6 +471,12 @@ impl Topic {
                         debug!(topic = %self.name, start, end, bytes, "deleted an acknowledged segment");
                     }
                     released.deleted_segments = report.deleted;
+                    self.release_safe_active_segment(&wal)
+                        .await
+                        .map_err(|source| AckError::Wal {
+                            topic: self.name.clone(),
+                            source,
+                        })?;
                 }
             }
         }

@@ -166,7 +166,8 @@ async fn publish_one_and_batch_with_exact_offsets_and_bytes() {
                                "unhealthy_after_ms": null, "stalls": [],
                                "topics": [{"topic": "/e1/t",
                                "high_water_mark": 5, "acknowledged_offset": 0,
-                               "lag_records": 5, "stopped": null}]}})
+                               "lag_records": 5, "stopped": null}],
+                               "cluster_id": null}})
     );
 
     let metrics = get(addr, "/metrics").await;

@@ -102,6 +102,24 @@ fn check_config_says_ok_or_every_problem_on_its_own_line() {
         )
     );
 
+    // This edge's pair, from another CA than tls.ca (the config trial:
+    // `ok`, then every broker refused it with UnknownIssuer).
+    let other = dir.path().join("other-ca");
+    tributary_test_support::certs::issue(&other, &[], &["plant1"]);
+    let foreign = config(dir.path(), "127.0.0.1:7500", |t| {
+        t.replace(
+            &format!("{}/edge-plant1", dir.path().join("certs").display()),
+            &format!("{}/edge-plant1", other.display()),
+        )
+    });
+    let out = edge_agent(&["check-config", "-c", foreign.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains("error: tls.cert: ") && stderr.contains("not a valid client certificate"),
+        "{stderr}"
+    );
+
     // A file that does not parse: that one problem.
     std::fs::write(&bad, "data_dir = \n").unwrap();
     let out = edge_agent(&["check-config", "-c", bad.to_str().unwrap()]);

@@ -26,6 +26,31 @@ pub const FIXED_COLUMNS: [&str; 7] = [
     "_reason",
 ];
 
+/// The Hive partition key of the lakehouse writer's files (`date=…/`): a
+/// reader with Hive partitioning puts the partition's value in place of a
+/// column of that name (a trial saw it), so no typed column takes it.
+pub const PARTITION_COLUMN: &str = "date";
+
+/// Names no typed column may take: [`FIXED_COLUMNS`] and
+/// [`PARTITION_COLUMN`], compared without regard to letter case, as DuckDB
+/// and Spark compare column names.
+fn reserved_names() -> impl Iterator<Item = &'static str> {
+    FIXED_COLUMNS.into_iter().chain([PARTITION_COLUMN])
+}
+
+/// Whether `name` is a reserved name ([`reserved_names`]), in any letter
+/// case.
+fn reserved(name: &str) -> bool {
+    reserved_names().any(|r| r.eq_ignore_ascii_case(name))
+}
+
+/// Earliest timestamp a `timestamp` column takes, ms since the Unix epoch
+/// (0001-01-01T00:00:00Z): readers fail on a file holding dates outside
+/// years 1 to 9999 (DuckDB's conversion, Python's `datetime`).
+pub const MIN_TIMESTAMP_MS: i64 = -62_135_596_800_000;
+/// Latest timestamp a `timestamp` column takes (9999-12-31T23:59:59.999Z).
+pub const MAX_TIMESTAMP_MS: i64 = 253_402_300_799_999;
+
 /// How many values [`JsonColumns::infer`] looks at by default.
 pub const DEFAULT_INFER_ROWS: usize = 1000;
 
@@ -116,11 +141,23 @@ pub enum SchemaError {
         /// The name given.
         ty: String,
     },
-    /// A declared field whose name is a fixed column.
-    #[error("field `{field}` has the name of a fixed column ({})", FIXED_COLUMNS.join(", "))]
+    /// A declared field whose name is reserved: a fixed column's or
+    /// [`PARTITION_COLUMN`].
+    #[error("field `{field}` has a reserved column name ({}, in any letter case)", reserved_names().collect::<Vec<_>>().join(", "))]
     Collision {
         /// The field.
         field: String,
+    },
+    /// Two declared fields whose names differ only in letter case: DuckDB
+    /// and Spark read them as one column name.
+    #[error(
+        "fields `{field}` and `{other}` differ only in letter case, which DuckDB and Spark read as one column name: declare one of them"
+    )]
+    CaseCollision {
+        /// The later field.
+        field: String,
+        /// The earlier one.
+        other: String,
     },
     /// A field declared twice.
     #[error("field `{field}` is declared twice")]
@@ -205,7 +242,7 @@ impl JsonColumns {
         let mut columns: Vec<Column> = Vec::new();
         for (field, ty) in fields {
             let field = field.trim();
-            if FIXED_COLUMNS.contains(&field) {
+            if reserved(field) {
                 return Err(SchemaError::Collision {
                     field: field.to_owned(),
                 });
@@ -213,6 +250,12 @@ impl JsonColumns {
             if columns.iter().any(|c| c.field == field) {
                 return Err(SchemaError::Duplicate {
                     field: field.to_owned(),
+                });
+            }
+            if let Some(other) = columns.iter().find(|c| same_name(&c.field, field)) {
+                return Err(SchemaError::CaseCollision {
+                    field: field.to_owned(),
+                    other: other.field.clone(),
                 });
             }
             columns.push(Column {
@@ -290,7 +333,7 @@ impl JsonColumns {
         let wanted: Vec<(String, String, ColumnType)> = kinds
             .into_iter()
             .map(|(field, ty)| {
-                let name = if FIXED_COLUMNS.contains(&field.as_str()) {
+                let name = if reserved(&field) {
                     format!("value_{field}")
                 } else {
                     field.clone()
@@ -349,24 +392,36 @@ impl JsonColumns {
 /// fields always give the same names and a field keeps its own name
 /// whenever it can (`offset` is `value_offset` and a field `value_offset`
 /// beside it becomes `value_offset_2`).
+///
+/// Names are compared in lower case, as DuckDB and Spark compare them (a
+/// trial's `a` and `A` were one column there): `A` then `a` give `A` and
+/// `a_2`.
 fn unique_names<'a>(wanted: impl IntoIterator<Item = &'a str>) -> Vec<String> {
     let wanted: Vec<&str> = wanted.into_iter().collect();
-    let all_wanted: BTreeSet<&str> = wanted.iter().copied().collect();
-    let mut taken: BTreeSet<String> = FIXED_COLUMNS.iter().map(|c| (*c).to_owned()).collect();
+    let all_wanted: BTreeSet<String> = wanted.iter().map(|w| w.to_lowercase()).collect();
+    let mut taken: BTreeSet<String> = reserved_names().map(str::to_owned).collect();
     let mut names = Vec::with_capacity(wanted.len());
     for name in wanted {
-        let chosen = if taken.contains(name) {
+        let chosen = if taken.contains(&name.to_lowercase()) {
             (2u64..)
                 .map(|n| format!("{name}_{n}"))
-                .find(|c| !taken.contains(c) && !all_wanted.contains(c.as_str()))
+                .find(|c| {
+                    let lower = c.to_lowercase();
+                    !taken.contains(&lower) && !all_wanted.contains(&lower)
+                })
                 .unwrap_or_else(|| name.to_owned())
         } else {
             name.to_owned()
         };
-        taken.insert(chosen.clone());
+        taken.insert(chosen.to_lowercase());
         names.push(chosen);
     }
     names
+}
+
+/// Whether two column names are one for DuckDB and Spark.
+fn same_name(a: &str, b: &str) -> bool {
+    a.to_lowercase() == b.to_lowercase()
 }
 
 /// A field name, borrowed from the input when it has no escapes.
@@ -423,8 +478,14 @@ impl<'de> serde::de::Visitor<'de> for RowVisitor<'_> {
                         Some(c) => c,
                         None => {
                             misfit.get_or_insert_with(|| {
+                                let hint = match column.ty {
+                                    ColumnType::Timestamp => {
+                                        " (ms since the Unix epoch or RFC 3339, years 1 to 9999)"
+                                    }
+                                    _ => "",
+                                };
                                 format!(
-                                    "field `{}` is {} where the column is {}",
+                                    "field `{}` is {} where the column is {}{hint}",
                                     column.field,
                                     describe(&value),
                                     column.ty
@@ -502,10 +563,14 @@ fn cell(ty: ColumnType, v: &Value) -> Option<Cell> {
         (ColumnType::Int64, Value::Number(n)) => n.as_i64().map(Cell::Int),
         (ColumnType::Double, Value::Number(n)) => n.as_f64().map(Cell::Double),
         (ColumnType::String, Value::String(s)) => Some(Cell::Str(s.clone())),
-        (ColumnType::Timestamp, Value::Number(n)) => n.as_i64().map(Cell::Timestamp),
-        (ColumnType::Timestamp, Value::String(s)) => {
-            crate::time::parse_rfc3339_ms(s).ok().map(Cell::Timestamp)
-        }
+        (ColumnType::Timestamp, Value::Number(n)) => n
+            .as_i64()
+            .filter(|ms| (MIN_TIMESTAMP_MS..=MAX_TIMESTAMP_MS).contains(ms))
+            .map(Cell::Timestamp),
+        (ColumnType::Timestamp, Value::String(s)) => crate::time::parse_rfc3339_ms(s)
+            .ok()
+            .filter(|ms| (MIN_TIMESTAMP_MS..=MAX_TIMESTAMP_MS).contains(ms))
+            .map(Cell::Timestamp),
         (ColumnType::Json, v) => Some(Cell::Str(v.to_string())),
         _ => None,
     }
@@ -579,6 +644,55 @@ mod tests {
         let err = JsonColumns::infer(vec![(7u64, &b"[1]"[..])]).expect_err("array");
         assert!(err.to_string().contains("offset 7"), "{err}");
         assert!(JsonColumns::infer(Vec::<(u64, &[u8])>::new()).is_err());
+    }
+
+    /// A lakehouse trial: `date` was overwritten by the Hive partition
+    /// value on read, `a`/`A` and `temp`/`Temp` read as one column in
+    /// DuckDB, and a timestamp in year 318,857 made a file unreadable.
+    #[test]
+    fn date_and_names_differing_in_case_are_kept_apart_and_timestamps_in_range() {
+        let cols = JsonColumns::infer([(
+            0u64,
+            &br#"{"date":"2020-01-01","A":"up","a":10,"Offset":1}"#[..],
+        )])
+        .unwrap();
+        let names: Vec<&str> = cols.columns().iter().map(|c| c.name.as_str()).collect();
+        assert_eq!(names, ["A", "value_Offset", "a_2", "value_date"]);
+        for list in ["date:string", "Offset:int64", "TIMESTAMP:string"] {
+            assert!(
+                matches!(
+                    JsonColumns::parse_list(list),
+                    Err(SchemaError::Collision { .. })
+                ),
+                "{list}"
+            );
+        }
+        let err = JsonColumns::parse_list("Temp:double,temp:double").unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "fields `temp` and `Temp` differ only in letter case, which DuckDB and Spark read as one column name: declare one of them"
+        );
+        let ts = JsonColumns::parse_list("ts:timestamp").unwrap();
+        for fits in [
+            "0",
+            "-1",
+            "253402300799999",
+            "-62135596800000",
+            "\"9999-12-31T23:59:59.999Z\"",
+        ] {
+            let value = format!(r#"{{"ts":{fits}}}"#);
+            assert!(ts.fit(1, value.as_bytes()).is_ok(), "{fits}");
+        }
+        for misfit in ["9999999999999999", "253402300800000", "-62135596800001"] {
+            let value = format!(r#"{{"ts":{misfit}}}"#);
+            let err = ts.fit(7, value.as_bytes()).unwrap_err();
+            assert_eq!(
+                err.to_string(),
+                format!(
+                    "offset 7: field `ts` is the integer {misfit} where the column is timestamp (ms since the Unix epoch or RFC 3339, years 1 to 9999)"
+                )
+            );
+        }
     }
 
     #[test]

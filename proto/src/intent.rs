@@ -483,6 +483,25 @@ pub enum PolicyError {
          would be delivered to it again, forever"
     )]
     DeadLetterIsSource(String),
+    /// `dead_letter_topic` is in another namespace than the subscription's
+    /// topic: a principal allowed to write one namespace would write
+    /// another's (an edge's, `default`) through its dead letters.
+    #[error(
+        "dead_letter_topic {dlq} is not in namespace {namespace:?} of the subscription's topic: \
+         a dead-letter topic must be in the same namespace (e.g. /{namespace}/<topic>-dlq)"
+    )]
+    DeadLetterOtherNamespace {
+        /// The dead-letter topic.
+        dlq: String,
+        /// The subscription's topic's namespace.
+        namespace: String,
+    },
+    /// `dead_letter_topic` is in a system namespace (`/_system/...`).
+    #[error(
+        "dead_letter_topic {0} is a system topic (namespaces starting with '_' are the \
+         brokers'): dead letters may not be written there"
+    )]
+    DeadLetterSystem(String),
 }
 
 impl PolicyError {
@@ -491,7 +510,9 @@ impl PolicyError {
         match self {
             PolicyError::MissingDeadLetterTopic
             | PolicyError::DeadLetterTopic(_)
-            | PolicyError::DeadLetterIsSource(_) => "dead_letter_topic",
+            | PolicyError::DeadLetterIsSource(_)
+            | PolicyError::DeadLetterOtherNamespace { .. }
+            | PolicyError::DeadLetterSystem(_) => "dead_letter_topic",
             PolicyError::DelayRange { .. } => "base_redelivery_delay_ms",
             PolicyError::ZeroAckTimeout => "ack_timeout_ms",
         }
@@ -569,19 +590,16 @@ impl SubscriptionFailurePolicy {
         }
     }
 
-    /// [`validate`](Self::validate), and that the dead-letter topic is not
-    /// `topic` itself, the subscription's own topic (compared after
-    /// normalization).
+    /// [`validate`](Self::validate), and that the dead-letter topic may
+    /// receive `topic`'s dead letters ([`check_dead_letter_target`]).
     ///
     /// # Errors
     /// [`PolicyError`] naming the contradiction.
     pub fn validate_for(&self, topic: &TopicName) -> Result<(), PolicyError> {
         self.validate()?;
         match &self.dead_letter_topic {
-            Some(name) if TopicName::new(name).is_ok_and(|dlq| &dlq == topic) => {
-                Err(PolicyError::DeadLetterIsSource(topic.to_string()))
-            }
-            _ => Ok(()),
+            Some(name) => check_dead_letter_target(topic, &TopicName::new(name)?),
+            None => Ok(()),
         }
     }
 
@@ -600,6 +618,32 @@ impl SubscriptionFailurePolicy {
             }
         };
         delay.min(self.max_redelivery_delay_ms)
+    }
+}
+
+/// Whether `dlq` may receive the dead letters of a subscription of
+/// `topic`: not `topic` itself (compared after normalization), in the same
+/// namespace (a principal allowed to write one namespace may not write
+/// another's through dead letters), and not a system topic (a namespace
+/// starting with `_`). Checked when a policy is set and again before each
+/// copy (a policy stored before the rule).
+///
+/// # Errors
+/// [`PolicyError::DeadLetterIsSource`],
+/// [`PolicyError::DeadLetterOtherNamespace`],
+/// [`PolicyError::DeadLetterSystem`].
+pub fn check_dead_letter_target(topic: &TopicName, dlq: &TopicName) -> Result<(), PolicyError> {
+    if dlq == topic {
+        Err(PolicyError::DeadLetterIsSource(topic.to_string()))
+    } else if dlq.namespace() != topic.namespace() {
+        Err(PolicyError::DeadLetterOtherNamespace {
+            dlq: dlq.to_string(),
+            namespace: topic.namespace().to_owned(),
+        })
+    } else if dlq.namespace().starts_with('_') {
+        Err(PolicyError::DeadLetterSystem(dlq.to_string()))
+    } else {
+        Ok(())
     }
 }
 

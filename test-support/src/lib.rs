@@ -30,3 +30,4 @@ pub mod ports;
 pub mod process;
 pub mod python;
 pub mod relay;
+pub mod tree;

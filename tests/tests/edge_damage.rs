@@ -468,3 +468,74 @@ fn damage_in_the_brokers_wal_gives_consumers_a_gap_notice_and_later_records_flow
             if (*first_offset, *end_offset) == damaged
     ));
 }
+
+/// The edge trial's removed topic directory (agent stopped, broker holding
+/// 0..80): the new WAL started at 0 again and answered publishes with
+/// offsets the broker held for other records, which then never arrived.
+/// It continues after the checkpoint instead.
+#[test]
+fn a_removed_topic_directory_continues_after_the_acknowledged_offsets() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut pair = Pair::new_with(dir.path(), "task_queue", None, AGENT_EXTRA, TOPIC_EXTRA);
+    let edge_wal = pair.edge_data.join("topics/plant1/readings");
+    pair.broker.start();
+    pair.edge.start();
+    pair.wait_for_edge();
+    let mut next = 0;
+    for _ in 0..2 {
+        publish(&pair, &mut next);
+    }
+    wait_replicated(&pair, next);
+    // Stopped (its checkpoint flushed), not killed: the broker's
+    // acknowledgement of the last batch may otherwise not be in the
+    // checkpoint yet (flushed every `checkpoint_interval_ms`), and the
+    // agent can only continue after what it recorded (docs/edge-agent.md:
+    // a lost topic directory continues at the stored checkpoint).
+    assert_eq!(pair.edge.terminate(), Some(0));
+    std::fs::remove_dir_all(&edge_wal).expect("remove the topic directory");
+    pair.edge.start();
+    pair.wait_for_edge();
+    // `publish` asserts the offsets: 80.., not 0.. again.
+    publish(&pair, &mut next);
+    wait_replicated(&pair, next);
+    let (consumed, gaps) = pair.consume_all("audit", next);
+    assert_eq!(gaps, Vec::new());
+    let expected: BTreeMap<u64, String> = (0..next).map(|o| (o, value(o))).collect();
+    assert!(consumed == expected, "every record once at its offset");
+    assert_eq!(pair.broker.terminate(), Some(0));
+    assert_eq!(pair.edge.terminate(), Some(0));
+}
+
+/// The config trial's lowered `max_batch_bytes`: batches stored under the
+/// old limit (9 KB each, not replicated yet) were read as damage when the
+/// agent restarted with 8 KiB, declared a hole, and lost at the broker and
+/// in the archive. They replicate whole.
+#[test]
+fn batches_stored_under_a_larger_max_batch_bytes_replicate_after_it_is_lowered() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut pair = Pair::new_with(dir.path(), "task_queue", None, AGENT_EXTRA, TOPIC_EXTRA);
+    pair.edge.start();
+    pair.wait_for_edge();
+    let mut next = 0;
+    for _ in 0..3 {
+        publish(&pair, &mut next);
+    }
+    pair.edge.kill();
+    let config_path = dir.path().join("edge.toml");
+    let config = std::fs::read_to_string(&config_path).expect("edge config");
+    let lowered = config
+        .replace("max_batch_bytes = 65536", "max_batch_bytes = 8192")
+        .replace("max_record_bytes = 16384", "max_record_bytes = 4096");
+    assert_ne!(config, lowered, "the limits were in the config");
+    std::fs::write(&config_path, lowered).expect("write edge config");
+    pair.broker.start();
+    pair.edge.start();
+    pair.wait_for_edge();
+    wait_replicated(&pair, next);
+    let (consumed, gaps) = pair.consume_all("audit", next);
+    assert_eq!(gaps, Vec::new(), "no hole");
+    let expected: BTreeMap<u64, String> = (0..next).map(|o| (o, value(o))).collect();
+    assert!(consumed == expected, "every record once at its offset");
+    assert_eq!(pair.broker.terminate(), Some(0));
+    assert_eq!(pair.edge.terminate(), Some(0));
+}

@@ -125,6 +125,19 @@ fn a_full_disk_answers_507_disk_full_and_recovers_by_itself_with_every_record_on
     let refusal = publish_until_refused(&pair, &mut next, &mut acked);
     assert_disk_full(&refusal);
     wait_degraded(&pair);
+    // A new implicit topic (its WAL directory) on a disk without a free
+    // block: 507 too, nothing stored (the edge trial got 500 `internal`).
+    let filler = fs.fill();
+    let refusal = tributary_tests::fleet::publish_ndjson(
+        pair.edge_api,
+        "/plant1/new-on-full-disk",
+        "{\"value\":\"x\"}\n".into(),
+    )
+    .expect_err("no room for a new topic");
+    assert!(refusal.starts_with("status 507"), "{refusal}");
+    assert!(refusal.contains("\"kind\":\"disk_full\""), "{refusal}");
+    assert!(filler > 0);
+    fs.free_bytes(HEADROOM);
     let metrics = try_scrape(&format!("http://{}/metrics", pair.edge_api)).expect("metrics");
     assert!(
         metric_value(
@@ -144,6 +157,13 @@ fn a_full_disk_answers_507_disk_full_and_recovers_by_itself_with_every_record_on
     let refusal = publish_until_refused(&pair, &mut next, &mut acked);
     assert_disk_full(&refusal);
     pair.edge.kill();
+    pair.edge.start();
+    pair.wait_for_edge();
+
+    // Not a free block left (the edge trial: sealing needs room for the
+    // segment's index, and without it the agent stayed full for good).
+    pair.edge.kill();
+    fs.fill();
     pair.edge.start();
     pair.wait_for_edge();
 

@@ -7,6 +7,7 @@ use std::time::Duration;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use tributary_proto::archive::SegmentDescriptor;
+use tributary_proto::cluster::ClusterId;
 use tributary_proto::keys::{StorageKeys, TopicName};
 use tributary_proto::replication::hole::HoleRecord;
 
@@ -209,6 +210,40 @@ impl BrokerClient {
             kind: None,
             message: format!("unexpected reply: {e}"),
         })
+    }
+
+    /// The broker's cluster id (`GET /v1/storage/cluster`): `Ok(None)` from
+    /// an older broker without the endpoint (`404`) or a cluster whose id
+    /// is not committed yet (`null`).
+    ///
+    /// # Errors
+    /// [`TierError::Broker`], also for a reply whose `cluster_id` is
+    /// neither `null` nor a cluster id.
+    pub async fn cluster_id(&self) -> Result<Option<ClusterId>, TierError> {
+        const WHAT: &str = "read cluster id";
+        let url = format!("{}/v1/storage/cluster", self.base);
+        let body = match self.send(WHAT, self.http.get(url)).await {
+            Ok((_, body)) => body,
+            Err(TierError::Broker {
+                status: Some(404), ..
+            }) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let unexpected = |message: String| TierError::Broker {
+            what: WHAT,
+            status: None,
+            kind: None,
+            message,
+        };
+        match &body["cluster_id"] {
+            Value::Null => Ok(None),
+            Value::String(text) => ClusterId::parse(text)
+                .map(Some)
+                .map_err(|e| unexpected(format!("unexpected reply: {e}"))),
+            other => Err(unexpected(format!(
+                "unexpected reply: cluster_id is {other}"
+            ))),
+        }
     }
 
     /// The committed descriptors of `topic`, and its declared holes.

@@ -1,5 +1,7 @@
 //! `tier-service check-config`: every problem of a tier service
-//! configuration, one line each, without starting anything ([`check`]).
+//! configuration, one line each, without starting anything ([`check`]),
+//! then, if it has none and the broker answers, the archive prefix's owner
+//! ([`check_owner`], read only).
 
 use broker_core::check::{Report, Transport};
 use broker_core::tls::{TlsError, https_client_config, load_certs, load_key, load_roots};
@@ -100,5 +102,75 @@ fn check_broker_tls(config: &TierConfig, report: &mut Report) {
         && let Err(e) = https_client_config(ca, Some((cert, key)))
     {
         say("broker.key", e);
+    }
+}
+
+/// How long `check-config` waits for the broker's cluster id.
+const OWNER_CHECK_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// The archive prefix's owner, as the service would judge it at start-up
+/// ([`crate::owner`]), read only: another cluster's or a damaged owner
+/// object is a problem; an unreachable broker or bucket, an older broker
+/// or an unclaimed prefix is a note. Nothing is written. Call it on a
+/// configuration without problems (it builds the bucket and the client).
+pub async fn check_owner(config: &TierConfig, report: &mut Report) {
+    use crate::owner::{OwnerObjectState, read_owner};
+    let setup = || -> Result<_, TierError> {
+        let keys = tributary_proto::keys::StorageKeys::new(&config.prefix)?;
+        let token = config.broker.resolve_token()?;
+        let broker = crate::broker_api::BrokerClient::from_config(&config.broker, &token, &keys)?;
+        Ok((keys, broker))
+    };
+    let (keys, broker) = match setup() {
+        Ok(parts) => parts,
+        Err(e) => return report.problem(line(e)),
+    };
+    let skipped = |why: String| format!("archive owner not checked: {why}");
+    let ours = match tokio::time::timeout(OWNER_CHECK_TIMEOUT, broker.cluster_id()).await {
+        Ok(Ok(Some(id))) => id,
+        Ok(Ok(None)) => {
+            return report.note(skipped(format!(
+                "the broker at {} gives no cluster id (an older broker, or no id committed yet)",
+                config.broker.url
+            )));
+        }
+        Ok(Err(e)) => {
+            return report.note(skipped(format!(
+                "the broker at {} did not give its cluster id: {e}",
+                config.broker.url
+            )));
+        }
+        Err(_) => {
+            return report.note(skipped(format!(
+                "the broker at {} did not answer within {}s",
+                config.broker.url,
+                OWNER_CHECK_TIMEOUT.as_secs()
+            )));
+        }
+    };
+    // Read only: a local bucket directory that does not exist yet is not
+    // created (then there is no owner object either).
+    let bucket = match tributary_archive::Bucket::open_existing(&config.store) {
+        Ok(bucket) => bucket,
+        Err(e) => {
+            return report.note(format!(
+                "archive owner: the bucket cannot be opened read only ({e}); the service will \
+                 claim the prefix for cluster {ours} if it holds no owner object"
+            ));
+        }
+    };
+    let key = keys.owner_object();
+    let refusal = |found| crate::owner::refusal(found, ours, &bucket, &keys);
+    match read_owner(&bucket, &keys).await {
+        Ok(OwnerObjectState::Absent) => report.note(format!(
+            "archive owner: {key} in {} is absent; the service will claim the prefix for cluster {ours}",
+            bucket.description()
+        )),
+        Ok(found) => {
+            if let Some(e) = refusal(found) {
+                report.problem(line(e));
+            }
+        }
+        Err(e) => report.note(skipped(format!("reading {key}: {e}"))),
     }
 }

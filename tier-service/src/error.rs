@@ -102,6 +102,47 @@ pub enum TierError {
         /// The OS error (part of the message, not repeated as a source).
         error: std::io::Error,
     },
+    /// The archive prefix belongs to another cluster (its owner object
+    /// names another id): the service does not start, and nothing in the
+    /// bucket is touched.
+    #[error(
+        "the archive at {bucket} prefix {prefix} belongs to cluster {owner} (owner object {key}), \
+         but this tier service's broker is in cluster {ours}: refusing to start, nothing in the bucket \
+         was changed. Give this cluster its own archive: another prefix (`prefix`, --prefix) or \
+         another bucket (`[store] url`, --bucket)"
+    )]
+    PrefixOwnedByOther {
+        /// The bucket's description.
+        bucket: String,
+        /// The storage prefix.
+        prefix: String,
+        /// The owner object's key.
+        key: String,
+        /// The cluster the owner object names.
+        owner: tributary_proto::cluster::ClusterId,
+        /// This service's broker's cluster.
+        ours: tributary_proto::cluster::ClusterId,
+    },
+    /// The archive prefix's owner object cannot be read as one: the
+    /// service does not start and leaves it as it is.
+    #[error(
+        "the archive owner object {key} at {bucket} prefix {prefix} is damaged ({reason}): \
+         refusing to start, it was left as it is. Find which cluster archives under this prefix; \
+         if it is this one ({ours}), replace the object with {{\"format\":1,\"cluster_id\":\"{ours}\"}}, \
+         otherwise give this cluster its own prefix (`prefix`, --prefix) or bucket (`[store] url`, --bucket)"
+    )]
+    OwnerObjectDamaged {
+        /// The bucket's description.
+        bucket: String,
+        /// The storage prefix.
+        prefix: String,
+        /// The owner object's key.
+        key: String,
+        /// This service's broker's cluster.
+        ours: tributary_proto::cluster::ClusterId,
+        /// Why it does not parse.
+        reason: crate::owner::OwnerParseError,
+    },
     /// Another tier service holds the data directory's lock.
     #[error("another tier service is running on {} (lock held)", path.display())]
     Locked {

@@ -272,6 +272,7 @@ async fn read_segment_here(
     d: &SegmentDescriptor,
 ) -> Result<Vec<ArchivedRecord>, TierError> {
     let mut records = Vec::new();
+    let mut holes = Vec::new();
     archive
         .read_with_holes(
             topic,
@@ -283,7 +284,7 @@ async fn read_segment_here(
                 records.push(r);
                 ControlFlow::Continue(())
             },
-            &mut |_| {},
+            &mut |h| holes.push((h.first_offset, h.end_offset)),
         )
         .await
         .map_err(|e| TierError::Inconsistent {
@@ -293,7 +294,66 @@ async fn read_segment_here(
                 d.start_offset, d.end_offset
             ),
         })?;
+    let offsets: Vec<u64> = records.iter().map(|r| r.offset).collect();
+    if let Some((first, end)) = uncovered(d.start_offset, d.end_offset, &offsets, &holes) {
+        // The reader starts at the first object it finds: with the
+        // segment's own object missing it read the next one's records (a
+        // trial saw a segment recorded as written with 0 records, and
+        // never written once the object was back).
+        return Err(TierError::Inconsistent {
+            topic: topic.to_string(),
+            reason: format!(
+                "reading archived segment {}..={}: offsets {first}..{end} are in no archive \
+                 object and no declared hole (its object is missing: see the archive audit, \
+                 `tribctl archive verify`); the segment is written once they are back",
+                d.start_offset, d.end_offset
+            ),
+        });
+    }
     Ok(records)
+}
+
+/// The first range of `start..=end` (`first..end`, end exclusive) that
+/// neither a record of `offsets` (ascending, within the range) nor a hole
+/// of `holes` (`first..end` ranges, ascending) covers; `None` when every
+/// offset is covered.
+fn uncovered(start: u64, end: u64, offsets: &[u64], holes: &[(u64, u64)]) -> Option<(u64, u64)> {
+    let mut next = start;
+    let mut records = offsets.iter().copied().peekable();
+    let mut holes = holes.iter().copied().peekable();
+    while next <= end {
+        while records.peek().is_some_and(|&o| o < next) {
+            records.next();
+        }
+        if records.peek() == Some(&next) {
+            records.next();
+            next += 1;
+            continue;
+        }
+        match holes.peek().copied() {
+            Some((first, hole_end)) if first <= next && next < hole_end => {
+                holes.next();
+                next = hole_end;
+                continue;
+            }
+            Some((_, hole_end)) if hole_end <= next => {
+                holes.next();
+                continue;
+            }
+            _ => {}
+        }
+        let covered_again = [
+            records.peek().copied(),
+            holes.peek().map(|&(first, _)| first),
+        ]
+        .into_iter()
+        .flatten()
+        .filter(|&o| o > next)
+        .min()
+        .unwrap_or(end + 1);
+        return Some((next, covered_again.min(end + 1)));
+    }
+    None
 }
 
 fn choose_layout(
@@ -483,6 +543,25 @@ fn segment_end(key: &str) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A lakehouse trial: a segment whose object was missing was recorded
+    /// as written with 0 records (the reader started at the next object).
+    #[test]
+    fn a_segment_read_must_cover_every_offset_with_a_record_or_a_hole() {
+        let all: Vec<u64> = (0..=9).collect();
+        assert_eq!(uncovered(0, 9, &all, &[]), None);
+        // The object of 0..=99 missing: the next one's records are past it.
+        assert_eq!(uncovered(0, 99, &[], &[]), Some((0, 100)));
+        // A declared hole covers what it says, and no more.
+        assert_eq!(uncovered(0, 9, &[0, 1, 2, 8, 9], &[(3, 8)]), None);
+        assert_eq!(uncovered(0, 9, &[0, 1, 2, 9], &[(3, 8)]), Some((8, 9)));
+        assert_eq!(uncovered(0, 9, &[5, 6, 7, 8, 9], &[]), Some((0, 5)));
+        assert_eq!(uncovered(0, 9, &[0, 1, 2, 3, 4], &[]), Some((5, 10)));
+        // A leading hole (a lost first segment) and one reaching past.
+        assert_eq!(uncovered(10, 19, &[15, 16, 17, 18, 19], &[(0, 15)]), None);
+        assert_eq!(uncovered(10, 19, &[10, 11], &[(12, 40)]), None);
+        assert_eq!(uncovered(10, 19, &[10, 11], &[(13, 40)]), Some((12, 13)));
+    }
 
     #[test]
     fn patterns_select_topics_and_bad_ones_are_named() {

@@ -10,6 +10,8 @@
 //!   stored object (steps 2–3 of the commit order);
 //! - [`tiering`]: the commit order for every sealed segment (steps 1–5);
 //! - [`cold`]: cold retention (age/size limits on the archive);
+//! - [`owner`]: the archive prefix's owner cluster, claimed at start-up
+//!   before anything else touches the bucket;
 //! - [`reconcile`]: the start-up pass that makes bucket and descriptors
 //!   agree;
 //! - [`audit`]: the continuous archive audit (missing or damaged objects,
@@ -39,6 +41,7 @@ pub mod error;
 pub mod faults;
 pub mod lakehouse;
 pub mod metrics;
+pub mod owner;
 pub mod reconcile;
 pub mod service;
 pub mod tiering;

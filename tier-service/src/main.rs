@@ -221,7 +221,22 @@ fn parse_cli() -> Cli {
 /// `check-config`: `ok`, or every problem (one line each) and status 1.
 fn check_config(args: TierArgs) -> ExitCode {
     match load(args) {
-        Ok(config) => tributary_tier::check::check(&config).finish(),
+        Ok(config) => {
+            let mut report = tributary_tier::check::check(&config);
+            // The archive owner needs a valid configuration and the broker.
+            if report.problems().is_empty() {
+                match tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                {
+                    Ok(runtime) => {
+                        runtime.block_on(tributary_tier::check::check_owner(&config, &mut report))
+                    }
+                    Err(e) => report.note(format!("archive owner not checked: tokio runtime: {e}")),
+                }
+            }
+            report.finish()
+        }
         Err(e) => {
             let mut report = broker_core::check::Report::new();
             report.problem(e);

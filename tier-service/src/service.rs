@@ -118,7 +118,8 @@ pub fn build(config: &TierConfig, faults: Faults) -> Result<Tiering, TierError> 
 /// reconciliation and one pass).
 ///
 /// # Errors
-/// Start-up errors (configuration, bucket, lock). Errors inside passes are
+/// Start-up errors (configuration, bucket, lock, an archive prefix owned
+/// by another cluster or a damaged owner object, see [`crate::owner`]). Errors inside passes are
 /// logged and reported in the [`RunReport`], and the next pass retries.
 pub async fn run(
     config: TierConfig,
@@ -136,8 +137,13 @@ pub async fn run(
         once,
         "tier service started"
     );
+    // Before anything reads, writes or deletes an object: the prefix must
+    // be this cluster's (or unclaimed, then it is claimed). A refusal
+    // stops the service with the bucket untouched.
+    crate::owner::claim_prefix(&tiering).await?;
     // systemd (`Type=notify`, `WatchdogSec`): ready once the bucket, the
-    // broker client and the lock are in place; reconciliation may take long.
+    // broker client, the lock and the prefix's owner are in place;
+    // reconciliation may take long.
     broker_core::service::notify_ready();
     let watchdog = tokio::spawn(broker_core::service::watchdog_loop());
     let (stop_tx, stop_rx) = watch::channel(false);

@@ -493,3 +493,57 @@ fn a_topic_of_binary_values_is_written_raw_and_its_layout_stays_raw() {
     }
     assert_eq!(got, (0..40).map(|o| value(o).to_vec()).collect::<Vec<_>>());
 }
+
+/// A lakehouse trial: with the object of a topic's first segment missing,
+/// the writer read the next object's records, kept none for the first
+/// segment and recorded it as written: its records never reached the
+/// lakehouse, even once the object was back. Now the segment waits for
+/// its object, and is written whole once it is back.
+#[test]
+fn a_segment_whose_object_is_missing_waits_for_it_and_is_written_once_it_is_back() {
+    let h = Harness::new(&[TOPIC]);
+    let topic = h.topics[0].clone();
+    let run = |lakehouse: bool| {
+        let mut config = h.tier_config();
+        // As `config_file`: inference sees none of the misfits.
+        config.lakehouse.infer_rows = 50;
+        config.lakehouse.row_group_rows = 40;
+        config.lakehouse.topics = if lakehouse {
+            vec!["/plant/*".into()]
+        } else {
+            Vec::new()
+        };
+        h.runtime
+            .block_on(tributary_tier::service::run(
+                config,
+                tributary_tier::faults::Faults::none(),
+                true,
+                std::future::pending(),
+            ))
+            .unwrap()
+    };
+    write(&h, &topic, 100);
+    write(&h, &topic, 100);
+    assert!(!run(false).has_errors());
+    let segments = h.bucket_dir.join(
+        StorageKeys::default()
+            .segments_prefix(&topic)
+            .trim_start_matches('/'),
+    );
+    let first = segments.join("00000000000000000000-00000000000000000099.seg");
+    let aside = h.data_dir.join("first-object-aside");
+    std::fs::rename(&first, &aside).unwrap();
+
+    let report = run(true);
+    assert!(report.has_errors(), "{report:?}");
+    assert!(
+        lakehouse_files(&h, &topic).is_empty(),
+        "nothing written past the missing object"
+    );
+    assert_eq!(progress(&h, &topic), serde_json::Value::Null);
+
+    std::fs::rename(&aside, &first).unwrap();
+    assert!(!run(true).has_errors());
+    check_exactly_once(&lakehouse_files(&h, &topic), 200);
+    assert_eq!(progress(&h, &topic)["next_offset"], 200);
+}

@@ -10,6 +10,9 @@ use tributary_proto::keys::TopicName;
 use super::{Catalog, CatalogError, KEYS_PER_TOPIC, TopicSpec, decode, decode_count, render};
 use crate::metadata::Txn;
 
+/// Reads of one comparison in flight at once.
+pub const CONCURRENT_READS: usize = 64;
+
 /// One key of a topic spec, its stored and its desired value.
 #[derive(Debug)]
 struct Entry {
@@ -110,21 +113,29 @@ impl Catalog<'_> {
     /// Reads every key of `spec` (and its partitions) from the store and
     /// compares it with the value the spec needs. Reads key by key, not from
     /// one snapshot: callers guard what they write with the comparison's
-    /// preconditions.
+    /// preconditions. Up to [`CONCURRENT_READS`] reads are in flight at
+    /// once: on Raft each is a linearizable read (a read-index round trip
+    /// through the leader), and one after the other a topic of 64
+    /// partitions took tens of seconds on a three-broker cluster.
     ///
     /// # Errors
     /// [`CatalogError::Inconsistent`] for a stored value that does not
     /// decode; [`CatalogError::Metadata`].
     pub async fn compare(&self, spec: &TopicSpec) -> Result<Comparison, CatalogError> {
-        let mut entries = Vec::new();
-        for (key, desired) in spec.desired_entries()? {
-            let current = self.store.get(&key).await?;
-            entries.push(Entry {
-                key,
-                current,
-                desired,
-            });
-        }
+        use futures::{StreamExt as _, TryStreamExt as _};
+        let store = self.store;
+        let entries: Vec<Entry> = futures::stream::iter(spec.desired_entries()?)
+            .map(|(key, desired)| async move {
+                let current = store.get(&key).await?;
+                Ok::<_, CatalogError>(Entry {
+                    key,
+                    current,
+                    desired,
+                })
+            })
+            .buffered(CONCURRENT_READS)
+            .try_collect()
+            .await?;
         let marker = &entries[0];
         let existing_partitions = marker
             .current

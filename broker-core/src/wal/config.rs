@@ -42,6 +42,13 @@ pub struct WalConfig {
     pub limits: Limits,
     /// Offset of the first record of a brand-new (empty) WAL directory.
     pub initial_offset: u64,
+    /// Offsets below this were handed out before and are held elsewhere
+    /// (an edge's checkpoint: the broker acknowledged them). Recovery never
+    /// continues the log below it: an empty directory starts here, and a
+    /// log whose end was lost below it (a removed directory, a truncated
+    /// active segment) continues here, the offsets between reported as a
+    /// hole. Default 0.
+    pub min_next_offset: u64,
     /// The monotonic time the WAL reads ([`Clock::now`]): when an append
     /// started waiting (the group-commit window) and when the active
     /// segment was first written (its age). Default [`SystemClock`]; tests
@@ -66,6 +73,7 @@ impl Default for WalConfig {
             retention_max_age: None,
             limits: Limits::default(),
             initial_offset: 0,
+            min_next_offset: 0,
             clock: Arc::new(SystemClock),
             writers: WriterPool::shared(),
         }

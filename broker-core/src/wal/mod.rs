@@ -554,6 +554,8 @@ pub fn list_sealed_segments(dir: &Path) -> Result<Vec<SealedSegment>, WalError> 
 #[cfg(test)]
 mod damage_tests;
 #[cfg(test)]
+mod lost_end_tests;
+#[cfg(test)]
 mod repair_tests;
 #[cfg(test)]
 mod tests;

@@ -154,7 +154,7 @@ impl Wal {
             let mut pos = start;
             // The offset the batch at `pos` should start with.
             let mut expected = start_offset;
-            let limits = &self.shared.config.limits;
+            let limits = &super::scan::STORED;
             // `Some` once the read ends (budget, high-water mark or an
             // unreadable range) with this result.
             let done = loop {

@@ -9,12 +9,12 @@
 //!
 //! | what is found | decision |
 //! |---|---|
-//! | empty directory | create segment `initial_offset` (or the mark's next offset) |
+//! | empty directory | create segment `initial_offset` (or the mark's next offset, or `min_next_offset`) and record it as the log start (`wal.tip`) |
 //! | `*.tmp` file | interrupted atomic write: delete |
 //! | `.index` without its `.log` | the data was lost (retention removes the index first): keep the index, report the segment in [`RecoveryReport::lost_segments`] and log an error; when its range is known and lies before the last segment, it is a sealed segment of 0 bytes whose whole range is damaged (repairable like any damaged range) |
 //! | sealed segment (valid `.index`, file length matches) | trust it; its batches are verified when read, and a read reports damage as an unreadable range |
-//! | sealed segment longer than its index says, or empty | error `Corrupt`: sealed data changed |
-//! | sealed segment shorter than its index says | its end was lost: rescan it; the missing end (up to the index's end) is a damaged range, kept and reported at every open (the index stays until a repair rewrites both) |
+//! | sealed segment longer than its index says | bytes past the index's end are not part of the log: ignored (logged) |
+//! | sealed segment shorter than its index says (or empty) | its end was lost: rescan it; the missing end (up to the index's end) is a damaged range, kept and reported at every open (the index stays until a repair rewrites both) |
 //! | non-last segment without a valid `.index` | scan it; damaged ranges (also a damaged end, up to the next segment's base) are kept and reported; seal it now |
 //! | gap between consecutive segments (both files of a segment gone) | like a lost segment: a sealed segment of 0 bytes over the gap, its whole range damaged (repairable); logged as an error |
 //! | overlap between consecutive segments | error `MissingRange` |
@@ -28,6 +28,7 @@
 //! | last segment, bad bytes before the mark, nothing valid after them | damaged end: keep the bytes; the log continues after them at the mark's next offset |
 //! | last segment shorter than the mark's position | its end was lost: truncate to the last valid batch; the lost offsets are a hole |
 //! | the mark's next offset past the last batch | those offsets were handed out (or declared a hole): never again; report a hole |
+//! | `min_next_offset` past the last batch | the same: acknowledged before and held elsewhere (an edge's checkpoint) |
 //!
 //! Damage is never repaired and never silently skipped: each range is in
 //! [`RecoveryReport::unreadable`] and [`super::Wal::damaged_ranges`], and a
@@ -162,7 +163,7 @@ fn scan_segment(
     let mut window = ReadAhead::new(file.as_ref(), len);
     let mut meta = SegmentMeta::empty(base_offset);
     let mut unreadable = Vec::new();
-    let limits = &config.limits;
+    let limits = &super::scan::STORED;
     let mut pos = 0;
     let read = io_err("read", path);
     loop {
@@ -320,7 +321,7 @@ fn missing_segment(
         dir = %dir.display(),
         base_offset = base,
         end_offset = next_base,
-        "WAL segment files are missing between two segments (both the data file and the          index are gone): the offsets are reported as a damaged range and re-fetched from          the edge or the archive when one still holds them"
+        "WAL segment files are missing between two segments (both the data file and the index are gone): the offsets are reported as a damaged range and re-fetched from the edge or the archive when one still holds them"
     );
     report.lost_segments.push((base, Some(next_base)));
     report.unreadable.push(damaged(
@@ -436,8 +437,14 @@ pub(crate) fn recover(
 
     let mut segments = BTreeMap::new();
     let Some((&last, earlier)) = logs.split_last() else {
-        let base = config.initial_offset.max(mark.map_or(0, |m| m.next_offset));
+        let base = config
+            .initial_offset
+            .max(config.min_next_offset)
+            .max(mark.map_or(0, |m| m.next_offset));
         create_segment(storage, dir, base)?;
+        // The log's start, so that segments deleted from it by anything but
+        // retention are found at the next open (as after a trim).
+        super::tip::record_log_start(storage, dir, base);
         report.created_segment = Some(base);
         segments.insert(base, SegmentMeta::empty(base));
         return Ok(Recovered {
@@ -452,17 +459,16 @@ pub(crate) fn recover(
         let sealed = match load_sealed(storage, dir, base)? {
             Some(meta) => {
                 let len = log_len(storage, &path)?;
-                if len > meta.bytes || len == 0 {
-                    return Err(WalError::Corrupt {
-                        segment_base: base,
-                        first_offset: base,
-                        end_offset: meta.next_offset,
-                        position: len.min(meta.bytes),
-                        reason: format!(
-                            "sealed segment is {len} bytes, its index says {}",
-                            meta.bytes
-                        ),
-                    });
+                if len > meta.bytes {
+                    // Sealed data never grows: what lies past the index's
+                    // end is not part of the log (the batches the index
+                    // covers are read and verified as always).
+                    warn!(
+                        path = %path.display(),
+                        len,
+                        index_bytes = meta.bytes,
+                        "sealed segment longer than its index: the bytes past the index's end are not part of the log and are ignored"
+                    );
                 }
                 if len < meta.bytes {
                     // Its end was lost (a truncated file): rescanned below
@@ -527,14 +533,18 @@ pub(crate) fn recover(
                         ),
                     ));
                 }
-                if meta.bytes == 0 {
-                    return Err(WalError::Corrupt {
-                        segment_base: base,
-                        first_offset: base,
-                        end_offset: base,
-                        position: 0,
-                        reason: "empty segment before the last one".into(),
-                    });
+                if meta.bytes == 0 && lost_end.is_none() && next_base > base {
+                    // Emptied by something else (its offsets were handed
+                    // out: a later segment exists): damaged like a lost
+                    // segment, not an error that stops every topic.
+                    report.unreadable.push(damaged(
+                        base,
+                        next_base,
+                        base,
+                        0,
+                        0,
+                        "empty segment before the last one".into(),
+                    ));
                 }
                 if next_base > meta.next_offset {
                     meta.next_offset = next_base;
@@ -599,6 +609,23 @@ pub(crate) fn recover(
             .unreadable
             .push(hole(active.next_offset, mark.next_offset));
         active.next_offset = mark.next_offset;
+    }
+    // Offsets handed out before and held elsewhere (an edge's checkpoint)
+    // are never handed out again either.
+    if let Some(active) = segments.values_mut().next_back()
+        && !active.sealed
+        && config.min_next_offset > active.next_offset
+    {
+        warn!(
+            dir = %dir.display(),
+            end = active.next_offset,
+            min_next_offset = config.min_next_offset,
+            "the log ends below offsets acknowledged before (its end was lost here); it continues after them"
+        );
+        report
+            .unreadable
+            .push(hole(active.next_offset, config.min_next_offset));
+        active.next_offset = config.min_next_offset;
     }
     for range in &report.unreadable {
         if range.kind == UnreadableKind::Hole {

@@ -83,7 +83,7 @@ fn scan_sealed(
     let mut window = ReadAhead::new(file, len);
     let mut meta = SegmentMeta::empty(base);
     let mut damaged = Vec::new();
-    let limits = &config.limits;
+    let limits = &super::scan::STORED;
     let mut pos = 0;
     loop {
         let reason = match read_batch(&mut window, pos, limits)? {
@@ -128,11 +128,11 @@ fn scan_sealed(
 /// The offset after the last batch of `file`, the segment at `base`, when
 /// every byte is a valid batch in order (`base` for an empty file,
 /// `u64::MAX` otherwise).
-fn batches_end(file: &MemFile, base: u64, config: &WalConfig) -> u64 {
+fn batches_end(file: &MemFile, base: u64) -> u64 {
     let mut window = ReadAhead::new(file, file.0.len() as u64);
     let (mut pos, mut end) = (0, base);
     loop {
-        match read_batch(&mut window, pos, &config.limits) {
+        match read_batch(&mut window, pos, &super::scan::STORED) {
             Ok(Step::End) => return end,
             Ok(Step::Batch(batch)) if batch.base_offset() >= end => {
                 pos += batch.len() as u64;
@@ -367,7 +367,7 @@ impl Wal {
                     .is_some_and(|index| index.bytes > old.bytes);
             (index_says_more
                 && end_offset == old.next_offset
-                && batches_end(&current, segment_base, &shared.config) == first_offset)
+                && batches_end(&current, segment_base) == first_offset)
                 .then_some((old.bytes, 0))
         };
         let Some((position, length)) = found.or_else(lost_end) else {

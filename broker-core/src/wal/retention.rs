@@ -81,12 +81,18 @@ impl Wal {
             // without an index, which recovery reseals (and retention
             // deletes again later); an `.index` without its `.log` is then
             // never ours, and recovery reports it as lost data.
-            for name in [segment::index_file_name(base), log_file_name(base)] {
+            for (name, is_index) in [
+                (segment::index_file_name(base), true),
+                (log_file_name(base), false),
+            ] {
                 let path = dir.join(name);
                 match self.shared.storage.remove(&path) {
                     // A lost segment's data file (recovery found only its
-                    // index): nothing to remove.
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound && bytes == 0 => {}
+                    // index), or the index of a segment sealed on a full
+                    // disk: nothing to remove.
+                    Err(e)
+                        if e.kind() == std::io::ErrorKind::NotFound && (bytes == 0 || is_index) => {
+                    }
                     removed => removed.map_err(io_err("remove", &path))?,
                 }
                 self.shared

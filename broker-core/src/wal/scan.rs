@@ -9,6 +9,17 @@ use super::storage::ReadFile;
 use tributary_proto::batch::{BatchHeader, DecodeError, EncodedBatch, HEADER_LEN, MAGIC};
 use tributary_proto::limits::Limits;
 
+/// The limits stored batches are read with: the format's ceiling, not the
+/// configured `max_batch_bytes` / `max_record_bytes`. Those limit what is
+/// appended from now on; a batch stored under an earlier, larger setting
+/// stays a valid batch after the setting is lowered (read as damage, it
+/// would become a hole in the central log: records lost).
+pub(crate) const STORED: Limits = Limits {
+    max_record_bytes: tributary_proto::limits::BATCH_BYTES_CEILING
+        - tributary_proto::limits::BATCH_HEADER_BYTES,
+    max_batch_bytes: tributary_proto::limits::BATCH_BYTES_CEILING,
+};
+
 /// Bytes read from the file per refill when scanning (recovery), unless the
 /// caller sets another size with [`ReadAhead::set_refill`].
 const READ_AHEAD_BYTES: usize = 1024 * 1024;

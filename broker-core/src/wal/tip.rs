@@ -8,7 +8,8 @@
 //! one edge id, wrote those offsets), and the `Tip` a broker sends when an
 //! edge stream opens ([`Wal::batch_ending_at`]).
 //!
-//! Retention deletes whole segments; where it left the log start, and the
+//! The log start is recorded when a log is created (no batch yet), and
+//! retention deletes whole segments; where it left the log start, and the
 //! last batch it deleted, are kept in `wal.tip` so that both checks still
 //! work when everything below the active segment was archived and trimmed
 //! (an empty active segment has no batch to show). Layout, 32 bytes,
@@ -199,6 +200,24 @@ impl Wal {
 
     fn recorded_tip(&self) -> Option<BatchId> {
         read_tip(self.shared.storage.as_ref(), &self.shared.dir)?.batch
+    }
+}
+
+/// Records `log_start` as the start of the brand-new log in `dir` (no batch
+/// deleted yet), so that recovery finds its first segments if something
+/// other than retention deletes them. Failure is logged: the tip is a hint.
+pub(super) fn record_log_start(
+    storage: &dyn super::storage::Storage,
+    dir: &std::path::Path,
+    log_start: u64,
+) {
+    let record = TipRecord {
+        log_start,
+        batch: None,
+    };
+    let path = dir.join(TIP_FILE_NAME);
+    if let Err(e) = write_file_atomic(storage, &path, &record.encode()) {
+        warn!(path = %path.display(), error = %e, "could not record the new log's start");
     }
 }
 

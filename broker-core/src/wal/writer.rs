@@ -6,7 +6,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Instant;
 
-use tracing::{debug, error};
+use tracing::{debug, error, warn};
 
 use super::commit::{FlushDecision, GroupCommit, age_roll_due};
 use super::config::WalConfig;
@@ -94,6 +94,9 @@ pub(crate) struct WriterCore {
     /// The next offset of the last mark written (synced or not), or the
     /// recovered next offset before the first.
     pub(crate) mark_written_next: u64,
+    /// Segments sealed while the disk was full, whose seal index could not
+    /// be written: written at a later roll, else recovery reseals them.
+    unindexed: Vec<SegmentMeta>,
 }
 
 impl WriterCore {
@@ -128,6 +131,7 @@ impl WriterCore {
             mark_durable_next: 0,
             data_durable_next: 0,
             mark_written_next: active_base,
+            unindexed: Vec::new(),
         })
     }
 }
@@ -540,7 +544,22 @@ impl WriterCore {
             .get(&self.active_base)
             .cloned()
             .expect("WAL invariant: the active segment is in the map");
-        write_seal(storage, dir, &meta)?;
+        // Indexes that a full disk kept from being written before.
+        self.unindexed
+            .retain(|waiting| write_seal(storage, dir, waiting).is_err());
+        match write_seal(storage, dir, &meta) {
+            Ok(()) => {}
+            // On a full disk the index (a few KiB) may not fit, while
+            // sealing is what lets retention delete this segment and free
+            // its megabytes once it is safe: seal without it (the data is
+            // synced; recovery rebuilds a missing index by scanning). A
+            // default edge, without a budget, stayed full for good.
+            Err(e) if e.is_disk_full() => {
+                warn!(dir = %dir.display(), base = meta.base_offset, error = %e, "disk full: segment sealed without its index (written later, or rebuilt at the next start)");
+                self.unindexed.push(meta.clone());
+            }
+            Err(e) => return Err(e),
+        }
         let next = meta.next_offset;
         let file = create_segment(storage, dir, next)?;
         {

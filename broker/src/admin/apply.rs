@@ -9,7 +9,10 @@
 //! (including giving an implicit topic an intent) rewrites `/intent` and
 //! `/delivery` of the topic and its partitions; the topic's WAL uses the
 //! new sync mode the next time it is loaded, and subscriptions keep their
-//! persisted failure policies (the seed never overwrites those). Growing
+//! persisted failure policies (the seed never overwrites those); refused
+//! for a topic an edge replicates into (field `intent`: the edge's
+//! configuration owns its settings, and a different central intent stops
+//! its replication). Growing
 //! the partition count of a partitioned topic creates the new partitions.
 //! Shrinking it, or turning a non-partitioned topic into a partitioned one
 //! or back, would strand stored records and is refused
@@ -113,7 +116,32 @@ async fn prepare(catalog: &Catalog<'_>, manifest: &Manifest) -> Result<(Plan, Tx
     for (index, spec) in manifest.topics().iter().enumerate() {
         let comparison = catalog.compare(spec).await?;
         let action = comparison.action();
+        // An edge that replicates into the topic sends its own intent at
+        // every connection, and a different central one refuses its
+        // stream from then on (a config trial): the edge's configuration
+        // owns the settings of a topic it feeds.
+        let intent_changes = action == PlanAction::Update
+            && comparison.differences().iter().any(|d| d.field == "intent");
+        let edge_marker = tributary_proto::keys::topics::producer(
+            spec.name(),
+            crate::replication::topics::EDGE_PRODUCER_ID,
+        );
+        let edge_fed = intent_changes
+            && catalog
+                .store()
+                .get(&edge_marker)
+                .await
+                .map_err(CatalogError::from)?
+                .is_some();
         let refusal = match (action, comparison.existing_partitions()) {
+            _ if edge_fed => Some((
+                "intent",
+                "an edge replicates into this topic: its intent comes from the edge's \
+                 configuration ([[topics]] intent), and a different one here would stop \
+                 that replication; a topic keeps its settings for its life (to change them, \
+                 recreate it under another name on both sides)"
+                    .to_owned(),
+            )),
             _ if !comparison.taken().is_empty() => {
                 let names: Vec<&str> = comparison.taken().iter().map(TopicName::as_str).collect();
                 Some((
@@ -154,6 +182,11 @@ async fn prepare(catalog: &Catalog<'_>, manifest: &Manifest) -> Result<(Plan, Tx
             PlanAction::Unchanged => comparison.add_guards(txn),
             PlanAction::Create | PlanAction::Update => comparison.add_writes(txn),
         };
+        if intent_changes {
+            // An edge's first contact between this read and the commit
+            // fails the transaction (a concurrent change) instead.
+            txn = txn.when_absent(edge_marker);
+        }
         plan.items.push(PlanItem {
             kind: ItemKind::Topic,
             name: spec.name().to_string(),
@@ -240,8 +273,22 @@ pub(super) async fn apply_manifest(
     body: Bytes,
 ) -> ApiResult {
     let params = query(params)?;
-    let file = params.file.as_deref().unwrap_or(DEFAULT_MANIFEST_NAME);
-    let manifest = parse_manifest(file, &body).map_err(ApplyError::InvalidManifest)?;
+    let file = params
+        .file
+        .unwrap_or_else(|| DEFAULT_MANIFEST_NAME.to_owned());
+    // YAML parsing is CPU work whose time a body can inflate: off the
+    // async workers, so no request can stall the runtime (/health, the
+    // Raft lease).
+    let manifest = tokio::task::spawn_blocking(move || parse_manifest(&file, &body))
+        .await
+        .map_err(|e| {
+            ApiError::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "internal",
+                format!("parsing the manifest failed: {e}"),
+            )
+        })?
+        .map_err(ApplyError::InvalidManifest)?;
     let report = apply(&Catalog::new(&*state.store), &manifest, params.dry_run).await?;
     ok(StatusCode::OK, report)
 }
@@ -375,6 +422,45 @@ mod tests {
         assert_eq!(f.dump().await, expected);
         let again = apply(&c, &manifest(&changed), false).await.unwrap();
         assert_eq!(again.plan.count(PlanAction::Unchanged), 5);
+    }
+
+    /// A config trial: an intent change applied to a topic an edge
+    /// replicates into stopped that replication at the edge's next
+    /// connection. Refused, naming the field; nothing written.
+    #[tokio::test]
+    async fn an_intent_change_of_a_topic_an_edge_feeds_is_refused() {
+        let f = fixture();
+        let c = f.catalog();
+        apply(&c, &manifest(&seed_manifest()), false).await.unwrap();
+        let marker = tributary_proto::keys::topics::producer(
+            &topic("/agents/tool-audit"),
+            crate::replication::topics::EDGE_PRODUCER_ID,
+        );
+        c.store()
+            .put(&marker, json!({"kind": "edge"}))
+            .await
+            .unwrap();
+        let before = f.dump().await;
+        let changed = json!({
+            "topics": [{"name": "/agents/tool-audit", "intent": "task_queue"}]
+        });
+        let err = apply(&c, &manifest(&changed), false).await.unwrap_err();
+        let ApplyError::ManifestConflict(errors) = &err else {
+            panic!("{err:?}");
+        };
+        let lines: Vec<String> = errors.issues.iter().map(ToString::to_string).collect();
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(
+            lines[0].starts_with(
+                "cluster-topology.yaml: topics[0] (/agents/tool-audit): intent: an edge \
+                 replicates into this topic"
+            ),
+            "{lines:?}"
+        );
+        assert_eq!(f.dump().await, before, "nothing written");
+        // The same manifest as stored still applies (nothing to change).
+        let report = apply(&c, &manifest(&seed_manifest()), false).await.unwrap();
+        assert!(!report.committed);
     }
 
     #[tokio::test]

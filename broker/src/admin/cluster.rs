@@ -49,7 +49,11 @@ impl ClusterView for MetaNode {
     }
 }
 
-/// `GET /v1/cluster/status`: the Raft status, plus `brokers` (each
+/// Longest wait of `GET /v1/cluster/status` for the cluster id.
+const CLUSTER_ID_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// `GET /v1/cluster/status`: the Raft status, plus `cluster_id` (the
+/// committed `/cluster/id`, `null` until it exists) and `brokers` (each
 /// broker's lease and load, [`super::ownership`]) with topic ownership.
 pub(super) async fn cluster_status(
     State(state): State<AdminState>,
@@ -58,6 +62,18 @@ pub(super) async fn cluster_status(
     let mut value = serde_json::to_value(state.cluster.status()).map_err(|e| {
         crate::http::ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
     })?;
+    // A linearizable read, bounded: without a leader the rest of the
+    // status is still worth showing (then `null`).
+    let key = tributary_proto::keys::cluster::id();
+    let cluster_id = tokio::time::timeout(CLUSTER_ID_READ_TIMEOUT, state.store.get(&key))
+        .await
+        .ok()
+        .and_then(Result::ok)
+        .flatten()
+        .unwrap_or(serde_json::Value::Null);
+    if let Some(object) = value.as_object_mut() {
+        object.insert("cluster_id".into(), cluster_id);
+    }
     if let (Some(axum::extract::Extension(cluster)), Some(object)) =
         (cluster, value.as_object_mut())
     {

@@ -338,15 +338,110 @@ impl Manifest {
     }
 }
 
+/// Deepest flow nesting (`[` and `{` not yet closed) a manifest may have;
+/// a manifest's own shape needs 3.
+pub const MAX_MANIFEST_DEPTH: usize = 64;
+
+/// The 1-based line where `text` first nests flow collections deeper than
+/// [`MAX_MANIFEST_DEPTH`], or `None`. `[`, `{`, `]` and `}` count outside
+/// quoted scalars and comments. A quote opens a quoted scalar only where
+/// YAML lets one start (after blanks, `[`, `{` or `,`, with the line so far
+/// empty, a block indicator or ending in `[`, `{`, `,` or `:`); anywhere
+/// else it is part of a plain scalar and brackets after it still count, so
+/// a quote cannot hide nesting from this check (at worst a bracket in a
+/// string counts, refusing an absurd manifest).
+fn too_deep(text: &str) -> Option<usize> {
+    let mut depth = 0usize;
+    let mut quote: Option<char> = None;
+    let mut line = 1usize;
+    let mut line_so_far = String::new();
+    let mut previous = '\n';
+    let mut chars = text.chars().peekable();
+    while let Some(c) = chars.next() {
+        if let Some(q) = quote {
+            match c {
+                // An escaped character, whatever it is; a doubled single
+                // quote.
+                '\\' if q == '"' => line += usize::from(chars.next() == Some('\n')),
+                '\'' if q == '\'' && chars.peek() == Some(&'\'') => {
+                    chars.next();
+                }
+                c if c == q => quote = None,
+                '\n' => line += 1,
+                _ => {}
+            }
+            previous = c;
+            continue;
+        }
+        match c {
+            '\n' => {
+                line += 1;
+                line_so_far.clear();
+                previous = c;
+                continue;
+            }
+            '#' if previous.is_whitespace() => {
+                // A comment, to the end of the line.
+                for c in chars.by_ref() {
+                    if c == '\n' {
+                        line += 1;
+                        break;
+                    }
+                }
+                line_so_far.clear();
+                previous = '\n';
+                continue;
+            }
+            '[' | '{' => {
+                depth += 1;
+                if depth > MAX_MANIFEST_DEPTH {
+                    return Some(line);
+                }
+            }
+            ']' | '}' => depth = depth.saturating_sub(1),
+            '\'' | '"' if quote_may_start(previous, &line_so_far) => quote = Some(c),
+            _ => {}
+        }
+        line_so_far.push(c);
+        previous = c;
+    }
+    None
+}
+
+/// Whether a quote after `previous`, with `line_so_far` before it on its
+/// line, opens a quoted scalar (see [`too_deep`]).
+fn quote_may_start(previous: char, line_so_far: &str) -> bool {
+    if !(previous.is_whitespace() || matches!(previous, '[' | '{' | ',')) {
+        return false;
+    }
+    let before = line_so_far.trim_end();
+    before
+        .chars()
+        .all(|c| c == '-' || c == '?' || c.is_whitespace())
+        || before.ends_with(['[', '{', ',', ':'])
+}
+
 /// Parses manifest text (YAML, and so also JSON) into a validated
 /// [`Manifest`]; `file` names it in every issue.
 ///
 /// # Errors
-/// [`ManifestErrors`]: text that is not UTF-8 or not YAML (with line and
-/// column), or every validation issue.
+/// [`ManifestErrors`]: text that is not UTF-8, nested deeper than
+/// [`MAX_MANIFEST_DEPTH`], or not YAML (with line and column), or every
+/// validation issue.
 pub fn parse_manifest(file: &str, text: &[u8]) -> Result<Manifest, ManifestErrors> {
     let text = std::str::from_utf8(text)
         .map_err(|e| ManifestErrors::document(file, format!("not UTF-8 text: {e}")))?;
+    // Before the YAML parser sees it: its time grows faster than linearly
+    // with the nesting (20 KB of `[` took 13 s).
+    if let Some(line) = too_deep(text) {
+        return Err(ManifestErrors::document(
+            file,
+            format!(
+                "nesting deeper than {MAX_MANIFEST_DEPTH} levels of '[' / '{{' (line {line}); \
+                 a manifest needs 3"
+            ),
+        ));
+    }
     let document: Value = if text.trim().is_empty() {
         Value::Null
     } else {
@@ -465,6 +560,32 @@ mod tests {
         }
         let empty = Manifest::from_value("m.yaml", &Value::Null).unwrap();
         assert!(empty.topics().is_empty() && empty.namespaces().is_empty());
+    }
+
+    #[test]
+    fn deep_nesting_is_refused_before_parsing_and_quotes_do_not_hide_it() {
+        let deep = format!("topics: {}{}", "[".repeat(10_000), "]".repeat(10_000));
+        let err = parse_manifest("m.yaml", deep.as_bytes()).unwrap_err();
+        assert_eq!(err.issues.len(), 1);
+        let text = err.to_string();
+        assert!(text.contains("deeper than 64 levels"), "{text}");
+        // 64 levels pass the check (and then fail validation as a shape).
+        let ok = format!("topics: {}{}", "[".repeat(64), "]".repeat(64));
+        assert_eq!(too_deep(&ok), None);
+        assert_eq!(too_deep(&format!("x: [{}", "{".repeat(64))), Some(1));
+        // Brackets in quoted scalars and comments do not count.
+        let quoted = format!(
+            "a: '{0}'\nb: \"{0}\\\"{0}\"\n# {0}\nc: ['x''{0}', \"{0}\"]",
+            "[".repeat(100)
+        );
+        assert_eq!(too_deep(&quoted), None, "{quoted}");
+        // A quote inside a plain scalar opens nothing: what follows counts.
+        for hide in ["[a', ", "[a - 'b, ", "- x'y ", "key: a'b "] {
+            let text = format!("{hide}{}", "[".repeat(100));
+            assert_eq!(too_deep(&text), Some(1), "{text}");
+        }
+        let text = format!("x: 1 # it's\n{}", "[".repeat(100));
+        assert_eq!(too_deep(&text), Some(2));
     }
 
     #[test]

@@ -22,10 +22,11 @@
 //! | `PUT …/failure-policy` | replace the policy (full body) |
 //! | `PATCH …/failure-policy` | change some fields, keep the rest |
 //! | `POST /v1/apply[?dry_run=true][&file=name]` | apply a YAML manifest (request body) |
-//! | `GET /v1/cluster/status` | leader, members, term, last applied index; `brokers` (lease, topics owned) |
+//! | `GET /v1/cluster/status` | `cluster_id`, leader, members, term, last applied index; `brokers` (lease, topics owned) |
 //! | `POST /v1/topics/{ns}/{topic}/move` | body `{"to": N}`: give the topic to broker N (new epoch) |
 //! | `POST /v1/cluster/rebalance` | body `{"dry_run"?, "max_moves"?}`: even out topic counts; the planned moves |
 //! | `GET /v1/edges` | every edge the cluster knows: connected, since, last seen, brokers, per-topic high-water mark and lag (`edges.rs`, [`crate::fleet`]) |
+//! | `GET /v1/storage/cluster` | `{"cluster_id"}` (`null` until it exists): the tier service's check of its archive prefix's owner |
 //! | `GET /v1/storage/topics[?prefix=/tributary]` | topics with tiered segments: count, `cur`, tiered offset |
 //! | `GET /v1/storage/topics/{ns}/{topic}/segments[?prefix=]` | a topic's segment descriptors, `cur`, tiered offset |
 //! | `POST /v1/storage/descriptors[?prefix=]` | commit `{"topic", "descriptor"}`: descriptor + `segments/cur` in one Raft txn |

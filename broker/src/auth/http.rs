@@ -1,6 +1,9 @@
 //! The `/v1/auth` endpoints (all `auth_manage` except `whoami`): principals
-//! (create shows a named token once; revoke deletes the principal and all
-//! its bindings in one Raft transaction), role bindings (ids deterministic,
+//! (create shows a named token once and removes bindings left under its
+//! name; revoke deletes the principal and all its bindings in one Raft
+//! transaction conditioned on the principal, which every grant rewrites
+//! with a new generation, so a racing grant cannot leave a binding
+//! behind), role bindings (ids deterministic,
 //! so a grant is idempotent), custom roles and `whoami`. Wire shapes in
 //! [`tributary_api::auth`]. After each write this broker reloads its cache
 //! at once; the others follow through their watch of `/auth/`.
@@ -164,21 +167,39 @@ async fn create_principal(
         token_sha256: token.as_deref().map(|t| sha256_hex(t.as_bytes())),
         created_at_ms: u64::try_from(broker_core::clock::now_ms()).unwrap_or(0),
         created_by: caller.name,
+        generation: 0,
     };
     let key = auth::principal(&name);
     let value = serde_json::to_value(&stored).unwrap_or(Value::Null);
     let mut txn = Txn::new().when_absent(&key).put(&key, value);
     let mut granted = None;
+    let mut granted_key = None;
     if let Some(binding) = binding {
         let (binding_key, binding_value, id) = binding_entry(&binding)?;
-        txn = txn.put(binding_key, binding_value);
+        txn = txn.put(binding_key.clone(), binding_value);
+        granted_key = Some(binding_key);
         granted = Some(BindingInfo { id, binding });
+    }
+    // A new principal inherits nothing: bindings left under its name (by
+    // a principal of that name revoked while a grant raced it, or written
+    // around the API) go in the same transaction. No grant can add one
+    // meanwhile: a grant needs the principal to exist.
+    let stale = bindings_of(&api, &name).await?;
+    for (id, _) in &stale {
+        let stale_key = format!("{}{id}", auth::bindings_prefix());
+        if granted_key.as_deref() != Some(stale_key.as_str()) {
+            txn = txn.delete(stale_key);
+        }
     }
     let outcome = api.store.txn(txn).await.map_err(internal)?;
     if !outcome.applied() {
         return Err(conflict(format!(
             "principal {name} exists: revoke it first"
         )));
+    }
+    if !stale.is_empty() {
+        let ids: Vec<&str> = stale.iter().map(|(id, _)| id.as_str()).collect();
+        tracing::warn!(principal = %name, bindings = %ids.join(","), "created a principal: removed bindings left under its name");
     }
     api.reload().await;
     let target = format!("principal {name} ({})", kind_name(request.kind));
@@ -219,29 +240,86 @@ async fn revoke_principal(State(api): State<Api>, Path(name): Path<String>) -> A
         ));
     }
     let key = auth::principal(&name);
-    let Some(current) = api.store.get(&key).await.map_err(internal)? else {
-        return Err(not_found(format!("no principal {name}")));
-    };
-    let bindings = api.list::<Binding>(&auth::bindings_prefix()).await?;
-    let mut txn = Txn::new().when_equals(&key, current).delete(&key);
-    let mut removed = Vec::new();
-    for (id, binding) in bindings {
-        if binding.principal == name.as_str() {
+    // The principal's value is the precondition and every grant rewrites
+    // it: a grant committed after the read below fails this transaction,
+    // which then reads again (its binding included).
+    let mut attempts = 0;
+    let removed = loop {
+        attempts += 1;
+        let Some(current) = api.store.get(&key).await.map_err(internal)? else {
+            return Err(not_found(format!("no principal {name}")));
+        };
+        let mut txn = Txn::new().when_equals(&key, current).delete(&key);
+        let mut removed = Vec::new();
+        for (id, _) in bindings_of(&api, &name).await? {
             txn = txn.delete(format!("{}{id}", auth::bindings_prefix()));
             removed.push(id);
         }
-    }
-    let outcome = api.store.txn(txn).await.map_err(internal)?;
-    if let TxnOutcome::ConditionFailed { .. } = outcome {
-        return Err(conflict(format!(
-            "principal {name} changed concurrently: retry"
-        )));
-    }
+        match api.store.txn(txn).await.map_err(internal)? {
+            TxnOutcome::Applied => break removed,
+            TxnOutcome::ConditionFailed { .. } if attempts < CONCURRENT_ATTEMPTS => continue,
+            TxnOutcome::ConditionFailed { .. } => {
+                return Err(conflict(format!(
+                    "principal {name} changed concurrently: retry"
+                )));
+            }
+        }
+    };
     api.reload().await;
     ok(
         StatusCode::OK,
         json!({"revoked": name, "bindings_removed": removed}),
     )
+}
+
+/// How often a grant or a revoke reads and tries again when the
+/// principal changed in between before answering `409 conflict`.
+const CONCURRENT_ATTEMPTS: u32 = 5;
+
+/// The bindings whose principal is `name`, by id.
+async fn bindings_of(api: &Api, name: &PrincipalName) -> Result<Vec<(String, Binding)>, ApiError> {
+    Ok(api
+        .list::<Binding>(&auth::bindings_prefix())
+        .await?
+        .into_iter()
+        .filter(|(_, binding)| binding.principal == name.as_str())
+        .collect())
+}
+
+/// The key and stored value of custom role `role`, `None` for a built-in
+/// one.
+///
+/// # Errors
+/// `404 not_found` (field `role`) when the custom role does not exist.
+async fn custom_role(api: &Api, role: &str) -> Result<Option<(String, Value)>, ApiError> {
+    if built_in_role(role).is_some() {
+        return Ok(None);
+    }
+    let name = RoleName::new(role).map_err(|e| ApiError::name("role", e))?;
+    let key = auth::role(&name);
+    match api.store.get(&key).await.map_err(internal)? {
+        Some(value) => Ok(Some((key, value))),
+        None => Err(not_found(format!("no role {role}")).with("field", json!("role"))),
+    }
+}
+
+/// The stored principal `current` with its generation bumped.
+fn next_generation(current: &Value, name: &PrincipalName) -> Result<Value, ApiError> {
+    let mut stored: StoredPrincipal = serde_json::from_value(current.clone()).map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("the stored principal {name} is undecodable ({e}): revoke and create it again"),
+        )
+    })?;
+    stored.generation = stored.generation.saturating_add(1);
+    serde_json::to_value(&stored).map_err(|e| {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "internal",
+            format!("principal {name}: {e}"),
+        )
+    })
 }
 
 #[derive(Deserialize)]
@@ -308,26 +386,38 @@ async fn grant(State(api): State<Api>, body: Bytes) -> ApiResult {
     let binding: Binding = parse_json(&body)?;
     let principal = check_binding(&api, &binding).await?;
     let principal_key = auth::principal(&principal);
-    let Some(current) = api.store.get(&principal_key).await.map_err(internal)? else {
-        return Err(
-            not_found(format!("no principal {principal}: create it first"))
-                .with("field", json!("principal")),
-        );
-    };
     let (key, value, id) = binding_entry(&binding)?;
-    let outcome = api
-        .store
-        .txn(
-            Txn::new()
-                .when_equals(&principal_key, current)
-                .put(&key, value),
-        )
-        .await
-        .map_err(internal)?;
-    if !outcome.applied() {
-        return Err(conflict(format!(
-            "principal {principal} changed concurrently: retry"
-        )));
+    // Conditioned on the principal's value, which it rewrites with the
+    // next generation: a revoke that read the principal before this
+    // commits fails its own precondition (see revoke_principal).
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let Some(current) = api.store.get(&principal_key).await.map_err(internal)? else {
+            return Err(
+                not_found(format!("no principal {principal}: create it first"))
+                    .with("field", json!("principal")),
+            );
+        };
+        let bumped = next_generation(&current, &principal)?;
+        let mut txn = Txn::new()
+            .when_equals(&principal_key, current)
+            .put(&principal_key, bumped)
+            .put(&key, value.clone());
+        // A custom role must still be there as read: a grant cannot commit
+        // after the role's deletion (put_role clears what raced it).
+        if let Some((role_key, role_value)) = custom_role(&api, &binding.role).await? {
+            txn = txn.when_equals(role_key, role_value);
+        }
+        let outcome = api.store.txn(txn).await.map_err(internal)?;
+        if outcome.applied() {
+            break;
+        }
+        if attempts >= CONCURRENT_ATTEMPTS {
+            return Err(conflict(format!(
+                "principal {principal} changed concurrently: retry"
+            )));
+        }
     }
     api.reload().await;
     let on = match (&binding.namespace, &binding.topic_prefix) {
@@ -400,10 +490,38 @@ async fn put_role(State(api): State<Api>, Path(role): Path<String>, body: Bytes)
         .with("valid_permissions", json!(valid)));
     }
     let value = serde_json::to_value(&definition).unwrap_or(Value::Null);
-    api.store
-        .put(&auth::role(&role), value)
-        .await
-        .map_err(internal)?;
+    let key = auth::role(&role);
+    // A role created under a name inherits no binding left under it (a
+    // grant that raced the deletion of an earlier role of that name); an
+    // update keeps the role's bindings.
+    let mut attempts = 0;
+    loop {
+        attempts += 1;
+        let txn = match api.store.get(&key).await.map_err(internal)? {
+            Some(current) => Txn::new().when_equals(&key, current),
+            None => {
+                let mut txn = Txn::new().when_absent(&key);
+                for (id, binding) in api.list::<Binding>(&auth::bindings_prefix()).await? {
+                    if binding.role == role.as_str() {
+                        tracing::warn!(%role, binding = %id, "created a role: removed a binding left under its name");
+                        txn = txn.delete(format!("{}{id}", auth::bindings_prefix()));
+                    }
+                }
+                txn
+            }
+        };
+        let outcome = api
+            .store
+            .txn(txn.put(&key, value.clone()))
+            .await
+            .map_err(internal)?;
+        if outcome.applied() {
+            break;
+        }
+        if attempts >= CONCURRENT_ATTEMPTS {
+            return Err(conflict(format!("role {role} changed concurrently: retry")));
+        }
+    }
     api.reload().await;
     ok(
         StatusCode::OK,

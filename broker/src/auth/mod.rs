@@ -178,6 +178,18 @@ fn authenticate(state: &AuthState, request: &Request) -> Result<Principal, Unaut
         };
     }
     if let Some(peer) = request.extensions().get::<PeerCertificate>() {
+        // A certificate principal named like an edge: revoking the edge
+        // (`POST /v1/edges/{edge}/revoke`) refuses the certificates it
+        // refuses at ingest here too (a security trial's F5).
+        if snapshot
+            .edge_revoked(&peer.identity, peer.not_before_s)
+            .is_some()
+        {
+            return Err(Unauthenticated {
+                name: peer.identity.clone(),
+                message: "client certificate revoked: its edge identity was revoked after it was issued",
+            });
+        }
         let known = snapshot
             .principals
             .get(&peer.identity)

@@ -118,6 +118,16 @@ pub struct StoredPrincipal {
     pub created_at_ms: u64,
     /// Who created it.
     pub created_by: String,
+    /// Bumped by every grant to this principal (the grant rewrites the
+    /// principal in its transaction), so a revoke that read the principal
+    /// before a grant committed fails its precondition and reads again:
+    /// no binding outlives its principal.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub generation: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 /// The prefix of every named token.

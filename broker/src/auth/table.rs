@@ -122,6 +122,7 @@ pub const RULES: &[Rule] = &[
         true,
     ),
     // Storage API (the tier service).
+    rule("GET", "/v1/storage/cluster", Storage, Cluster, false),
     rule("GET", "/v1/storage/topics", Storage, Cluster, false),
     rule(
         "GET",

@@ -14,11 +14,13 @@
 //!   else may own its topics.
 //! - [`view`]: `/cluster/*` as watched.
 //! - [`manager`]: the load manager, run by the Raft leader.
+//! - [`identity`]: the cluster's id at `/cluster/id`, created once.
 //!
 //! A stale owner is fenced in Raft regardless of timing: descriptor
 //! commits, cursor writes and unload `state` carry
 //! [`Cluster::fence`]'s precondition (the owner's exact assignment value).
 
+pub mod identity;
 pub mod lease;
 pub mod manager;
 pub mod view;

@@ -183,6 +183,44 @@ fn wal_segment_age_parses_and_zero_is_refused() {
     let err = config.validate().unwrap_err().to_string();
     assert!(err.contains("wal.segment_max_age_ms"), "{err}");
     assert!(toml::from_str::<BrokerConfig>(&format!("{base}[wal]\nsegment_age = 1\n")).is_err());
+    // Local retention beside a tier service deleted segments never archived.
+    let config: BrokerConfig = toml::from_str(&format!(
+        "{base}[retention]\ninterval_ms = 60000\nmax_age_ms = 1000\n[archive.store]\nurl = \"/srv/archive\"\n"
+    ))
+    .unwrap();
+    let err = config.validate().unwrap_err().to_string();
+    assert!(err.contains("retention"), "{err}");
+    // The config trial: 0 passed check-config, then panicked the damage
+    // check's timer in the running broker.
+    let config: BrokerConfig =
+        toml::from_str(&format!("{base}[wal]\ndamage_check_interval_ms = 0\n")).unwrap();
+    let err = config.validate().unwrap_err().to_string();
+    assert!(err.contains("wal.damage_check_interval_ms"), "{err}");
+    // The config trial: unarchived_bytes = 0 refused every batch for good.
+    for (budget, field) in [
+        (
+            "unarchived_bytes = 0\n",
+            "budget.unarchived_bytes: must be at least 1",
+        ),
+        ("refresh_ms = 0\n", "budget.refresh_ms: must be at least 1"),
+        (
+            "[budget.topics]\n\"/a/t\" = 0\n",
+            "budget.topics: /a/t: must be at least 1",
+        ),
+        (
+            "[budget.topics]\n\"no-slash\" = 10\n",
+            "budget.topics: \"no-slash\"",
+        ),
+    ] {
+        let config: BrokerConfig = toml::from_str(&format!("{base}[budget]\n{budget}")).unwrap();
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains(field), "{budget}: {err}");
+    }
+    let config: BrokerConfig = toml::from_str(&format!(
+        "{base}[budget]\nunarchived_bytes = 1\n[budget.topics]\n\"/a/t\" = 1\n"
+    ))
+    .unwrap();
+    assert_eq!(config.validate().map_err(|e| e.to_string()), Ok(()));
 }
 
 #[test]

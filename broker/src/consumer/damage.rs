@@ -223,7 +223,14 @@ impl ConsumerService {
                     reason.push_str(&format!(" (dead-letter entry {dlq}@{offset})"))
                 }
                 Err(e) => {
-                    // Retried on the next read; nothing is moved past.
+                    // Retried on the next read; nothing is moved past. A
+                    // refused dead-letter topic is said once.
+                    if let Some(why) = super::dead_letter::dead_letter_refusal(&e) {
+                        if sub.state.lock().await.note_dead_letter_refusal(why) {
+                            error!(topic = %sub.topic, subscription = %sub.name, first_offset = damage.first, error = %e, "damaged range not dead-lettered: the failure policy's dead_letter_topic is refused; delivery waits at it until the policy is changed");
+                        }
+                        return Ok(Vec::new());
+                    }
                     error!(topic = %sub.topic, subscription = %sub.name, first_offset = damage.first, error = %e, "writing the dead-letter entry of a damaged range failed; retrying");
                     return Ok(Vec::new());
                 }

@@ -1,7 +1,10 @@
 //! Poison messages and the dead-letter topic: copying a message there
 //! with the origin headers (`DEAD_LETTER_HEADERS`), made with the
 //! subscription lock released, and replaying dead-lettered messages back
-//! to their topic.
+//! to their topic. A dead-letter topic in another namespace than the
+//! subscription's topic, or a system topic, is never written or created
+//! ([`check_dead_letter_target`]), whatever policy is stored: the copy
+//! waits, logged once, until the policy is changed.
 
 use broker_core::catalog::{Catalog, CatalogError};
 use bytes::Bytes;
@@ -9,7 +12,7 @@ use serde_json::json;
 use tokio::sync::MutexGuard;
 use tracing::{error, info};
 use tributary_api::consumer::ReplayResponse;
-use tributary_proto::intent::PoisonPolicy;
+use tributary_proto::intent::{PoisonPolicy, check_dead_letter_target};
 use tributary_proto::keys::{self, SubscriptionName, TopicName};
 
 use super::session::{DeadLetterCopy, Subscription};
@@ -72,6 +75,39 @@ pub(super) fn check_replayable(name: &SubscriptionName) -> Result<(), ConsumerEr
     replay_subscription(name).map(|_| ())
 }
 
+/// The dead-letter topic of a subscription of `topic` whose policy names
+/// `dead_letter_topic` (default: `topic`'s `-dlq`), checked with
+/// [`check_dead_letter_target`].
+///
+/// # Errors
+/// [`ConsumerError::Invalid`] with field `dead_letter_topic`.
+fn dead_letter_target(
+    topic: &TopicName,
+    dead_letter_topic: Option<&str>,
+) -> Result<TopicName, ConsumerError> {
+    let field = "dead_letter_topic";
+    let dlq = match dead_letter_topic {
+        Some(name) => {
+            TopicName::new(name).map_err(|e| invalid(field, format!("{field} {name}: {e}")))?
+        }
+        None => topic
+            .with_suffix("-dlq")
+            .map_err(|e| invalid(field, format!("dead-letter topic of {topic}: {e}")))?,
+    };
+    check_dead_letter_target(topic, &dlq).map_err(|e| invalid(field, e.to_string()))?;
+    Ok(dlq)
+}
+
+/// The message of `error` when it is a policy error of the dead-letter
+/// topic ([`dead_letter_target`]): retrying cannot help until an operator
+/// changes the policy.
+pub(super) fn dead_letter_refusal(error: &ConsumerError) -> Option<&str> {
+    match error {
+        ConsumerError::Invalid { field, message } if field == "dead_letter_topic" => Some(message),
+        _ => None,
+    }
+}
+
 impl ConsumerService {
     /// Makes every pending dead-letter copy of `sub`: takes them out under
     /// the lock `st`, releases it for the appends, then takes it again to
@@ -101,6 +137,7 @@ impl ConsumerService {
             match outcome {
                 Ok(dlq_offset) => {
                     copied = true;
+                    st.clear_dead_letter_refusal();
                     st.dead_letter_copied(&copy);
                     info!(topic = %sub.topic, subscription = %sub.name, offset, attempt, dlq_offset, "poison message copied to the dead-letter topic");
                 }
@@ -111,7 +148,14 @@ impl ConsumerService {
                         &e,
                         ConsumerError::Conflict { kind: "not_owner", message } if message.contains("no owner yet")
                     );
-                    if placing {
+                    if let Some(why) = dead_letter_refusal(&e) {
+                        // A policy error: the message waits (as under
+                        // `block`) until the policy changes; said once per
+                        // subscription and target, not every tick.
+                        if st.note_dead_letter_refusal(why) {
+                            error!(topic = %sub.topic, subscription = %sub.name, offset, error = %e, "poison message not dead-lettered: the failure policy's dead_letter_topic is refused; delivery waits at it until the policy is changed (tribctl/PUT .../failure-policy)");
+                        }
+                    } else if placing {
                         info!(topic = %sub.topic, subscription = %sub.name, offset, reason = %e, "dead-letter copy waits for the dead-letter topic's owner; retrying");
                     } else {
                         error!(topic = %sub.topic, subscription = %sub.name, offset, error = %e, "copy to the dead-letter topic failed; retrying");
@@ -129,18 +173,22 @@ impl ConsumerService {
         st
     }
 
+    /// The dead-letter topic of `sub` under its policy's
+    /// `dead_letter_topic` (default: the topic's `-dlq`).
+    ///
+    /// # Errors
+    /// [`ConsumerError::Invalid`] with field `dead_letter_topic` (a policy
+    /// error: nothing is written, see [`dead_letter_refusal`]) for a name
+    /// that is not a topic's, or a topic that may not receive this
+    /// subscription's dead letters: another namespace's or a system topic
+    /// (a policy stored before [`check_dead_letter_target`] was checked
+    /// when policies are set).
     pub(super) fn dead_letter_topic(
         &self,
         sub: &Sub,
         dead_letter_topic: Option<&str>,
     ) -> Result<TopicName, ConsumerError> {
-        match dead_letter_topic {
-            Some(name) => TopicName::new(name)
-                .map_err(|e| ConsumerError::Internal(format!("dead_letter_topic {name}: {e}"))),
-            None => sub.topic.with_suffix("-dlq").map_err(|e| {
-                ConsumerError::Internal(format!("dead-letter topic of {}: {e}", sub.topic))
-            }),
-        }
+        dead_letter_target(&sub.topic, dead_letter_topic)
     }
 
     /// Appends `copy`'s message to the dead-letter topic with the origin
@@ -223,13 +271,7 @@ impl ConsumerService {
             .failure_policy(topic, &name)
             .await?
             .policy;
-        let dlq = match &policy.dead_letter_topic {
-            Some(t) => TopicName::new(t)
-                .map_err(|e| ConsumerError::Internal(format!("dead_letter_topic {t}: {e}")))?,
-            None => topic
-                .with_suffix("-dlq")
-                .map_err(|e| invalid("topic", format!("topic: {e}")))?,
-        };
+        let dlq = dead_letter_target(topic, policy.dead_letter_topic.as_deref())?;
         let replay_name = replay_subscription(&name)?;
         let dlq_wal = match self.topics.open_existing(&dlq, false).await {
             Ok(wal) => wal,

@@ -128,6 +128,9 @@ pub(crate) struct Subscription {
     sessions: BTreeMap<u64, Session>,
     /// Dead-letter copies not yet made or confirmed.
     pending_dead_letters: Vec<(u64, u32, String)>,
+    /// Why the last dead-letter copy was refused by the policy check (the
+    /// refusal already logged), until a copy succeeds.
+    dead_letter_refusal: Option<String>,
     last_policy_refresh_ms: i64,
     removed: bool,
     /// A session was ever attached: an ephemeral subscription ends only
@@ -156,6 +159,7 @@ impl Subscription {
             timings,
             sessions: BTreeMap::new(),
             pending_dead_letters: Vec::new(),
+            dead_letter_refusal: None,
             last_policy_refresh_ms: now_ms,
             removed: false,
             ever_attached: false,
@@ -564,6 +568,22 @@ impl Subscription {
     pub fn dead_letter_failed(&mut self, copy: DeadLetterCopy) {
         self.pending_dead_letters
             .push((copy.offset, copy.attempt, copy.reason));
+    }
+
+    /// Records that dead-letter copies are refused for `why` (a policy
+    /// error); true when that is news (not the refusal recorded last), so
+    /// it is logged once, not on every retry.
+    pub fn note_dead_letter_refusal(&mut self, why: &str) -> bool {
+        if self.dead_letter_refusal.as_deref() == Some(why) {
+            return false;
+        }
+        self.dead_letter_refusal = Some(why.to_owned());
+        true
+    }
+
+    /// A dead-letter copy was made: a later refusal is news again.
+    pub fn clear_dead_letter_refusal(&mut self) {
+        self.dead_letter_refusal = None;
     }
 
     /// Whether a copy of `offset` is still to be made.

@@ -10,7 +10,9 @@
 //! record being exactly what was read. Of two concurrent uses only one
 //! transaction applies; the other is answered `401 token_used` and its
 //! certificate, never sent, is dropped. Every outcome is audited
-//! (principal `enroll:{edge_id}`, kind `enrollment_token`).
+//! (principal `enroll:{edge_id}`, kind `enrollment_token`). A token whose
+//! edge id no edge may have ([`NamespaceName::reserved_for_edges`], e.g.
+//! `broker-2`) is refused `403 edge_id_reserved` before anything is read.
 
 use std::sync::Arc;
 
@@ -155,6 +157,17 @@ impl EnrollService {
         let edge = token_edge(token)
             .and_then(|edge| NamespaceName::new(edge).ok())
             .ok_or_else(|| refused(&TokenRefusal::Unknown))?;
+        // A token stored for such an id (minted before the rule, or
+        // written around the admin API) signs nothing: a certificate named
+        // `broker-2` would be served by the Raft listener as broker 2's.
+        if let Some(why) = edge.reserved_for_edges() {
+            return Err(ApiError::new(
+                StatusCode::FORBIDDEN,
+                refusal::EDGE_ID_RESERVED,
+                format!("edge_id: {:?} cannot be enrolled: {why}", edge.as_str()),
+            )
+            .with("field", Value::String("edge_id".into())));
+        }
         let request: EnrollRequest = parse_json(body)?;
         let key = auth::enrollment(&edge);
         let current = self.store.get(&key).await.map_err(internal)?;

@@ -255,7 +255,13 @@ fn csr_reason(error: &rcgen::Error) -> String {
             "not a PEM certificate signing request (-----BEGIN CERTIFICATE REQUEST-----)".into()
         }
         rcgen::Error::InvalidCertificationRequestSignature => {
-            "its signature does not verify with its own public key".into()
+            // Also what rcgen says for a key and signature pair it cannot
+            // verify (P-256 signed with SHA-384, say): a security trial
+            // took that for tampering.
+            "its signature does not verify with its own public key (altered, or a key and \
+             signature algorithm pair the broker cannot verify; edge-agent enroll makes an \
+             ECDSA P-256 key signed with SHA-256, which it can)"
+                .into()
         }
         rcgen::Error::UnsupportedExtension => {
             "it asks for an extension the broker does not sign (only subject alternative \
@@ -330,6 +336,31 @@ mod tests {
     }
 
     #[test]
+    fn a_signed_certificate_never_carries_the_brokers_server_name() {
+        use broker_core::tls::{BROKER_SERVER_NAME, certificate_has_dns_name};
+        let dir = tempfile::tempdir().unwrap();
+        let config = config(dir.path());
+        let signer = Signer::load(&config, &config.ca_cert).unwrap();
+        let key = KeyPair::generate().unwrap();
+        let mut asked =
+            CertificateParams::new(vec!["broker-2".to_owned(), BROKER_SERVER_NAME.to_owned()])
+                .unwrap();
+        asked.extended_key_usages = vec![ExtendedKeyUsagePurpose::ServerAuth];
+        let csr = asked.serialize_request(&key).unwrap().pem().unwrap();
+        // Even for an id the admin API now refuses (a token stored before
+        // the rule), the Raft listener would not take it for a broker's.
+        let edge = NamespaceName::new("broker-2").unwrap();
+        let signed = signer.sign(&csr, &edge, 1_700_000_000, [1; 16]).unwrap();
+        let der = CertificateDer::from_pem_slice(signed.pem.as_bytes()).unwrap();
+        assert_eq!(certificate_identity(&der).as_deref(), Some("broker-2"));
+        assert!(!certificate_has_dns_name(&der, BROKER_SERVER_NAME));
+        // A broker's certificate carries it.
+        let broker = std::fs::read(dir.path().join("certs").join("broker-1.pem")).unwrap();
+        let broker = CertificateDer::from_pem_slice(&broker).unwrap();
+        assert!(certificate_has_dns_name(&broker, BROKER_SERVER_NAME));
+    }
+
+    #[test]
     fn bad_csrs_are_refused_with_the_reason() {
         let dir = tempfile::tempdir().unwrap();
         let config = config(dir.path());
@@ -354,9 +385,10 @@ mod tests {
             base64::Engine::encode(&base64::engine::general_purpose::STANDARD, &der)
         );
         let err = signer.sign(&pem, &edge, 0, [1; 16]).unwrap_err();
-        assert_eq!(
-            err.to_string(),
-            "csr: its signature does not verify with its own public key"
+        assert!(
+            err.to_string()
+                .starts_with("csr: its signature does not verify with its own public key (altered"),
+            "{err}"
         );
     }
 

@@ -50,7 +50,8 @@ pub(crate) async fn drain_body(request: axum::extract::Request) {
 ///
 /// # Errors
 /// A 400 `invalid_input`: for a body that is not JSON (syntax error or
-/// truncated) or has the wrong shape as a whole, `request body: …` without a
+/// truncated), has anything but whitespace after its value, or has the
+/// wrong shape as a whole, `request body: …` without a
 /// field; for a field of the wrong type, unknown or missing, `{path}: …`
 /// with `field` set to the path (`max_messages`, `descriptor.size`).
 pub(crate) fn parse_json<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiError> {
@@ -64,7 +65,7 @@ pub(crate) fn parse_json<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiErro
         ));
     }
     let mut deserializer = serde_json::Deserializer::from_slice(body);
-    serde_path_to_error::deserialize(&mut deserializer).map_err(|err| {
+    let value = serde_path_to_error::deserialize(&mut deserializer).map_err(|err| {
         let path = err.path().to_string();
         let inner = err.into_inner();
         if inner.is_syntax() || inner.is_eof() || path == "." {
@@ -76,7 +77,17 @@ pub(crate) fn parse_json<T: DeserializeOwned>(body: &Bytes) -> Result<T, ApiErro
         } else {
             ApiError::invalid(&path, format!("{path}: {inner}"))
         }
-    })
+    })?;
+    // One value and nothing after it but whitespace: `{...} {"x":1}` or
+    // `{...}garbage` is not a body this API understood.
+    deserializer.end().map_err(|e| {
+        ApiError::new(
+            StatusCode::BAD_REQUEST,
+            "invalid_input",
+            format!("request body: data after the JSON object: {e}"),
+        )
+    })?;
+    Ok(value)
 }
 
 /// The parsed query string, or a 400 `invalid_input` (field `query`).

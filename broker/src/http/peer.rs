@@ -13,4 +13,8 @@
 pub struct PeerCertificate {
     /// The certificate's identity, e.g. `tier-1`.
     pub identity: String,
+    /// Its `notBefore`, seconds since the Unix epoch (`None`: unreadable):
+    /// a revocation of the edge of that name refuses certificates that
+    /// started before it ([`crate::auth::model::Snapshot::edge_revoked`]).
+    pub not_before_s: Option<i64>,
 }

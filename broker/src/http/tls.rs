@@ -76,18 +76,21 @@ pub async fn serve_https(
                         return;
                     }
                 };
-            let identity = tls_stream
+            let leaf = tls_stream
                 .get_ref()
                 .1
                 .peer_certificates()
-                .and_then(|certs| certs.first())
-                .and_then(broker_core::tls::certificate_identity);
+                .and_then(|certs| certs.first());
+            let peer_certificate = leaf.and_then(|cert| {
+                Some(PeerCertificate {
+                    identity: broker_core::tls::certificate_identity(cert)?,
+                    not_before_s: broker_core::tls::certificate_not_before_s(cert),
+                })
+            });
             let service = hyper::service::service_fn(
                 move |mut request: axum::extract::Request<hyper::body::Incoming>| {
-                    if let Some(identity) = &identity {
-                        request.extensions_mut().insert(PeerCertificate {
-                            identity: identity.clone(),
-                        });
+                    if let Some(peer_certificate) = &peer_certificate {
+                        request.extensions_mut().insert(peer_certificate.clone());
                     }
                     // A Router is always ready: no poll_ready needed.
                     app.clone().call(request)

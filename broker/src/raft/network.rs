@@ -5,14 +5,21 @@
 //! the stream is finished; the response is a JSON [`PeerResponse`] read to the
 //! end. Both directions are bounded by [`MAX_FRAME_BYTES`]. Only peers whose
 //! certificate chains to the cluster CA *and* names a broker identity
-//! (`broker-{id}`) are served: an edge certificate from the same CA cannot
-//! speak Raft.
+//! (`broker-{id}`) *and* carries the brokers' server name
+//! (`tributary-broker`, which every broker certificate has and a signed
+//! edge certificate never has) are served: an edge certificate from the
+//! same CA cannot speak Raft (no edge id may start with `broker-`:
+//! [`tributary_proto::keys::reserved_edge_id`] refuses one when a token is
+//! minted, when a certificate is signed and at ingest).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use broker_core::tls::{ALPN_RAFT, BROKER_SERVER_NAME, TlsIdentity, peer_identity};
+use broker_core::tls::{
+    ALPN_RAFT, BROKER_SERVER_NAME, TlsIdentity, certificate_has_dns_name, peer_certificate,
+    peer_identity,
+};
 use openraft::error::{
     ClientWriteError, InstallSnapshotError, NetworkError, RPCError, RaftError, RemoteError,
     Unreachable,
@@ -314,9 +321,15 @@ pub async fn serve(endpoint: quinn::Endpoint, raft: Raft) {
                 }
             };
             let identity = peer_identity(&conn);
+            // Named `broker-{id}` and carrying the brokers' server name: a
+            // client certificate signed for an enrolling edge never carries
+            // the latter (one signed for `broker-2` before such edge ids
+            // were refused stays locked out).
             let is_broker = identity
                 .as_deref()
-                .is_some_and(|i| i.starts_with("broker-"));
+                .is_some_and(|i| i.starts_with(tributary_proto::keys::BROKER_IDENTITY_PREFIX))
+                && peer_certificate(&conn)
+                    .is_some_and(|c| certificate_has_dns_name(&c, BROKER_SERVER_NAME));
             if !is_broker {
                 warn!(peer = %conn.remote_address(), identity = identity.as_deref(), "refusing raft peer without a broker certificate");
                 conn.close(1u32.into(), b"not a broker certificate");

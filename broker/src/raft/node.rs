@@ -196,6 +196,9 @@ impl MetaNode {
             .is_initialized()
             .await
             .map_err(|e| NodeError::Raft(e.to_string()))?;
+        if initialized && !config.members.is_empty() {
+            warn_if_members_differ(&raft, &config.members);
+        }
         if !initialized && lowest == config.node_id {
             let members: BTreeMap<NodeId, BasicNode> = if config.members.is_empty() {
                 BTreeMap::from([(config.node_id, BasicNode::new(config.listen.to_string()))])
@@ -419,5 +422,34 @@ impl MetaNode {
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
+    }
+}
+
+/// Logs a warning when `[members]` names other nodes or addresses than the
+/// membership the cluster committed: the list is read only when a cluster
+/// forms (there is no membership change), so an edit to it on an existing
+/// node changes nothing (a config trial found it silently ignored).
+fn warn_if_members_differ(raft: &Raft, configured: &BTreeMap<NodeId, String>) {
+    let committed: BTreeMap<NodeId, String> = raft
+        .metrics()
+        .borrow()
+        .membership_config
+        .membership()
+        .nodes()
+        .map(|(id, node)| (*id, node.addr.clone()))
+        .collect();
+    if !committed.is_empty() && &committed != configured {
+        let list = |members: &BTreeMap<NodeId, String>| {
+            members
+                .iter()
+                .map(|(id, addr)| format!("{id}={addr}"))
+                .collect::<Vec<_>>()
+                .join(",")
+        };
+        warn!(
+            configured = %list(configured),
+            committed = %list(&committed),
+            "[members] differs from the cluster's committed membership and is ignored: it is read only when a cluster forms, and members cannot be added, removed or moved on an existing cluster"
+        );
     }
 }

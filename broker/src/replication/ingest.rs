@@ -33,7 +33,7 @@ use broker_core::wal::{AppendAtOutcome, BatchId, PendingAppend, Wal, WalError};
 use bytes::{Bytes, BytesMut};
 use tokio::sync::mpsc;
 use tracing::{debug, info, warn};
-use tributary_proto::keys::TopicName;
+use tributary_proto::keys::{TopicName, is_broker_identity};
 use tributary_proto::limits::Limits;
 use tributary_proto::replication::ack_repeat::AckRepeats;
 use tributary_proto::replication::frame::{self, ErrorCode, Frame};
@@ -90,7 +90,9 @@ pub async fn serve(
                 }
             };
             let identity = match peer_identity(&conn) {
-                Some(identity) if !identity.starts_with("broker-") => identity,
+                // A broker's certificate, or one named like a broker's (no
+                // edge may have such an id), is no edge's.
+                Some(identity) if !is_broker_identity(&identity) => identity,
                 other => {
                     warn!(
                         peer = %conn.remote_address(),
@@ -493,6 +495,21 @@ async fn handle_stream(
             let decoded = Instant::now();
             match action {
                 IngestAction::Open(hello, topic) => {
+                    // The cluster's id first, when asked: an edge whose
+                    // checkpoints belong to another cluster stops before
+                    // it takes anything of this one's. Not knowing it yet
+                    // is retryable; sending nothing would pass for an
+                    // older broker.
+                    let first = topics.identity().frame_for(&mut ingest, OPEN_TIMEOUT);
+                    match first.await {
+                        Ok(Some(frame)) => {
+                            if out.send(Out::Frame(frame)).await.is_err() {
+                                break 'stream None;
+                            }
+                        }
+                        Ok(None) => {}
+                        Err(refused) => break 'stream Some(refused),
+                    }
                     let opened = tokio::time::timeout(
                         OPEN_TIMEOUT,
                         topics.open_for_edge(&topic, hello.settings.as_ref()),

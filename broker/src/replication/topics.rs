@@ -104,6 +104,8 @@ pub struct TopicStore {
     layout: super::takeover::Layout,
     /// Where the committed archive's end (`segments/cur`) is read.
     storage_keys: tributary_proto::keys::StorageKeys,
+    /// The cluster's id (`/cluster/id`), sent to edges that ask.
+    identity: crate::cluster::identity::ClusterIdentity,
 }
 
 /// Longest wait for a topic's first owner when it is opened.
@@ -120,7 +122,6 @@ impl TopicStore {
         TopicStore {
             layout: super::takeover::Layout::beside(&dir),
             dir,
-            store,
             limits,
             segment_max_age: None,
             open: Mutex::default(),
@@ -128,6 +129,8 @@ impl TopicStore {
             cluster: std::sync::OnceLock::new(),
             epochs: std::sync::Mutex::default(),
             storage_keys: tributary_proto::keys::StorageKeys::default(),
+            identity: crate::cluster::identity::ClusterIdentity::new(store.clone()),
+            store,
         }
     }
 
@@ -137,6 +140,11 @@ impl TopicStore {
     pub fn with_storage_keys(mut self, keys: tributary_proto::keys::StorageKeys) -> TopicStore {
         self.storage_keys = keys;
         self
+    }
+
+    /// The cluster's id, as edges are told it.
+    pub fn identity(&self) -> &crate::cluster::identity::ClusterIdentity {
+        &self.identity
     }
 
     /// The metadata store.

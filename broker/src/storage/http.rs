@@ -30,6 +30,7 @@ use crate::http::{ApiError, ApiResult, ok, parse_json, query};
 /// The storage routes, relative to `/v1`.
 pub(crate) fn routes() -> Router<AdminState> {
     Router::new()
+        .route("/storage/cluster", get(storage_cluster))
         .route("/storage/topics", get(list_storage_topics))
         .route(
             "/storage/topics/{namespace}/{topic}/segments",
@@ -97,6 +98,30 @@ impl From<StorageError> for ApiError {
     }
 }
 
+/// Longest wait of `GET /v1/storage/cluster` for the cluster id.
+const CLUSTER_ID_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// `GET /v1/storage/cluster`: `{"cluster_id": "<uuid>"}`, the committed
+/// `/cluster/id` (`null` until it exists), for the tier service, which
+/// claims its archive prefix for this cluster (`docs/archive-format.md`,
+/// "Prefix owner"). Unlike `GET /v1/cluster/status` it needs only the
+/// `storage` permission (the `tier` role). A metadata read failure or
+/// timeout is `503 unavailable`, never `null`: `null` would let the tier
+/// service start without checking the prefix's owner.
+async fn storage_cluster(State(state): State<AdminState>) -> ApiResult {
+    let key = tributary_proto::keys::cluster::id();
+    let unavailable =
+        |message: String| ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message);
+    let value = tokio::time::timeout(CLUSTER_ID_READ_TIMEOUT, state.store.get(&key))
+        .await
+        .map_err(|_| unavailable(format!("reading {key} timed out")))?
+        .map_err(|e| unavailable(format!("reading {key}: {e}")))?;
+    ok(
+        StatusCode::OK,
+        json!({ "cluster_id": value.unwrap_or(serde_json::Value::Null) }),
+    )
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct PrefixQuery {
@@ -110,6 +135,32 @@ pub(super) fn storage_keys(
         None => Ok(StorageKeys::default()),
         Some(prefix) => StorageKeys::new(&prefix).map_err(|e| ApiError::name("prefix", e)),
     }
+}
+
+/// The keys of a write (commit, trim, unload, retire, missing marks): only
+/// under this broker's `[archive]` prefix, where its own reads look. A
+/// tier service with another `prefix` had its descriptors committed under
+/// that prefix and the local copies trimmed, after which the broker found
+/// the records nowhere (the config trial).
+fn write_keys(
+    params: Result<Query<PrefixQuery>, QueryRejection>,
+    archive: Option<&Extension<StorageArchive>>,
+) -> Result<StorageKeys, ApiError> {
+    let keys = storage_keys(params)?;
+    if let Some(Extension(StorageArchive(archive))) = archive
+        && archive.keys().prefix() != keys.prefix()
+    {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "prefix_mismatch",
+            format!(
+                "storage prefix {:?} is not this broker's [archive] prefix {:?}: set the tier service's `prefix` to the broker's (the broker reads archived records only under its own); nothing was changed",
+                keys.prefix(),
+                archive.keys().prefix()
+            ),
+        ));
+    }
+    Ok(keys)
 }
 
 async fn list_storage_topics(
@@ -230,7 +281,7 @@ async fn post_descriptor(
     params: Result<Query<PrefixQuery>, QueryRejection>,
     body: Bytes,
 ) -> ApiResult {
-    let keys = storage_keys(params)?;
+    let keys = write_keys(params, archive.as_ref())?;
     let request: CommitRequest = parse_json(&body)?;
     let topic = TopicName::new(&request.topic).map_err(|e| ApiError::name("topic", e))?;
     let cluster = cluster.map(|Extension(c)| c);
@@ -288,7 +339,7 @@ async fn trim_topic(
     params: Result<Query<PrefixQuery>, QueryRejection>,
 ) -> ApiResult {
     let topic = topic_from_path(&namespace, &topic)?;
-    let keys = storage_keys(params)?;
+    let keys = write_keys(params, archive.as_ref())?;
     let segments = local_segments(segments)?;
     let Some(Extension(StorageArchive(archive))) = archive else {
         return Err(StorageError::Refused {
@@ -333,10 +384,11 @@ async fn unload_topic(
     cluster: Option<Extension<Arc<Cluster>>>,
     segments: Option<Extension<Arc<dyn LocalSegments>>>,
     Path((namespace, topic)): Path<(String, String)>,
+    archive: Option<Extension<StorageArchive>>,
     params: Result<Query<PrefixQuery>, QueryRejection>,
 ) -> ApiResult {
     let topic = topic_from_path(&namespace, &topic)?;
-    let keys = storage_keys(params)?;
+    let keys = write_keys(params, archive.as_ref())?;
     let segments = local_segments(segments)?;
     let cluster = cluster.map(|Extension(c)| c);
     let fence = fence_for(cluster.as_ref(), &topic)?;
@@ -383,10 +435,11 @@ async fn unload_topic(
 async fn retire_segment(
     State(state): State<AdminState>,
     Path((namespace, topic, start)): Path<(String, String, String)>,
+    archive: Option<Extension<StorageArchive>>,
     params: Result<Query<PrefixQuery>, QueryRejection>,
 ) -> ApiResult {
     let topic = topic_from_path(&namespace, &topic)?;
-    let keys = storage_keys(params)?;
+    let keys = write_keys(params, archive.as_ref())?;
     let start: u64 = start.parse().map_err(|_| {
         ApiError::new(
             StatusCode::BAD_REQUEST,
@@ -450,7 +503,7 @@ async fn mark_missing(
     body: Bytes,
 ) -> ApiResult {
     let topic = topic_from_path(&namespace, &topic)?;
-    let keys = storage_keys(params)?;
+    let keys = write_keys(params, archive.as_ref())?;
     let start = start_param(&start)?;
     let mark: MissingMark = parse_json(&body)?;
     if mark.start_offset != start || mark.end_offset < start {
@@ -513,10 +566,11 @@ async fn mark_missing(
 async fn clear_missing(
     State(state): State<AdminState>,
     Path((namespace, topic, start)): Path<(String, String, String)>,
+    archive: Option<Extension<StorageArchive>>,
     params: Result<Query<PrefixQuery>, QueryRejection>,
 ) -> ApiResult {
     let topic = topic_from_path(&namespace, &topic)?;
-    let keys = storage_keys(params)?;
+    let keys = write_keys(params, archive.as_ref())?;
     let start = start_param(&start)?;
     let key = keys.missing(&topic, start);
     state.store.delete(&key).await.map_err(StorageError::from)?;

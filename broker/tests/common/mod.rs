@@ -92,13 +92,19 @@ pub fn trust(certs: &Path) {
 /// An HTTPS agent trusting the CAs of every broker config written in this
 /// process; 40 s timeout, statuses are answers.
 pub fn agent() -> ureq::Agent {
+    agent_with_timeout(std::time::Duration::from_secs(40))
+}
+
+/// [`agent`] with another whole-request timeout (bulk metadata writes on
+/// a loaded three-broker cluster).
+pub fn agent_with_timeout(timeout: std::time::Duration) -> ureq::Agent {
     let pems: Vec<Vec<u8>> = TRUSTED
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .iter()
         .map(|(_, pem)| pem.clone())
         .collect();
-    tributary_test_support::certs::https_agent_with_roots(&pems, std::time::Duration::from_secs(40))
+    tributary_test_support::certs::https_agent_with_roots(&pems, timeout)
 }
 
 pub fn get_json(url: &str) -> Result<Value, String> {

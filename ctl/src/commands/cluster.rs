@@ -46,6 +46,10 @@ struct ClusterStatus {
     #[serde(default)]
     purged_index: Option<u64>,
     state: String,
+    /// The cluster's id (`/cluster/id`); absent from older brokers, `null`
+    /// while unreadable.
+    #[serde(default)]
+    cluster_id: Option<String>,
     /// Absent from a broker without topic ownership.
     #[serde(default)]
     brokers: Option<Vec<BrokerView>>,
@@ -94,8 +98,9 @@ pub fn run(ctx: &Context<'_>, command: &ClusterCommand) -> Result<String, Comman
             ctx.render(value, |s: ClusterStatus| {
                 let index = |i: Option<u64>| i.map_or_else(|| "none".to_owned(), |i| i.to_string());
                 let mut text = format!(
-                    "Node ID: {}\nState: {}\nLeader: {}\nTerm: {}\nLast applied index: {}\n\
-                     Snapshot index: {}\nPurged index: {}\nMembers:\n",
+                    "Cluster ID: {}\nNode ID: {}\nState: {}\nLeader: {}\nTerm: {}\n\
+                     Last applied index: {}\nSnapshot index: {}\nPurged index: {}\nMembers:\n",
+                    s.cluster_id.as_deref().unwrap_or("unknown"),
                     s.node_id,
                     s.state,
                     s.leader

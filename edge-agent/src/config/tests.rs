@@ -49,15 +49,19 @@ fn the_documented_example_is_valid() {
             check_interval_ms: None,
         })
     );
-    // The example's certificate paths do not exist here.
+    assert_eq!(
+        file.brokers,
+        ["broker-1.example:7402", "broker-2.example:7402"]
+    );
+    // The example's certificate paths do not exist here; without [tls]
+    // its brokers are refused (replication is mutual TLS only).
     file.tls = None;
+    let err = AgentConfig::resolve(file.clone(), &Overrides::default()).unwrap_err();
+    assert_eq!(err.field(), Some("brokers"));
+    file.brokers.clear();
     let config = AgentConfig::resolve(file, &Overrides::default()).unwrap();
     assert_eq!(config.data_dir, PathBuf::from("/var/lib/tributary-edge"));
     assert_eq!(config.edge_id.as_str(), "plant1");
-    assert_eq!(
-        config.brokers,
-        ["broker-1.example:7402", "broker-2.example:7402"]
-    );
     assert_eq!(config.local_api, "127.0.0.1:7500".parse().unwrap());
     assert_eq!(config.disk_budget_bytes, Some(8_589_934_592));
     assert_eq!(config.bandwidth_cap_bytes_per_s, Some(250_000));
@@ -281,15 +285,14 @@ fn tls_needs_all_three_readable_files() {
 #[test]
 fn overrides_win_over_the_file() {
     let file = parse(
-        "data_dir = \"/file\"\nedge_id = \"e1\"\nbrokers = [\"a:1\"]\nlocal_api = \"127.0.0.1:9\"\ndisk_budget_bytes = 100_000_000\n",
+        "data_dir = \"/file\"\nedge_id = \"e1\"\nlocal_api = \"127.0.0.1:9\"\ndisk_budget_bytes = 100_000_000\n",
     )
     .unwrap();
     let kept = AgentConfig::resolve(file.clone(), &Overrides::default()).unwrap();
-    assert_eq!(kept.brokers, ["a:1"]);
+    assert_eq!(kept.edge_id.as_str(), "e1");
     let overrides = Overrides {
         data_dir: Some("/flag".into()),
         edge_id: Some("e2".into()),
-        brokers: vec!["b:2".into(), "c:3".into()],
         local_api: Some("127.0.0.1:10".parse().unwrap()),
         disk_budget_bytes: Some(200_000_000),
         bandwidth_cap_bytes_per_s: Some(1000),
@@ -298,10 +301,38 @@ fn overrides_win_over_the_file() {
     let config = AgentConfig::resolve(file, &overrides).unwrap();
     assert_eq!(config.data_dir, PathBuf::from("/flag"));
     assert_eq!(config.edge_id.as_str(), "e2");
-    assert_eq!(config.brokers, ["b:2", "c:3"]);
     assert_eq!(config.local_api.port(), 10);
     assert_eq!(config.disk_budget_bytes, Some(200_000_000));
     assert_eq!(config.bandwidth_cap_bytes_per_s, Some(1000));
+}
+
+/// A config trial: `brokers` without `[tls]` ran, took records and never
+/// replicated one. Refused, naming what to add; `--broker` flags replace
+/// the file's list.
+#[test]
+fn brokers_need_tls_and_the_flags_replace_the_files_list() {
+    let tls = format!(
+        "[tls]\ncert = \"{cert}\"\nkey = \"{key}\"\nca = \"{cert}\"\n",
+        cert = fixture("edge7.pem").display(),
+        key = fixture("edge7.key").display(),
+    );
+    let base = "data_dir = \"/d\"\nbrokers = [\"a:1\"]\n";
+    let (field, reason) = invalid_field(&format!("{base}edge_id = \"e1\"\n"));
+    assert_eq!(field, "brokers");
+    assert!(
+        reason.starts_with("replication needs mutual TLS: add a [tls] table"),
+        "{reason}"
+    );
+    let file = parse(&format!("{base}{tls}")).unwrap();
+    let kept = AgentConfig::resolve(file.clone(), &Overrides::default()).unwrap();
+    assert_eq!(kept.brokers, ["a:1"]);
+    assert_eq!(kept.edge_id.as_str(), "edge7");
+    let overrides = Overrides {
+        brokers: vec!["b:2".into(), "c:3".into()],
+        ..Overrides::default()
+    };
+    let config = AgentConfig::resolve(file, &overrides).unwrap();
+    assert_eq!(config.brokers, ["b:2", "c:3"]);
 }
 
 #[test]

@@ -42,12 +42,14 @@
 //!   task, and the tasks each started, is awaited before [`run`] returns, so
 //!   no WAL or metadata-store handle outlives the replicator.
 //!
-//! Modules: [`link`] (the per-link state machine), [`routes`] (where each
+//! Modules: [`cluster`] (which central cluster the checkpoints belong
+//! to), [`link`] (the per-link state machine), [`routes`] (where each
 //! topic runs), `targets` (the owner connections), [`pacing`] (the
 //! bandwidth cap's token bucket), `stream` (one topic's stream: read-ahead,
 //! sending, checkpoints, archived offsets), [`stages`] (where each batch
 //! spends its time, for `/metrics`).
 
+pub mod cluster;
 mod history;
 pub mod link;
 mod pacing;
@@ -153,6 +155,9 @@ pub struct ReplicationStats {
     /// stream resumes. `/health` reports them (local WAL failures are its
     /// `faults`).
     pub stopped: std::sync::Mutex<std::collections::BTreeMap<String, (String, std::time::Instant)>>,
+    /// The central cluster this edge is bound to (`/edge/cluster`) and the
+    /// streams stopped because their broker belongs to another.
+    pub cluster: cluster::ClusterBinding,
 }
 
 impl ReplicationStats {
@@ -268,6 +273,8 @@ enum StreamError {
     Edge(#[from] EdgeError),
     #[error("wal: {0}")]
     Wal(String),
+    #[error("local metadata: {0}")]
+    Metadata(String),
 }
 
 /// The certificate the replicator presents: what rustls resolves at each
@@ -676,12 +683,12 @@ fn report_stream_end(
     let needs_operator = match error {
         StreamError::Connection(_) => false,
         StreamError::Edge(EdgeError::Refused { code, .. }) => !code.is_retryable(),
-        StreamError::Edge(_) | StreamError::Wal(_) => true,
+        StreamError::Edge(_) | StreamError::Wal(_) | StreamError::Metadata(_) => true,
     };
     let text = error.to_string();
     // A local WAL failure is in `/health`'s `faults` already (and clears
     // with it); what is recorded here is the broker's side.
-    if needs_operator && matches!(error, StreamError::Edge(_)) {
+    if needs_operator && matches!(error, StreamError::Edge(_) | StreamError::Metadata(_)) {
         let mut stopped = stats.stopped.lock().unwrap_or_else(|p| p.into_inner());
         stopped.insert(topic.to_owned(), (text.clone(), std::time::Instant::now()));
     }

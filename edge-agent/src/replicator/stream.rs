@@ -199,6 +199,7 @@ pub(super) async fn replicate_topic(
         connection,
         topic,
         wal,
+        topics,
         config,
         stats,
         pacer,
@@ -238,6 +239,7 @@ async fn drive_stream(
     connection: &BrokerConnection,
     topic: &Arc<Topic>,
     wal: &Arc<Wal>,
+    topics: &Arc<TopicManager>,
     config: &ReplicatorConfig,
     stats: &Arc<ReplicationStats>,
     pacer: Option<Arc<Pacer>>,
@@ -255,7 +257,8 @@ async fn drive_stream(
         topic.settings().intent.clone(),
         config.window,
     )
-    .with_tip_check();
+    .with_tip_check()
+    .with_cluster_check();
     send.write_all(&stream.hello().to_bytes())
         .await
         .map_err(|e| conn_err(&e))?;
@@ -342,6 +345,12 @@ async fn drive_stream(
                         EdgeEvent::Refetch { first_offset, end_offset } => {
                             info!(topic = %topic.name(), first_offset, end_offset, "broker asks to re-send a range its copy of is damaged");
                             answer_refetches(&mut send, &mut stream, wal, config.compress).await?;
+                        }
+                        EdgeEvent::ClusterId { id } => {
+                            // Before the next frame: nothing of another
+                            // cluster (Welcome, Ack, Archived) is applied.
+                            let broker = connection.conn.remote_address().to_string();
+                            stats.cluster.check(topics.store(), id, &broker).await?;
                         }
                         EdgeEvent::Tip { base_offset, next_offset, crc32c } => {
                             let wal = Arc::clone(wal);

@@ -64,6 +64,13 @@ impl Topic {
             debug!(topic = %self.name, start, end, bytes, "deleted an archived segment");
             freed += bytes;
         }
+        freed += self
+            .release_safe_active_segment(&wal)
+            .await
+            .map_err(|source| AckError::Wal {
+                topic: self.name.clone(),
+                source,
+            })?;
         Ok(freed)
     }
 

@@ -181,6 +181,18 @@ impl Topic {
             Err(e) => e,
         };
         if self.policy.full_policy == FullPolicy::Refuse {
+            // An active segment whose records are all safe gives its room
+            // back (a budget lowered below what it holds); then once more.
+            let freed = self
+                .release_safe_active_segment(wal)
+                .await
+                .map_err(|source| PublishError::Wal {
+                    topic: self.name.clone(),
+                    source,
+                })?;
+            if freed > 0 && budget::reserve(&self.budget, &self.agent_budget, bytes).is_ok() {
+                return Ok(());
+            }
             return Err(refused(exceeded));
         }
         let _room = self.room.lock().await;

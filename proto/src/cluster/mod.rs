@@ -1,4 +1,5 @@
-//! Topic ownership in the central cluster: the values stored under
+//! The central cluster's identity ([`ClusterId`], at `/cluster/id`) and
+//! topic ownership in it: the values stored under
 //! `/cluster/*` (key paths from `seeds/001_4a7643a8a6858094.txt`, built by
 //! [`crate::keys::cluster`]) and the I/O-free placement rules of the load
 //! manager ([`placement`]).
@@ -20,7 +21,10 @@
 //! any durable central write (descriptor commit, cursor, unload `state`)
 //! carries: a stale owner's write is refused in Raft.
 
+mod id;
 pub mod placement;
+
+pub use id::{CLUSTER_ID_BYTES, ClusterId, ClusterIdError};
 
 use serde::{Deserialize, Serialize};
 

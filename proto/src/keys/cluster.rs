@@ -7,6 +7,11 @@ pub fn leader() -> String {
     MetadataKey::ClusterLeader.to_string()
 }
 
+/// `/cluster/id`: the cluster's identity ([`crate::cluster::ClusterId`]).
+pub fn id() -> String {
+    MetadataKey::ClusterId.to_string()
+}
+
 /// `/cluster/register/{broker_id}`.
 pub fn register(broker_id: u64) -> String {
     MetadataKey::BrokerRegistration { broker_id }.to_string()

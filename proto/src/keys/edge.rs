@@ -24,6 +24,13 @@ pub fn archived(topic: &TopicName) -> String {
     .to_string()
 }
 
+/// `/edge/cluster`: the id of the central cluster the edge's checkpoints
+/// and archived offsets belong to (JSON string,
+/// [`crate::cluster::ClusterId`]).
+pub fn cluster() -> String {
+    MetadataKey::EdgeCluster.to_string()
+}
+
 /// `/edge/mqtt/sessions/{hex}`: an MQTT persistent session of the edge
 /// agent's listener (JSON: client id and the QoS 2 packet ids in flight),
 /// `{hex}` being the client id's bytes in lower-case hex (client ids may

@@ -173,6 +173,9 @@ impl SubscriptionKey {
 pub enum MetadataKey {
     /// `/cluster/leader`.
     ClusterLeader,
+    /// `/cluster/id`: the cluster's identity
+    /// ([`crate::cluster::ClusterId`], a JSON string), written once.
+    ClusterId,
     /// `/cluster/register/{broker_id}` (written with a TTL).
     BrokerRegistration {
         /// Broker id.
@@ -281,6 +284,10 @@ pub enum MetadataKey {
         /// The edge topic.
         topic: TopicName,
     },
+    /// `/edge/cluster`: the id of the central cluster this edge's
+    /// checkpoints and archived offsets belong to (a JSON string), written
+    /// on its first replication stream to a cluster that sends one.
+    EdgeCluster,
     /// `/fleet/edges/{edge_id}/{broker_id}`: what broker `broker_id` knows
     /// of edge `edge_id`'s replication connections (central store; JSON
     /// `tributary_proto::fleet::EdgeEntry`).
@@ -296,6 +303,7 @@ impl fmt::Display for MetadataKey {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             MetadataKey::ClusterLeader => f.write_str("/cluster/leader"),
+            MetadataKey::ClusterId => f.write_str("/cluster/id"),
             MetadataKey::BrokerRegistration { broker_id } => {
                 write!(f, "/cluster/register/{broker_id}")
             }
@@ -348,6 +356,7 @@ impl fmt::Display for MetadataKey {
             MetadataKey::AuthRevokedEdge { edge } => write!(f, "/auth/revoked_edges/{edge}"),
             MetadataKey::EdgeCheckpoint { topic } => write!(f, "/edge/checkpoints{topic}"),
             MetadataKey::EdgeArchived { topic } => write!(f, "/edge/archived{topic}"),
+            MetadataKey::EdgeCluster => f.write_str("/edge/cluster"),
             MetadataKey::FleetEdge { edge, broker_id } => {
                 write!(f, "/fleet/edges/{edge}/{broker_id}")
             }
@@ -372,6 +381,7 @@ impl MetadataKey {
         let parts: Vec<&str> = rest.split('/').collect();
         let parsed = match parts.as_slice() {
             ["cluster", "leader"] => MetadataKey::ClusterLeader,
+            ["cluster", "id"] => MetadataKey::ClusterId,
             ["cluster", "register", id] => MetadataKey::BrokerRegistration {
                 broker_id: canonical(key, "broker_id", id)?,
             },
@@ -466,6 +476,7 @@ impl MetadataKey {
             ["edge", "archived", ns, topic] => MetadataKey::EdgeArchived {
                 topic: topic_in(key, ns, topic)?,
             },
+            ["edge", "cluster"] => MetadataKey::EdgeCluster,
             ["fleet", "edges", edge, id] => MetadataKey::FleetEdge {
                 edge: name_in(key, edge, NamespaceName::new)?,
                 broker_id: canonical(key, "broker_id", id)?,

@@ -70,8 +70,9 @@ pub use metadata_key::{
     KeyParseError, MetadataKey, SubscriptionKey, TopicKey, parse_subscription_key, parse_topic,
 };
 pub use names::{
-    BindingId, NameError, NameErrorKind, NamePart, NamespaceName, PrincipalName, RoleName,
-    SubjectName, SubscriptionName, TopicName, new_edge_id_problem, reserved_edge_id,
+    BROKER_IDENTITY_PREFIX, BROKER_SERVER_NAME, BindingId, NameError, NameErrorKind, NamePart,
+    NamespaceName, PrincipalName, RoleName, SubjectName, SubscriptionName, TopicName,
+    is_broker_identity, new_edge_id_problem, reserved_edge_id,
 };
 pub use storage::{SegmentObject, StorageKey, StorageKeys};
 

@@ -264,17 +264,46 @@ impl NamespaceName {
     /// Why this namespace cannot be an edge's id, or `None` when it can.
     /// An edge writes only to the namespace named like its id, so an edge
     /// may not take one the system uses: names starting with `_` (the
-    /// brokers' `/_system/audit-broker-{id}` topics) and `default`
-    /// (centrally published topics and their dead-letter copies).
+    /// brokers' `/_system/audit-broker-{id}` topics), `default`
+    /// (centrally published topics and their dead-letter copies) and a
+    /// broker's certificate identity (see [`reserved_edge_id`]).
     pub fn reserved_for_edges(&self) -> Option<&'static str> {
         reserved_edge_id(&self.0)
     }
 }
 
+/// Prefix of every broker certificate's identity (`broker-{node_id}`): the
+/// Raft listener serves only certificates whose identity starts with it.
+pub const BROKER_IDENTITY_PREFIX: &str = "broker-";
+
+/// DNS name every broker certificate carries and clients verify when
+/// connecting to any broker (`broker_core::tls::BROKER_SERVER_NAME`).
+pub const BROKER_SERVER_NAME: &str = "tributary-broker";
+
+/// True when `name` could be a broker certificate's name: it starts with
+/// [`BROKER_IDENTITY_PREFIX`] or is [`BROKER_SERVER_NAME`], ignoring ASCII
+/// case. No edge may have such an id ([`reserved_edge_id`]).
+pub fn is_broker_identity(name: &str) -> bool {
+    name.get(..BROKER_IDENTITY_PREFIX.len())
+        .is_some_and(|p| p.eq_ignore_ascii_case(BROKER_IDENTITY_PREFIX))
+        || name.eq_ignore_ascii_case(BROKER_SERVER_NAME)
+}
+
 /// Why `name` cannot be an edge id although it may be a namespace (see
 /// [`NamespaceName::reserved_for_edges`]), or `None`.
+///
+/// Besides the system's namespaces, an edge id may not be a broker's
+/// identity: a certificate signed for edge `broker-2` would be taken for
+/// broker 2's by the Raft listener, and one for
+/// [`BROKER_SERVER_NAME`] would pass as any broker's server certificate
+/// name. Both rules ignore ASCII case (certificate names do).
 pub fn reserved_edge_id(name: &str) -> Option<&'static str> {
-    if name.starts_with('_') {
+    if is_broker_identity(name) {
+        Some(
+            "ids starting with 'broker-' and 'tributary-broker' are the brokers' certificate \
+             names (broker-{node_id}); an edge certificate with one would be taken for a broker's",
+        )
+    } else if name.starts_with('_') {
         Some(
             "namespaces starting with '_' are the system's (the brokers' audit topics live in /_system)",
         )

@@ -317,6 +317,14 @@ impl StorageKeys {
         &self.prefix[1..]
     }
 
+    /// `{prefix}/cluster-owner.json` without the leading `/`: the object
+    /// naming the cluster that owns the archive under the prefix
+    /// (`docs/archive-format.md`, "Prefix owner"). Outside `storage/` and
+    /// `lakehouse/`, so no topic or segment key can be it.
+    pub fn owner_object(&self) -> String {
+        format!("{}/cluster-owner.json", self.object_prefix())
+    }
+
     /// `{prefix}/storage/topics/` without the leading `/`: the root of
     /// every segment object, for browsing a bucket.
     pub fn objects_root(&self) -> String {

@@ -317,6 +317,8 @@ fn with_suffix_builds_dead_letter_topics() {
 fn cluster_keys() {
     let t = topic("/default/jobs");
     assert_eq!(cluster::leader(), "/cluster/leader");
+    assert_eq!(cluster::id(), "/cluster/id");
+    assert_eq!(edge::cluster(), "/edge/cluster");
     assert_eq!(cluster::register(7), "/cluster/register/7");
     assert_eq!(cluster::register_prefix(), "/cluster/register/");
     assert_eq!(cluster::broker_state(7), "/cluster/brokers/7/state");
@@ -520,6 +522,7 @@ fn storage_keys_with_default_prefix() {
         "tributary/storage/topics/default/jobs/segments/"
     );
     assert_eq!(keys.objects_root(), "tributary/storage/topics/");
+    assert_eq!(keys.owner_object(), "tributary/cluster-owner.json");
     assert_eq!(
         StorageKeys::segments_cur_value(1234),
         "00000000000000001234"
@@ -788,6 +791,8 @@ fn arb_topic_key() -> impl Strategy<Value = TopicKey> {
 fn arb_metadata_key() -> impl Strategy<Value = MetadataKey> {
     Union::new(vec![
         Just(MetadataKey::ClusterLeader).boxed(),
+        Just(MetadataKey::ClusterId).boxed(),
+        Just(MetadataKey::EdgeCluster).boxed(),
         any::<u64>()
             .prop_map(|broker_id| MetadataKey::BrokerRegistration { broker_id })
             .boxed(),
@@ -1033,4 +1038,32 @@ fn missing_marks_parse_and_bad_ones_are_refused() {
     ] {
         assert!(keys.parse(bad).is_err(), "{bad}");
     }
+}
+
+#[test]
+fn no_edge_may_take_a_name_a_broker_certificate_could_have() {
+    for name in [
+        "broker-2",
+        "broker-x",
+        "Broker-3",
+        "BROKER-",
+        "tributary-broker",
+        "Tributary-Broker",
+        "_system",
+        "default",
+    ] {
+        assert!(reserved_edge_id(name).is_some(), "{name}");
+        assert!(new_edge_id_problem(name).is_some(), "{name}");
+    }
+    for name in [
+        "plant1",
+        "mybroker-2",
+        "broker",
+        "brokers",
+        "tributary-broker2",
+    ] {
+        assert_eq!(reserved_edge_id(name), None, "{name}");
+    }
+    assert!(is_broker_identity("broker-1"));
+    assert!(!is_broker_identity("plant1"));
 }

@@ -33,6 +33,13 @@
 //!    then at most once per the requested interval: the broker learns the
 //!    local high-water mark, so it can show this edge's lag.
 //!
+//! 8. after an [`EdgeEvent::ClusterId`] (streams made
+//!    [`EdgeStream::with_cluster_check`]), compare the id with the one the
+//!    edge keeps (storing it durably when there is none yet) *before*
+//!    feeding the next frame: on a mismatch stop with
+//!    [`EdgeError::OtherCluster`], so no `Welcome`, `Ack` or `Archived` of
+//!    that cluster is ever applied.
+//!
 //! A new connection starts a new `EdgeStream`: the broker's `Welcome` is
 //! authoritative for where to resume.
 
@@ -40,6 +47,7 @@ use std::collections::VecDeque;
 
 use super::frame::{ErrorCode, Frame, Hello, HoleCause, PROTOCOL_VERSION, Redirect};
 use crate::batch::BatchHeader;
+use crate::cluster::ClusterId;
 use crate::intent::ExpandedStreamSettings;
 
 /// What an unacknowledged `Hole` frame counts for in the window, bytes.
@@ -115,6 +123,14 @@ pub enum EdgeEvent {
         /// Its CRC-32C.
         crc32c: u32,
     },
+    /// Before anything else of the stream (streams made
+    /// [`EdgeStream::with_cluster_check`], from a broker that knows the
+    /// field): the id of the cluster the broker belongs to. The driver
+    /// checks it against the edge's own record before the next frame.
+    ClusterId {
+        /// The broker's cluster id.
+        id: ClusterId,
+    },
 }
 
 /// How the edge answers a [`EdgeEvent::Refetch`].
@@ -173,6 +189,25 @@ pub enum EdgeError {
         /// What the local log holds there instead.
         reason: String,
     },
+    /// The broker belongs to another cluster than the one this edge's
+    /// checkpoints and archived offsets came from (its `brokers` now name
+    /// another cluster). Nothing is sent, no acknowledgement is applied,
+    /// the local records and checkpoints stay. Needs an operator.
+    #[error(
+        "the broker at {broker} belongs to cluster {found}, but this edge's checkpoints and archived \
+         offsets came from cluster {expected}: nothing is sent or acknowledged and the local records \
+         and checkpoints are kept. Point `brokers` back at cluster {expected}; to move this edge to \
+         cluster {found} on purpose, let it drain to {expected} first, then start it with a fresh \
+         data directory (docs/edge-agent.md, \"Moving an edge to another cluster\")"
+    )]
+    OtherCluster {
+        /// The cluster id the edge keeps (`/edge/cluster`).
+        expected: ClusterId,
+        /// The id the broker sent.
+        found: ClusterId,
+        /// The broker's address, as the edge reached it.
+        broker: String,
+    },
     /// The broker needs records the edge already deleted (only possible if
     /// the central topic lost data or `drop_oldest` dropped unreplicated
     /// records).
@@ -222,6 +257,11 @@ pub struct EdgeStream {
     in_flight_bytes: usize,
     /// The Hello asks for the central log's last batch ([`Frame::Tip`]).
     tip_check: bool,
+    /// The Hello asks for the cluster's id ([`Frame::ClusterId`]).
+    cluster_check: bool,
+    /// A `ClusterId` frame arrived, or another frame did first (an older
+    /// broker): none may come any more.
+    cluster_id_closed: bool,
     /// Refetch requests not yet answered, oldest first, with the next
     /// offset of the answer.
     refetches: VecDeque<(u64, u64, u64)>,
@@ -251,6 +291,8 @@ impl EdgeStream {
             in_flight: VecDeque::new(),
             in_flight_bytes: 0,
             tip_check: false,
+            cluster_check: false,
+            cluster_id_closed: false,
             refetches: VecDeque::new(),
             progress_interval_ms: None,
             progress_sent: None,
@@ -266,6 +308,15 @@ impl EdgeStream {
         self
     }
 
+    /// The same stream, asking the broker for its cluster's id before
+    /// anything else ([`EdgeEvent::ClusterId`]), which the driver must
+    /// check against the id the edge keeps.
+    #[must_use]
+    pub fn with_cluster_check(mut self) -> EdgeStream {
+        self.cluster_check = true;
+        self
+    }
+
     /// The first frame to send. It asks for acknowledgement datagrams (the
     /// driver must feed them to [`EdgeStream::on_datagram_ack`]) and offers
     /// `Progress` frames (see [`EdgeEvent::ProgressRequested`]).
@@ -277,6 +328,7 @@ impl EdgeStream {
             ack_datagrams: true,
             progress: true,
             tip: self.tip_check,
+            cluster_id: self.cluster_check,
         })
     }
 
@@ -291,7 +343,13 @@ impl EdgeStream {
         local_start: u64,
         local_hwm: u64,
     ) -> Result<EdgeEvent, EdgeError> {
+        // The id comes first or never (an older broker sends none).
+        let cluster_id_open = self.cluster_check && !self.cluster_id_closed;
+        self.cluster_id_closed = true;
         match (self.state, frame) {
+            (State::AwaitWelcome, Frame::ClusterId { id }) if cluster_id_open => {
+                Ok(EdgeEvent::ClusterId { id })
+            }
             (State::AwaitWelcome, Frame::Welcome { high_water_mark }) => {
                 if high_water_mark > local_hwm {
                     return Err(EdgeError::BrokerAhead {
@@ -601,5 +659,6 @@ fn frame_name(frame: &Frame) -> &'static str {
         Frame::ProgressRequest { .. } => "progress_request",
         Frame::Progress { .. } => "progress",
         Frame::Tip { .. } => "tip",
+        Frame::ClusterId { .. } => "cluster_id",
     }
 }

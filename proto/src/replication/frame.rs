@@ -35,6 +35,9 @@
 //!            just before Welcome, only when the Hello set "tip"): the
 //!            central log's last batch, so the edge can check that the
 //!            records the broker holds are its own
+//! 15 ClusterId 16 bytes: the cluster's id (broker → edge, first frame
+//!            after the Hello, only when the Hello set "cluster_id"): the
+//!            central cluster this stream's acknowledgements come from
 //! ```
 //!
 //! Protocol version 2 added `Redirect`, `Archived` and the
@@ -77,6 +80,11 @@
 //! the `Welcome`; an edge whose own batch there differs (another device
 //! under its identity) stops instead of taking those records for its own.
 //!
+//! `ClusterId` (negotiated the same way, `"cluster_id":true`): the id of
+//! the central cluster ([`ClusterId`]), before anything else the broker
+//! sends on the stream; an edge whose checkpoints belong to another
+//! cluster stops instead of taking this one's offsets for them.
+//!
 //! Decoding is bounded: a frame longer than the decoder's limit is refused
 //! before anything is allocated, and a zstd batch may not inflate beyond
 //! `max_batch_bytes`.
@@ -85,10 +93,12 @@ use bytes::{Buf, BufMut, Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
 
 use crate::batch::{DecodeError, EncodedBatch};
+use crate::cluster::{CLUSTER_ID_BYTES, ClusterId};
 use crate::intent::ExpandedStreamSettings;
 use crate::limits::Limits;
 
 pub use super::datagram::{ACK_DATAGRAM_BYTES, AckDatagram};
+pub use super::error_code::ErrorCode;
 
 /// Protocol version carried in `Hello`: 2 since topic ownership
 /// (`Redirect`, `Archived`).
@@ -112,6 +122,7 @@ const ARCHIVED: u8 = 11;
 const PROGRESS_REQUEST: u8 = 12;
 const PROGRESS: u8 = 13;
 const TIP: u8 = 14;
+const CLUSTER_ID: u8 = 15;
 /// Bytes of a `Hole` payload before its reason.
 const HOLE_FIXED_BYTES: usize = 17;
 
@@ -180,77 +191,11 @@ pub struct Hello {
     /// predate it; older brokers ignore the field and send no `Tip`.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub tip: bool,
-}
-
-/// Why a stream is refused or closed; carried in an `Error` frame.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum ErrorCode {
-    /// A frame could not be decoded or arrived out of order.
-    Malformed,
-    /// The edge's certificate identity does not own the topic's namespace.
-    NotOwner,
-    /// The topic name is invalid.
-    InvalidTopic,
-    /// A batch starts after the next expected offset.
-    Gap,
-    /// A batch straddles the next expected offset.
-    Overlap,
-    /// A batch fails its CRC or structure checks.
-    Corrupt,
-    /// A batch or frame exceeds a limit.
-    TooLarge,
-    /// The topic exists centrally with other settings.
-    Conflict,
-    /// The broker cannot serve now (metadata unavailable, storage failed,
-    /// the topic has no owner yet, the broker lost its lease); the edge
-    /// retries later.
-    Unavailable,
-    /// The `Hello`'s protocol version is not the broker's
-    /// ([`PROTOCOL_VERSION`]): upgrade the older side.
-    UnsupportedProtocol,
-    /// A code this build does not know.
-    Unknown(u16),
-}
-
-impl ErrorCode {
-    fn to_u16(self) -> u16 {
-        match self {
-            ErrorCode::Malformed => 1,
-            ErrorCode::NotOwner => 2,
-            ErrorCode::InvalidTopic => 3,
-            ErrorCode::Gap => 4,
-            ErrorCode::Overlap => 5,
-            ErrorCode::Corrupt => 6,
-            ErrorCode::TooLarge => 7,
-            ErrorCode::Conflict => 8,
-            ErrorCode::Unavailable => 9,
-            ErrorCode::UnsupportedProtocol => 10,
-            ErrorCode::Unknown(code) => code,
-        }
-    }
-
-    fn from_u16(code: u16) -> ErrorCode {
-        match code {
-            1 => ErrorCode::Malformed,
-            2 => ErrorCode::NotOwner,
-            3 => ErrorCode::InvalidTopic,
-            4 => ErrorCode::Gap,
-            5 => ErrorCode::Overlap,
-            6 => ErrorCode::Corrupt,
-            7 => ErrorCode::TooLarge,
-            8 => ErrorCode::Conflict,
-            9 => ErrorCode::Unavailable,
-            10 => ErrorCode::UnsupportedProtocol,
-            other => ErrorCode::Unknown(other),
-        }
-    }
-
-    /// Whether the edge should retry after this error (reconnect later)
-    /// rather than stop replicating the topic and alert.
-    pub fn is_retryable(self) -> bool {
-        matches!(self, ErrorCode::Unavailable)
-    }
+    /// The edge checks which cluster it replicates to
+    /// ([`Frame::ClusterId`], sent only then). Absent (false) from edges
+    /// that predate it; older brokers ignore the field and send none.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cluster_id: bool,
 }
 
 /// Where the owner of a topic takes its stream: the payload of
@@ -372,6 +317,13 @@ pub enum Frame {
         next_offset: u64,
         /// Its CRC-32C as stored in the batch header.
         crc32c: u32,
+    },
+    /// Broker → edge, the first frame after the `Hello` (before any `Tip`,
+    /// `Welcome` or `Redirect`), only on a stream whose `Hello` set
+    /// `cluster_id`: the id of the cluster the broker belongs to.
+    ClusterId {
+        /// The cluster's id (`/cluster/id`).
+        id: ClusterId,
     },
 }
 
@@ -515,6 +467,10 @@ impl Frame {
                 out.put_u64_le(*base_offset);
                 out.put_u64_le(*next_offset);
                 out.put_u32_le(*crc32c);
+            }
+            Frame::ClusterId { id } => {
+                out.put_u8(CLUSTER_ID);
+                out.put_slice(&id.to_bytes());
             }
         }
         let length = (out.len() - start - 4) as u32;
@@ -719,6 +675,17 @@ pub fn decode(buf: &mut BytesMut, limits: &Limits) -> Result<Option<Frame>, Fram
                 crc32c: body.get_u32_le(),
             }
         }
+        CLUSTER_ID => {
+            let bytes: [u8; CLUSTER_ID_BYTES] = body.as_ref().try_into().map_err(|_| {
+                malformed(
+                    "cluster_id",
+                    &format!("payload is not {CLUSTER_ID_BYTES} bytes"),
+                )
+            })?;
+            let id = ClusterId::from_bytes(bytes)
+                .map_err(|e| malformed("cluster_id", &e.to_string()))?;
+            Frame::ClusterId { id }
+        }
         ACK => {
             if body.len() != 8 {
                 return Err(malformed("ack", "payload is not 8 bytes"));
@@ -826,6 +793,7 @@ mod tests {
                 ack_datagrams: true,
                 progress: true,
                 tip: true,
+                cluster_id: true,
             }),
             Frame::Welcome {
                 high_water_mark: 77,
@@ -868,6 +836,9 @@ mod tests {
                 base_offset: 40,
                 next_offset: 60,
                 crc32c: 0xdead_beef,
+            },
+            Frame::ClusterId {
+                id: ClusterId::from_random([0x5a; 16]),
             },
         ]
     }

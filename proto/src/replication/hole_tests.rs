@@ -43,6 +43,7 @@ fn streaming_broker(high_water_mark: u64) -> IngestStream {
         ack_datagrams: false,
         progress: false,
         tip: false,
+        cluster_id: false,
     }));
     assert!(matches!(opened, IngestAction::Open(..)));
     let _ = broker.welcome(high_water_mark);

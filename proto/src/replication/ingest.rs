@@ -3,9 +3,13 @@
 //! Calling contract (the broker's ingest driver):
 //! 1. feed every received frame to [`IngestStream::on_frame`] and carry out
 //!    the returned [`IngestAction`];
-//! 2. for [`IngestAction::Open`]: load or create the central topic with the
-//!    edge's settings, then send [`IngestStream::welcome`] with the topic's
-//!    high-water mark;
+//! 2. for [`IngestAction::Open`]: first, when
+//!    [`IngestStream::wants_cluster_id`], send
+//!    [`IngestStream::cluster_id`]'s frame with the cluster's committed id
+//!    (refuse with `Unavailable` while the broker does not know it yet:
+//!    sending nothing would look like an older broker); then load or create
+//!    the central topic with the edge's settings, then send
+//!    [`IngestStream::welcome`] with the topic's high-water mark;
 //! 3. for [`IngestAction::Append`]: `Wal::append_at` the batch (verbatim),
 //!    then, once it is durable, send what [`Acknowledger::on_stored`] returns
 //!    (the `Ack` frame, and the datagram copy if the edge asked for it); the
@@ -35,6 +39,7 @@ use super::frame::{
 };
 use crate::batch::DecodeError;
 use crate::batch::EncodedBatch;
+use crate::cluster::ClusterId;
 use crate::keys::TopicName;
 use crate::limits::Limits;
 
@@ -120,6 +125,8 @@ pub struct IngestStream {
     progress_offered: bool,
     /// The Hello asked for the central log's last batch (`Tip`).
     tip_offered: bool,
+    /// The Hello asked for the cluster's id and it was not sent yet.
+    cluster_id_wanted: bool,
     /// A `ProgressRequest` was sent: `Progress` frames are welcome.
     progress_requested: bool,
     /// Refetch requests sent and not fully answered, oldest first:
@@ -179,6 +186,7 @@ impl IngestStream {
             ack_datagrams: false,
             progress_offered: false,
             tip_offered: false,
+            cluster_id_wanted: false,
             progress_requested: false,
             refetches: std::collections::VecDeque::new(),
         }
@@ -236,6 +244,7 @@ impl IngestStream {
                 self.ack_datagrams = hello.ack_datagrams;
                 self.progress_offered = hello.progress;
                 self.tip_offered = hello.tip;
+                self.cluster_id_wanted = hello.cluster_id;
                 IngestAction::Open(hello, topic)
             }
             (State::Streaming { .. }, Frame::Batch { codec, payload }) => {
@@ -482,6 +491,25 @@ impl IngestStream {
     /// for it and the welcome was not sent yet.
     pub fn wants_tip(&self) -> bool {
         self.tip_offered && !matches!(self.state, State::Streaming { .. })
+    }
+
+    /// The `ClusterId` frame naming the cluster this broker belongs to, to
+    /// send first after an accepted Hello (before `Tip`, `Welcome` or
+    /// `Redirect`); `None` (send nothing) when the Hello did not ask for it
+    /// (an edge that predates it would refuse the frame), before the Hello,
+    /// or when it was sent already.
+    pub fn cluster_id(&mut self, id: ClusterId) -> Option<Frame> {
+        if !self.wants_cluster_id() {
+            return None;
+        }
+        self.cluster_id_wanted = false;
+        Some(Frame::ClusterId { id })
+    }
+
+    /// Whether [`IngestStream::cluster_id`] would return a frame: the
+    /// accepted Hello asked for the id, nothing was sent on the stream yet.
+    pub fn wants_cluster_id(&self) -> bool {
+        self.cluster_id_wanted && self.state == State::AwaitOpen
     }
 
     /// The welcome frame once the topic is open with `high_water_mark`.

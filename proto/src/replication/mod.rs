@@ -8,10 +8,13 @@ pub mod ack_repeat;
 pub mod compress;
 pub mod datagram;
 pub mod edge;
+mod error_code;
 pub mod frame;
 pub mod hole;
 pub mod ingest;
 
+#[cfg(test)]
+mod cluster_id_tests;
 #[cfg(test)]
 mod hole_tests;
 #[cfg(test)]

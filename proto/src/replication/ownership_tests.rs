@@ -67,6 +67,7 @@ fn hello(protocol: u32) -> Frame {
         ack_datagrams: true,
         progress: false,
         tip: false,
+        cluster_id: false,
     })
 }
 

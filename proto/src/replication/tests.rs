@@ -168,9 +168,12 @@ impl Sim {
                 other @ (EdgeEvent::Refetch { .. }
                 | EdgeEvent::Archived { .. }
                 | EdgeEvent::ProgressRequested { .. }
-                | EdgeEvent::Tip { .. }),
+                | EdgeEvent::Tip { .. }
+                | EdgeEvent::ClusterId { .. }),
             ) => {
-                panic!("no refetch, archive, progress or tip in this simulation: {other:?}")
+                panic!(
+                    "no refetch, archive, progress, tip or cluster id in this simulation: {other:?}"
+                )
             }
             Err(e) => panic!("edge error: {e}"),
         }
@@ -392,6 +395,7 @@ fn open_asking(broker: &mut IngestStream, topic: &str, ack_datagrams: bool) -> I
         ack_datagrams,
         progress: false,
         tip: false,
+        cluster_id: false,
     }))
 }
 

@@ -311,12 +311,14 @@ async fn stream_topic(
                         }
                         // Progress reports (13 bytes per topic and second
                         // at most) are left out of the swarm's load.
-                        // The swarm does not ask for the tip (no
-                        // `with_tip_check`), so none comes.
+                        // The swarm does not ask for the tip or the
+                        // cluster id (no `with_tip_check`,
+                        // `with_cluster_check`), so none comes.
                         EdgeEvent::AlreadyAcked
                         | EdgeEvent::Archived { .. }
                         | EdgeEvent::ProgressRequested { .. }
-                        | EdgeEvent::Tip { .. } => {}
+                        | EdgeEvent::Tip { .. }
+                        | EdgeEvent::ClusterId { .. } => {}
                         EdgeEvent::Refetch { first_offset, end_offset } => {
                             return Err(format!("the broker asks to re-send {first_offset}..{end_offset}: the swarm does not answer refetches"));
                         }

@@ -1,0 +1,265 @@
+//! Where dead letters may go, over real HTTP on 127.0.0.1 (the admin and
+//! consumer routers in one process over a redb store and real topic
+//! WALs): a failure policy's `dead_letter_topic` must be in the
+//! subscription's own namespace and not a system topic, both when the
+//! policy is set and when a copy is made under a policy stored earlier
+//! (nothing is written or created elsewhere; the message waits until the
+//! policy is changed, then goes to the new target).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use broker_core::catalog::{Catalog, TopicSpec};
+use broker_core::clock::SystemClock;
+use broker_core::metadata::MetadataStore;
+use broker_core::metadata::redb::RedbStore;
+use serde_json::{Value, json};
+use tributary_api::consumer::{AttachRequest, NackRequest, StartPosition, SubscriptionType};
+use tributary_api::consumer_client::ConsumerClient;
+use tributary_broker::admin::{AdminState, StaticClusterView, router};
+use tributary_broker::consumer::{ConsumerConfig, ConsumerService};
+use tributary_broker::replication::topics::TopicStore;
+use tributary_proto::Limits;
+use tributary_proto::keys::{SubscriptionName, TopicName};
+
+const TOKEN: &str = "dead-letter-test-token";
+const ORDERS: &str = "/shop/orders";
+
+struct Harness {
+    runtime: tokio::runtime::Runtime,
+    store: Arc<RedbStore>,
+    base: String,
+    client: ConsumerClient,
+    raw: ureq::Agent,
+    _dir: tempfile::TempDir,
+}
+
+impl Harness {
+    fn start() -> Harness {
+        let dir = tempfile::tempdir().unwrap();
+        let store =
+            Arc::new(RedbStore::open(dir.path().join("meta.redb"), Arc::new(SystemClock)).unwrap());
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        let topics = Arc::new(TopicStore::new(
+            dir.path().join("topics"),
+            store.clone(),
+            Limits::default(),
+        ));
+        let state = AdminState {
+            store: store.clone(),
+            cluster: Arc::new(StaticClusterView::single_leader("127.0.0.1:7401", 1)),
+            auth: tributary_broker::auth::AuthState::new(store.clone(), Some(TOKEN.to_owned())),
+        };
+        let listener = runtime
+            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
+            .unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let store_dyn: Arc<dyn MetadataStore> = store.clone();
+        let config = ConsumerConfig {
+            tick_ms: 50,
+            policy_refresh_ms: 100,
+            ..ConsumerConfig::default()
+        };
+        runtime.block_on(async {
+            let service = ConsumerService::new(
+                topics,
+                store_dyn,
+                config,
+                "127.0.0.1:7400".to_owned(),
+                1,
+                Arc::new(SystemClock),
+            );
+            service.spawn_ticker();
+            let app = router(state.clone()).merge(tributary_broker::consumer::http::router(
+                service,
+                state.auth.clone(),
+            ));
+            tokio::spawn(async move { axum::serve(listener, app).await });
+        });
+        let raw = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .build()
+            .into();
+        Harness {
+            runtime,
+            store,
+            client: ConsumerClient::new(&base, TOKEN),
+            base,
+            raw,
+            _dir: dir,
+        }
+    }
+
+    fn create_topic(&self, name: &str, intent: &str) {
+        let spec = TopicSpec::parse(name, intent, 0).unwrap();
+        self.runtime
+            .block_on(Catalog::new(self.store.as_ref()).create_topic(&spec))
+            .unwrap();
+    }
+
+    /// `method` on the failure policy of `sub` of [`ORDERS`]: status, body.
+    fn policy(&self, method: &str, sub: &str, body: Value) -> (u16, Value) {
+        let request = ureq::http::Request::builder()
+            .method(method)
+            .uri(format!(
+                "{}/v1/topics{ORDERS}/subscriptions/{sub}/failure-policy",
+                self.base
+            ))
+            .header("Authorization", format!("Bearer {TOKEN}"))
+            .header("Content-Type", "application/json")
+            .body(body.to_string())
+            .unwrap();
+        let response = self.raw.run(request).unwrap();
+        let status = response.status().as_u16();
+        let text = response.into_body().read_to_string().unwrap();
+        (
+            status,
+            serde_json::from_str(&text).unwrap_or(Value::String(text)),
+        )
+    }
+
+    fn keys_under(&self, prefix: &str) -> Vec<String> {
+        self.runtime
+            .block_on(self.store.list(prefix))
+            .unwrap()
+            .into_iter()
+            .map(|(key, _)| key)
+            .collect()
+    }
+}
+
+fn policy(dead_letter_topic: &str) -> Value {
+    json!({
+        "max_redelivery_count": 0, "ack_timeout_ms": 30000,
+        "base_redelivery_delay_ms": 10, "max_redelivery_delay_ms": 60000,
+        "backoff_strategy": "fixed", "poison_policy": "dead_letter",
+        "dead_letter_topic": dead_letter_topic
+    })
+}
+
+#[test]
+fn a_dead_letter_topic_outside_the_subscriptions_namespace_or_a_system_one_is_refused() {
+    let h = Harness::start();
+    h.create_topic(ORDERS, "task_queue");
+    for (target, says) in [
+        ("/_system/audit-broker-1", "same namespace"),
+        ("/default/jobs", "same namespace"),
+        ("/plant2/events", "same namespace"),
+        ("/shop2/orders-dlq", "same namespace"),
+    ] {
+        for method in ["PUT", "PATCH"] {
+            let body = if method == "PUT" {
+                policy(target)
+            } else {
+                json!({"dead_letter_topic": target})
+            };
+            let (status, reply) = h.policy(method, "workers", body);
+            assert_eq!(status, 400, "{method} {target}: {reply}");
+            assert_eq!(reply["kind"], "invalid_input", "{reply}");
+            assert_eq!(reply["field"], "dead_letter_topic", "{reply}");
+            let error = reply["error"].as_str().unwrap();
+            assert!(error.contains(target) && error.contains(says), "{error}");
+        }
+    }
+    // Nothing was stored, nothing created.
+    assert!(
+        h.keys_under("/topics/shop/orders/subscriptions/")
+            .is_empty()
+    );
+    for ns in ["/topics/plant2/", "/topics/default/", "/topics/shop2/"] {
+        assert!(h.keys_under(ns).is_empty(), "{ns}");
+    }
+    // In the namespace: accepted.
+    let (status, reply) = h.policy("PUT", "workers", policy("/shop/orders-poison"));
+    assert_eq!(status, 200, "{reply}");
+    assert_eq!(reply["policy"]["dead_letter_topic"], "/shop/orders-poison");
+}
+
+#[test]
+fn a_stored_policy_naming_another_namespace_copies_nothing_there_until_it_is_changed() {
+    let h = Harness::start();
+    h.create_topic(ORDERS, "task_queue");
+    // A policy stored before the rule: dead letters into an edge's
+    // namespace.
+    let key = tributary_proto::keys::topics::subscription_failure_policy(
+        &TopicName::new(ORDERS).unwrap(),
+        &SubscriptionName::new("workers").unwrap(),
+    );
+    h.runtime
+        .block_on(h.store.put(&key, policy("/plant2/events")))
+        .unwrap();
+    let consumer = h
+        .client
+        .attach(
+            ORDERS,
+            "workers",
+            &AttachRequest {
+                subscription_type: SubscriptionType::Shared,
+                start: StartPosition::Earliest,
+                ..AttachRequest::default()
+            },
+        )
+        .unwrap()
+        .consumer_id;
+    h.client
+        .publish(
+            ORDERS,
+            vec![tributary_api::consumer::PublishRecord {
+                value: Some("poison".into()),
+                ..Default::default()
+            }],
+        )
+        .unwrap();
+    let got = h
+        .client
+        .receive(ORDERS, "workers", consumer, 1, 3000)
+        .unwrap();
+    assert_eq!(got.messages[0].offset, 0);
+    // No redelivery allowed: the poison policy applies at once, but the
+    // copy is refused (not reported as dead-lettered).
+    let nacked = h
+        .client
+        .nack(
+            ORDERS,
+            "workers",
+            &NackRequest {
+                consumer_id: consumer,
+                offsets: vec![0],
+                delay_ms: None,
+                reason: Some("bad".into()),
+            },
+        )
+        .unwrap();
+    assert_eq!(nacked.redelivery, Vec::<u64>::new());
+    assert_eq!(nacked.dead_lettered, Vec::<u64>::new());
+    // Several copy attempts' worth of ticks: nothing in /plant2 (no topic
+    // created there), and the message is not passed.
+    std::thread::sleep(Duration::from_millis(600));
+    assert_eq!(h.keys_under("/topics/plant2/"), Vec::<String>::new());
+    assert_eq!(h.client.state(ORDERS, "workers").unwrap().cursor, 0);
+    // Once the policy names a topic of the namespace, the waiting copy
+    // goes there and the subscription moves on.
+    let (status, reply) = h.policy(
+        "PATCH",
+        "workers",
+        json!({"dead_letter_topic": "/shop/orders-dlq"}),
+    );
+    assert_eq!(status, 200, "{reply}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let dlq = h.client.peek("/shop/orders-dlq", Some(0), 10);
+        if let Ok(dlq) = &dlq
+            && dlq.messages.len() == 1
+        {
+            assert_eq!(dlq.messages[0].value.as_deref(), Some("poison"));
+            break;
+        }
+        assert!(Instant::now() < deadline, "no dead-letter copy: {dlq:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(h.keys_under("/topics/plant2/"), Vec::<String>::new());
+}
