@@ -22,18 +22,32 @@ use serde_json::{Value, json};
 use tributary_proto::archive::SegmentDescriptor;
 use tributary_proto::keys::{StorageKeys, TopicName};
 
+/// POSTs `body`; a `503 no_owner` (the broker cannot prove it owns the
+/// topic now: its lease is not fresh after an election or a restart) is
+/// retried after its `Retry-After` as the API asks a client to, for at most
+/// 30 s. Any other answer is returned.
 fn post(url: &str, body: &Value) -> (u16, Value) {
-    let mut response = agent()
-        .post(url)
-        .header("Authorization", &format!("Bearer {TOKEN}"))
-        .send_json(body)
-        .expect("POST");
-    let status = response.status().as_u16();
-    let body = response
-        .body_mut()
-        .read_json::<Value>()
-        .unwrap_or(Value::Null);
-    (status, body)
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let mut response = agent()
+            .post(url)
+            .header("Authorization", &format!("Bearer {TOKEN}"))
+            .send_json(body)
+            .expect("POST");
+        let status = response.status().as_u16();
+        let retry_after = response
+            .headers()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+        let answer = response
+            .body_mut()
+            .read_json::<Value>()
+            .unwrap_or(Value::Null);
+        if status != 503 || answer["kind"] != "no_owner" || Instant::now() >= deadline {
+            return (status, answer);
+        }
+        std::thread::sleep(Duration::from_secs(retry_after.unwrap_or(1).min(5)));
+    }
 }
 
 /// Publishes `count` records to `topic` through `node`'s central publish
@@ -255,19 +269,28 @@ fn descriptors_survive_a_leader_kill_and_a_full_restart() {
         node.start();
     }
     wait_for_leader(&nodes);
+    let want = json!([
+        {"topic": topic, "segments": 20, "cur": 1900, "tiered_offset": 2000},
+        {"topic": other, "segments": 2, "cur": 50, "tiered_offset": 100},
+    ]);
     for node in &nodes {
         assert_listed(node, &topic, &committed);
         assert_listed(node, &other, &other_committed);
-        let topics = get_json(&node.url("/storage/topics")).unwrap();
-        assert_eq!(
-            topics["topics"],
-            json!([
-                {"topic": topic, "segments": 20, "cur": 1900, "tiered_offset": 2000},
-                {"topic": other, "segments": 2, "cur": 50, "tiered_offset": 100},
-            ]),
-            "node {}",
-            node.id
-        );
+        // Retried like `assert_listed`: a read right after the restart may
+        // meet an election (an error, not other contents).
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            let topics = get_json(&node.url("/storage/topics"));
+            if topics.as_ref().is_ok_and(|t| t["topics"] == want) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "node {}: /storage/topics {topics:?}, expected {want}",
+                node.id
+            );
+            std::thread::sleep(Duration::from_millis(200));
+        }
     }
     // And the tiered offset continues after the restart, on whichever
     // broker owns the topic now (its lease may have lapsed during the

@@ -514,8 +514,9 @@ impl Cluster {
     }
 
     /// Carries out one placement change as one transaction: the previous
-    /// key must still hold exactly its value; it is removed and the new
-    /// assignment written, with a history entry.
+    /// key must still hold exactly its value (and, for an `owner_dead`
+    /// takeover, the previous owner's lease must have lapsed); it is
+    /// removed and the new assignment written, with a history entry.
     ///
     /// # Errors
     /// [`ClusterError::Contended`] when the previous value changed;
@@ -552,6 +553,16 @@ impl Cluster {
             );
         if !matches!(change.previous, Previous::Unassigned(_)) {
             txn = txn.delete(keys::unassigned(&change.topic));
+        }
+        // A takeover from a dead owner needs its lease key lapsed (expired
+        // keys read as absent) when the transaction applies: the load
+        // manager plans from its watched view, and an owner that renewed
+        // since (a restart shorter than the lease, a slow election) keeps
+        // its topics instead of losing them to a needless new epoch.
+        if let Previous::Owner(owner, _) = &change.previous
+            && change.assignment.reason == tributary_proto::cluster::placement::OWNER_DEAD
+        {
+            txn = txn.when_absent(keys::broker_state(*owner));
         }
         if self.store.txn(txn).await?.applied() {
             tracing::info!(topic = %change.topic, from = change.previous_owner(), to = change.to, epoch = change.assignment.epoch, reason = %change.assignment.reason, "topic assigned");
@@ -716,28 +727,4 @@ fn to_value<T: Serialize>(value: &T) -> Result<serde_json::Value, MetadataError>
 }
 
 #[cfg(test)]
-mod tests {
-    use std::sync::Arc;
-
-    use broker_core::clock::SystemClock;
-    use broker_core::metadata::redb::RedbStore;
-
-    use super::{Cluster, ClusterConfig};
-
-    #[test]
-    fn history_timestamps_are_unique_and_ordered_within_a_millisecond() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = RedbStore::open(dir.path().join("meta.redb"), Arc::new(SystemClock)).unwrap();
-        let cluster = Cluster::new(
-            1,
-            Arc::new(store),
-            Arc::new(SystemClock),
-            ClusterConfig::new("127.0.0.1:1".into(), "http://127.0.0.1:1".into()),
-        );
-        let burst: Vec<u64> = (0..5).map(|_| cluster.history_timestamp(1_000)).collect();
-        assert_eq!(burst, vec![1_000, 1_001, 1_002, 1_003, 1_004]);
-        // Time that moved past the burst is taken as it is.
-        assert_eq!(cluster.history_timestamp(2_000), 2_000);
-        assert_eq!(cluster.history_timestamp(1_500), 2_001);
-    }
-}
+mod tests;

@@ -139,6 +139,11 @@ fn target(
     least_loaded(snapshot, load, None)
 }
 
+/// The reason of a change that takes a topic from a broker whose lease
+/// lapsed. Carrying it out requires that lease to be lapsed still when the
+/// change is applied, not only in the view it was planned from.
+pub const OWNER_DEAD: &str = "owner_dead";
+
 /// The changes that give every unassigned topic, and every topic of a dead
 /// broker, a live owner. A live owner keeps its topics.
 pub fn plan(snapshot: &ClusterSnapshot, now_ms: u64) -> Vec<Change> {
@@ -176,7 +181,7 @@ pub fn plan(snapshot: &ClusterSnapshot, now_ms: u64) -> Vec<Change> {
                 topic,
                 Previous::Owner(*owner, assignment.clone()),
                 to,
-                "owner_dead",
+                OWNER_DEAD,
                 now_ms,
             ));
         }
