@@ -3,7 +3,11 @@
 //! start and rebuilt on every change the metadata store's watch reports
 //! (re-listed after a lagged watch). Raft applies a revocation on every
 //! member, so it reaches every broker's cache as fast as Raft replicates
-//! (well under a second on a healthy cluster). Each rebuild is announced
+//! (well under a second on a healthy cluster). A grant needs no wait: a
+//! request refused by the cached snapshot (an unknown token or certificate
+//! principal, a missing permission) is decided again on a linearizable
+//! re-listing ([`AuthCache::refresh_after`]), so a token or binding
+//! acknowledged by any broker works at every broker at once. Each rebuild is announced
 //! on [`AuthCache::subscribe`] (the ingest endpoint closes the connections
 //! of edges revoked meanwhile).
 
@@ -25,6 +29,10 @@ pub struct AuthCache {
     generation: AtomicU64,
     reload: tokio::sync::Mutex<()>,
     changed: tokio::sync::watch::Sender<u64>,
+    /// Reloads begun (numbered from 1, under `reload`).
+    begun: AtomicU64,
+    /// The number of the reload the current snapshot came from.
+    current: AtomicU64,
 }
 
 impl std::fmt::Debug for AuthCache {
@@ -44,6 +52,8 @@ impl AuthCache {
             generation: AtomicU64::new(0),
             reload: tokio::sync::Mutex::new(()),
             changed: tokio::sync::watch::channel(0).0,
+            begun: AtomicU64::new(0),
+            current: AtomicU64::new(0),
         }
     }
 
@@ -83,6 +93,33 @@ impl AuthCache {
     /// The metadata store's list failed; the old snapshot stays.
     pub async fn reload(&self) -> Result<(), MetadataError> {
         let _one_at_a_time = self.reload.lock().await;
+        self.load_locked().await
+    }
+
+    /// A ticket for [`AuthCache::refresh_after`]: the reloads begun so far.
+    pub fn ticket(&self) -> u64 {
+        self.begun.load(Ordering::Acquire)
+    }
+
+    /// Makes the snapshot one whose listing began after `ticket` was taken,
+    /// reloading unless such a reload already finished (concurrent callers
+    /// share one). The listing is a linearizable read, so whatever was
+    /// committed before the ticket is in the result: a token or binding
+    /// created through another broker and acknowledged to the client before
+    /// its request reached this one.
+    ///
+    /// # Errors
+    /// The metadata store's list failed; the old snapshot stays.
+    pub async fn refresh_after(&self, ticket: u64) -> Result<(), MetadataError> {
+        let _one_at_a_time = self.reload.lock().await;
+        if self.current.load(Ordering::Acquire) > ticket {
+            return Ok(());
+        }
+        self.load_locked().await
+    }
+
+    async fn load_locked(&self) -> Result<(), MetadataError> {
+        let number = self.begun.fetch_add(1, Ordering::AcqRel) + 1;
         let entries = self.store.list(&auth::prefix()).await?;
         let mut snapshot = Snapshot::default();
         for (key, value) in entries {
@@ -131,6 +168,7 @@ impl AuthCache {
             Ok(mut guard) => *guard = Arc::new(snapshot),
             Err(poisoned) => *poisoned.into_inner() = Arc::new(snapshot),
         }
+        self.current.store(number, Ordering::Release);
         let generation = self.generation.fetch_add(1, Ordering::AcqRel) + 1;
         self.changed.send_replace(generation);
         Ok(())

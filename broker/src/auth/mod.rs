@@ -18,6 +18,12 @@
 //! 3. Audit: routes marked `audited` append one record to the audit topic
 //!    ([`audit`]), refusals included.
 //!
+//! Steps 1 and 2 read the cached snapshot of `/auth/` ([`cache`]); a refusal
+//! (an unknown principal, a missing permission) is decided again once on a
+//! linearizable re-listing, so a token or grant acknowledged by any broker
+//! is honoured by every broker at once, not only after the watch delivers
+//! it.
+//!
 //! `GET /health` and `GET /metrics` stay unauthenticated: load balancers and
 //! Prometheus scrape them, and they disclose no record data. `POST
 //! /v1/enroll` is not behind the guard either: an enrolling device holds
@@ -133,6 +139,9 @@ impl AuthState {
 struct Unauthenticated {
     name: String,
     message: &'static str,
+    /// A principal the cached snapshot does not know (it may have been
+    /// created through another broker a moment ago).
+    unknown: bool,
 }
 
 fn authenticate(state: &AuthState, request: &Request) -> Result<Principal, Unauthenticated> {
@@ -157,6 +166,7 @@ fn authenticate(state: &AuthState, request: &Request) -> Result<Principal, Unaut
             return Err(Unauthenticated {
                 name: "unknown".into(),
                 message: "invalid bearer token",
+                unknown: false,
             });
         };
         let known = snapshot.principals.get(name).is_some_and(|p| {
@@ -174,6 +184,7 @@ fn authenticate(state: &AuthState, request: &Request) -> Result<Principal, Unaut
             Err(Unauthenticated {
                 name: name.to_owned(),
                 message: "invalid or revoked bearer token",
+                unknown: true,
             })
         };
     }
@@ -188,6 +199,7 @@ fn authenticate(state: &AuthState, request: &Request) -> Result<Principal, Unaut
             return Err(Unauthenticated {
                 name: peer.identity.clone(),
                 message: "client certificate revoked: its edge identity was revoked after it was issued",
+                unknown: false,
             });
         }
         let known = snapshot
@@ -203,13 +215,28 @@ fn authenticate(state: &AuthState, request: &Request) -> Result<Principal, Unaut
             Err(Unauthenticated {
                 name: peer.identity.clone(),
                 message: "client certificate identity is not a certificate principal",
+                unknown: true,
             })
         };
     }
     Err(Unauthenticated {
         name: "anonymous".into(),
         message: "missing bearer token: send Authorization: Bearer <token>",
+        unknown: false,
     })
+}
+
+/// Whether the auth cache now holds a snapshot listed after `ticket`
+/// (see [`AuthCache::refresh_after`]); a failed listing is logged and the
+/// refusal stands.
+async fn refreshed(state: &AuthState, ticket: u64) -> bool {
+    match state.inner.cache.refresh_after(ticket).await {
+        Ok(()) => true,
+        Err(error) => {
+            tracing::warn!(%error, "auth: re-reading /auth/ before a refusal failed");
+            false
+        }
+    }
 }
 
 /// A 401 `unauthorized` with `WWW-Authenticate: Bearer`.
@@ -293,6 +320,9 @@ pub async fn guard(
         )
         .into_response();
     }
+    // Any reload begun from here on lists what was committed before this
+    // request arrived (a refusal re-decides on such a listing).
+    let ticket = state.inner.cache.ticket();
     let method = request.method().as_str().to_owned();
     // Inside the nested `/v1` router the URI lacks the prefix: the original
     // one has it.
@@ -339,6 +369,12 @@ pub async fn guard(
         }
     };
     let principal = match authenticate(&state, &request) {
+        Err(who) if who.unknown && refreshed(&state, ticket).await => {
+            authenticate(&state, &request)
+        }
+        decided => decided,
+    };
+    let principal = match principal {
         Ok(principal) => principal,
         Err(who) => {
             let response = unauthorized(who.message);
@@ -388,8 +424,14 @@ pub async fn guard(
         Err(response) => return response,
     };
     if let Some(permission) = rule.permission {
-        let snapshot = state.inner.cache.snapshot();
-        if !snapshot.allows(&principal, permission, &scope) {
+        let allowed = |state: &AuthState| {
+            state
+                .inner
+                .cache
+                .snapshot()
+                .allows(&principal, permission, &scope)
+        };
+        if !allowed(&state) && !(refreshed(&state, ticket).await && allowed(&state)) {
             let on = match (&scope.namespace, &scope.topic) {
                 (Some(ns), Some(topic)) => format!("topic /{ns}/{topic}"),
                 (Some(ns), None) => format!("namespace {ns}"),
