@@ -132,6 +132,13 @@ impl Proc {
     pub fn is_running(&self) -> bool {
         self.child.is_some()
     }
+
+    /// How it exited, if it was started and has exited since on its own
+    /// (reaped here; [`Proc::is_running`] still says it was started until
+    /// [`Proc::kill`] or [`Proc::terminate`]).
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.as_mut()?.try_wait().ok().flatten()
+    }
 }
 
 impl Drop for Proc {

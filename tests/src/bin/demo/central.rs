@@ -94,6 +94,26 @@ impl Central {
         }
     }
 
+    /// A broker or tier service that should be running (all but the one
+    /// taken down) and exited on its own: its name and exit status.
+    pub fn exited(&mut self) -> Option<String> {
+        let n = self.brokers.len();
+        for (what, procs) in [
+            ("broker", &mut self.brokers),
+            ("tier-service", &mut self.tiers),
+        ] {
+            for (i, proc) in procs.iter_mut().enumerate() {
+                if Some(i) == self.down {
+                    continue;
+                }
+                if let Some(status) = proc.exited() {
+                    return Some(format!("{} {status}", name(what, i, n)));
+                }
+            }
+        }
+        None
+    }
+
     /// Stops every tier service, then every broker, with SIGTERM; records
     /// each exit code (0 expected).
     pub fn stop_all(&mut self, summary: &mut Summary) {

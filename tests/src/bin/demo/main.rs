@@ -167,20 +167,25 @@ fn run(args: &Args) -> anyhow::Result<Summary> {
         summary.replay_s
     );
 
-    // Settle: everything acknowledged at the edge, then tiered.
+    // Settle: everything acknowledged at the edge, then tiered; a broker or
+    // tier service that exits meanwhile ends the wait at once.
     let limit = Duration::from_secs(args.settle_timeout_s);
     for (topic, count) in [(READINGS, input.rows), (DAILY, days)] {
-        wait_until(
+        settle(
             &format!("{topic}: {count} records acknowledged at the edge"),
             limit,
+            &mut central,
             || edge_topic(&agent, &layout, topic).is_some_and(|(_, acked, _)| acked >= count),
         )?;
     }
     eprintln!("demo: everything replicated; waiting for the tier service");
     for (topic, count) in [(READINGS, input.rows), (DAILY, days)] {
-        wait_until(&format!("{topic}: {count} records tiered"), limit, || {
-            tiered_offset(&agent, &layout, topic).is_some_and(|t| t >= count)
-        })?;
+        settle(
+            &format!("{topic}: {count} records tiered"),
+            limit,
+            &mut central,
+            || tiered_offset(&agent, &layout, topic).is_some_and(|t| t >= count),
+        )?;
     }
     let mut readings = TopicCounts {
         topic: READINGS.into(),
@@ -228,4 +233,24 @@ fn run(args: &Args) -> anyhow::Result<Summary> {
     summary.records_per_s = summary.rows_read as f64 / summary.wall_s;
     check(&mut summary);
     Ok(summary)
+}
+
+/// [`wait_until`] that also fails as soon as a broker or tier service that
+/// should run has exited (its log is under `logs/`), instead of waiting out
+/// `limit`.
+fn settle(
+    what: &str,
+    limit: Duration,
+    central: &mut central::Central,
+    mut ready: impl FnMut() -> bool,
+) -> anyhow::Result<()> {
+    let mut exited = None;
+    wait_until(what, limit, || {
+        exited = central.exited();
+        exited.is_some() || ready()
+    })?;
+    match exited {
+        Some(which) => Err(anyhow!("{what}: {which} exited; see logs/")),
+        None => Ok(()),
+    }
 }
