@@ -431,7 +431,8 @@ pub async fn guard(
                 .snapshot()
                 .allows(&principal, permission, &scope)
         };
-        if !allowed(&state) && !(refreshed(&state, ticket).await && allowed(&state)) {
+        let permitted = allowed(&state) || (refreshed(&state, ticket).await && allowed(&state));
+        if !permitted {
             let on = match (&scope.namespace, &scope.topic) {
                 (Some(ns), Some(topic)) => format!("topic /{ns}/{topic}"),
                 (Some(ns), None) => format!("namespace {ns}"),
