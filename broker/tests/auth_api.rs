@@ -5,6 +5,8 @@
 //! it, and runs for one holding it; namespace scopes; roles; revocation;
 //! the audit topic; and every route the routers declare has a table entry.
 
+mod served;
+
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,8 +14,8 @@ use std::time::{Duration, Instant};
 use broker_core::catalog::{Catalog, TopicSpec};
 use broker_core::clock::SystemClock;
 use broker_core::metadata::MetadataStore;
-use broker_core::metadata::redb::RedbStore;
 use serde_json::{Value, json};
+use served::{Reply, Served};
 use tributary_broker::admin::{AdminState, StaticClusterView, router};
 use tributary_broker::auth::audit::{AuditRecord, AuditSink, audit_topic};
 use tributary_broker::auth::table::{RULES, lookup};
@@ -24,40 +26,26 @@ use tributary_proto::Limits;
 
 const BOOTSTRAP: &str = "auth-test-bootstrap-token";
 
-struct Harness {
-    runtime: tokio::runtime::Runtime,
-    store: Arc<RedbStore>,
-    base: String,
-    raw: ureq::Agent,
-    _dir: tempfile::TempDir,
-}
+/// The admin, consumer and auth routers over one store, with the audit
+/// topic, behind [`pretend_client_certificate`].
+struct Harness(Served);
 
-struct Reply {
-    status: u16,
-    body: Value,
+impl std::ops::Deref for Harness {
+    type Target = Served;
+    fn deref(&self) -> &Served {
+        &self.0
+    }
 }
 
 impl Harness {
     fn start() -> Harness {
-        let dir = tempfile::tempdir().unwrap();
-        let store =
-            Arc::new(RedbStore::open(dir.path().join("meta.redb"), Arc::new(SystemClock)).unwrap());
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        let topics = Arc::new(TopicStore::new(
-            dir.path().join("topics"),
-            store.clone(),
-            Limits::default(),
-        ));
-        let listener = runtime
-            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-            .unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
-        let store_dyn: Arc<dyn MetadataStore> = store.clone();
-        runtime.block_on(async {
+        Harness(Served::start(|store, dir| {
+            let topics = Arc::new(TopicStore::new(
+                dir.join("topics"),
+                store.clone(),
+                Limits::default(),
+            ));
+            let store_dyn: Arc<dyn MetadataStore> = store;
             let state = AdminState::with_bootstrap_token(
                 store_dyn.clone(),
                 Arc::new(StaticClusterView::single_leader("127.0.0.1:7401", 1)),
@@ -74,50 +62,15 @@ impl Harness {
                 1,
                 Arc::new(SystemClock),
             );
-            let app = with_local_segments(
+            with_local_segments(
                 router(state.clone()).merge(tributary_broker::consumer::http::router(
                     service,
                     state.auth.clone(),
                 )),
                 topics,
             )
-            .layer(axum::middleware::from_fn(pretend_client_certificate));
-            tokio::spawn(async move { axum::serve(listener, app).await });
-        });
-        let raw = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .max_idle_connections(0)
-            .max_idle_connections_per_host(0)
-            .build()
-            .into();
-        Harness {
-            runtime,
-            store,
-            base,
-            raw,
-            _dir: dir,
-        }
-    }
-
-    fn request(&self, method: &str, path: &str, token: Option<&str>, body: Option<&str>) -> Reply {
-        let mut builder = ureq::http::Request::builder()
-            .method(method)
-            .uri(format!("{}{path}", self.base));
-        if let Some(token) = token {
-            builder = builder.header("Authorization", format!("Bearer {token}"));
-        }
-        if body.is_some() {
-            builder = builder.header("Content-Type", "application/json");
-        }
-        let response = match body {
-            Some(body) => self.raw.run(builder.body(body.to_owned()).unwrap()),
-            None => self.raw.run(builder.body(()).unwrap()),
-        }
-        .unwrap();
-        let status = response.status().as_u16();
-        let text = response.into_body().read_to_string().unwrap();
-        let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
-        Reply { status, body }
+            .layer(axum::middleware::from_fn(pretend_client_certificate))
+        }))
     }
 
     fn admin(&self, method: &str, path: &str, body: Value) -> Reply {

@@ -5,12 +5,13 @@
 //! precondition and reads again; and a principal created under a name
 //! inherits no binding left under it.
 
+mod served;
+
 use std::sync::Arc;
 
-use broker_core::clock::SystemClock;
-use broker_core::metadata::redb::RedbStore;
 use broker_core::metadata::{MetadataStore, Txn};
 use serde_json::{Value, json};
+use served::{Reply, Served};
 use tributary_api::auth::Binding;
 use tributary_broker::admin::{AdminState, StaticClusterView, router};
 use tributary_broker::auth::model::binding_id;
@@ -18,79 +19,30 @@ use tributary_proto::keys::{BindingId, PrincipalName, auth};
 
 const BOOTSTRAP: &str = "auth-races-bootstrap-token";
 
-struct Harness {
-    runtime: tokio::runtime::Runtime,
-    store: Arc<RedbStore>,
-    base: String,
-    raw: ureq::Agent,
-    _dir: tempfile::TempDir,
-}
+/// The admin router (with the auth API) over one store.
+struct Harness(Served);
 
-struct Reply {
-    status: u16,
-    body: Value,
+impl std::ops::Deref for Harness {
+    type Target = Served;
+    fn deref(&self) -> &Served {
+        &self.0
+    }
 }
 
 impl Harness {
     fn start() -> Harness {
-        let dir = tempfile::tempdir().unwrap();
-        let store =
-            Arc::new(RedbStore::open(dir.path().join("meta.redb"), Arc::new(SystemClock)).unwrap());
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        let listener = runtime
-            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-            .unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
-        let store_dyn: Arc<dyn MetadataStore> = store.clone();
-        runtime.block_on(async {
-            let state = AdminState::with_bootstrap_token(
-                store_dyn,
+        Harness(Served::start(|store, _| {
+            router(AdminState::with_bootstrap_token(
+                store,
                 Arc::new(StaticClusterView::single_leader("127.0.0.1:7401", 1)),
                 BOOTSTRAP,
-            );
-            let app = router(state);
-            tokio::spawn(async move { axum::serve(listener, app).await });
-        });
-        let raw = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .build()
-            .into();
-        Harness {
-            runtime,
-            store,
-            base,
-            raw,
-            _dir: dir,
-        }
-    }
-
-    fn request(&self, method: &str, path: &str, token: &str, body: Option<Value>) -> Reply {
-        let builder = ureq::http::Request::builder()
-            .method(method)
-            .uri(format!("{}{path}", self.base))
-            .header("Authorization", format!("Bearer {token}"))
-            .header("Content-Type", "application/json");
-        let response = match body {
-            Some(body) => self.raw.run(builder.body(body.to_string()).unwrap()),
-            None => self.raw.run(builder.body(()).unwrap()),
-        }
-        .unwrap();
-        let status = response.status().as_u16();
-        let text = response.into_body().read_to_string().unwrap();
-        let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
-        Reply { status, body }
+            ))
+        }))
     }
 
     fn admin(&self, method: &str, path: &str, body: Option<Value>) -> Reply {
-        self.request(method, path, BOOTSTRAP, body)
-    }
-
-    fn get(&self, key: &str) -> Option<Value> {
-        self.runtime.block_on(self.store.get(key)).unwrap()
+        let body = body.map(|b| b.to_string());
+        self.request(method, path, Some(BOOTSTRAP), body.as_deref())
     }
 
     fn bindings_of(&self, principal: &str) -> Vec<Value> {
@@ -144,7 +96,7 @@ fn a_grant_rewrites_its_principal_so_a_revoke_that_read_it_before_cannot_commit(
     assert_eq!(again.status, 201, "{}", again.body);
     assert_eq!(again.body["id"], granted.body["id"]);
     let token = created.body["token"].as_str().unwrap();
-    let who = h.request("GET", "/v1/auth/whoami", token, None);
+    let who = h.request("GET", "/v1/auth/whoami", Some(token), None);
     assert_eq!(who.status, 200, "{}", who.body);
     assert_eq!(who.body["bindings"].as_array().unwrap().len(), 1);
     // The revoke reads again and removes the principal with its binding.
@@ -182,15 +134,15 @@ fn a_principal_created_under_a_name_inherits_no_binding_left_under_it() {
     assert_eq!(h.get(&key), None, "the left binding is still stored");
     assert!(h.bindings_of("ghost").is_empty());
     let token = created.body["token"].as_str().unwrap();
-    let who = h.request("GET", "/v1/auth/whoami", token, None);
+    let who = h.request("GET", "/v1/auth/whoami", Some(token), None);
     assert_eq!(who.status, 200, "{}", who.body);
     assert_eq!(who.body["bindings"], json!([]));
     // It holds no admin permission.
     let refused = h.request(
         "POST",
         "/v1/namespaces",
-        token,
-        Some(json!({"name": "agents"})),
+        Some(token),
+        Some(&json!({"name": "agents"}).to_string()),
     );
     assert_eq!(refused.status, 403, "{}", refused.body);
     // Created with a role, it gets exactly that binding.

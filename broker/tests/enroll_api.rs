@@ -4,12 +4,13 @@
 //! certificate could have (`broker-…`, `tributary-broker`), neither when a
 //! token is minted nor when a token stored for one is presented.
 
+mod served;
+
 use std::sync::Arc;
 
-use broker_core::clock::SystemClock;
 use broker_core::metadata::MetadataStore;
-use broker_core::metadata::redb::RedbStore;
 use serde_json::{Value, json};
+use served::{Reply, Served};
 use tributary_broker::admin::{AdminState, StaticClusterView, router};
 use tributary_broker::auth::model::sha256_hex;
 use tributary_broker::enroll::model::StoredEnrollment;
@@ -18,85 +19,42 @@ use tributary_proto::keys::{NamespaceName, auth};
 
 const BOOTSTRAP: &str = "enroll-test-bootstrap-token";
 
-struct Harness {
-    runtime: tokio::runtime::Runtime,
-    store: Arc<RedbStore>,
-    base: String,
-    raw: ureq::Agent,
-    _dir: tempfile::TempDir,
-}
+/// The admin and enrollment routers over one store, signing with a
+/// development CA.
+struct Harness(Served);
 
-struct Reply {
-    status: u16,
-    body: Value,
+impl std::ops::Deref for Harness {
+    type Target = Served;
+    fn deref(&self) -> &Served {
+        &self.0
+    }
 }
 
 impl Harness {
     fn start() -> Harness {
-        let dir = tempfile::tempdir().unwrap();
-        let certs = dir.path().join("certs");
-        broker_core::dev_certs::issue(&certs, &[1], &[]).unwrap();
-        let config = EnrollConfig {
-            ca_cert: certs.join("ca.pem"),
-            ca_key: broker_core::dev_certs::ca_key_path(&certs),
-            cert_validity_days: 30,
-        };
-        let signer = Arc::new(Signer::load(&config, &config.ca_cert).unwrap());
-        let store =
-            Arc::new(RedbStore::open(dir.path().join("meta.redb"), Arc::new(SystemClock)).unwrap());
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        let listener = runtime
-            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-            .unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
-        let store_dyn: Arc<dyn MetadataStore> = store.clone();
-        runtime.block_on(async {
+        Harness(Served::start(|store, dir| {
+            let certs = dir.join("certs");
+            broker_core::dev_certs::issue(&certs, &[1], &[]).unwrap();
+            let config = EnrollConfig {
+                ca_cert: certs.join("ca.pem"),
+                ca_key: broker_core::dev_certs::ca_key_path(&certs),
+                cert_validity_days: 30,
+            };
+            let signer = Arc::new(Signer::load(&config, &config.ca_cert).unwrap());
+            let store_dyn: Arc<dyn MetadataStore> = store;
             let state = AdminState::with_bootstrap_token(
                 store_dyn.clone(),
                 Arc::new(StaticClusterView::single_leader("127.0.0.1:7401", 1)),
                 BOOTSTRAP,
             );
             let service = EnrollService::new(store_dyn, state.auth.clone(), Some(signer));
-            let app = router(state).merge(enroll_router(service));
-            tokio::spawn(async move { axum::serve(listener, app).await });
-        });
-        let raw = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .build()
-            .into();
-        Harness {
-            runtime,
-            store,
-            base,
-            raw,
-            _dir: dir,
-        }
+            router(state).merge(enroll_router(service))
+        }))
     }
 
     fn post(&self, path: &str, token: &str, body: Option<Value>) -> Reply {
-        let request = self
-            .raw
-            .post(format!("{}{path}", self.base))
-            .header("Authorization", &format!("Bearer {token}"));
-        let response = match body {
-            Some(body) => request
-                .header("Content-Type", "application/json")
-                .send(body.to_string()),
-            None => request.send_empty(),
-        }
-        .unwrap();
-        let status = response.status().as_u16();
-        let text = response.into_body().read_to_string().unwrap();
-        let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
-        Reply { status, body }
-    }
-
-    fn get(&self, key: &str) -> Option<Value> {
-        self.runtime.block_on(self.store.get(key)).unwrap()
+        let body = body.map(|b| b.to_string());
+        self.request("POST", path, Some(token), body.as_deref())
     }
 
     /// Stores an unused enrollment token for `edge` directly (as one
