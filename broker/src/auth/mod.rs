@@ -226,14 +226,26 @@ fn authenticate(state: &AuthState, request: &Request) -> Result<Principal, Unaut
     })
 }
 
+/// Longest wait for the re-read of `/auth/` before a refusal (a Raft
+/// group without a leader would otherwise hold every refusal for the read
+/// barrier's retries).
+const REFRESH_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
+
 /// Whether the auth cache now holds a snapshot listed after `ticket`
-/// (see [`AuthCache::refresh_after`]); a failed listing is logged and the
-/// refusal stands.
+/// (see [`AuthCache::refresh_after`]); a failed or slower listing than
+/// [`REFRESH_WAIT`] is logged and the refusal stands.
 async fn refreshed(state: &AuthState, ticket: u64) -> bool {
-    match state.inner.cache.refresh_after(ticket).await {
-        Ok(()) => true,
-        Err(error) => {
+    match tokio::time::timeout(REFRESH_WAIT, state.inner.cache.refresh_after(ticket)).await {
+        Ok(Ok(())) => true,
+        Ok(Err(error)) => {
             tracing::warn!(%error, "auth: re-reading /auth/ before a refusal failed");
+            false
+        }
+        Err(_) => {
+            tracing::warn!(
+                wait_s = REFRESH_WAIT.as_secs(),
+                "auth: re-reading /auth/ before a refusal timed out"
+            );
             false
         }
     }
