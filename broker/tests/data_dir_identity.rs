@@ -8,12 +8,12 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::Duration;
 
 use broker_core::data_dir::Owner;
 use tributary_test_support::ports::{free_tcp, free_udp};
-use tributary_test_support::process::{Proc, wait_exit, wait_until};
+use tributary_test_support::process::{Proc, output_within, wait_until};
 use tributary_test_support::tree::files;
 
 /// Every environment variable the broker reads: the tests set their own.
@@ -41,14 +41,7 @@ fn broker(args: &[&str]) -> Command {
 
 /// Runs `broker ARGS` to its end (at most 60 s).
 fn run(args: &[&str]) -> Output {
-    let mut child = broker(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn broker");
-    let code = wait_exit(&mut child, Duration::from_secs(60));
-    assert!(code.is_some(), "broker did not exit within 60 s");
-    child.wait_with_output().expect("output")
+    output_within(broker(args), Duration::from_secs(60))
 }
 
 fn text(bytes: &[u8]) -> String {

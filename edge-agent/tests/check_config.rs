@@ -3,10 +3,10 @@
 //! once. Issue 21.
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::Duration;
 
-use tributary_test_support::process::wait_exit;
+use tributary_test_support::process::output_within;
 
 /// Runs `edge-agent ARGS` to its end (at most 60 s) without any
 /// `TRIB_EDGE_*` variable from the test's environment.
@@ -18,14 +18,7 @@ fn edge_agent(args: &[&str]) -> Output {
             cmd.env_remove(name);
         }
     }
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn edge-agent");
-    let code = wait_exit(&mut child, Duration::from_secs(60));
-    assert!(code.is_some(), "edge-agent did not exit within 60 s");
-    child.wait_with_output().expect("output")
+    output_within(cmd, Duration::from_secs(60))
 }
 
 fn text(bytes: &[u8]) -> String {

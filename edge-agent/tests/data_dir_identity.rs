@@ -7,12 +7,12 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::Duration;
 
 use broker_core::data_dir::Owner;
 use tributary_test_support::ports::{free_tcp, free_udp};
-use tributary_test_support::process::{Proc, wait_exit, wait_for_tcp};
+use tributary_test_support::process::{Proc, output_within, wait_for_tcp};
 use tributary_test_support::tree::files;
 
 const BIN: &str = env!("CARGO_BIN_EXE_edge-agent");
@@ -32,14 +32,7 @@ fn command(args: &[&str]) -> Command {
 
 /// Runs `edge-agent ARGS` to its end (at most 60 s).
 fn run(args: &[&str]) -> Output {
-    let mut child = command(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn edge-agent");
-    let code = wait_exit(&mut child, Duration::from_secs(60));
-    assert!(code.is_some(), "edge-agent did not exit within 60 s");
-    child.wait_with_output().expect("output")
+    output_within(command(args), Duration::from_secs(60))
 }
 
 fn text(bytes: &[u8]) -> String {

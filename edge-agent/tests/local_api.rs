@@ -5,12 +5,12 @@
 //! and works with the right one. Issue 21.
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
 use tributary_test_support::ports::free_tcp;
-use tributary_test_support::process::{Proc, wait_exit};
+use tributary_test_support::process::{Proc, output_within};
 
 const TOKEN: &str = "lan-token-0123456789abcdef";
 
@@ -28,14 +28,7 @@ fn command(args: &[&str]) -> Command {
 
 /// Runs `edge-agent ARGS` to its end (at most 60 s).
 fn edge_agent(args: &[&str]) -> Output {
-    let mut child = command(args)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn edge-agent");
-    let code = wait_exit(&mut child, Duration::from_secs(60));
-    assert!(code.is_some(), "edge-agent did not exit within 60 s");
-    child.wait_with_output().expect("output")
+    output_within(command(args), Duration::from_secs(60))
 }
 
 fn text(bytes: &[u8]) -> String {

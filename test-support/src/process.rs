@@ -6,7 +6,7 @@
 use std::fs::OpenOptions;
 use std::net::{SocketAddr, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 /// How long [`Proc::terminate`] waits for an exit after SIGTERM.
@@ -167,6 +167,33 @@ pub fn wait_exit(child: &mut Child, limit: Duration) -> Option<Option<i32>> {
             return None;
         }
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// Runs `cmd` to its end with stdout and stderr captured (read while it
+/// runs, so a chatty child cannot fill a pipe and stall).
+///
+/// # Panics
+/// If it cannot be spawned, or has not exited within `limit` (it is then
+/// SIGKILLed), naming the program.
+pub fn output_within(mut cmd: Command, limit: Duration) -> Output {
+    let program = cmd.get_program().to_string_lossy().into_owned();
+    let child = cmd
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn {program}: {e}"));
+    let pid = child.id().to_string();
+    let (done, output) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(child.wait_with_output());
+    });
+    match output.recv_timeout(limit) {
+        Ok(output) => output.unwrap_or_else(|e| panic!("{program}'s output: {e}")),
+        Err(_) => {
+            let _ = Command::new("kill").args(["-KILL", &pid]).status();
+            panic!("{program} did not exit within {limit:?}");
+        }
     }
 }
 

@@ -4,10 +4,10 @@
 //! ones still read (and warned about). Issue 21.
 
 use std::path::Path;
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Output};
 use std::time::Duration;
 
-use tributary_test_support::process::wait_exit;
+use tributary_test_support::process::output_within;
 
 /// Every environment variable the tier service reads, old names included.
 const ENV: &[&str] = &[
@@ -43,15 +43,8 @@ fn tier(args: &[&str]) -> Command {
 }
 
 /// Runs `cmd` to its end (at most 60 s).
-fn run(mut cmd: Command) -> Output {
-    let mut child = cmd
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn tier-service");
-    let code = wait_exit(&mut child, Duration::from_secs(60));
-    assert!(code.is_some(), "tier-service did not exit within 60 s");
-    child.wait_with_output().expect("output")
+fn run(cmd: Command) -> Output {
+    output_within(cmd, Duration::from_secs(60))
 }
 
 fn text(bytes: &[u8]) -> String {
