@@ -22,15 +22,12 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 /// Bytes of a cluster id on the wire.
 pub const CLUSTER_ID_BYTES: usize = 16;
 
-/// Characters of a cluster id's text form.
+/// Characters of a cluster id's text form (the hyphenated UUID).
 const TEXT_LEN: usize = 36;
-
-/// Positions of the `-` in the text form.
-const HYPHENS: [usize; 4] = [8, 13, 18, 23];
 
 /// A central cluster's identity: 128 bits, never all zero.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct ClusterId([u8; CLUSTER_ID_BYTES]);
+pub struct ClusterId(uuid::Uuid);
 
 /// Why bytes or text are not a cluster id.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -48,10 +45,8 @@ impl ClusterId {
     /// A new version-4 id from 16 random bytes (the caller's RNG: this
     /// crate reads no randomness), with the version and variant bits set
     /// (so never nil).
-    pub fn from_random(mut bytes: [u8; CLUSTER_ID_BYTES]) -> ClusterId {
-        bytes[6] = (bytes[6] & 0x0f) | 0x40;
-        bytes[8] = (bytes[8] & 0x3f) | 0x80;
-        ClusterId(bytes)
+    pub fn from_random(bytes: [u8; CLUSTER_ID_BYTES]) -> ClusterId {
+        ClusterId(uuid::Builder::from_random_bytes(bytes).into_uuid())
     }
 
     /// The id carried in 16 bytes (the `ClusterId` frame).
@@ -59,53 +54,37 @@ impl ClusterId {
     /// # Errors
     /// [`ClusterIdError::Nil`] for all-zero bytes.
     pub fn from_bytes(bytes: [u8; CLUSTER_ID_BYTES]) -> Result<ClusterId, ClusterIdError> {
-        if bytes == [0; CLUSTER_ID_BYTES] {
+        let id = uuid::Uuid::from_bytes(bytes);
+        if id.is_nil() {
             return Err(ClusterIdError::Nil);
         }
-        Ok(ClusterId(bytes))
+        Ok(ClusterId(id))
     }
 
     /// The 16 bytes, in text order.
     pub fn to_bytes(self) -> [u8; CLUSTER_ID_BYTES] {
-        self.0
+        self.0.into_bytes()
     }
 
-    /// Parses the text form (upper- or lower-case hex).
+    /// Parses the text form (upper- or lower-case hex; only the hyphenated
+    /// form, not the braced, URN or 32-digit ones).
     ///
     /// # Errors
     /// [`ClusterIdError`] for anything but a non-nil `8-4-4-4-12` UUID.
     pub fn parse(text: &str) -> Result<ClusterId, ClusterIdError> {
         let not_uuid = || ClusterIdError::NotUuid(text.chars().take(64).collect());
-        let raw = text.as_bytes();
-        if raw.len() != TEXT_LEN || HYPHENS.iter().any(|&i| raw[i] != b'-') {
+        if text.len() != TEXT_LEN {
             return Err(not_uuid());
         }
-        let mut digits = raw
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| !HYPHENS.contains(i))
-            .map(|(_, &c)| (c as char).to_digit(16));
-        let mut bytes = [0u8; CLUSTER_ID_BYTES];
-        for byte in &mut bytes {
-            let (Some(Some(high)), Some(Some(low))) = (digits.next(), digits.next()) else {
-                return Err(not_uuid());
-            };
-            // Two hex digits: at most 255.
-            *byte = u8::try_from(high * 16 + low).map_err(|_| not_uuid())?;
-        }
-        ClusterId::from_bytes(bytes)
+        let id = uuid::Uuid::try_parse(text).map_err(|_| not_uuid())?;
+        ClusterId::from_bytes(id.into_bytes())
     }
 }
 
 impl fmt::Display for ClusterId {
+    /// The hyphenated lower-case form.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, byte) in self.0.iter().enumerate() {
-            if matches!(i, 4 | 6 | 8 | 10) {
-                f.write_str("-")?;
-            }
-            write!(f, "{byte:02x}")?;
-        }
-        Ok(())
+        fmt::Display::fmt(&self.0.hyphenated(), f)
     }
 }
 
@@ -163,6 +142,10 @@ mod tests {
             "0000000g-0000-4000-8000-000000000000",
             "000000000000-4000-8000-000000000000-",
             "éééééééé-0000-4000-8000-0000000000",
+            // Other UUID forms than the hyphenated one.
+            "00000000000040008000000000000001",
+            "{00000000-0000-4000-8000-000000000001}",
+            "urn:uuid:00000000-0000-4000-8000-000000000001",
         ] {
             assert!(
                 matches!(ClusterId::parse(bad), Err(ClusterIdError::NotUuid(_))),
