@@ -15,6 +15,7 @@
 
 pub mod bucket;
 pub mod error;
+pub mod owner;
 pub mod reader;
 
 pub use bucket::{Bucket, StoreConfig, install_crypto_provider};

@@ -298,6 +298,27 @@ fn progress(total_bytes: u64, what: &str) -> ProgressBar {
 // ls
 // ---------------------------------------------------------------------------
 
+/// The cluster id the prefix's owner object names (`None` without one),
+/// said on stderr; a damaged owner object is a warning there, not an
+/// error (`ls` reads the archive either way).
+async fn prefix_owner(archive: &Archive) -> anyhow::Result<Option<String>> {
+    use tributary_archive::owner::{OwnerObjectState, read_owner};
+    let key = archive.keys().owner_object();
+    Ok(match read_owner(archive.bucket(), archive.keys()).await? {
+        OwnerObjectState::Names(cluster) => {
+            eprintln!("prefix owner: cluster {cluster} ({key})");
+            Some(cluster.to_string())
+        }
+        OwnerObjectState::Absent => None,
+        OwnerObjectState::Damaged(reason) => {
+            eprintln!(
+                "warning: {key} is not an owner object ({reason}); a tier service refuses to start on this prefix"
+            );
+            None
+        }
+    })
+}
+
 async fn ls(
     archive: &Archive,
     keys: &StorageKeys,
@@ -309,6 +330,7 @@ async fn ls(
 ) -> anyhow::Result<()> {
     let Some(topic) = topic else {
         let mut rows = Vec::new();
+        let owner = prefix_owner(archive).await?;
         let topics = archive.topics().await?;
         if topics.is_empty() {
             eprintln!(
@@ -329,7 +351,7 @@ async fn ls(
             writeln!(
                 out,
                 "{}",
-                serde_json::to_string_pretty(&json!({ "topics": rows }))?
+                serde_json::to_string_pretty(&json!({ "prefix_owner": owner, "topics": rows }))?
             )?;
         } else {
             let cell = |v: &Value| match v {

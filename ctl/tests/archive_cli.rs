@@ -602,3 +602,50 @@ fn verify_fails_on_a_missing_bucket_a_wrong_prefix_and_an_unknown_topic() {
         "{out:?}"
     );
 }
+
+/// `ls` of a bucket names the cluster its prefix's owner object names
+/// (JSON `prefix_owner`, a line on stderr), `null` without one, and warns
+/// of a damaged one without failing (the tier service refuses to start on
+/// it; the records are still listed).
+#[test]
+fn ls_names_the_cluster_owning_the_prefix() {
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = dir.path().join("bucket");
+    build_bucket(dir.path(), &bucket, 10);
+    let ls = || {
+        let out = tribctl(&bucket, &["--output", "json", "ls"]);
+        assert!(out.status.success(), "{out:?}");
+        let doc: Value = serde_json::from_str(&stdout(&out)).unwrap();
+        assert_eq!(doc["topics"][0]["topic"], TOPIC, "{doc}");
+        (
+            doc["prefix_owner"].clone(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    assert_eq!(ls().0, Value::Null);
+
+    let id = "2d2fc714-5faa-48cb-9bdd-b92cd23de3c8";
+    let owner = bucket.join("tributary/cluster-owner.json");
+    let cluster = tributary_proto::cluster::ClusterId::parse(id).unwrap();
+    std::fs::write(&owner, tributary_archive::owner::encode(cluster)).unwrap();
+    let (named, stderr) = ls();
+    assert_eq!(named, Value::String(id.into()));
+    assert!(
+        stderr.contains(&format!(
+            "prefix owner: cluster {id} (tributary/cluster-owner.json)"
+        )),
+        "{stderr}"
+    );
+    let out = tribctl(&bucket, &["ls"]);
+    assert!(out.status.success(), "{out:?}");
+    assert!(stdout(&out).contains(TOPIC), "{}", stdout(&out));
+    assert!(String::from_utf8_lossy(&out.stderr).contains(id));
+
+    std::fs::write(&owner, b"{}").unwrap();
+    let (named, stderr) = ls();
+    assert_eq!(named, Value::Null);
+    assert!(
+        stderr.contains("warning: tributary/cluster-owner.json is not an owner object"),
+        "{stderr}"
+    );
+}
