@@ -5,7 +5,9 @@
 //! {"status":"upload_stalled",...}` once no segment was committed for
 //! `[audit] upload_stall_after_ms` while a tiering backlog exists, with the
 //! backlog's age and the last error (the object store's, when it is the
-//! one failing).
+//! one failing); `503 archive_data_missing` after an audit found records
+//! the archive lost; `503 lakehouse_stalled` once a topic's lakehouse
+//! write has failed in every pass for that long.
 //!
 //! | metric | type | meaning |
 //! |---|---|---|
@@ -23,6 +25,7 @@
 //! | `tributary_tier_backlog_age_seconds` | gauge | age of the oldest sealed segment waiting in the running pass or left uncommitted by the last (0: no backlog) |
 //! | `tributary_tier_damaged_segments` | gauge | local sealed segments the last pass found damaged (CRC) and did not upload |
 //! | `tributary_tier_upload_stalled` | gauge | 1 while `upload_stalled` holds (see `/health`), else 0 |
+//! | `tributary_tier_lakehouse_failing_topics` | gauge | topics whose lakehouse write failed in the last pass (`/health` says `lakehouse_stalled` once one has failed for `upload_stall_after_ms`) |
 //! | `tributary_tier_backlog_segments` | gauge | sealed segments waiting in the running pass, else those of the last pass not committed by it: an upper bound of what waits for tiering (segments tiered earlier and not yet trimmed count too) |
 //!
 //! Counters count since the process started. A metrics listener that cannot
@@ -79,6 +82,9 @@ pub struct TierStats {
     /// (when the oldest was sealed, ms since the Unix epoch; how many).
     /// Cleared at the end of each pass, whose report then speaks.
     pending: std::sync::Mutex<std::collections::BTreeMap<String, (u64, u64)>>,
+    /// Topics whose lakehouse write failed in the last pass: topic →
+    /// (failing since, ms since the Unix epoch; the last error).
+    lakehouse_failing: std::sync::Mutex<std::collections::BTreeMap<String, (u64, String)>>,
 }
 
 /// The counters of this process ([`crate::service::run`] updates them).
@@ -101,14 +107,16 @@ pub static STATS: TierStats = TierStats {
     stall_after_ms: AtomicU64::new(300_000),
     last_error: std::sync::Mutex::new(None),
     pending: std::sync::Mutex::new(std::collections::BTreeMap::new()),
+    lakehouse_failing: std::sync::Mutex::new(std::collections::BTreeMap::new()),
 };
 
 /// What `/health` reports.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Health {
-    /// `ok`, `upload_stalled`, or `archive_data_missing` (the last audit
+    /// `ok`, `upload_stalled`, `archive_data_missing` (the last audit
     /// found committed segments in no object and no local copy: records
-    /// lost from the archive, an operator must act).
+    /// lost from the archive, an operator must act), or
+    /// `lakehouse_stalled` (the first that holds, in this order).
     pub status: &'static str,
     /// Whether no segment was committed for `stall_after_ms` while a
     /// backlog exists.
@@ -127,6 +135,13 @@ pub struct Health {
     /// The last pass error (topic and error text, which names the object
     /// store's failure), if any pass failed since the last commit.
     pub last_error: Option<String>,
+    /// Whether a topic's lakehouse write has failed in every pass for
+    /// `stall_after_ms` (its archive is fine; its Parquet files lag).
+    pub lakehouse_stalled: bool,
+    /// Topics whose lakehouse write failed in the last pass.
+    pub lakehouse_failing_topics: u64,
+    /// The longest-failing topic's lakehouse error (topic and error text).
+    pub lakehouse_error: Option<String>,
 }
 
 impl TierStats {
@@ -170,6 +185,25 @@ impl TierStats {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clear();
+        let now = u64::try_from(crate::tiering::now_ms()).unwrap_or(0);
+        self.note_lakehouse(&pass.lakehouse_errors, now);
+    }
+
+    /// The lakehouse errors of a pass that ended at `now_ms`: a topic keeps
+    /// the time it started failing while it fails pass after pass, and
+    /// leaves once a pass writes it (or no longer fails it).
+    pub fn note_lakehouse(&self, errors: &[(String, String)], now_ms: u64) {
+        let mut failing = self
+            .lakehouse_failing
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *failing = errors
+            .iter()
+            .map(|(topic, error)| {
+                let since = failing.get(topic).map_or(now_ms, |(since, _)| *since);
+                (topic.clone(), (since, error.clone()))
+            })
+            .collect();
     }
 
     /// What the running pass found waiting in `topic`: `Some((oldest
@@ -223,11 +257,27 @@ impl TierStats {
             && now_ms.saturating_sub(last_commit_ms) >= stall_after_ms;
         let backlog = last_pass.max(live);
         let archive_missing_segments = self.missing.load(Ordering::Relaxed);
+        let (lakehouse_failing_topics, lakehouse_oldest) = {
+            let failing = self
+                .lakehouse_failing
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let oldest = failing
+                .iter()
+                .min_by_key(|(_, (since, _))| *since)
+                .map(|(topic, (since, error))| (*since, format!("{topic}: {error}")));
+            (failing.len() as u64, oldest)
+        };
+        let lakehouse_stalled = lakehouse_oldest
+            .as_ref()
+            .is_some_and(|(since, _)| now_ms.saturating_sub(*since) >= stall_after_ms);
         Health {
             status: if upload_stalled {
                 "upload_stalled"
             } else if archive_missing_segments > 0 {
                 "archive_data_missing"
+            } else if lakehouse_stalled {
+                "lakehouse_stalled"
             } else {
                 "ok"
             },
@@ -241,6 +291,9 @@ impl TierStats {
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner)
                 .clone(),
+            lakehouse_stalled,
+            lakehouse_failing_topics,
+            lakehouse_error: lakehouse_oldest.map(|(_, error)| error),
         }
     }
 
@@ -351,6 +404,11 @@ impl TierStats {
                 u64::from(self.health(now).upload_stalled),
             ),
             (
+                "tributary_tier_lakehouse_failing_topics",
+                "Topics whose lakehouse write failed in the last pass.",
+                self.health(now).lakehouse_failing_topics,
+            ),
+            (
                 "tributary_tier_archive_missing_segments",
                 "Committed segments the last archive audit found missing or damaged with no local copy.",
                 load(&self.missing),
@@ -458,6 +516,7 @@ mod tests {
             "tributary_tier_archive_reuploads_total 0",
             "tributary_tier_skipped_not_owner_total 0",
             "tributary_tier_object_conflicts_total 0",
+            "tributary_tier_lakehouse_failing_topics 0",
         ] {
             assert!(
                 text.lines().any(|l| l == line),
@@ -465,5 +524,55 @@ mod tests {
             );
         }
         assert!(text.ends_with("# EOF\n"), "{text}");
+    }
+
+    /// A topic whose lakehouse write fails pass after pass turns `/health`
+    /// into `lakehouse_stalled` once it has failed for the stall threshold
+    /// (its first failure's time is kept), and back to `ok` once a pass
+    /// writes it.
+    #[test]
+    fn a_lakehouse_write_failing_for_the_stall_threshold_is_lakehouse_stalled() {
+        let stats = TierStats::default();
+        // A pass with no tiering backlog (uploads are fine).
+        stats.on_pass(&PassReport::default());
+        stats.configure(60_000, 1_000_000);
+        let failing = vec![(
+            "/plant/line-1".to_owned(),
+            "archive object missing".to_owned(),
+        )];
+        stats.note_lakehouse(&failing, 1_000_000);
+        let health = stats.health(1_030_000);
+        assert_eq!(
+            (
+                health.status,
+                health.lakehouse_stalled,
+                health.lakehouse_failing_topics
+            ),
+            ("ok", false, 1)
+        );
+        // The next pass fails it again: the clock runs from the first.
+        stats.note_lakehouse(&failing, 1_040_000);
+        let health = stats.health(1_060_000);
+        assert_eq!(
+            (health.status, health.lakehouse_stalled),
+            ("lakehouse_stalled", true)
+        );
+        assert_eq!(
+            health.lakehouse_error.as_deref(),
+            Some("/plant/line-1: archive object missing")
+        );
+        assert!(
+            stats
+                .render()
+                .unwrap()
+                .lines()
+                .any(|l| l == "tributary_tier_lakehouse_failing_topics 1")
+        );
+        // Written by the next pass: healthy, and a later failure starts
+        // its clock again.
+        stats.note_lakehouse(&[], 1_070_000);
+        assert_eq!(stats.health(1_070_000).status, "ok");
+        stats.note_lakehouse(&failing, 1_080_000);
+        assert_eq!(stats.health(1_100_000).status, "ok");
     }
 }

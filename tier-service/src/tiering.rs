@@ -117,6 +117,10 @@ pub struct PassReport {
     pub lakehouse_files: u64,
     /// Records written to `_rejected` files (they did not fit the columns).
     pub lakehouse_rejected: u64,
+    /// Topics whose lakehouse write failed in this pass, with the error
+    /// (also in `errors`): `/health` turns `lakehouse_stalled` once one
+    /// keeps failing.
+    pub lakehouse_errors: Vec<(String, String)>,
 }
 
 /// The tiering pipeline and everything it needs.
@@ -216,6 +220,7 @@ impl Tiering {
             report.skipped_not_owner += r.skipped_not_owner;
             report.lakehouse_files += r.lakehouse_files;
             report.lakehouse_rejected += r.lakehouse_rejected;
+            report.lakehouse_errors.extend(r.lakehouse_errors);
             if let Err(TierError::ObjectConflict { key, reason }) = &result {
                 report.object_conflicts += 1;
                 error!(%topic, key, reason, "ARCHIVE OBJECT CONFLICT: a committed object at this segment's key holds other bytes; it is not replaced and the segment is refused");
@@ -447,10 +452,13 @@ impl Tiering {
         shutdown: &watch::Receiver<bool>,
     ) -> Result<(), TierError> {
         let lakehouse = crate::lakehouse::pass(self, topic, report, &|| *shutdown.borrow()).await;
-        if let Err(e) = &lakehouse
-            && e.is_not_owner()
-        {
-            return lakehouse;
+        if let Err(e) = &lakehouse {
+            if e.is_not_owner() {
+                return lakehouse;
+            }
+            report
+                .lakehouse_errors
+                .push((topic.to_string(), e.to_string()));
         }
         // A failing lakehouse write does not hold cold retention back (the
         // error is still this topic's result for the pass).

@@ -536,6 +536,18 @@ fn a_segment_whose_object_is_missing_waits_for_it_and_is_written_once_it_is_back
 
     let report = run(true);
     assert!(report.has_errors(), "{report:?}");
+    // Reported as the topic's lakehouse failure (what /health's
+    // `lakehouse_stalled` counts).
+    assert_eq!(
+        report
+            .passes
+            .iter()
+            .flat_map(|p| &p.lakehouse_errors)
+            .map(|(t, _)| t.as_str())
+            .collect::<Vec<_>>(),
+        vec![topic.as_str()],
+        "{report:?}"
+    );
     assert!(
         lakehouse_files(&h, &topic).is_empty(),
         "nothing written past the missing object"
