@@ -515,7 +515,19 @@ fn parse_object(bytes: &[u8]) -> Result<Map<String, Value>, String> {
             "the value is {}, not a JSON object",
             describe(&other)
         )),
-        Err(e) => Err(format!("the value is not JSON: {e}")),
+        Err(e) => Err(format!("the value is {}", json_error(&e))),
+    }
+}
+
+/// Why bytes did not parse as JSON, for messages that begin "the value
+/// is": "not JSON: {error}", except for JSON nested deeper than the
+/// parser's limit (128 arrays or objects, serde_json's recursion limit),
+/// which is valid JSON this reader does not take.
+pub fn json_error(e: &serde_json::Error) -> String {
+    if e.to_string().starts_with("recursion limit exceeded") {
+        format!("JSON nested deeper than 128 levels, more than this reader takes ({e})")
+    } else {
+        format!("not JSON: {e}")
     }
 }
 
@@ -776,5 +788,14 @@ mod tests {
         );
         let err = cols.fit(11, b"42").expect_err("not an object");
         assert!(err.reason.contains("not a JSON object"), "{err}");
+        // Valid JSON nested past the parser's limit is said as such, not
+        // as "not JSON" (from the lakehouse trial).
+        let deep = format!("{{\"p\":{}1{}}}", "[".repeat(200), "]".repeat(200));
+        let err = cols.fit(12, deep.as_bytes()).expect_err("too deep");
+        assert!(
+            err.to_string()
+                .starts_with("offset 12: the value is JSON nested deeper than 128 levels"),
+            "{err}"
+        );
     }
 }

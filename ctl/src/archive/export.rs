@@ -25,8 +25,7 @@
 //! array of `{"name","value"}`, and a key or value that is not UTF-8 is in
 //! the `_b64` column (standard base64) with the text column empty.
 
-use std::fs::File;
-use std::io::{BufWriter, Write};
+use std::io::Write;
 use std::ops::ControlFlow;
 use std::path::PathBuf;
 
@@ -40,7 +39,7 @@ use tributary_proto::archive::ArchiveError;
 use tributary_proto::keys::TopicName;
 
 use super::lines::{Limited, LineWriter, RecordWriter, ValueAs};
-use super::output::{self, Output, Staged};
+use super::output::{self, OutFile, Output, Staged};
 use super::{RangeArgs, RecordCount, say_hole};
 
 /// Output formats of `export`.
@@ -253,7 +252,7 @@ async fn batches(
     topic: &TopicName,
     range: &RangeArgs,
     bar: &RecordCount,
-    writer: &mut BufWriter<File>,
+    writer: &mut OutFile,
 ) -> anyhow::Result<u64> {
     let limits = range.limits()?;
     let mut written = 0u64;
@@ -290,12 +289,12 @@ async fn batches(
 
 /// CSV rows (see the module doc).
 struct CsvRows<'a> {
-    csv: csv::Writer<&'a mut BufWriter<File>>,
+    csv: csv::Writer<&'a mut OutFile>,
     header_written: bool,
 }
 
 impl<'a> CsvRows<'a> {
-    fn new(out: &'a mut BufWriter<File>) -> CsvRows<'a> {
+    fn new(out: &'a mut OutFile) -> CsvRows<'a> {
         CsvRows {
             csv: csv::Writer::from_writer(out),
             header_written: false,
@@ -356,10 +355,10 @@ fn text_or_b64(bytes: &[u8]) -> (String, String) {
     }
 }
 
-type Out<'a> = &'a mut BufWriter<File>;
+type Out<'a> = &'a mut OutFile;
 
 /// The rejected file's output, with its row count.
-type RejectedOut = (BufWriter<File>, u64);
+type RejectedOut = (OutFile, u64);
 
 /// Parquet rows; with `--json-columns infer` the first values are held
 /// until the columns are known.
@@ -371,8 +370,8 @@ struct ParquetRows<'a> {
     held: Vec<ArchivedRecord>,
     out: Option<Out<'a>>,
     writer: Option<TableWriter<Out<'a>>>,
-    rejected_out: Option<BufWriter<File>>,
-    rejected: Option<TableWriter<BufWriter<File>>>,
+    rejected_out: Option<OutFile>,
+    rejected: Option<TableWriter<OutFile>>,
     layout: Option<Layout>,
 }
 
@@ -381,7 +380,7 @@ impl<'a> ParquetRows<'a> {
         topic: &'a TopicName,
         args: &ExportArgs,
         out: Out<'a>,
-        rejected_out: Option<BufWriter<File>>,
+        rejected_out: Option<OutFile>,
     ) -> anyhow::Result<ParquetRows<'a>> {
         let (layout, infer_rows) = match args.json_columns.as_deref() {
             None => (Some(Layout::Raw), None),

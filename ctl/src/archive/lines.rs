@@ -94,7 +94,10 @@ pub fn record_json(
         },
         ValueAs::Json => {
             let v = serde_json::from_slice::<Value>(&record.value).map_err(|e| {
-                format!("offset {offset}: the value is not JSON ({e}); use --value-as auto, string or base64")
+                format!(
+                    "offset {offset}: the value is {}; use --value-as auto, string or base64",
+                    tributary_lakehouse::schema::json_error(&e)
+                )
             })?;
             map.insert("value".into(), v);
         }

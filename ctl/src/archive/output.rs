@@ -14,6 +14,38 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, bail};
 
+/// An output file whose write errors name it (`{path}: No space left on
+/// device`): the kernel's error alone does not say which output failed.
+#[derive(Debug)]
+pub struct NamedFile {
+    file: File,
+    path: PathBuf,
+}
+
+impl NamedFile {
+    /// `file`, opened at `path`.
+    pub fn new(file: File, path: PathBuf) -> NamedFile {
+        NamedFile { file, path }
+    }
+
+    fn named(&self, e: std::io::Error) -> std::io::Error {
+        std::io::Error::new(e.kind(), format!("writing {}: {e}", self.path.display()))
+    }
+}
+
+impl std::io::Write for NamedFile {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.file.write(buf).map_err(|e| self.named(e))
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.file.flush().map_err(|e| self.named(e))
+    }
+}
+
+/// A staged output's writer.
+pub type OutFile = BufWriter<NamedFile>;
+
 /// One output file of an export: the flag that named it, as given.
 #[derive(Debug, Clone, Copy)]
 pub struct Output<'a> {
@@ -108,7 +140,7 @@ impl Staged {
     ///
     /// # Errors
     /// The partial file exists (without `force`) or cannot be created.
-    pub fn create(path: &Path, force: bool) -> anyhow::Result<(Staged, BufWriter<File>)> {
+    pub fn create(path: &Path, force: bool) -> anyhow::Result<(Staged, OutFile)> {
         let mut partial = path.as_os_str().to_owned();
         partial.push(".partial");
         let partial = PathBuf::from(partial);
@@ -133,22 +165,25 @@ impl Staged {
                     partial.display()
                 )
             })?;
+        let writer = BufWriter::new(NamedFile::new(file, partial.clone()));
         let staged = Staged {
             path: path.to_owned(),
             partial,
             done: false,
         };
-        Ok((staged, BufWriter::new(file)))
+        Ok((staged, writer))
     }
 
     /// Flushes `writer` and syncs the partial file to disk.
     ///
     /// # Errors
     /// The flush or sync fails.
-    pub fn sync(&self, writer: BufWriter<File>) -> anyhow::Result<()> {
-        let mut file = writer.into_inner().map_err(|e| e.into_error())?;
-        file.flush()?;
-        file.sync_all()
+    pub fn sync(&self, writer: OutFile) -> anyhow::Result<()> {
+        let mut named = writer.into_inner().map_err(|e| e.into_error())?;
+        named.flush()?;
+        named
+            .file
+            .sync_all()
             .with_context(|| format!("sync {}", self.partial.display()))
     }
 }
@@ -182,4 +217,27 @@ pub fn commit(staged: Vec<Staged>) -> anyhow::Result<()> {
         renamed.push(s.path.clone());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write as _;
+
+    use super::*;
+
+    /// `/dev/full` answers every write with ENOSPC: the error names the
+    /// file (a full disk said only "No space left on device").
+    #[test]
+    fn a_write_error_names_the_file() {
+        let file = OpenOptions::new().write(true).open("/dev/full").unwrap();
+        let mut writer = BufWriter::new(NamedFile::new(file, PathBuf::from("/dev/full")));
+        writer.write_all(&[0; 16]).unwrap();
+        let err = writer.flush().unwrap_err();
+        assert_eq!(err.kind(), std::io::ErrorKind::StorageFull);
+        assert!(
+            err.to_string()
+                .starts_with("writing /dev/full: No space left on device"),
+            "{err}"
+        );
+    }
 }
