@@ -482,6 +482,9 @@ impl<'de> serde::de::Visitor<'de> for RowVisitor<'_> {
                                     ColumnType::Timestamp => {
                                         " (ms since the Unix epoch or RFC 3339, years 1 to 9999)"
                                     }
+                                    ColumnType::Double if value.is_number() => {
+                                        " exactly (an integer beyond 2^53 loses digits in a double; declare the field int64 or json)"
+                                    }
                                     _ => "",
                                 };
                                 format!(
@@ -568,12 +571,26 @@ fn merge(so_far: Option<ColumnType>, v: &Value) -> Option<ColumnType> {
     }
 }
 
+/// `n` as a double if the double holds it exactly: an integer beyond 2^53
+/// (an id, a nanosecond count) would lose its last digits, so it does not
+/// fit a double column (it goes to `_rejected`, whole).
+fn exact_double(n: &serde_json::Number) -> Option<f64> {
+    let f = n.as_f64()?;
+    let exact = match (n.as_i64(), n.as_u64()) {
+        (Some(i), _) => f as i128 == i128::from(i),
+        (None, Some(u)) => f as i128 == i128::from(u),
+        // A number with a fraction or exponent: already a double.
+        (None, None) => true,
+    };
+    exact.then_some(f)
+}
+
 /// `v` as a cell of type `ty`, if it fits.
 fn cell(ty: ColumnType, v: &Value) -> Option<Cell> {
     match (ty, v) {
         (ColumnType::Bool, Value::Bool(b)) => Some(Cell::Bool(*b)),
         (ColumnType::Int64, Value::Number(n)) => n.as_i64().map(Cell::Int),
-        (ColumnType::Double, Value::Number(n)) => n.as_f64().map(Cell::Double),
+        (ColumnType::Double, Value::Number(n)) => exact_double(n).map(Cell::Double),
         (ColumnType::String, Value::String(s)) => Some(Cell::Str(s.clone())),
         (ColumnType::Timestamp, Value::Number(n)) => n
             .as_i64()
@@ -778,6 +795,23 @@ mod tests {
         assert!(err.reason.contains("not JSON"), "{err}");
         let empty = cols.fit(6, b"{}").expect("all absent");
         assert!(empty.cells.iter().all(|c| *c == Cell::Null) && empty.extra.is_none());
+        // An integer a double cannot hold exactly does not fit a double
+        // column (rounded, it would be another number); 2^53 and 2^60 do.
+        let exact = cols
+            .fit(13, br#"{"p":9007199254740992}"#)
+            .expect("2^53 is a double");
+        assert_eq!(exact.cells[0], Cell::Double(9_007_199_254_740_992.0));
+        cols.fit(13, br#"{"p":1152921504606846976}"#)
+            .expect("2^60 is a double");
+        for big in [
+            "9007199254740993",
+            "18446744073709551615",
+            "-9223372036854775807",
+        ] {
+            let value = format!(r#"{{"p":{big}}}"#);
+            let err = cols.fit(14, value.as_bytes()).expect_err(big);
+            assert!(err.reason.contains("loses digits in a double"), "{err}");
+        }
         let err = cols.fit(9, br#"{"n":1.5}"#).expect_err("float in int64");
         assert_eq!(err.offset, 9);
         assert!(err.reason.contains("field `n`"), "{err}");
