@@ -199,6 +199,17 @@ pub async fn pass(
         })?,
         None => Progress::default(),
     };
+    if let Some(fixed) = &progress.layout
+        && let Some(declared) = config.declared(topic.as_str())?
+        && *fixed != (StoredLayout::Json { columns: declared })
+    {
+        let mut said = LAYOUT_DRIFT_SAID
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if said.insert(topic.to_string()) {
+            warn!(%topic, "[lakehouse.columns] for this topic differ from the layout fixed at its first written segment; the fixed layout is kept (one schema per topic's files): write the new columns under another topic, or use `tribctl archive export --json-columns`");
+        }
+    }
     let retired_below = committed.retired_below.unwrap_or(0);
     if progress.next_offset < retired_below {
         warn!(%topic, next = progress.next_offset, retired_below, "cold retention retired segments before the lakehouse writer reached them; they are not written");
@@ -482,6 +493,11 @@ async fn put(tiering: &Tiering, key: &str, bytes: Vec<u8>) -> Result<(), TierErr
 
 /// Per bucket and topic, the retired low mark already swept by this
 /// process (a sweep lists the topic's lakehouse files: once per mark).
+/// Topics whose declared columns differ from their fixed layout, warned
+/// of once per process.
+static LAYOUT_DRIFT_SAID: std::sync::Mutex<std::collections::BTreeSet<String>> =
+    std::sync::Mutex::new(std::collections::BTreeSet::new());
+
 static SWEPT: std::sync::Mutex<BTreeMap<(String, String), u64>> =
     std::sync::Mutex::new(BTreeMap::new());
 
