@@ -21,10 +21,7 @@
 use object_store::PutPayload;
 use tracing::{info, warn};
 use tributary_archive::bucket::Bucket;
-pub use tributary_archive::owner::{
-    OWNER_FORMAT, OWNER_OBJECT_MAX_BYTES, OwnerObjectState, OwnerParseError, encode, parse,
-    read_owner,
-};
+pub use tributary_archive::owner::{OwnerObjectState, OwnerParseError, encode, read_owner};
 use tributary_proto::cluster::ClusterId;
 use tributary_proto::keys::StorageKeys;
 

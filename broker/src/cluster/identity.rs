@@ -16,6 +16,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use broker_core::metadata::{MetadataError, MetadataStore};
+use serde::Deserialize as _;
 use tracing::{info, warn};
 use tributary_proto::cluster::{CLUSTER_ID_BYTES, ClusterId};
 use tributary_proto::keys::cluster as keys;
@@ -56,14 +57,10 @@ pub fn random_cluster_id() -> Result<ClusterId, IdentityError> {
 }
 
 fn parse(value: &serde_json::Value) -> Result<ClusterId, IdentityError> {
-    let invalid = |reason: String| IdentityError::Invalid {
+    ClusterId::deserialize(value).map_err(|e| IdentityError::Invalid {
         value: value.to_string(),
-        reason,
-    };
-    let text = value
-        .as_str()
-        .ok_or_else(|| invalid("not a JSON string".into()))?;
-    ClusterId::parse(text).map_err(|e| invalid(e.to_string()))
+        reason: e.to_string(),
+    })
 }
 
 /// The committed cluster id, created with `fresh` (put only if the key is
@@ -179,29 +176,31 @@ impl ClusterIdentity {
     /// until it succeeds; logs it once known. Started with the broker, so
     /// a cluster has its id as soon as Raft has a leader.
     pub fn spawn_load(&self) -> tokio::task::JoinHandle<()> {
+        use backon::{ExponentialBuilder, Retryable as _};
         let identity = self.clone();
         tokio::spawn(async move {
-            let mut wait = RETRY_MIN;
+            let backoff = ExponentialBuilder::default()
+                .with_min_delay(RETRY_MIN)
+                .with_max_delay(RETRY_MAX)
+                .without_max_times();
             let mut warned = false;
-            loop {
-                match identity.load().await {
-                    Ok(id) => {
-                        info!(cluster_id = %id, "cluster id");
+            let loaded = (|| identity.load())
+                .retry(backoff)
+                .notify(|e: &IdentityError, wait| {
+                    if warned {
                         return;
                     }
-                    Err(e @ IdentityError::Invalid { .. }) if !warned => {
+                    if matches!(e, IdentityError::Invalid { .. }) {
                         tracing::error!(error = %e, "edges asking for the cluster id are refused until it is repaired");
                         warned = true;
+                    } else if wait >= RETRY_MAX {
+                        warn!(error = %e, "the cluster id is not known yet; retrying");
+                        warned = true;
                     }
-                    Err(e) => {
-                        if wait >= RETRY_MAX && !warned {
-                            warn!(error = %e, "the cluster id is not known yet; retrying");
-                            warned = true;
-                        }
-                    }
-                }
-                tokio::time::sleep(wait).await;
-                wait = (wait * 2).min(RETRY_MAX);
+                })
+                .await;
+            if let Ok(id) = loaded {
+                info!(cluster_id = %id, "cluster id");
             }
         })
     }

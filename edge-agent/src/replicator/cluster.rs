@@ -107,11 +107,8 @@ impl ClusterBinding {
             found
         } else {
             let current = outcome.current.unwrap_or(serde_json::Value::Null);
-            current
-                .as_str()
-                .ok_or_else(|| format!("{current} is not a cluster id"))
-                .and_then(|text| ClusterId::parse(text).map_err(|e| e.to_string()))
-                .map_err(|e| failed(&e))?
+            serde::Deserialize::deserialize(&current)
+                .map_err(|e: serde_json::Error| failed(&format!("{current}: {e}")))?
         };
         *self.known.lock().unwrap_or_else(|p| p.into_inner()) = Some(id);
         Ok(id)
