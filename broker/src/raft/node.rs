@@ -373,12 +373,7 @@ impl MetaNode {
     /// The cluster as this node sees it now.
     pub fn status(&self) -> ClusterStatus {
         let metrics = self.raft.metrics().borrow().clone();
-        let members = metrics
-            .membership_config
-            .membership()
-            .nodes()
-            .map(|(id, node)| (*id, node.addr.clone()))
-            .collect();
+        let members = members_of(&metrics);
         let state = match metrics.state {
             ServerState::Leader => "Leader",
             ServerState::Follower => "Follower",
@@ -430,14 +425,7 @@ impl MetaNode {
 /// forms (there is no membership change), so an edit to it on an existing
 /// node changes nothing (a config trial found it silently ignored).
 fn warn_if_members_differ(raft: &Raft, configured: &BTreeMap<NodeId, String>) {
-    let committed: BTreeMap<NodeId, String> = raft
-        .metrics()
-        .borrow()
-        .membership_config
-        .membership()
-        .nodes()
-        .map(|(id, node)| (*id, node.addr.clone()))
-        .collect();
+    let committed = members_of(&raft.metrics().borrow());
     if !committed.is_empty() && &committed != configured {
         let list = |members: &BTreeMap<NodeId, String>| {
             members
@@ -452,4 +440,14 @@ fn warn_if_members_differ(raft: &Raft, configured: &BTreeMap<NodeId, String>) {
             "[members] differs from the cluster's committed membership and is ignored: it is read only when a cluster forms, and members cannot be added, removed or moved on an existing cluster"
         );
     }
+}
+
+/// The voters and their addresses in `metrics`' membership.
+fn members_of(metrics: &openraft::RaftMetrics<NodeId, BasicNode>) -> BTreeMap<NodeId, String> {
+    metrics
+        .membership_config
+        .membership()
+        .nodes()
+        .map(|(id, node)| (*id, node.addr.clone()))
+        .collect()
 }
