@@ -262,7 +262,7 @@ impl ConsumerService {
         damage: &DamageWait,
         dead_letter_topic: Option<&str>,
     ) -> Result<(String, u64), ConsumerError> {
-        let dlq = self.dead_letter_topic(sub, dead_letter_topic)?;
+        let dlq = super::dead_letter::dead_letter_target(&sub.topic, dead_letter_topic)?;
         let value = json!({
             "topic": sub.topic.to_string(),
             "subscription": sub.name.to_string(),

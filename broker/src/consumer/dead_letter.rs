@@ -80,8 +80,12 @@ pub(super) fn check_replayable(name: &SubscriptionName) -> Result<(), ConsumerEr
 /// [`check_dead_letter_target`].
 ///
 /// # Errors
-/// [`ConsumerError::Invalid`] with field `dead_letter_topic`.
-fn dead_letter_target(
+/// [`ConsumerError::Invalid`] with field `dead_letter_topic` (a policy
+/// error: nothing is written, see [`dead_letter_refusal`]) for a name that
+/// is not a topic's, or a topic that may not receive this subscription's
+/// dead letters: another namespace's or a system topic (a policy stored
+/// before the check was made when policies are set).
+pub(super) fn dead_letter_target(
     topic: &TopicName,
     dead_letter_topic: Option<&str>,
 ) -> Result<TopicName, ConsumerError> {
@@ -173,24 +177,6 @@ impl ConsumerService {
         st
     }
 
-    /// The dead-letter topic of `sub` under its policy's
-    /// `dead_letter_topic` (default: the topic's `-dlq`).
-    ///
-    /// # Errors
-    /// [`ConsumerError::Invalid`] with field `dead_letter_topic` (a policy
-    /// error: nothing is written, see [`dead_letter_refusal`]) for a name
-    /// that is not a topic's, or a topic that may not receive this
-    /// subscription's dead letters: another namespace's or a system topic
-    /// (a policy stored before [`check_dead_letter_target`] was checked
-    /// when policies are set).
-    pub(super) fn dead_letter_topic(
-        &self,
-        sub: &Sub,
-        dead_letter_topic: Option<&str>,
-    ) -> Result<TopicName, ConsumerError> {
-        dead_letter_target(&sub.topic, dead_letter_topic)
-    }
-
     /// Appends `copy`'s message to the dead-letter topic with the origin
     /// headers; returns its offset there.
     async fn copy_to_dead_letter(
@@ -199,7 +185,7 @@ impl ConsumerService {
         copy: &DeadLetterCopy,
     ) -> Result<u64, ConsumerError> {
         let offset = copy.offset;
-        let dlq = self.dead_letter_topic(sub, copy.dead_letter_topic.as_deref())?;
+        let dlq = dead_letter_target(&sub.topic, copy.dead_letter_topic.as_deref())?;
         let found = tiered::read_offsets(
             &sub.wal(),
             self.archive(),
