@@ -9,11 +9,17 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use std::sync::Arc;
+
+use broker_core::catalog::{Catalog, CatalogError, TopicSpec};
 use broker_core::check::{Report, Transport};
+use broker_core::clock::SystemClock;
 use broker_core::data_dir::{self, Found, Owner};
+use broker_core::metadata::redb::RedbStore;
 use broker_core::tls::{TlsError, TlsPaths};
 
 use crate::config::{self, AgentConfig, ConfigError, FileConfig, Overrides};
+use crate::manager::OpenError;
 
 /// What the host checks look at: the resolved configuration's values, or,
 /// when it does not validate, the file's merged with the flags.
@@ -82,7 +88,8 @@ impl Targets {
 
 /// Checks the configuration at `path` (if any) with `overrides` as `run`
 /// would load it, collecting every problem: the file's syntax, validation,
-/// the TLS files, the data directory and its identity file, the local API
+/// the TLS files, the data directory, its identity file and the intents
+/// stored in it, the local API
 /// and MQTT addresses and the brokers' addresses. Nothing is bound, created or connected to.
 pub fn check(path: Option<&Path>, overrides: &Overrides) -> Report {
     let mut report = Report::new();
@@ -94,8 +101,9 @@ pub fn check(path: Option<&Path>, overrides: &Overrides) -> Report {
             return report;
         }
     };
-    let targets = match AgentConfig::resolve(file.clone(), overrides) {
-        Ok(config) => Targets::resolved(&config),
+    let resolved = AgentConfig::resolve(file.clone(), overrides);
+    let targets = match &resolved {
+        Ok(config) => Targets::resolved(config),
         Err(e) => {
             report.problem(e.to_string());
             Targets::raw(&file, overrides)
@@ -110,6 +118,11 @@ pub fn check(path: Option<&Path>, overrides: &Overrides) -> Report {
             && !report.mentions("data_dir")
         {
             data_dir_identity(&mut report, dir, owner);
+        }
+        if let Ok(config) = &resolved
+            && !report.mentions("data_dir")
+        {
+            stored_intents(&mut report, config);
         }
     }
     if let Some(paths) = &targets.tls {
@@ -163,6 +176,78 @@ fn data_dir_identity(report: &mut Report, dir: &Path, owner: &Owner) {
         )),
         Err(e) => report.problem(format!("data_dir: {e}")),
     }
+}
+
+/// Each configured topic's intent against the settings stored for it in
+/// the data directory's metadata store: start-up refuses a difference
+/// ([`crate::manager::OpenError::IntentConflict`]), so the check says it
+/// first, in the same words. The store is read from a copy in the
+/// temporary directory: the check never writes the agent's file (opening
+/// a store left open repairs it) and works while the agent runs (which
+/// holds the file's lock). A copy taken in the middle of a write may not
+/// open; that is a note, not a problem.
+fn stored_intents(report: &mut Report, config: &AgentConfig) {
+    let file = config.data_dir.join(crate::agent::METADATA_FILE);
+    if config.topics.is_empty() || !file.exists() {
+        return;
+    }
+    let scratch = std::env::temp_dir().join(format!(
+        "tributary-check-config-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    ));
+    let outcome = compare_intents(config, &file, &scratch);
+    // Best effort: the copy is the check's own.
+    let _ = std::fs::remove_dir_all(&scratch);
+    match outcome {
+        Ok(conflicts) => {
+            for conflict in conflicts {
+                report.problem(conflict.to_string());
+            }
+        }
+        Err(reason) => report.note(format!(
+            "data_dir: the configured intents were not compared with the stored ones ({} \
+             could not be read: {reason}); start-up refuses an intent that differs",
+            file.display()
+        )),
+    }
+}
+
+/// The configured topics whose intent differs from the stored one, read
+/// from a copy of `file` made in `scratch`.
+fn compare_intents(
+    config: &AgentConfig,
+    file: &Path,
+    scratch: &Path,
+) -> Result<Vec<OpenError>, String> {
+    std::fs::create_dir_all(scratch).map_err(|e| format!("{}: {e}", scratch.display()))?;
+    let copy = scratch.join(crate::agent::METADATA_FILE);
+    std::fs::copy(file, &copy).map_err(|e| e.to_string())?;
+    let store = RedbStore::open(&copy, Arc::new(SystemClock)).map_err(|e| e.to_string())?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .map_err(|e| e.to_string())?;
+    runtime.block_on(async {
+        let catalog = Catalog::new(&store);
+        let mut conflicts = Vec::new();
+        for (index, topic) in config.topics.iter().enumerate() {
+            let spec =
+                TopicSpec::new(topic.name.clone(), topic.intent, 0).map_err(|e| e.to_string())?;
+            let comparison = catalog.compare(&spec).await.map_err(|e| e.to_string())?;
+            if comparison.existing_partitions().is_some() && !comparison.differences().is_empty() {
+                conflicts.push(OpenError::IntentConflict {
+                    index,
+                    source: CatalogError::TopicConflict {
+                        topic: topic.name.clone(),
+                        differences: comparison.into_differences(),
+                    },
+                });
+            }
+        }
+        Ok(conflicts)
+    })
 }
 
 fn read_file(path: &Path) -> Result<FileConfig, ConfigError> {

@@ -6,7 +6,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-use tributary_test_support::process::output_within;
+use tributary_test_support::process::{Proc, output_within};
 
 /// Runs `edge-agent ARGS` to its end (at most 60 s) without any
 /// `TRIB_EDGE_*` variable from the test's environment.
@@ -138,4 +138,76 @@ fn a_local_api_port_in_use_is_said_once() {
         format!("error: local_api {addr}: Address already in use (os error 98)\n")
     );
     drop(taken);
+}
+
+/// A changed intent is refused at start-up (the stored settings are kept
+/// for the life of the topic), so `check-config` says so first, in the
+/// same words, also while the agent runs and holds its metadata file, and
+/// without writing to it.
+#[test]
+fn a_configured_intent_that_differs_from_the_stored_one_is_a_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap();
+    let stored = config(dir.path(), &port.to_string(), |t| t);
+    let changed = dir.path().join("changed.toml");
+    std::fs::write(
+        &changed,
+        std::fs::read_to_string(&stored)
+            .unwrap()
+            .replace("\"event_stream\"", "\"task_queue\""),
+    )
+    .unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_edge-agent"));
+    command
+        .args(["run", "-c", stored.to_str().unwrap()])
+        .env("RUST_LOG", "off");
+    let mut agent = Proc::new("edge-agent", command);
+    agent.start();
+    // The local API listens once the configured topics exist.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect(port).is_err() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the agent did not start"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let metadata = dir.path().join("data/metadata.redb");
+    let expected =
+        "error: topics[0].intent: topic /plant1/events already exists with different settings: ";
+    let out = edge_agent(&["check-config", "-c", changed.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = text(&out.stderr);
+    let problem = stderr
+        .lines()
+        .find(|l| l.starts_with("error: "))
+        .unwrap_or_default()
+        .to_owned();
+    assert!(problem.starts_with(expected), "{stderr}");
+    assert!(problem.contains("task_queue"), "{stderr}");
+    assert_eq!(
+        stderr.lines().filter(|l| l.starts_with("error: ")).count(),
+        1,
+        "{stderr}"
+    );
+
+    assert_eq!(agent.terminate(), Some(0));
+    let before = std::fs::read(&metadata).unwrap();
+    let out = edge_agent(&["check-config", "-c", stored.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert_eq!(text(&out.stdout), "ok\n");
+    let out = edge_agent(&["check-config", "-c", changed.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(
+        std::fs::read(&metadata).unwrap(),
+        before,
+        "check-config wrote to the metadata file"
+    );
+    // What start-up says, word for word.
+    let run = edge_agent(&["run", "-c", changed.to_str().unwrap()]);
+    assert_eq!(run.status.code(), Some(1), "{run:?}");
+    assert_eq!(text(&run.stderr), format!("{problem}\n"));
 }
