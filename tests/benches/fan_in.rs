@@ -12,7 +12,8 @@
 //! 200 records/s each with every edge's batches at the same instants),
 //! `idle` (5,000 idle connections: broker RSS per connection). About five
 //! minutes in all on two cores. `--edges=10,1000` and
-//! `--intents=event_stream` narrow `scale` to those rows.
+//! `--intents=event_stream` narrow `scale` to those rows;
+//! `--records=N` changes the backlog (default [`SCALE_RECORDS`]).
 //!
 //! # What is measured
 //! - **scale**: per case a warm-up swarm sends one record per topic (the
@@ -86,7 +87,7 @@ struct ScaleRow {
     backlog: Report,
 }
 
-fn scale(intent: StreamIntent, edges: usize) -> ScaleRow {
+fn scale(intent: StreamIntent, edges: usize, records: u64) -> ScaleRow {
     let dir = scratch_dir("fan-in");
     let mut broker = SoloBroker::new(dir.path(), &release_broker(), "", None);
     broker.start();
@@ -96,7 +97,7 @@ fn scale(intent: StreamIntent, edges: usize) -> ScaleRow {
     config.duration = Duration::from_secs(120);
     config.production.records = 1;
     let first_contact = run(&config);
-    config.production.records = 1 + SCALE_RECORDS / edges as u64;
+    config.production.records = 1 + records / edges as u64;
     let backlog = run(&config);
     assert_eq!(broker.broker.terminate(), Some(0));
     ScaleRow {
@@ -214,12 +215,15 @@ fn main() {
                 .collect()
         },
     );
+    let records: u64 = option("records")
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(SCALE_RECORDS);
     build_release_binaries();
     if wants("scale") {
         let mut rows = Vec::new();
         for &intent in &intents {
             for &edges in &edge_counts {
-                let row = scale(intent, edges);
+                let row = scale(intent, edges, records);
                 eprint!("{} x {edges}: {}", intent.as_str(), row.backlog.render());
                 rows.push(row);
             }
