@@ -10,7 +10,9 @@
 //! `latency` (1,000 edges producing 220 records/s each, `task_queue`, their
 //! batch times spread over the batch interval), `lockstep` (the same at
 //! 200 records/s each with every edge's batches at the same instants),
-//! `idle` (5,000 idle connections: broker RSS per connection). About five
+//! `idle` (5,000 idle connections: broker RSS per connection), `raw` (raw
+//! quinn, the scale case's bytes over the same connection counts, not in
+//! the default run's tables' order but after `scale`). About five
 //! minutes in all on two cores. `--edges=10,1000` and
 //! `--intents=event_stream` narrow `scale` to those rows;
 //! `--records=N` changes the backlog (default [`SCALE_RECORDS`]).
@@ -192,6 +194,36 @@ fn idle() -> Report {
     report
 }
 
+/// Raw quinn with the scale case's shape (`common::raw_fan_in`): the same
+/// bytes (`records` × 200) over 10 … 1,000 connections, no Tributary code.
+fn print_raw(edge_counts: &[usize], records: u64) {
+    let dir = scratch_dir("raw-fan-in");
+    let (server, client) = common::quic_configs(&dir.path().join("certs"), None);
+    println!();
+    println!(
+        "raw quinn fan-in, {} MB in 20 kB writes",
+        records * 200 / 1_000_000
+    );
+    println!("| connections | MB/s | CPU s/GB (clients + server) | vs 10 |");
+    println!("|---|---|---|---|");
+    let mut base = None;
+    for &edges in edge_counts {
+        let r = runtime().block_on(common::raw_fan_in::run(
+            server.clone(),
+            client.clone(),
+            edges,
+            records * 200,
+        ));
+        let base = *base.get_or_insert(r.rate());
+        println!(
+            "| {edges} | {:.1} | {:.2} | {:.2} |",
+            r.rate() / 1e6,
+            r.cpu_seconds / (r.bytes as f64 / 1e9),
+            r.rate() / base
+        );
+    }
+}
+
 fn main() {
     let cases: Vec<String> = std::env::args()
         .skip(1)
@@ -229,6 +261,9 @@ fn main() {
             }
         }
         print_scale(&rows);
+    }
+    if wants("raw") {
+        print_raw(&edge_counts, records);
     }
     if wants("latency") {
         let report = latency(LATENCY_RATE, false);

@@ -5,6 +5,8 @@
 
 #![allow(dead_code)] // each bench uses a different subset
 
+pub mod raw_fan_in;
+
 use std::net::SocketAddr;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
