@@ -204,8 +204,8 @@ fn print_raw(edge_counts: &[usize], records: u64) {
         "raw quinn fan-in, {} MB in 20 kB writes",
         records * 200 / 1_000_000
     );
-    println!("| connections | MB/s | CPU s/GB (clients + server) | vs 10 |");
-    println!("|---|---|---|---|");
+    println!("| connections | MB/s | CPU s/GB (clients + server) | server CPU s/GB | vs 10 |");
+    println!("|---|---|---|---|---|");
     let mut base = None;
     for &edges in edge_counts {
         let r = runtime().block_on(common::raw_fan_in::run(
@@ -215,10 +215,12 @@ fn print_raw(edge_counts: &[usize], records: u64) {
             records * 200,
         ));
         let base = *base.get_or_insert(r.rate());
+        let gb = r.bytes as f64 / 1e9;
         println!(
-            "| {edges} | {:.1} | {:.2} | {:.2} |",
+            "| {edges} | {:.1} | {:.2} | {:.2} | {:.2} |",
             r.rate() / 1e6,
-            r.cpu_seconds / (r.bytes as f64 / 1e9),
+            r.cpu_seconds / gb,
+            r.server_cpu_seconds / gb,
             r.rate() / base
         );
     }

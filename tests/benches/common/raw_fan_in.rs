@@ -29,6 +29,8 @@ pub struct RawFanIn {
     /// CPU seconds of this whole process (clients and server) over the
     /// same interval.
     pub cpu_seconds: f64,
+    /// CPU seconds of the server's threads alone over the same interval.
+    pub server_cpu_seconds: f64,
 }
 
 impl RawFanIn {
@@ -55,6 +57,33 @@ fn own_cpu_seconds() -> f64 {
     (ticks(11) + ticks(12)) / 100.0
 }
 
+/// Name of the server runtime's threads.
+const SERVER_THREAD: &str = "raw-server";
+
+/// CPU seconds of this process's threads named [`SERVER_THREAD`].
+fn server_cpu_seconds() -> f64 {
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return 0.0;
+    };
+    tasks
+        .flatten()
+        .filter_map(|t| std::fs::read_to_string(t.path().join("stat")).ok())
+        .filter(|stat| stat.contains(&format!("({SERVER_THREAD})")))
+        .map(|stat| {
+            let fields: Vec<&str> = stat
+                .rsplit_once(')')
+                .map_or(vec![], |(_, rest)| rest.split_whitespace().collect());
+            let ticks = |i: usize| {
+                fields
+                    .get(i)
+                    .and_then(|f| f.parse::<f64>().ok())
+                    .unwrap_or(0.0)
+            };
+            (ticks(11) + ticks(12)) / 100.0
+        })
+        .sum()
+}
+
 /// Runs `connections` connections writing `total_bytes` in all.
 ///
 /// # Panics
@@ -77,6 +106,7 @@ pub async fn run(
         std::thread::spawn(move || {
             let runtime = tokio::runtime::Builder::new_multi_thread()
                 .worker_threads(2)
+                .thread_name(SERVER_THREAD)
                 .enable_all()
                 .build()
                 .expect("server runtime");
@@ -167,6 +197,7 @@ pub async fn run(
         r.await.expect("a connection failed to open");
     }
     let cpu_before = own_cpu_seconds();
+    let server_before = server_cpu_seconds();
     let released = Instant::now();
     go_tx.send(true).expect("release");
     let deadline = released + Duration::from_secs(120);
@@ -176,6 +207,7 @@ pub async fn run(
     }
     let end = last.lock().expect("last").unwrap_or_else(Instant::now);
     let cpu_seconds = own_cpu_seconds() - cpu_before;
+    let server_cpu_seconds = server_cpu_seconds() - server_before;
     let mut conns = Vec::new();
     for w in writers {
         if let Ok(Some(conn)) = w.await {
@@ -194,5 +226,6 @@ pub async fn run(
         bytes: received.load(Ordering::Relaxed),
         seconds: (end - released).as_secs_f64(),
         cpu_seconds,
+        server_cpu_seconds,
     }
 }
