@@ -11,11 +11,12 @@
 //! batch times spread over the batch interval), `lockstep` (the same at
 //! 200 records/s each with every edge's batches at the same instants),
 //! `idle` (5,000 idle connections: broker RSS per connection), `raw` (raw
-//! quinn, the scale case's bytes over the same connection counts, not in
-//! the default run's tables' order but after `scale`). About five
-//! minutes in all on two cores. `--edges=10,1000` and
-//! `--intents=event_stream` narrow `scale` to those rows;
-//! `--records=N` changes the backlog (default [`SCALE_RECORDS`]).
+//! quinn, no Tributary code: the scale case's bytes over the same
+//! connection counts, a task per connection on the server) and `raw-loop`
+//! (the same into a server that drives quinn-proto from one loop). About
+//! five minutes in all on two cores. `--edges=10,1000` and
+//! `--intents=event_stream` narrow `scale` (and the raw cases) to those
+//! rows; `--records=N` changes the backlog (default [`SCALE_RECORDS`]).
 //!
 //! # What is measured
 //! - **scale**: per case a warm-up swarm sends one record per topic (the
@@ -196,12 +197,12 @@ fn idle() -> Report {
 
 /// Raw quinn with the scale case's shape (`common::raw_fan_in`): the same
 /// bytes (`records` × 200) over 10 … 1,000 connections, no Tributary code.
-fn print_raw(edge_counts: &[usize], records: u64) {
+fn print_raw(edge_counts: &[usize], records: u64, kind: common::raw_fan_in::ServerKind) {
     let dir = scratch_dir("raw-fan-in");
     let (server, client) = common::quic_configs(&dir.path().join("certs"), None);
     println!();
     println!(
-        "raw quinn fan-in, {} MB in 20 kB writes",
+        "raw fan-in, {kind:?} server, {} MB in 20 kB writes",
         records * 200 / 1_000_000
     );
     println!("| connections | MB/s | CPU s/GB (clients + server) | server CPU s/GB | vs 10 |");
@@ -209,6 +210,7 @@ fn print_raw(edge_counts: &[usize], records: u64) {
     let mut base = None;
     for &edges in edge_counts {
         let r = runtime().block_on(common::raw_fan_in::run(
+            kind,
             server.clone(),
             client.clone(),
             edges,
@@ -265,7 +267,10 @@ fn main() {
         print_scale(&rows);
     }
     if wants("raw") {
-        print_raw(&edge_counts, records);
+        print_raw(&edge_counts, records, common::raw_fan_in::ServerKind::Quinn);
+    }
+    if wants("raw-loop") {
+        print_raw(&edge_counts, records, common::raw_fan_in::ServerKind::Loop);
     }
     if wants("latency") {
         let report = latency(LATENCY_RATE, false);

@@ -6,6 +6,7 @@
 #![allow(dead_code)] // each bench uses a different subset
 
 pub mod raw_fan_in;
+pub mod raw_loop_server;
 
 use std::net::SocketAddr;
 use std::path::Path;

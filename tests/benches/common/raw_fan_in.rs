@@ -19,6 +19,15 @@ use broker_core::tls::BROKER_SERVER_NAME;
 use bytes::Bytes;
 use tokio::sync::watch;
 
+/// The server's model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ServerKind {
+    /// quinn: a task per connection on a two-worker runtime.
+    Quinn,
+    /// One loop on one thread over quinn-proto ([`super::raw_loop_server`]).
+    Loop,
+}
+
 /// One run's figures.
 #[derive(Debug, Clone, Copy)]
 pub struct RawFanIn {
@@ -89,6 +98,7 @@ fn server_cpu_seconds() -> f64 {
 /// # Panics
 /// If the transfer does not finish within two minutes.
 pub async fn run(
+    kind: ServerKind,
     server: quinn::ServerConfig,
     client: quinn::ClientConfig,
     connections: usize,
@@ -100,7 +110,24 @@ pub async fn run(
     let last = Arc::new(Mutex::new(None::<Instant>));
     let (addr_tx, addr_rx) = std::sync::mpsc::channel();
     let (stop, stop_rx) = watch::channel(false);
-    let server_thread = {
+    let loop_stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let server_thread = if kind == ServerKind::Loop {
+        let counters = super::raw_loop_server::Counters {
+            received: received.clone(),
+            finished: finished.clone(),
+            last: last.clone(),
+        };
+        let loop_stop = loop_stop.clone();
+        let socket = broker_core::tls::bind_udp(SocketAddr::from(([127, 0, 0, 1], 0)))
+            .expect("server socket");
+        addr_tx
+            .send(socket.local_addr().expect("addr"))
+            .expect("send addr");
+        std::thread::Builder::new()
+            .name(SERVER_THREAD.into())
+            .spawn(move || super::raw_loop_server::serve(socket, server, counters, loop_stop))
+            .expect("server thread")
+    } else {
         let (received, finished, last) = (received.clone(), finished.clone(), last.clone());
         let mut stop_rx = stop_rx.clone();
         std::thread::spawn(move || {
@@ -221,6 +248,7 @@ pub async fn run(
         e.wait_idle().await;
     }
     let _ = stop.send(true);
+    loop_stop.store(true, Ordering::Relaxed);
     let _ = server_thread.join();
     RawFanIn {
         bytes: received.load(Ordering::Relaxed),
