@@ -531,6 +531,20 @@ fn retention_config(
     c
 }
 
+/// The sealed segments of `/e1/t`'s WAL now (start offset, next offset).
+fn sealed_segments(agent: &Agent) -> Vec<(u64, u64)> {
+    agent
+        .topics()
+        .topic(&common::name("/e1/t"))
+        .unwrap()
+        .wal()
+        .unwrap()
+        .sealed_segments()
+        .iter()
+        .map(|s| (s.base_offset, s.next_offset))
+        .collect()
+}
+
 /// Publishes `batches` batches of 4 records of about 300 bytes to `/e1/t`.
 async fn publish_batches(agent: &Agent, batches: usize) {
     for i in 0..batches {
@@ -632,15 +646,7 @@ async fn archived_frames_gate_deletion_and_the_archived_offset_survives_a_restar
         )
         .await;
     wait_until("every sealed segment deleted", WAIT, async || {
-        stat(&agent, "t", "archived_offset").await == 32
-            && agent
-                .topics()
-                .topic(&common::name("/e1/t"))
-                .unwrap()
-                .wal()
-                .unwrap()
-                .sealed_segments()
-                .is_empty()
+        stat(&agent, "t", "archived_offset").await == 32 && sealed_segments(&agent).is_empty()
     })
     .await;
     assert_eq!(ranges(&broker.batches("/e1/t")).len(), 8, "nothing re-sent");
@@ -714,15 +720,7 @@ async fn with_retain_until_acknowledged_a_welcome_below_the_deleted_range_stops_
     // deleted: wait for the deletion itself (no sealed segment left), or
     // the log start read next may still move.
     wait_until("acknowledged segments deleted", WAIT, async || {
-        stat(&agent, "t", "acknowledged_offset").await == 32
-            && agent
-                .topics()
-                .topic(&common::name("/e1/t"))
-                .unwrap()
-                .wal()
-                .unwrap()
-                .sealed_segments()
-                .is_empty()
+        stat(&agent, "t", "acknowledged_offset").await == 32 && sealed_segments(&agent).is_empty()
     })
     .await;
     let start_offset = stat(&agent, "t", "log_start_offset").await;

@@ -188,17 +188,7 @@ impl RawBulk {
                     pin_this_thread(cpu);
                 }
                 runtime().block_on(async move {
-                    // Same sockets as the product (`tls::bind_udp`: large
-                    // kernel buffers), so only the application differs.
-                    let socket = broker_core::tls::bind_udp(SocketAddr::from(([127, 0, 0, 1], 0)))
-                        .expect("server socket");
-                    let endpoint = quinn::Endpoint::new(
-                        quinn::EndpointConfig::default(),
-                        Some(server),
-                        socket,
-                        Arc::new(quinn::TokioRuntime),
-                    )
-                    .expect("server endpoint");
+                    let endpoint = raw_server_endpoint(server);
                     addr_tx
                         .send(endpoint.local_addr().expect("addr"))
                         .expect("send addr");
@@ -296,6 +286,24 @@ impl RawBulk {
             let _ = thread.join();
         }
     }
+}
+
+/// A quinn server endpoint on 127.0.0.1 for the raw transfers, on the
+/// current tokio runtime, with the product's sockets (`tls::bind_udp`:
+/// large kernel buffers), so only the application differs.
+///
+/// # Panics
+/// If the socket cannot be bound.
+pub fn raw_server_endpoint(server: quinn::ServerConfig) -> quinn::Endpoint {
+    let socket =
+        broker_core::tls::bind_udp(SocketAddr::from(([127, 0, 0, 1], 0))).expect("server socket");
+    quinn::Endpoint::new(
+        quinn::EndpointConfig::default(),
+        Some(server),
+        socket,
+        Arc::new(quinn::TokioRuntime),
+    )
+    .expect("server endpoint")
 }
 
 /// Pins the calling thread to core `cpu` with `taskset -p` (its thread id

@@ -49,9 +49,10 @@ impl RawFanIn {
     }
 }
 
-/// This process's CPU seconds (user + system) from `/proc/self/stat`.
-fn own_cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
+/// CPU seconds (user + system) in a `/proc/…/stat` line: its fields 14
+/// and 15 (11 and 12 after the command's closing parenthesis), at 100
+/// ticks per second.
+fn stat_cpu_seconds(stat: &str) -> f64 {
     let fields: Vec<&str> = stat
         .rsplit_once(')')
         .map_or(vec![], |(_, rest)| rest.split_whitespace().collect());
@@ -61,9 +62,12 @@ fn own_cpu_seconds() -> f64 {
             .and_then(|f| f.parse::<f64>().ok())
             .unwrap_or(0.0)
     };
-    // utime and stime are fields 14 and 15 of stat (11 and 12 after the
-    // command's closing parenthesis); 100 ticks per second on Linux.
     (ticks(11) + ticks(12)) / 100.0
+}
+
+/// This process's CPU seconds.
+fn own_cpu_seconds() -> f64 {
+    stat_cpu_seconds(&std::fs::read_to_string("/proc/self/stat").unwrap_or_default())
 }
 
 /// Name of the server runtime's threads.
@@ -78,18 +82,7 @@ fn server_cpu_seconds() -> f64 {
         .flatten()
         .filter_map(|t| std::fs::read_to_string(t.path().join("stat")).ok())
         .filter(|stat| stat.contains(&format!("({SERVER_THREAD})")))
-        .map(|stat| {
-            let fields: Vec<&str> = stat
-                .rsplit_once(')')
-                .map_or(vec![], |(_, rest)| rest.split_whitespace().collect());
-            let ticks = |i: usize| {
-                fields
-                    .get(i)
-                    .and_then(|f| f.parse::<f64>().ok())
-                    .unwrap_or(0.0)
-            };
-            (ticks(11) + ticks(12)) / 100.0
-        })
+        .map(|stat| stat_cpu_seconds(&stat))
         .sum()
 }
 
@@ -138,15 +131,7 @@ pub async fn run(
                 .build()
                 .expect("server runtime");
             runtime.block_on(async move {
-                let socket = broker_core::tls::bind_udp(SocketAddr::from(([127, 0, 0, 1], 0)))
-                    .expect("server socket");
-                let endpoint = quinn::Endpoint::new(
-                    quinn::EndpointConfig::default(),
-                    Some(server),
-                    socket,
-                    Arc::new(quinn::TokioRuntime),
-                )
-                .expect("server endpoint");
+                let endpoint = super::raw_server_endpoint(server);
                 addr_tx
                     .send(endpoint.local_addr().expect("addr"))
                     .expect("send addr");
