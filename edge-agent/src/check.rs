@@ -15,6 +15,7 @@ use broker_core::catalog::{Catalog, CatalogError, TopicSpec};
 use broker_core::check::{Report, Transport};
 use broker_core::clock::SystemClock;
 use broker_core::data_dir::{self, Found, Owner};
+use broker_core::metadata::MetadataError;
 use broker_core::metadata::redb::RedbStore;
 use broker_core::tls::{TlsError, TlsPaths};
 
@@ -122,7 +123,7 @@ pub fn check(path: Option<&Path>, overrides: &Overrides) -> Report {
         if let Ok(config) = &resolved
             && !report.mentions("data_dir")
         {
-            stored_intents(&mut report, config);
+            metadata_store(&mut report, config);
         }
     }
     if let Some(paths) = &targets.tls {
@@ -178,17 +179,49 @@ fn data_dir_identity(report: &mut Report, dir: &Path, owner: &Owner) {
     }
 }
 
-/// Each configured topic's intent against the settings stored for it in
-/// the data directory's metadata store: start-up refuses a difference
+/// The data directory's metadata store as start-up will open it: a file
+/// start-up cannot open (not a regular file, a dangling link, no read or
+/// write permission) is a problem; then each configured topic's intent
+/// against the settings stored for it: start-up refuses a difference
 /// ([`crate::manager::OpenError::IntentConflict`]), so the check says it
 /// first, in the same words. The store is read from a copy in the
-/// temporary directory: the check never writes the agent's file (opening
-/// a store left open repairs it) and works while the agent runs (which
-/// holds the file's lock). A copy taken in the middle of a write may not
-/// open; that is a note, not a problem.
-fn stored_intents(report: &mut Report, config: &AgentConfig) {
+/// temporary directory (`TMPDIR`; it is not created): the check never
+/// writes the agent's file (opening a store left open repairs it) and
+/// works while the agent runs (which holds the file's lock). A damaged
+/// store is a note: start-up moves it aside and rebuilds it from the
+/// configuration, so the configured intents are taken as they are.
+fn metadata_store(report: &mut Report, config: &AgentConfig) {
     let file = config.data_dir.join(crate::agent::METADATA_FILE);
-    if config.topics.is_empty() || !file.exists() {
+    let topics = config.data_dir.join("topics");
+    if topics.symlink_metadata().is_ok() && !topics.is_dir() {
+        report.problem(format!(
+            "data_dir: {} is not a directory (the agent keeps its WALs there)",
+            topics.display()
+        ));
+    }
+    match std::fs::symlink_metadata(&file) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return,
+        Err(e) => return report.problem(format!("data_dir: {}: {e}", file.display())),
+        Ok(_) => {}
+    }
+    let unusable = match std::fs::metadata(&file) {
+        Err(e) => Some(format!("{e} (a dangling link?)")),
+        Ok(m) if !m.is_file() => Some("not a regular file".to_owned()),
+        // Start-up opens it for reading and writing.
+        Ok(_) => std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&file)
+            .err()
+            .map(|e| e.to_string()),
+    };
+    if let Some(reason) = unusable {
+        return report.problem(format!(
+            "data_dir: the metadata store {} cannot be opened: {reason}",
+            file.display()
+        ));
+    }
+    if config.topics.is_empty() {
         return;
     }
     let scratch = std::env::temp_dir().join(format!(
@@ -207,12 +240,27 @@ fn stored_intents(report: &mut Report, config: &AgentConfig) {
                 report.problem(conflict.to_string());
             }
         }
-        Err(reason) => report.note(format!(
-            "data_dir: the configured intents were not compared with the stored ones ({} \
-             could not be read: {reason}); start-up refuses an intent that differs",
+        Err(Unread::Damaged(reason)) => report.note(format!(
+            "data_dir: the metadata store {} is damaged ({reason}): start-up moves it aside and \
+             rebuilds it from this configuration and the WAL directories, taking the configured \
+             intents as they are",
+            file.display()
+        )),
+        Err(Unread::Other(reason)) => report.note(format!(
+            "data_dir: the configured intents were not compared with the ones stored in {} \
+             ({reason}); start-up refuses an intent that differs",
             file.display()
         )),
     }
+}
+
+/// Why the stored intents were not compared.
+enum Unread {
+    /// The store's copy is damaged (so is the store, unless it was being
+    /// written while copied).
+    Damaged(String),
+    /// The copy could not be made or read.
+    Other(String),
 }
 
 /// The configured topics whose intent differs from the stored one, read
@@ -221,21 +269,31 @@ fn compare_intents(
     config: &AgentConfig,
     file: &Path,
     scratch: &Path,
-) -> Result<Vec<OpenError>, String> {
-    std::fs::create_dir_all(scratch).map_err(|e| format!("{}: {e}", scratch.display()))?;
+) -> Result<Vec<OpenError>, Unread> {
+    let other = |e: &dyn std::fmt::Display| Unread::Other(e.to_string());
+    std::fs::create_dir(scratch)
+        .map_err(|e| Unread::Other(format!("{}: {e}", scratch.display())))?;
     let copy = scratch.join(crate::agent::METADATA_FILE);
-    std::fs::copy(file, &copy).map_err(|e| e.to_string())?;
-    let store = RedbStore::open(&copy, Arc::new(SystemClock)).map_err(|e| e.to_string())?;
+    std::fs::copy(file, &copy).map_err(|e| other(&e))?;
+    // The copy's path means nothing to the reader: name the store's.
+    let named = |e: MetadataError| {
+        e.to_string()
+            .replace(&copy.display().to_string(), &file.display().to_string())
+    };
+    let store = RedbStore::open(&copy, Arc::new(SystemClock)).map_err(|e| match e {
+        e @ MetadataError::Damaged { .. } => Unread::Damaged(named(e)),
+        e => Unread::Other(named(e)),
+    })?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .build()
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| other(&e))?;
     runtime.block_on(async {
         let catalog = Catalog::new(&store);
         let mut conflicts = Vec::new();
         for (index, topic) in config.topics.iter().enumerate() {
             let spec =
-                TopicSpec::new(topic.name.clone(), topic.intent, 0).map_err(|e| e.to_string())?;
-            let comparison = catalog.compare(&spec).await.map_err(|e| e.to_string())?;
+                TopicSpec::new(topic.name.clone(), topic.intent, 0).map_err(|e| other(&e))?;
+            let comparison = catalog.compare(&spec).await.map_err(|e| other(&e))?;
             if comparison.existing_partitions().is_some() && !comparison.differences().is_empty() {
                 conflicts.push(OpenError::IntentConflict {
                     index,

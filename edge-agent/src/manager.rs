@@ -76,7 +76,7 @@ const CHECKPOINTS_PER_TXN: usize = 1000;
 pub enum OpenError {
     /// A configured intent differs from the one stored for the topic.
     #[error(
-        "topics[{index}].intent: {source}; the stored settings are kept for the life of the topic (remove its data to change them)"
+        "topics[{index}].intent: {source}; a topic keeps the settings it was created with: configure its stored intent again, or give the new intent another topic name"
     )]
     IntentConflict {
         /// Index in the configured topics.

@@ -211,3 +211,101 @@ fn a_configured_intent_that_differs_from_the_stored_one_is_a_problem() {
     assert_eq!(run.status.code(), Some(1), "{run:?}");
     assert_eq!(text(&run.stderr), format!("{problem}\n"));
 }
+
+/// The metadata store as start-up opens it: what start-up cannot open
+/// (a directory, a dangling link, a FIFO) is a problem, said without
+/// blocking on it; a damaged store is a note (start-up rebuilds it from
+/// the configuration), naming the store, not the check's copy; a missing
+/// `TMPDIR` is not created; a `topics` that is a file is a problem.
+#[test]
+fn a_metadata_store_start_up_cannot_open_is_a_problem_and_a_damaged_one_a_note() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = config(dir.path(), "127.0.0.1:7500", |t| t);
+    let path = path.to_str().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir_all(&data).unwrap();
+    let store = data.join("metadata.redb");
+    let errors = |out: &Output| -> Vec<String> {
+        text(&out.stderr)
+            .lines()
+            .filter(|l| l.starts_with("error: "))
+            .map(str::to_owned)
+            .collect()
+    };
+    let cannot_open = |reason: &str| {
+        format!(
+            "error: data_dir: the metadata store {} cannot be opened: {reason}",
+            store.display()
+        )
+    };
+
+    std::fs::create_dir(&store).unwrap();
+    let out = edge_agent(&["check-config", "-c", path]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(errors(&out), [cannot_open("not a regular file")]);
+    std::fs::remove_dir(&store).unwrap();
+
+    std::os::unix::fs::symlink(data.join("gone.redb"), &store).unwrap();
+    let out = edge_agent(&["check-config", "-c", path]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(
+        errors(&out),
+        [cannot_open(
+            "No such file or directory (os error 2) (a dangling link?)"
+        )]
+    );
+    std::fs::remove_file(&store).unwrap();
+
+    // A FIFO would block a copy (or an open) for ever.
+    let status = Command::new("mkfifo").arg(&store).status().unwrap();
+    assert!(status.success(), "mkfifo (coreutils) is needed");
+    let out = edge_agent(&["check-config", "-c", path]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(errors(&out), [cannot_open("not a regular file")]);
+    std::fs::remove_file(&store).unwrap();
+
+    let garbage: Vec<u8> = (0..5000u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 7) as u8)
+        .collect();
+    std::fs::write(&store, &garbage).unwrap();
+    let out = edge_agent(&["check-config", "-c", path]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    let stderr = text(&out.stderr);
+    assert!(
+        stderr.contains(&format!(
+            "note: data_dir: the metadata store {} is damaged (",
+            store.display()
+        )) && stderr.contains("start-up moves it aside and rebuilds it from this configuration")
+            && !stderr.contains("tributary-check-config"),
+        "{stderr}"
+    );
+
+    let missing_tmp = dir.path().join("no-tmp");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_edge-agent"));
+    cmd.args(["check-config", "-c", path])
+        .env("RUST_LOG", "off")
+        .env("TMPDIR", &missing_tmp);
+    let out = output_within(cmd, Duration::from_secs(60));
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        text(&out.stderr).contains("the configured intents were not compared"),
+        "{out:?}"
+    );
+    assert!(!missing_tmp.exists(), "check-config created TMPDIR");
+    assert_eq!(
+        std::fs::read(&store).unwrap(),
+        garbage,
+        "the store was written"
+    );
+
+    std::fs::write(data.join("topics"), b"").unwrap();
+    let out = edge_agent(&["check-config", "-c", path]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(
+        errors(&out),
+        [format!(
+            "error: data_dir: {} is not a directory (the agent keeps its WALs there)",
+            data.join("topics").display()
+        )]
+    );
+}
