@@ -847,3 +847,52 @@ fn a_json_body_with_data_after_its_object_is_refused_and_changes_nothing() {
     );
     assert_eq!(reply.status, 201, "{}", reply.body);
 }
+
+/// The audit trail cannot be forged or removed through the public API:
+/// publishing to a broker's audit topic, creating a topic in a system
+/// namespace and deleting the audit topic are `403 reserved_namespace`
+/// (each refusal audited, nothing appended); reading it stays open.
+#[test]
+fn the_system_namespace_takes_no_client_writes() {
+    let h = Harness::start();
+    assert_eq!(
+        h.admin("POST", "/v1/namespaces", json!({"name": "a"}))
+            .status,
+        201
+    );
+    assert_eq!(h.audit_records(1).len(), 1);
+    let forged = json!({"records": [{"value": "{\"principal\":\"someone-else\"}"}]});
+    for (method, path, body) in [
+        ("POST", "/v1/topics/_system/audit-broker-1/records", forged),
+        (
+            "POST",
+            "/v1/topics",
+            json!({"name": "/_system/x", "intent": "task_queue"}),
+        ),
+        ("DELETE", "/v1/topics/_system/audit-broker-1", Value::Null),
+        (
+            "POST",
+            "/v1/topics",
+            json!({"name": "/_other/x", "intent": "task_queue"}),
+        ),
+    ] {
+        let reply = h.admin(method, path, body);
+        assert_eq!(reply.status, 403, "{method} {path}: {}", reply.body);
+        assert_eq!(reply.body["kind"], "reserved_namespace", "{}", reply.body);
+    }
+    // Every stored record is the brokers' own (a forged one would not
+    // parse as an audit record): the namespace and the three refused
+    // topic calls (a publish is data plane, not audited).
+    let records = h.audit_records(4);
+    assert_eq!(records.len(), 4);
+    assert_eq!(
+        records[1..].iter().map(|r| r.status).collect::<Vec<_>>(),
+        [403, 403, 403]
+    );
+    assert!(records.iter().all(|r| r.principal == "bootstrap-admin"));
+    assert_eq!(
+        h.admin("GET", "/v1/topics/_system/audit-broker-1", Value::Null)
+            .status,
+        200
+    );
+}

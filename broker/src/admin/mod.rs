@@ -250,6 +250,30 @@ pub(crate) fn topic_from_path(namespace: &str, topic: &str) -> Result<TopicName,
     TopicName::from_parts(&namespace, topic).map_err(|e| ApiError::name("topic", e))
 }
 
+/// Refuses a client's write (a central publish, creating or deleting a
+/// topic) in a system namespace (one starting with `_`, where the brokers
+/// keep their audit topics `/_system/audit-broker-{id}`): `403
+/// reserved_namespace`. Reading those topics stays open to whoever may.
+/// Without it an operator could append forged audit records or delete a
+/// broker's audit trail through the public API.
+///
+/// # Errors
+/// The 403 for a system namespace.
+pub(crate) fn refuse_system_write(topic: &TopicName) -> Result<(), ApiError> {
+    if topic.namespace().starts_with('_') {
+        return Err(ApiError::new(
+            StatusCode::FORBIDDEN,
+            "reserved_namespace",
+            format!(
+                "{topic}: namespaces starting with '_' are the system's (the brokers' audit \
+                 topics live in /_system); only brokers write there: read it, but publish to, \
+                 create and delete topics in another namespace"
+            ),
+        ));
+    }
+    Ok(())
+}
+
 /// `{"status": "ok"}`, or `{"status": "degraded", "damaged_ranges": [...]}`
 /// while a topic WAL holds damaged ranges (not yet healed or skipped; see
 /// `crate::replication::damage`). Always `200`: the broker is alive.

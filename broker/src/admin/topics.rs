@@ -78,6 +78,7 @@ struct CreateTopicRequest {
 pub(super) async fn create_topic(State(state): State<AdminState>, body: Bytes) -> ApiResult {
     let request: CreateTopicRequest = parse_json(&body)?;
     let spec = TopicSpec::parse(&request.name, &request.intent, request.partitions)?;
+    super::refuse_system_write(spec.name())?;
     let outcome = Catalog::new(&*state.store).create_topic(&spec).await?;
     ok(status_of(outcome.action), outcome)
 }
@@ -174,6 +175,7 @@ pub(super) async fn delete_topic(
     Path((namespace, topic)): Path<(String, String)>,
 ) -> ApiResult {
     let topic = topic_from_path(&namespace, &topic)?;
+    super::refuse_system_write(&topic)?;
     let outcome = Catalog::new(&*state.store).delete_topic(&topic).await?;
     ok(StatusCode::OK, outcome)
 }

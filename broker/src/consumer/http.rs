@@ -366,6 +366,7 @@ async fn publish(
     body: Bytes,
 ) -> ApiResult {
     let topic = topic_from_path(&ns, &topic)?;
+    crate::admin::refuse_system_write(&topic)?;
     let Query(q) = query.map_err(|r| ApiError::invalid("query", r.body_text()))?;
     if q.max_wait_ms > MAX_ARCHIVE_WAIT_MS {
         return Err(ApiError::invalid(
