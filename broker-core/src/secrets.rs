@@ -108,6 +108,19 @@ pub fn credential_path(name: &str) -> Option<PathBuf> {
     path.is_file().then_some(path)
 }
 
+/// The token of an `Authorization` header value `Bearer <token>`, or
+/// `None` for another scheme or an empty token. The scheme is matched
+/// without regard to case (RFC 9110, section 11.1: `bearer` and `BEARER`
+/// are `Bearer`); spaces around the token are trimmed.
+pub fn bearer_token(authorization: &str) -> Option<&str> {
+    authorization
+        .trim_start()
+        .split_once(' ')
+        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
+        .map(|(_, token)| token.trim())
+        .filter(|token| !token.is_empty())
+}
+
 #[cfg(all(test, unix))]
 mod tests {
     use super::*;
@@ -142,5 +155,15 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("empty"), "{err}");
+    }
+
+    #[test]
+    fn the_bearer_scheme_is_matched_in_any_case() {
+        for value in ["Bearer t1", "bearer t1", "BEARER  t1 ", " Bearer t1"] {
+            assert_eq!(super::bearer_token(value), Some("t1"), "{value:?}");
+        }
+        for value in ["Basic dTpw", "Bearer", "Bearer ", "Bearert1", ""] {
+            assert_eq!(super::bearer_token(value), None, "{value:?}");
+        }
     }
 }

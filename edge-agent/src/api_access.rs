@@ -43,9 +43,9 @@ pub async fn require_token(
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
+        .and_then(broker_core::secrets::bearer_token);
     let message = match presented {
-        Some(presented) if token.matches(presented.trim()) => return next.run(request).await,
+        Some(presented) if token.matches(presented) => return next.run(request).await,
         Some(_) => "the bearer token is not this agent's local API token",
         None => "this local API needs Authorization: Bearer <token> (local_api_token_file)",
     };

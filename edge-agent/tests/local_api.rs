@@ -170,6 +170,13 @@ fn the_lan_api_over_tls_wants_the_right_bearer_token_on_every_route_but_health()
     // The other routes too.
     let metrics = https.get(&format!("{base}/metrics")).call().unwrap();
     assert_eq!(metrics.status().as_u16(), 401);
+    // The scheme in any case (RFC 9110, section 11.1), as the broker.
+    let lower = https
+        .get(&format!("{base}/metrics"))
+        .header("authorization", &format!("bearer {TOKEN}"))
+        .call()
+        .unwrap();
+    assert_eq!(lower.status().as_u16(), 200);
     let mut metrics = https
         .get(&format!("{base}/metrics"))
         .header("authorization", &format!("Bearer {TOKEN}"))

@@ -149,9 +149,7 @@ fn authenticate(state: &AuthState, request: &Request) -> Result<Principal, Unaut
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.split_once(' '))
-        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-        .map(|(_, token)| token.trim());
+        .and_then(broker_core::secrets::bearer_token);
     let snapshot = state.inner.cache.snapshot();
     if let Some(token) = bearer {
         if let Some(bootstrap) = &state.inner.bootstrap

@@ -92,9 +92,7 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
     headers
         .get(header::AUTHORIZATION)
         .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.split_once(' '))
-        .filter(|(scheme, _)| scheme.eq_ignore_ascii_case("bearer"))
-        .map(|(_, token)| token.trim())
+        .and_then(broker_core::secrets::bearer_token)
 }
 
 async fn enroll(State(service): State<EnrollService>, headers: HeaderMap, body: Bytes) -> Response {
