@@ -343,6 +343,36 @@ fn a_subscription_from_earliest_reads_tiered_and_trimmed_segments_from_the_archi
         got.messages[0].offset, 124,
         "timestamp lookup in the archive"
     );
+    // An offset past the end is refused naming the whole readable range,
+    // archive included (it named the local WAL's, [300, 350], although 0
+    // was accepted); a negative timestamp is refused as at attach.
+    let past = SeekRequest {
+        offset: Some(TOTAL + 1),
+        timestamp_ms: None,
+    };
+    let (status, kind, message) = api_error(client.seek(TOPIC, "cursor-read", &past));
+    assert_eq!((status, kind.as_str()), (400, "offset_out_of_range"));
+    assert!(
+        message.contains(&format!("outside [0, {TOTAL}]")),
+        "{message}"
+    );
+    let attach_past = AttachRequest {
+        start: StartPosition::Offset(TOTAL + 1),
+        ..AttachRequest::default()
+    };
+    let (status, _, message) = api_error(client.attach(TOPIC, "past", &attach_past));
+    assert_eq!(status, 400);
+    assert!(
+        message.contains(&format!("outside [0, {TOTAL}]")),
+        "{message}"
+    );
+    let negative = SeekRequest {
+        offset: None,
+        timestamp_ms: Some(-3),
+    };
+    let (status, kind, message) = api_error(client.seek(TOPIC, "cursor-read", &negative));
+    assert_eq!((status, kind.as_str()), (400, "invalid_input"), "{message}");
+    assert!(message.starts_with("timestamp_ms: "), "{message}");
 }
 
 #[test]

@@ -36,12 +36,13 @@ impl ConsumerService {
         Ok(match start {
             StartPosition::Earliest => tiered::log_start(wal, self.archive(), topic).await?,
             StartPosition::Latest => hwm,
+            StartPosition::Offset(offset) if (wal.log_start_offset()..=hwm).contains(&offset) => {
+                offset
+            }
             StartPosition::Offset(offset) => {
-                let log_start = if offset < wal.log_start_offset() {
-                    tiered::log_start(wal, self.archive(), topic).await?
-                } else {
-                    wal.log_start_offset()
-                };
+                // Outside the local WAL: the archive may hold it, and a
+                // refusal names the whole readable range, archive included.
+                let log_start = tiered::log_start(wal, self.archive(), topic).await?;
                 if offset < log_start || offset > hwm {
                     return Err(ConsumerError::OffsetOutOfRange {
                         offset,

@@ -21,8 +21,11 @@ impl ConsumerService {
     /// The cursor is written to Raft at once.
     ///
     /// # Errors
-    /// [`ConsumerError::Invalid`] unless exactly one is given;
-    /// [`ConsumerError::OffsetOutOfRange`]; [`ConsumerError::NotFound`].
+    /// [`ConsumerError::Invalid`] unless exactly one is given, or for a
+    /// timestamp out of range (negative, or beyond year 9999: the rule of
+    /// record timestamps); [`ConsumerError::OffsetOutOfRange`] (naming the
+    /// whole readable range, archive included);
+    /// [`ConsumerError::NotFound`].
     pub async fn seek(
         &self,
         topic: &TopicName,
@@ -33,7 +36,10 @@ impl ConsumerService {
         let name = subscription_name(subscription)?;
         let start = match (offset, timestamp_ms) {
             (Some(o), None) => StartPosition::Offset(o),
-            (None, Some(t)) => StartPosition::Timestamp(t),
+            (None, Some(t)) => StartPosition::Timestamp(
+                tributary_proto::limits::check_timestamp_ms(t)
+                    .map_err(|why| invalid("timestamp_ms", format!("timestamp_ms: {why}")))?,
+            ),
             _ => {
                 return Err(invalid(
                     "offset",
