@@ -1773,3 +1773,42 @@ fn a_central_publish_to_a_topic_an_edge_replicates_into_is_409_writer_conflict_s
     let peek = h.client.peek(JOBS, Some(0), 10).unwrap();
     assert!(peek.messages.is_empty(), "nothing stored");
 }
+
+/// A partitioned topic takes records through its partitions only: a
+/// publish to the topic itself is refused naming them (it was stored in a
+/// log of its own beside the partitions), and nothing is stored.
+#[test]
+fn a_publish_to_a_partitioned_topic_itself_is_refused_naming_its_partitions() {
+    let h = Harness::start(fast());
+    let spec = TopicSpec::parse("/default/parts", "task_queue", 3).unwrap();
+    h.runtime
+        .block_on(Catalog::new(h.store.as_ref()).create_topic(&spec))
+        .unwrap();
+    let body = r#"{"records": [{"value": "a"}]}"#;
+    for _ in 0..2 {
+        let r = h.request(
+            "POST",
+            "/v1/topics/default/parts/records",
+            Some(TOKEN),
+            Some(body),
+        );
+        assert_eq!(
+            (r.status, r.body["kind"].as_str()),
+            (409, Some("writer_conflict")),
+            "{}",
+            r.body
+        );
+        let message = r.body["error"].as_str().unwrap_or_default();
+        assert!(
+            message.contains("partitioned into 3")
+                && message.contains("/default/parts-part-0 … /default/parts-part-2"),
+            "{message}"
+        );
+    }
+    assert_eq!(h.publish("/default/parts-part-1", &["a"]), (0, 1));
+    let topics = h._dir.path().join("topics/default");
+    assert!(
+        topics.join("parts-part-1").exists() && !topics.join("parts").exists(),
+        "no log was opened for the topic itself"
+    );
+}

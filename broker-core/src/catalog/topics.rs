@@ -167,6 +167,16 @@ impl Catalog<'_> {
     }
 
     /// The stored partition count of `topic`.
+    /// The number of partitions of `topic` (`{topic}-part-N`), 0 for a
+    /// topic that is not partitioned.
+    ///
+    /// # Errors
+    /// [`CatalogError::TopicNotFound`]; [`CatalogError::Inconsistent`] for
+    /// a marker that is not a count; [`CatalogError::Metadata`].
+    pub async fn partition_count(&self, topic: &TopicName) -> Result<u32, CatalogError> {
+        self.marker(topic).await
+    }
+
     pub(super) async fn marker(&self, topic: &TopicName) -> Result<u32, CatalogError> {
         let key = keys::topics::marker(topic);
         match self.store.get(&key).await? {

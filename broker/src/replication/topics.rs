@@ -535,7 +535,8 @@ impl TopicStore {
 
     /// Appends `records` to `topic` with offsets assigned here (central
     /// publish, dead-letter copies, DLQ replay) once durable per the topic's
-    /// sync mode. Refused for a topic an edge replicates into (see
+    /// sync mode. Refused for a partitioned topic (its partitions take the
+    /// records), for a topic an edge replicates into (see
     /// [`TopicStore::claim_writer`]), and for a topic that already holds
     /// records but has no writer marker (written by an edge before markers
     /// existed).
@@ -549,7 +550,6 @@ impl TopicStore {
         records: Vec<tributary_proto::Record>,
         create_implicit: bool,
     ) -> Result<broker_core::wal::AppendAck, TopicError> {
-        let wal = self.open_existing(topic, create_implicit).await?;
         let own_key = tributary_proto::keys::topics::producer(topic, CENTRAL_PRODUCER_ID);
         let marked = self
             .store
@@ -557,6 +557,33 @@ impl TopicStore {
             .await
             .map_err(CatalogError::from)?
             .is_some();
+        if !marked {
+            // Checked once, before the first central write claims the
+            // topic (the writer marker) and before its WAL is opened.
+            let partitions = match Catalog::new(self.store.as_ref())
+                .partition_count(topic)
+                .await
+            {
+                Err(CatalogError::TopicNotFound { .. }) if create_implicit => 0,
+                other => other?,
+            };
+            if partitions > 0 {
+                return Err(TopicError::WriterConflict {
+                    topic: topic.clone(),
+                    reason: format!(
+                        "it is partitioned into {partitions}: publish to one of its partitions {} … {} (chosen by key, for example), not to the topic itself",
+                        topic
+                            .partition(0)
+                            .map_or_else(|_| "-part-0".into(), |p| p.to_string()),
+                        topic.partition(partitions - 1).map_or_else(
+                            |_| format!("-part-{}", partitions - 1),
+                            |p| p.to_string()
+                        ),
+                    ),
+                });
+            }
+        }
+        let wal = self.open_existing(topic, create_implicit).await?;
         if !marked && wal.high_water_mark() > 0 {
             return Err(TopicError::WriterConflict {
                 topic: topic.clone(),
