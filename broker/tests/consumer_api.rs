@@ -921,6 +921,25 @@ fn bad_inputs_get_clear_4xx_errors() {
     let c = h.attach(JOBS, "w", SubscriptionType::Shared);
     let sub = format!("/v1/topics{JOBS}/subscriptions/w");
     let cases: Vec<Case> = vec![
+        // Nothing dead-lettered (no dead-letter topic) and no such
+        // subscription (it answered 200, replayed 0); a body with fields
+        // it does not take (it was not read).
+        (
+            "POST",
+            format!("/v1/topics{JOBS}/subscriptions/nope2/replay-dlq"),
+            Some("{}".to_owned()),
+            404,
+            "not_found",
+            "does not exist and has no dead-lettered messages",
+        ),
+        (
+            "POST",
+            format!("{sub}/replay-dlq"),
+            Some(r#"{"bogus": true}"#.to_owned()),
+            400,
+            "invalid_input",
+            "bogus",
+        ),
         (
             "POST",
             "/v1/topics/default/nope/subscriptions/w/attach".into(),

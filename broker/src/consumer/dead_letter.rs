@@ -262,6 +262,13 @@ impl ConsumerService {
         let dlq_wal = match self.topics.open_existing(&dlq, false).await {
             Ok(wal) => wal,
             Err(TopicError::Catalog(CatalogError::TopicNotFound { .. })) => {
+                // Nothing was ever dead-lettered; a name that is not a
+                // subscription either is a mistake (as below).
+                if !self.subscription_known(topic, &name).await? {
+                    return Err(ConsumerError::NotFound(format!(
+                        "subscription {name} of {topic} does not exist and has no dead-lettered messages in {dlq}"
+                    )));
+                }
                 return Ok(ReplayResponse {
                     dead_letter_topic: dlq.to_string(),
                     replayed: 0,

@@ -322,8 +322,13 @@ async fn unsubscribe(State(api): State<Api>, Path((ns, topic, sub)): SubPath) ->
     ok(json!({"topic": topic, "subscription": sub, "deleted": true}))
 }
 
-async fn replay_dlq(State(api): State<Api>, Path((ns, topic, sub)): SubPath) -> ApiResult {
+async fn replay_dlq(
+    State(api): State<Api>,
+    Path((ns, topic, sub)): SubPath,
+    body: Bytes,
+) -> ApiResult {
     let topic = topic_from_path(&ns, &topic)?;
+    no_fields(&body)?;
     ok(api.service.replay_dlq(&topic, &sub).await?)
 }
 
