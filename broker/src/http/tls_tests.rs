@@ -103,3 +103,67 @@ async fn clients_of_the_cluster_ca_connect_and_their_certificates_become_peer_id
         .unwrap()
         .unwrap();
 }
+
+/// A client that completed its handshake but sends a request's headers
+/// only in part, or nothing at all, is disconnected after the header read
+/// timeout (it held the connection for ever: slowloris); a client that
+/// sends a whole request within it is answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partial_headers_and_idle_connections_are_closed_after_the_header_timeout() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = dir.path().join("cluster");
+    dev_certs::issue(&cluster, &[1], &[]).unwrap();
+    let identity = TlsIdentity::load(&dev_certs::broker_paths(&cluster, 1)).unwrap();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let timeout = Duration::from_millis(500);
+    let server = tokio::spawn(super::serve_https_with(
+        listener,
+        Arc::new(identity.https_server().unwrap()),
+        echo_router(),
+        async {
+            let _ = stopped.await;
+        },
+        timeout,
+    ));
+    let mut client = broker_core::tls::https_client_config(&cluster.join("ca.pem"), None).unwrap();
+    client.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let connector = tokio_rustls::TlsConnector::from(Arc::new(client));
+    let connect = async || {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let name =
+            rustls::pki_types::ServerName::try_from(broker_core::tls::BROKER_SERVER_NAME).unwrap();
+        connector.connect(name, tcp).await.unwrap()
+    };
+    for sent in [&b"GET /whoami HTTP/1.1\r\nHost: broker\r\n"[..], &b""[..]] {
+        let mut stream = connect().await;
+        stream.write_all(sent).await.unwrap();
+        stream.flush().await.unwrap();
+        let started = tokio::time::Instant::now();
+        let mut buf = Vec::new();
+        // The server closes (EOF, or a reset); nothing is answered.
+        let read = tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut buf))
+            .await
+            .unwrap_or_else(|_| panic!("{sent:?}: the connection was not closed within 10 s"));
+        let _ = read;
+        assert!(
+            buf.is_empty() || String::from_utf8_lossy(&buf).contains("408"),
+            "{buf:?}"
+        );
+        assert!(started.elapsed() >= timeout / 2, "closed too early");
+    }
+    // A whole request is answered.
+    let mut stream = connect().await;
+    stream
+        .write_all(b"GET /whoami HTTP/1.1\r\nHost: broker\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    stop.send(()).unwrap();
+    server.await.unwrap().unwrap();
+}
