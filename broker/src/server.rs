@@ -315,6 +315,15 @@ pub async fn run(
         }
     };
     let consumer_routes = crate::consumer::http::router(consumers.clone(), state.auth.clone());
+    // Open long polls answer as soon as the broker stops, before the
+    // listener drains its connections.
+    let shutdown = {
+        let consumers = consumers.clone();
+        async move {
+            shutdown.await;
+            consumers.stop_long_polls();
+        }
+    };
     let metrics = crate::metrics::router(crate::metrics::MetricsState {
         cluster: state.cluster.clone(),
         store: state.store.clone(),

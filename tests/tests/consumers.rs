@@ -675,3 +675,42 @@ fn an_early_refusal_reaches_an_http2_client_with_a_body_in_flight() {
         assert!(stdout.contains("unauthorized"), "{stdout}");
     }
 }
+
+/// A broker that stops answers its open long polls at once (empty, as at
+/// the end of their wait) instead of holding the stop until they end:
+/// SIGTERM with a 20 s receive open exits 0 and the receive gets its
+/// answer, long before the 20 s (it used to wait them out, or to be cut
+/// off by the HTTPS drain).
+#[test]
+fn a_stopping_broker_answers_open_long_polls_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut broker = Broker::new(dir.path(), "");
+    broker.start();
+    broker.create_topic("task_queue");
+    let client = broker.client();
+    let consumer = client
+        .attach(
+            TOPIC,
+            "w",
+            &AttachRequest {
+                subscription_type: SubscriptionType::Shared,
+                ..AttachRequest::default()
+            },
+        )
+        .unwrap()
+        .consumer_id;
+    let poll = std::thread::spawn(move || {
+        let started = Instant::now();
+        let answer = client.receive(TOPIC, "w", consumer, 10, 20_000);
+        (answer, started.elapsed())
+    });
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(broker.proc.terminate(), Some(0));
+    let (answer, waited) = poll.join().unwrap();
+    let answer = answer.expect("the long poll was answered");
+    assert!(answer.messages.is_empty(), "{answer:?}");
+    assert!(
+        waited < Duration::from_secs(10),
+        "the long poll was answered after {waited:?}"
+    );
+}

@@ -43,6 +43,13 @@ async fn wait_for_change(sub: &Sub, offset: u64, now: i64, wake_at: i64) {
 }
 
 impl ConsumerService {
+    /// Whether a long poll with nothing to answer waits on: before its
+    /// `deadline` (Unix ms) and while the broker is not stopping
+    /// ([`ConsumerService::stop_long_polls`]).
+    fn keep_waiting(&self, now: i64, deadline: i64) -> bool {
+        now < deadline && !self.stopping()
+    }
+
     /// Leases up to `max` messages to `consumer`, waiting up to `max_wait_ms`
     /// for the first one.
     ///
@@ -89,7 +96,7 @@ impl ConsumerService {
                     hwm,
                 )
             };
-            if deliveries.is_empty() && moved_past.is_empty() && now < deadline {
+            if deliveries.is_empty() && moved_past.is_empty() && self.keep_waiting(now, deadline) {
                 let wake = next_due.unwrap_or(deadline).min(deadline);
                 wait_for_change(&sub, hwm, now, wake).await;
                 continue;
@@ -170,7 +177,7 @@ impl ConsumerService {
                 })
                 .collect();
             gaps.extend(moved_past);
-            if messages.is_empty() && gaps.is_empty() && now < deadline {
+            if messages.is_empty() && gaps.is_empty() && self.keep_waiting(now, deadline) {
                 wait_for_change(&sub, hwm, now, deadline.min(now + 250)).await;
                 continue;
             }
@@ -226,7 +233,7 @@ impl ConsumerService {
             let hwm = sub.wal().high_water_mark();
             let now = self.now_ms();
             let readable = active && !paused && cursor < limit;
-            if !readable && moved_past.is_empty() && now < deadline {
+            if !readable && moved_past.is_empty() && self.keep_waiting(now, deadline) {
                 wait_for_change(&sub, cursor.max(hwm), now, deadline.min(now + 250)).await;
                 continue;
             }
@@ -253,7 +260,7 @@ impl ConsumerService {
                 self.settle_gaps(&sub, consumer, &mut gaps, &[]).await?
             };
             gaps.extend(moved_past);
-            if records.is_empty() && gaps.is_empty() && now < deadline {
+            if records.is_empty() && gaps.is_empty() && self.keep_waiting(now, deadline) {
                 wait_for_change(&sub, cursor.max(hwm), now, deadline.min(now + 250)).await;
                 continue;
             }

@@ -308,6 +308,25 @@ pub struct ConsumerService {
     /// Every timing rule (sessions, leases, long polls, cursor batching)
     /// reads this.
     clock: Arc<dyn Clock>,
+    /// Set when the broker stops ([`ConsumerService::stop_long_polls`]).
+    stopping: std::sync::atomic::AtomicBool,
+}
+
+impl ConsumerService {
+    /// Ends every long poll (`receive`, `read`) within its next wake-up
+    /// (at most 250 ms): each answers what it has, usually nothing, as at
+    /// the end of its `max_wait_ms`, and later ones do not wait. Called
+    /// when the broker stops, so open polls are answered before the HTTPS
+    /// listener's drain instead of being cut off at its end.
+    pub fn stop_long_polls(&self) {
+        self.stopping
+            .store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Whether [`ConsumerService::stop_long_polls`] was called.
+    pub(crate) fn stopping(&self) -> bool {
+        self.stopping.load(std::sync::atomic::Ordering::SeqCst)
+    }
 }
 
 fn invalid(field: &str, message: impl Into<String>) -> ConsumerError {
@@ -343,6 +362,7 @@ impl ConsumerService {
             broker_addr,
             node_id,
             subs: Mutex::default(),
+            stopping: std::sync::atomic::AtomicBool::new(false),
             next_consumer: AtomicU64::new(first_id),
             archive: std::sync::OnceLock::new(),
             cluster: std::sync::OnceLock::new(),
