@@ -636,6 +636,13 @@ async fn verify(
         for (topic, s) in &summaries {
             let verdict = if s.problems.iter().all(|p| p["kind"] == "foreign") {
                 "OK"
+            } else if s
+                .problems
+                .iter()
+                .all(|p| p["kind"] == "foreign" || p["kind"] == "missing")
+            {
+                // Nothing there to be damaged: a wrong name or prefix.
+                "NOT FOUND"
             } else {
                 "DAMAGED"
             };
@@ -678,6 +685,16 @@ async fn verify(
     }
     if damaged_total > 0 {
         out.flush()?;
+        let missing = summaries
+            .iter()
+            .flat_map(|(_, s)| &s.problems)
+            .filter(|p| p["kind"] == "missing")
+            .count();
+        if missing == damaged_total {
+            bail!(
+                "{missing} topic(s) have no segment objects in the archive (check the topic names and --prefix); nothing found is damaged"
+            );
+        }
         bail!("the archive is damaged: {damaged_total} problem(s) found");
     }
     Ok(())

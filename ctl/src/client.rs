@@ -120,6 +120,11 @@ pub fn describe_failure(error: &ClientError) -> String {
             format!("cannot reach the admin API at {url}: {source}")
         }
         ClientError::Api { message, .. } => message.clone(),
+        // Says what it is about itself: the URL, or the TLS file (`--ca
+        // /nonexistent` read "admin API at /nonexistent: ...").
+        other @ (ClientError::HttpsWithoutCa { .. } | ClientError::TlsFile { .. }) => {
+            other.to_string()
+        }
         other => format!("admin API at {other}"),
     }
 }

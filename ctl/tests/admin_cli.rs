@@ -315,6 +315,25 @@ fn bad_inputs_print_one_error_line() {
         "{}",
         unreachable.stderr
     );
+    // A CA file that is not there is named as such (it read "admin API
+    // at /nonexistent/ca.pem: ...").
+    let missing_ca = server.tribctl(&[
+        "namespaces",
+        "list",
+        "--admin-url",
+        "https://127.0.0.1:1",
+        "--ca",
+        "/nonexistent/ca.pem",
+    ]);
+    assert_eq!(missing_ca.code, 1);
+    assert!(
+        missing_ca
+            .stderr
+            .starts_with("error: /nonexistent/ca.pem: ")
+            && !missing_ca.stderr.contains("admin API at /nonexistent"),
+        "{}",
+        missing_ca.stderr
+    );
 }
 
 #[test]

@@ -597,9 +597,17 @@ fn verify_fails_on_a_missing_bucket_a_wrong_prefix_and_an_unknown_topic() {
     assert_eq!(missing["topic"], "/plant1/typo");
     assert_eq!(missing["ok"], false);
     assert_eq!(missing["problems"][0]["kind"], "missing", "{doc}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "error: 1 topic(s) have no segment objects in the archive (check the topic names and --prefix); nothing found is damaged\n",
+    );
+    // In text: not found, not "DAMAGED" (nothing is there to be damaged).
+    let out = tribctl(&bucket, &["verify", "/plant1/typo"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let text = stdout(&out);
     assert!(
-        String::from_utf8_lossy(&out.stderr).contains("1 problem(s) found"),
-        "{out:?}"
+        text.starts_with("/plant1/typo: 0 segments, 0 records verified, 0 bytes: NOT FOUND\n"),
+        "{text}"
     );
 }
 

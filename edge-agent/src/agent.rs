@@ -54,7 +54,7 @@ pub enum AgentError {
     /// another format version, an I/O failure). A damaged store is not an
     /// error: it is moved aside and replaced (see
     /// [`RedbStore::open_or_recover`]).
-    #[error("local metadata store {}: {source}", path.display())]
+    #[error("{}", metadata_message(path, source))]
     Metadata {
         /// The store file.
         path: PathBuf,
@@ -92,6 +92,15 @@ pub enum AgentError {
     /// Closing the topics failed.
     #[error("shutdown: {0}")]
     Close(#[from] TopicError),
+}
+
+/// `local metadata store PATH: ERROR`, without naming the path twice when
+/// the store's error names it already.
+fn metadata_message(path: &std::path::Path, source: &MetadataError) -> String {
+    match source {
+        MetadataError::Storage { .. } | MetadataError::Damaged { .. } => format!("local {source}"),
+        _ => format!("local metadata store {}: {source}", path.display()),
+    }
 }
 
 /// Logs what opening the metadata store and the topics found missing and
@@ -251,7 +260,12 @@ impl Agent {
         let data_dir = config.data_dir.clone();
         std::fs::create_dir_all(&data_dir).map_err(|source| AgentError::DataDir {
             path: data_dir.clone(),
-            source,
+            // "File exists" said nothing about what was wrong.
+            source: if data_dir.exists() && !data_dir.is_dir() {
+                std::io::Error::new(std::io::ErrorKind::NotADirectory, "not a directory")
+            } else {
+                source
+            },
         })?;
         claim_data_dir(&config)?;
         let path = data_dir.join(METADATA_FILE);

@@ -609,7 +609,7 @@ async fn publish_batch(
         BodyError::TooLarge => ApiError::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             format!(
-                "max_batch_bytes exceeded: the request body is over {max} bytes ({BATCH_BODY_FACTOR} × max_batch_bytes = {max_batch}); send smaller batches"
+                "max_batch_bytes exceeded: the request body is over {max} bytes ({BATCH_BODY_FACTOR} × max_batch_bytes of {max_batch}); send smaller batches"
             ),
         )
         .with("limit", json!("max_batch_bytes"))

@@ -566,7 +566,7 @@ async fn every_bad_input_gets_its_status_and_stores_nothing() {
             vec![],
             huge_body,
             413,
-            "max_batch_bytes exceeded: the request body is over 8192 bytes (4 × max_batch_bytes = 2048)",
+            "max_batch_bytes exceeded: the request body is over 8192 bytes (4 × max_batch_bytes of 2048)",
         ),
         (
             "unknown query parameter",

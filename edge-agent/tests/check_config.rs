@@ -309,3 +309,34 @@ fn a_metadata_store_start_up_cannot_open_is_a_problem_and_a_damaged_one_a_note()
         )]
     );
 }
+
+/// `run` says what is wrong with a data directory it cannot use, in
+/// words a reader acts on: a file where the directory should be is "not
+/// a directory" (it said "File exists"), and a damaged path is named once.
+#[test]
+fn run_names_a_data_dir_that_is_a_file_as_not_a_directory() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = config(dir.path(), "127.0.0.1:7500", |t| t);
+    std::fs::write(dir.path().join("data"), b"").unwrap();
+    let out = edge_agent(&["run", "-c", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(
+        text(&out.stderr),
+        format!(
+            "error: data_dir {}: not a directory\n",
+            dir.path().join("data").display()
+        )
+    );
+    // The metadata store a directory: its path once.
+    std::fs::remove_file(dir.path().join("data")).unwrap();
+    std::fs::create_dir_all(dir.path().join("data/metadata.redb")).unwrap();
+    let out = edge_agent(&["run", "-c", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let stderr = text(&out.stderr);
+    let store = dir.path().join("data/metadata.redb").display().to_string();
+    assert_eq!(stderr.matches(&store).count(), 1, "{stderr}");
+    assert!(
+        stderr.starts_with("error: local metadata store "),
+        "{stderr}"
+    );
+}
