@@ -8,7 +8,6 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-
 use std::sync::Arc;
 
 use broker_core::catalog::{Catalog, CatalogError, TopicSpec};
@@ -89,9 +88,10 @@ impl Targets {
 
 /// Checks the configuration at `path` (if any) with `overrides` as `run`
 /// would load it, collecting every problem: the file's syntax, validation,
-/// the TLS files, the data directory, its identity file and the intents
-/// stored in it, the local API
-/// and MQTT addresses and the brokers' addresses. Nothing is bound, created or connected to.
+/// the TLS files, the data directory, its identity file, its metadata
+/// store and the intents stored in it, the local API and MQTT addresses
+/// and the brokers' addresses. Nothing is bound, created or connected to
+/// (the stored intents are read from a copy in `TMPDIR`, removed after).
 pub fn check(path: Option<&Path>, overrides: &Overrides) -> Report {
     let mut report = Report::new();
     let file = match path.map(read_file).transpose() {

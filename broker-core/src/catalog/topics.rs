@@ -166,7 +166,6 @@ impl Catalog<'_> {
         Err(CatalogError::ConcurrentChange { key: failed_key })
     }
 
-    /// The stored partition count of `topic`.
     /// The number of partitions of `topic` (`{topic}-part-N`), 0 for a
     /// topic that is not partitioned.
     ///
@@ -177,6 +176,7 @@ impl Catalog<'_> {
         self.marker(topic).await
     }
 
+    /// The stored partition count of `topic`.
     pub(super) async fn marker(&self, topic: &TopicName) -> Result<u32, CatalogError> {
         let key = keys::topics::marker(topic);
         match self.store.get(&key).await? {
