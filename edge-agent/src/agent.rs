@@ -375,17 +375,9 @@ impl Agent {
                                 source,
                             }
                         })?;
-                    tokio::spawn(async move {
-                        axum::serve(listener, app)
-                            .with_graceful_shutdown(stopped)
-                            .await
-                    })
+                    tokio::spawn(crate::api_access::serve(listener, app, stopped))
                 }
-                None => tokio::spawn(async move {
-                    axum::serve(listener, app)
-                        .with_graceful_shutdown(stopped)
-                        .await
-                }),
+                None => tokio::spawn(crate::api_access::serve(listener, app, stopped)),
             }
         };
         let checkpoints = {

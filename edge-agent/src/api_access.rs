@@ -3,6 +3,11 @@
 //! listener (rustls, the handshake of each connection in its own task under
 //! [`HANDSHAKE_TIMEOUT`], so a slow client never holds up the next).
 //!
+//! Both listeners are served by [`serve`]: HTTP/1.1 with
+//! [`HEADER_READ_TIMEOUT`] for each request's headers (a connection idle
+//! that long between requests is closed too), so clients that open
+//! connections and send nothing, or headers in dribs, cannot hold them.
+//!
 //! `/health` stays open without a token: load balancers and monitoring
 //! probe it, and it tells the agent's state and topic names and offsets,
 //! never record contents or anything that changes data.
@@ -25,6 +30,12 @@ use crate::config::local_api::{ApiToken, LocalApiTls};
 
 /// Longest a client may take to complete its TLS handshake.
 pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Longest a client may take to send a request's headers, counted from
+/// when the connection waits for them (so also how long a connection may
+/// sit idle between requests); past it the connection is closed.
+pub const HEADER_READ_TIMEOUT: Duration = Duration::from_secs(30);
+/// Longest shutdown waits for open connections to finish their requests.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// Completed handshakes waiting for the server to take them.
 const READY_CONNECTIONS: usize = 64;
 
@@ -148,5 +159,121 @@ impl axum::serve::Listener for TlsListener {
 
     fn local_addr(&self) -> std::io::Result<Self::Addr> {
         Ok(self.local_addr)
+    }
+}
+
+/// Serves `app` over HTTP/1.1 on `listener` (plain TCP or [`TlsListener`])
+/// until `shutdown` resolves, then lets open requests finish (at most
+/// [`DRAIN_TIMEOUT`]). Unlike `axum::serve`, each connection has
+/// [`HEADER_READ_TIMEOUT`] to send a request's headers.
+///
+/// # Errors
+/// None today (the listeners retry failed accepts); the `Result` matches
+/// `axum::serve`.
+pub async fn serve<L>(
+    listener: L,
+    app: axum::Router,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()>
+where
+    L: axum::serve::Listener,
+{
+    serve_with(listener, app, shutdown, HEADER_READ_TIMEOUT).await
+}
+
+/// [`serve`] with another header read timeout (tests).
+pub(crate) async fn serve_with<L>(
+    mut listener: L,
+    app: axum::Router,
+    shutdown: impl std::future::Future<Output = ()> + Send + 'static,
+    header_read_timeout: Duration,
+) -> std::io::Result<()>
+where
+    L: axum::serve::Listener,
+{
+    use hyper_util::rt::{TokioIo, TokioTimer};
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    tokio::pin!(shutdown);
+    loop {
+        let (io, _peer) = tokio::select! {
+            () = &mut shutdown => break,
+            accepted = listener.accept() => accepted,
+        };
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        let mut builder = hyper::server::conn::http1::Builder::new();
+        builder
+            .timer(TokioTimer::new())
+            .header_read_timeout(header_read_timeout);
+        let connection = graceful.watch(builder.serve_connection(TokioIo::new(io), service));
+        tokio::spawn(async move {
+            if let Err(e) = connection.await {
+                tracing::debug!(error = %e, "local API connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    if tokio::time::timeout(DRAIN_TIMEOUT, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!(
+            timeout_s = DRAIN_TIMEOUT.as_secs(),
+            "local API connections still open after the drain timeout; closing them"
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    /// A connection that sends a request's headers in part, or nothing,
+    /// is closed after the header read timeout (it was held for ever); a
+    /// whole request is answered.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn partial_headers_and_idle_connections_are_closed_after_the_header_timeout() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let app = axum::Router::new().route("/health", axum::routing::get(|| async { "ok" }));
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let timeout = Duration::from_millis(500);
+        let server = tokio::spawn(super::serve_with(
+            listener,
+            app,
+            async {
+                let _ = stopped.await;
+            },
+            timeout,
+        ));
+        for sent in [&b"GET /health HTTP/1.1\r\nHost: edge\r\n"[..], &b""[..]] {
+            let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+            stream.write_all(sent).await.unwrap();
+            let started = tokio::time::Instant::now();
+            let mut buf = Vec::new();
+            tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut buf))
+                .await
+                .unwrap_or_else(|_| panic!("{sent:?}: the connection was not closed within 10 s"))
+                .unwrap();
+            // hyper may answer 408 before closing; nothing else.
+            assert!(
+                buf.is_empty() || String::from_utf8_lossy(&buf).starts_with("HTTP/1.1 408"),
+                "{buf:?}"
+            );
+            assert!(started.elapsed() >= timeout / 2, "closed too early");
+        }
+        let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+        stream
+            .write_all(b"GET /health HTTP/1.1\r\nHost: edge\r\nConnection: close\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = String::new();
+        stream.read_to_string(&mut answer).await.unwrap();
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        assert!(answer.ends_with("ok"), "{answer}");
+        stop.send(()).unwrap();
+        server.await.unwrap().unwrap();
     }
 }
