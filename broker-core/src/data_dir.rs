@@ -362,6 +362,15 @@ pub fn read(dir: &Path, configured: &Owner) -> Result<Option<Owner>, IdentityErr
         })
 }
 
+/// The owner `dir`'s identity file names, for a component that works in
+/// another's directory (the tier service in a broker's): `None` without a
+/// file, or with one that cannot be read or decoded (its owner refuses
+/// that at its own start).
+pub fn stored_owner(dir: &Path) -> Option<Owner> {
+    let bytes = read_file(&FsStorage, &identity_path(dir), IDENTITY_BYTES_MAX).ok()?;
+    Owner::decode(&bytes).ok()
+}
+
 /// Decides, without changing anything, whether `configured` may run on
 /// `dir` (see the module's table). `check-config` calls it.
 ///

@@ -34,7 +34,9 @@ pub fn check(config: &TierConfig) -> Report {
     }
     check_broker_tls(config, &mut report);
     report.data_dir("data_dir", &config.data_dir);
-    if let Some(why) = not_a_broker_data_dir(&config.data_dir) {
+    if let Some(why) = crate::service::foreign_data_dir(&config.data_dir)
+        .or_else(|| not_a_broker_data_dir(&config.data_dir))
+    {
         report.problem(why);
     }
     report.listen("metrics_listen", config.metrics_listen, Transport::Tcp);

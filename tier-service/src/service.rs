@@ -117,6 +117,24 @@ pub fn build(config: &TierConfig, faults: Faults) -> Result<Tiering, TierError> 
 /// Runs the service until `shutdown` resolves (or, with `once`, for one
 /// reconciliation and one pass).
 ///
+/// Why `data_dir` is not a broker's data directory by its identity file
+/// (`identity.json` naming an edge agent): the tier service tiers a
+/// broker's WALs and writes its lock file there, so another component's
+/// directory is refused before anything is touched (README, "identities
+/// that keep data with its owner"). A directory without the file passes:
+/// the broker may not have run yet.
+pub fn foreign_data_dir(data_dir: &std::path::Path) -> Option<String> {
+    match broker_core::data_dir::stored_owner(data_dir)? {
+        broker_core::data_dir::Owner::Broker { .. } => None,
+        other => Some(format!(
+            "data_dir: {} belongs to {other} ({}); the tier service works in a broker's data \
+             directory (the broker's data_dir); nothing was touched",
+            data_dir.display(),
+            broker_core::data_dir::identity_path(data_dir).display()
+        )),
+    }
+}
+
 /// # Errors
 /// Start-up errors (configuration, bucket, lock, an archive prefix owned
 /// by another cluster or a damaged owner object, see [`crate::owner`]). Errors inside passes are
@@ -127,6 +145,9 @@ pub async fn run(
     once: bool,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<RunReport, TierError> {
+    if let Some(why) = foreign_data_dir(&config.data_dir) {
+        return Err(TierError::Config(why));
+    }
     let tiering = build(&config, faults)?;
     let lock = DataDirLock::acquire(&config.data_dir)?;
     info!(

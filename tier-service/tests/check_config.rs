@@ -173,6 +173,55 @@ fn a_data_dir_that_is_not_the_brokers_is_a_problem() {
     assert_eq!(out.status.code(), Some(0), "{out:?}");
 }
 
+/// An edge agent's data directory (its `identity.json` says so) is
+/// refused by check-config and at start, before anything is written in it
+/// (both accepted it: an edge's directory has `topics/` too; README,
+/// "identities that keep data with its owner"); a broker's passes.
+#[test]
+fn an_edge_agents_data_dir_is_refused_at_start_and_by_check_config() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = config(dir.path(), "127.0.0.1:0", "");
+    let data = dir.path().join("broker");
+    std::fs::create_dir(data.join("topics")).unwrap();
+    let identity = data.join("identity.json");
+    std::fs::write(
+        &identity,
+        r#"{"format_version":1,"component":"edge-agent","edge_id":"plant1"}"#,
+    )
+    .unwrap();
+    let expected = format!(
+        "error: data_dir: {} belongs to edge-agent edge_id \"plant1\" ({}); the tier service \
+         works in a broker's data directory (the broker's data_dir); nothing was touched\n",
+        data.display(),
+        identity.display()
+    );
+    let out = run(tier(&["check-config", "-c", path.to_str().unwrap()]));
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let errors: String = stderr(&out)
+        .lines()
+        .filter(|l| l.starts_with("error: "))
+        .map(|l| format!("{l}\n"))
+        .collect();
+    assert_eq!(errors, expected);
+    let out = run(tier(&["--config", path.to_str().unwrap()]));
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(
+        stderr(&out),
+        expected.replace("error: ", "error: invalid configuration: ")
+    );
+    assert!(
+        !data.join("tier-service.lock").exists() && !dir.path().join("bucket").exists(),
+        "nothing was touched"
+    );
+    std::fs::write(
+        &identity,
+        r#"{"format_version":1,"component":"broker","node_id":1}"#,
+    )
+    .unwrap();
+    let out = run(tier(&["check-config", "-c", path.to_str().unwrap()]));
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+}
+
 #[test]
 fn a_metrics_port_in_use_stops_the_service_with_status_1() {
     let dir = tempfile::tempdir().unwrap();
