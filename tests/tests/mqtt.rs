@@ -214,6 +214,23 @@ fn mqtt_bad_input_gets_its_reason_code_and_the_agent_keeps_serving() {
     let config = dir.path().join("edge.toml");
     let text = std::fs::read_to_string(&config).expect("edge.toml");
     std::fs::write(&config, format!("max_record_bytes = 1024\n{text}")).expect("edge.toml");
+    // A password file every user may read is refused, as every secret
+    // file is (it was accepted); then it is made private.
+    let check = tributary_test_support::process::output_within(
+        {
+            let mut c = Command::new(tributary_test_support::process::bin_path("edge-agent"));
+            c.args(["check-config", "-c"]).arg(&config);
+            c
+        },
+        Duration::from_secs(60),
+    );
+    let refusal = String::from_utf8_lossy(&check.stderr);
+    assert_eq!(check.status.code(), Some(1), "{refusal}");
+    assert!(
+        refusal.contains("mqtt.password_file") && refusal.contains("chmod 600"),
+        "{refusal}"
+    );
+    tributary_test_support::certs::write_private(&passwords, "sensor:s3cret\n");
     edge.start();
     let good = |n: &str| {
         let out = mosquitto_pub(

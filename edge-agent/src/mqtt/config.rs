@@ -254,7 +254,11 @@ fn resolve_bridge(b: BridgeFileConfig) -> Result<BridgeConfig, (String, String)>
 }
 
 /// Reads `username:password` lines (`#` comments and blank lines skipped).
+/// Refused when every user may read it, as every other secret file
+/// ([`broker_core::secrets::refuse_world_readable`]).
 fn read_password_file(path: &Path) -> Result<HashMap<String, String>, String> {
+    broker_core::secrets::refuse_world_readable(path, "MQTT password file")
+        .map_err(|e| e.to_string())?;
     let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
     let mut out = HashMap::new();
     for (n, line) in text.lines().enumerate() {
