@@ -141,6 +141,9 @@ pub enum SchemaError {
         /// The name given.
         ty: String,
     },
+    /// A declared field with no name: no column can be named after it.
+    #[error("a declared field has an empty name")]
+    EmptyName,
     /// A declared field whose name is reserved: a fixed column's or
     /// [`PARTITION_COLUMN`].
     #[error("field `{field}` has a reserved column name ({}, in any letter case)", reserved_names().collect::<Vec<_>>().join(", "))]
@@ -242,6 +245,9 @@ impl JsonColumns {
         let mut columns: Vec<Column> = Vec::new();
         for (field, ty) in fields {
             let field = field.trim();
+            if field.is_empty() {
+                return Err(SchemaError::EmptyName);
+            }
             if reserved(field) {
                 return Err(SchemaError::Collision {
                     field: field.to_owned(),
@@ -301,7 +307,7 @@ impl JsonColumns {
     /// arrays, mixed kinds). A field seen only as `null` is a `string`.
     ///
     /// Column names are distinct: a field named like a fixed column is
-    /// `value_{field}`, and a name an earlier column already has gets the
+    /// `value_{field}` (a field named `""` is `value_`), and a name an earlier column already has gets the
     /// first free `_2`, `_3`, ... (`{"offset", "value_offset"}` gives
     /// `value_offset` and `value_offset_2`).
     ///
@@ -333,7 +339,8 @@ impl JsonColumns {
         let wanted: Vec<(String, String, ColumnType)> = kinds
             .into_iter()
             .map(|(field, ty)| {
-                let name = if reserved(&field) {
+                // An empty name is no column name DuckDB can select.
+                let name = if field.is_empty() || reserved(&field) {
                     format!("value_{field}")
                 } else {
                     field.clone()
@@ -722,6 +729,23 @@ mod tests {
                 )
             );
         }
+    }
+
+    #[test]
+    fn a_field_with_an_empty_name_gets_a_column_name() {
+        // DuckDB renamed a column named "" and could not select it.
+        let values: Vec<(u64, &[u8])> = vec![(1, br#"{"":1,"value_":"x","a":true}"#)];
+        let cols = JsonColumns::infer(values).expect("infers");
+        let got: Vec<_> = cols
+            .columns()
+            .iter()
+            .map(|c| (c.name.as_str(), c.field.as_str()))
+            .collect();
+        assert_eq!(got, [("value_", ""), ("a", "a"), ("value__2", "value_")]);
+        assert!(matches!(
+            JsonColumns::declared([(" ", "int64")]),
+            Err(SchemaError::EmptyName)
+        ));
     }
 
     #[test]
