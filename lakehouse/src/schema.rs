@@ -13,6 +13,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 use std::str::FromStr;
 
+use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 /// Names of the fixed columns every table has; a JSON field may not take one.
@@ -382,7 +383,7 @@ impl JsonColumns {
         match parsed {
             Ok(Ok((cells, extra))) => Ok(FittedRow {
                 cells,
-                extra: (!extra.is_empty()).then(|| Value::Object(extra).to_string()),
+                extra: (!extra.is_empty()).then(|| raw_object(&extra)),
             }),
             Ok(Err(reason)) => Err(RowError { offset, reason }),
             Err(e) => Err(RowError {
@@ -391,6 +392,21 @@ impl JsonColumns {
             }),
         }
     }
+}
+
+/// A JSON object of `fields`, each value as its JSON text.
+fn raw_object(fields: &BTreeMap<String, &RawValue>) -> String {
+    let mut out = String::from("{");
+    for (i, (name, value)) in fields.iter().enumerate() {
+        if i > 0 {
+            out.push(',');
+        }
+        out.push_str(&Value::String(name.clone()).to_string());
+        out.push(':');
+        out.push_str(value.get());
+    }
+    out.push('}');
+    out
 }
 
 /// Column names from `wanted` (in column order) that are all distinct and
@@ -462,23 +478,36 @@ struct RowVisitor<'c> {
     columns: &'c [Column],
 }
 
-type Fitted = Result<(Vec<Cell>, Map<String, Value>), String>;
+/// The cells, and the fields no column names as their JSON text (sorted,
+/// the last of a repeated name).
+type Fitted<'de> = Result<(Vec<Cell>, BTreeMap<String, &'de RawValue>), String>;
 
 impl<'de> serde::de::Visitor<'de> for RowVisitor<'_> {
-    type Value = Fitted;
+    type Value = Fitted<'de>;
 
     fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("a JSON object")
     }
 
-    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Fitted, A::Error> {
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Fitted<'de>, A::Error> {
         let mut cells = vec![Cell::Null; self.columns.len()];
-        let mut extra = Map::new();
+        let mut extra = BTreeMap::new();
         let mut misfit = None;
         while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
-            let value: Value = map.next_value()?;
+            // The field's text as written: a `json` column and `_extra`
+            // keep it exactly (parsed into a `Value`, an integer beyond
+            // 64 bits became a rounded double).
+            let raw: &'de RawValue = map.next_value()?;
             match self.columns.iter().position(|c| c.field == key) {
+                Some(i) if self.columns[i].ty == ColumnType::Json => {
+                    cells[i] = match raw.get() {
+                        "null" => Cell::Null,
+                        text => Cell::Str(text.to_owned()),
+                    };
+                }
                 Some(i) => {
+                    let value: Value =
+                        serde_json::from_str(raw.get()).map_err(serde::de::Error::custom)?;
                     let column = &self.columns[i];
                     cells[i] = match cell(column.ty, &value) {
                         _ if value.is_null() => Cell::Null,
@@ -506,7 +535,7 @@ impl<'de> serde::de::Visitor<'de> for RowVisitor<'_> {
                     };
                 }
                 None => {
-                    extra.insert(key.into_owned(), value);
+                    extra.insert(key.into_owned(), raw);
                 }
             }
         }
@@ -789,6 +818,31 @@ mod tests {
         assert_eq!(row.cells[5], Cell::Int(-7));
         assert_eq!(row.cells[6], Cell::Str("y".into()));
         assert_eq!(row.cells[7], Cell::Bool(false));
+    }
+
+    #[test]
+    fn json_cells_and_extra_keep_integers_beyond_64_bits_exactly() {
+        // Parsed into a Value they became rounded doubles
+        // (-9.223372036854776e18, 1.2345678901234568e29), unannounced.
+        let cols = JsonColumns::parse_list("j:json,k:json,n:int64").expect("ok");
+        let row = cols
+            .fit(
+                1,
+                br#"{"j":-9223372036854775809,"k":{"big":[18446744073709551616]},"n":1,"zz":123456789012345678901234567890,"a\"b":null}"#,
+            )
+            .expect("fits");
+        assert_eq!(
+            row.cells,
+            [
+                Cell::Str("-9223372036854775809".into()),
+                Cell::Str(r#"{"big":[18446744073709551616]}"#.into()),
+                Cell::Int(1)
+            ]
+        );
+        assert_eq!(
+            row.extra.as_deref(),
+            Some(r#"{"a\"b":null,"zz":123456789012345678901234567890}"#)
+        );
     }
 
     #[test]
