@@ -12,6 +12,7 @@ use std::ops::ControlFlow;
 
 use base64::Engine as _;
 use clap::ValueEnum;
+use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use tributary_archive::reader::ArchivedRecord;
 use tributary_proto::batch::Record;
@@ -49,6 +50,55 @@ fn bytes_field(map: &mut Map<String, Value>, name: &str, bytes: &[u8]) {
     }
 }
 
+/// One record's line: its fields, and a JSON value embedded as its text.
+#[derive(Debug, serde::Serialize)]
+pub struct RecordLine {
+    #[serde(flatten)]
+    fields: Map<String, Value>,
+    /// A value that is JSON, as written less the whitespace between its
+    /// tokens: parsed into a `Value`, an integer beyond 64 bits became a
+    /// rounded double and a repeated name lost all but its last.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    value: Option<Box<RawValue>>,
+}
+
+/// JSON text without the whitespace between its tokens (a line holds one
+/// record), every token as written.
+fn compact(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text
+        .bytes()
+        .any(|b| matches!(b, b' ' | b'\t' | b'\n' | b'\r'))
+    {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len());
+    let (mut in_string, mut escaped) = (false, false);
+    for c in text.chars() {
+        if in_string {
+            out.push(c);
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == '"' {
+                in_string = false;
+            }
+        } else if c == '"' {
+            in_string = true;
+            out.push(c);
+        } else if !matches!(c, ' ' | '\t' | '\n' | '\r') {
+            out.push(c);
+        }
+    }
+    std::borrow::Cow::Owned(out)
+}
+
+/// `bytes` as embedded JSON, if they are JSON.
+fn json_value(bytes: &[u8]) -> Result<Box<RawValue>, serde_json::Error> {
+    let raw: &RawValue = serde_json::from_slice(bytes)?;
+    RawValue::from_string(compact(raw.get()).into_owned())
+}
+
 /// One record as a JSON line (see the module doc).
 ///
 /// # Errors
@@ -59,7 +109,7 @@ pub fn record_json(
     offset: u64,
     record: &Record,
     value_as: ValueAs,
-) -> Result<Value, String> {
+) -> Result<RecordLine, String> {
     let mut map = Map::new();
     map.insert("topic".into(), json!(topic));
     map.insert("offset".into(), json!(offset));
@@ -85,28 +135,27 @@ pub fn record_json(
         })
         .collect();
     map.insert("headers".into(), Value::Array(headers));
+    let mut value = None;
     match value_as {
-        ValueAs::Auto => match serde_json::from_slice::<Value>(&record.value) {
-            Ok(v) => {
-                map.insert("value".into(), v);
-            }
+        ValueAs::Auto => match json_value(&record.value) {
+            Ok(v) => value = Some(v),
             Err(_) => bytes_field(&mut map, "value", &record.value),
         },
         ValueAs::Json => {
-            let v = serde_json::from_slice::<Value>(&record.value).map_err(|e| {
+            let v = json_value(&record.value).map_err(|e| {
                 format!(
                     "offset {offset}: the value is {}; use --value-as auto, string or base64",
                     tributary_lakehouse::schema::json_error(&e)
                 )
             })?;
-            map.insert("value".into(), v);
+            value = Some(v);
         }
         ValueAs::String => bytes_field(&mut map, "value", &record.value),
         ValueAs::Base64 => {
             map.insert("value_b64".into(), b64(&record.value));
         }
     }
-    Ok(Value::Object(map))
+    Ok(RecordLine { fields: map, value })
 }
 
 /// Where a range ends: an inclusive last offset and a record count.
@@ -214,5 +263,39 @@ impl RecordWriter for LineWriter<'_> {
         serde_json::to_writer(&mut *self.out, &line)?;
         self.out.write_all(b"\n")?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn line(value: &str, value_as: ValueAs) -> String {
+        let topic = TopicName::new("/plant1/lake").expect("topic");
+        let record = Record {
+            timestamp_ms: 0,
+            key: None,
+            headers: Vec::new(),
+            value: bytes::Bytes::copy_from_slice(value.as_bytes()),
+        };
+        let line = record_json(&topic, 5, &record, value_as).expect("line");
+        serde_json::to_string(&line).expect("serializes")
+    }
+
+    /// A JSON value is embedded as written, less the whitespace between
+    /// tokens (one record per line): integers beyond 64 bits keep their
+    /// digits (they were rounded doubles) and strings keep their spaces.
+    #[test]
+    fn a_json_value_is_embedded_as_written_on_one_line() {
+        let written = "{\n  \"a\": -9223372036854775809,\n  \"s\": \"two  spaces \\\" and a quote\",\n  \"n\": [18446744073709551616, 1.5e3]\n}\n";
+        for value_as in [ValueAs::Auto, ValueAs::Json] {
+            let out = line(written, value_as);
+            assert_eq!(
+                out,
+                r#"{"headers":[],"key":null,"offset":5,"timestamp":"1970-01-01T00:00:00.000Z","timestamp_ms":0,"topic":"/plant1/lake","value":{"a":-9223372036854775809,"s":"two  spaces \" and a quote","n":[18446744073709551616,1.5e3]}}"#
+            );
+        }
+        // Not JSON: a string, as before.
+        assert!(line("not json", ValueAs::Auto).ends_with(r#""value":"not json"}"#));
     }
 }
