@@ -316,6 +316,7 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
                     reason,
                     receive_maximum: 0,
                     max_packet_bytes: 0,
+                    assigned_client_id: None,
                 })
                 .await?;
                 Err(close(Reason::Success, refused.why))
@@ -404,6 +405,12 @@ impl<S: AsyncRead + AsyncWrite + Unpin> Conn<'_, S> {
             reason: Reason::Success,
             receive_maximum: shared.config.receive_maximum,
             max_packet_bytes: shared.config.max_packet_bytes,
+            // The id given to a client that sent none (internal ids start
+            // with NUL, which no client id can hold).
+            assigned_client_id: client_id
+                .strip_prefix('\0')
+                .filter(|_| self.version == crate::mqtt::wire::Version::V5)
+                .map(str::to_owned),
         })
         .await?;
         shared.stats.count(&shared.stats.connections_accepted);
@@ -731,6 +738,7 @@ pub async fn refuse_busy<S: AsyncRead + AsyncWrite + Unpin>(mut stream: S) {
                 reason: Reason::ServerBusy,
                 receive_maximum: 0,
                 max_packet_bytes: 0,
+                assigned_client_id: None,
             },
             &mut out,
         );

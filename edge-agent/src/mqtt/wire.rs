@@ -163,6 +163,10 @@ pub enum Outbound {
         receive_maximum: u16,
         /// Maximum packet size announced (5.0), bytes.
         max_packet_bytes: u32,
+        /// The client id given to a 5.0 client that sent an empty one
+        /// (Assigned Client Identifier: MQTT 5.0, section 3.2.2.3.7, "the
+        /// Server MUST return" it).
+        assigned_client_id: Option<String>,
     },
     /// PUBACK.
     PubAck(u16, Reason),
@@ -498,6 +502,7 @@ fn v5_packet(packet: &Outbound) -> v5::Packet {
             reason,
             receive_maximum,
             max_packet_bytes,
+            ref assigned_client_id,
         } => {
             let properties = (reason == Reason::Success).then(|| v5::ConnAckProperties {
                 receive_max: Some(receive_maximum),
@@ -510,7 +515,7 @@ fn v5_packet(packet: &Outbound) -> v5::Packet {
                 shared_subscription_available: Some(0),
                 session_expiry_interval: None,
                 max_qos: None,
-                assigned_client_identifier: None,
+                assigned_client_identifier: assigned_client_id.clone(),
                 reason_string: None,
                 user_properties: Vec::new(),
                 server_keep_alive: None,
@@ -589,6 +594,7 @@ mod tests {
                 reason: Reason::Success,
                 receive_maximum: 16,
                 max_packet_bytes: 4096,
+                assigned_client_id: Some("anonymous-3".into()),
             },
         );
         match v5::Packet::read(&mut bytes, None).expect("decodes") {
@@ -596,6 +602,7 @@ mod tests {
                 assert!(ack.session_present);
                 let p = ack.properties.expect("properties");
                 assert_eq!((p.receive_max, p.max_packet_size), (Some(16), Some(4096)));
+                assert_eq!(p.assigned_client_identifier.as_deref(), Some("anonymous-3"));
             }
             other => panic!("{other:?}"),
         }
