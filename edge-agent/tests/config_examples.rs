@@ -44,4 +44,13 @@ fn mqtt_config_errors_name_the_field() {
     let file = tributary_edge::config::parse_file(Path::new("edge.toml"), text).expect("parses");
     let err = AgentConfig::resolve(file, &Overrides::default()).expect_err("no rules");
     assert_eq!(err.field(), Some("mqtt.topics"), "{err}");
+    // Off loopback without passwords (it ran, open to the network).
+    let text = "data_dir = \"/tmp/x\"\nedge_id = \"plant1\"\n[mqtt]\nlisten = \"0.0.0.0:1883\"\n[[mqtt.topics]]\nfilter = \"a/#\"\ntopic = \"/plant1/t\"\n";
+    let file = tributary_edge::config::parse_file(Path::new("edge.toml"), text).expect("parses");
+    let err = AgentConfig::resolve(file, &Overrides::default()).expect_err("open listener");
+    assert_eq!(err.field(), Some("mqtt.listen"), "{err}");
+    assert!(
+        err.to_string().contains("needs passwords") && err.to_string().contains("password_file"),
+        "{err}"
+    );
 }

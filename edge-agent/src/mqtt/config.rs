@@ -155,6 +155,17 @@ impl MqttConfig {
             ),
             None => None,
         };
+        // As the local API needs a token off loopback: a listener other
+        // hosts reach takes records only from clients with a password.
+        if credentials.is_none() && !listen.ip().is_loopback() {
+            return Err(invalid(
+                "mqtt.listen",
+                format!(
+                    "{listen} is reachable from other hosts, so it needs passwords: set \
+                     mqtt.password_file (lines user:password, chmod 600), or bind 127.0.0.1"
+                ),
+            ));
+        }
         let max_packet_bytes = file.max_packet_bytes.unwrap_or(DEFAULT_MAX_PACKET_BYTES);
         if max_packet_bytes < 64 {
             return Err(invalid(
