@@ -333,6 +333,9 @@ impl TierConfig {
         if self.retry.attempts_max == 0 {
             fail("retry.attempts_max must be at least 1");
         }
+        if self.retry.min_delay_ms > self.retry.max_delay_ms {
+            fail("retry.min_delay_ms must not be above retry.max_delay_ms");
+        }
         if self.topic_concurrency == 0 {
             fail("topic_concurrency must be at least 1");
         }
@@ -409,6 +412,20 @@ mod tests {
                  loopback)",
                 "invalid configuration: poll_interval_ms must be at least 100",
             ]
+        );
+    }
+
+    #[test]
+    fn a_retry_minimum_above_its_maximum_is_a_problem() {
+        let config: TierConfig = toml::from_str(
+            "data_dir = \"/x\"\n[store]\nurl = \"/b\"\n[broker]\nurl = \"http://127.0.0.1:7400\"\n\
+             token = \"t\"\n[retry]\nmin_delay_ms = 10000\nmax_delay_ms = 1\n",
+        )
+        .unwrap();
+        let problems: Vec<String> = config.problems().iter().map(ToString::to_string).collect();
+        assert_eq!(
+            problems,
+            ["invalid configuration: retry.min_delay_ms must not be above retry.max_delay_ms"]
         );
     }
 
