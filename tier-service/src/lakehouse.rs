@@ -123,6 +123,19 @@ impl LakehouseConfig {
             }
         }
         for topic in self.columns.keys() {
+            // Columns of a topic the writer never writes are a typo in the
+            // name or in lakehouse.topics (they were ignored silently).
+            let selected = TopicName::new(topic).is_ok_and(|t| self.selects(&t));
+            if !selected {
+                return Err(TierError::Config(format!(
+                    "lakehouse.columns.\"{topic}\": not a topic lakehouse.topics selects ({})",
+                    if self.topics.is_empty() {
+                        "none: the writer is off".to_owned()
+                    } else {
+                        self.topics.join(", ")
+                    }
+                )));
+            }
             self.declared(topic)?;
         }
         if self.infer_rows == 0 || self.row_group_rows == 0 {
@@ -596,7 +609,10 @@ mod tests {
             ..LakehouseConfig::default()
         };
         assert!(bad.validate().unwrap_err().to_string().contains("`plant1`"));
-        let mut cols = LakehouseConfig::default();
+        let mut cols = LakehouseConfig {
+            topics: vec!["/p/*".into()],
+            ..LakehouseConfig::default()
+        };
         cols.columns.insert(
             "/p/t".into(),
             BTreeMap::from([("x".into(), "decimal".into())]),
@@ -605,6 +621,16 @@ mod tests {
         assert!(
             err.contains("lakehouse.columns.\"/p/t\"") && err.contains("decimal"),
             "{err}"
+        );
+        // Columns of a topic the writer does not write: a typo.
+        let mut typo = config.clone();
+        typo.columns.insert(
+            "/plant9/zzz".into(),
+            BTreeMap::from([("x".into(), "double".into())]),
+        );
+        assert_eq!(
+            typo.validate().unwrap_err().to_string(),
+            "invalid configuration: lakehouse.columns.\"/plant9/zzz\": not a topic lakehouse.topics selects (/plant1/*, /plant2/power)"
         );
         assert!(!LakehouseConfig::default().selects(&t("/a/b")));
     }
