@@ -155,6 +155,12 @@ pub fn check(path: Option<&Path>, overrides: &Overrides) -> Report {
         report.problem(e.to_string());
     }
     if let Some(addr) = targets.mqtt_listen {
+        if addr == targets.local_api {
+            // Both bind at start; the second would fail "in use".
+            report.problem(format!(
+                "mqtt.listen: {addr} is also local_api; give the MQTT listener another port"
+            ));
+        }
         report.listen("mqtt.listen", addr, Transport::Tcp);
     }
     for (i, broker) in targets.brokers.iter().enumerate() {

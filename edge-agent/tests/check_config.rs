@@ -340,3 +340,28 @@ fn run_names_a_data_dir_that_is_a_file_as_not_a_directory() {
         "{stderr}"
     );
 }
+
+/// The MQTT listener on the local API's own address is a problem before
+/// start (start failed with "Address already in use" on the second bind).
+#[test]
+fn an_mqtt_listener_on_the_local_apis_address_is_a_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = config(dir.path(), "127.0.0.1:7500", |t| {
+        format!(
+            "{t}[mqtt]\nlisten = \"127.0.0.1:7500\"\n[[mqtt.topics]]\nfilter = \"a/#\"\ntopic = \"/plant1/events\"\n"
+        )
+    });
+    let out = edge_agent(&["check-config", "-c", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let errors: Vec<String> = text(&out.stderr)
+        .lines()
+        .filter(|l| l.starts_with("error: "))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(
+        errors,
+        [
+            "error: mqtt.listen: 127.0.0.1:7500 is also local_api; give the MQTT listener another port"
+        ]
+    );
+}
