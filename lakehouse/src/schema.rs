@@ -760,16 +760,20 @@ mod tests {
         }
     }
 
+    /// Each column's name and the field it holds, in order.
+    fn names_and_fields(cols: &JsonColumns) -> Vec<(&str, &str)> {
+        cols.columns()
+            .iter()
+            .map(|c| (c.name.as_str(), c.field.as_str()))
+            .collect()
+    }
+
     #[test]
     fn a_field_with_an_empty_name_gets_a_column_name() {
         // DuckDB renamed a column named "" and could not select it.
         let values: Vec<(u64, &[u8])> = vec![(1, br#"{"":1,"value_":"x","a":true}"#)];
         let cols = JsonColumns::infer(values).expect("infers");
-        let got: Vec<_> = cols
-            .columns()
-            .iter()
-            .map(|c| (c.name.as_str(), c.field.as_str()))
-            .collect();
+        let got = names_and_fields(&cols);
         assert_eq!(got, [("value_", ""), ("a", "a"), ("value__2", "value_")]);
         assert!(matches!(
             JsonColumns::declared([(" ", "int64")]),
@@ -786,11 +790,7 @@ mod tests {
             br#"{"offset":1,"value_offset":-1,"key":"k","headers":[],"ts":5,"value_offset_2":"x","value":0,"value_value":true}"#,
         )];
         let cols = JsonColumns::infer(values).expect("infers");
-        let got: Vec<_> = cols
-            .columns()
-            .iter()
-            .map(|c| (c.name.as_str(), c.field.as_str()))
-            .collect();
+        let got = names_and_fields(&cols);
         assert_eq!(
             got,
             [
