@@ -494,20 +494,19 @@ impl<'de> serde::de::Visitor<'de> for RowVisitor<'_> {
         let mut extra = BTreeMap::new();
         let mut misfit = None;
         while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
-            // The field's text as written: a `json` column and `_extra`
-            // keep it exactly (parsed into a `Value`, an integer beyond
-            // 64 bits became a rounded double).
-            let raw: &'de RawValue = map.next_value()?;
+            // A `json` column and `_extra` keep the field's text as written
+            // (parsed into a `Value`, an integer beyond 64 bits became a
+            // rounded double); a typed column parses it once, as a `Value`.
             match self.columns.iter().position(|c| c.field == key) {
                 Some(i) if self.columns[i].ty == ColumnType::Json => {
+                    let raw: &'de RawValue = map.next_value()?;
                     cells[i] = match raw.get() {
                         "null" => Cell::Null,
                         text => Cell::Str(text.to_owned()),
                     };
                 }
                 Some(i) => {
-                    let value: Value =
-                        serde_json::from_str(raw.get()).map_err(serde::de::Error::custom)?;
+                    let value: Value = map.next_value()?;
                     let column = &self.columns[i];
                     cells[i] = match cell(column.ty, &value) {
                         _ if value.is_null() => Cell::Null,
@@ -535,6 +534,7 @@ impl<'de> serde::de::Visitor<'de> for RowVisitor<'_> {
                     };
                 }
                 None => {
+                    let raw: &'de RawValue = map.next_value()?;
                     extra.insert(key.into_owned(), raw);
                 }
             }
