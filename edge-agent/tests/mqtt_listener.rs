@@ -833,6 +833,43 @@ async fn a_connect_over_64_kib_is_refused_at_its_header() {
     agent.shutdown().await.unwrap();
 }
 
+/// The agent names a client that connected with an empty client id
+/// `"\0anonymous-N"`. A CONNECT with a NUL in its client id is malformed
+/// (MQTT 3.1.1 §1.5.3, [MQTT-1.5.3-2]) and closed without a CONNACK;
+/// before, the codec accepted it, and a client sending `"\0anonymous-0"`
+/// took the anonymous client's session over and cut its connection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nul_in_a_client_id_cannot_take_an_anonymous_session_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let agent = start(listener_config(dir.path())).await;
+    let addr = agent.mqtt_addr().unwrap();
+    let (mut anonymous, present) = Client::connect(addr, "", true).await;
+    assert!(!present);
+    for n in 0..3 {
+        let mut intruder = Client {
+            stream: TcpStream::connect(addr).await.unwrap(),
+            buf: BytesMut::new(),
+        };
+        intruder
+            .send(Packet::Connect(v4::Connect::new(format!(
+                "\0anonymous-{n}"
+            ))))
+            .await;
+        assert!(
+            intruder.closed_by_agent().await,
+            "anonymous-{n}: still open"
+        );
+        assert!(
+            intruder.buf.is_empty(),
+            "anonymous-{n}: the agent answered {:?}",
+            intruder.buf
+        );
+    }
+    anonymous.send(Packet::PingReq).await;
+    assert_eq!(anonymous.recv().await, Packet::PingResp);
+    agent.shutdown().await.unwrap();
+}
+
 /// An agent with the listener and the manual clock the test moves; its
 /// sessions are swept every `sweep`.
 async fn start_with_clock(

@@ -1,8 +1,9 @@
 //! Version-neutral MQTT packets over rumqttc's `mqttbytes` codec (3.1.1 =
 //! `v4`, 5.0 = `v5`): the listener's state machine sees [`Inbound`] and
 //! answers [`Outbound`]; this module is the only place that names the
-//! codec's types. Nothing here parses bytes by hand: framing, limits and
-//! validation are the codec's.
+//! codec's types. Framing, limits and validation are the codec's; the one
+//! byte read by hand is a CONNECT's flags, which the codec drops before
+//! the rules it does not check ([`check_connect`]) can see them.
 
 use bytes::{Bytes, BytesMut};
 use rumqttc::mqttbytes::{self as v4b, v4};
@@ -214,19 +215,101 @@ fn v5_error(e: v5b::Error) -> DecodeError {
 /// [`DecodeError`]; [`DecodeError::Incomplete`] leaves `buf` untouched.
 pub fn decode_first(buf: &mut BytesMut, max: u32) -> Result<(Version, Inbound), DecodeError> {
     whole_frame(buf, max)?;
+    let flags = connect_flags(buf);
     let mut probe = buf.clone();
     match v5::Packet::read(&mut probe, Some(max)) {
         Ok(packet) => {
+            if let v5::Packet::Connect(c, will, login) = &packet {
+                check_connect(
+                    Version::V5,
+                    flags,
+                    &c.client_id,
+                    will.as_ref().map(|w| &w.topic[..]),
+                    login.as_ref().map(|l| l.username.as_str()),
+                )?;
+            }
             *buf = probe;
             Ok((Version::V5, from_v5(packet)))
         }
         Err(v5b::Error::InvalidProtocolLevel(4)) => {
             let packet =
                 v4::Packet::read(buf, max as usize).map_err(|e| within_frame(v4_error(e)))?;
+            if let v4::Packet::Connect(c) = &packet {
+                check_connect(
+                    Version::V311,
+                    flags,
+                    &c.client_id,
+                    c.last_will.as_ref().map(|w| w.topic.as_bytes()),
+                    c.login.as_ref().map(|l| l.username.as_str()),
+                )?;
+            }
             Ok((Version::V311, from_v4(packet)))
         }
         Err(e) => Err(within_frame(fix_max(v5_error(e), max))),
     }
+}
+
+/// The Connect Flags byte of the CONNECT frame at the start of `frame`
+/// (MQTT 3.1.1 and 5.0 §3.1.2.3), `None` if the frame is too short.
+///
+/// The codec reads the flags and drops them, so the rules it does not
+/// apply ([`check_connect`]) need this one byte from the frame itself:
+/// after the packet type byte comes the remaining length, 1 to 4 bytes
+/// of which all but the last have the 0x80 continuation bit (§2.2.3 /
+/// §1.5.5), then the protocol name `00 04 "MQTT"` (6 bytes), the level
+/// (1 byte) and the flags.
+fn connect_flags(frame: &[u8]) -> Option<u8> {
+    let length_bytes = frame.iter().skip(1).take(4).position(|b| b & 0x80 == 0)? + 1;
+    frame.get(1 + length_bytes + 6 + 1).copied()
+}
+
+/// The CONNECT rules the codec (rumqttc 0.25) does not check, each a
+/// malformed packet: the connection is closed without a CONNACK, as for
+/// any other malformed CONNECT.
+///
+/// - the reserved flag (bit 0 of the Connect Flags) must be 0
+///   ([MQTT-3.1.2-3], both versions);
+/// - in 3.1.1, a password needs a user name ([MQTT-3.1.2-22]; 5.0 allows
+///   a password alone);
+/// - UTF-8 strings must not contain U+0000 ([MQTT-1.5.3-2], 5.0
+///   [MQTT-1.5.4-2]): the client identifier and the user name. The agent
+///   names a client that sent an empty identifier `"\0anonymous-N"`, so a
+///   NUL in a client's own identifier could also take such a session over;
+/// - the will topic is a topic name: UTF-8, not empty, no `+`, `#` or NUL
+///   ([MQTT-3.1.3-10], [MQTT-3.3.2-2], [MQTT-4.7.3-1]; the will is not
+///   published, but a CONNECT that carries an invalid one is malformed).
+fn check_connect(
+    version: Version,
+    flags: Option<u8>,
+    client_id: &str,
+    will_topic: Option<&[u8]>,
+    username: Option<&str>,
+) -> Result<(), DecodeError> {
+    let malformed = |why: &str| Err(DecodeError::Malformed(why.to_string()));
+    let Some(flags) = flags else {
+        return malformed("a CONNECT without its Connect Flags");
+    };
+    if flags & 0x01 != 0 {
+        return malformed("the CONNECT's reserved flag is set [MQTT-3.1.2-3]");
+    }
+    if version == Version::V311 && flags & 0x40 != 0 && flags & 0x80 == 0 {
+        return malformed("a CONNECT with a password but no user name [MQTT-3.1.2-22]");
+    }
+    if client_id.contains('\0') {
+        return malformed("the client identifier contains U+0000 [MQTT-1.5.3-2]");
+    }
+    if username.is_some_and(|u| u.contains('\0')) {
+        return malformed("the user name contains U+0000 [MQTT-1.5.3-2]");
+    }
+    if let Some(topic) = will_topic {
+        let Ok(topic) = std::str::from_utf8(topic) else {
+            return malformed("the will topic is not UTF-8");
+        };
+        if let Err(why) = crate::mqtt::mapping::check_topic_name(topic) {
+            return Err(DecodeError::Malformed(format!("will topic: {why}")));
+        }
+    }
+    Ok(())
 }
 
 /// Checks that `buf` starts with a whole packet as its fixed header frames
@@ -668,6 +751,116 @@ mod tests {
         // A frame not yet whole is still incomplete, however it starts.
         let mut part = BytesMut::from(&connect[..10]);
         assert_eq!(decode_first(&mut part, 1024), Err(DecodeError::Incomplete));
+    }
+
+    /// A 3.1.1 or 5.0 CONNECT with `flags`, client id `id` and then
+    /// `rest` (will, user name, password as the flags say), keep-alive 60.
+    pub(crate) fn connect_frame(level: u8, flags: u8, id: &[u8], rest: &[u8]) -> Vec<u8> {
+        let mut body = vec![0, 4, b'M', b'Q', b'T', b'T', level, flags, 0, 60];
+        if level == 5 {
+            body.push(0); // no properties
+        }
+        body.extend_from_slice(&u16::try_from(id.len()).expect("short id").to_be_bytes());
+        body.extend_from_slice(id);
+        if level == 5 && flags & 0x04 != 0 {
+            body.push(0); // no will properties
+        }
+        body.extend_from_slice(rest);
+        let mut frame = vec![0x10];
+        let mut len = body.len();
+        loop {
+            let byte = (len % 128) as u8;
+            len /= 128;
+            frame.push(if len > 0 { byte | 0x80 } else { byte });
+            if len == 0 {
+                break;
+            }
+        }
+        frame.extend_from_slice(&body);
+        frame
+    }
+
+    fn mqtt_string(s: &[u8]) -> Vec<u8> {
+        let mut out = u16::try_from(s.len())
+            .expect("short")
+            .to_be_bytes()
+            .to_vec();
+        out.extend_from_slice(s);
+        out
+    }
+
+    /// The CONNECT rules rumqttc's codec does not apply (MQTT 3.1.1 and
+    /// 5.0 §3.1.2.3, §1.5.3, §3.1.3.3): each CONNECT below was accepted
+    /// before; the same packet with the rule kept decodes.
+    #[test]
+    fn connect_rules_the_codec_skips_are_malformed() {
+        let will = |topic: &[u8]| [mqtt_string(topic), mqtt_string(b"bye")].concat();
+        let user = mqtt_string(b"u");
+        let password = mqtt_string(b"p");
+        let long_id = vec![b'x'; 300]; // a two-byte remaining length
+        let cases: Vec<(&str, u8, Vec<u8>, Option<Vec<u8>>)> = vec![
+            // (what, flags, client id, will + login bytes; None = good)
+            ("reserved flag", 0x03, b"c".to_vec(), Some(vec![])),
+            (
+                "reserved flag, long id",
+                0x03,
+                long_id.clone(),
+                Some(vec![]),
+            ),
+            (
+                "NUL in client id",
+                0x02,
+                b"\0anonymous-1".to_vec(),
+                Some(vec![]),
+            ),
+            ("will topic #", 0x06, b"c".to_vec(), Some(will(b"a/#"))),
+            ("will topic +", 0x06, b"c".to_vec(), Some(will(b"+/a"))),
+            ("empty will topic", 0x06, b"c".to_vec(), Some(will(b""))),
+            (
+                "NUL in user name",
+                0x82,
+                b"c".to_vec(),
+                Some(mqtt_string(b"u\0")),
+            ),
+        ];
+        for level in [4u8, 5] {
+            for (what, flags, id, rest) in &cases {
+                let frame = connect_frame(level, *flags, id, rest.as_deref().unwrap_or(&[]));
+                let result = decode_first(&mut BytesMut::from(&frame[..]), 1024);
+                assert!(
+                    matches!(result, Err(DecodeError::Malformed(_))),
+                    "level {level}, {what}: {result:?}"
+                );
+            }
+            let good = [
+                connect_frame(level, 0x02, &long_id, &[]),
+                connect_frame(level, 0x06, b"c", &will(b"a/b")),
+                connect_frame(
+                    level,
+                    0xC2,
+                    b"c",
+                    &[user.clone(), password.clone()].concat(),
+                ),
+            ];
+            for frame in good {
+                let result = decode_first(&mut BytesMut::from(&frame[..]), 1024);
+                assert!(
+                    matches!(result, Ok((_, Inbound::Connect(_)))),
+                    "level {level}: {result:?}"
+                );
+            }
+        }
+        // A password without a user name: malformed in 3.1.1
+        // [MQTT-3.1.2-22], allowed in 5.0.
+        let alone = |level| connect_frame(level, 0x42, b"c", &password);
+        assert!(matches!(
+            decode_first(&mut BytesMut::from(&alone(4)[..]), 1024),
+            Err(DecodeError::Malformed(_))
+        ));
+        assert!(matches!(
+            decode_first(&mut BytesMut::from(&alone(5)[..]), 1024),
+            Ok((Version::V5, Inbound::Connect(_)))
+        ));
     }
 
     #[test]
