@@ -798,34 +798,19 @@ mod tests {
         let user = mqtt_string(b"u");
         let password = mqtt_string(b"p");
         let long_id = vec![b'x'; 300]; // a two-byte remaining length
-        let cases: Vec<(&str, u8, Vec<u8>, Option<Vec<u8>>)> = vec![
-            // (what, flags, client id, will + login bytes; None = good)
-            ("reserved flag", 0x03, b"c".to_vec(), Some(vec![])),
-            (
-                "reserved flag, long id",
-                0x03,
-                long_id.clone(),
-                Some(vec![]),
-            ),
-            (
-                "NUL in client id",
-                0x02,
-                b"\0anonymous-1".to_vec(),
-                Some(vec![]),
-            ),
-            ("will topic #", 0x06, b"c".to_vec(), Some(will(b"a/#"))),
-            ("will topic +", 0x06, b"c".to_vec(), Some(will(b"+/a"))),
-            ("empty will topic", 0x06, b"c".to_vec(), Some(will(b""))),
-            (
-                "NUL in user name",
-                0x82,
-                b"c".to_vec(),
-                Some(mqtt_string(b"u\0")),
-            ),
+        let cases: [(&str, u8, Vec<u8>, Vec<u8>); 7] = [
+            // (what, flags, client id, will and login bytes)
+            ("reserved flag", 0x03, b"c".to_vec(), vec![]),
+            ("reserved flag, long id", 0x03, long_id.clone(), vec![]),
+            ("NUL in client id", 0x02, b"\0anonymous-1".to_vec(), vec![]),
+            ("will topic #", 0x06, b"c".to_vec(), will(b"a/#")),
+            ("will topic +", 0x06, b"c".to_vec(), will(b"+/a")),
+            ("empty will topic", 0x06, b"c".to_vec(), will(b"")),
+            ("NUL in user name", 0x82, b"c".to_vec(), mqtt_string(b"u\0")),
         ];
         for level in [4u8, 5] {
             for (what, flags, id, rest) in &cases {
-                let frame = connect_frame(level, *flags, id, rest.as_deref().unwrap_or(&[]));
+                let frame = connect_frame(level, *flags, id, rest);
                 let result = decode_first(&mut BytesMut::from(&frame[..]), 1024);
                 assert!(
                     matches!(result, Err(DecodeError::Malformed(_))),
