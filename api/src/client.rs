@@ -58,13 +58,17 @@ pub enum ClientError {
         /// What is wrong.
         reason: String,
     },
-    /// No response: connection refused, timeout, bad URL.
-    #[error("cannot reach {url}: {source}")]
+    /// No response: connection refused, timeout, bad URL, a TLS failure.
+    #[error("cannot reach {url}: {source}{}", hint.map(|h| format!(" ({h})")).unwrap_or_default())]
     Transport {
         /// The request URL.
         url: String,
         /// What ureq reported.
         source: Box<ureq::Error>,
+        /// The likely cause where the error names a symptom
+        /// ([`transport_hint`]): the wrong scheme for the server, a CA
+        /// that did not sign its certificate.
+        hint: Option<&'static str>,
     },
     /// The server refused the request (status 400 or above).
     #[error("{message}")]
@@ -546,12 +550,53 @@ fn decode<R: DeserializeOwned>(url: &str, value: Value) -> Result<R, ClientError
     })
 }
 
+/// The likely cause of a transport `error` of a request to `url`, where
+/// the error itself names only a symptom:
+///
+/// - an `http://` URL whose server answered something that is not HTTP
+///   (a TLS listener answers a plain request with a TLS alert);
+/// - an `https://` URL whose server did not answer in TLS (plain HTTP);
+/// - a server certificate the CA given does not verify (another
+///   cluster's CA, or the wrong file).
+pub fn transport_hint(url: &str, error: &ureq::Error) -> Option<&'static str> {
+    if url.starts_with("http://") && matches!(error, ureq::Error::Protocol(_)) {
+        return Some(
+            "the server did not answer in HTTP: if it serves HTTPS, use https:// and the cluster CA",
+        );
+    }
+    #[cfg(feature = "tls")]
+    {
+        let rustls_error = match error {
+            ureq::Error::Rustls(e) => Some(e),
+            ureq::Error::Io(e) => e.get_ref().and_then(|e| e.downcast_ref::<rustls::Error>()),
+            _ => None,
+        };
+        match rustls_error {
+            Some(rustls::Error::InvalidMessage(rustls::InvalidMessage::InvalidContentType)) => {
+                return Some(
+                    "the server did not answer in TLS: if it serves plain HTTP, use http://",
+                );
+            }
+            Some(rustls::Error::InvalidCertificate(
+                rustls::CertificateError::BadSignature | rustls::CertificateError::UnknownIssuer,
+            )) => {
+                return Some(
+                    "the CA given did not sign the server's certificate: name the CA of the server's cluster",
+                );
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
 fn finish(
     url: &str,
     response: Result<ureq::http::Response<ureq::Body>, ureq::Error>,
 ) -> Result<Value, ClientError> {
     let response = response.map_err(|source| ClientError::Transport {
         url: url.to_owned(),
+        hint: transport_hint(url, &source),
         source: Box::new(source),
     })?;
     let status = response.status().as_u16();

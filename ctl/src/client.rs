@@ -116,8 +116,9 @@ impl AdminClient {
 /// is not the documented JSON.
 pub fn describe_failure(error: &ClientError) -> String {
     match error {
-        ClientError::Transport { url, source } => {
-            format!("cannot reach the admin API at {url}: {source}")
+        ClientError::Transport { url, source, hint } => {
+            let hint = hint.map(|h| format!(" ({h})")).unwrap_or_default();
+            format!("cannot reach the admin API at {url}: {source}{hint}")
         }
         ClientError::Api { message, .. } => message.clone(),
         // Says what it is about itself: the URL, or the TLS file (`--ca

@@ -88,6 +88,34 @@ async fn clients_of_the_cluster_ca_connect_and_their_certificates_become_peer_id
     assert!(err.contains("cannot reach"), "{err}");
     // (The other dev CA has the same name: the signature does not verify.)
     assert!(err.contains("invalid peer certificate"), "{err}");
+    // The error says what is likely wrong: it named the TLS symptom only.
+    assert!(
+        err.contains("the CA given did not sign the server's certificate"),
+        "{err}"
+    );
+    // `http://` against the HTTPS listener: named as the wrong scheme (it
+    // read "http parse fail: invalid HTTP version").
+    let plain_base = base.replace("https://", "http://");
+    let err = tokio::task::spawn_blocking(move || {
+        HttpClient::new(&plain_base, None, Duration::from_secs(10))
+            .get::<serde_json::Value>("/whoami", &[])
+            .map_err(|e| e.to_string())
+    })
+    .await
+    .unwrap()
+    .unwrap_err();
+    assert!(err.contains("if it serves HTTPS, use https://"), "{err}");
+    // `https://` against a plain HTTP listener: the other way round (it
+    // read "received corrupt message of type InvalidContentType").
+    let plain = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let plain_url = format!("https://{}", plain.local_addr().unwrap());
+    let plain_server = tokio::spawn(async move { axum::serve(plain, echo_router()).await });
+    let err = whoami(plain_url, tls(&cluster, None)).await.unwrap_err();
+    assert!(
+        err.contains("if it serves plain HTTP, use http://"),
+        "{err}"
+    );
+    plain_server.abort();
     // A client certificate of another CA is refused by the broker.
     let mut foreign = tls(&cluster, None);
     let foreign_paths = dev_certs::edge_paths(&other, "tier-1");
