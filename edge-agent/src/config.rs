@@ -82,14 +82,15 @@ pub enum ConfigError {
     },
     /// The file is not valid TOML for this schema (unknown field, wrong
     /// type, bad value).
-    #[error("{}: line {line}: {field}: {message}", path.display())]
+    #[error("{}: line {line}: {}{message}", path.display(), if field.is_empty() { String::new() } else { format!("{field}: ") })]
     Parse {
         /// The file.
         path: PathBuf,
         /// Line of the error, from 1 (0 when unknown).
         line: usize,
-        /// The field path, e.g. `topics[1].full_policy` (`.` for the whole
-        /// document).
+        /// The field path, e.g. `topics[1].full_policy`; for an error of
+        /// the TOML text itself (a syntax error, a duplicate key), the key
+        /// it points at, or empty when it points at no key.
         field: String,
         /// What is wrong.
         message: String,
@@ -512,11 +513,31 @@ pub fn parse_file(path: &Path, text: &str) -> Result<FileConfig, ConfigError> {
             message: message.trim().to_owned(),
         }
     };
+    // The key an error of the whole document points at (a duplicate key's
+    // span is the key), else nothing: serde's path for it is ".", which
+    // named no field ("line 2: .: duplicate key").
+    let key_at = |span: Option<std::ops::Range<usize>>| {
+        span.and_then(|s| text.get(s))
+            .map(str::trim)
+            .filter(|key| {
+                !key.is_empty()
+                    && key
+                        .chars()
+                        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+            })
+            .unwrap_or_default()
+            .to_owned()
+    };
     let de = toml::Deserializer::parse(text)
-        .map_err(|e| parse_error(e.span(), ".".to_owned(), e.message()))?;
+        .map_err(|e| parse_error(e.span(), key_at(e.span()), e.message()))?;
     serde_path_to_error::deserialize(de).map_err(|e| {
         let field = e.path().to_string();
         let inner = e.into_inner();
+        let field = if field == "." {
+            key_at(inner.span())
+        } else {
+            field
+        };
         parse_error(inner.span(), field, inner.message())
     })
 }

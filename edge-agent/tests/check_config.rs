@@ -123,6 +123,23 @@ fn check_config_says_ok_or_every_problem_on_its_own_line() {
         stderr.starts_with(&format!("error: {}: line 1: ", bad.display())),
         "{stderr}"
     );
+    // A key given twice is named (it read "line 3: .: duplicate key"); a
+    // syntax error that points at no key names none.
+    std::fs::write(&bad, "edge_id = \"plant1\"\n\nedge_id = \"plant2\"\n").unwrap();
+    let out = edge_agent(&["check-config", "-c", bad.to_str().unwrap()]);
+    assert_eq!(
+        text(&out.stderr),
+        format!("error: {}: line 3: edge_id: duplicate key\n", bad.display())
+    );
+    std::fs::write(&bad, "edge_id = \"plant1\n").unwrap();
+    let out = edge_agent(&["check-config", "-c", bad.to_str().unwrap()]);
+    assert_eq!(
+        text(&out.stderr),
+        format!(
+            "error: {}: line 1: invalid basic string, expected `\"`\n",
+            bad.display()
+        )
+    );
 }
 
 #[test]
