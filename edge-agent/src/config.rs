@@ -110,6 +110,7 @@ impl ConfigError {
     pub fn field(&self) -> Option<&str> {
         match self {
             ConfigError::Read { .. } => None,
+            ConfigError::Parse { field, .. } if field.is_empty() => None,
             ConfigError::Parse { field, .. } | ConfigError::Invalid { field, .. } => Some(field),
         }
     }

@@ -184,8 +184,13 @@ fn mistyped_values_are_named() {
     );
     let err = parse("max_batch_bytes = -1").unwrap_err();
     assert_eq!(err.field(), Some("max_batch_bytes"));
+    // Errors of the TOML text: a duplicate key is named, a syntax error
+    // points at no field (both were ".").
     let err = parse("data_dir = \"/d\" x").unwrap_err();
-    assert_eq!(err.field(), Some("."));
+    assert_eq!(err.field(), None, "{err}");
+    let err = parse("edge_id = \"e1\"\nedge_id = \"e2\"").unwrap_err();
+    assert_eq!(err.field(), Some("edge_id"));
+    assert_eq!(err.to_string(), "edge.toml: line 2: edge_id: duplicate key");
 }
 
 #[test]
