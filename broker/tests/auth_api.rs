@@ -464,6 +464,36 @@ fn revocation_grants_and_roles_are_managed_through_the_auth_api() {
         patch.body["error"],
         "PATCH is not allowed on /v1/topics; allowed: GET, POST"
     );
+    // A query string on a route that takes none is refused and nothing is
+    // done: `?dry_run=true` on a delete deleted the topic.
+    let created = h.admin(
+        "POST",
+        "/v1/topics",
+        json!({"name": "/shop/q", "intent": "event_stream"}),
+    );
+    assert_eq!(created.status, 201, "{}", created.body);
+    let dry = h.admin("DELETE", "/v1/topics/shop/q?dry_run=true&x", Value::Null);
+    assert_eq!(dry.status, 400, "{}", dry.body);
+    assert_eq!(dry.body["kind"], "invalid_input");
+    assert_eq!(dry.body["field"], "query");
+    assert_eq!(
+        dry.body["error"],
+        "DELETE /v1/topics/{namespace}/{topic} takes no query parameters (got dry_run, x); nothing was done"
+    );
+    assert_eq!(h.admin("GET", "/v1/topics/shop/q", Value::Null).status, 200);
+    // Routes that take parameters still refuse unknown ones themselves,
+    // and an empty query string is no parameter.
+    let unknown = h.admin("GET", "/v1/auth/bindings?principle=ops", Value::Null);
+    assert_eq!(unknown.status, 400, "{}", unknown.body);
+    assert_eq!(
+        h.admin("GET", "/v1/auth/bindings?principal=ops", Value::Null)
+            .status,
+        200
+    );
+    assert_eq!(
+        h.admin("DELETE", "/v1/topics/shop/q?", Value::Null).status,
+        200
+    );
     // A principal created with its role: both in one transaction, or
     // neither.
     let refused = h.admin(

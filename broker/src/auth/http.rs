@@ -323,6 +323,7 @@ fn next_generation(current: &Value, name: &PrincipalName) -> Result<Value, ApiEr
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
 struct BindingQuery {
     principal: Option<String>,
 }

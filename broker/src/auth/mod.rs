@@ -464,6 +464,26 @@ pub async fn guard(
             return response;
         }
     }
+    if !rule.query
+        && let Some(query) = request.uri().query().filter(|q| !q.is_empty())
+    {
+        let names: Vec<&str> = query
+            .split('&')
+            .filter_map(|pair| pair.split('=').next())
+            .filter(|name| !name.is_empty())
+            .collect();
+        let response = ApiError::invalid(
+            "query",
+            format!(
+                "{method} {route} takes no query parameters (got {}); nothing was done",
+                names.join(", ")
+            ),
+        )
+        .into_response();
+        record(&principal.name, principal.kind, &scope, &response);
+        crate::http::drain_body(request).await;
+        return response;
+    }
     let (name, kind) = (principal.name.clone(), principal.kind);
     request.extensions_mut().insert(principal);
     let response = next.run(request).await;

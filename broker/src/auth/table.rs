@@ -34,6 +34,22 @@ pub struct Rule {
     pub scope: ScopeFrom,
     /// An admin action: recorded in the audit log.
     pub audited: bool,
+    /// Whether the route takes query parameters ([`Rule::with_query`]);
+    /// the guard refuses a query string on any other (a parameter that
+    /// does nothing, such as `?dry_run=true` on a delete, must not pass
+    /// for one that did).
+    pub query: bool,
+}
+
+impl Rule {
+    /// This rule for a route whose handler reads query parameters (and
+    /// refuses unknown ones itself).
+    pub const fn with_query(self) -> Rule {
+        Rule {
+            query: true,
+            ..self
+        }
+    }
 }
 
 const fn rule(
@@ -49,6 +65,7 @@ const fn rule(
         permission: Some(permission),
         scope,
         audited,
+        query: false,
     }
 }
 
@@ -69,7 +86,7 @@ pub const RULES: &[Rule] = &[
         BodyNamespace("name"),
         true,
     ),
-    rule("GET", "/v1/topics", TopicsRead, Query, false),
+    rule("GET", "/v1/topics", TopicsRead, Query, false).with_query(),
     rule("POST", "/v1/topics", TopicsWrite, BodyTopic("name"), true),
     rule("GET", TOPIC, TopicsRead, Path, false),
     rule("DELETE", TOPIC, TopicsWrite, Path, true),
@@ -110,7 +127,7 @@ pub const RULES: &[Rule] = &[
         Path,
         true,
     ),
-    rule("POST", "/v1/apply", TopicsWrite, Cluster, true),
+    rule("POST", "/v1/apply", TopicsWrite, Cluster, true).with_query(),
     rule("GET", "/v1/cluster/status", ClusterRead, Cluster, false),
     rule("GET", "/v1/edges", ClusterRead, Cluster, false),
     rule("POST", "/v1/cluster/rebalance", TopicsWrite, Cluster, true),
@@ -123,63 +140,71 @@ pub const RULES: &[Rule] = &[
     ),
     // Storage API (the tier service).
     rule("GET", "/v1/storage/cluster", Storage, Cluster, false),
-    rule("GET", "/v1/storage/topics", Storage, Cluster, false),
+    rule("GET", "/v1/storage/topics", Storage, Cluster, false).with_query(),
     rule(
         "GET",
         "/v1/storage/topics/{namespace}/{topic}/segments",
         Storage,
         Path,
         false,
-    ),
+    )
+    .with_query(),
     rule(
         "POST",
         "/v1/storage/descriptors",
         Storage,
         BodyTopic("topic"),
         true,
-    ),
+    )
+    .with_query(),
     rule(
         "POST",
         "/v1/storage/topics/{namespace}/{topic}/trim",
         Storage,
         Path,
         true,
-    ),
+    )
+    .with_query(),
     rule(
         "POST",
         "/v1/storage/topics/{namespace}/{topic}/unload",
         Storage,
         Path,
         true,
-    ),
+    )
+    .with_query(),
     rule(
         "DELETE",
         "/v1/storage/topics/{namespace}/{topic}/segments/{start}",
         Storage,
         Path,
         true,
-    ),
+    )
+    .with_query(),
     rule(
         "PUT",
         "/v1/storage/topics/{namespace}/{topic}/missing/{start}",
         Storage,
         Path,
         true,
-    ),
+    )
+    .with_query(),
     rule(
         "DELETE",
         "/v1/storage/topics/{namespace}/{topic}/missing/{start}",
         Storage,
         Path,
         true,
-    ),
+    )
+    .with_query(),
     rule(
         "PUT",
         "/v1/storage/topics/{namespace}/{topic}/lakehouse",
         Storage,
         Path,
         true,
-    ),
+    )
+    .with_query(),
     // Consumer API: data plane (not audited) and subscription management.
     rule(
         "GET",
@@ -187,14 +212,16 @@ pub const RULES: &[Rule] = &[
         Consume,
         Path,
         false,
-    ),
+    )
+    .with_query(),
     rule(
         "POST",
         "/v1/topics/{namespace}/{topic}/records",
         Produce,
         Path,
         false,
-    ),
+    )
+    .with_query(),
     rule("GET", SUB, Consume, Path, false),
     rule("DELETE", SUB, SubscriptionsManage, Path, true),
     rule(
@@ -317,7 +344,7 @@ pub const RULES: &[Rule] = &[
         Cluster,
         true,
     ),
-    rule("GET", "/v1/auth/bindings", AuthManage, Cluster, false),
+    rule("GET", "/v1/auth/bindings", AuthManage, Cluster, false).with_query(),
     rule("POST", "/v1/auth/bindings", AuthManage, Cluster, true),
     rule(
         "DELETE",
@@ -338,6 +365,7 @@ pub const RULES: &[Rule] = &[
         permission: None,
         scope: Cluster,
         audited: false,
+        query: false,
     },
 ];
 

@@ -669,8 +669,14 @@ impl Cluster {
     ) -> Result<Vec<tributary_proto::cluster::placement::Change>, ClusterError> {
         let now = self.clock.now_ms();
         let snapshot = self.read().snapshot(now);
+        let mut stay = std::collections::BTreeSet::new();
+        for topic in snapshot.assignments.keys() {
+            if self.is_central_written(topic).await? {
+                stay.insert(topic.clone());
+            }
+        }
         let changes =
-            tributary_proto::cluster::placement::plan_rebalance(&snapshot, now, max_moves);
+            tributary_proto::cluster::placement::plan_rebalance(&snapshot, now, max_moves, &stay);
         if !dry_run {
             for change in &changes {
                 self.apply_change(change).await?;

@@ -17,7 +17,7 @@
 //!   while the most and least loaded brokers differ by two topics or more,
 //!   so a balanced cluster never oscillates.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::{Assignment, BrokerLifecycle, Unassigned, pinned_broker};
 use crate::keys::TopicName;
@@ -257,12 +257,20 @@ pub fn plan_move(
 
 /// Moves that even out topic counts across live active brokers: from the
 /// most to the least loaded while they differ by two or more, at most
-/// `max_moves`. Pinned topics stay.
-pub fn plan_rebalance(snapshot: &ClusterSnapshot, now_ms: u64, max_moves: usize) -> Vec<Change> {
+/// `max_moves`. Pinned topics and the topics of `stay` (centrally written
+/// ones: their new owner would start at the archive's end, without what
+/// the live owner has not archived yet) stay, and count for their owner's
+/// load.
+pub fn plan_rebalance(
+    snapshot: &ClusterSnapshot,
+    now_ms: u64,
+    max_moves: usize,
+    stay: &BTreeSet<TopicName>,
+) -> Vec<Change> {
     let mut load = load(snapshot);
     let mut owned: BTreeMap<u64, Vec<&TopicName>> = BTreeMap::new();
     for (topic, (owner, _)) in &snapshot.assignments {
-        if pinned_broker(topic).is_none() {
+        if pinned_broker(topic).is_none() && !stay.contains(topic) {
             owned.entry(*owner).or_default().push(topic);
         }
     }

@@ -1,7 +1,7 @@
 //! Placement rules: unassigned and orphaned topics get live owners, epochs
 //! only grow, live owners keep their topics, rebalancing has hysteresis.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::placement::{
     ClusterSnapshot, MoveError, Previous, plan, plan_drain, plan_move, plan_rebalance,
@@ -170,9 +170,20 @@ fn moves_are_checked_and_rebalancing_stops_within_one_topic_of_even() {
     let moved = plan_move(&snapshot, &t("/a/t0"), 2, "move", 1).expect("move");
     assert_eq!((moved.to, moved.assignment.epoch), (2, 2));
 
+    // Topics that must stay (centrally written) are not moved, and count:
+    // with all of broker 1's topics staying, nothing moves.
+    let all: BTreeSet<TopicName> = snapshot.assignments.keys().cloned().collect();
+    assert_eq!(plan_rebalance(&snapshot, 1, 100, &all), vec![]);
+    let one = BTreeSet::from([t("/a/t0")]);
+    assert!(
+        plan_rebalance(&snapshot, 1, 100, &one)
+            .iter()
+            .all(|m| m.topic != t("/a/t0"))
+    );
+
     // 8 on broker 1 (one pinned), 0 and 0: rebalance to 3/3/2 (the pinned
     // audit topic stays and counts), then nothing more.
-    let moves = plan_rebalance(&snapshot, 1, 100);
+    let moves = plan_rebalance(&snapshot, 1, 100, &BTreeSet::new());
     assert_eq!(moves.len(), 5);
     let mut load = BTreeMap::from([(1u64, 8u64), (2, 0), (3, 0)]);
     for m in &moves {
@@ -185,8 +196,14 @@ fn moves_are_checked_and_rebalancing_stops_within_one_topic_of_even() {
             .assignments
             .insert(m.topic.clone(), (m.to, m.assignment.clone()));
     }
-    assert!(plan_rebalance(&snapshot, 1, 100).is_empty(), "hysteresis");
-    assert_eq!(plan_rebalance(&ClusterSnapshot::default(), 1, 10), vec![]);
+    assert!(
+        plan_rebalance(&snapshot, 1, 100, &BTreeSet::new()).is_empty(),
+        "hysteresis"
+    );
+    assert_eq!(
+        plan_rebalance(&ClusterSnapshot::default(), 1, 10, &BTreeSet::new()),
+        vec![]
+    );
 
     // Draining broker 1 hands over everything but its audit topic.
     let drain = plan_drain(&snapshot, 1, 1);
