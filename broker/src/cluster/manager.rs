@@ -2,6 +2,11 @@
 //! `/cluster/*` changes, gives unassigned topics and a dead broker's
 //! topics a live owner ([`tributary_proto::cluster::placement::plan`]) and
 //! purges expired keys (lapsed leases).
+//!
+//! A broker that has just become leader takes no dead owner's topics over
+//! for one lease TTL (`takeovers_from_ms`): without a leader no lease
+//! could be renewed, so after an election the live brokers' leases may
+//! have lapsed too, and they renew with the new leader within that time.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -20,13 +25,25 @@ pub type IsLeader = Arc<dyn Fn() -> bool + Send + Sync>;
 pub async fn run(cluster: Arc<Cluster>, is_leader: IsLeader) {
     let heartbeat = Duration::from_millis(cluster.config.heartbeat_ms.max(10));
     let mut changes = cluster.subscribe();
+    // When this node became leader (None: it is not leading).
+    let mut leading_since_ms: Option<u64> = None;
     loop {
-        if is_leader() {
+        if !is_leader() {
+            leading_since_ms = None;
+        } else {
             if let Err(e) = cluster.store.purge_expired().await {
                 tracing::debug!(error = %e, "purging expired cluster keys failed");
             }
             let now = cluster.clock.now_ms();
-            let snapshot = cluster.read().snapshot(now);
+            let since = *leading_since_ms.get_or_insert_with(|| {
+                tracing::info!(
+                    grace_ms = cluster.config.lease_ttl_ms,
+                    "leading the load manager; no dead owner's topics are taken over for one lease TTL while brokers renew with this leader"
+                );
+                now
+            });
+            let mut snapshot = cluster.read().snapshot(now);
+            snapshot.takeovers_from_ms = since.saturating_add(cluster.config.lease_ttl_ms);
             let plan = tributary_proto::cluster::placement::plan(&snapshot, now);
             // Each change is its own conditional Raft write; issued
             // together, Raft appends them in shared batches (one log write

@@ -99,6 +99,7 @@ impl View {
                 .collect(),
             assignments: self.owners.clone(),
             unassigned: self.unassigned.clone(),
+            takeovers_from_ms: 0,
         }
     }
 

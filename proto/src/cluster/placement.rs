@@ -31,6 +31,15 @@ pub struct ClusterSnapshot {
     pub assignments: BTreeMap<TopicName, (u64, Assignment)>,
     /// Topics waiting for an owner.
     pub unassigned: BTreeMap<TopicName, Unassigned>,
+    /// Wall-clock instant, ms, before which no dead owner's topics are
+    /// taken over: a new Raft leader's first lease TTL. While there was no
+    /// leader nobody could renew a lease, so at an election every lease
+    /// may have lapsed, the live owners' too; they renew with the new
+    /// leader within a TTL (as KRaft's controller gives every broker a
+    /// fresh session timeout when it takes over). Without it the survivors
+    /// of a leader's crash lost their topics to a new epoch, and a central
+    /// topic's new owner started at the archive's end. 0: no such wait.
+    pub takeovers_from_ms: u64,
 }
 
 /// What a change replaces.
@@ -172,7 +181,7 @@ pub fn plan(snapshot: &ClusterSnapshot, now_ms: u64) -> Vec<Change> {
         }
     }
     for (topic, (owner, assignment)) in &snapshot.assignments {
-        if snapshot.live.contains_key(owner) {
+        if snapshot.live.contains_key(owner) || now_ms < snapshot.takeovers_from_ms {
             continue;
         }
         if let Some(to) = target(snapshot, &load, topic, None) {

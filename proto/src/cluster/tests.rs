@@ -91,6 +91,18 @@ fn a_dead_owners_topics_move_and_a_live_owner_keeps_its_own() {
     // Spread: broker 3 (0 topics) first, then broker 2 and 3 tie at 1 → 2.
     assert_eq!(changes[0].to, 3);
     assert_eq!(changes[1].to, 2);
+    // Within a new Raft leader's first lease TTL nothing is taken over
+    // (the owner may be alive and not have renewed yet); new topics are
+    // still placed.
+    snapshot.takeovers_from_ms = 6;
+    assert!(plan(&snapshot, 5).is_empty());
+    assert_eq!(plan(&snapshot, 6).len(), 2);
+    snapshot.unassigned.insert(t("/a/new"), waiting(0, None));
+    let placed = plan(&snapshot, 5);
+    assert_eq!(placed.len(), 1, "{placed:?}");
+    assert_eq!(placed[0].topic, t("/a/new"));
+    snapshot.unassigned.clear();
+    snapshot.takeovers_from_ms = 0;
     // With every broker alive nothing moves.
     snapshot.live = live(&[1, 2, 3]);
     assert!(plan(&snapshot, 5).is_empty());
