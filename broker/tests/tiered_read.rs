@@ -589,3 +589,81 @@ fn leases_of_a_receive_that_failed_to_read_the_archive_are_given_back_unread() {
         (0..50).map(|o| (o, 1)).collect::<Vec<_>>()
     );
 }
+
+/// `replay-dlq` reads dead-letter entries the tier service archived and
+/// trimmed from the dead-letter topic's local WAL, as a peek does. It read
+/// the local WAL only: it replayed none of them and moved its cursor past
+/// them for good (the cluster trial: "replayed 0", twice, then nothing
+/// left to replay).
+#[test]
+fn replay_dlq_replays_dead_letter_entries_that_were_archived_and_trimmed() {
+    let h = Harness::new();
+    let (base, client) = tiered_task_queue(&h, 25);
+    // Dead-lettered at the first failure.
+    let patched = ureq::patch(format!(
+        "{base}/v1/topics{TOPIC}/subscriptions/workers/failure-policy"
+    ))
+    .header("Authorization", format!("Bearer {TOKEN}"))
+    .send_json(serde_json::json!({"max_redelivery_count": 0}))
+    .expect("failure policy");
+    assert_eq!(patched.status().as_u16(), 200);
+    let consumer = attach_earliest(&client);
+    let got = client.receive(TOPIC, "workers", consumer, 2, 2000).unwrap();
+    let offsets: Vec<u64> = got.messages.iter().map(|m| m.offset).collect();
+    assert_eq!(offsets, vec![0, 1]);
+    client
+        .nack(
+            TOPIC,
+            "workers",
+            &tributary_api::consumer::NackRequest {
+                consumer_id: consumer,
+                offsets,
+                delay_ms: None,
+                reason: Some("poison".into()),
+            },
+        )
+        .unwrap();
+    const DLQ: &str = "/default/tiered-dlq";
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while client
+        .peek(DLQ, Some(0), 10)
+        .map_or(0, |p| p.messages.len())
+        < 2
+    {
+        assert!(Instant::now() < deadline, "no dead-letter entries");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The dead-letter topic's segment is sealed, archived and trimmed.
+    let dlq = TopicName::new(DLQ).unwrap();
+    let dlq_wal = h.runtime.block_on(h.topics.get(&dlq)).unwrap();
+    h.runtime.block_on(dlq_wal.roll()).unwrap();
+    let report = h.tier(&base);
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    assert_eq!(dlq_wal.log_start_offset(), 2, "the entries left the WAL");
+
+    let replay = client.replay_dlq(TOPIC, "workers").unwrap();
+    assert_eq!(
+        (
+            replay.replayed,
+            replay.offsets.clone(),
+            replay.dead_letter_cursor
+        ),
+        (2, vec![25, 26], 2)
+    );
+    let back = client.peek(TOPIC, Some(25), 10).unwrap();
+    let values: Vec<(Option<&str>, Option<&str>)> = back
+        .messages
+        .iter()
+        .map(|m| (m.value.as_deref(), m.header_text("x-replayed-from")))
+        .collect();
+    let (v0, v1) = (record(0).value.unwrap(), record(1).value.unwrap());
+    assert_eq!(
+        values,
+        vec![
+            (Some(v0.as_str()), Some("/default/tiered-dlq@0")),
+            (Some(v1.as_str()), Some("/default/tiered-dlq@1"))
+        ]
+    );
+    // Once: the cursor is past them now.
+    assert_eq!(client.replay_dlq(TOPIC, "workers").unwrap().replayed, 0);
+}

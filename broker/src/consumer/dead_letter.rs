@@ -16,7 +16,7 @@ use tributary_proto::intent::{PoisonPolicy, check_dead_letter_target};
 use tributary_proto::keys::{self, SubscriptionName, TopicName};
 
 use super::session::{DeadLetterCopy, Subscription};
-use super::{ConsumerError, ConsumerService, Sub, invalid, records, subscription_name, tiered};
+use super::{ConsumerError, ConsumerService, Sub, invalid, subscription_name, tiered};
 use crate::replication::topics::TopicError;
 
 /// The prefix of the subscription whose cursor tracks a replay of
@@ -280,15 +280,33 @@ impl ConsumerService {
         };
         let cursor_key = keys::topics::subscription_cursor(&dlq, &replay_name);
         let stored_cursor = self.store.get(&cursor_key).await?.and_then(|v| v.as_u64());
-        let from = stored_cursor.unwrap_or(0).max(dlq_wal.log_start_offset());
-        // A dead-letter topic is written centrally; an unreadable range in
-        // it (damaged central bytes) holds nothing to replay, and the WAL
-        // reports it.
-        let found = records::blocking(&dlq_wal, move |w| {
-            records::read_range_blocking(w, from, 10_000, records::MAX_READ_BYTES, &mut Vec::new())
-        })
-        .await?;
-        let end = found.last().map_or(from, |(o, _)| o + 1);
+        // Entries the tier service archived and trimmed from the local WAL
+        // are read from the archive, as a peek reads them: before, the
+        // replay started at the local log start, replayed none of them and
+        // moved its cursor past them for good.
+        let archive = self.archive();
+        let log_start = tiered::log_start(&dlq_wal, archive, &dlq).await?;
+        let from = stored_cursor.unwrap_or(0).max(log_start);
+        let mut gaps = Vec::new();
+        let found = tiered::read_range(&dlq_wal, archive, &dlq, from, 10_000, &mut gaps).await?;
+        // A damaged range of the dead-letter topic (damaged central bytes,
+        // or an archive object) holds nothing to replay: a read that
+        // starts in it is refused, naming it; one that meets it later
+        // stops before it, and the next replay starts there.
+        if let Some(damaged) = super::damage::take_damaged(&mut gaps)
+            && found.is_empty()
+            && gaps.is_empty()
+        {
+            return Err(ConsumerError::Damaged {
+                first_offset: damaged.first_offset,
+                end_offset: damaged.end_offset,
+                reason: damaged.reason,
+            });
+        }
+        let end = found
+            .last()
+            .map_or(from, |(o, _)| o + 1)
+            .max(gaps.last().map_or(from, |g| g.end_offset));
         let topic_text = topic.to_string();
         let sub_text = name.to_string();
         let mut replay = Vec::new();
