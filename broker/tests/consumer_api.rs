@@ -1831,3 +1831,48 @@ fn a_publish_to_a_partitioned_topic_itself_is_refused_naming_its_partitions() {
         "no log was opened for the topic itself"
     );
 }
+
+/// A dead-letter topic an edge replicates into is refused when a failure
+/// policy names it (PUT and PATCH, `409 writer_conflict`, nothing changed):
+/// dead-letter copies are central writes, which such a topic refuses, and
+/// the subscription stalled at its first poison message, logging the
+/// failed copy four times a second (the cluster trial).
+#[test]
+fn a_failure_policy_cannot_name_an_edge_fed_dead_letter_topic() {
+    let h = Harness::start(fast());
+    h.create_topic(JOBS, "task_queue");
+    h.create_topic("/default/edgefed", "event_stream");
+    let topics = tributary_broker::replication::topics::TopicStore::new(
+        h._dir.path().join("claims"),
+        h.store.clone(),
+        tributary_proto::Limits::default(),
+    );
+    let edgefed = tributary_proto::keys::TopicName::new("/default/edgefed").unwrap();
+    h.runtime
+        .block_on(topics.claim_writer(
+            &edgefed,
+            tributary_broker::replication::topics::Writer::Edge,
+        ))
+        .unwrap();
+    let path = format!("/v1/topics{JOBS}/subscriptions/workers/failure-policy");
+    let patch = json!({"dead_letter_topic": "/default/edgefed"});
+    let mut put = h.request("GET", &path, Some(TOKEN), None).body["policy"].clone();
+    put["dead_letter_topic"] = json!("/default/edgefed");
+    for (method, body) in [("PATCH", patch), ("PUT", put)] {
+        let reply = h.request(method, &path, Some(TOKEN), Some(&body.to_string()));
+        assert_eq!(reply.status, 409, "{method}: {}", reply.body);
+        assert_eq!(reply.body["kind"], "writer_conflict", "{method}");
+        assert_eq!(reply.body["field"], "dead_letter_topic", "{method}");
+    }
+    let stored = h.request("GET", &path, Some(TOKEN), None);
+    assert_eq!(
+        stored.body["policy"]["dead_letter_topic"],
+        json!("/default/jobs-dlq")
+    );
+    // A topic only the broker writes is fine.
+    h.patch_policy(
+        JOBS,
+        "workers",
+        json!({"dead_letter_topic": "/default/other-dlq"}),
+    );
+}

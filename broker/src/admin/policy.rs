@@ -121,6 +121,42 @@ pub(super) async fn get_failure_policy(
     ok(StatusCode::OK, view)
 }
 
+/// Refuses a dead-letter topic an edge replicates into (`409
+/// writer_conflict`): dead-letter copies are central writes, which such a
+/// topic refuses (its edge assigns the offsets), so the subscription
+/// would stall at its first poison message, retrying the copy for ever.
+async fn refuse_edge_fed_dead_letter(
+    state: &AdminState,
+    dead_letter_topic: Option<&str>,
+) -> Result<(), ApiError> {
+    let Some(name) = dead_letter_topic else {
+        return Ok(());
+    };
+    // A malformed name is refused by the policy's own validation.
+    let Ok(dlq) = TopicName::new(name) else {
+        return Ok(());
+    };
+    let edge_marker =
+        tributary_proto::keys::topics::producer(&dlq, crate::replication::topics::EDGE_PRODUCER_ID);
+    if state
+        .store
+        .get(&edge_marker)
+        .await
+        .map_err(CatalogError::from)?
+        .is_some()
+    {
+        return Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "writer_conflict",
+            format!(
+                "dead_letter_topic {dlq} is written by edge replication, and dead-letter copies are central writes it refuses: name a topic no edge writes (such as the default {{topic}}-dlq); nothing was changed"
+            ),
+        )
+        .with("field", serde_json::json!("dead_letter_topic")));
+    }
+    Ok(())
+}
+
 pub(super) async fn put_failure_policy(
     State(state): State<AdminState>,
     Path((namespace, topic, subscription)): Path<(String, String, String)>,
@@ -128,6 +164,7 @@ pub(super) async fn put_failure_policy(
 ) -> ApiResult {
     let (topic, subscription) = policy_path(&namespace, &topic, &subscription)?;
     let policy: SubscriptionFailurePolicy = parse_json(&body)?;
+    refuse_edge_fed_dead_letter(&state, policy.dead_letter_topic.as_deref()).await?;
     let view = Catalog::new(&*state.store)
         .set_failure_policy(&topic, &subscription, &policy)
         .await?;
@@ -141,6 +178,8 @@ pub(super) async fn patch_failure_policy_handler(
 ) -> ApiResult {
     let (topic, subscription) = policy_path(&namespace, &topic, &subscription)?;
     let patch: FailurePolicyPatch = parse_json(&body)?;
+    refuse_edge_fed_dead_letter(&state, patch.dead_letter_topic.clone().flatten().as_deref())
+        .await?;
     let view =
         patch_failure_policy(&Catalog::new(&*state.store), &topic, &subscription, &patch).await?;
     ok(StatusCode::OK, view)
