@@ -374,6 +374,43 @@ fn ls_compares_the_bucket_with_the_raft_descriptors() {
     // Every descriptor has its object: verify against them passes.
     let out = verify_against(Some(&url));
     assert!(out.status.success(), "{out:?}");
+    // Another object of the same size at a committed key (a restore from
+    // the wrong backup, a copy between topics: the same records 1 ms
+    // later) is not the described object: it passed, as only sizes were
+    // compared (the cluster trial).
+    let other_bucket = dir.path().join("other-bucket");
+    let later = |offset: u64| {
+        let mut r = record(offset);
+        r.timestamp_ms += 1;
+        r
+    };
+    let other = support::build_bucket_with(
+        &dir.path().join("other"),
+        &other_bucket,
+        TOPIC,
+        2000,
+        &later,
+        20,
+        64 * 1024,
+        None,
+    );
+    assert_eq!(other, objects, "the same keys");
+    let (key, start, end) = &objects[1];
+    let original = std::fs::read(bucket_dir.join(key)).unwrap();
+    let replacement = std::fs::read(other_bucket.join(key)).unwrap();
+    assert_eq!(replacement.len(), original.len(), "the same size");
+    assert_ne!(replacement, original);
+    std::fs::write(bucket_dir.join(key), &replacement).unwrap();
+    let out = verify_against(Some(&url));
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let text = stdout(&out);
+    assert!(
+        text.contains(&format!(
+            "descriptor_object_mismatch: offsets {start}..={end}: object {key} is not the object its descriptor describes"
+        )),
+        "{text}"
+    );
+    std::fs::write(bucket_dir.join(key), &original).unwrap();
     // And one committed object disappears.
     std::fs::remove_file(bucket_dir.join(&objects[0].0)).unwrap();
     // Without --admin-url the comparison is refused, not defaulted.

@@ -1,7 +1,7 @@
 //! `tribctl archive verify --against-descriptors`: compares the bucket with
 //! the descriptors committed in Raft (through the broker's admin API at
 //! `--admin-url`, which must be given): every descriptor must have its
-//! object with the described size, and the topic's first archived offset
+//! object with the described size and footer, and the topic's first archived offset
 //! must be where its retained history starts (the cold-retention low mark,
 //! or offset 0). Missing-object marks of the archive audit are listed too.
 
@@ -39,6 +39,48 @@ pub async fn topics(
         }
     }
     Ok(out.into_iter().map(|t| t.to_string()).collect())
+}
+
+/// Whether the object at `key`, of the size `descriptor` gives, has the
+/// footer it describes (offsets, counts, timestamps and the CRC-32Cs of
+/// its regions): another object's bytes at the key (a restore from the
+/// wrong backup, a copy between topics) have the right size only by
+/// chance, and were taken for this one.
+async fn footer_problem(
+    archive: &Archive,
+    descriptor: &Value,
+    key: &str,
+) -> anyhow::Result<Option<(&'static str, String)>> {
+    let Ok(descriptor) =
+        serde_json::from_value::<tributary_proto::archive::SegmentDescriptor>(descriptor.clone())
+    else {
+        return Err(anyhow!(
+            "the broker listed a malformed descriptor: {descriptor}"
+        ));
+    };
+    let object = tributary_archive::reader::SegmentObjectInfo {
+        key: key.to_owned(),
+        start_offset: descriptor.start_offset,
+        end_offset: descriptor.end_offset,
+        size: descriptor.size,
+    };
+    let (start, end) = (descriptor.start_offset, descriptor.end_offset);
+    Ok(match archive.footer(&object).await {
+        Ok(footer) if descriptor.matches_footer(&footer) => None,
+        Ok(footer) => Some((
+            "descriptor_object_mismatch",
+            format!(
+                "offsets {start}..={end}: object {key} is not the object its descriptor describes (its footer says offsets {}..{}, batches CRC-32C {:#010x}; the descriptor {:#010x})",
+                footer.base_offset,
+                footer.next_offset,
+                footer.batches_crc32c,
+                descriptor.batches_crc32c
+            ),
+        )),
+        // A damaged footer is reported by the object check itself.
+        Err(tributary_archive::BucketError::Archive { .. }) => None,
+        Err(e) => return Err(e.into()),
+    })
 }
 
 fn client(broker: &BrokerAccess<'_>) -> AdminClient {
@@ -89,7 +131,7 @@ pub async fn check(
                     "offsets {start}..={end}: the descriptor says {size} bytes, object {key} has {s}"
                 ),
             )),
-            Some(_) => None,
+            Some(_) => footer_problem(archive, d, key).await?,
         };
         if let Some((kind, message)) = problem {
             problems.push(json!({
