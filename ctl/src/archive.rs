@@ -62,8 +62,9 @@ enum ArchiveCommand {
     Ls {
         /// Topic (`/ns/topic`); without it, every topic.
         topic: Option<String>,
-        /// Also list the descriptors committed in Raft (admin API at
-        /// --admin-url) and report disagreements with the bucket.
+        /// With TOPIC: also list its descriptors committed in Raft (admin
+        /// API at --admin-url, which must be given) and report
+        /// disagreements with the bucket; exit 1 when there are any.
         #[arg(long)]
         compare_broker: bool,
     },
@@ -207,6 +208,18 @@ pub fn run(
                 topic,
                 compare_broker,
             } => {
+                if *compare_broker {
+                    if topic.is_none() {
+                        bail!(
+                            "--compare-broker compares one topic with its descriptors: name it (archive ls TOPIC --compare-broker), or check every topic with `archive verify --against-descriptors`"
+                        );
+                    }
+                    if !broker.admin_url_given {
+                        bail!(
+                            "--compare-broker compares the bucket with a broker's descriptors: give --admin-url (or TRIB_ADMIN_URL); it is not defaulted"
+                        );
+                    }
+                }
                 ls(
                     &archive,
                     &keys,
@@ -453,6 +466,15 @@ async fn ls(
                 writeln!(out, "DISAGREEMENT: {line}")?;
             }
         }
+    }
+    // A comparison a script runs must fail on a disagreement, as `verify
+    // --against-descriptors` does.
+    if let Some(d) = disagreements.filter(|d| !d.is_empty()) {
+        out.flush()?;
+        bail!(
+            "the bucket and the Raft descriptors of {topic} disagree: {} disagreement(s)",
+            d.len()
+        );
     }
     Ok(())
 }

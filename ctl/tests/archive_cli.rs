@@ -443,7 +443,14 @@ fn ls_compares_the_bucket_with_the_raft_descriptors() {
         .args(["ls", TOPIC, "--compare-broker"])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{out:?}");
+    // A disagreement is exit 1 (it was 0), after the listing.
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        format!(
+            "error: the bucket and the Raft descriptors of {TOPIC} disagree: 2 disagreement(s)\n"
+        )
+    );
     let text = stdout(&out);
     let last = &objects[objects.len() - 1].0;
     assert!(
@@ -457,6 +464,28 @@ fn ls_compares_the_bucket_with_the_raft_descriptors() {
         text.contains(&format!("DISAGREEMENT: object without descriptor: {last}")),
         "{text}"
     );
+    // Without a topic, or without --admin-url, the comparison is refused
+    // (it was skipped without a word, or made with a default address).
+    for (args, said) in [
+        (
+            vec!["--admin-url", url.as_str(), "archive", "--bucket"],
+            "--compare-broker compares one topic",
+        ),
+        (vec!["archive", "--bucket"], "give --admin-url"),
+    ] {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tribctl"));
+        cmd.args(&args)
+            .arg(&bucket_dir)
+            .args(["ls", "--compare-broker"]);
+        if args.len() == 2 {
+            cmd.arg(TOPIC);
+        }
+        let out = cmd.env_remove("TRIB_ADMIN_URL").output().unwrap();
+        assert_eq!(out.status.code(), Some(1), "{out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(said), "{err}");
+        assert!(out.stdout.is_empty(), "{out:?}");
+    }
 }
 
 /// An S3 bucket without credentials is refused before any request: no
