@@ -206,10 +206,12 @@ impl Bucket {
         if let Some(path) = config.local_dir()
             && !path.is_dir()
         {
-            return Err(BucketError::Config(format!(
-                "{}: no such bucket directory",
-                path.display()
-            )));
+            let why = if path.exists() {
+                "not a directory: a local bucket is a directory"
+            } else {
+                "no such bucket directory"
+            };
+            return Err(BucketError::Config(format!("{}: {why}", path.display())));
         }
         Bucket::open(config)
     }

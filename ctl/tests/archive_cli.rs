@@ -634,6 +634,19 @@ fn verify_fails_on_a_missing_bucket_a_wrong_prefix_and_an_unknown_topic() {
         );
         assert!(!missing.exists(), "{args:?} created the bucket directory");
     }
+    // A file given as the bucket is named as not a directory (it read "no
+    // such bucket directory").
+    let file = dir.path().join("a-file");
+    std::fs::write(&file, "x").unwrap();
+    let out = tribctl(&file, &["ls"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        format!(
+            "error: invalid configuration: {}: not a directory: a local bucket is a directory\n",
+            file.display()
+        )
+    );
     let empty = dir.path().join("empty-bucket");
     std::fs::create_dir(&empty).unwrap();
     let out = tribctl(&empty, &["verify"]);
@@ -721,5 +734,25 @@ fn ls_names_the_cluster_owning_the_prefix() {
     assert!(
         stderr.contains("warning: tributary/cluster-owner.json is not an owner object"),
         "{stderr}"
+    );
+}
+
+/// A truncated object is named as possibly truncated: its last 112 bytes
+/// are no footer, and the message said only "not a Tributary archive
+/// object: footer magic [..]" (the cluster trial's `truncate -s -10`).
+#[test]
+fn a_truncated_object_is_named_as_possibly_truncated() {
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = dir.path().join("bucket");
+    let objects = build_bucket(dir.path(), &bucket, 300);
+    let path = bucket.join(&objects[0].0);
+    let bytes = std::fs::read(&path).unwrap();
+    std::fs::write(&path, &bytes[..bytes.len() - 10]).unwrap();
+    let out = tribctl(&bucket, &["verify"]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let text = stdout(&out);
+    assert!(
+        text.contains("not a Tributary archive object, or truncated or extended"),
+        "{text}"
     );
 }

@@ -18,7 +18,9 @@ pub enum ArchiveError {
         available: u64,
     },
     /// The footer does not start with `TRAR`.
-    #[error("not a Tributary archive object: footer magic {found:02x?}")]
+    #[error(
+        "no archive footer in the object's last 112 bytes (magic {found:02x?}, not \"TRAR\"): not a Tributary archive object, or truncated or extended"
+    )]
     BadMagic {
         /// What was found.
         found: [u8; 4],

@@ -64,6 +64,15 @@ pub enum NameErrorKind {
         /// The empty part.
         part: NamePart,
     },
+    /// A `/`-separated name with an empty component: a trailing `/` or a
+    /// `//` (a storage prefix such as `/tributary/`).
+    #[error(
+        "{part} has an empty component (a trailing '/' or a '//'): write it without, like /tributary"
+    )]
+    EmptyComponent {
+        /// The offending part.
+        part: NamePart,
+    },
     /// The part is `.` or `..`.
     #[error("{part} must not be '.' or '..'")]
     DotName {

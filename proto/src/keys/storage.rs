@@ -105,6 +105,11 @@ impl StorageKeys {
             }));
         };
         for part in rest.split('/') {
+            if part.is_empty() && !rest.is_empty() {
+                return Err(fail(NameErrorKind::EmptyComponent {
+                    part: NamePart::StoragePrefix,
+                }));
+            }
             check_part(NamePart::StoragePrefix, part).map_err(fail)?;
         }
         Ok(StorageKeys {

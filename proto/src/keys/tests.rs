@@ -566,8 +566,14 @@ fn storage_prefix_validation() {
     );
     assert_eq!(kind(""), NameErrorKind::MissingLeadingSlash { part });
     assert_eq!(kind("/"), NameErrorKind::Empty { part });
-    assert_eq!(kind("/tributary/"), NameErrorKind::Empty { part });
-    assert_eq!(kind("/a//b"), NameErrorKind::Empty { part });
+    // A trailing '/' or a '//' is named as such ("storage prefix is
+    // empty" for /tributary/ sent an operator looking at the wrong thing).
+    assert_eq!(kind("/tributary/"), NameErrorKind::EmptyComponent { part });
+    assert_eq!(kind("/a//b"), NameErrorKind::EmptyComponent { part });
+    assert_eq!(
+        StorageKeys::new("/tributary/").unwrap_err().to_string(),
+        "invalid storage prefix \"/tributary/\": storage prefix has an empty component (a trailing '/' or a '//'): write it without, like /tributary"
+    );
     assert_eq!(kind("/a/../b"), NameErrorKind::DotName { part });
     assert_eq!(
         kind("/a b"),
