@@ -1177,7 +1177,25 @@ fn bad_inputs_get_clear_4xx_errors() {
             None,
             404,
             "not_found",
-            "does not exist",
+            "subscription never of /default/jobs does not exist",
+        ),
+        // A topic that does not exist is named as such (it read
+        // "subscription s of /default/nosuch does not exist").
+        (
+            "POST",
+            "/v1/topics/default/nosuch/subscriptions/s/seek".to_owned(),
+            Some(r#"{"offset": 0}"#.to_owned()),
+            404,
+            "not_found",
+            "topic /default/nosuch does not exist",
+        ),
+        (
+            "DELETE",
+            "/v1/topics/default/nosuch/subscriptions/s".to_owned(),
+            None,
+            404,
+            "not_found",
+            "topic /default/nosuch does not exist",
         ),
     ];
     for (method, path, body, status, kind, needle) in cases {
@@ -1825,6 +1843,38 @@ fn a_publish_to_a_partitioned_topic_itself_is_refused_naming_its_partitions() {
         );
     }
     assert_eq!(h.publish("/default/parts-part-1", &["a"]), (0, 1));
+    // Attaching to the topic itself is refused the same way: it created a
+    // durable subscription that could never receive anything.
+    let refused = h.client.attach(
+        "/default/parts",
+        "workers",
+        &AttachRequest {
+            subscription_type: SubscriptionType::Shared,
+            start: StartPosition::Earliest,
+            ..AttachRequest::default()
+        },
+    );
+    let Err(ClientError::Api {
+        status,
+        kind,
+        message,
+        ..
+    }) = refused
+    else {
+        panic!("attach to a partitioned topic: {refused:?}");
+    };
+    assert_eq!((status, kind.as_str()), (409, "partitioned"), "{message}");
+    assert!(
+        message.contains("/default/parts-part-0 … /default/parts-part-2"),
+        "{message}"
+    );
+    assert!(
+        h.runtime
+            .block_on(h.store.list("/topics/default/parts/subscriptions/"))
+            .unwrap()
+            .is_empty(),
+        "a subscription was stored"
+    );
     let topics = h._dir.path().join("topics/default");
     assert!(
         topics.join("parts-part-1").exists() && !topics.join("parts").exists(),

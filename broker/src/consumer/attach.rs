@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use broker_core::catalog::Catalog;
+use broker_core::catalog::{Catalog, CatalogError};
 use broker_core::metadata::TxnOutcome;
 use broker_core::wal::Wal;
 use serde_json::json;
@@ -83,6 +83,24 @@ impl ConsumerService {
         if let StartPosition::Timestamp(ts) = request.start {
             tributary_proto::limits::check_timestamp_ms(ts)
                 .map_err(|why| invalid("start.timestamp", format!("start.timestamp: {why}")))?;
+        }
+        // A partitioned topic holds no records itself (they go to its
+        // partitions): a subscription of it would wait for ever.
+        let partitions = match Catalog::new(self.store.as_ref())
+            .partition_count(topic)
+            .await
+        {
+            Err(CatalogError::TopicNotFound { .. }) => 0, // refused below
+            other => other?,
+        };
+        if partitions > 0 {
+            return Err(ConsumerError::Conflict {
+                kind: "partitioned",
+                message: format!(
+                    "{topic} is partitioned into {partitions} and holds no records itself: attach to each of its partitions {topic}-part-0 … {topic}-part-{}; nothing was created",
+                    partitions - 1
+                ),
+            });
         }
         // A subscription loaded before its topic was reopened under another
         // ownership epoch is unloaded here, so this attach loads it anew.

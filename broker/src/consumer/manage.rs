@@ -1,7 +1,7 @@
 //! Operations on a subscription as a whole (seek, pause and resume,
 //! unsubscribe, state) and on a topic without one (central publish, peek).
 
-use broker_core::catalog::Catalog;
+use broker_core::catalog::{Catalog, CatalogError};
 use broker_core::metadata::Txn;
 use serde_json::json;
 use tracing::info;
@@ -83,10 +83,24 @@ impl ConsumerService {
         match self.store.get(&key).await? {
             Some(v) => serde_json::from_value(v)
                 .map_err(|e| ConsumerError::Internal(format!("stored subscription at {key}: {e}"))),
-            None => Err(ConsumerError::NotFound(format!(
-                "subscription {name} of {topic} does not exist"
-            ))),
+            None => Err(self.no_subscription(topic, name).await),
         }
+    }
+
+    /// The 404 for a subscription that does not exist: naming the topic
+    /// when that does not exist either (it named the subscription only).
+    async fn no_subscription(&self, topic: &TopicName, name: &SubscriptionName) -> ConsumerError {
+        let missing_topic = matches!(
+            Catalog::new(self.store.as_ref())
+                .partition_count(topic)
+                .await,
+            Err(CatalogError::TopicNotFound { .. })
+        );
+        ConsumerError::NotFound(if missing_topic {
+            format!("topic {topic} does not exist")
+        } else {
+            format!("subscription {name} of {topic} does not exist")
+        })
     }
 
     /// Pauses (`true`) or resumes a subscription; stored for durable ones.
@@ -142,9 +156,7 @@ impl ConsumerService {
         let meta_key = keys::topics::subscription(topic, &name);
         let stored = self.store.get(&meta_key).await?.is_some();
         if loaded.is_none() && !stored {
-            return Err(ConsumerError::NotFound(format!(
-                "subscription {name} of {topic} does not exist"
-            )));
+            return Err(self.no_subscription(topic, &name).await);
         }
         if let Some(sub) = loaded {
             sub.state.lock().await.remove();
