@@ -95,10 +95,26 @@ fn main() {
         std::thread::sleep(Duration::from_millis(100));
     }
     let mut times = Vec::new();
+    let mut leader_times = Vec::new();
     for round in 0..rounds {
         let Some((owner, epoch)) = fleet.marked_owner(TOPIC) else {
             panic!("no owner marked");
         };
+        // Whether the owner also leads Raft: its death then waits for an
+        // election, and the new leader takes nothing over for one lease TTL.
+        let leader = ureq::get(format!(
+            "{}/v1/cluster/status",
+            fleet.nodes[(owner - 1) as usize].url()
+        ))
+        .header(
+            "Authorization",
+            format!("Bearer {}", tributary_tests::fleet::TOKEN),
+        )
+        .call()
+        .ok()
+        .and_then(|mut r| r.body_mut().read_json::<serde_json::Value>().ok())
+        .and_then(|s| s["leader"].as_u64());
+        let was_leader = leader == Some(owner);
         let before = acked();
         fleet.node(owner).kill();
         let killed = Instant::now();
@@ -115,10 +131,14 @@ fn main() {
         let took = killed.elapsed();
         let new = fleet.marked_owner(TOPIC);
         eprintln!(
-            "round {round}: killed broker {owner} (epoch {epoch}); first acknowledgement after {:.2} s; owner now {new:?}",
+            "round {round}: killed broker {owner} (epoch {epoch}{}); first acknowledgement after {:.2} s; owner now {new:?}",
+            if was_leader { ", the Raft leader" } else { "" },
             took.as_secs_f64()
         );
         times.push(took);
+        if was_leader {
+            leader_times.push(took);
+        }
         fleet.node(owner).start();
         std::thread::sleep(Duration::from_secs(10));
     }
@@ -133,6 +153,15 @@ fn main() {
         percentile(&times, 0.99).as_secs_f64(),
         times.last().map_or(0.0, Duration::as_secs_f64)
     );
+    leader_times.sort();
+    if let Some(max) = leader_times.last() {
+        println!(
+            "of which {} killed the Raft leader too: p50 {:.2} s, max {:.2} s",
+            leader_times.len(),
+            percentile(&leader_times, 0.5).as_secs_f64(),
+            max.as_secs_f64()
+        );
+    }
     if !retained.is_empty() {
         let mut sorted = retained.clone();
         sorted.sort_unstable();
