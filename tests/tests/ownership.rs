@@ -898,11 +898,11 @@ fn raft_leader(fleet: &Fleet, via: u64) -> u64 {
 /// topics to other brokers as "owner_dead" (the cluster trial: a centrally
 /// written topic on a live broker moved twice, and its new owner started
 /// at the archive's end without the five acknowledged records). A new
-/// leader now waits one lease TTL before any takeover. Whether the
+/// leader now waits the lease's fresh window before any takeover. Whether the
 /// survivors' leases lapse during the election depends on its timing, so
 /// this passes without the fix in some runs; the manager's rule itself is
 /// tested deterministically in `broker/src/cluster/tests.rs`
-/// (`a_new_leader_waits_one_lease_ttl_before_taking_topics_over`).
+/// (`a_new_leader_waits_the_takeover_grace_before_taking_topics_over`).
 #[test]
 fn a_raft_leader_killed_leaves_the_live_brokers_their_topics_and_records() {
     const JOBS: &str = "/plant1/jobs";

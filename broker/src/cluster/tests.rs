@@ -104,16 +104,17 @@ async fn a_takeover_needs_the_owners_lease_lapsed_when_it_applies() {
 }
 
 /// A broker that becomes Raft leader takes no dead owner's topics over for
-/// one lease TTL: without a leader no lease could be renewed, so a live
-/// owner's may have lapsed during the election. Broker 1's lease lapsed
-/// before this leader started; it renews within the TTL and keeps its
-/// topic at the same epoch. Broker 3's lapsed too and it never renews:
-/// its topic moves once the TTL has passed (the cluster trial: after a
+/// the takeover grace (the lease's fresh window): without a leader no
+/// lease could be renewed, so a live owner's may have lapsed during the
+/// election. Broker 1's lease lapsed before this leader started; it renews
+/// within the grace and keeps its topic at the same epoch. Broker 3's
+/// lapsed too and it never renews: its topic moves once the grace has
+/// passed (the cluster trial: after a
 /// leader's SIGKILL the survivors' topics went to other brokers, and a
 /// central topic's new owner started at the archive's end without its
 /// acknowledged records).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_new_leader_waits_one_lease_ttl_before_taking_topics_over() {
+async fn a_new_leader_waits_the_takeover_grace_before_taking_topics_over() {
     use std::time::Duration;
 
     use broker_core::clock::Clock as _;
@@ -126,8 +127,11 @@ async fn a_new_leader_waits_one_lease_ttl_before_taking_topics_over() {
     let store = Arc::new(RedbStore::open(dir.path().join("meta.redb"), clock.clone()).unwrap());
     let mut config = ClusterConfig::new("127.0.0.1:1".into(), "http://127.0.0.1:1".into());
     config.heartbeat_ms = 50;
-    config.lease_ttl_ms = 1_500;
+    config.lease_ttl_ms = 2_000;
+    config.lease_margin_ms = 500;
     let ttl = config.lease_ttl_ms;
+    let grace = super::manager::takeover_grace_ms(&config);
+    assert_eq!(grace, 1_500);
     let cluster = Cluster::new(2, store.clone(), clock.clone(), config);
     let lease = |id: u64, renewed_at_ms: u64, ttl_ms: u64| {
         let state = BrokerState {
@@ -180,8 +184,8 @@ async fn a_new_leader_waits_one_lease_ttl_before_taking_topics_over() {
     let started = tokio::time::Instant::now();
     let manager = tokio::spawn(super::manager::run(cluster.clone(), Arc::new(|| true)));
 
-    // Broker 1 renews with the new leader after half a TTL.
-    tokio::time::sleep(Duration::from_millis(ttl / 2)).await;
+    // Broker 1 renews with the new leader within the grace.
+    tokio::time::sleep(Duration::from_millis(grace / 2)).await;
     assert_eq!(cluster.owner(&kept), Some((1, 3)));
     assert_eq!(cluster.owner(&moved), Some((3, 3)), "moved within the TTL");
     let renewed = clock.now_ms();
@@ -193,7 +197,7 @@ async fn a_new_leader_waits_one_lease_ttl_before_taking_topics_over() {
             .applied()
     );
 
-    // Past the TTL: broker 3's topic goes to the live broker 2, broker
+    // Past the grace: broker 3's topic goes to the live broker 2, broker
     // 1's stays where it was.
     let deadline = started + Duration::from_millis(ttl * 3);
     while cluster.owner(&moved) != Some((2, 4)) {
@@ -204,7 +208,7 @@ async fn a_new_leader_waits_one_lease_ttl_before_taking_topics_over() {
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert!(started.elapsed() >= Duration::from_millis(ttl));
+    assert!(started.elapsed() >= Duration::from_millis(grace));
     assert_eq!(cluster.owner(&kept), Some((1, 3)));
     manager.abort();
     renewing.abort();

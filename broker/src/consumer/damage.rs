@@ -85,6 +85,29 @@ pub(super) fn take_damaged(gaps: &mut Vec<Gap>) -> Option<Gap> {
     }
 }
 
+/// For a read that is answered at once (a peek, a replay): removes the
+/// trailing damaged gap of `gaps`; when nothing was read before it, the
+/// read started in the damaged range and is refused naming it.
+///
+/// # Errors
+/// [`ConsumerError::Damaged`] with the range and why.
+pub(super) fn refuse_a_read_that_starts_damaged(
+    read_nothing: bool,
+    gaps: &mut Vec<Gap>,
+) -> Result<(), ConsumerError> {
+    if let Some(damaged) = take_damaged(gaps)
+        && read_nothing
+        && gaps.is_empty()
+    {
+        return Err(ConsumerError::Damaged {
+            first_offset: damaged.first_offset,
+            end_offset: damaged.end_offset,
+            reason: damaged.reason,
+        });
+    }
+    Ok(())
+}
+
 impl ConsumerService {
     /// The wait at a damaged range before the poison policy applies, ms.
     pub(super) fn damage_wait_ms(&self) -> i64 {

@@ -293,16 +293,7 @@ impl ConsumerService {
         // or an archive object) holds nothing to replay: a read that
         // starts in it is refused, naming it; one that meets it later
         // stops before it, and the next replay starts there.
-        if let Some(damaged) = super::damage::take_damaged(&mut gaps)
-            && found.is_empty()
-            && gaps.is_empty()
-        {
-            return Err(ConsumerError::Damaged {
-                first_offset: damaged.first_offset,
-                end_offset: damaged.end_offset,
-                reason: damaged.reason,
-            });
-        }
+        super::damage::refuse_a_read_that_starts_damaged(found.is_empty(), &mut gaps)?;
         let end = found
             .last()
             .map_or(from, |(o, _)| o + 1)

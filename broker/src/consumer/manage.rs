@@ -341,16 +341,7 @@ impl ConsumerService {
         let found = tiered::read_range(&wal, self.archive(), topic, from, limit, &mut gaps).await?;
         // A damaged range ends the read: the good records before it, or,
         // when the read starts in it, a typed error naming it.
-        if let Some(damaged) = super::damage::take_damaged(&mut gaps)
-            && found.is_empty()
-            && gaps.is_empty()
-        {
-            return Err(ConsumerError::Damaged {
-                first_offset: damaged.first_offset,
-                end_offset: damaged.end_offset,
-                reason: damaged.reason,
-            });
-        }
+        super::damage::refuse_a_read_that_starts_damaged(found.is_empty(), &mut gaps)?;
         let messages: Vec<Message> = found
             .iter()
             .map(|(o, r)| records::to_message(*o, r, encoding))

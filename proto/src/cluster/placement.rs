@@ -32,11 +32,12 @@ pub struct ClusterSnapshot {
     /// Topics waiting for an owner.
     pub unassigned: BTreeMap<TopicName, Unassigned>,
     /// Wall-clock instant, ms, before which no dead owner's topics are
-    /// taken over: a new Raft leader's first lease TTL. While there was no
-    /// leader nobody could renew a lease, so at an election every lease
-    /// may have lapsed, the live owners' too; they renew with the new
-    /// leader within a TTL (as KRaft's controller gives every broker a
-    /// fresh session timeout when it takes over). Without it the survivors
+    /// taken over: a new Raft leader's first moments (the broker's
+    /// takeover grace). While there was no leader nobody could renew a
+    /// lease, so at an election every lease may have lapsed, the live
+    /// owners' too; they renew with the new leader within that time (as
+    /// KRaft's controller gives every broker a fresh session timeout when
+    /// it takes over). Without it the survivors
     /// of a leader's crash lost their topics to a new epoch, and a central
     /// topic's new owner started at the archive's end. 0: no such wait.
     pub takeovers_from_ms: u64,
