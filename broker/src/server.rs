@@ -177,9 +177,16 @@ pub async fn run(
         let me = config.node_id;
         let is_leader: crate::cluster::manager::IsLeader =
             Arc::new(move || leader_node.status().leader == Some(me));
+        let silent_node = node.clone();
+        let unreachable: crate::cluster::manager::Unreachable =
+            Arc::new(move || silent_node.unanswered_members());
         let follower = tokio::spawn(cluster.clone().follow());
         let lease = tokio::spawn(crate::cluster::lease::run(cluster.clone()));
-        let manager = tokio::spawn(crate::cluster::manager::run(cluster.clone(), is_leader));
+        let manager = tokio::spawn(crate::cluster::manager::run(
+            cluster.clone(),
+            is_leader,
+            unreachable,
+        ));
         let releaser = {
             let (cluster, topics) = (cluster.clone(), topics.clone());
             tokio::spawn(async move {

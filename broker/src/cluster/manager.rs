@@ -22,6 +22,10 @@ const CONCURRENT_CHANGES: usize = 64;
 /// Whether this node leads the Raft group now.
 pub type IsLeader = Arc<dyn Fn() -> bool + Send + Sync>;
 
+/// The members of the Raft group that have not answered this leader in
+/// its term (empty when this node does not lead, or without Raft).
+pub type Unreachable = Arc<dyn Fn() -> std::collections::BTreeSet<u64> + Send + Sync>;
+
 /// How long a new leader waits before any takeover from a dead owner, ms:
 /// the lease's fresh window (`lease_ttl_ms − lease_margin_ms`, 3.5 s by
 /// default), at least two heartbeats. A live broker renews within a
@@ -35,8 +39,11 @@ pub fn takeover_grace_ms(config: &super::ClusterConfig) -> u64 {
         .max(config.heartbeat_ms.saturating_mul(2))
 }
 
-/// Runs until aborted.
-pub async fn run(cluster: Arc<Cluster>, is_leader: IsLeader) {
+/// Runs until aborted. `unreachable` names the brokers that are gone for
+/// sure (Raft members silent to this leader), whose topics need not wait
+/// for the grace; it is asked only after a heartbeat of leading, so a
+/// member has had time to answer.
+pub async fn run(cluster: Arc<Cluster>, is_leader: IsLeader, unreachable: Unreachable) {
     let heartbeat = Duration::from_millis(cluster.config.heartbeat_ms.max(10));
     let mut changes = cluster.subscribe();
     // When this node became leader (None: it is not leading).
@@ -59,6 +66,9 @@ pub async fn run(cluster: Arc<Cluster>, is_leader: IsLeader) {
             });
             let mut snapshot = cluster.read().snapshot(now);
             snapshot.takeovers_from_ms = since.saturating_add(grace_ms);
+            if now >= since.saturating_add(cluster.config.heartbeat_ms) {
+                snapshot.unreachable = unreachable();
+            }
             let plan = tributary_proto::cluster::placement::plan(&snapshot, now);
             // Each change is its own conditional Raft write; issued
             // together, Raft appends them in shared batches (one log write

@@ -109,7 +109,8 @@ async fn a_takeover_needs_the_owners_lease_lapsed_when_it_applies() {
 /// election. Broker 1's lease lapsed before this leader started; it renews
 /// within the grace and keeps its topic at the same epoch. Broker 3's
 /// lapsed too and it never renews: its topic moves once the grace has
-/// passed (the cluster trial: after a
+/// passed. Broker 4, a Raft member that never answered the new leader,
+/// loses its topic a heartbeat after the election (the cluster trial: after a
 /// leader's SIGKILL the survivors' topics went to other brokers, and a
 /// central topic's new owner started at the archive's end without its
 /// acknowledged records).
@@ -157,9 +158,10 @@ async fn a_new_leader_waits_the_takeover_grace_before_taking_topics_over() {
         previous_owner: None,
         reason: "new_topic".into(),
     };
-    let (kept, moved) = (
+    let (kept, moved, gone) = (
         TopicName::new("/plant/kept").unwrap(),
         TopicName::new("/plant/moved").unwrap(),
+        TopicName::new("/plant/gone").unwrap(),
     );
     let now = clock.now_ms();
     let setup = lease(1, now - 2 * ttl, 1)
@@ -170,8 +172,19 @@ async fn a_new_leader_waits_the_takeover_grace_before_taking_topics_over() {
         .put(
             keys::broker_assignment(3, &moved),
             serde_json::to_value(&held).unwrap(),
+        )
+        .put(
+            keys::broker_assignment(4, &gone),
+            serde_json::to_value(&held).unwrap(),
         );
     assert!(store.txn(setup).await.unwrap().applied());
+    assert!(
+        store
+            .txn(lease(4, now - 2 * ttl, 1))
+            .await
+            .unwrap()
+            .applied()
+    );
     assert!(
         store
             .txn(lease(3, now - 2 * ttl, 1))
@@ -182,12 +195,27 @@ async fn a_new_leader_waits_the_takeover_grace_before_taking_topics_over() {
     let follow = tokio::spawn(cluster.clone().follow());
     let renewing = tokio::spawn(super::lease::run(cluster.clone()));
     let started = tokio::time::Instant::now();
-    let manager = tokio::spawn(super::manager::run(cluster.clone(), Arc::new(|| true)));
+    // Broker 4 is a Raft member that never answered this leader: gone for
+    // sure, its topic need not wait.
+    let manager = tokio::spawn(super::manager::run(
+        cluster.clone(),
+        Arc::new(|| true),
+        Arc::new(|| std::collections::BTreeSet::from([4])),
+    ));
 
     // Broker 1 renews with the new leader within the grace.
     tokio::time::sleep(Duration::from_millis(grace / 2)).await;
     assert_eq!(cluster.owner(&kept), Some((1, 3)));
-    assert_eq!(cluster.owner(&moved), Some((3, 3)), "moved within the TTL");
+    assert_eq!(
+        cluster.owner(&moved),
+        Some((3, 3)),
+        "moved within the grace"
+    );
+    assert_eq!(
+        cluster.owner(&gone),
+        Some((2, 4)),
+        "an unreachable owner's topic waited for the grace"
+    );
     let renewed = clock.now_ms();
     assert!(
         store
@@ -197,10 +225,13 @@ async fn a_new_leader_waits_the_takeover_grace_before_taking_topics_over() {
             .applied()
     );
 
-    // Past the grace: broker 3's topic goes to the live broker 2, broker
-    // 1's stays where it was.
+    // Past the grace: broker 3's topic goes to a live broker, broker 1's
+    // stays where it was.
     let deadline = started + Duration::from_millis(ttl * 3);
-    while cluster.owner(&moved) != Some((2, 4)) {
+    while !cluster
+        .owner(&moved)
+        .is_some_and(|(owner, epoch)| owner != 3 && epoch == 4)
+    {
         assert!(
             tokio::time::Instant::now() < deadline,
             "{:?}",

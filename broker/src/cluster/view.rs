@@ -100,6 +100,7 @@ impl View {
             assignments: self.owners.clone(),
             unassigned: self.unassigned.clone(),
             takeovers_from_ms: 0,
+            unreachable: Default::default(),
         }
     }
 

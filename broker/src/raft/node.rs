@@ -370,6 +370,24 @@ impl MetaNode {
         &self.state_machine
     }
 
+    /// On the leader: the other members (voters and learners) whose log
+    /// has matched nothing of the leader's term, i.e. that have not
+    /// answered it since it was elected. Empty on any other node.
+    pub fn unanswered_members(&self) -> std::collections::BTreeSet<NodeId> {
+        let metrics = self.raft.metrics().borrow().clone();
+        let Some(replication) = &metrics.replication else {
+            return std::collections::BTreeSet::new();
+        };
+        replication
+            .iter()
+            .filter(|(id, matched)| {
+                **id != self.node_id
+                    && matched.is_none_or(|log| log.leader_id.term < metrics.current_term)
+            })
+            .map(|(id, _)| *id)
+            .collect()
+    }
+
     /// The cluster as this node sees it now.
     pub fn status(&self) -> ClusterStatus {
         let metrics = self.raft.metrics().borrow().clone();

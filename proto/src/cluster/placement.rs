@@ -41,6 +41,12 @@ pub struct ClusterSnapshot {
     /// of a leader's crash lost their topics to a new epoch, and a central
     /// topic's new owner started at the archive's end. 0: no such wait.
     pub takeovers_from_ms: u64,
+    /// Brokers the Raft leader knows to be gone: members of the Raft group
+    /// that have not answered it in its term. Their topics are taken over
+    /// without waiting for `takeovers_from_ms` (a leader that died with
+    /// its topics lets them go after the election, not the election plus
+    /// the wait); the takeover still needs their lease lapsed.
+    pub unreachable: BTreeSet<u64>,
 }
 
 /// What a change replaces.
@@ -182,7 +188,9 @@ pub fn plan(snapshot: &ClusterSnapshot, now_ms: u64) -> Vec<Change> {
         }
     }
     for (topic, (owner, assignment)) in &snapshot.assignments {
-        if snapshot.live.contains_key(owner) || now_ms < snapshot.takeovers_from_ms {
+        if snapshot.live.contains_key(owner)
+            || (now_ms < snapshot.takeovers_from_ms && !snapshot.unreachable.contains(owner))
+        {
             continue;
         }
         if let Some(to) = target(snapshot, &load, topic, None) {

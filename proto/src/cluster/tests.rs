@@ -97,6 +97,13 @@ fn a_dead_owners_topics_move_and_a_live_owner_keeps_its_own() {
     snapshot.takeovers_from_ms = 6;
     assert!(plan(&snapshot, 5).is_empty());
     assert_eq!(plan(&snapshot, 6).len(), 2);
+    // An owner the Raft leader knows to be gone (no answer in its term)
+    // is taken over without the wait.
+    snapshot.unreachable = BTreeSet::from([1]);
+    assert_eq!(plan(&snapshot, 5).len(), 2);
+    snapshot.unreachable = BTreeSet::from([9]);
+    assert!(plan(&snapshot, 5).is_empty());
+    snapshot.unreachable.clear();
     snapshot.unassigned.insert(t("/a/new"), waiting(0, None));
     let placed = plan(&snapshot, 5);
     assert_eq!(placed.len(), 1, "{placed:?}");
