@@ -39,15 +39,25 @@ pub fn takeover_grace_ms(config: &super::ClusterConfig) -> u64 {
         .max(config.heartbeat_ms.saturating_mul(2))
 }
 
+/// How long a new leader leads before it asks which Raft members have not
+/// answered it, ms: half a heartbeat (500 ms by default; at least 50). Its
+/// first AppendEntries go out at the election and a live member answers
+/// within milliseconds on a LAN; Raft's own heartbeat is 250 ms.
+pub fn reachability_wait_ms(config: &super::ClusterConfig) -> u64 {
+    (config.heartbeat_ms / 2).max(50)
+}
+
 /// Runs until aborted. `unreachable` names the brokers that are gone for
 /// sure (Raft members silent to this leader), whose topics need not wait
-/// for the grace; it is asked only after a heartbeat of leading, so a
-/// member has had time to answer.
+/// for the grace; it is asked only after [`reachability_wait_ms`] of
+/// leading, so a member has had time to answer.
 pub async fn run(cluster: Arc<Cluster>, is_leader: IsLeader, unreachable: Unreachable) {
     let heartbeat = Duration::from_millis(cluster.config.heartbeat_ms.max(10));
     let mut changes = cluster.subscribe();
     // When this node became leader (None: it is not leading).
     let mut leading_since_ms: Option<u64> = None;
+    // When the next round must run at the latest, if before a heartbeat.
+    let mut wake_at: Option<u64> = None;
     loop {
         if !is_leader() {
             leading_since_ms = None;
@@ -66,8 +76,14 @@ pub async fn run(cluster: Arc<Cluster>, is_leader: IsLeader, unreachable: Unreac
             });
             let mut snapshot = cluster.read().snapshot(now);
             snapshot.takeovers_from_ms = since.saturating_add(grace_ms);
-            if now >= since.saturating_add(cluster.config.heartbeat_ms) {
+            let ask_at = since.saturating_add(reachability_wait_ms(&cluster.config));
+            if now >= ask_at {
                 snapshot.unreachable = unreachable();
+            } else {
+                // Run again the moment members have had time to answer,
+                // not a whole heartbeat later: an edge retrying its dead
+                // owner's topic meanwhile gets "no owner" until then.
+                wake_at = Some(ask_at);
             }
             let plan = tributary_proto::cluster::placement::plan(&snapshot, now);
             // Each change is its own conditional Raft write; issued
@@ -92,8 +108,15 @@ pub async fn run(cluster: Arc<Cluster>, is_leader: IsLeader, unreachable: Unreac
                 tracing::warn!(topic = %change.topic, error = %e, failed = failed.len(), "assigning topics failed; retrying");
             }
         }
-        // Run again on the next change (debounced a little) or heartbeat.
-        let _ = tokio::time::timeout(heartbeat, changes.changed()).await;
+        // Run again on the next change (debounced a little) or heartbeat,
+        // or when the members' answers may be asked.
+        let wait = wake_at
+            .take()
+            .map_or(heartbeat, |at| {
+                Duration::from_millis(at.saturating_sub(cluster.clock.now_ms()))
+            })
+            .min(heartbeat);
+        let _ = tokio::time::timeout(wait, changes.changed()).await;
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
