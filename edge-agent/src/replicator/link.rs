@@ -44,6 +44,12 @@ pub const STREAM_RESTART: Duration = Duration::from_secs(5);
 /// plus 5 s.
 pub const RETRYABLE_RESTART: Duration = Duration::from_secs(1);
 
+/// How long a broker that could not be reached (the attempt never
+/// connected) is passed over while another can be tried: a dead broker
+/// costs a handshake timeout per visit, and rotating back to it during a
+/// failover made the edge wait 5 s more for an owner already elsewhere.
+pub const SKIP_UNREACHABLE: Duration = Duration::from_secs(30);
+
 /// First reconnect delay (before jitter).
 pub const MIN_BACKOFF: Duration = Duration::from_millis(100);
 
@@ -109,6 +115,11 @@ pub struct Link {
     backoff: ExponentialBackoff,
     /// The reason of the last failure warned about.
     last_failure: Option<String>,
+    /// Per broker: until when it is passed over (its last attempt never
+    /// connected), see [`SKIP_UNREACHABLE`].
+    unreachable_until: Vec<Option<Instant>>,
+    /// The broker of the attempt under way.
+    current: usize,
 }
 
 impl std::fmt::Debug for Link {
@@ -128,12 +139,14 @@ impl Link {
     /// `max_backoff`, jittered per `jitter`.
     pub fn new(brokers: Vec<String>, max_backoff: Duration, jitter: Jitter) -> Link {
         Link {
+            unreachable_until: vec![None; brokers.len()],
             brokers,
             attempts: 0,
             max_backoff,
             jitter,
             backoff: new_backoff(max_backoff, jitter),
             last_failure: None,
+            current: 0,
         }
     }
 
@@ -145,14 +158,22 @@ impl Link {
         self.last_failure = None;
     }
 
-    /// Starts an attempt: the broker address it dials (`None` without any
-    /// broker).
-    pub fn next_broker(&mut self) -> Option<&str> {
-        if self.brokers.is_empty() {
+    /// Starts an attempt at `now`: the broker address it dials (`None`
+    /// without any broker). Brokers are tried in turn, passing over one
+    /// whose last attempt never connected (for [`SKIP_UNREACHABLE`]) while
+    /// another can be tried.
+    pub fn next_broker(&mut self, now: Instant) -> Option<&str> {
+        let count = self.brokers.len();
+        if count == 0 {
             return None;
         }
-        let index = self.attempts % self.brokers.len();
-        self.attempts += 1;
+        let reachable = |i: usize| self.unreachable_until[i].is_none_or(|until| now >= until);
+        let index = (0..count)
+            .map(|step| (self.attempts + step) % count)
+            .find(|&i| reachable(i))
+            .unwrap_or(self.attempts % count);
+        self.attempts = index + 1;
+        self.current = index;
         Some(&self.brokers[index])
     }
 
@@ -166,6 +187,9 @@ impl Link {
         connected_at: Option<Instant>,
         failure: Option<&str>,
     ) -> Retry {
+        if let Some(until) = self.unreachable_until.get_mut(self.current) {
+            *until = connected_at.is_none().then(|| now + SKIP_UNREACHABLE);
+        }
         let worked =
             connected_at.is_some_and(|at| now.saturating_duration_since(at) >= WORKING_CONNECTION);
         if worked {
@@ -239,7 +263,7 @@ mod tests {
         let mut now = Instant::now();
         let mut delays = Vec::new();
         for _ in 0..12 {
-            link.next_broker();
+            link.next_broker(Instant::now());
             let retry = link.attempt_ended(now, None, Some("refused"));
             assert_eq!(retry.at, now + retry.delay);
             // backon multiplies in f32: compare whole milliseconds.
@@ -280,7 +304,7 @@ mod tests {
         let now = Instant::now();
         let mut dialled = Vec::new();
         for _ in 0..7 {
-            dialled.push(link.next_broker().unwrap().to_owned());
+            dialled.push(link.next_broker(now).unwrap().to_owned());
             link.attempt_ended(now, None, Some("timed out"));
         }
         assert_eq!(
@@ -290,9 +314,34 @@ mod tests {
             ]
         );
         assert_eq!(
-            Link::new(Vec::new(), ms(30_000), Jitter::Off).next_broker(),
+            Link::new(Vec::new(), ms(30_000), Jitter::Off).next_broker(Instant::now()),
             None
         );
+    }
+
+    /// A broker that could not be reached is passed over for
+    /// [`SKIP_UNREACHABLE`] while another can be tried: during a failover
+    /// the rotation went back to the dead owner and waited out a handshake
+    /// timeout (5 s) for an owner already elsewhere.
+    #[test]
+    fn an_unreachable_broker_is_passed_over_while_another_can_be_tried() {
+        let mut link = link(&["b1:7100", "b2:7100", "b3:7100"]);
+        let t0 = Instant::now();
+        let dial = |link: &mut Link, at: Instant, connected: bool| {
+            let broker = link.next_broker(at).unwrap().to_owned();
+            link.attempt_ended(at, connected.then_some(at), Some("ended"));
+            broker
+        };
+        // b1 is dead, b2 and b3 answer (and refuse: no owner yet).
+        assert_eq!(dial(&mut link, t0, false), "b1:7100");
+        assert_eq!(dial(&mut link, t0, true), "b2:7100");
+        assert_eq!(dial(&mut link, t0, true), "b3:7100");
+        assert_eq!(dial(&mut link, t0, true), "b2:7100", "b1 passed over");
+        assert_eq!(dial(&mut link, t0, true), "b3:7100");
+        // After the skip it is tried again.
+        let later = t0 + SKIP_UNREACHABLE;
+        assert_eq!(dial(&mut link, later, true), "b1:7100");
+        assert_eq!(dial(&mut link, later, true), "b2:7100");
     }
 
     #[test]

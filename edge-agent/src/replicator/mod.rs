@@ -358,7 +358,10 @@ pub async fn run(
         // This attempt presents the current certificate: only a swap
         // after it cuts a later backoff short.
         cert_changes.borrow_and_update();
-        let Some(addr) = link.next_broker().map(str::to_owned) else {
+        let Some(addr) = link
+            .next_broker(tokio::time::Instant::now().into_std())
+            .map(str::to_owned)
+        else {
             warn!("no broker address; not replicating");
             break;
         };
