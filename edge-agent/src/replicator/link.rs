@@ -177,6 +177,16 @@ impl Link {
         Some(&self.brokers[index])
     }
 
+    /// The connection of the attempt that just ended heard nothing from
+    /// its broker for the idle timeout (at `now`): the broker is passed
+    /// over like one that could not be reached ([`SKIP_UNREACHABLE`]).
+    /// Called after [`Link::attempt_ended`].
+    pub fn broker_went_silent(&mut self, now: Instant) {
+        if let Some(until) = self.unreachable_until.get_mut(self.current) {
+            *until = Some(now + SKIP_UNREACHABLE);
+        }
+    }
+
     /// The attempt ended at `now`: its handshake completed at
     /// `connected_at` (`None`: it never connected), and it ended with
     /// `failure` (`None`: without an error). Returns what to log and when
@@ -342,6 +352,14 @@ mod tests {
         let later = t0 + SKIP_UNREACHABLE;
         assert_eq!(dial(&mut link, later, true), "b1:7100");
         assert_eq!(dial(&mut link, later, true), "b2:7100");
+        // A connection whose broker went silent (the owner SIGKILLed under
+        // a working connection) passes it over the same way.
+        assert_eq!(link.next_broker(later).unwrap(), "b3:7100");
+        link.attempt_ended(later, Some(t0), Some("timed out"));
+        link.broker_went_silent(later);
+        assert_eq!(dial(&mut link, later, true), "b1:7100");
+        assert_eq!(dial(&mut link, later, true), "b2:7100");
+        assert_eq!(dial(&mut link, later, true), "b1:7100", "b3 passed over");
     }
 
     #[test]

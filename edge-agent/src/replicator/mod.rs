@@ -269,6 +269,10 @@ impl LossReason {
 enum StreamError {
     #[error("connection: {0}")]
     Connection(String),
+    /// An established connection that heard nothing from the broker for
+    /// the idle timeout: the broker (or the way to it) is gone.
+    #[error("connection: {0}")]
+    Silent(String),
     #[error(transparent)]
     Edge(#[from] EdgeError),
     #[error("wal: {0}")]
@@ -374,11 +378,15 @@ pub async fn run(
             Err(e) => Err(e),
         };
         let reason = outcome.as_ref().err().map(ToString::to_string);
+        let ended_at = tokio::time::Instant::now().into_std();
         let retry = link.attempt_ended(
-            tokio::time::Instant::now().into_std(),
+            ended_at,
             connected_at.map(tokio::time::Instant::into_std),
             reason.as_deref(),
         );
+        if matches!(outcome, Err(StreamError::Silent(_))) {
+            link.broker_went_silent(ended_at);
+        }
         shared.stats.set_link(|l| {
             l.connected_broker = None;
             if let Some(reason) = &reason {
@@ -574,7 +582,11 @@ async fn connect_and_replicate(
                 let loss = LossReason::of(&reason);
                 shared.stats.connections_lost[loss as usize].fetch_add(1, Ordering::Relaxed);
                 info!(broker = %addr, reason = loss.label(), error = %reason, "connection to broker lost");
-                break Err(StreamError::Connection(reason.to_string()));
+                break Err(if loss == LossReason::TimedOut {
+                    StreamError::Silent(reason.to_string())
+                } else {
+                    StreamError::Connection(reason.to_string())
+                });
             }
             changed = topic_changes.changed() => {
                 if changed.is_err() {
@@ -684,7 +696,7 @@ fn report_stream_end(
     reports: &mut StreamReports,
 ) {
     let needs_operator = match error {
-        StreamError::Connection(_) => false,
+        StreamError::Connection(_) | StreamError::Silent(_) => false,
         StreamError::Edge(EdgeError::Refused { code, .. }) => !code.is_retryable(),
         StreamError::Edge(_) | StreamError::Wal(_) | StreamError::Metadata(_) => true,
     };
