@@ -167,7 +167,13 @@ impl Link {
         if count == 0 {
             return None;
         }
-        let reachable = |i: usize| self.unreachable_until[i].is_none_or(|until| now >= until);
+        let reachable = |i: usize| {
+            self.unreachable_until
+                .get(i)
+                .copied()
+                .flatten()
+                .is_none_or(|until| now >= until)
+        };
         let index = (0..count)
             .map(|step| (self.attempts + step) % count)
             .find(|&i| reachable(i))
