@@ -122,17 +122,11 @@ async fn prepare(catalog: &Catalog<'_>, manifest: &Manifest) -> Result<(Plan, Tx
         // owns the settings of a topic it feeds.
         let intent_changes = action == PlanAction::Update
             && comparison.differences().iter().any(|d| d.field == "intent");
-        let edge_marker = tributary_proto::keys::topics::producer(
-            spec.name(),
-            crate::replication::topics::EDGE_PRODUCER_ID,
-        );
         let edge_fed = intent_changes
-            && catalog
-                .store()
-                .get(&edge_marker)
+            && crate::replication::topics::Writer::Edge
+                .writes(catalog.store(), spec.name())
                 .await
-                .map_err(CatalogError::from)?
-                .is_some();
+                .map_err(CatalogError::from)?;
         let refusal = match (action, comparison.existing_partitions()) {
             _ if edge_fed => Some((
                 "intent",
@@ -185,7 +179,7 @@ async fn prepare(catalog: &Catalog<'_>, manifest: &Manifest) -> Result<(Plan, Tx
         if intent_changes {
             // An edge's first contact between this read and the commit
             // fails the transaction (a concurrent change) instead.
-            txn = txn.when_absent(edge_marker);
+            txn = txn.when_absent(crate::replication::topics::Writer::Edge.marker_key(spec.name()));
         }
         plan.items.push(PlanItem {
             kind: ItemKind::Topic,

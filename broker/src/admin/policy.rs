@@ -136,14 +136,10 @@ async fn refuse_edge_fed_dead_letter(
     let Ok(dlq) = TopicName::new(name) else {
         return Ok(());
     };
-    let edge_marker =
-        tributary_proto::keys::topics::producer(&dlq, crate::replication::topics::EDGE_PRODUCER_ID);
-    if state
-        .store
-        .get(&edge_marker)
+    if crate::replication::topics::Writer::Edge
+        .writes(state.store.as_ref(), &dlq)
         .await
         .map_err(CatalogError::from)?
-        .is_some()
     {
         return Err(ApiError::new(
             StatusCode::CONFLICT,

@@ -717,11 +717,9 @@ impl Cluster {
     /// Whether `topic` is written centrally (its central writer marker
     /// `/topics/{ns}/{topic}/producers/1` exists).
     async fn is_central_written(&self, topic: &TopicName) -> Result<bool, ClusterError> {
-        let key = tributary_proto::keys::topics::producer(
-            topic,
-            crate::replication::topics::CENTRAL_PRODUCER_ID,
-        );
-        Ok(self.store.get(&key).await?.is_some())
+        Ok(crate::replication::topics::Writer::Central
+            .writes(self.store.as_ref(), topic)
+            .await?)
     }
 }
 

@@ -297,14 +297,9 @@ impl ConsumerService {
                 (meta, cursor, (view.policy, view.source), false, true)
             }
         };
-        let edge_fed = self
-            .store
-            .get(&keys::topics::producer(
-                topic,
-                crate::replication::topics::EDGE_PRODUCER_ID,
-            ))
-            .await?
-            .is_some();
+        let edge_fed = crate::replication::topics::Writer::Edge
+            .writes(self.store.as_ref(), topic)
+            .await?;
         let producer_id = if edge_fed {
             format!("edge:{}", topic.namespace())
         } else {

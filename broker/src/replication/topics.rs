@@ -84,6 +84,28 @@ impl Writer {
             Writer::Central => "central",
         }
     }
+
+    /// This kind's writer marker of `topic`:
+    /// `/topics/{ns}/{topic}/producers/{`[`EDGE_PRODUCER_ID`]` or `[`CENTRAL_PRODUCER_ID`]`}`.
+    pub fn marker_key(self, topic: &TopicName) -> String {
+        let id = match self {
+            Writer::Edge => EDGE_PRODUCER_ID,
+            Writer::Central => CENTRAL_PRODUCER_ID,
+        };
+        tributary_proto::keys::topics::producer(topic, id)
+    }
+
+    /// Whether this kind writes `topic` (its marker is stored).
+    ///
+    /// # Errors
+    /// Metadata errors.
+    pub async fn writes(
+        self,
+        store: &dyn MetadataStore,
+        topic: &TopicName,
+    ) -> Result<bool, broker_core::metadata::MetadataError> {
+        Ok(store.get(&self.marker_key(topic)).await?.is_some())
+    }
 }
 
 /// Open central topic WALs, by topic.
@@ -442,12 +464,12 @@ impl TopicStore {
     /// [`TopicError::Conflict`] when the other kind already writes the
     /// topic; metadata errors.
     pub async fn claim_writer(&self, topic: &TopicName, writer: Writer) -> Result<(), TopicError> {
-        let (own, other) = match writer {
-            Writer::Edge => (EDGE_PRODUCER_ID, CENTRAL_PRODUCER_ID),
-            Writer::Central => (CENTRAL_PRODUCER_ID, EDGE_PRODUCER_ID),
+        let other = match writer {
+            Writer::Edge => Writer::Central,
+            Writer::Central => Writer::Edge,
         };
-        let own_key = tributary_proto::keys::topics::producer(topic, own);
-        let other_key = tributary_proto::keys::topics::producer(topic, other);
+        let own_key = writer.marker_key(topic);
+        let other_key = other.marker_key(topic);
         let conflict = |topic: &TopicName| {
             TopicError::WriterConflict {
             topic: topic.clone(),
@@ -458,12 +480,10 @@ impl TopicStore {
         }
         };
         for _ in 0..3 {
-            if self
-                .store
-                .get(&own_key)
+            if writer
+                .writes(self.store.as_ref(), topic)
                 .await
                 .map_err(CatalogError::from)?
-                .is_some()
             {
                 return Ok(());
             }
@@ -550,13 +570,10 @@ impl TopicStore {
         records: Vec<tributary_proto::Record>,
         create_implicit: bool,
     ) -> Result<broker_core::wal::AppendAck, TopicError> {
-        let own_key = tributary_proto::keys::topics::producer(topic, CENTRAL_PRODUCER_ID);
-        let marked = self
-            .store
-            .get(&own_key)
+        let marked = Writer::Central
+            .writes(self.store.as_ref(), topic)
             .await
-            .map_err(CatalogError::from)?
-            .is_some();
+            .map_err(CatalogError::from)?;
         if !marked {
             // Checked once, before the first central write claims the
             // topic (the writer marker) and before its WAL is opened.
