@@ -101,20 +101,8 @@ fn main() {
             panic!("no owner marked");
         };
         // Whether the owner also leads Raft: its death then waits for an
-        // election, and the new leader takes nothing over for one lease TTL.
-        let leader = ureq::get(format!(
-            "{}/v1/cluster/status",
-            fleet.nodes[(owner - 1) as usize].url()
-        ))
-        .header(
-            "Authorization",
-            format!("Bearer {}", tributary_tests::fleet::TOKEN),
-        )
-        .call()
-        .ok()
-        .and_then(|mut r| r.body_mut().read_json::<serde_json::Value>().ok())
-        .and_then(|s| s["leader"].as_u64());
-        let was_leader = leader == Some(owner);
+        // election, and the new leader's wait before it takes topics over.
+        let was_leader = fleet.raft_leader(owner) == Some(owner);
         let before = acked();
         fleet.node(owner).kill();
         let killed = Instant::now();

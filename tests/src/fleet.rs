@@ -245,6 +245,20 @@ ca = "{certs}/ca.pem"
             .map(|(epoch, id)| (id, epoch))
     }
 
+    /// The Raft leader as broker `via` sees it (`GET /v1/cluster/status`),
+    /// `None` while there is none or the broker does not answer.
+    pub fn raft_leader(&self, via: u64) -> Option<u64> {
+        let mut reply = ureq::get(format!(
+            "{}/v1/cluster/status",
+            self.nodes[(via - 1) as usize].url()
+        ))
+        .header("Authorization", format!("Bearer {TOKEN}"))
+        .call()
+        .ok()?;
+        let status: Value = reply.body_mut().read_json().ok()?;
+        status["leader"].as_u64()
+    }
+
     /// The node with id `id`.
     pub fn node(&mut self, id: u64) -> &mut Node {
         &mut self.nodes[(id - 1) as usize]

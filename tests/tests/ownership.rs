@@ -873,21 +873,10 @@ fn admin_post(fleet: &Fleet, via: u64, path: &str, body: serde_json::Value) -> (
 fn raft_leader(fleet: &Fleet, via: u64) -> u64 {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        let status: Option<serde_json::Value> = ureq::get(format!(
-            "{}/v1/cluster/status",
-            fleet.nodes[(via - 1) as usize].url()
-        ))
-        .header(
-            "Authorization",
-            format!("Bearer {}", tributary_tests::fleet::TOKEN),
-        )
-        .call()
-        .ok()
-        .and_then(|mut r| r.body_mut().read_json().ok());
-        if let Some(leader) = status.as_ref().and_then(|s| s["leader"].as_u64()) {
+        if let Some(leader) = fleet.raft_leader(via) {
             return leader;
         }
-        assert!(Instant::now() < deadline, "no Raft leader: {status:?}");
+        assert!(Instant::now() < deadline, "no Raft leader within 30 s");
         std::thread::sleep(Duration::from_millis(200));
     }
 }
