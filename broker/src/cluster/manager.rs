@@ -41,8 +41,9 @@ pub fn takeover_grace_ms(config: &super::ClusterConfig) -> u64 {
 
 /// How long a new leader leads before it asks which Raft members have not
 /// answered it, ms: half a heartbeat (500 ms by default; at least 50). Its
-/// first AppendEntries go out at the election and a live member answers
-/// within milliseconds on a LAN; Raft's own heartbeat is 250 ms.
+/// first AppendEntries go out at the election, and a live member answers
+/// within a round trip; Raft's own heartbeat is 250 ms, so a member that
+/// missed one is still counted as answering by then.
 pub fn reachability_wait_ms(config: &super::ClusterConfig) -> u64 {
     (config.heartbeat_ms / 2).max(50)
 }
