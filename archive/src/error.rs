@@ -48,6 +48,15 @@ pub enum BucketError {
         /// What disagrees.
         reason: String,
     },
+    /// The segment descriptor an object is checked against could not be
+    /// read from the metadata ([`crate::reader::CommittedDescriptors`]).
+    #[error("reading the committed descriptor {key}: {reason}")]
+    Descriptor {
+        /// The descriptor key.
+        key: String,
+        /// Why not.
+        reason: String,
+    },
     /// An invalid store configuration.
     #[error("invalid configuration: {0}")]
     Config(String),

@@ -7,11 +7,13 @@
 //! one read from the index block holding the offset, streamed onward.
 
 use std::ops::ControlFlow;
+use std::sync::Arc;
 
 use futures::StreamExt;
+use futures::future::BoxFuture;
 use tributary_proto::archive::{
     ArchiveError, ArchiveIndex, BatchSplitter, Block, Damage, FOOTER_BYTES, Footer, HoleRange,
-    SegmentVerifier, TAIL_READ_BYTES, reader_limits,
+    SegmentDescriptor, SegmentVerifier, TAIL_READ_BYTES, reader_limits,
 };
 use tributary_proto::batch::{EncodedBatch, Record};
 use tributary_proto::keys::{NamespaceName, StorageKeys, TopicName};
@@ -67,17 +69,61 @@ pub struct SegmentVerdict {
     pub records_ok: u64,
 }
 
+/// Where a reader finds the segment descriptor committed for an object
+/// (the broker: its copy of the Raft metadata). With one
+/// ([`Archive::with_committed`]), an object whose footer disagrees with the
+/// descriptor committed under its key is refused as damaged
+/// ([`ArchiveError::NotCommitted`]) instead of being read: another object
+/// stored at a committed key (a wrong backup restored, a stray upload)
+/// is never served as the topic's records. Without one (`tribctl
+/// archive`, which reads a bucket with no broker) the bucket is taken as
+/// it is.
+pub trait CommittedDescriptors: Send + Sync {
+    /// The descriptor committed at `key` (a descriptor key,
+    /// [`StorageKeys::segment_descriptor`]); `None` when there is none.
+    ///
+    /// # Errors
+    /// Why the metadata could not be read, as text.
+    fn descriptor<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<SegmentDescriptor>, String>>;
+}
+
 /// An archive bucket under a storage prefix.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Archive {
     bucket: Bucket,
     keys: StorageKeys,
+    committed: Option<Arc<dyn CommittedDescriptors>>,
+}
+
+impl std::fmt::Debug for Archive {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Archive")
+            .field("bucket", &self.bucket)
+            .field("keys", &self.keys)
+            .field("checks_descriptors", &self.committed.is_some())
+            .finish()
+    }
 }
 
 impl Archive {
     /// The archive in `bucket` under the prefix of `keys`.
     pub fn new(bucket: Bucket, keys: StorageKeys) -> Archive {
-        Archive { bucket, keys }
+        Archive {
+            bucket,
+            keys,
+            committed: None,
+        }
+    }
+
+    /// This archive, checking every object it opens against the
+    /// descriptor `committed` holds for it (see [`CommittedDescriptors`]).
+    #[must_use]
+    pub fn with_committed(mut self, committed: Arc<dyn CommittedDescriptors>) -> Archive {
+        self.committed = Some(committed);
+        self
     }
 
     /// The storage prefix this archive reads under.
@@ -172,10 +218,49 @@ impl Archive {
         Ok(())
     }
 
+    /// With [`Archive::with_committed`]: refuses `object` when the
+    /// descriptor committed for its start offset names this key and
+    /// disagrees with `footer`. A descriptor naming another key, or none
+    /// (an object uploaded but not yet committed), is not checked here.
+    async fn check_committed(
+        &self,
+        object: &SegmentObjectInfo,
+        footer: &Footer,
+    ) -> Result<(), BucketError> {
+        let Some(committed) = &self.committed else {
+            return Ok(());
+        };
+        let Ok(parsed) = self.keys.parse_segment_object(&object.key) else {
+            return Ok(());
+        };
+        let key = self
+            .keys
+            .segment_descriptor(&parsed.topic, parsed.start_offset);
+        let descriptor =
+            committed
+                .descriptor(&key)
+                .await
+                .map_err(|reason| BucketError::Descriptor {
+                    key: key.clone(),
+                    reason,
+                })?;
+        match descriptor {
+            Some(d) if d.object_id == object.key && !d.matches_footer(footer) => {
+                Err(Archive::archive_error(object)(ArchiveError::NotCommitted {
+                    committed: d.batches_crc32c,
+                    found: footer.batches_crc32c,
+                }))
+            }
+            _ => Ok(()),
+        }
+    }
+
     /// The object's footer: one suffix read of 112 bytes.
     ///
     /// # Errors
-    /// Store errors, [`BucketError::Archive`] for a damaged footer.
+    /// Store errors, [`BucketError::Archive`] for a damaged footer (or,
+    /// with [`Archive::with_committed`], one that is not the committed
+    /// object's), [`BucketError::Descriptor`].
     pub async fn footer(&self, object: &SegmentObjectInfo) -> Result<Footer, BucketError> {
         let (tail, size) = self
             .bucket
@@ -183,17 +268,21 @@ impl Archive {
             .await?;
         let footer = Footer::decode_from_tail(&tail).map_err(Archive::archive_error(object))?;
         Archive::check_footer(object, &footer, size)?;
+        self.check_committed(object, &footer).await?;
         Ok(footer)
     }
 
     /// Footer and index: one suffix read of [`TAIL_READ_BYTES`].
     ///
     /// # Errors
-    /// Store errors, [`BucketError::Archive`] for a damaged footer or index.
+    /// Store errors, [`BucketError::Archive`] for a damaged footer or index
+    /// (or, with [`Archive::with_committed`], an object that is not the
+    /// committed one), [`BucketError::Descriptor`].
     pub async fn open(&self, object: &SegmentObjectInfo) -> Result<ArchiveIndex, BucketError> {
         let (tail, size) = self.bucket.get_suffix(&object.key, TAIL_READ_BYTES).await?;
         let footer = Footer::decode_from_tail(&tail).map_err(Archive::archive_error(object))?;
         Archive::check_footer(object, &footer, size)?;
+        self.check_committed(object, &footer).await?;
         ArchiveIndex::decode_from_tail(&footer, &tail).map_err(Archive::archive_error(object))
     }
 

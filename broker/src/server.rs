@@ -225,7 +225,10 @@ pub async fn run(
         ),
     );
     if let Some(archive) = &config.archive {
-        damage.set_archive(crate::consumer::tiered::open_archive(archive)?);
+        damage.set_archive(crate::consumer::tiered::open_archive(
+            archive,
+            state.store.clone(),
+        )?);
     }
     let damage_task = damage.spawn();
     let gate = crate::replication::revocation::EdgeGate::new(state.auth.cache().clone());
@@ -281,7 +284,10 @@ pub async fn run(
         Arc::new(SystemClock),
     );
     let archive = match &config.archive {
-        Some(archive) => Some(crate::consumer::tiered::open_archive(archive)?),
+        Some(archive) => Some(crate::consumer::tiered::open_archive(
+            archive,
+            state.store.clone(),
+        )?),
         None => None,
     };
     if let Some(archive) = &archive {

@@ -444,16 +444,26 @@ fn flip_in_object(h: &Harness, topic: &TopicName, at: f64) -> (std::path::PathBu
 /// multiple of 25, published 25 per batch) in one sealed segment that is
 /// tiered and trimmed; returns the consumer API's base URL and a client.
 fn tiered_task_queue(h: &Harness, count: u64) -> (String, ConsumerClient) {
+    tiered_task_queue_of(h, count, h.archive(), 0)
+}
+
+/// As [`tiered_task_queue`], consumers reading through `archive`, offset
+/// `i` holding `record(i + values_from)`.
+fn tiered_task_queue_of(
+    h: &Harness,
+    count: u64,
+    archive: Archive,
+    values_from: u64,
+) -> (String, ConsumerClient) {
     let spec = TopicSpec::parse(TOPIC, "task_queue", 0).unwrap();
     h.runtime
         .block_on(Catalog::new(h.store.as_ref()).create_topic(&spec))
         .unwrap();
-    let base = h.serve(Some(h.archive()));
+    let base = h.serve(Some(archive));
     let client = ConsumerClient::new(&base, TOKEN);
     for first in (0..count).step_by(25) {
-        let r = client
-            .publish(TOPIC, (first..first + 25).map(record).collect())
-            .unwrap();
+        let values = first + values_from..first + values_from + 25;
+        let r = client.publish(TOPIC, values.map(record).collect()).unwrap();
         assert_eq!(r.base_offset, first);
     }
     h.roll();
@@ -542,6 +552,63 @@ fn a_damaged_archive_object_stops_delivery_before_it_and_the_poison_policy_moves
     assert_eq!(
         dlq.messages[0].header_text("x-original-topic-offset"),
         Some(first.to_string().as_str())
+    );
+}
+
+/// An intact archive object written over a committed one under the same
+/// key (the same offsets, other records, every CRC valid: a wrong backup
+/// restored, a stray upload) is a damaged range to consumers, not records
+/// they would take for the topic's: the broker checks each object it opens
+/// against the descriptor committed in its metadata.
+#[test]
+fn an_object_replaced_under_a_committed_key_is_a_damaged_range_not_served() {
+    let h = Harness::new();
+    let checked =
+        h.archive()
+            .with_committed(tributary_broker::consumer::tiered::committed_descriptors(
+                h.store.clone(),
+            ));
+    let (_, client) = tiered_task_queue_of(&h, 100, checked, 0);
+    let peek = client.peek(TOPIC, Some(0), 1000).unwrap();
+    assert_eq!(peek.messages.len(), 100);
+    assert_eq!(peek.messages[7].value, record(7).value);
+
+    // The same topic and offsets elsewhere, other values, tiered there.
+    let other = Harness::new();
+    tiered_task_queue_of(&other, 100, other.archive(), 1_000);
+    let (objects, _) = h
+        .runtime
+        .block_on(h.archive().segments(&h.topic()))
+        .unwrap();
+    let (theirs, _) = other
+        .runtime
+        .block_on(other.archive().segments(&other.topic()))
+        .unwrap();
+    assert_eq!(objects.len(), 1);
+    assert_eq!(objects[0].key, theirs[0].key, "the same key");
+    std::fs::copy(
+        other.dir.path().join("bucket").join(&theirs[0].key),
+        h.dir.path().join("bucket").join(&objects[0].key),
+    )
+    .unwrap();
+
+    let (status, kind, message) = api_error(client.peek(TOPIC, Some(0), 1000));
+    assert_eq!((status, kind.as_str()), (503, "damaged_range"), "{message}");
+    assert!(
+        message.contains("not the object committed for this key"),
+        "{message}"
+    );
+    let Err(ClientError::Api { body, .. }) = client.peek(TOPIC, Some(0), 10) else {
+        unreachable!()
+    };
+    assert_eq!(body["end_offset"].as_u64(), Some(100), "{body}");
+    // A consumer receives none of the other object's records.
+    let consumer = attach_earliest(&client);
+    let got = client.receive(TOPIC, "workers", consumer, 100, 0).unwrap();
+    assert!(got.messages.is_empty(), "{:?}", got.messages);
+    assert_eq!(
+        got.damaged.map(|d| (d.first_offset, d.end_offset)),
+        Some((0, 100))
     );
 }
 

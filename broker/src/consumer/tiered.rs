@@ -14,12 +14,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ops::ControlFlow;
 use std::sync::Arc;
 
+use broker_core::metadata::{MetadataStore, MetadataStoreExt};
 use broker_core::wal::{Wal, WalError};
 use tributary_api::consumer::{Gap, GapKind};
 use tributary_archive::BucketError;
-use tributary_archive::reader::{Archive, SegmentObjectInfo, Start};
+use tributary_archive::reader::{Archive, CommittedDescriptors, SegmentObjectInfo, Start};
 use tributary_proto::Record;
-use tributary_proto::archive::Damage;
+use tributary_proto::archive::{Damage, SegmentDescriptor};
 use tributary_proto::keys::TopicName;
 
 use super::records::{self, ReadError};
@@ -505,14 +506,42 @@ pub async fn offset_for_timestamp(
     .await
 }
 
+/// The segment descriptors the tier service committed, read from this
+/// broker's copy of the metadata: every archive object a tiered read
+/// opens is checked against its descriptor, so an object written over a
+/// committed one is a damaged range to the consumer, never its records.
+struct StoreDescriptors(Arc<dyn MetadataStore>);
+
+/// The descriptors committed in `store`, for
+/// [`Archive::with_committed`]: one local metadata read per object opened.
+pub fn committed_descriptors(store: Arc<dyn MetadataStore>) -> Arc<dyn CommittedDescriptors> {
+    Arc::new(StoreDescriptors(store))
+}
+
+impl CommittedDescriptors for StoreDescriptors {
+    fn descriptor<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> futures::future::BoxFuture<'a, Result<Option<SegmentDescriptor>, String>> {
+        Box::pin(async move {
+            self.0
+                .get_as::<SegmentDescriptor>(key)
+                .await
+                .map_err(|e| e.to_string())
+        })
+    }
+}
+
 /// Opens the archive described by `[archive]` (a local directory is
-/// created if missing; S3 settings not given come from `AWS_*`).
+/// created if missing; S3 settings not given come from `AWS_*`), checking
+/// the objects it reads against the descriptors committed in `store`.
 ///
 /// # Errors
 /// [`ConfigError::Invalid`](crate::config::ConfigError::Invalid) naming
 /// `archive.prefix` or `archive.store` and the problem.
 pub fn open_archive(
     config: &crate::config::ArchiveConfig,
+    store: Arc<dyn MetadataStore>,
 ) -> Result<Archive, crate::config::ConfigError> {
     let keys = tributary_proto::keys::StorageKeys::new(&config.prefix).map_err(|e| {
         crate::config::ConfigError::Invalid {
@@ -527,5 +556,5 @@ pub fn open_archive(
         }
     })?;
     tracing::info!(bucket = bucket.description(), prefix = %config.prefix, "tiered read from the archive");
-    Ok(Archive::new(bucket, keys))
+    Ok(Archive::new(bucket, keys).with_committed(committed_descriptors(store)))
 }

@@ -142,6 +142,18 @@ pub enum ArchiveError {
         /// Found value.
         actual: u64,
     },
+    /// The object is intact but is not the one committed for its key: its
+    /// footer disagrees with the segment descriptor in the metadata (an
+    /// object written over a committed one, a wrong backup restored).
+    #[error(
+        "not the object committed for this key: its batches CRC-32C is {found:#010x}, the committed descriptor's {committed:#010x}"
+    )]
+    NotCommitted {
+        /// The descriptor's batches CRC-32C.
+        committed: u32,
+        /// The object footer's batches CRC-32C.
+        found: u32,
+    },
     /// No batch at all.
     #[error("an archive object holds at least one batch")]
     Empty,
