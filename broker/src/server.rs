@@ -360,6 +360,7 @@ pub async fn run(
     .layer(axum::Extension(consumers.clone()))
     .layer(axum::Extension(cluster.clone()))
     .layer(axum::Extension(fleet.clone()))
+    .layer(axum::Extension(topics.identity().clone()))
     .layer(axum::middleware::map_response(crate::http::json_rejections));
     // Descriptor commits and trims check objects in the archive; without
     // `[archive]` both are refused (`archive_not_configured`).

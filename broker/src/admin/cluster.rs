@@ -55,22 +55,38 @@ const CLUSTER_ID_READ_TIMEOUT: std::time::Duration = std::time::Duration::from_s
 /// `GET /v1/cluster/status`: the Raft status, plus `cluster_id` (the
 /// committed `/cluster/id`, `null` until it exists) and `brokers` (each
 /// broker's lease and load, [`super::ownership`]) with topic ownership.
+/// The id never changes once committed, so the one this broker already
+/// read ([`ClusterIdentity`](crate::cluster::identity::ClusterIdentity),
+/// given as an extension, which reads it once and keeps it) is answered
+/// even while there is no Raft leader.
 pub(super) async fn cluster_status(
     State(state): State<AdminState>,
     cluster: Option<axum::extract::Extension<std::sync::Arc<crate::cluster::Cluster>>>,
+    identity: Option<axum::extract::Extension<crate::cluster::identity::ClusterIdentity>>,
 ) -> ApiResult {
     let mut value = serde_json::to_value(state.cluster.status()).map_err(|e| {
         crate::http::ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", e.to_string())
     })?;
-    // A linearizable read, bounded: without a leader the rest of the
-    // status is still worth showing (then `null`).
-    let key = tributary_proto::keys::cluster::id();
-    let cluster_id = tokio::time::timeout(CLUSTER_ID_READ_TIMEOUT, state.store.get(&key))
-        .await
-        .ok()
-        .and_then(Result::ok)
-        .flatten()
-        .unwrap_or(serde_json::Value::Null);
+    // Bounded: without a leader the rest of the status is still worth
+    // showing (then `null`, unless this broker read the id before).
+    let cluster_id = match identity {
+        Some(axum::extract::Extension(identity)) => {
+            tokio::time::timeout(CLUSTER_ID_READ_TIMEOUT, identity.load())
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .map(|id| serde_json::Value::String(id.to_string()))
+        }
+        None => {
+            let key = tributary_proto::keys::cluster::id();
+            tokio::time::timeout(CLUSTER_ID_READ_TIMEOUT, state.store.get(&key))
+                .await
+                .ok()
+                .and_then(Result::ok)
+                .flatten()
+        }
+    }
+    .unwrap_or(serde_json::Value::Null);
     if let Some(object) = value.as_object_mut() {
         object.insert("cluster_id".into(), cluster_id);
     }
