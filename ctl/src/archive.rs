@@ -247,6 +247,9 @@ pub fn run(
                     if let Some(from) = range.from_offset {
                         export::check_from_offset(&archive, &topic, from).await?;
                     }
+                    if let Some(from) = range.from_timestamp {
+                        export::check_from_timestamp(&archive, &topic, from).await?;
+                    }
                     ensure_archived(&archive, &topic).await?;
                 }
                 Ok(())

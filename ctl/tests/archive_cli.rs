@@ -544,6 +544,11 @@ fn verify_fails_on_a_missing_bucket_a_wrong_prefix_and_an_unknown_topic() {
             &["cat", TOPIC, "--from-offset", "200000"],
             "error: --from-offset 200000 is past the archived records of /plant/press-7: the archive holds offsets 0..=299 (nothing to read)\n",
         ),
+        (
+            // The last record's timestamp is 1_750_000_029_900.
+            &["cat", TOPIC, "--from-timestamp", "1750000029901"],
+            "error: --from-timestamp 2025-06-15T15:07:09.901Z is past the archived records of /plant/press-7: the latest record's timestamp is 2025-06-15T15:07:09.900Z (1750000029900 ms) (nothing to read)\n",
+        ),
     ] {
         let out = tribctl(&bucket, args);
         assert_eq!(out.status.code(), Some(1), "{args:?}: {out:?}");

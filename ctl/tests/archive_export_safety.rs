@@ -391,6 +391,59 @@ fn a_from_offset_past_the_archive_is_refused_naming_the_range() {
     );
 }
 
+/// A `--from-timestamp` after the last archived record's is refused as a
+/// `--from-offset` past the end is (it wrote an empty file and exited 0),
+/// naming the latest timestamp; no output is left.
+#[test]
+fn a_from_timestamp_past_the_archive_is_refused_naming_the_latest() {
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = dir.path().join("bucket");
+    build_bucket(dir.path(), &bucket, TOPIC, 40, record);
+    let out = dir.path().join("out.jsonl");
+    let out_s = out.to_str().unwrap();
+    // The last record (offset 39) is at BASE_MS + 39 min.
+    for format in ["jsonl", "csv", "parquet", "batches"] {
+        let err = refused(
+            &bucket,
+            &[
+                "export",
+                TOPIC,
+                "--from-timestamp",
+                "2006-12-16T18:03:00.001Z",
+                "--format",
+                format,
+                "--out",
+                out_s,
+            ],
+        );
+        assert_eq!(
+            err,
+            format!(
+                "error: --from-timestamp 2006-12-16T18:03:00.001Z is past the archived records of {TOPIC}: the latest record's timestamp is 2006-12-16T18:03:00.000Z (1166292180000 ms) (nothing to read)\n"
+            ),
+            "{format}"
+        );
+        assert!(!out.exists() && !dir.path().join("out.jsonl.partial").exists());
+    }
+    // The last record's own timestamp still reads it.
+    let said = tribctl(
+        &bucket,
+        &[
+            "export",
+            TOPIC,
+            "--from-timestamp",
+            "2006-12-16T18:03:00Z",
+            "--out",
+            out_s,
+        ],
+    );
+    assert!(said.status.success(), "{said:?}");
+    assert_eq!(
+        stderr(&said),
+        format!("exported 1 records of {TOPIC} to {out_s}\n")
+    );
+}
+
 #[test]
 fn the_summary_counts_written_and_rejected_rows_apart() {
     let dir = tempfile::tempdir().unwrap();

@@ -175,6 +175,9 @@ pub async fn export(archive: &Archive, range: &RangeArgs, args: &ExportArgs) -> 
     };
     bar.finish();
     if records == 0 && rejected_file.as_ref().is_none_or(|(_, _, n)| *n == 0) {
+        if let Some(from) = range.from_timestamp {
+            check_from_timestamp(archive, &topic, from).await?;
+        }
         super::ensure_archived(archive, &topic).await?;
     }
     staged.sync(writer)?;
@@ -221,6 +224,51 @@ pub(super) async fn check_from_offset(
         );
     }
     Ok(())
+}
+
+/// Refuses a `--from-timestamp` later than every archived record's
+/// timestamp (the latest one is named), as [`check_from_offset`] refuses
+/// an offset past the end; called when a read from it found nothing. One
+/// footer read per object.
+///
+/// # Errors
+/// As said; store errors, damaged footers.
+pub(super) async fn check_from_timestamp(
+    archive: &Archive,
+    topic: &TopicName,
+    from_ms: i64,
+) -> anyhow::Result<()> {
+    let (objects, _) = archive.segments(topic).await?;
+    let mut latest: Option<i64> = None;
+    for object in &objects {
+        let footer = archive.footer(object).await?;
+        latest = latest.max(Some(footer.max_timestamp_ms));
+    }
+    let Some(latest) = latest else {
+        return super::ensure_archived(archive, topic).await;
+    };
+    if from_ms > latest {
+        bail!(
+            "--from-timestamp {} is past the archived records of {topic}: the latest record's timestamp is {} ({latest} ms) (nothing to read)",
+            rfc3339(from_ms),
+            rfc3339(latest),
+        );
+    }
+    Ok(())
+}
+
+/// `ms` since the Unix epoch in RFC 3339 with milliseconds, or the number
+/// when it is before the epoch.
+fn rfc3339(ms: i64) -> String {
+    u64::try_from(ms).map_or_else(
+        |_| format!("{ms} ms"),
+        |ms| {
+            humantime::format_rfc3339_millis(
+                std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms),
+            )
+            .to_string()
+        },
+    )
 }
 
 async fn read(
