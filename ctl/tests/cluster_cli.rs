@@ -193,7 +193,16 @@ fn status_describe_move_and_rebalance() {
             .contains("\nOwner: broker 1 (epoch 5)\n")
     );
     let refused = server.fails(&["topics", "move", "/ns/a", "--to", "9"]);
-    assert!(refused.contains("broker 9 is not live"), "{refused}");
+    assert!(
+        refused.contains("broker 9 is not a live, active member of the cluster"),
+        "{refused}"
+    );
+    // Node ids start at 1: 0 is refused before any request.
+    let refused = server.fails(&["topics", "move", "/ns/a", "--to", "0"]);
+    assert!(
+        refused.contains("invalid value '0' for '--to <TO>'"),
+        "{refused}"
+    );
 
     for (i, t) in ["/ns/b", "/ns/c", "/ns/d"].iter().enumerate() {
         server.create(t);

@@ -122,8 +122,8 @@ pub enum TopicsCommand {
     Move {
         /// Topic name (each `-part-N` partition moves on its own).
         topic: String,
-        /// The broker that is to own it (its node id).
-        #[arg(long)]
+        /// The broker that is to own it (its node id, 1 or more).
+        #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
         to: u64,
     },
     /// Give up on a damaged range of a topic that neither the edge nor the

@@ -215,7 +215,9 @@ pub enum MoveError {
     #[error("topic {0} has no owner (it waits for the load manager)")]
     NotAssigned(TopicName),
     /// The target holds no lease or is draining.
-    #[error("broker {0} is not live and active")]
+    #[error(
+        "broker {0} is not a live, active member of the cluster (no lease, or draining; see `tribctl cluster status`)"
+    )]
     TargetNotLive(u64),
     /// The topic already lives there.
     #[error("topic {topic} is already owned by broker {broker}")]
