@@ -79,8 +79,8 @@ pub enum StartPosition {
 }
 
 /// `POST …/subscriptions/{sub}/attach`. `Default` is what an empty JSON
-/// body means: shared, latest, durable.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// body means: shared, latest, durable when new.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AttachRequest {
     /// Subscription type; must match the stored one of an existing
@@ -90,11 +90,13 @@ pub struct AttachRequest {
     /// Start position of a new subscription. Default `latest`.
     #[serde(default)]
     pub start: StartPosition,
-    /// Durable (default): metadata and cursor persist in Raft. Ephemeral:
-    /// nothing is persisted and the subscription is removed when its last
-    /// consumer's session ends.
-    #[serde(default = "yes")]
-    pub durable: bool,
+    /// `true`: durable, metadata and cursor persist in Raft; `false`:
+    /// ephemeral, nothing is persisted and the subscription is removed
+    /// when its last consumer's session ends. Absent: a new subscription
+    /// is durable, an existing one is joined as it is; given, it must
+    /// match an existing subscription (else `409 durability_mismatch`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub durable: Option<bool>,
     /// A label for logs and the subscription state.
     #[serde(default)]
     pub consumer_name: Option<String>,
@@ -102,17 +104,6 @@ pub struct AttachRequest {
 
 fn yes() -> bool {
     true
-}
-
-impl Default for AttachRequest {
-    fn default() -> Self {
-        AttachRequest {
-            subscription_type: SubscriptionType::default(),
-            start: StartPosition::default(),
-            durable: true,
-            consumer_name: None,
-        }
-    }
 }
 
 /// The answer to an attach.
@@ -393,6 +384,11 @@ pub struct NackResponse {
     pub redelivery: Vec<u64>,
     /// Offsets copied to the dead-letter topic (and finished).
     pub dead_lettered: Vec<u64>,
+    /// Offsets due for the dead-letter topic whose copy has not succeeded
+    /// yet (the broker retries it; the subscription does not move past
+    /// them until it does). Absent from brokers before this field.
+    #[serde(default)]
+    pub dead_letter_pending: Vec<u64>,
     /// Offsets dropped (poison policy `none`).
     pub dropped: Vec<u64>,
     /// The offset delivery halts at (poison policy `block`).
@@ -529,14 +525,14 @@ mod tests {
     fn start_positions_and_defaults_parse() {
         let r: AttachRequest = serde_json::from_str(r#"{"start": {"offset": 7}}"#).unwrap();
         assert_eq!(r.start, StartPosition::Offset(7));
-        assert!(r.durable);
+        assert_eq!(r.durable, None, "durable when new, joined as it is");
         assert_eq!(r.subscription_type, SubscriptionType::Shared);
         let r: AttachRequest =
             serde_json::from_str(r#"{"type": "failover", "start": "earliest", "durable": false}"#)
                 .unwrap();
         assert_eq!(
             (r.subscription_type, r.start, r.durable),
-            (SubscriptionType::Failover, StartPosition::Earliest, false)
+            (SubscriptionType::Failover, StartPosition::Earliest, Some(false))
         );
         assert!(serde_json::from_str::<AttachRequest>(r#"{"strat": "earliest"}"#).is_err());
         assert_eq!(

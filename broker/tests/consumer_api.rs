@@ -438,6 +438,7 @@ fn dead_letter_copies_with_exact_headers_and_replay_brings_it_back() {
     assert_eq!((first.redelivery, first.dead_lettered), (vec![0], vec![]));
     let second = nack(2);
     assert_eq!((second.redelivery, second.dead_lettered), (vec![], vec![0]));
+    assert_eq!(second.dead_letter_pending, Vec::<u64>::new());
     let dlq = h.client.peek("/default/jobs-dlq", Some(0), 10).unwrap();
     assert_eq!(dlq.messages.len(), 1);
     let m = &dlq.messages[0];
@@ -751,7 +752,7 @@ fn start_positions_pause_resume_unsubscribe_and_ephemeral_expiry() {
                 sub,
                 &AttachRequest {
                     start,
-                    durable,
+                    durable: Some(durable),
                     ..AttachRequest::default()
                 },
             )
@@ -1090,6 +1091,14 @@ fn bad_inputs_get_clear_4xx_errors() {
         ),
         (
             "POST",
+            format!("{sub}/attach"),
+            Some(r#"{"durable": false}"#.to_owned()),
+            409,
+            "durability_mismatch",
+            "is durable, not ephemeral",
+        ),
+        (
+            "POST",
             format!("/v1/topics{JOBS}/subscriptions/x2/attach"),
             Some(r#"{"start": {"offset": 9}}"#.to_owned()),
             400,
@@ -1269,13 +1278,41 @@ fn leases_redelivery_and_ephemeral_expiry_follow_the_injected_clock() {
             "tail",
             &AttachRequest {
                 start: StartPosition::Earliest,
-                durable: false,
+                durable: Some(false),
                 ..AttachRequest::default()
             },
         )
         .unwrap();
     let policy = attached.failure_policy.clone();
     let c = attached.consumer_id;
+    // Joining it as durable is refused; without `durable` it is joined as
+    // it is (and that second session ends at once).
+    let refused = h.client.attach(
+        JOBS,
+        "tail",
+        &AttachRequest {
+            durable: Some(true),
+            ..AttachRequest::default()
+        },
+    );
+    match refused {
+        Err(ClientError::Api {
+            status,
+            kind,
+            message,
+            ..
+        }) => {
+            assert_eq!((status, kind.as_str()), (409, "durability_mismatch"));
+            assert!(message.contains("is ephemeral, not durable"), "{message}");
+        }
+        other => panic!("{other:?}"),
+    }
+    let joined = h
+        .client
+        .attach(JOBS, "tail", &AttachRequest::default())
+        .unwrap();
+    assert_eq!((joined.durable, joined.created), (false, false));
+    h.client.detach(JOBS, "tail", joined.consumer_id).unwrap();
     let first = h.client.receive(JOBS, "tail", c, 10, 0).unwrap();
     assert_eq!(first.messages.len(), 1);
     let ack_timeout = i64::try_from(policy.ack_timeout_ms).unwrap();

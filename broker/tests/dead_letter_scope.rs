@@ -236,6 +236,7 @@ fn a_stored_policy_naming_another_namespace_copies_nothing_there_until_it_is_cha
         .unwrap();
     assert_eq!(nacked.redelivery, Vec::<u64>::new());
     assert_eq!(nacked.dead_lettered, Vec::<u64>::new());
+    assert_eq!(nacked.dead_letter_pending, vec![0], "the copy is pending");
     // Several copy attempts' worth of ticks: nothing in /plant2 (no topic
     // created there), and the message is not passed.
     std::thread::sleep(Duration::from_millis(600));

@@ -119,6 +119,19 @@ impl ConsumerService {
             }
         };
         drop(subs);
+        if let Some(asked) = request.durable
+            && asked != sub.durable
+        {
+            let kind = |durable: bool| if durable { "durable" } else { "ephemeral" };
+            return Err(ConsumerError::Conflict {
+                kind: "durability_mismatch",
+                message: format!(
+                    "subscription {name} of {topic} is {}, not {} (omit \"durable\" to join it as it is)",
+                    kind(sub.durable),
+                    kind(asked)
+                ),
+            });
+        }
         // A stored policy (an operator's override) wins; a consumer joining
         // never replaces it (seed 000, "Existing subscription policies are
         // preserved").
@@ -254,7 +267,7 @@ impl ConsumerService {
                 let view = catalog.attach_subscription(topic, name).await?;
                 (meta, cursor, (view.policy, view.source), true, false)
             }
-            None if request.durable => {
+            None if request.durable.unwrap_or(true) => {
                 let cursor = self.start_cursor(topic, &wal, request.start).await?;
                 let view = catalog.attach_subscription(topic, name).await?;
                 let meta = SubscriptionMeta {

@@ -465,6 +465,7 @@ impl ConsumerService {
         let mut response = NackResponse {
             redelivery: Vec::new(),
             dead_lettered: Vec::new(),
+            dead_letter_pending: Vec::new(),
             dropped: Vec::new(),
             blocked_at: None,
             cursor: 0,
@@ -503,9 +504,10 @@ impl ConsumerService {
             });
         }
         // Copies that failed stay pending (retried on the tick).
-        response
+        (response.dead_letter_pending, response.dead_lettered) = response
             .dead_lettered
-            .retain(|&o| !st.dead_letter_pending(o));
+            .iter()
+            .partition(|&&o| st.dead_letter_pending(o));
         response.blocked_at = st.dispatcher().blocked_at();
         response.cursor = st.dispatcher().cursor();
         self.persist(&sub, &mut st, false).await;

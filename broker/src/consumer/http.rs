@@ -21,7 +21,7 @@
 //! Errors are JSON `{"error", "kind", "field"?}`: `400 invalid_input`,
 //! `400 offset_out_of_range` (with `log_start`, `high_water_mark`), `401
 //! unauthorized`, `403 forbidden` (with `permission`), `404 not_found`, `409 subscription_busy | type_mismatch |
-//! not_leased | writer_conflict | partitioned`, `500 internal`, `503
+//! durability_mismatch | not_leased | writer_conflict | partitioned`, `500 internal`, `503
 //! archive_not_configured` (an offset below the local WAL, no `[archive]`).
 
 use std::sync::Arc;
