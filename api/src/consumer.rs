@@ -511,6 +511,12 @@ pub struct SubscriptionState {
     /// The damaged range delivery waits or is blocked at, with the reason.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub damaged: Option<DamagedRange>,
+    /// Why poison messages wait instead of going to the dead-letter topic:
+    /// the failure policy's `dead_letter_topic` is refused (another
+    /// namespace's or a system topic, or one an edge replicates into).
+    /// Delivery waits at the first such message until the policy changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dead_letter_refused: Option<String>,
     /// Live consumers.
     pub consumers: Vec<ConsumerState>,
     /// The failure policy in force.
@@ -532,7 +538,11 @@ mod tests {
                 .unwrap();
         assert_eq!(
             (r.subscription_type, r.start, r.durable),
-            (SubscriptionType::Failover, StartPosition::Earliest, Some(false))
+            (
+                SubscriptionType::Failover,
+                StartPosition::Earliest,
+                Some(false)
+            )
         );
         assert!(serde_json::from_str::<AttachRequest>(r#"{"strat": "earliest"}"#).is_err());
         assert_eq!(

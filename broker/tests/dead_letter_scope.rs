@@ -179,19 +179,10 @@ fn a_dead_letter_topic_outside_the_subscriptions_namespace_or_a_system_one_is_re
     assert_eq!(reply["policy"]["dead_letter_topic"], "/shop/orders-poison");
 }
 
-#[test]
-fn a_stored_policy_naming_another_namespace_copies_nothing_there_until_it_is_changed() {
-    let h = Harness::start();
-    h.create_topic(ORDERS, "task_queue");
-    // A policy stored before the rule: dead letters into an edge's
-    // namespace.
-    let key = tributary_proto::keys::topics::subscription_failure_policy(
-        &TopicName::new(ORDERS).unwrap(),
-        &SubscriptionName::new("workers").unwrap(),
-    );
-    h.runtime
-        .block_on(h.store.put(&key, policy("/plant2/events")))
-        .unwrap();
+/// Attaches a consumer to `workers` of [`ORDERS`] from the earliest
+/// offset, publishes one record and nacks it (the policies here allow no
+/// redelivery, so the poison policy applies at once).
+fn poison_nacked(h: &Harness) -> tributary_api::consumer::NackResponse {
     let consumer = h
         .client
         .attach(
@@ -219,10 +210,8 @@ fn a_stored_policy_naming_another_namespace_copies_nothing_there_until_it_is_cha
         .receive(ORDERS, "workers", consumer, 1, 3000)
         .unwrap();
     assert_eq!(got.messages[0].offset, 0);
-    // No redelivery allowed: the poison policy applies at once, but the
-    // copy is refused (not reported as dead-lettered).
-    let nacked = h
-        .client
+    // No redelivery allowed: the poison policy applies at once.
+    h.client
         .nack(
             ORDERS,
             "workers",
@@ -233,10 +222,37 @@ fn a_stored_policy_naming_another_namespace_copies_nothing_there_until_it_is_cha
                 reason: Some("bad".into()),
             },
         )
+        .unwrap()
+}
+
+#[test]
+fn a_stored_policy_naming_another_namespace_copies_nothing_there_until_it_is_changed() {
+    let h = Harness::start();
+    h.create_topic(ORDERS, "task_queue");
+    // A policy stored before the rule: dead letters into an edge's
+    // namespace.
+    let key = tributary_proto::keys::topics::subscription_failure_policy(
+        &TopicName::new(ORDERS).unwrap(),
+        &SubscriptionName::new("workers").unwrap(),
+    );
+    h.runtime
+        .block_on(h.store.put(&key, policy("/plant2/events")))
         .unwrap();
+    let nacked = poison_nacked(&h);
     assert_eq!(nacked.redelivery, Vec::<u64>::new());
     assert_eq!(nacked.dead_lettered, Vec::<u64>::new());
     assert_eq!(nacked.dead_letter_pending, vec![0], "the copy is pending");
+    let refused = h
+        .client
+        .state(ORDERS, "workers")
+        .unwrap()
+        .dead_letter_refused;
+    assert!(
+        refused
+            .as_deref()
+            .is_some_and(|r| r.contains("/plant2/events")),
+        "{refused:?}"
+    );
     // Several copy attempts' worth of ticks: nothing in /plant2 (no topic
     // created there), and the message is not passed.
     std::thread::sleep(Duration::from_millis(600));
@@ -263,4 +279,64 @@ fn a_stored_policy_naming_another_namespace_copies_nothing_there_until_it_is_cha
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!(h.keys_under("/topics/plant2/"), Vec::<String>::new());
+}
+
+/// A dead-letter topic an edge started to replicate into after the policy
+/// named it (the policy check passed then): the copy is refused as a
+/// policy error, the message waits and the subscription's state says why,
+/// until the policy names another topic.
+#[test]
+fn a_dead_letter_topic_that_became_edge_fed_holds_the_message_and_says_why() {
+    let h = Harness::start();
+    h.create_topic(ORDERS, "task_queue");
+    let key = tributary_proto::keys::topics::subscription_failure_policy(
+        &TopicName::new(ORDERS).unwrap(),
+        &SubscriptionName::new("workers").unwrap(),
+    );
+    h.runtime
+        .block_on(h.store.put(&key, policy("/shop/orders-dlq")))
+        .unwrap();
+    // An edge replicates into it (the marker its first stream writes).
+    h.create_topic("/shop/orders-dlq", "event_stream");
+    let dlq = TopicName::new("/shop/orders-dlq").unwrap();
+    let marker = tributary_broker::replication::topics::Writer::Edge.marker_key(&dlq);
+    h.runtime
+        .block_on(h.store.put(&marker, json!({"kind": "edge"})))
+        .unwrap();
+
+    let nacked = poison_nacked(&h);
+    assert_eq!(
+        (nacked.dead_lettered, nacked.dead_letter_pending),
+        (vec![], vec![0])
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    let state = h.client.state(ORDERS, "workers").unwrap();
+    assert_eq!(state.cursor, 0, "the message waits");
+    assert!(
+        state
+            .dead_letter_refused
+            .as_deref()
+            .is_some_and(|r| r.contains("an edge replicates into it")),
+        "{:?}",
+        state.dead_letter_refused
+    );
+    // Another dead-letter topic: the waiting copy goes there.
+    let (status, reply) = h.policy(
+        "PATCH",
+        "workers",
+        json!({"dead_letter_topic": "/shop/orders-dead"}),
+    );
+    assert_eq!(status, 200, "{reply}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let state = h.client.state(ORDERS, "workers").unwrap();
+        if state.cursor == 1 {
+            assert_eq!(state.dead_letter_refused, None);
+            break;
+        }
+        assert!(Instant::now() < deadline, "not copied: {state:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let copied = h.client.peek("/shop/orders-dead", Some(0), 10).unwrap();
+    assert_eq!(copied.messages.len(), 1);
 }

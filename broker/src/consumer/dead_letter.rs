@@ -105,9 +105,16 @@ pub(super) fn dead_letter_target(
 /// The message of `error` when it is a policy error of the dead-letter
 /// topic ([`dead_letter_target`]): retrying cannot help until an operator
 /// changes the policy.
+/// An edge replicating into the dead-letter topic (it became edge-fed
+/// after the policy was set, so the policy check passed then) is one too:
+/// the topic takes no central copy until the policy names another.
 pub(super) fn dead_letter_refusal(error: &ConsumerError) -> Option<&str> {
     match error {
         ConsumerError::Invalid { field, message } if field == "dead_letter_topic" => Some(message),
+        ConsumerError::Conflict {
+            kind: "writer_conflict",
+            message,
+        } => Some(message),
         _ => None,
     }
 }

@@ -201,6 +201,7 @@ impl ConsumerService {
                 in_flight: dispatcher.in_flight() as u64,
                 blocked_at,
                 damaged,
+                dead_letter_refused: st.dead_letter_refused().map(str::to_owned),
                 consumers: st.consumers(),
                 failure_policy: dispatcher.policy().clone(),
             });
@@ -229,6 +230,7 @@ impl ConsumerService {
             in_flight: 0,
             blocked_at: None,
             damaged: None,
+            dead_letter_refused: None,
             consumers: Vec::new(),
             failure_policy: policy,
         })

@@ -581,6 +581,12 @@ impl Subscription {
         true
     }
 
+    /// Why dead-letter copies are refused, while they are (the last
+    /// refusal noted, until a copy is made).
+    pub fn dead_letter_refused(&self) -> Option<&str> {
+        self.dead_letter_refusal.as_deref()
+    }
+
     /// A dead-letter copy was made: a later refusal is news again.
     pub fn clear_dead_letter_refusal(&mut self) {
         self.dead_letter_refusal = None;
