@@ -31,6 +31,7 @@ pub mod clock;
 pub mod data_dir;
 #[cfg(feature = "dev-certs")]
 pub mod dev_certs;
+pub mod idempotency;
 pub mod metadata;
 pub mod secrets;
 pub mod service;

@@ -40,7 +40,6 @@ use std::collections::{BTreeMap, HashSet};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-use tributary_proto::Record;
 use tributary_proto::keys::TopicName;
 
 use broker_core::metadata::{MetadataError, MetadataStore, Txn};
@@ -74,33 +73,7 @@ pub enum PendingRequest {
     },
 }
 
-/// SHA-256 (hex) of `records` as stored: each record's timestamp, key
-/// (absent and empty differ), headers and value, length-prefixed.
-pub fn records_digest(records: &[Record]) -> String {
-    let mut parts: Vec<&[u8]> = Vec::new();
-    let stamps: Vec<[u8; 8]> = records
-        .iter()
-        .map(|r| r.timestamp_ms.to_be_bytes())
-        .collect();
-    for (r, stamp) in records.iter().zip(&stamps) {
-        parts.push(stamp);
-        match &r.key {
-            Some(key) => {
-                parts.push(b"k");
-                parts.push(key);
-            }
-            None => parts.push(b"-"),
-        }
-        for (name, value) in &r.headers {
-            parts.push(b"h");
-            parts.push(name.as_bytes());
-            parts.push(value);
-        }
-        parts.push(b"v");
-        parts.push(&r.value);
-    }
-    crate::idempotency::fingerprint(&parts)
-}
+pub use broker_core::idempotency::records_digest;
 
 /// The marker of a publish in progress (step 1 of the module doc).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -411,6 +384,7 @@ pub async fn settle_all(manager: &TopicManager) -> Result<Settled, MetadataError
 mod tests {
     use super::*;
     use bytes::Bytes;
+    use tributary_proto::Record;
 
     #[test]
     fn marker_keys_mirror_answer_keys() {

@@ -368,11 +368,19 @@ async fn publish(
     State(api): State<Api>,
     Path((ns, topic)): Path<(String, String)>,
     query: Result<Query<PublishQuery>, QueryRejection>,
+    headers: axum::http::HeaderMap,
     body: Bytes,
 ) -> ApiResult {
     let topic = topic_from_path(&ns, &topic)?;
     crate::admin::refuse_system_write(&topic)?;
     let Query(q) = query.map_err(|r| ApiError::invalid("query", r.body_text()))?;
+    let key_values: Vec<&[u8]> = headers
+        .get_all(broker_core::idempotency::HEADER)
+        .iter()
+        .map(|v| v.as_bytes())
+        .collect();
+    let key = broker_core::idempotency::request_key(&key_values)
+        .map_err(|m| ApiError::invalid("Idempotency-Key", m))?;
     if q.max_wait_ms > MAX_ARCHIVE_WAIT_MS {
         return Err(ApiError::invalid(
             "max_wait_ms",
@@ -429,7 +437,18 @@ async fn publish(
         });
     }
     let count = u32::try_from(out.len()).unwrap_or(u32::MAX);
-    let (base_offset, next_offset) = api.service.publish(&topic, out).await?;
+    let (base_offset, next_offset) = match key {
+        // The body is the request: a retry sends the same bytes.
+        Some(key) => {
+            let fingerprint = broker_core::idempotency::fingerprint(&[&body]);
+            let keyed = api
+                .service
+                .publish_idempotent(&topic, key, fingerprint, out)
+                .await?;
+            (keyed.base_offset, keyed.next_offset)
+        }
+        None => api.service.publish(&topic, out).await?,
+    };
     let epoch = api.service.write_epoch(&topic);
     if q.ack == PublishAck::Archived
         && !api

@@ -41,10 +41,13 @@ mod dead_letter;
 mod delivery;
 mod fence;
 pub mod http;
+mod idempotent;
 mod manage;
 pub mod records;
 mod session;
 pub mod tiered;
+
+pub use idempotent::KeyedPublish;
 
 use std::collections::HashMap;
 use std::sync::Arc;

@@ -128,6 +128,9 @@ pub struct TopicStore {
     storage_keys: tributary_proto::keys::StorageKeys,
     /// The cluster's id (`/cluster/id`), sent to edges that ask.
     identity: crate::cluster::identity::ClusterIdentity,
+    /// Per topic, the order in which central appends take their offsets
+    /// ([`TopicStore::central_order`]).
+    central_order: broker_core::idempotency::KeyLocks,
 }
 
 /// Longest wait for a topic's first owner when it is opened.
@@ -152,6 +155,7 @@ impl TopicStore {
             epochs: std::sync::Mutex::default(),
             storage_keys: tributary_proto::keys::StorageKeys::default(),
             identity: crate::cluster::identity::ClusterIdentity::new(store.clone()),
+            central_order: Default::default(),
             store,
         }
     }
@@ -570,6 +574,44 @@ impl TopicStore {
         records: Vec<tributary_proto::Record>,
         create_implicit: bool,
     ) -> Result<broker_core::wal::AppendAck, TopicError> {
+        let wal = self.central_wal(topic, create_implicit).await?;
+        let batch = tributary_proto::batch::RecordBatch {
+            base_offset: 0,
+            codec: tributary_proto::Codec::None,
+            records,
+        }
+        .encode(&wal.config().limits)
+        .map_err(WalError::from)?;
+        let order = self.central_order(topic);
+        let held = order.lock().await;
+        let pending = wal.enqueue_encoded(batch).await?;
+        drop(held);
+        match pending.durable().await? {
+            broker_core::wal::AppendAtOutcome::Appended(ack)
+            | broker_core::wal::AppendAtOutcome::Duplicate(ack) => Ok(ack),
+        }
+    }
+
+    /// The lock every central append of `topic` holds while it takes its
+    /// offsets (not while it waits for durability): a publish with an
+    /// `Idempotency-Key` holds it from the commit of its marker, which
+    /// names the next offset, until its batch is enqueued at exactly that
+    /// offset, so no other central append lands there in between.
+    pub fn central_order(&self, topic: &TopicName) -> Arc<Mutex<()>> {
+        self.central_order.get(topic.as_ref())
+    }
+
+    /// The WAL of `topic` for an append with offsets assigned here, after
+    /// the checks of [`TopicStore::append_central`] (and the central writer
+    /// claimed).
+    ///
+    /// # Errors
+    /// As [`TopicStore::append_central`].
+    pub async fn central_wal(
+        &self,
+        topic: &TopicName,
+        create_implicit: bool,
+    ) -> Result<Arc<Wal>, TopicError> {
         let marked = Writer::Central
             .writes(self.store.as_ref(), topic)
             .await
@@ -611,7 +653,7 @@ impl TopicStore {
             });
         }
         self.claim_writer(topic, Writer::Central).await?;
-        Ok(wal.append(records, tributary_proto::Codec::None).await?)
+        Ok(wal)
     }
 
     /// Opens the WAL of `topic`; as owner at `epoch`, first decides what

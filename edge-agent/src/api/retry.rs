@@ -25,23 +25,14 @@ use crate::topic::{Mark, PublishAck, PublishError};
 /// # Errors
 /// 400 naming the rule.
 pub(super) fn request_key(headers: &HeaderMap) -> Result<Option<String>, ApiError> {
-    let Some(key) = headers.get(idem::HEADER) else {
-        return Ok(None);
-    };
-    if headers.get_all(idem::HEADER).iter().count() > 1 {
-        return Err(ApiError::new(
-            StatusCode::BAD_REQUEST,
-            format!("header {}: given more than once", idem::HEADER),
-        ));
-    }
-    let key = key.to_str().map_err(|_| {
-        ApiError::new(
-            StatusCode::BAD_REQUEST,
-            format!("header {}: not visible ASCII", idem::HEADER),
-        )
-    })?;
-    idem::check_key(key).map_err(|m| ApiError::new(StatusCode::BAD_REQUEST, m))?;
-    Ok(Some(key.to_owned()))
+    let values: Vec<&[u8]> = headers
+        .get_all(idem::HEADER)
+        .iter()
+        .map(|v| v.as_bytes())
+        .collect();
+    broker_core::idempotency::request_key(&values)
+        .map(|key| key.map(str::to_owned))
+        .map_err(|m| ApiError::new(StatusCode::BAD_REQUEST, m))
 }
 
 /// A request's retry check, taken before its records go to the append.

@@ -133,6 +133,12 @@ pub enum TopicKey {
         /// First offset of the hole.
         first_offset: u64,
     },
+    /// `/topics/{ns}/{topic}/idempotency/{hex key}`: what a central
+    /// publish with an `Idempotency-Key` stored (or is storing), kept 24 h.
+    Idempotency {
+        /// The key's bytes as lowercase hex (2 to 400 digits).
+        key_hex: String,
+    },
     /// `/topics/{ns}/{topic}/subscriptions/{sub}` and its sub-keys.
     Subscription {
         /// Subscription name.
@@ -334,6 +340,7 @@ impl fmt::Display for MetadataKey {
                     TopicKey::Intent => f.write_str("/intent"),
                     TopicKey::Producer { producer_id } => write!(f, "/producers/{producer_id}"),
                     TopicKey::Hole { first_offset } => write!(f, "/holes/{first_offset:020}"),
+                    TopicKey::Idempotency { key_hex } => write!(f, "/idempotency/{key_hex}"),
                     TopicKey::Subscription { name, key } => {
                         write!(f, "/subscriptions/{name}{}", key.suffix())
                     }
@@ -432,6 +439,15 @@ impl MetadataKey {
                     ["holes", first] => TopicKey::Hole {
                         first_offset: padded(key, "first_offset", first)?,
                     },
+                    ["idempotency", hex]
+                        if (2..=400).contains(&hex.len())
+                            && hex.len() % 2 == 0
+                            && hex.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')) =>
+                    {
+                        TopicKey::Idempotency {
+                            key_hex: (*hex).to_owned(),
+                        }
+                    }
                     ["subscriptions", sub, sub_tail @ ..] => TopicKey::Subscription {
                         name: name_in(key, sub, SubscriptionName::new)?,
                         key: match sub_tail {

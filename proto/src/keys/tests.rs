@@ -790,6 +790,7 @@ fn arb_topic_key() -> impl Strategy<Value = TopicKey> {
         Just(TopicKey::Intent),
         any::<u64>().prop_map(|producer_id| TopicKey::Producer { producer_id }),
         any::<u64>().prop_map(|first_offset| TopicKey::Hole { first_offset }),
+        "([0-9a-f]{2}){1,200}".prop_map(|key_hex| TopicKey::Idempotency { key_hex }),
         (arb_sub(), sub_key).prop_map(|(name, key)| TopicKey::Subscription { name, key }),
     ]
 }

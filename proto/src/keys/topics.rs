@@ -50,6 +50,17 @@ pub fn producers_prefix(topic: &TopicName) -> String {
     format!("/topics{topic}/producers/")
 }
 
+/// `/topics/{ns}/{topic}/idempotency/{hex key}`: the `Idempotency-Key`
+/// of a central publish, `key` as given (hex-encoded here).
+pub fn idempotency(topic: &TopicName, key: &str) -> String {
+    use std::fmt::Write as _;
+    let mut key_hex = String::with_capacity(key.len() * 2);
+    for b in key.bytes() {
+        let _ = write!(key_hex, "{b:02x}");
+    }
+    self::key(topic, TopicKey::Idempotency { key_hex })
+}
+
 /// `/topics/{ns}/{topic}/holes/{first_offset:020}`: a hole declared by the
 /// edge (JSON `{first_offset, end_offset, cause, reason, declared_at_ms}`,
 /// written by the broker's ingest).
