@@ -9,15 +9,17 @@
 //! the broker writes it) is settled: the records found at its offset are
 //! answered, none found are stored.
 
+mod served;
+
 use std::sync::Arc;
 
 use broker_core::catalog::{Catalog, TopicSpec};
 use broker_core::clock::SystemClock;
 use broker_core::idempotency::{fingerprint, records_digest};
 use broker_core::metadata::MetadataStore;
-use broker_core::metadata::redb::RedbStore;
 use bytes::Bytes;
 use serde_json::{Value, json};
+use served::Served;
 use tributary_api::consumer_client::ConsumerClient;
 use tributary_broker::admin::{AdminState, StaticClusterView, router};
 use tributary_broker::consumer::{ConsumerConfig, ConsumerService};
@@ -28,41 +30,27 @@ use tributary_proto::{Limits, Record};
 const TOKEN: &str = "idempotency-test-token";
 const JOBS: &str = "/shop/jobs";
 
+/// The admin and consumer routers on a redb store and topic WALs, with
+/// [`JOBS`] created (`task_queue`).
 struct Harness {
-    runtime: tokio::runtime::Runtime,
-    store: Arc<RedbStore>,
-    base: String,
+    served: Served,
     client: ConsumerClient,
-    raw: ureq::Agent,
-    _dir: tempfile::TempDir,
 }
 
 impl Harness {
     fn start() -> Harness {
-        let dir = tempfile::tempdir().unwrap();
-        let store =
-            Arc::new(RedbStore::open(dir.path().join("meta.redb"), Arc::new(SystemClock)).unwrap());
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        let topics = Arc::new(TopicStore::new(
-            dir.path().join("topics"),
-            store.clone(),
-            Limits::default(),
-        ));
-        let state = AdminState {
-            store: store.clone(),
-            cluster: Arc::new(StaticClusterView::single_leader("127.0.0.1:7401", 1)),
-            auth: tributary_broker::auth::AuthState::new(store.clone(), Some(TOKEN.to_owned())),
-        };
-        let listener = runtime
-            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-            .unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
-        let store_dyn: Arc<dyn MetadataStore> = store.clone();
-        runtime.block_on(async {
+        let served = Served::start(|store, dir| {
+            let state = AdminState {
+                store: store.clone(),
+                cluster: Arc::new(StaticClusterView::single_leader("127.0.0.1:7401", 1)),
+                auth: tributary_broker::auth::AuthState::new(store.clone(), Some(TOKEN.to_owned())),
+            };
+            let store_dyn: Arc<dyn MetadataStore> = store.clone();
+            let topics = Arc::new(TopicStore::new(
+                dir.join("topics"),
+                store_dyn.clone(),
+                Limits::default(),
+            ));
             let service = ConsumerService::new(
                 topics,
                 store_dyn,
@@ -71,27 +59,19 @@ impl Harness {
                 1,
                 Arc::new(SystemClock),
             );
-            let app = router(state.clone()).merge(tributary_broker::consumer::http::router(
+            router(state.clone()).merge(tributary_broker::consumer::http::router(
                 service,
                 state.auth.clone(),
-            ));
-            tokio::spawn(async move { axum::serve(listener, app).await });
+            ))
         });
         let spec = TopicSpec::parse(JOBS, "task_queue", 0).unwrap();
-        runtime
-            .block_on(Catalog::new(store.as_ref()).create_topic(&spec))
+        served
+            .runtime
+            .block_on(Catalog::new(served.store.as_ref()).create_topic(&spec))
             .unwrap();
-        let raw = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .build()
-            .into();
         Harness {
-            runtime,
-            store,
-            client: ConsumerClient::new(&base, TOKEN),
-            base,
-            raw,
-            _dir: dir,
+            client: ConsumerClient::new(&served.base, TOKEN),
+            served,
         }
     }
 
@@ -100,7 +80,7 @@ impl Harness {
     fn post(&self, keys: &[&[u8]], body: &str) -> (u16, Value) {
         let mut request = ureq::http::Request::builder()
             .method("POST")
-            .uri(format!("{}/v1/topics{JOBS}/records", self.base))
+            .uri(format!("{}/v1/topics{JOBS}/records", self.served.base))
             .header("Authorization", format!("Bearer {TOKEN}"))
             .header("Content-Type", "application/json");
         for key in keys {
@@ -110,6 +90,7 @@ impl Harness {
             );
         }
         let response = self
+            .served
             .raw
             .run(request.body(body.to_owned()).unwrap())
             .unwrap();
@@ -281,7 +262,10 @@ fn a_marker_left_by_a_crash_is_settled_from_what_the_topic_holds() {
             "count": 2,
             "records_digest": records_digest(&stored_records(tag, 2)),
         });
-        h.runtime.block_on(h.store.put(&store_key, value)).unwrap();
+        h.served
+            .runtime
+            .block_on(h.served.store.put(&store_key, value))
+            .unwrap();
     };
     // A crash after the append, before the answer was recorded: the
     // records are at the marker's offset; the retry gets them.
