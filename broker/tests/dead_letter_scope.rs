@@ -122,6 +122,18 @@ impl Harness {
         )
     }
 
+    /// Stores [`policy`] for `sub` of [`ORDERS`] directly (as a policy
+    /// stored before today's checks would be).
+    fn store_policy(&self, sub: &str, dead_letter_topic: &str) {
+        let key = tributary_proto::keys::topics::subscription_failure_policy(
+            &TopicName::new(ORDERS).unwrap(),
+            &SubscriptionName::new(sub).unwrap(),
+        );
+        self.runtime
+            .block_on(self.store.put(&key, policy(dead_letter_topic)))
+            .unwrap();
+    }
+
     fn keys_under(&self, prefix: &str) -> Vec<String> {
         self.runtime
             .block_on(self.store.list(prefix))
@@ -231,13 +243,7 @@ fn a_stored_policy_naming_another_namespace_copies_nothing_there_until_it_is_cha
     h.create_topic(ORDERS, "task_queue");
     // A policy stored before the rule: dead letters into an edge's
     // namespace.
-    let key = tributary_proto::keys::topics::subscription_failure_policy(
-        &TopicName::new(ORDERS).unwrap(),
-        &SubscriptionName::new("workers").unwrap(),
-    );
-    h.runtime
-        .block_on(h.store.put(&key, policy("/plant2/events")))
-        .unwrap();
+    h.store_policy("workers", "/plant2/events");
     let nacked = poison_nacked(&h);
     assert_eq!(nacked.redelivery, Vec::<u64>::new());
     assert_eq!(nacked.dead_lettered, Vec::<u64>::new());
@@ -289,13 +295,7 @@ fn a_stored_policy_naming_another_namespace_copies_nothing_there_until_it_is_cha
 fn a_dead_letter_topic_that_became_edge_fed_holds_the_message_and_says_why() {
     let h = Harness::start();
     h.create_topic(ORDERS, "task_queue");
-    let key = tributary_proto::keys::topics::subscription_failure_policy(
-        &TopicName::new(ORDERS).unwrap(),
-        &SubscriptionName::new("workers").unwrap(),
-    );
-    h.runtime
-        .block_on(h.store.put(&key, policy("/shop/orders-dlq")))
-        .unwrap();
+    h.store_policy("workers", "/shop/orders-dlq");
     // An edge replicates into it (the marker its first stream writes).
     h.create_topic("/shop/orders-dlq", "event_stream");
     let dlq = TopicName::new("/shop/orders-dlq").unwrap();
