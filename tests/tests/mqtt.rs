@@ -879,6 +879,62 @@ fn mqtt_bridge_loses_nothing_published_with_qos1_across_10_agent_sigkills() {
     );
 }
 
+/// A backlog queued at the local broker while the agent is stopped (2,000
+/// QoS 1 messages) arrives as one burst when it starts: every message is
+/// stored once and acknowledged to the local broker, so restarting the
+/// agent (SIGTERM, no crash) twice afterwards stores nothing again. Before,
+/// most PUBACKs of the burst were lost (the client's request queue was
+/// full, and a stop dropped the acknowledgements still queued), and the
+/// local broker delivered those messages again at every reconnect: each
+/// restart stored them once more.
+#[test]
+fn mqtt_bridge_acknowledges_a_backlog_burst_and_restarts_store_nothing_again() {
+    const COUNT: u64 = 2000;
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (mut mosquitto, broker, mut edge, warmups) = start_bridged_edge(dir.path());
+    assert_eq!(edge.edge.terminate(), Some(0));
+    let args = json!({"host": "127.0.0.1", "port": broker.port(), "client_id": "backlog-pub",
+        "protocol": 3, "qos": 1, "count": COUNT, "topic": "sensors/backlog", "prefix": "q-",
+        "clean": true, "pace_s": 0.0, "deadline_s": 120});
+    let (ok, lines) = run_publisher(&args, &dir.path().join("backlog-pub.out"));
+    assert!(ok, "the publisher: {lines:?}");
+    assert_eq!(acked(&lines).len() as u64, COUNT);
+    let settled = |edge: &MqttEdge| {
+        let client = Pair::api_client(edge.api);
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let mut last = (u64::MAX, Instant::now());
+        loop {
+            let hwm = client.edge_offsets().map_or(0, |(h, _)| h);
+            if hwm != last.0 {
+                last = (hwm, Instant::now());
+            }
+            if hwm >= COUNT + warmups && last.1.elapsed() > Duration::from_secs(2) {
+                return hwm;
+            }
+            assert!(Instant::now() < deadline, "bridge stalled at {hwm} records");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    };
+    edge.start();
+    let first = settled(&edge);
+    for _ in 0..2 {
+        assert_eq!(edge.edge.terminate(), Some(0));
+        edge.start();
+        assert_eq!(settled(&edge), first, "a restart stored messages again");
+    }
+    assert_eq!(edge.edge.terminate(), Some(0));
+    mosquitto.kill();
+    let records = read_records(&edge.wal_dir("readings"));
+    let stored = counts_with_prefix(&records, "q-");
+    assert_eq!(stored.len() as u64, COUNT);
+    let twice: Vec<u64> = stored
+        .iter()
+        .filter(|(_, n)| **n > 1)
+        .map(|(i, _)| *i)
+        .collect();
+    assert!(twice.is_empty(), "{} stored more than once", twice.len());
+}
+
 /// A scripted broker: takes a QoS 2 PUBLISH, answers PUBREC, takes the
 /// PUBREL and closes; refuses connections for 0.6 s (each reconnect
 /// attempt resets paho's in-flight messages); then accepts and prints

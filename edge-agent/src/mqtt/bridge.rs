@@ -35,7 +35,20 @@ const RETRY: Duration = Duration::from_millis(500);
 /// `message_size_limit` where memory is tight).
 const MAX_INCOMING_PACKET: usize = 268_435_455;
 
+/// Longest wait, when the bridge stops, for the acknowledgements still
+/// queued to reach the local broker (they go out before the DISCONNECT).
+const ACK_FLUSH: Duration = Duration::from_secs(2);
+
 /// Runs the bridge until `stop` turns true.
+///
+/// The connection's event loop runs on its own task, always polled, and
+/// hands each PUBLISH to this one, which stores it and queues its PUBACK
+/// (`AsyncClient::ack`, awaited: it waits for room in the client's queue,
+/// which the event loop keeps draining). A single task that stored and
+/// then tried to queue the PUBACK without waiting dropped most PUBACKs of
+/// a backlog burst (the queue was full), and the local broker delivered
+/// those messages again at every reconnect. On stop the queued PUBACKs go
+/// out before the DISCONNECT (bounded by [`ACK_FLUSH`]).
 pub async fn run(
     config: BridgeConfig,
     rules: Vec<MappingRule>,
@@ -51,17 +64,62 @@ pub async fn run(
     if let Some((user, password)) = &config.login {
         options.set_credentials(user.clone(), password.clone());
     }
-    let (client, mut events) = AsyncClient::new(options, 256);
+    let (client, events) = AsyncClient::new(options, 256);
+    // Unbounded: what waits here is what the local broker sent without a
+    // PUBACK yet (its in-flight window per client), already in memory.
+    let (publishes, mut incoming) = tokio::sync::mpsc::unbounded_channel();
+    let (stopped_tx, stopped_rx) = watch::channel(false);
+    let connection = tokio::spawn(drive(
+        events,
+        client.clone(),
+        config,
+        publishes,
+        stats.clone(),
+        stopped_rx,
+    ));
+    loop {
+        let p: rumqttc::Publish = tokio::select! {
+            p = incoming.recv() => match p {
+                Some(p) => p,
+                None => break,
+            },
+            _ = stop.wait_for(|&s| s) => break,
+        };
+        let stored = tokio::select! {
+            s = store(&p, &rules, &manager, &stats) => s,
+            _ = stop.wait_for(|&s| s) => break,
+        };
+        if stored && let Err(e) = client.ack(&p).await {
+            warn!(error = %e, "mqtt bridge: acknowledging failed (the broker resends)");
+        }
+    }
+    let _ = stopped_tx.send(true);
+    let abort = connection.abort_handle();
+    let flushed = async {
+        let _ = client.disconnect().await;
+        let _ = connection.await;
+    };
+    if tokio::time::timeout(ACK_FLUSH, flushed).await.is_err() {
+        abort.abort();
+    }
+}
+
+/// Polls the connection's event loop until the bridge stops: subscribes
+/// on every CONNACK, forwards every PUBLISH to `publishes`, retries a
+/// failed connection every second. Once `stopped`, polls on until the
+/// DISCONNECT queued after the last PUBACKs is sent (or the connection
+/// fails).
+async fn drive(
+    mut events: rumqttc::EventLoop,
+    client: AsyncClient,
+    config: BridgeConfig,
+    publishes: tokio::sync::mpsc::UnboundedSender<rumqttc::Publish>,
+    stats: Arc<MqttStats>,
+    stopped: watch::Receiver<bool>,
+) {
     let mut failing = false;
     loop {
-        let event = tokio::select! {
-            e = events.poll() => e,
-            _ = stop.wait_for(|&s| s) => {
-                let _ = client.try_disconnect();
-                return;
-            }
-        };
-        match event {
+        match events.poll().await {
             Ok(Event::Incoming(Packet::ConnAck(ack))) => {
                 failing = false;
                 info!(broker = %format!("{}:{}", config.host, config.port), session_present = ack.session_present, "mqtt bridge connected");
@@ -72,25 +130,22 @@ pub async fn run(
                 }
             }
             Ok(Event::Incoming(Packet::Publish(p))) => {
-                let stored = tokio::select! {
-                    s = store(&p, &rules, &manager, &stats) => s,
-                    _ = stop.wait_for(|&s| s) => return,
-                };
-                if stored && let Err(e) = client.try_ack(&p) {
-                    warn!(error = %e, "mqtt bridge: acknowledging failed (the broker resends)");
-                }
+                // Not stored once the bridge stops: not acknowledged, the
+                // local broker delivers it again.
+                let _ = publishes.send(p);
             }
+            Ok(Event::Outgoing(rumqttc::Outgoing::Disconnect)) if *stopped.borrow() => return,
             Ok(_) => {}
             Err(e) => {
+                if *stopped.borrow() {
+                    return;
+                }
                 stats.count(&stats.bridge_errors);
                 if !failing {
                     warn!(error = %e, "mqtt bridge: connection to the local broker failed; retrying every second");
                     failing = true;
                 }
-                tokio::select! {
-                    _ = tokio::time::sleep(Duration::from_secs(1)) => {}
-                    _ = stop.wait_for(|&s| s) => return,
-                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
             }
         }
     }
