@@ -23,7 +23,9 @@
 //!    SIGHUP: [`crate::cert_reload`]).
 //!
 //! On any refusal nothing is replaced: the new key is deleted and the old
-//! files stay as they were.
+//! files stay as they were. Files that could not be replaced (a directory
+//! at `tls.cert`, a directory the user cannot write) are refused before
+//! the key is made and the token sent, so the token stays usable.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -203,6 +205,27 @@ fn write_synced(
 }
 
 /// Makes the entries of `path`'s directory durable.
+/// Refuses a file `enroll` could not replace: a directory at `path`, or a
+/// directory where `{path}.tmp` cannot be created (the temporary file is
+/// removed again).
+fn check_replaceable(path: &Path) -> Result<(), EnrollError> {
+    if path.is_dir() {
+        return Err(io(path)(std::io::Error::new(
+            std::io::ErrorKind::IsADirectory,
+            "is a directory, not a file; nothing was sent",
+        )));
+    }
+    let tmp = with_suffix(path, ".tmp");
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&tmp)
+        .map_err(io(&tmp))?;
+    let _ = std::fs::remove_file(&tmp);
+    Ok(())
+}
+
 fn sync_parent(path: &Path) -> Result<(), EnrollError> {
     let dir = path
         .parent()
@@ -278,6 +301,14 @@ pub fn enroll(options: &EnrollOptions) -> Result<Enrolled, EnrollError> {
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(io(dir))?;
         }
+    }
+    // Every file to be replaced must be replaceable before the token is
+    // spent: a refusal after the broker signed would leave the token used
+    // and, at worst, the new key beside the old certificate.
+    check_replaceable(&tls.key)?;
+    check_replaceable(&tls.cert)?;
+    if options.ca.is_some() && !tls.ca.exists() {
+        check_replaceable(&tls.ca)?;
     }
     let key = KeyPair::generate()?;
     let pending = with_suffix(&tls.key, PENDING_KEY_SUFFIX);

@@ -341,3 +341,34 @@ fn certificate_rotation_under_load_loses_and_duplicates_no_record() {
         );
     }
 }
+
+/// A file enrolling could not replace (here a directory where the
+/// certificate goes) is refused before anything is made or sent: the
+/// device's key stays as it was and the token stays unused, so the same
+/// token enrolls once the path is fixed. (It was refused after the broker
+/// had signed: the token spent and the old key already replaced.)
+#[test]
+fn an_unreplaceable_certificate_path_is_refused_before_the_token_is_spent() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut broker = EnrollBroker::new(dir.path());
+    broker.start();
+    let device = EnrollingEdge::new(dir.path(), "device", broker.ingest, "");
+    std::fs::create_dir_all(&device.cert).unwrap();
+    std::fs::create_dir_all(device.key.parent().unwrap()).unwrap();
+    std::fs::write(&device.key, b"the device's old key").unwrap();
+    let token = broker.mint(EDGE, "10m");
+    let out = device.enroll(broker.admin, &token, &broker.ca());
+    let stderr = text(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains(&device.cert.display().to_string())
+            && stderr.contains("is a directory, not a file; nothing was sent"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read(&device.key).unwrap(), b"the device's old key");
+    std::fs::remove_dir(&device.cert).unwrap();
+    let out = device.enroll(broker.admin, &token, &broker.ca());
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out.stderr));
+    let identity = TlsIdentity::load(&paths(&device)).expect("enrolled pair");
+    assert_eq!(identity.identity().as_deref(), Some(EDGE));
+}
