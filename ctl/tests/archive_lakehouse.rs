@@ -536,3 +536,71 @@ fn csv_export_and_bad_inputs_get_their_outcomes() {
         "{err}"
     );
 }
+
+/// A record may repeat a header name (MQTT 5 user properties do); a
+/// Parquet MAP may not (DuckDB refuses the file: "Map keys must be
+/// unique"). The export keeps every header, the n-th use of a name as
+/// `name#n` (avoiding names the record holds), and DuckDB reads it.
+#[test]
+fn repeated_header_names_are_made_unique_and_duckdb_reads_the_export() {
+    let python = tributary_test_support::python::python_with(&["duckdb"]);
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = dir.path().join("bucket");
+    let headers = |pairs: &[(&str, &'static [u8])]| -> Vec<(String, Bytes)> {
+        pairs
+            .iter()
+            .map(|(n, v)| ((*n).to_owned(), Bytes::from_static(v)))
+            .collect()
+    };
+    support::build_bucket_with(
+        dir.path(),
+        &bucket,
+        TOPIC,
+        2,
+        &|offset| Record {
+            timestamp_ms: BASE_MS,
+            key: None,
+            headers: if offset == 0 {
+                headers(&[
+                    ("dup", b"1"),
+                    ("dup", b"2"),
+                    ("", b"e"),
+                    ("content-type", b"text/x"),
+                    ("content-type", b"spoof"),
+                    ("dup#2", b"3"),
+                ])
+            } else {
+                headers(&[("unit", b"kW")])
+            },
+            value: Bytes::from_static(b"{}"),
+        },
+        20,
+        64 * 1024,
+        None,
+    );
+    let out = dir.path().join("dup.parquet");
+    run_ok(
+        &bucket,
+        &[
+            "export",
+            TOPIC,
+            "--format",
+            "parquet",
+            "--out",
+            out.to_str().unwrap(),
+        ],
+    );
+    let query = format!(
+        "import duckdb\nfor (keys, values) in duckdb.sql(\"select map_keys(headers), map_values(headers) from '{}' order by \\\"offset\\\"\").fetchall():\n    print(keys, [bytes(v).decode() for v in values])",
+        out.display()
+    );
+    let result = std::process::Command::new(&python)
+        .args(["-c", &query])
+        .output()
+        .unwrap();
+    assert!(result.status.success(), "{result:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&result.stdout),
+        "['dup', 'dup#2#2', '', 'content-type', 'content-type#2', 'dup#2'] ['1', '2', 'e', 'text/x', 'spoof', '3']\n['unit'] ['kW']\n"
+    );
+}

@@ -8,7 +8,7 @@
 //! | `offset` | UInt64, not null | the record's offset (device to archive) |
 //! | `timestamp` | Timestamp(ms, "UTC"), not null | the record's timestamp |
 //! | `key` | Binary, nullable | null when the record has none |
-//! | `headers` | Map<Utf8, Binary>, not null | in record order; duplicates kept |
+//! | `headers` | Map<Utf8, Binary>, not null | in record order; a repeated name's n-th use is `name#n` ([`unique_names`]) |
 //!
 //! then `value` (Binary) for [`Layout::Raw`]; one nullable column per
 //! typed field and `_extra` (Utf8, the fields the schema does not name as a
@@ -361,7 +361,7 @@ impl<W: Write + Send> TableWriter<W> {
         self.offset.append_value(offset);
         self.timestamp.append_value(record.timestamp_ms);
         self.key.append_option(record.key.as_deref());
-        for (name, value) in &record.headers {
+        for (name, value) in unique_names(&record.headers) {
             self.headers.keys().append_value(name);
             self.headers.values().append_value(value);
         }
@@ -411,11 +411,73 @@ impl<W: Write + Send> TableWriter<W> {
     }
 }
 
+/// `headers` with unique names, in record order: a map's keys must be
+/// unique (DuckDB refuses a Parquet MAP that repeats one: "Map keys must
+/// be unique"), while a record may repeat a header name (MQTT 5 user
+/// properties do). The first use of a name keeps it; its n-th use becomes
+/// `name#n`, or `name#n#2`... should the record also hold a header of
+/// that name. Nothing is dropped.
+pub fn unique_names<V: AsRef<[u8]>>(
+    headers: &[(String, V)],
+) -> Vec<(std::borrow::Cow<'_, str>, &[u8])> {
+    use std::borrow::Cow;
+    use std::collections::{HashMap, HashSet};
+    if headers.len() < 2 {
+        return headers
+            .iter()
+            .map(|(n, v)| (Cow::Borrowed(n.as_str()), v.as_ref()))
+            .collect();
+    }
+    let mut taken: HashSet<Cow<'_, str>> = HashSet::new();
+    let mut uses: HashMap<&str, usize> = HashMap::new();
+    let mut out = Vec::with_capacity(headers.len());
+    for (name, value) in headers {
+        let n = uses.entry(name.as_str()).or_insert(0);
+        *n += 1;
+        let mut unique: Cow<'_, str> = if *n == 1 {
+            Cow::Borrowed(name.as_str())
+        } else {
+            Cow::Owned(format!("{name}#{n}"))
+        };
+        // A later header with a real name equal to an invented one, or
+        // an invented one equal to an earlier real one.
+        let mut again = 1;
+        while taken.contains(&unique)
+            || (*n > 1 && headers.iter().any(|(h, _)| h == unique.as_ref()))
+        {
+            again += 1;
+            unique = Cow::Owned(format!("{name}#{n}#{again}"));
+        }
+        taken.insert(unique.clone());
+        out.push((unique, value.as_ref()));
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use bytes::Bytes;
     use parquet::file::reader::{FileReader, SerializedFileReader};
+
+    #[test]
+    fn repeated_header_names_become_unique_and_nothing_is_dropped() {
+        let headers: Vec<(String, &[u8])> = [
+            ("dup", &b"1"[..]),
+            ("dup", b"2"),
+            ("", b"e"),
+            ("dup", b"3"),
+            ("dup#2", b"4"),
+        ]
+        .iter()
+        .map(|(n, v)| ((*n).to_owned(), *v))
+        .collect();
+        let names: Vec<String> = unique_names(&headers)
+            .into_iter()
+            .map(|(n, _)| n.into_owned())
+            .collect();
+        assert_eq!(names, ["dup", "dup#2#2", "", "dup#3", "dup#2"]);
+    }
 
     fn record(value: &str) -> Record {
         Record {
