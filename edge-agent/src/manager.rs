@@ -188,6 +188,8 @@ pub struct TopicManager {
     closing: AtomicBool,
     /// Bumped whenever a topic is added.
     generation: watch::Sender<u64>,
+    /// Whether the replicator has a broker connection ([`Self::set_link_up`]).
+    link_up: AtomicBool,
     /// What the start found missing from the metadata store and rebuilt.
     rebuild: MetadataRebuild,
 }
@@ -240,6 +242,7 @@ impl TopicManager {
             topics: RwLock::new(BTreeMap::new()),
             create: tokio::sync::Mutex::new(()),
             closing: AtomicBool::new(false),
+            link_up: AtomicBool::new(false),
             generation,
             rebuild: MetadataRebuild::default(),
         };
@@ -507,7 +510,20 @@ impl TopicManager {
         self.write().insert(name.clone(), topic.clone());
         self.generation.send_modify(|g| *g += 1);
         info!(topic = %name, created = outcome.created, "topic created implicitly on first publish");
+        drop(_create);
+        // A reflashed device's new topic may exist centrally: while a broker
+        // is reachable, wait (bounded) for the Welcome so that the log starts
+        // at the broker's high-water mark, not at offsets the broker holds.
+        if outcome.created && topic.high_water_mark() == 0 && self.link_up.load(Ordering::SeqCst) {
+            topic.wait_resumed(crate::topic::FIRST_WELCOME_WAIT).await;
+        }
         Ok(topic)
+    }
+
+    /// The replicator's report: a broker connection is open (`true`) or
+    /// none is.
+    pub fn set_link_up(&self, up: bool) {
+        self.link_up.store(up, Ordering::SeqCst);
     }
 
     /// Publishes `records` to `name` as one batch (creating the topic

@@ -231,7 +231,14 @@ pub struct Topic {
     /// Keeps batches identical to a marked publish's out of the range its
     /// marker's settlement searches ([`claims`]).
     claims: claims::ContentClaims,
+    /// Turns true once a stream of this topic got its `Welcome` (the log
+    /// continues where the broker is).
+    resumed: tokio::sync::watch::Sender<bool>,
 }
+
+/// Longest wait of a new topic's first publish for its stream's `Welcome`
+/// while a broker is connected ([`crate::manager::TopicManager::get_or_create`]).
+pub const FIRST_WELCOME_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// Everything [`Topic::open_wal`] and [`Topic::open_ring`] need.
 pub(crate) struct TopicParts {
@@ -303,7 +310,25 @@ impl Topic {
             reopener: Mutex::new(Reopener::default()),
             maintenance: tokio::sync::Mutex::new(()),
             claims: claims::ContentClaims::default(),
+            resumed: tokio::sync::watch::channel(false).0,
         }
+    }
+
+    /// The replicator's report: a stream of this topic got its `Welcome`
+    /// and resumed (an empty log now continues at the broker's high-water
+    /// mark, `replicator::history`).
+    pub fn mark_resumed(&self) {
+        self.resumed.send_replace(true);
+    }
+
+    /// Waits at most `limit` for [`Topic::mark_resumed`] (a new topic's
+    /// first publish waits [`FIRST_WELCOME_WAIT`] while a broker is
+    /// connected); whether it came.
+    pub async fn wait_resumed(&self, limit: std::time::Duration) -> bool {
+        let mut resumed = self.resumed.subscribe();
+        tokio::time::timeout(limit, resumed.wait_for(|&r| r))
+            .await
+            .is_ok_and(|r| r.is_ok())
     }
 
     /// The topic name.

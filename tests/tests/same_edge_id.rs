@@ -285,3 +285,71 @@ fn a_device_that_published_offline_stops_even_after_the_broker_trimmed_its_log()
     assert_eq!(logs(), vec![format!("{:020}.log", 10)]);
     assert_eq!(pair.broker.terminate(), Some(0));
 }
+
+/// POSTs NDJSON `body` to the device's implicit topic `/plant1/{topic}`
+/// (no configuration: created by this publish); (base, next) offsets.
+fn publish_implicit(addr: SocketAddr, topic: &str, body: String) -> (u64, u64) {
+    let agent: ureq::Agent = ureq::Agent::config_builder()
+        .timeout_global(Some(Duration::from_secs(30)))
+        .build()
+        .into();
+    let mut response = agent
+        .post(format!("http://{addr}/v1/topics/plant1/{topic}/batch"))
+        .header("content-type", "application/x-ndjson")
+        .send(body)
+        .expect("publish");
+    let value: serde_json::Value = response.body_mut().read_json().expect("json");
+    (
+        value["base_offset"].as_u64().expect("base_offset"),
+        value["next_offset"].as_u64().expect("next_offset"),
+    )
+}
+
+/// (high-water mark, acknowledged offset) of `/plant1/{topic}` at the
+/// device.
+fn implicit_offsets(addr: SocketAddr, topic: &str) -> Option<(u64, u64)> {
+    let state = edge_get(addr, &format!("/v1/topics/plant1/{topic}"))?;
+    Some((
+        state["high_water_mark"].as_u64()?,
+        state["acknowledged_offset"].as_u64()?,
+    ))
+}
+
+fn wait_implicit(addr: SocketAddr, topic: &str, want: (u64, u64)) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while implicit_offsets(addr, topic) != Some(want) {
+        assert!(
+            Instant::now() < deadline,
+            "{topic}: offsets {:?}, want {want:?}",
+            implicit_offsets(addr, topic)
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A topic a device creates by publishing to it may exist centrally from
+/// the device's earlier life (a gateway reflashed with its certificate, an
+/// empty data directory): while a broker is connected, the first publish
+/// waits for the stream's `Welcome`, so the log starts at the broker's
+/// high-water mark and the record replicates. It was stored at offset 0,
+/// which the broker held, and never left the device ("broker holds offsets
+/// up to 2 but the local log ends at 1").
+#[test]
+fn a_reflashed_devices_first_publish_to_an_implicit_topic_continues_at_the_brokers_offset() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (pair, mut a) = first_device(dir.path());
+    a.start();
+    assert_eq!(publish_implicit(a.addr, "notes", ndjson("A", 0..2)), (0, 2));
+    wait_implicit(a.addr, "notes", (2, 2));
+    assert_eq!(a.proc.terminate(), Some(0));
+
+    // Reflashed: device B, same identity, empty data directory, connected.
+    let mut b = Device::new(dir.path(), &pair, "device-b");
+    b.start();
+    b.wait_offsets((10, 10));
+    assert_eq!(publish_implicit(b.addr, "notes", ndjson("B", 0..1)), (2, 3));
+    wait_implicit(b.addr, "notes", (3, 3));
+    let health = edge_get(b.addr, "/health").expect("health");
+    assert_eq!(health["status"], "ok", "{health}");
+    assert_eq!(b.proc.terminate(), Some(0));
+}

@@ -387,6 +387,7 @@ pub async fn run(
         if matches!(outcome, Err(StreamError::Silent(_))) {
             link.broker_went_silent(ended_at);
         }
+        shared.topics.set_link_up(false);
         shared.stats.set_link(|l| {
             l.connected_broker = None;
             if let Some(reason) = &reason {
@@ -500,6 +501,7 @@ async fn connect_and_replicate(
     shared.stats.connects.fetch_add(1, Ordering::Relaxed);
     let _open = OpenConnection::new(&shared.stats);
     if target.is_none() {
+        shared.topics.set_link_up(true);
         shared
             .stats
             .set_link(|l| l.connected_broker = Some(addr.to_owned()));

@@ -299,6 +299,7 @@ async fn drive_stream(
                         EdgeEvent::Resumed { from } => {
                             routing.resumed(topic.name().as_str());
                             stats.resumed(topic.name().as_str());
+                            topic.mark_resumed();
                             info!(topic = %topic.name(), from, local_hwm = hwm, "replication resumed");
                             let checkpoint = topic.acknowledged_offset();
                             if from < checkpoint {
