@@ -305,7 +305,7 @@ fn publish(args: PublishArgs) -> anyhow::Result<()> {
             (None, Some(path)) => read(
                 path,
                 Limits::default().max_record_bytes as usize,
-                "one record value (max_record_bytes)",
+                "one record value (max_record_bytes, which the record's key, headers and lengths count against too)",
             )?,
             (None, None) => anyhow::bail!("give VALUE, --file or --ndjson"),
         };
