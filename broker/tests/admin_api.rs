@@ -227,6 +227,27 @@ fn every_v1_endpoint_requires_the_bearer_token() {
             missing.www_authenticate.as_deref(),
             Some("Bearer realm=\"tributary-admin\"")
         );
+        // An Authorization header that is no Bearer token in visible
+        // ASCII is named as such (it said the token was missing). (ureq
+        // itself refuses to send one that is not ASCII.)
+        for unusable in [&b"Basic dXNlcjpwdw=="[..], b"Token abc"] {
+            let request = ureq::http::Request::builder()
+                .method(method)
+                .uri(format!("{}{path}", server.base))
+                .header(
+                    "Authorization",
+                    ureq::http::HeaderValue::from_bytes(unusable).unwrap(),
+                )
+                .body(body.unwrap_or_default().to_owned())
+                .unwrap();
+            let response = server.agent.run(request).unwrap();
+            assert_eq!(response.status().as_u16(), 401, "{method} {path}");
+            let text = response.into_body().read_to_string().unwrap();
+            assert!(
+                text.contains("unusable Authorization header: send Authorization: Bearer <token>, in visible ASCII"),
+                "{method} {path}: {text}"
+            );
+        }
         for wrong in [
             "s3cret-admin-toke",
             "s3cret-admin-tokenX",

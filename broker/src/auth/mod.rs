@@ -217,9 +217,14 @@ fn authenticate(state: &AuthState, request: &Request) -> Result<Principal, Unaut
             })
         };
     }
+    let message = if request.headers().contains_key(header::AUTHORIZATION) {
+        "unusable Authorization header: send Authorization: Bearer <token>, in visible ASCII"
+    } else {
+        "missing bearer token: send Authorization: Bearer <token>"
+    };
     Err(Unauthenticated {
         name: "anonymous".into(),
-        message: "missing bearer token: send Authorization: Bearer <token>",
+        message,
         unknown: false,
     })
 }
