@@ -247,10 +247,12 @@ pub fn run(
                     if let Some(from) = range.from_offset {
                         export::check_from_offset(&archive, &topic, from).await?;
                     }
-                    if let Some(from) = range.from_timestamp {
-                        export::check_from_timestamp(&archive, &topic, from).await?;
-                    }
                     ensure_archived(&archive, &topic).await?;
+                    if let Some(from) = range.from_timestamp
+                        && let Some(note) = export::past_the_end(&archive, &topic, from).await?
+                    {
+                        eprintln!("{note}");
+                    }
                 }
                 Ok(())
             }

@@ -174,11 +174,12 @@ pub async fn export(archive: &Archive, range: &RangeArgs, args: &ExportArgs) -> 
         ExportFormat::Batches => batches(archive, &topic, range, &bar, &mut writer).await?,
     };
     bar.finish();
+    let mut past_end = None;
     if records == 0 && rejected_file.as_ref().is_none_or(|(_, _, n)| *n == 0) {
-        if let Some(from) = range.from_timestamp {
-            check_from_timestamp(archive, &topic, from).await?;
-        }
         super::ensure_archived(archive, &topic).await?;
+        if let Some(from) = range.from_timestamp {
+            past_end = past_the_end(archive, &topic, from).await?;
+        }
     }
     staged.sync(writer)?;
     let mut said = format!(
@@ -197,6 +198,9 @@ pub async fn export(archive: &Archive, range: &RangeArgs, args: &ExportArgs) -> 
         }
     }
     output::commit(all)?;
+    if let Some(note) = past_end {
+        said.push_str(&format!(" ({note})"));
+    }
     eprintln!("{said}");
     Ok(())
 }
@@ -226,35 +230,33 @@ pub(super) async fn check_from_offset(
     Ok(())
 }
 
-/// Refuses a `--from-timestamp` later than every archived record's
-/// timestamp (the latest one is named), as [`check_from_offset`] refuses
-/// an offset past the end; called when a read from it found nothing. One
+/// Why a read from `--from-timestamp` found nothing when that is because
+/// every archived record is older (the latest timestamp is named), for a
+/// note on stderr. Not an error, unlike a `--from-offset` past the end: a
+/// "since" query of a scheduled export that finds nothing new is normal,
+/// and its output (nothing, or an empty file) is the right answer. One
 /// footer read per object.
 ///
 /// # Errors
-/// As said; store errors, damaged footers.
-pub(super) async fn check_from_timestamp(
+/// Store errors, damaged footers.
+pub(super) async fn past_the_end(
     archive: &Archive,
     topic: &TopicName,
     from_ms: i64,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<Option<String>> {
     let (objects, _) = archive.segments(topic).await?;
     let mut latest: Option<i64> = None;
     for object in &objects {
         let footer = archive.footer(object).await?;
         latest = latest.max(Some(footer.max_timestamp_ms));
     }
-    let Some(latest) = latest else {
-        return super::ensure_archived(archive, topic).await;
-    };
-    if from_ms > latest {
-        bail!(
-            "--from-timestamp {} is past the archived records of {topic}: the latest record's timestamp is {} ({latest} ms) (nothing to read)",
+    Ok(latest.filter(|&latest| from_ms > latest).map(|latest| {
+        format!(
+            "no record of {topic} at or after --from-timestamp {}: the latest archived record's timestamp is {} ({latest} ms)",
             rfc3339(from_ms),
             rfc3339(latest),
-        );
-    }
-    Ok(())
+        )
+    }))
 }
 
 /// `ms` since the Unix epoch in RFC 3339 with milliseconds, or the number
