@@ -33,7 +33,8 @@ struct Cli {
         long,
         env = "TRIB_ADMIN_URL",
         default_value = "https://127.0.0.1:7400",
-        global = true
+        global = true,
+        value_parser = parse_admin_url
     )]
     admin_url: String,
     /// The cluster CA (PEM) the broker's certificate must chain to;
@@ -83,6 +84,21 @@ enum Command {
     /// Browse, read, verify and export an archive bucket (no broker
     /// needed).
     Archive(Box<archive::ArchiveArgs>),
+}
+
+/// An admin URL with its scheme: `https://host:port` (or `http://` for a
+/// broker's plain-HTTP loopback API), refused otherwise with the fix.
+fn parse_admin_url(url: &str) -> Result<String, String> {
+    let rest = url
+        .strip_prefix("https://")
+        .or_else(|| url.strip_prefix("http://"));
+    match rest {
+        Some(host) if !host.is_empty() && !host.starts_with('/') => Ok(url.to_owned()),
+        Some(_) => Err("no host after the scheme".to_owned()),
+        None => Err(format!(
+            "give the scheme: https://{url} (or http:// for a broker's plain-HTTP loopback API)"
+        )),
+    }
 }
 
 fn run(cli: &Cli, admin_url_given: bool) -> anyhow::Result<String> {

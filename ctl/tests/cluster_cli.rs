@@ -197,6 +197,13 @@ fn status_describe_move_and_rebalance() {
         refused.contains("broker 9 is not a live, active member of the cluster"),
         "{refused}"
     );
+    // An admin URL without its scheme is refused naming the fix (it said
+    // "http: invalid format").
+    let refused = server.fails(&["--admin-url", "127.0.0.1:7400", "topics", "list"]);
+    assert!(
+        refused.contains("give the scheme: https://127.0.0.1:7400"),
+        "{refused}"
+    );
     // Node ids start at 1: 0 is refused before any request.
     let refused = server.fails(&["topics", "move", "/ns/a", "--to", "0"]);
     assert!(
