@@ -67,7 +67,7 @@ struct BrokerArgs {
     #[arg(long)]
     check_config: bool,
     /// Raft node id (>= 1).
-    #[arg(long, env = "TRIB_BROKER_NODE_ID")]
+    #[arg(long, env = "TRIB_BROKER_NODE_ID", allow_negative_numbers = true)]
     node_id: Option<NodeId>,
     /// Data directory (Raft state, topic WALs).
     #[arg(long, env = "TRIB_BROKER_DATA_DIR")]

@@ -509,3 +509,16 @@ fn this_nodes_member_address_on_another_port_than_raft_listen_is_a_note() {
         "{stderr}"
     );
 }
+
+/// A negative number for a numeric flag is named with its flag (clap
+/// took `-1` for an unknown flag: "unexpected argument '-1' found").
+#[test]
+fn a_negative_node_id_is_refused_naming_the_flag() {
+    let out = run(broker(&["check-config", "--node-id", "-1"]));
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.starts_with("error: invalid value '-1' for '--node-id <NODE_ID>'"),
+        "{stderr}"
+    );
+}

@@ -204,6 +204,12 @@ fn status_describe_move_and_rebalance() {
         refused.contains("give the scheme: https://127.0.0.1:7400"),
         "{refused}"
     );
+    // A negative TTL is named with its flag (clap took it for a flag).
+    let refused = server.fails(&["edges", "token", "plant9", "--ttl", "-1h"]);
+    assert!(
+        refused.starts_with("error: invalid value '-1h' for '--ttl <TTL>'"),
+        "{refused}"
+    );
     // Node ids start at 1: 0 is refused before any request.
     let refused = server.fails(&["topics", "move", "/ns/a", "--to", "0"]);
     assert!(

@@ -116,10 +116,18 @@ struct RunArgs {
     #[arg(long, env = "TRIB_EDGE_TLS_CA")]
     tls_ca: Option<PathBuf>,
     /// Agent-wide disk budget, bytes.
-    #[arg(long, env = "TRIB_EDGE_DISK_BUDGET_BYTES")]
+    #[arg(
+        long,
+        env = "TRIB_EDGE_DISK_BUDGET_BYTES",
+        allow_negative_numbers = true
+    )]
     disk_budget_bytes: Option<u64>,
     /// Replication bandwidth cap, bytes per second.
-    #[arg(long, env = "TRIB_EDGE_BANDWIDTH_CAP_BYTES_PER_S")]
+    #[arg(
+        long,
+        env = "TRIB_EDGE_BANDWIDTH_CAP_BYTES_PER_S",
+        allow_negative_numbers = true
+    )]
     bandwidth_cap_bytes_per_s: Option<u64>,
     /// Log format on stderr; the level comes from RUST_LOG (default info).
     #[arg(long, env = "TRIB_EDGE_LOG_FORMAT", value_enum, default_value = "text")]

@@ -382,3 +382,18 @@ fn an_mqtt_listener_on_the_local_apis_address_is_a_problem() {
         ]
     );
 }
+
+/// A negative number for a numeric flag is named with its flag (clap
+/// took `-5` for an unknown flag: "unexpected argument '-5' found").
+#[test]
+fn negative_numbers_are_refused_naming_the_flag() {
+    for flag in ["--disk-budget-bytes", "--bandwidth-cap-bytes-per-s"] {
+        let out = edge_agent(&["check-config", flag, "-5"]);
+        assert_eq!(out.status.code(), Some(2), "{flag}: {out:?}");
+        let stderr = text(&out.stderr);
+        assert!(
+            stderr.starts_with(&format!("error: invalid value '-5' for '{flag} <")),
+            "{stderr}"
+        );
+    }
+}

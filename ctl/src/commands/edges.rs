@@ -30,7 +30,12 @@ pub enum EdgesCommand {
         edge_id: String,
         /// How long the token may be used: 90s, 30m, 24h, 7d (at most 30
         /// days).
-        #[arg(long, default_value = "24h", value_parser = parse_ttl)]
+        #[arg(
+            long,
+            default_value = "24h",
+            value_parser = parse_ttl,
+            allow_hyphen_values = true
+        )]
         ttl: Duration,
     },
     /// Revoke an edge: every broker refuses (and disconnects) its
