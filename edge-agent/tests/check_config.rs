@@ -397,3 +397,24 @@ fn negative_numbers_are_refused_naming_the_flag() {
         );
     }
 }
+
+/// `[mqtt] max_packet_bytes` past what MQTT can frame is a problem (it
+/// passed: 4,000,000,000).
+#[test]
+fn an_mqtt_packet_limit_mqtt_cannot_frame_is_a_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = config(dir.path(), "127.0.0.1:7500", |t| {
+        t.replace(
+            "[tls]",
+            "[mqtt]\nlisten = \"127.0.0.1:1883\"\nmax_packet_bytes = 4000000000\n[tls]",
+        )
+    });
+    let out = edge_agent(&["check-config", "-c", path.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        text(&out.stderr).contains(
+            "error: mqtt.max_packet_bytes: must be from 64 to 268435460 (the largest packet MQTT can frame"
+        ),
+        "{out:?}"
+    );
+}

@@ -386,7 +386,14 @@ impl Wal {
         let mut map = self.shared.unreadable();
         map.entry(range.first_offset)
             .or_insert_with(|| {
-                tracing::warn!(dir = %self.shared.dir.display(), %range, "WAL found an unreadable range (read or scrub)");
+                // A declared hole is data nobody stored, on purpose (a log
+                // continued at the broker's offset, an edge's declaration):
+                // no damage, so no warning at every start.
+                if matches!(range.kind, UnreadableKind::Hole) {
+                    tracing::debug!(dir = %self.shared.dir.display(), %range, "WAL read stepped over a declared hole");
+                } else {
+                    tracing::warn!(dir = %self.shared.dir.display(), %range, "WAL found an unreadable range (read or scrub)");
+                }
                 range
             })
             .clone()

@@ -24,6 +24,11 @@ pub const DEFAULT_RECEIVE_MAXIMUM: u16 = 64;
 /// Default most simultaneous MQTT connections.
 pub const DEFAULT_MAX_CONNECTIONS: u32 = 256;
 
+/// The largest MQTT packet, bytes: a Remaining Length of at most
+/// 268,435,455 (MQTT 3.1.1 §2.2.3, 5.0 §2.1.4) plus the fixed header's
+/// type byte and 4 length bytes.
+pub const MAX_MQTT_PACKET_BYTES: u32 = 268_435_455 + 5;
+
 /// `[mqtt]` as written.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -167,10 +172,12 @@ impl MqttConfig {
             ));
         }
         let max_packet_bytes = file.max_packet_bytes.unwrap_or(DEFAULT_MAX_PACKET_BYTES);
-        if max_packet_bytes < 64 {
+        if !(64..=MAX_MQTT_PACKET_BYTES).contains(&max_packet_bytes) {
             return Err(invalid(
                 "mqtt.max_packet_bytes",
-                format!("must be at least 64; got {max_packet_bytes}"),
+                format!(
+                    "must be from 64 to {MAX_MQTT_PACKET_BYTES} (the largest packet MQTT can frame: 256 MiB of Remaining Length plus its 5-byte fixed header); got {max_packet_bytes}"
+                ),
             ));
         }
         let receive_maximum = file.receive_maximum.unwrap_or(DEFAULT_RECEIVE_MAXIMUM);
