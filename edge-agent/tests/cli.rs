@@ -196,9 +196,13 @@ async fn publish_prints_the_offsets() {
         (
             file.to_str().unwrap(),
             "--file",
-            "one record value (max_record_bytes)",
+            "one record value (max_record_bytes, which the record's key, headers and lengths count against too)",
         ),
-        ("/dev/zero", "--file", "one record value (max_record_bytes)"),
+        (
+            "/dev/zero",
+            "--file",
+            "one record value (max_record_bytes, which the record's key, headers and lengths count against too)",
+        ),
         (
             "/dev/zero",
             "--ndjson",
