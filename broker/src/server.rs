@@ -108,6 +108,7 @@ pub async fn run(
     broker_core::data_dir::inspect(&config.data_dir, &data_dir_owner(&config))?;
     refuse_lost_metadata(&config.data_dir)?;
     claim_data_dir(&config)?;
+    refuse_taken_addresses(&config)?;
     let node = MetaNode::start(node_config, &tls).await?;
     let store = RaftMetadataStore::new(node.clone(), Arc::new(SystemClock));
     let store: Arc<dyn broker_core::metadata::MetadataStore> = Arc::new(store);
@@ -444,6 +445,25 @@ fn data_dir_owner(config: &BrokerConfig) -> broker_core::data_dir::Owner {
 ///
 /// # Errors
 /// [`ServerError::DataDir`].
+/// Binds the admin (TCP) and ingest (UDP) addresses once and lets them go
+/// again, before Raft starts: an address in use is then the start's one
+/// error line. (Found only when bound, after Raft had started, its
+/// shutdown logged openraft errors before it.)
+fn refuse_taken_addresses(config: &BrokerConfig) -> Result<(), ServerError> {
+    std::net::TcpListener::bind(config.admin_listen).map_err(|source| ServerError::Listen {
+        what: "admin",
+        addr: config.admin_listen,
+        source,
+    })?;
+    std::net::UdpSocket::bind(config.ingest_listen).map_err(|source| {
+        ServerError::Ingest(crate::replication::quic::QuicEndpointError::Bind {
+            addr: config.ingest_listen,
+            source,
+        })
+    })?;
+    Ok(())
+}
+
 fn claim_data_dir(config: &BrokerConfig) -> Result<(), ServerError> {
     let found = broker_core::data_dir::claim(&config.data_dir, &data_dir_owner(config))?;
     if found == broker_core::data_dir::Found::Adopted {

@@ -522,3 +522,36 @@ fn a_negative_node_id_is_refused_naming_the_flag() {
         "{stderr}"
     );
 }
+
+/// An ingest port in use is the start's one error line, also with
+/// warnings and errors logged: it was found only after Raft had started,
+/// whose shutdown logged two openraft errors before it.
+#[test]
+fn an_ingest_port_in_use_is_said_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let taken = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap();
+    let path = config(dir.path(), |t| {
+        let line = t
+            .lines()
+            .find(|l| l.starts_with("ingest_listen"))
+            .unwrap()
+            .to_owned();
+        t.replace(&line, &format!("ingest_listen = \"{addr}\""))
+    });
+    let mut child = broker(&["-c", path.to_str().unwrap()])
+        .env("RUST_LOG", "warn")
+        .stderr(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let code = wait_exit(&mut child, Duration::from_secs(60)).expect("the broker exits");
+    assert_eq!(code, Some(1));
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert_eq!(
+        stderr,
+        format!("error: ingest: QUIC endpoint on {addr}: Address already in use (os error 98)\n")
+    );
+    drop(taken);
+}

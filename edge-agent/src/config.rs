@@ -216,7 +216,8 @@ pub struct Overrides {
     /// `--edge-id`, `TRIB_EDGE_ID`.
     pub edge_id: Option<String>,
     /// `--broker` (repeatable), `TRIB_EDGE_BROKERS` (comma-separated);
-    /// replaces the file's list when not empty.
+    /// replaces the file's list when not empty (an empty variable, such as
+    /// `TRIB_EDGE_BROKERS=` in an environment file, is no override).
     pub brokers: Vec<String>,
     /// `--local-api`, `TRIB_EDGE_LOCAL_API`.
     pub local_api: Option<SocketAddr>,
@@ -369,7 +370,7 @@ impl AgentConfig {
         let tls_check_interval = (check_ms > 0).then(|| Duration::from_millis(check_ms));
         let tls = resolve_tls(file.tls, overrides)?;
         let edge_id = resolve_edge_id(overrides.edge_id.clone().or(file.edge_id), tls.as_ref())?;
-        let brokers = if overrides.brokers.is_empty() {
+        let brokers = if overrides.brokers.iter().all(String::is_empty) {
             file.brokers
         } else {
             overrides.brokers.clone()

@@ -97,10 +97,18 @@ pub(super) fn resolve_edge_id(
     let from_cert = tls.map(|t| certificate_edge_id(&t.cert)).transpose()?;
     let id = match (explicit, from_cert) {
         (Some(explicit), Some(cert)) if explicit != cert => {
+            let broker = cert
+                .strip_prefix("broker-")
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()));
+            let hint = if broker {
+                " (tls.cert is a broker's certificate: give this edge its own, from `edge-agent enroll` or `tribctl certs --edge`)"
+            } else {
+                ""
+            };
             return Err(ConfigError::invalid(
                 "edge_id",
                 format!(
-                    "{explicit:?} differs from the identity {cert:?} of tls.cert; the broker only lets {cert:?} write"
+                    "{explicit:?} differs from the identity {cert:?} of tls.cert; the broker only lets {cert:?} write{hint}"
                 ),
             ));
         }

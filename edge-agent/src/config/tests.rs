@@ -336,8 +336,35 @@ fn brokers_need_tls_and_the_flags_replace_the_files_list() {
         brokers: vec!["b:2".into(), "c:3".into()],
         ..Overrides::default()
     };
-    let config = AgentConfig::resolve(file, &overrides).unwrap();
+    let config = AgentConfig::resolve(file.clone(), &overrides).unwrap();
     assert_eq!(config.brokers, ["b:2", "c:3"]);
+    // `TRIB_EDGE_BROKERS=` (empty, as in an environment file) is no
+    // override: it was one empty broker, refused as not host:port.
+    let empty = Overrides {
+        brokers: vec![String::new()],
+        ..Overrides::default()
+    };
+    let config = AgentConfig::resolve(file, &empty).unwrap();
+    assert_eq!(config.brokers, ["a:1"]);
+}
+
+/// A broker's certificate given to an edge is named as such (the trial's
+/// message said only that the identities differ).
+#[test]
+fn a_brokers_certificate_given_to_an_edge_is_named_as_such() {
+    let dir = tempfile::tempdir().unwrap();
+    broker_core::dev_certs::issue(dir.path(), &[1], &[]).unwrap();
+    let (field, reason) = invalid_field(&format!(
+        "data_dir = \"/d\"\nedge_id = \"plant1\"\n[tls]\ncert = {cert:?}\nkey = {key:?}\nca = {ca:?}\n",
+        cert = dir.path().join("broker-1.pem").display().to_string(),
+        key = dir.path().join("broker-1.key").display().to_string(),
+        ca = dir.path().join("ca.pem").display().to_string(),
+    ));
+    assert_eq!(field, "edge_id");
+    assert_eq!(
+        reason,
+        "\"plant1\" differs from the identity \"broker-1\" of tls.cert; the broker only lets \"broker-1\" write (tls.cert is a broker's certificate: give this edge its own, from `edge-agent enroll` or `tribctl certs --edge`)"
+    );
 }
 
 #[test]
