@@ -101,21 +101,40 @@ impl RaftMetadataStore {
     }
 }
 
+impl RaftMetadataStore {
+    /// `key` in this node's state machine as applied now.
+    fn read_applied(&self, key: &str) -> Result<Option<Value>, MetadataError> {
+        let now = now_ms(self.clock.as_ref());
+        let raw = self
+            .node
+            .state_machine()
+            .get(key, now)
+            .map_err(|e| MetadataError::Backend {
+                op: "read",
+                source: Box::new(e),
+            })?;
+        raw.map(|bytes| decode(key, &bytes)).transpose()
+    }
+}
+
 impl MetadataStore for RaftMetadataStore {
     fn get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Value>, MetadataError>> {
         Box::pin(async move {
             validate_key(key)?;
             self.node.read_barrier().await.map_err(backend("read"))?;
-            let now = now_ms(self.clock.as_ref());
-            let raw =
-                self.node
-                    .state_machine()
-                    .get(key, now)
-                    .map_err(|e| MetadataError::Backend {
-                        op: "read",
-                        source: Box::new(e),
-                    })?;
-            raw.map(|bytes| decode(key, &bytes)).transpose()
+            self.read_applied(key)
+        })
+    }
+
+    /// This node's applied state, no read-index barrier: no round trip to
+    /// the leader, and an answer also while there is none.
+    fn get_local<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Value>, MetadataError>> {
+        Box::pin(async move {
+            validate_key(key)?;
+            self.read_applied(key)
         })
     }
 

@@ -314,6 +314,19 @@ pub trait MetadataStore: Send + Sync {
     /// order); returns how many.
     fn purge_expired(&self) -> BoxFuture<'_, Result<usize, MetadataError>>;
 
+    /// The value of `key` as this node's copy holds it now, without
+    /// waiting to be current (a replicated store may be behind the
+    /// latest commit): for values that never change once written, where
+    /// "not there yet" is an acceptable answer. Default: [`MetadataStore::get`].
+    ///
+    /// Errors: as [`MetadataStore::get`].
+    fn get_local<'a>(
+        &'a self,
+        key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Value>, MetadataError>> {
+        self.get(key)
+    }
+
     /// Stores `value` at `key` without a TTL.
     ///
     /// Errors: [`MetadataError::InvalidKey`], [`MetadataError::ValueTooLarge`].

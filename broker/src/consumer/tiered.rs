@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::ops::ControlFlow;
 use std::sync::Arc;
 
-use broker_core::metadata::{MetadataStore, MetadataStoreExt};
+use broker_core::metadata::MetadataStore;
 use broker_core::wal::{Wal, WalError};
 use tributary_api::consumer::{Gap, GapKind};
 use tributary_archive::BucketError;
@@ -513,7 +513,8 @@ pub async fn offset_for_timestamp(
 struct StoreDescriptors(Arc<dyn MetadataStore>);
 
 /// The descriptors committed in `store`, for
-/// [`Archive::with_committed`]: one local metadata read per object opened.
+/// [`Archive::with_committed`]: one read of this broker's applied copy
+/// ([`MetadataStore::get_local`]) per object opened.
 pub fn committed_descriptors(store: Arc<dyn MetadataStore>) -> Arc<dyn CommittedDescriptors> {
     Arc::new(StoreDescriptors(store))
 }
@@ -523,11 +524,18 @@ impl CommittedDescriptors for StoreDescriptors {
         &'a self,
         key: &'a str,
     ) -> futures::future::BoxFuture<'a, Result<Option<SegmentDescriptor>, String>> {
+        // A committed descriptor never changes: this broker's applied copy
+        // is enough (no read barrier through the Raft leader per object,
+        // and tiered reads go on without a leader); one not applied here
+        // yet is not checked, as an object not committed yet is not.
         Box::pin(async move {
             self.0
-                .get_as::<SegmentDescriptor>(key)
+                .get_local(key)
                 .await
-                .map_err(|e| e.to_string())
+                .map_err(|e| e.to_string())?
+                .map(serde_json::from_value::<SegmentDescriptor>)
+                .transpose()
+                .map_err(|e| format!("descriptor {key}: {e}"))
         })
     }
 }

@@ -34,7 +34,13 @@ pub async fn put_then_get_returns_the_value(fx: &Fixture) {
             s.get(&format!("/v/{i}")).await.unwrap().as_ref(),
             Some(value)
         );
+        // A write this node applied is in its local copy too.
+        assert_eq!(
+            s.get_local(&format!("/v/{i}")).await.unwrap().as_ref(),
+            Some(value)
+        );
     }
+    assert_eq!(s.get_local("/v/absent").await.unwrap(), None);
     // A key holding null exists.
     assert_eq!(
         s.compare_and_swap("/v/0", None, json!(1)).await.unwrap(),

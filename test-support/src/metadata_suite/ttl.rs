@@ -27,6 +27,7 @@ pub async fn ttl_keys_expire_and_purge_removes_them(fx: &Fixture) {
 
     fx.clock.advance(1);
     assert_eq!(s.get("/cluster/register/1").await.unwrap(), None);
+    assert_eq!(s.get_local("/cluster/register/1").await.unwrap(), None);
     assert_eq!(
         s.list("/cluster/").await.unwrap(),
         vec![
