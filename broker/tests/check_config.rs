@@ -295,31 +295,40 @@ fn missing_tls_files_are_named_by_their_setting() {
     }
 }
 
-#[test]
-fn an_admin_port_in_use_is_said_once() {
+/// Starts the broker with the `{setting}` line of its configuration set
+/// to `addr` and logging at `warn`; its exit code and stderr.
+fn start_with_address(setting: &str, addr: std::net::SocketAddr) -> (Option<i32>, String) {
     let dir = tempfile::tempdir().unwrap();
-    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    let addr = taken.local_addr().unwrap();
     let path = config(dir.path(), |t| {
         let line = t
             .lines()
-            .find(|l| l.starts_with("admin_listen"))
+            .find(|l| l.starts_with(setting))
             .unwrap()
             .to_owned();
-        t.replace(&line, &format!("admin_listen = \"{addr}\""))
+        t.replace(&line, &format!("{setting} = \"{addr}\""))
     });
     let mut child = broker(&["-c", path.to_str().unwrap()])
+        .env("RUST_LOG", "warn")
         .stderr(std::process::Stdio::piped())
         .stdout(std::process::Stdio::null())
         .spawn()
         .unwrap();
     let code = wait_exit(&mut child, Duration::from_secs(60)).expect("the broker exits");
-    assert_eq!(code, Some(1));
     let mut stderr = String::new();
     std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    (code, stderr)
+}
+
+#[test]
+fn an_admin_port_in_use_is_said_once() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap();
     assert_eq!(
-        stderr,
-        format!("error: admin listener on {addr}: Address already in use (os error 98)\n")
+        start_with_address("admin_listen", addr),
+        (
+            Some(1),
+            format!("error: admin listener on {addr}: Address already in use (os error 98)\n")
+        )
     );
     drop(taken);
 }
@@ -528,30 +537,16 @@ fn a_negative_node_id_is_refused_naming_the_flag() {
 /// whose shutdown logged two openraft errors before it.
 #[test]
 fn an_ingest_port_in_use_is_said_once() {
-    let dir = tempfile::tempdir().unwrap();
     let taken = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     let addr = taken.local_addr().unwrap();
-    let path = config(dir.path(), |t| {
-        let line = t
-            .lines()
-            .find(|l| l.starts_with("ingest_listen"))
-            .unwrap()
-            .to_owned();
-        t.replace(&line, &format!("ingest_listen = \"{addr}\""))
-    });
-    let mut child = broker(&["-c", path.to_str().unwrap()])
-        .env("RUST_LOG", "warn")
-        .stderr(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let code = wait_exit(&mut child, Duration::from_secs(60)).expect("the broker exits");
-    assert_eq!(code, Some(1));
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
     assert_eq!(
-        stderr,
-        format!("error: ingest: QUIC endpoint on {addr}: Address already in use (os error 98)\n")
+        start_with_address("ingest_listen", addr),
+        (
+            Some(1),
+            format!(
+                "error: ingest: QUIC endpoint on {addr}: Address already in use (os error 98)\n"
+            )
+        )
     );
     drop(taken);
 }
