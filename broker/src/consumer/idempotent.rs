@@ -11,9 +11,7 @@
 //! 2. the records are appended *at* `from` only ([`Wal::enqueue_at`]: a
 //!    conditional append), the topic's other central appends held back
 //!    from the marker's commit until then
-//!    ([`TopicStore::central_order`]); should the offset be gone anyway,
-//!    the marker moves to the new next offset and the append is tried
-//!    again;
+//!    ([`TopicStore::central_order`]);
 //! 3. `done` `{fingerprint, base_offset, next_offset}` once durable.
 //!
 //! A request that finds `pending` (its first attempt crashed, lost its
@@ -45,10 +43,6 @@ use crate::replication::topics::TopicError;
 
 /// Same-key requests of this broker, one after the other.
 static LOCKS: LazyLock<KeyLocks> = LazyLock::new(KeyLocks::default);
-
-/// Conditional appends tried before the request is refused as contended
-/// (other central appends kept taking the next offset first).
-const ATTEMPTS: usize = 8;
 
 /// The stored entry of a key.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -174,69 +168,63 @@ impl ConsumerService {
             .await
             .map_err(|e| ConsumerError::BudgetExceeded(e.to_string()))?;
         let wal = self.topics.central_wal(topic, false).await?;
-        let digest = records_digest(&records);
-        let count = records.len() as u64;
-        let mut current = stored;
+        // No other central append takes offsets while this one holds the
+        // topic's order (every central append does: publishes, dead-letter
+        // copies, replay), so its batch lands at `from`; the append is
+        // conditional all the same, so nothing could land anywhere else.
         let order = self.topics.central_order(topic);
-        for _ in 0..ATTEMPTS {
-            // No other central append takes offsets while this one holds
-            // the order: its batch lands at `from`. (Only a WAL written
-            // otherwise, such as an edge's first stream, could, and the
-            // conditional append then moves on.)
-            let held = order.lock().await;
-            let from = wal.next_offset();
-            let pending = serde_json::to_value(Entry::Pending {
-                fingerprint: fingerprint.clone(),
-                from,
-                count,
-                records_digest: digest.clone(),
-            })
-            .map_err(internal)?;
-            self.claim(topic, &store_key, current.take(), pending.clone())
-                .await?;
-            current = Some(pending);
-            let batch = RecordBatch {
-                base_offset: from,
-                codec: tributary_proto::Codec::None,
-                records: records.clone(),
-            }
-            .encode(&wal.config().limits)
-            .map_err(|e| ConsumerError::TooLarge(e.to_string()))?;
-            let enqueued = wal.enqueue_at(batch).await;
-            drop(held);
-            let appended = match enqueued {
-                Ok(pending) => pending.durable().await,
-                Err(e) => Err(e),
-            };
-            match appended {
-                Ok(AppendAtOutcome::Appended(ack)) => {
-                    self.answer(
-                        topic,
-                        &store_key,
-                        &fingerprint,
-                        ack.base_offset,
-                        ack.next_offset,
-                    )
-                    .await?;
-                    return Ok(KeyedPublish {
-                        base_offset: ack.base_offset,
-                        next_offset: ack.next_offset,
-                        replayed: false,
-                    });
-                }
-                // Another append took `from` first: not ours, try again at
-                // the next offset.
-                Ok(AppendAtOutcome::Duplicate(_))
-                | Err(WalError::Overlap { .. } | WalError::Gap { .. }) => continue,
-                Err(e) => return Err(TopicError::Wal(e).into()),
-            }
-        }
-        Err(ConsumerError::Conflict {
-            kind: "contended",
-            message: format!(
-                "other publishes to {topic} took the next offset {ATTEMPTS} times in a row; nothing stored, retry"
-            ),
+        let held = order.lock().await;
+        let from = wal.next_offset();
+        let pending = serde_json::to_value(Entry::Pending {
+            fingerprint: fingerprint.clone(),
+            from,
+            count: records.len() as u64,
+            records_digest: records_digest(&records),
         })
+        .map_err(internal)?;
+        self.claim(topic, &store_key, stored, pending).await?;
+        let batch = RecordBatch {
+            base_offset: from,
+            codec: tributary_proto::Codec::None,
+            records,
+        }
+        .encode(&wal.config().limits)
+        .map_err(|e| ConsumerError::TooLarge(e.to_string()))?;
+        let enqueued = wal.enqueue_at(batch).await;
+        drop(held);
+        let appended = match enqueued {
+            Ok(pending) => pending.durable().await,
+            Err(e) => Err(e),
+        };
+        match appended {
+            Ok(AppendAtOutcome::Appended(ack)) => {
+                self.answer(
+                    topic,
+                    &store_key,
+                    &fingerprint,
+                    ack.base_offset,
+                    ack.next_offset,
+                )
+                .await?;
+                Ok(KeyedPublish {
+                    base_offset: ack.base_offset,
+                    next_offset: ack.next_offset,
+                    replayed: false,
+                })
+            }
+            // Something took `from` after all: nothing of this request is
+            // stored; its marker is settled by the retry.
+            Ok(AppendAtOutcome::Duplicate(_))
+            | Err(WalError::Overlap { .. } | WalError::Gap { .. }) => {
+                Err(ConsumerError::Conflict {
+                    kind: "contended",
+                    message: format!(
+                        "another append took offset {from} of {topic}; nothing stored, retry"
+                    ),
+                })
+            }
+            Err(e) => Err(TopicError::Wal(e).into()),
+        }
     }
 
     /// Writes `value` at `store_key` if it still holds `current` (the
