@@ -246,6 +246,15 @@ pub struct DeleteOutcome {
     /// Keys removed (topic and partitions, all keys under them, registry
     /// entries).
     pub deleted_keys: usize,
+    /// Whether an edge replicated into the topic: its owner closes the
+    /// edge's stream and the edge's next contact creates the topic again,
+    /// with the edge's intent and the same offsets. Absent (false) from
+    /// brokers before this field.
+    #[serde(default)]
+    pub edge_fed: bool,
+    /// What follows from the delete, for a person (set with `edge_fed`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 /// A subscription's failure policy and where it comes from.

@@ -462,7 +462,7 @@ fn topics_create_describe_list_delete() {
         server.call("DELETE", "/v1/topics/default/agent-jobs", None),
         (
             200,
-            json!({"topic": "/default/agent-jobs", "partitions": 3, "deleted_keys": 17})
+            json!({"topic": "/default/agent-jobs", "partitions": 3, "deleted_keys": 17, "edge_fed": false})
         )
     );
     let gone = json!({"error": "topic /default/agent-jobs does not exist", "kind": "not_found"});

@@ -689,6 +689,8 @@ async fn delete_removes_the_topic_its_partitions_and_everything_under_them() {
             topic: t.clone(),
             partitions: 2,
             deleted_keys: 15,
+            edge_fed: false,
+            note: None,
         }
     );
     assert_eq!(f.dump().await, before);

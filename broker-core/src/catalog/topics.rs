@@ -415,6 +415,8 @@ impl Catalog<'_> {
                 topic: topic.clone(),
                 partitions,
                 deleted_keys,
+                edge_fed: false,
+                note: None,
             }),
             TxnOutcome::ConditionFailed { key, .. } => Err(CatalogError::ConcurrentChange { key }),
         }

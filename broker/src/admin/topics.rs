@@ -176,6 +176,18 @@ pub(super) async fn delete_topic(
 ) -> ApiResult {
     let topic = topic_from_path(&namespace, &topic)?;
     super::refuse_system_write(&topic)?;
-    let outcome = Catalog::new(&*state.store).delete_topic(&topic).await?;
+    // Read before the delete, which removes the writer marker with the
+    // rest of the topic's keys.
+    let edge_fed = crate::replication::topics::Writer::Edge
+        .writes(state.store.as_ref(), &topic)
+        .await
+        .map_err(broker_core::catalog::CatalogError::from)?;
+    let mut outcome = Catalog::new(&*state.store).delete_topic(&topic).await?;
+    if edge_fed {
+        outcome.edge_fed = true;
+        outcome.note = Some(format!(
+            "an edge replicates into {topic}: its stream is closed, and the edge's next contact creates the topic again with the edge's intent, its records at the same offsets; stop publishing to it at the edge to remove it for good"
+        ));
+    }
     ok(StatusCode::OK, outcome)
 }

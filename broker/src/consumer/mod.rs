@@ -439,6 +439,11 @@ impl ConsumerService {
                 self.hand_off(&sub, owner, epoch).await;
                 continue;
             }
+            if self.topic_deleted(&sub.topic).await {
+                self.forget(&sub).await;
+                info!(topic = %sub.topic, subscription = %sub.name, "the topic was deleted: its subscription is unloaded and its consumer sessions end");
+                continue;
+            }
             let now = self.now_ms();
             let mut st = sub.state.lock().await;
             let Some(tick) = st.tick(now) else {
@@ -513,6 +518,9 @@ impl ConsumerService {
             return;
         }
         if let Some(cursor) = st.poll_persist(self.now_ms(), force) {
+            if self.topic_deleted(&sub.topic).await {
+                return;
+            }
             let key = keys::topics::subscription_cursor(&sub.topic, &sub.name);
             match self.put_fenced(&sub.topic, &key, json!(cursor)).await {
                 Ok(()) => {

@@ -43,6 +43,7 @@ use super::damage::{DamageService, RouteGuard};
 use super::receive_budget::{MIN_CONNECTION_WINDOW, ReceiveBudget, var_int};
 use super::revocation::EdgeGate;
 use super::stages::{FrameClock, INGEST_STAGES, Stage};
+use super::stream_checks::{deleted_centrally, ownership_lost};
 use super::topics::{TopicError, TopicStore};
 use crate::fleet::{EdgeConnection, Fleet, TopicProgress};
 
@@ -193,9 +194,9 @@ const OPEN_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// How often an open stream re-checks its topic's ownership and the
 /// committed archive's end (`Archived` frames), besides ownership changes.
-const ARCHIVE_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
+pub(super) const ARCHIVE_CHECK: std::time::Duration = std::time::Duration::from_secs(1);
 
-fn refusal(code: ErrorCode, message: impl Into<String>) -> Frame {
+pub(super) fn refusal(code: ErrorCode, message: impl Into<String>) -> Frame {
     Frame::Error {
         code,
         message: message.into(),
@@ -387,31 +388,6 @@ fn fold_durable(
             Err(_) => return (next_offset, folded, None),
         }
     }
-}
-
-/// The refusal that ends a stream whose topic this broker no longer serves
-/// at the epoch it opened it under (another owner, or a stale lease), and
-/// whether the lease is stale (then the whole connection is closed).
-fn ownership_lost(
-    ownership: Option<&(
-        Arc<crate::cluster::Cluster>,
-        u64,
-        tokio::sync::watch::Receiver<u64>,
-    )>,
-    topic: Option<&TopicName>,
-) -> Option<(Frame, bool)> {
-    let ((cluster, epoch, _), topic) = (ownership?, topic?);
-    if cluster.route(topic) == (crate::cluster::Route::Local { epoch: *epoch }) {
-        return None;
-    }
-    let frame = refusal(
-        ErrorCode::Unavailable,
-        format!(
-            "broker {} no longer serves {topic} at epoch {epoch}; reconnect to its owner",
-            cluster.me()
-        ),
-    );
-    Some((frame, !cluster.lease_fresh()))
 }
 
 /// The runtime's clock (paused in tests that pause it), for [`AckRepeats`].
@@ -720,6 +696,11 @@ async fn handle_stream(
                 // A lease goes stale with time, not only with a change.
                 if let Some((frame, stale)) = ownership_lost(ownership.as_ref(), opened_topic.as_ref()) {
                     close_connection = stale;
+                    break Some(frame);
+                }
+                if let Some(topic) = &opened_topic
+                    && let Some(frame) = deleted_centrally(topics.store().as_ref(), topic).await
+                {
                     break Some(frame);
                 }
                 // Bounded: a broker cut off from the Raft majority must

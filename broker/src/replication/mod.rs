@@ -14,5 +14,6 @@ pub mod quic;
 pub mod receive_budget;
 pub mod revocation;
 pub mod stages;
+mod stream_checks;
 pub mod takeover;
 pub mod topics;

@@ -321,8 +321,9 @@ pub fn run(ctx: &Context<'_>, command: &TopicsCommand) -> Result<String, Command
         TopicsCommand::Delete { topic } => {
             let value = client.delete(&topic_path(topic)?)?;
             ctx.render(value, |d: DeleteOutcome| {
+                let note = d.note.map(|n| format!("note: {n}\n")).unwrap_or_default();
                 format!(
-                    "deleted topic {} ({}, {} metadata keys)\n",
+                    "deleted topic {} ({}, {} metadata keys)\n{note}",
                     d.topic,
                     partitions_text(d.partitions),
                     d.deleted_keys

@@ -1,0 +1,115 @@
+//! Deleting, centrally, a topic an edge still replicates into (real
+//! binaries on 127.0.0.1). The edge is the topic's source of truth: the
+//! delete removes the central settings and subscriptions, the owner closes
+//! the edge's stream, and the edge's next `Hello` creates the topic again
+//! with the edge's intent. Its records keep their offsets: nothing the edge
+//! had acknowledged is lost or stored twice, and what it publishes after the
+//! delete continues the same log.
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use tributary_tests::cluster::{Pair, TOPIC};
+
+const TOKEN: &str = "e2e-test-token";
+
+fn value(offset: u64) -> String {
+    format!("reading-{offset:06}")
+}
+
+fn publish(pair: &Pair, next: &mut u64, count: u64) {
+    let body: String = (*next..*next + count)
+        .map(|o| format!("{{\"value\":{:?}}}\n", value(o)))
+        .collect();
+    let (base, end) = pair.publish_ndjson(body).expect("publish");
+    assert_eq!((base, end), (*next, *next + count), "offsets assigned");
+    *next = end;
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .build()
+        .into()
+}
+
+/// (status, JSON body) of `method` on the pair's admin API.
+fn admin(pair: &Pair, method: &str, path: &str) -> (u16, Value) {
+    let url = format!("http://{}{path}", pair.broker_admin);
+    let auth = format!("Bearer {TOKEN}");
+    let response = match method {
+        "DELETE" => agent().delete(&url).header("Authorization", &auth).call(),
+        _ => agent().get(&url).header("Authorization", &auth).call(),
+    };
+    let mut response = response.unwrap_or_else(|e| panic!("{method} {url}: {e}"));
+    let status = response.status().as_u16();
+    let body = response.body_mut().read_json().unwrap_or(Value::Null);
+    (status, body)
+}
+
+#[test]
+fn a_deleted_edge_fed_topic_comes_back_with_the_edge_and_keeps_its_offsets() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut pair = Pair::new(dir.path(), "event_stream", None);
+    pair.broker.start();
+    pair.edge.start();
+    pair.wait_for_edge();
+    let mut next = 0;
+    for _ in 0..5 {
+        publish(&pair, &mut next, 20);
+    }
+    pair.wait_acknowledged(next, Duration::from_secs(60));
+    // A subscription's cursor, which the delete removes with the topic.
+    let (records, _) = pair.consume_all("before-delete", next);
+    assert_eq!(records.len() as u64, next);
+
+    let (status, deleted) = admin(&pair, "DELETE", &format!("/v1/topics{TOPIC}"));
+    assert_eq!(status, 200, "{deleted}");
+    assert_eq!(deleted["edge_fed"], Value::Bool(true), "{deleted}");
+    assert!(
+        deleted["note"]
+            .as_str()
+            .is_some_and(|n| n.contains("next contact")),
+        "{deleted}"
+    );
+
+    // The owner closes the stream within its 1 s check; the edge's next
+    // Hello creates the topic again, with its intent, at the same offsets.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let described = loop {
+        let (status, body) = admin(&pair, "GET", &format!("/v1/topics{TOPIC}"));
+        if status == 200 {
+            break body;
+        }
+        assert_eq!(status, 404, "{body}");
+        assert!(
+            Instant::now() < deadline,
+            "the topic was not created again: {body}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(described["intent"]["intent"], "event_stream", "{described}");
+    for _ in 0..5 {
+        publish(&pair, &mut next, 20);
+    }
+    pair.wait_acknowledged(next, Duration::from_secs(60));
+
+    // Every record once, at its offset, before and after the delete; the
+    // old subscription is gone (a new one starts from the earliest offset).
+    let (records, gaps) = pair.consume_all("after-delete", next);
+    assert!(gaps.is_empty(), "{gaps:?}");
+    let offsets: Vec<u64> = records.keys().copied().collect();
+    assert_eq!(offsets, (0..next).collect::<Vec<_>>());
+    for (offset, got) in &records {
+        assert_eq!(got, &value(*offset), "value at {offset}");
+    }
+    let (status, subscriptions) = admin(
+        &pair,
+        "GET",
+        &format!("/v1/topics{TOPIC}/subscriptions/before-delete"),
+    );
+    assert_eq!(status, 404, "{subscriptions}");
+
+    assert_eq!(pair.edge.terminate(), Some(0));
+    assert_eq!(pair.broker.terminate(), Some(0));
+}
