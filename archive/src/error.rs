@@ -48,6 +48,21 @@ pub enum BucketError {
         /// What disagrees.
         reason: String,
     },
+    /// No object holds the offsets `first_offset..end_offset` of `topic`,
+    /// between two objects that exist (an object deleted or never
+    /// written): a read that needs them stops here; reads that start past
+    /// them go on.
+    #[error(
+        "inconsistent storage for {topic}: the archive has no object for offsets {first_offset}..{end_offset}"
+    )]
+    MissingObject {
+        /// The topic.
+        topic: String,
+        /// First missing offset.
+        first_offset: u64,
+        /// One past the last missing offset (the next object's first).
+        end_offset: u64,
+    },
     /// The segment descriptor an object is checked against could not be
     /// read from the metadata ([`crate::reader::CommittedDescriptors`]).
     #[error("reading the committed descriptor {key}: {reason}")]

@@ -387,7 +387,8 @@ impl Archive {
     ///
     /// # Errors
     /// Store errors; [`BucketError::Archive`] for damage;
-    /// [`BucketError::Inconsistent`] for a gap between objects.
+    /// [`BucketError::MissingObject`] for a gap between objects that the
+    /// read reaches (one wholly before an offset start is passed over).
     pub async fn read_batches(
         &self,
         topic: &TopicName,
@@ -420,15 +421,17 @@ impl Archive {
             }
         };
         for object in &objects {
+            // A missing range before an offset start is none of this
+            // read's business (what follows it is still readable); one
+            // before a timestamp start might have held the first record.
             if let Some(next) = expected
                 && object.start_offset != next
+                && (started.get() || !matches!(start, Start::Offset(o) if o >= object.start_offset))
             {
-                return Err(BucketError::Inconsistent {
+                return Err(BucketError::MissingObject {
                     topic: topic.to_string(),
-                    reason: format!(
-                        "the archive has no object for offsets {next}..{}",
-                        object.start_offset
-                    ),
+                    first_offset: next,
+                    end_offset: object.start_offset,
                 });
             }
             expected = Some(object.end_offset + 1);

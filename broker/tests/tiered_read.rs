@@ -734,3 +734,80 @@ fn replay_dlq_replays_dead_letter_entries_that_were_archived_and_trimmed() {
     // Once: the cursor is past them now.
     assert_eq!(client.replay_dlq(TOPIC, "workers").unwrap().replayed, 0);
 }
+
+/// An archive object missing between two others (deleted from the bucket)
+/// is a damaged range to consumers, as damaged bytes are: what lies before
+/// and after it is served (a read past it used to fail with `500` for
+/// every offset after the missing one), a peek into it names its offsets,
+/// and the poison policy moves a subscription past it.
+#[test]
+fn a_missing_archive_object_is_a_damaged_range_and_what_follows_it_is_served() {
+    let h = Harness::new();
+    let spec = TopicSpec::parse(TOPIC, "task_queue", 0).unwrap();
+    h.runtime
+        .block_on(Catalog::new(h.store.as_ref()).create_topic(&spec))
+        .unwrap();
+    let base = h.serve(Some(h.archive()));
+    let client = ConsumerClient::new(&base, TOKEN);
+    // Three objects of 100 records, then 25 records in the WAL.
+    for object in 0..3u64 {
+        for first in (object * 100..object * 100 + 100).step_by(25) {
+            let r = client
+                .publish(TOPIC, (first..first + 25).map(record).collect())
+                .unwrap();
+            assert_eq!(r.base_offset, first);
+        }
+        h.roll();
+        let report = h.tier(&base);
+        assert!(report.errors.is_empty(), "{:?}", report.errors);
+    }
+    assert_eq!(h.log_start(), 300);
+    client
+        .publish(TOPIC, (300..325).map(record).collect())
+        .unwrap();
+    let archive = h.archive();
+    let (objects, _) = h.runtime.block_on(archive.segments(&h.topic())).unwrap();
+    let ranges: Vec<(u64, u64)> = objects
+        .iter()
+        .map(|o| (o.start_offset, o.end_offset))
+        .collect();
+    assert_eq!(ranges, [(0, 99), (100, 199), (200, 299)]);
+    std::fs::remove_file(h.dir.path().join("bucket").join(&objects[1].key)).unwrap();
+
+    let peek = client.peek(TOPIC, Some(0), 1000).unwrap();
+    assert_eq!(
+        peek.messages.iter().map(|m| m.offset).collect::<Vec<_>>(),
+        (0..100).collect::<Vec<_>>()
+    );
+    let (status, kind, message) = api_error(client.peek(TOPIC, Some(150), 10));
+    assert_eq!((status, kind.as_str()), (503, "damaged_range"), "{message}");
+    assert!(
+        message.contains("no object for offsets 100..200"),
+        "{message}"
+    );
+    let peek = client.peek(TOPIC, Some(200), 1000).unwrap();
+    assert_eq!(
+        peek.messages.iter().map(|m| m.offset).collect::<Vec<_>>(),
+        (200..325).collect::<Vec<_>>()
+    );
+
+    let consumer = attach_earliest(&client);
+    let mut received = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while received.len() < 225 && Instant::now() < deadline {
+        let got = client.receive(TOPIC, "workers", consumer, 64, 200).unwrap();
+        let offsets: Vec<u64> = got.messages.iter().map(|m| m.offset).collect();
+        if !offsets.is_empty() {
+            client.ack(TOPIC, "workers", consumer, &offsets).unwrap();
+        }
+        received.extend(offsets);
+    }
+    let expected: Vec<u64> = (0..100).chain(200..325).collect();
+    assert_eq!(received, expected);
+    let dlq = client.peek("/default/tiered-dlq", Some(0), 10).unwrap();
+    assert_eq!(dlq.messages.len(), 1, "one entry naming the range");
+    assert_eq!(
+        dlq.messages[0].header_text("x-damaged-range"),
+        Some("100..200")
+    );
+}

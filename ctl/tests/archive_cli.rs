@@ -770,3 +770,43 @@ fn a_truncated_object_is_named_as_possibly_truncated() {
         "{text}"
     );
 }
+
+/// An object missing between two others: reads that start past it are
+/// served (they failed with the gap before), a read across it prints what
+/// precedes it and fails naming the missing offsets, and a start past the
+/// end is still "past the archived records".
+#[test]
+fn a_missing_object_blocks_only_the_reads_that_cross_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = dir.path().join("bucket");
+    let objects = build_bucket(dir.path(), &bucket, 2000);
+    assert!(objects.len() >= 3, "{objects:?}");
+    let (key, first, last) = objects[1].clone();
+    std::fs::remove_file(bucket.join(&key)).unwrap();
+    let after = (last + 1).to_string();
+
+    let out = tribctl(&bucket, &["cat", TOPIC, "--from-offset", &after]);
+    assert!(out.status.success(), "{out:?}");
+    let got = lines(&out);
+    assert_eq!(got.len() as u64, 2000 - (last + 1));
+    assert_eq!(got[0]["offset"], last + 1);
+    assert_eq!(got.last().unwrap()["offset"], 1999);
+
+    let out = tribctl(&bucket, &["cat", TOPIC, "--from-offset", "0"]);
+    assert!(!out.status.success(), "{out:?}");
+    assert_eq!(lines(&out).len() as u64, first);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("no object for offsets {first}..{}", last + 1)),
+        "{stderr}"
+    );
+    let inside = (first + 1).to_string();
+    let out = tribctl(&bucket, &["cat", TOPIC, "--from-offset", &inside]);
+    assert!(!out.status.success(), "{out:?}");
+    assert!(lines(&out).is_empty(), "{out:?}");
+
+    let out = tribctl(&bucket, &["cat", TOPIC, "--from-offset", "99999"]);
+    assert!(!out.status.success(), "{out:?}");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("past the archived records"), "{stderr}");
+}

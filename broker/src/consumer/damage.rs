@@ -137,8 +137,8 @@ impl ConsumerService {
     }
 
     /// [`Self::probe`] of a range below the WAL's log start: one read of
-    /// its first record from the archive (damaged bytes in an object heal
-    /// when the object is written again).
+    /// its first record from the archive (damaged bytes in an object, or
+    /// a missing object, heal when the object is written again).
     async fn probe_archive(
         &self,
         archive: &Archive,
@@ -158,12 +158,14 @@ impl ConsumerService {
         .await?;
         match read {
             Ok(()) => Ok(Probe::Readable),
-            Err(e @ BucketError::Archive { .. }) => Ok(Probe::Damaged(Gap {
-                first_offset: known.first,
-                end_offset: known.end,
-                kind: GapKind::Damaged,
-                reason: format!("archive: {e}"),
-            })),
+            Err(e @ (BucketError::Archive { .. } | BucketError::MissingObject { .. })) => {
+                Ok(Probe::Damaged(Gap {
+                    first_offset: known.first,
+                    end_offset: known.end,
+                    kind: GapKind::Damaged,
+                    reason: format!("archive: {e}"),
+                }))
+            }
             Err(e) => Err(ReadError::Archive(e.to_string()).into()),
         }
     }

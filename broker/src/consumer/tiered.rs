@@ -165,6 +165,30 @@ async fn archive_range(
                     full: true,
                 });
             }
+            // No object for a range between two that exist (deleted from
+            // the bucket): the same, the missing range as the last gap.
+            Err(
+                ref e @ BucketError::MissingObject {
+                    first_offset,
+                    end_offset,
+                    ..
+                },
+            ) => {
+                let at = out.last().map_or(from, |(o, _)| o + 1);
+                holes.retain(|h| h.first_offset < at);
+                holes.push(Gap {
+                    first_offset: at.max(first_offset),
+                    end_offset,
+                    kind: GapKind::Damaged,
+                    reason: format!("archive: {e}"),
+                });
+                return Ok(ArchivePart {
+                    records: out,
+                    holes,
+                    bytes,
+                    full: true,
+                });
+            }
             Err(e) => return Err(ReadError::Archive(e.to_string())),
         }
         // A read that stopped at a limit: holes past its last record are
