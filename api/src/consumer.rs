@@ -431,12 +431,50 @@ pub struct PublishRecord {
     /// Optional key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub key: Option<String>,
-    /// Headers, name → text value.
-    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    /// Headers, name → text value. A name given twice in the object is
+    /// refused (a JSON object's last value would silently win).
+    #[serde(
+        default,
+        skip_serializing_if = "BTreeMap::is_empty",
+        deserialize_with = "unique_headers"
+    )]
     pub headers: BTreeMap<String, String>,
     /// Timestamp, ms since the Unix epoch; default the broker's clock.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub timestamp_ms: Option<i64>,
+}
+
+/// A JSON object of text header values into a map, refusing a name that
+/// occurs twice.
+fn unique_headers<'de, D>(deserializer: D) -> Result<BTreeMap<String, String>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    struct Unique;
+    impl<'de> serde::de::Visitor<'de> for Unique {
+        type Value = BTreeMap<String, String>;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("an object of string header values")
+        }
+
+        fn visit_map<A: serde::de::MapAccess<'de>>(
+            self,
+            mut map: A,
+        ) -> Result<Self::Value, A::Error> {
+            let mut out = BTreeMap::new();
+            while let Some((name, value)) = map.next_entry::<String, String>()? {
+                if out.contains_key(&name) {
+                    return Err(serde::de::Error::custom(format!(
+                        "header name {name:?} is given twice"
+                    )));
+                }
+                out.insert(name, value);
+            }
+            Ok(out)
+        }
+    }
+    deserializer.deserialize_map(Unique)
 }
 
 /// `POST /v1/topics/{ns}/{topic}/records`.

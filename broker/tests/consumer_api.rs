@@ -1129,6 +1129,15 @@ fn bad_inputs_get_clear_4xx_errors() {
             "invalid_input",
             "exactly one",
         ),
+        // A header name given twice: the last value silently won.
+        (
+            "POST",
+            format!("/v1/topics{JOBS}/records"),
+            Some(r#"{"records": [{"value": "a", "headers": {"x": "1", "x": "2"}}]}"#.to_owned()),
+            400,
+            "invalid_input",
+            "records[0].headers: header name \"x\" is given twice",
+        ),
         (
             "POST",
             format!("/v1/topics{JOBS}/records"),
