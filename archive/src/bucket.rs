@@ -57,7 +57,9 @@ pub struct StoreConfig {
     /// otherwise.
     #[arg(long = "s3-path-style")]
     pub path_style: Option<bool>,
-    /// Allow plain `http://` endpoints.
+    /// Plain-HTTP S3 requests. Default: allowed when the endpoint is
+    /// `http://…` (so a local test server works without it), refused
+    /// otherwise; `false` refuses them even then.
     #[arg(long = "s3-allow-http")]
     pub allow_http: Option<bool>,
     /// Access key id (else `AWS_ACCESS_KEY_ID`).

@@ -700,6 +700,12 @@ async fn verify(
                         p["position"],
                         p["message"].as_str().unwrap_or("")
                     )?,
+                    // Not the topic's data: named, and not counted.
+                    Some("foreign") => writeln!(
+                        out,
+                        "  not a segment object (ignored, not counted as a problem): {}",
+                        p["segment"].as_str().unwrap_or("")
+                    )?,
                     _ => writeln!(
                         out,
                         "  {}: {}",

@@ -810,3 +810,27 @@ fn a_missing_object_blocks_only_the_reads_that_cross_it() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(stderr.contains("past the archived records"), "{stderr}");
 }
+
+/// A stray file among a topic's segment objects is named by `verify` (it
+/// said only "foreign: not a segment object") and is not damage.
+#[test]
+fn verify_names_a_foreign_object_and_does_not_count_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = dir.path().join("bucket");
+    let objects = build_bucket(dir.path(), &bucket, 200);
+    let segments = Path::new(&objects[0].0).parent().unwrap();
+    let junk = segments.join("zzz-junk.seg");
+    std::fs::write(bucket.join(&junk), b"not an object").unwrap();
+
+    let out = tribctl(&bucket, &["verify", TOPIC]);
+    assert!(out.status.success(), "{out:?}");
+    let text = stdout(&out);
+    assert!(text.contains(": OK"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "not a segment object (ignored, not counted as a problem): {}",
+            junk.display()
+        )),
+        "{text}"
+    );
+}
