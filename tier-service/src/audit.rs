@@ -41,7 +41,8 @@ pub struct LostRange {
 /// What one audit found and did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct AuditReport {
-    /// Topics audited.
+    /// Topics audited (in a cluster: those this broker owns, and those
+    /// nobody owns).
     pub topics: usize,
     /// Descriptors checked.
     pub checked: u64,
@@ -55,7 +56,8 @@ pub struct AuditReport {
     pub errors: Vec<(String, String)>,
 }
 
-/// Audits every topic with committed descriptors.
+/// Audits every topic with committed descriptors that this broker owns
+/// (in a cluster; or that nobody owns).
 pub async fn audit(tiering: &Tiering) -> AuditReport {
     let mut report = AuditReport::default();
     let archive = Archive::new(tiering.bucket.clone(), tiering.keys.clone());
@@ -66,7 +68,6 @@ pub async fn audit(tiering: &Tiering) -> AuditReport {
             return report;
         }
     };
-    report.topics = topics.len();
     for topic in topics {
         if let Err(e) = audit_topic(tiering, &archive, &topic, &mut report).await {
             warn!(%topic, error = %e, "archive audit of this topic failed; retried next time");
@@ -114,6 +115,14 @@ async fn audit_topic(
     report: &mut AuditReport,
 ) -> Result<(), TierError> {
     let committed = tiering.broker.segments(topic).await?;
+    // In a cluster, a topic another broker owns is that broker's tier
+    // service's to audit (the broker takes marks only from the owner's):
+    // each missing object is then reported once, not once per broker. A
+    // topic nobody owns is audited by every one.
+    if committed.owned_here == Some(false) && committed.owner.is_some() {
+        return Ok(());
+    }
+    report.topics += 1;
     let (objects, _) = archive.segments(topic).await?;
     let sizes: BTreeMap<String, u64> = objects.into_iter().map(|o| (o.key, o.size)).collect();
     let dir = tiering

@@ -178,3 +178,47 @@ fn an_uncommitted_leftover_is_replaced_and_an_identical_object_reused() {
     assert!(again.same_object(&descriptors[0]), "{again:?}");
     assert_eq!(pass.uploaded_bytes, 0);
 }
+
+/// The archive audit in a cluster: each broker's tier service audits the
+/// topics its broker owns. A topic another broker owns is left to that
+/// broker's tier service, whose marks its broker accepts: auditing it here
+/// too raised every missing object once per tier service, and the marks
+/// this broker refuses (`409 not_owner`) as audit failures.
+#[test]
+fn the_audit_leaves_a_topic_another_broker_owns_to_that_brokers_tier_service() {
+    let h = Harness::with_cluster(&["/ns/audited-elsewhere"]);
+    let topic = h.topics[0].clone();
+    assign(&h, &topic, 1, 1);
+    h.write(300, 10);
+    let report = run_once(&h);
+    assert!(!report.has_errors(), "{report:?}");
+    let descriptors = h.descriptors(&topic);
+    assert_contiguous(&topic, &descriptors, 0, 300);
+    let (key, _) = h.objects(&topic).into_iter().next().unwrap();
+    std::fs::remove_file(object_path(&h, &key)).unwrap();
+
+    // Owned here: the audit finds the missing object.
+    let report = run_once(&h);
+    let audit = &report.audits[0];
+    assert_eq!(audit.topics, 1, "{audit:?}");
+    assert_eq!(audit.lost.len(), 1, "{audit:?}");
+    assert!(audit.errors.is_empty(), "{audit:?}");
+
+    // Owned by broker 2: not audited here, and no failure.
+    h.runtime
+        .block_on(h.clusters[1].move_topic(&topic, 2))
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !matches!(h.clusters[0].route(&topic), Route::Remote(_)) {
+        assert!(Instant::now() < deadline, "move not seen");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let report = run_once(&h);
+    let audit = &report.audits[0];
+    assert_eq!(
+        (audit.topics, audit.checked, audit.lost.len()),
+        (0, 0, 0),
+        "{audit:?}"
+    );
+    assert!(audit.errors.is_empty(), "{audit:?}");
+}
