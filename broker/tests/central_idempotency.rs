@@ -11,21 +11,16 @@
 
 mod served;
 
-use std::sync::Arc;
-
 use broker_core::catalog::{Catalog, TopicSpec};
-use broker_core::clock::SystemClock;
 use broker_core::idempotency::{fingerprint, records_digest};
 use broker_core::metadata::MetadataStore;
 use bytes::Bytes;
 use serde_json::{Value, json};
 use served::Served;
 use tributary_api::consumer_client::ConsumerClient;
-use tributary_broker::admin::{AdminState, StaticClusterView, router};
-use tributary_broker::consumer::{ConsumerConfig, ConsumerService};
-use tributary_broker::replication::topics::TopicStore;
+use tributary_broker::consumer::ConsumerConfig;
+use tributary_proto::Record;
 use tributary_proto::keys::TopicName;
-use tributary_proto::{Limits, Record};
 
 const TOKEN: &str = "idempotency-test-token";
 const JOBS: &str = "/shop/jobs";
@@ -39,31 +34,7 @@ struct Harness {
 
 impl Harness {
     fn start() -> Harness {
-        let served = Served::start(|store, dir| {
-            let state = AdminState {
-                store: store.clone(),
-                cluster: Arc::new(StaticClusterView::single_leader("127.0.0.1:7401", 1)),
-                auth: tributary_broker::auth::AuthState::new(store.clone(), Some(TOKEN.to_owned())),
-            };
-            let store_dyn: Arc<dyn MetadataStore> = store.clone();
-            let topics = Arc::new(TopicStore::new(
-                dir.join("topics"),
-                store_dyn.clone(),
-                Limits::default(),
-            ));
-            let service = ConsumerService::new(
-                topics,
-                store_dyn,
-                ConsumerConfig::default(),
-                "127.0.0.1:7400".to_owned(),
-                1,
-                Arc::new(SystemClock),
-            );
-            router(state.clone()).merge(tributary_broker::consumer::http::router(
-                service,
-                state.auth.clone(),
-            ))
-        });
+        let served = Served::consumers(TOKEN, ConsumerConfig::default());
         let spec = TopicSpec::parse(JOBS, "task_queue", 0).unwrap();
         served
             .runtime

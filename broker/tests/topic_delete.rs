@@ -8,56 +8,28 @@
 
 mod served;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use broker_core::catalog::{Catalog, TopicSpec};
-use broker_core::clock::SystemClock;
-use broker_core::metadata::MetadataStore;
 use served::Served;
 use tributary_api::consumer::{AttachRequest, PublishRecord, StartPosition, SubscriptionType};
 use tributary_api::consumer_client::ConsumerClient;
-use tributary_broker::admin::{AdminState, StaticClusterView, router};
-use tributary_broker::consumer::{ConsumerConfig, ConsumerService};
-use tributary_broker::replication::topics::TopicStore;
-use tributary_proto::Limits;
+use tributary_broker::consumer::ConsumerConfig;
 
 const TOKEN: &str = "delete-test-token";
 const JOBS: &str = "/shop/jobs";
 const CURSOR_KEY: &str = "/topics/shop/jobs/subscriptions/workers/cursor";
 
 fn served() -> Served {
-    Served::start(|store, dir| {
-        let state = AdminState {
-            store: store.clone(),
-            cluster: Arc::new(StaticClusterView::single_leader("127.0.0.1:7401", 1)),
-            auth: tributary_broker::auth::AuthState::new(store.clone(), Some(TOKEN.to_owned())),
-        };
-        let store_dyn: Arc<dyn MetadataStore> = store.clone();
-        let topics = Arc::new(TopicStore::new(
-            dir.join("topics"),
-            store_dyn.clone(),
-            Limits::default(),
-        ));
-        let service = ConsumerService::new(
-            topics,
-            store_dyn,
-            ConsumerConfig {
-                // Every acknowledgement writes the cursor at once.
-                cursor_persist_every_acks: 1,
-                tick_ms: 50,
-                ..ConsumerConfig::default()
-            },
-            "127.0.0.1:7400".to_owned(),
-            1,
-            Arc::new(SystemClock),
-        );
-        service.spawn_ticker();
-        router(state.clone()).merge(tributary_broker::consumer::http::router(
-            service,
-            state.auth.clone(),
-        ))
-    })
+    Served::consumers(
+        TOKEN,
+        ConsumerConfig {
+            // Every acknowledgement writes the cursor at once.
+            cursor_persist_every_acks: 1,
+            tick_ms: 50,
+            ..ConsumerConfig::default()
+        },
+    )
 }
 
 fn create(served: &Served) {
@@ -78,6 +50,17 @@ fn attach(client: &ConsumerClient) -> u64 {
         .attach(JOBS, "workers", &request)
         .unwrap()
         .consumer_id
+}
+
+/// `GET` of the `workers` subscription answers 404.
+fn assert_no_subscription(served: &Served) {
+    let state = served.request(
+        "GET",
+        "/v1/topics/shop/jobs/subscriptions/workers",
+        Some(TOKEN),
+        None,
+    );
+    assert_eq!(state.status, 404, "{}", state.body);
 }
 
 #[test]
@@ -110,25 +93,13 @@ fn a_deleted_topic_leaves_no_subscription_behind() {
 
     // The next tick unloads the subscription: its state is gone.
     std::thread::sleep(Duration::from_millis(500));
-    let state = served.request(
-        "GET",
-        "/v1/topics/shop/jobs/subscriptions/workers",
-        Some(TOKEN),
-        None,
-    );
-    assert_eq!(state.status, 404, "{}", state.body);
+    assert_no_subscription(&served);
     assert_eq!(served.get(CURSOR_KEY), None);
 
     // Created again: a new subscription of the same name starts afresh
     // from the earliest record (the log continues: offsets are not reused).
     create(&served);
-    let state = served.request(
-        "GET",
-        "/v1/topics/shop/jobs/subscriptions/workers",
-        Some(TOKEN),
-        None,
-    );
-    assert_eq!(state.status, 404, "{}", state.body);
+    assert_no_subscription(&served);
     let consumer = attach(&client);
     let got = client.read(JOBS, "workers", consumer, 20, 1000).unwrap();
     let offsets: Vec<u64> = got.messages.iter().map(|m| m.offset).collect();

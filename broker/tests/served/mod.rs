@@ -12,6 +12,11 @@ use broker_core::clock::SystemClock;
 use broker_core::metadata::MetadataStore;
 use broker_core::metadata::redb::RedbStore;
 use serde_json::Value;
+use tributary_broker::admin::{AdminState, StaticClusterView, router};
+use tributary_broker::auth::AuthState;
+use tributary_broker::consumer::{ConsumerConfig, ConsumerService};
+use tributary_broker::replication::topics::TopicStore;
+use tributary_proto::Limits;
 
 /// The served router, its store and runtime.
 pub struct Served {
@@ -66,6 +71,38 @@ impl Served {
             raw,
             _dir: dir,
         }
+    }
+
+    /// The admin and consumer routers (token `token`, a single-node
+    /// cluster view) on a fresh store, topic WALs in its directory, the
+    /// consumer service with `config` and its ticker running.
+    pub fn consumers(token: &str, config: ConsumerConfig) -> Served {
+        Served::start(|store, dir| {
+            let state = AdminState {
+                store: store.clone(),
+                cluster: Arc::new(StaticClusterView::single_leader("127.0.0.1:7401", 1)),
+                auth: AuthState::new(store.clone(), Some(token.to_owned())),
+            };
+            let store_dyn: Arc<dyn MetadataStore> = store.clone();
+            let topics = Arc::new(TopicStore::new(
+                dir.join("topics"),
+                store_dyn.clone(),
+                Limits::default(),
+            ));
+            let service = ConsumerService::new(
+                topics,
+                store_dyn,
+                config,
+                "127.0.0.1:7400".to_owned(),
+                1,
+                Arc::new(SystemClock),
+            );
+            service.spawn_ticker();
+            router(state.clone()).merge(tributary_broker::consumer::http::router(
+                service,
+                state.auth.clone(),
+            ))
+        })
     }
 
     /// `method path` with `Authorization: Bearer token` if given and a
