@@ -9,6 +9,9 @@
 //! - [`adopt_broker_offset`]: a broker ahead of the local log, when nothing
 //!   local is unacknowledged (a new or reflashed device), is where the
 //!   local log continues.
+//! - [`resume_over_missing`]: a broker behind the local log's start, when
+//!   the offsets between were never acknowledged (dropped under the disk
+//!   budget), resumes with them declared a hole.
 
 use broker_core::wal::{BatchId, Wal};
 use tracing::warn;
@@ -81,4 +84,40 @@ pub(super) async fn adopt_broker_offset(
         wal.log_start_offset(),
         wal.high_water_mark(),
     )?)
+}
+
+/// The broker resumes at `broker`, below the local log's start
+/// `local_start`. When this edge's acknowledged checkpoint is not past
+/// `broker`, the offsets `broker..local_start` were never acknowledged and
+/// the local log no longer holds them: dropped under the disk budget
+/// (`full_policy = "drop_oldest"`, docs/edge-agent.md) or lost. The stream
+/// resumes at `broker` and the read-ahead declares them a hole first (they
+/// stopped the topic for good before). When the checkpoint is past
+/// `broker`, the broker lost records it had acknowledged, which needs an
+/// operator: [`EdgeError::LocalDataMissing`].
+///
+/// # Errors
+/// [`EdgeError::LocalDataMissing`]; [`EdgeError::BrokerAhead`].
+pub(super) fn resume_over_missing(
+    stream: &mut EdgeStream,
+    topic: &Topic,
+    wal: &Wal,
+    broker: u64,
+    local_start: u64,
+) -> Result<EdgeEvent, StreamError> {
+    let checkpoint = topic.acknowledged_offset();
+    if checkpoint > broker {
+        return Err(StreamError::Edge(EdgeError::LocalDataMissing {
+            broker,
+            local_start,
+        }));
+    }
+    warn!(
+        topic = %topic.name(),
+        from = broker,
+        to = local_start,
+        checkpoint,
+        "offsets {broker}..{local_start} were never acknowledged and are no longer in the local log (dropped under the disk budget, or lost): they are declared to the broker as a hole"
+    );
+    Ok(stream.resume_over_missing(broker, wal.high_water_mark())?)
 }

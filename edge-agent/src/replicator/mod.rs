@@ -53,6 +53,7 @@ pub mod cluster;
 mod history;
 pub mod link;
 mod pacing;
+mod read_ahead;
 pub mod routes;
 pub mod stages;
 mod stream;

@@ -363,13 +363,7 @@ impl EdgeStream {
                         local_start,
                     });
                 }
-                self.state = State::Streaming;
-                self.next_send = high_water_mark;
-                self.acked = high_water_mark;
-                self.stream_acked = high_water_mark;
-                Ok(EdgeEvent::Resumed {
-                    from: high_water_mark,
-                })
+                Ok(self.resume(high_water_mark))
             }
             (
                 State::AwaitWelcome,
@@ -506,6 +500,45 @@ impl EdgeStream {
             bytes,
         });
         self.in_flight_bytes += bytes;
+    }
+
+    /// After [`EdgeError::LocalDataMissing`] for the `Welcome` at
+    /// `high_water_mark`: resumes there anyway, the driver having found
+    /// that the offsets from there to the local log's start were never
+    /// acknowledged and are gone locally (dropped under
+    /// `full_policy = "drop_oldest"`, or lost). It must declare them first,
+    /// with [`EdgeStream::hole`] at [`EdgeStream::next_to_send`].
+    ///
+    /// # Errors
+    /// [`EdgeError::Protocol`] unless the stream awaits its `Welcome`;
+    /// [`EdgeError::BrokerAhead`] past `local_hwm`.
+    pub fn resume_over_missing(
+        &mut self,
+        high_water_mark: u64,
+        local_hwm: u64,
+    ) -> Result<EdgeEvent, EdgeError> {
+        if self.state != State::AwaitWelcome {
+            return Err(EdgeError::Protocol(
+                "resume without a pending Welcome".into(),
+            ));
+        }
+        if high_water_mark > local_hwm {
+            return Err(EdgeError::BrokerAhead {
+                broker: high_water_mark,
+                local: local_hwm,
+            });
+        }
+        Ok(self.resume(high_water_mark))
+    }
+
+    fn resume(&mut self, high_water_mark: u64) -> EdgeEvent {
+        self.state = State::Streaming;
+        self.next_send = high_water_mark;
+        self.acked = high_water_mark;
+        self.stream_acked = high_water_mark;
+        EdgeEvent::Resumed {
+            from: high_water_mark,
+        }
     }
 
     /// The `Hole` frame declaring `next_to_send..end_offset` (offsets the

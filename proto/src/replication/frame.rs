@@ -133,7 +133,9 @@ pub enum HoleCause {
     /// (CRC, header or offset checks).
     Damaged,
     /// 1: the edge stores nothing for the range: it was acknowledged locally
-    /// and then lost (recovery found it missing) or declared a hole earlier.
+    /// and then lost (recovery found it missing), declared a hole earlier,
+    /// or dropped under `full_policy = "drop_oldest"` before the broker had
+    /// it.
     Lost,
 }
 

@@ -13,7 +13,7 @@ use rand::{RngExt, SeedableRng, rngs::StdRng};
 
 use super::edge::{EdgeError, EdgeEvent, EdgeStream, Window};
 use super::frame::AckDatagram;
-use super::frame::{ErrorCode, Frame};
+use super::frame::{ErrorCode, Frame, HoleCause};
 use super::ingest::{Acknowledgement, IngestAction, IngestStream};
 use crate::batch::{EncodedBatch, Record, RecordBatch};
 use crate::intent::StreamIntent;
@@ -309,6 +309,39 @@ fn edge_refuses_a_broker_that_is_ahead_or_needs_deleted_data() {
             local_start: 5
         }
     );
+}
+
+#[test]
+fn a_resume_over_missing_offsets_declares_them_first() {
+    let mut edge = new_edge();
+    assert!(matches!(
+        edge.on_frame(Frame::Welcome { high_water_mark: 3 }, 5, 10),
+        Err(EdgeError::LocalDataMissing { .. })
+    ));
+    assert!(matches!(
+        edge.resume_over_missing(11, 10),
+        Err(EdgeError::BrokerAhead { .. })
+    ));
+    assert_eq!(
+        edge.resume_over_missing(3, 10),
+        Ok(EdgeEvent::Resumed { from: 3 })
+    );
+    assert_eq!(edge.next_to_send(10), Some(3));
+    let hole = edge.hole(3, 5, HoleCause::Lost, "dropped".into());
+    assert!(matches!(
+        hole,
+        Frame::Hole {
+            first_offset: 3,
+            end_offset: 5,
+            ..
+        }
+    ));
+    assert_eq!(edge.next_to_send(10), Some(5));
+    // Only while the Welcome is pending.
+    assert!(matches!(
+        edge.resume_over_missing(5, 10),
+        Err(EdgeError::Protocol(_))
+    ));
 }
 
 /// An edge welcomed at `high_water_mark` with a local log of offsets
