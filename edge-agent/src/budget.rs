@@ -188,6 +188,17 @@ pub fn reserve(topic: &ByteBudget, agent: &ByteBudget, bytes: u64) -> Result<(),
     Ok(())
 }
 
+/// Whether `bytes` could be reserved once the topic held nothing: the most
+/// that dropping every segment of the topic (`drop_oldest`) could free.
+/// False when the batch is over the topic's limit, or when the agent's
+/// other topics leave less than `bytes` of the agent's limit.
+pub fn fits_without_topic(topic: &ByteBudget, agent: &ByteBudget, bytes: u64) -> bool {
+    let within =
+        |limit: Option<u64>, used: u64| limit.is_none_or(|l| used.saturating_add(bytes) <= l);
+    let others = agent.used_bytes().saturating_sub(topic.used_bytes());
+    within(topic.limit_bytes, 0) && within(agent.limit_bytes, others)
+}
+
 /// Releases `bytes` from both counters.
 pub fn release(topic: &ByteBudget, agent: &ByteBudget, bytes: u64) {
     topic.release(bytes);

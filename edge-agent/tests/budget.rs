@@ -374,6 +374,25 @@ async fn the_agent_budget_is_shared_and_drop_oldest_seals_the_active_segment() {
         manager.agent_budget().used_bytes(),
         AGENT_LIMIT - AGENT_LIMIT % 500
     );
+
+    // A batch that would not fit even with /e1/b empty (/e1/a's 15,500
+    // bytes + 1,000 > 16,384) is refused before anything is dropped: it
+    // deleted /e1/b's records and then refused anyway.
+    let big = vec![record(&value(2, value_len_for(1000, &limits)))];
+    let err = full(manager.publish(&name("/e1/b"), big).await.unwrap_err());
+    assert_eq!(
+        (err.scope, err.batch_bytes, err.policy),
+        (BudgetScope::Agent, 1000, FullPolicy::DropOldest)
+    );
+    let stats = b.stats();
+    assert_eq!(
+        (
+            stats.log_start_offset,
+            stats.high_water_mark,
+            stats.dropped_records
+        ),
+        (1, 2, 1)
+    );
     drop(b);
     agent.shutdown().await.unwrap();
 }

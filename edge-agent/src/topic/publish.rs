@@ -196,6 +196,11 @@ impl Topic {
             return Err(refused(exceeded));
         }
         let _room = self.room.lock().await;
+        // Nothing is dropped for a batch that would not fit even with this
+        // topic empty (other topics fill the agent's budget).
+        if !budget::fits_without_topic(&self.budget, &self.agent_budget, bytes) {
+            return Err(refused(exceeded));
+        }
         let mut rolled = false;
         let mut idle_steps = 0;
         loop {
