@@ -98,7 +98,11 @@ pub enum AgentError {
 /// the store's error names it already.
 fn metadata_message(path: &std::path::Path, source: &MetadataError) -> String {
     match source {
-        MetadataError::Storage { .. } | MetadataError::Damaged { .. } => format!("local {source}"),
+        MetadataError::Storage { .. }
+        | MetadataError::Damaged { .. }
+        | MetadataError::InUse { .. } => {
+            format!("local {source}")
+        }
         _ => format!("local metadata store {}: {source}", path.display()),
     }
 }

@@ -40,7 +40,7 @@ use broker_core::metadata::{MetadataError, MetadataStore, MetadataStoreExt, Txn}
 
 use broker_core::clock::Clock;
 use broker_core::wal::{Wal, WalConfig, WalError};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use tokio::sync::watch;
 use tracing::{info, warn};
 use tributary_proto::intent::Persistence;
@@ -55,6 +55,8 @@ use crate::topic::{
 };
 
 mod rebuild;
+mod ring_state;
+use ring_state::{read_ring_state, write_ring_state};
 
 use self::rebuild::recreate_wal_topics;
 
@@ -168,13 +170,6 @@ pub struct AgentStats {
     pub topics: Vec<TopicStats>,
 }
 
-/// `ring.json`.
-#[derive(Debug, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RingState {
-    next_offset: u64,
-}
-
 /// The agent's topics. Shared as `Arc<TopicManager>`; all methods take
 /// `&self`.
 pub struct TopicManager {
@@ -279,7 +274,10 @@ impl TopicManager {
                     .map_err(CatalogError::from)?
                     .is_none()
             {
-                if wal.log_start_offset() > 0 {
+                // (`drop_oldest` deletes segments nobody acknowledged.)
+                if wal.log_start_offset() > 0
+                    && topic.policy().full_policy == crate::budget::FullPolicy::Refuse
+                {
                     warn!(
                         topic = %entry.name,
                         log_start_offset = wal.log_start_offset(),
@@ -759,41 +757,4 @@ pub fn wal_config_for(
         limits: *limits,
         ..defaults
     }
-}
-
-fn read_ring_state(path: &Path) -> Result<Option<u64>, OpenError> {
-    let bad = |reason: String| OpenError::RingState {
-        path: path.to_path_buf(),
-        reason,
-    };
-    match std::fs::read(path) {
-        Ok(bytes) => serde_json::from_slice::<RingState>(&bytes)
-            .map(|s| Some(s.next_offset))
-            .map_err(|e| bad(e.to_string())),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(bad(e.to_string())),
-    }
-}
-
-/// Writes `ring.json` atomically (temporary file, fsync, rename, fsync of
-/// the directory).
-fn write_ring_state(dir: &Path, next_offset: u64) -> Result<(), OpenError> {
-    use std::io::Write as _;
-    let path = dir.join(RING_STATE_FILE);
-    let bad = |e: std::io::Error| OpenError::RingState {
-        path: path.clone(),
-        reason: e.to_string(),
-    };
-    std::fs::create_dir_all(dir).map_err(bad)?;
-    let tmp = dir.join(format!("{RING_STATE_FILE}.tmp"));
-    let json = serde_json::to_vec(&RingState { next_offset })
-        .map_err(|e| bad(std::io::Error::other(e)))?;
-    let mut file = std::fs::File::create(&tmp).map_err(bad)?;
-    file.write_all(&json).map_err(bad)?;
-    file.sync_all().map_err(bad)?;
-    std::fs::rename(&tmp, &path).map_err(bad)?;
-    std::fs::File::open(dir)
-        .and_then(|d| d.sync_all())
-        .map_err(bad)?;
-    Ok(())
 }

@@ -187,6 +187,17 @@ pub enum MetadataError {
         /// What was found.
         reason: String,
     },
+    /// The store's file is open in another process: redb holds a lock on
+    /// it, so a second agent (or broker) started on the same data directory
+    /// stops here.
+    #[error(
+        "metadata store {} is in use by another process (another edge-agent or broker on the same data directory?): one process per data directory",
+        path.display()
+    )]
+    InUse {
+        /// The store's file.
+        path: std::path::PathBuf,
+    },
     /// An operation polled outside a tokio runtime.
     #[error("metadata operations must run inside a tokio runtime")]
     NoRuntime,

@@ -253,7 +253,7 @@ fn a_deleted_or_intact_store_is_not_moved_aside() {
     // Held by another store is not damage: refused, file untouched.
     assert!(matches!(
         RedbStore::open_or_recover(&path, clock()),
-        Err(MetadataError::Backend { .. })
+        Err(MetadataError::InUse { .. })
     ));
     drop(store);
     let names: Vec<_> = std::fs::read_dir(dir.path())

@@ -185,7 +185,7 @@ impl RedbStore {
     /// [`MetadataError::Damaged`] for a damaged file (see
     /// [`RedbStore::open_or_recover`]), [`MetadataError::Storage`] for a
     /// full filesystem or an I/O failure (a missing directory too),
-    /// [`MetadataError::Backend`] when the file is held by another process,
+    /// [`MetadataError::InUse`] when the file is held by another process,
     /// [`MetadataError::UnsupportedFormat`] for another format version.
     pub fn open(path: impl AsRef<Path>, clock: Arc<dyn Clock>) -> Result<RedbStore, MetadataError> {
         Ok(RedbStore::open_file(path.as_ref(), clock)?.0)

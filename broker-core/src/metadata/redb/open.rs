@@ -18,8 +18,8 @@
 //! Errors are sorted into [`MetadataError::Damaged`] (bad header, truncated
 //! or empty file, checksums, unreadable tables), [`MetadataError::Storage`]
 //! (full filesystem, I/O failure), [`MetadataError::UnsupportedFormat`] and
-//! [`MetadataError::Backend`] (held by another process, a redb file format
-//! that needs an upgrade). Only `Damaged` justifies moving the file aside.
+//! [`MetadataError::InUse`] (held by another process),
+//! [`MetadataError::Backend`] (a redb file format that needs an upgrade). Only `Damaged` justifies moving the file aside.
 //!
 //! # Reopen after an I/O failure
 //! redb latches an I/O failure: every later write transaction of that
@@ -192,6 +192,9 @@ fn classify_open(path: &Path, err: DatabaseError) -> MetadataError {
             damaged(path, format!("{op}: DB corrupted: {reason}"))
         }
         DatabaseError::Storage(storage) => classify(path, op, storage.into(), false),
+        DatabaseError::DatabaseAlreadyOpen => MetadataError::InUse {
+            path: path.to_path_buf(),
+        },
         other => MetadataError::Backend {
             op,
             source: Box::new(::redb::Error::from(other)),

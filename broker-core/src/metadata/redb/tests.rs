@@ -88,14 +88,20 @@ fn a_file_of_another_format_version_is_refused() {
 }
 
 #[test]
-fn a_file_held_by_another_store_is_a_backend_error_a_missing_dir_a_storage_error() {
+fn a_file_held_by_another_store_is_in_use_a_missing_dir_a_storage_error() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("meta.redb");
     let _first = RedbStore::open(&path, Arc::new(SystemClock)).unwrap();
-    assert!(matches!(
-        RedbStore::open(&path, Arc::new(SystemClock)),
-        Err(MetadataError::Backend { .. })
-    ));
+    match RedbStore::open(&path, Arc::new(SystemClock)) {
+        Err(e @ MetadataError::InUse { .. }) => assert_eq!(
+            e.to_string(),
+            format!(
+                "metadata store {} is in use by another process (another edge-agent or broker on the same data directory?): one process per data directory",
+                path.display()
+            )
+        ),
+        other => panic!("expected InUse, got {:?}", other.err()),
+    }
     assert!(matches!(
         RedbStore::open(
             dir.path().join("no/such/dir/meta.redb"),
