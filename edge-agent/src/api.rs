@@ -7,7 +7,7 @@
 //! | `POST /v1/topics/{ns}/{topic}/batch` | publish an NDJSON batch ([`crate::ndjson`]), all or nothing |
 //! | `GET /v1/topics` | every topic with its counters ([`AgentStats`]) |
 //! | `GET /v1/topics/{ns}/{topic}` | one topic ([`crate::topic::TopicStats`]) |
-//! | `GET /health` | `{"status":"ok",...}` with `replication` (`state` connected / disconnected / not_configured, `connected_broker`, `last_error` and its age `last_error_age_ms` (kept after a reconnect until the next failure), `stalled_for_ms`, `unhealthy_after_ms`, `stalls`, per-topic `lag_records` and `stopped` (`reason`, `age_ms`, or null: the stream last ended for a reason an operator must look at, such as another log's records at the broker, until it resumes)); `"degraded"` also while a topic is `stopped`, with `faults` naming each topic whose WAL is latched (a full disk) and its path, and `damaged` naming each unreadable offset range of a WAL (topic, `first_offset`, `end_offset`, `kind`, `reason`); 503 `"unhealthy"` once nothing could leave the device for longer than `[replication] unhealthy_after_ms` ([`crate::health`]); 503 while shutting down |
+//! | `GET /health` | `{"status":"ok",...}` with `replication` (`state` connected / disconnected / not_configured, `connected_broker`, `last_error` and its age `last_error_age_ms` (kept after a reconnect until the next failure), `stalled_for_ms`, `unhealthy_after_ms`, `stalls`, per WAL topic `lag_records` and `stopped` (`reason`, `age_ms`, or null: the stream last ended for a reason an operator must look at, such as another log's records at the broker, until it resumes)); `"degraded"` also while a topic is `stopped`, with `faults` naming each topic whose WAL is latched (a full disk) and its path, and `damaged` naming each unreadable offset range of a WAL (topic, `first_offset`, `end_offset`, `kind`, `reason`); 503 `"unhealthy"` once nothing could leave the device for longer than `[replication] unhealthy_after_ms` ([`crate::health`]); 503 while shutting down |
 //! | `GET /metrics` | OpenMetrics text ([`crate::metrics`]) |
 //!
 //! Publish responses are sent once the batch is durable per the topic's
@@ -405,10 +405,12 @@ fn replication_health(
         (true, None) => "disconnected",
     };
     let ms = |d: std::time::Duration| u64::try_from(d.as_millis()).unwrap_or(u64::MAX);
+    // Realtime topics (rings) are never replicated: no lag to show.
     let lag: Vec<Value> = manager
         .stats()
         .topics
         .iter()
+        .filter(|t| t.ring_capacity_records.is_none())
         .map(|t| {
             let stopped = stopped
                 .iter()

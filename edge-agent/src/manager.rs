@@ -78,7 +78,7 @@ const CHECKPOINTS_PER_TXN: usize = 1000;
 pub enum OpenError {
     /// A configured intent differs from the one stored for the topic.
     #[error(
-        "topics[{index}].intent: {source}; a topic keeps the settings it was created with: configure its stored intent again, or give the new intent another topic name"
+        "topics[{index}].intent: {source}; a topic keeps the settings it was created with: configure its stored intent again (a topic created by a publish has none: leave it out of [[topics]]), or give the new intent another topic name"
     )]
     IntentConflict {
         /// Index in the configured topics.
@@ -133,10 +133,12 @@ pub enum TopicError {
         topic: TopicName,
     },
     /// Creating it would pass `max_topics` (HTTP 403).
-    #[error("topic {topic} cannot be created: max_topics = {max} topics exist")]
+    #[error("topic {topic} cannot be created: the agent has {count} topics, max_topics = {max}")]
     TooManyTopics {
         /// The topic.
         topic: TopicName,
+        /// Topics the agent has.
+        count: usize,
         /// The limit.
         max: u32,
     },
@@ -492,10 +494,11 @@ impl TopicManager {
         if let Some(topic) = self.topic(name) {
             return Ok(topic);
         }
-        let max = self.config.max_topics;
-        if self.read().len() >= max as usize {
+        let (max, count) = (self.config.max_topics, self.read().len());
+        if count >= max as usize {
             return Err(TopicError::TooManyTopics {
                 topic: name.clone(),
+                count,
                 max,
             });
         }

@@ -338,6 +338,18 @@ async fn restart_keeps_offsets_settings_and_checkpoints() {
         message.contains("task_queue") && message.contains("audit_log"),
         "{message}"
     );
+
+    // /e1/auto was created by a publish: it has no intent to configure
+    // again, and the message says what to do instead.
+    let mut late = config(dir.path());
+    late.topics = vec![topic("/e1/auto", StreamIntent::EventStream)];
+    let message = Agent::start(late).await.unwrap_err().to_string();
+    assert!(
+        message.starts_with("topics[0].intent: ")
+            && message
+                .contains("a topic created by a publish has none: leave it out of [[topics]]"),
+        "{message}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -392,6 +404,10 @@ async fn realtime_ring_drops_oldest_and_counts() {
             == "tributary_edge_dropped_records_total{edge=\"e1\",topic=\"/e1/hb\",reason=\"ring_full\"} 3"),
         "{metrics}"
     );
+    // A ring is never replicated: no replication lag in /health (it showed
+    // the ring's records as a lag that never went down).
+    let health = get(addr, "/health").await.body;
+    assert_eq!(health["replication"]["topics"], json!([]), "{health}");
     // Acknowledged records leave the ring; nothing is written to disk.
     let outcome = agent
         .topics()
@@ -622,7 +638,7 @@ async fn every_bad_input_gets_its_status_and_stores_nothing() {
             vec![],
             b"v".to_vec(),
             403,
-            "topic /e1/third cannot be created: max_topics = 2 topics exist",
+            "topic /e1/third cannot be created: the agent has 2 topics, max_topics = 2",
         ),
     ];
     // A second topic fills max_topics.
