@@ -85,15 +85,20 @@ impl ConsumerService {
     /// its catalog marker is absent from this broker's applied copy and,
     /// confirmed through the leader, from Raft (a follower's copy that has
     /// not yet applied the topic's creation does not count). A metadata
-    /// error counts as not deleted. The subscriptions loaded here for such
+    /// error, or no answer within a second, counts as not deleted. The
+    /// subscriptions loaded here for such
     /// a topic are forgotten by the next tick, and no cursor is written for
     /// them meanwhile: a write would put a key of the deleted topic back,
     /// and a topic created again under the name (an edge's next contact)
     /// would find the old subscription there.
     pub(super) async fn topic_deleted(&self, topic: &TopicName) -> bool {
         let marker = tributary_proto::keys::topics::marker(topic);
+        let confirm = std::time::Duration::from_secs(1);
         matches!(self.store.get_local(&marker).await, Ok(None))
-            && matches!(self.store.get(&marker).await, Ok(None))
+            && matches!(
+                tokio::time::timeout(confirm, self.store.get(&marker)).await,
+                Ok(Ok(None))
+            )
     }
 
     /// Puts `value` at `key` (a key under `topic`) only while this broker
