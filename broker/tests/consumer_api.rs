@@ -1972,3 +1972,58 @@ fn a_failure_policy_cannot_name_an_edge_fed_dead_letter_topic() {
         json!({"dead_letter_topic": "/default/other-dlq"}),
     );
 }
+
+/// A stored cursor past the high-water mark on attach. On an edge-fed topic
+/// it is kept: a new owner starts its log at the archive's end and the edge
+/// re-sends the rest at the same offsets, so the records below the cursor
+/// come back and were acknowledged already (clamping redelivered 694 of
+/// them in the cluster trial). On a central-written topic it is clamped:
+/// what the old owner lost is gone, and the records appended next would be
+/// skipped.
+#[test]
+fn a_stored_cursor_past_the_end_is_kept_for_an_edge_fed_topic_and_clamped_otherwise() {
+    let h = Harness::start(fast());
+    h.create_topic("/default/edgefed", "event_stream");
+    h.create_topic("/default/central", "event_stream");
+    let topics = tributary_broker::replication::topics::TopicStore::new(
+        h._dir.path().join("claims"),
+        h.store.clone(),
+        tributary_proto::Limits::default(),
+    );
+    let edgefed = TopicName::new("/default/edgefed").unwrap();
+    h.runtime
+        .block_on(topics.claim_writer(
+            &edgefed,
+            tributary_broker::replication::topics::Writer::Edge,
+        ))
+        .unwrap();
+    let meta = json!({"type": "shared", "durable": true, "paused": false, "created_ms": 1});
+    for topic in ["/default/edgefed", "/default/central"] {
+        let base = format!("/topics{topic}/subscriptions/workers");
+        h.runtime.block_on(async {
+            h.store.put(&base, meta.clone()).await.unwrap();
+            h.store
+                .put(&format!("{base}/cursor"), json!(50))
+                .await
+                .unwrap();
+        });
+    }
+    let attach = AttachRequest::default();
+    let kept = h
+        .client
+        .attach("/default/edgefed", "workers", &attach)
+        .unwrap();
+    assert_eq!((kept.cursor, kept.high_water_mark), (50, 0));
+    // Nothing to deliver until the edge's records pass the cursor; no error.
+    let got = h
+        .client
+        .read("/default/edgefed", "workers", kept.consumer_id, 10, 100)
+        .unwrap();
+    assert!(got.messages.is_empty());
+    assert_eq!(got.cursor, 50);
+    let clamped = h
+        .client
+        .attach("/default/central", "workers", &attach)
+        .unwrap();
+    assert_eq!((clamped.cursor, clamped.high_water_mark), (0, 0));
+}

@@ -245,6 +245,9 @@ impl ConsumerService {
             super::dead_letter::check_replayable(name)?;
         }
         let stored_cursor = self.store.get(&cursor_key).await?.and_then(|v| v.as_u64());
+        let edge_fed = crate::replication::topics::Writer::Edge
+            .writes(self.store.as_ref(), topic)
+            .await?;
         let (meta, cursor, (policy, source), durable, created) = match stored {
             Some(meta) => {
                 let cursor = match self.store.get(&cursor_key).await? {
@@ -253,15 +256,20 @@ impl ConsumerService {
                     })?,
                     None => self.start_cursor(topic, &wal, request.start).await?,
                 };
-                // A new owner of a central-written topic continues at the
-                // archive's end: a cursor stored past its high-water mark
-                // (records the old owner acknowledged but lost) would skip
-                // the records appended next. Clamp it.
+                // A new owner continues at the archive's end. On a
+                // central-written topic a cursor stored past its high-water
+                // mark (records the old owner acknowledged but lost) would
+                // skip the records appended next: clamp it. An edge re-sends
+                // the rest of its topic at the same offsets: keep it (those
+                // records were acknowledged; clamping delivered them again).
                 let hwm = wal.high_water_mark();
-                let cursor = if cursor > hwm {
+                let cursor = if cursor > hwm && !edge_fed {
                     warn!(%topic, subscription = %name, stored = cursor, high_water_mark = hwm, "stored cursor is past the high-water mark (records lost with a previous owner?); clamped to the high-water mark");
                     hwm
                 } else {
+                    if cursor > hwm {
+                        info!(%topic, subscription = %name, stored = cursor, high_water_mark = hwm, "stored cursor is past the high-water mark of an edge-fed topic (its edge is re-sending to a new owner): delivery resumes at the cursor");
+                    }
                     cursor
                 };
                 let view = catalog.attach_subscription(topic, name).await?;
@@ -310,9 +318,6 @@ impl ConsumerService {
                 (meta, cursor, (view.policy, view.source), false, true)
             }
         };
-        let edge_fed = crate::replication::topics::Writer::Edge
-            .writes(self.store.as_ref(), topic)
-            .await?;
         let producer_id = if edge_fed {
             format!("edge:{}", topic.namespace())
         } else {
