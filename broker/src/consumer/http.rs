@@ -103,6 +103,12 @@ impl From<ConsumerError> for ApiError {
             ConsumerError::Conflict { kind, .. } => {
                 ApiError::new(StatusCode::CONFLICT, kind, message)
             }
+            ConsumerError::MovedTo(owner) => {
+                ApiError::new(StatusCode::CONFLICT, "not_owner", message)
+                    .with("owner", json!(owner.broker_id))
+                    .with("epoch", json!(owner.epoch))
+                    .with("owner_url", json!(owner.admin_url))
+            }
             ConsumerError::TooLarge(_) => {
                 ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "too_large", message)
             }

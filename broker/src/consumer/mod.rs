@@ -150,6 +150,15 @@ pub enum ConsumerError {
         /// Details.
         message: String,
     },
+    /// Another broker took the topic during the request (`409
+    /// not_owner` with `owner`, `epoch` and `owner_url`): retry, and the
+    /// next request is redirected to it. (Ownership is checked before a
+    /// request runs; this is the race with a move.)
+    #[error(
+        "the topic moved to broker {} (epoch {}) during the request: retry (its admin API is {})",
+        .0.broker_id, .0.epoch, .0.admin_url
+    )]
+    MovedTo(crate::cluster::Owner),
     /// Records over the size limits (413); nothing stored.
     #[error("{0}")]
     TooLarge(String),
@@ -216,7 +225,8 @@ impl From<TopicError> for ConsumerError {
                 kind: "writer_conflict",
                 message: e.to_string(),
             },
-            e @ (TopicError::NotOwner(_) | TopicError::NoOwner(_)) => ConsumerError::Conflict {
+            TopicError::NotOwner(owner) => ConsumerError::MovedTo(owner),
+            e @ TopicError::NoOwner(_) => ConsumerError::Conflict {
                 kind: "not_owner",
                 message: e.to_string(),
             },
@@ -750,6 +760,37 @@ fn log_actions(sub: &Sub, actions: &[Action]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A move that lands during a request names the new owner's admin
+    /// API, not its QUIC ingest address (which a consumer cannot use).
+    #[test]
+    fn a_topic_moved_during_a_request_is_a_not_owner_naming_the_admin_url() {
+        let owner = crate::cluster::Owner {
+            broker_id: 3,
+            epoch: 6,
+            ingest_addr: "127.0.0.1:23023".into(),
+            admin_url: "https://127.0.0.1:23003".into(),
+        };
+        let api = crate::http::ApiError::from(ConsumerError::from(TopicError::NotOwner(owner)));
+        let response = axum::response::IntoResponse::into_response(api);
+        assert_eq!(response.status(), axum::http::StatusCode::CONFLICT);
+        let body = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(axum::body::to_bytes(response.into_body(), 4096))
+            .unwrap();
+        let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        assert_eq!(
+            body,
+            json!({
+                "error": "the topic moved to broker 3 (epoch 6) during the request: retry (its admin API is https://127.0.0.1:23003)",
+                "kind": "not_owner",
+                "owner": 3,
+                "epoch": 6,
+                "owner_url": "https://127.0.0.1:23003",
+            })
+        );
+    }
 
     #[test]
     fn a_wal_closed_under_a_request_is_a_retryable_not_owner() {
