@@ -194,6 +194,13 @@ async fn reconcile_topic(
                         report.adopted.push(object.key.clone());
                         tiering.faults.hit("reconcile_after_adopt");
                     }
+                    // Rebalanced away: the owner's tier service uploads
+                    // and commits the segment (create-if-absent, the same
+                    // key and bytes).
+                    Err(e) if e.is_not_owner() => {
+                        info!(%topic, key = object.key, reason = %e, "orphan object of a topic another broker owns: left to that broker's tier service");
+                        report.pending.push(object.key.clone());
+                    }
                     Err(TierError::Broker {
                         status: Some(409),
                         message,
