@@ -6,98 +6,48 @@
 //! (nothing is written or created elsewhere; the message waits until the
 //! policy is changed, then goes to the new target).
 
-use std::sync::Arc;
+mod served;
+
 use std::time::{Duration, Instant};
 
 use broker_core::catalog::{Catalog, TopicSpec};
-use broker_core::clock::SystemClock;
 use broker_core::metadata::MetadataStore;
-use broker_core::metadata::redb::RedbStore;
 use serde_json::{Value, json};
+use served::Served;
 use tributary_api::consumer::{AttachRequest, NackRequest, StartPosition, SubscriptionType};
 use tributary_api::consumer_client::ConsumerClient;
-use tributary_broker::admin::{AdminState, StaticClusterView, router};
-use tributary_broker::consumer::{ConsumerConfig, ConsumerService};
-use tributary_broker::replication::topics::TopicStore;
-use tributary_proto::Limits;
+use tributary_broker::consumer::ConsumerConfig;
 use tributary_proto::keys::{SubscriptionName, TopicName};
 
 const TOKEN: &str = "dead-letter-test-token";
 const ORDERS: &str = "/shop/orders";
 
 struct Harness {
-    runtime: tokio::runtime::Runtime,
-    store: Arc<RedbStore>,
-    base: String,
+    served: Served,
     client: ConsumerClient,
-    raw: ureq::Agent,
-    _dir: tempfile::TempDir,
 }
 
 impl Harness {
     fn start() -> Harness {
-        let dir = tempfile::tempdir().unwrap();
-        let store =
-            Arc::new(RedbStore::open(dir.path().join("meta.redb"), Arc::new(SystemClock)).unwrap());
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .enable_all()
-            .build()
-            .unwrap();
-        let topics = Arc::new(TopicStore::new(
-            dir.path().join("topics"),
-            store.clone(),
-            Limits::default(),
-        ));
-        let state = AdminState {
-            store: store.clone(),
-            cluster: Arc::new(StaticClusterView::single_leader("127.0.0.1:7401", 1)),
-            auth: tributary_broker::auth::AuthState::new(store.clone(), Some(TOKEN.to_owned())),
-        };
-        let listener = runtime
-            .block_on(tokio::net::TcpListener::bind("127.0.0.1:0"))
-            .unwrap();
-        let base = format!("http://{}", listener.local_addr().unwrap());
-        let store_dyn: Arc<dyn MetadataStore> = store.clone();
-        let config = ConsumerConfig {
-            tick_ms: 50,
-            policy_refresh_ms: 100,
-            ..ConsumerConfig::default()
-        };
-        runtime.block_on(async {
-            let service = ConsumerService::new(
-                topics,
-                store_dyn,
-                config,
-                "127.0.0.1:7400".to_owned(),
-                1,
-                Arc::new(SystemClock),
-            );
-            service.spawn_ticker();
-            let app = router(state.clone()).merge(tributary_broker::consumer::http::router(
-                service,
-                state.auth.clone(),
-            ));
-            tokio::spawn(async move { axum::serve(listener, app).await });
-        });
-        let raw = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .build()
-            .into();
+        let served = Served::consumers(
+            TOKEN,
+            ConsumerConfig {
+                tick_ms: 50,
+                policy_refresh_ms: 100,
+                ..ConsumerConfig::default()
+            },
+        );
         Harness {
-            runtime,
-            store,
-            client: ConsumerClient::new(&base, TOKEN),
-            base,
-            raw,
-            _dir: dir,
+            client: ConsumerClient::new(&served.base, TOKEN),
+            served,
         }
     }
 
     fn create_topic(&self, name: &str, intent: &str) {
         let spec = TopicSpec::parse(name, intent, 0).unwrap();
-        self.runtime
-            .block_on(Catalog::new(self.store.as_ref()).create_topic(&spec))
+        self.served
+            .runtime
+            .block_on(Catalog::new(self.served.store.as_ref()).create_topic(&spec))
             .unwrap();
     }
 
@@ -107,13 +57,13 @@ impl Harness {
             .method(method)
             .uri(format!(
                 "{}/v1/topics{ORDERS}/subscriptions/{sub}/failure-policy",
-                self.base
+                self.served.base
             ))
             .header("Authorization", format!("Bearer {TOKEN}"))
             .header("Content-Type", "application/json")
             .body(body.to_string())
             .unwrap();
-        let response = self.raw.run(request).unwrap();
+        let response = self.served.raw.run(request).unwrap();
         let status = response.status().as_u16();
         let text = response.into_body().read_to_string().unwrap();
         (
@@ -129,14 +79,16 @@ impl Harness {
             &TopicName::new(ORDERS).unwrap(),
             &SubscriptionName::new(sub).unwrap(),
         );
-        self.runtime
-            .block_on(self.store.put(&key, policy(dead_letter_topic)))
+        self.served
+            .runtime
+            .block_on(self.served.store.put(&key, policy(dead_letter_topic)))
             .unwrap();
     }
 
     fn keys_under(&self, prefix: &str) -> Vec<String> {
-        self.runtime
-            .block_on(self.store.list(prefix))
+        self.served
+            .runtime
+            .block_on(self.served.store.list(prefix))
             .unwrap()
             .into_iter()
             .map(|(key, _)| key)
@@ -300,8 +252,9 @@ fn a_dead_letter_topic_that_became_edge_fed_holds_the_message_and_says_why() {
     h.create_topic("/shop/orders-dlq", "event_stream");
     let dlq = TopicName::new("/shop/orders-dlq").unwrap();
     let marker = tributary_broker::replication::topics::Writer::Edge.marker_key(&dlq);
-    h.runtime
-        .block_on(h.store.put(&marker, json!({"kind": "edge"})))
+    h.served
+        .runtime
+        .block_on(h.served.store.put(&marker, json!({"kind": "edge"})))
         .unwrap();
 
     let nacked = poison_nacked(&h);

@@ -242,6 +242,20 @@ intent = "{intent}"
         self.client().publish_ndjson(body)
     }
 
+    /// Publishes records `*next..*next + count` as one NDJSON batch, the
+    /// record at offset `o` holding `value(o)` (JSON text), checks that the
+    /// edge assigned exactly those offsets, and moves `next` past them.
+    /// Panics on a refusal.
+    pub fn publish_values(&self, next: &mut u64, count: u64, value: impl Fn(u64) -> String) {
+        let body: String = (*next..*next + count)
+            .map(|o| format!("{{\"value\":{:?}}}\n", value(o)))
+            .collect();
+        let (base, end) = self.publish_ndjson(body).expect("publish");
+        // Offsets are never reused: each publish starts where the last ended.
+        assert_eq!((base, end), (*next, *next + count), "offsets assigned");
+        *next = end;
+    }
+
     /// Waits (bounded) for the edge's local API to answer.
     pub fn wait_for_edge(&self) {
         let deadline = Instant::now() + Duration::from_secs(30);

@@ -50,12 +50,7 @@ fn value(offset: u64) -> String {
 }
 
 fn publish(pair: &Pair, next: &mut u64) {
-    let body: String = (*next..*next + PER_BATCH)
-        .map(|o| format!("{{\"value\":{:?}}}\n", value(o)))
-        .collect();
-    let (base, end) = pair.publish_ndjson(body).expect("publish");
-    assert_eq!((base, end), (*next, *next + PER_BATCH), "offsets assigned");
-    *next = end;
+    pair.publish_values(next, PER_BATCH, value);
 }
 
 /// A pair whose broker seals quiet segments after 300 ms, checks for

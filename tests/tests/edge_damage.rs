@@ -35,13 +35,7 @@ fn value(offset: u64) -> String {
 }
 
 fn publish(pair: &Pair, next: &mut u64) {
-    let body: String = (*next..*next + PER_BATCH)
-        .map(|o| format!("{{\"value\":{:?}}}\n", value(o)))
-        .collect();
-    let (base, end) = pair.publish_ndjson(body).expect("publish");
-    // Offsets are never reused: each publish starts where the last ended.
-    assert_eq!((base, end), (*next, *next + PER_BATCH), "offsets assigned");
-    *next = end;
+    pair.publish_values(next, PER_BATCH, value);
 }
 
 /// One batch of a segment file: byte position, length, base offset, count.

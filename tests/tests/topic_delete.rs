@@ -18,12 +18,7 @@ fn value(offset: u64) -> String {
 }
 
 fn publish(pair: &Pair, next: &mut u64, count: u64) {
-    let body: String = (*next..*next + count)
-        .map(|o| format!("{{\"value\":{:?}}}\n", value(o)))
-        .collect();
-    let (base, end) = pair.publish_ndjson(body).expect("publish");
-    assert_eq!((base, end), (*next, *next + count), "offsets assigned");
-    *next = end;
+    pair.publish_values(next, count, value);
 }
 
 fn agent() -> ureq::Agent {

@@ -1,7 +1,8 @@
 //! A broker router served in this process on 127.0.0.1 over a fresh redb
 //! metadata store, and raw HTTP calls to it that return any status with
 //! its JSON body: the harness of the API tests that need no broker
-//! process (`auth_api`, `auth_races`, `enroll_api`, `central_idempotency`).
+//! process (`auth_api`, `auth_races`, `enroll_api`, `central_idempotency`,
+//! `dead_letter_scope`, `topic_delete`).
 
 #![allow(dead_code)]
 
