@@ -105,3 +105,48 @@ fn a_deleted_topic_leaves_no_subscription_behind() {
     let offsets: Vec<u64> = got.messages.iter().map(|m| m.offset).collect();
     assert_eq!(offsets, (0..10).collect::<Vec<_>>());
 }
+
+/// The same with the topic created again at once, before the consumer's
+/// next tick (the fresh-user trial: the old session kept serving, its
+/// cursor was written into the new topic and the old policy stayed), and
+/// the topic created again takes central writes, continuing its log (it
+/// refused them: the delete had removed the record of who wrote the log).
+#[test]
+fn a_topic_created_again_at_once_has_no_old_subscription_and_takes_writes() {
+    let served = served();
+    create(&served);
+    let client = ConsumerClient::new(&served.base, TOKEN);
+    let records = (0..10)
+        .map(|i| PublishRecord {
+            value: Some(format!("job-{i}")),
+            ..PublishRecord::default()
+        })
+        .collect();
+    client.publish(JOBS, records).unwrap();
+    let consumer = attach(&client);
+    assert_eq!(
+        client
+            .read(JOBS, "workers", consumer, 10, 1000)
+            .unwrap()
+            .messages
+            .len(),
+        10
+    );
+    client.ack_up_to(JOBS, "workers", consumer, 4).unwrap();
+
+    let deleted = served.request("DELETE", "/v1/topics/shop/jobs", Some(TOKEN), None);
+    assert_eq!(deleted.status, 200, "{}", deleted.body);
+    create(&served);
+    let _ = client.ack_up_to(JOBS, "workers", consumer, 9);
+    assert_eq!(served.get(CURSOR_KEY), None);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_no_subscription(&served);
+    assert_eq!(served.get(CURSOR_KEY), None);
+
+    let more = PublishRecord {
+        value: Some("after".into()),
+        ..PublishRecord::default()
+    };
+    let published = client.publish(JOBS, vec![more]).unwrap();
+    assert_eq!((published.base_offset, published.next_offset), (10, 11));
+}

@@ -30,10 +30,21 @@ fn agent() -> ureq::Agent {
 
 /// (status, JSON body) of `method` on the pair's admin API.
 fn admin(pair: &Pair, method: &str, path: &str) -> (u16, Value) {
+    admin_with(pair, method, path, &Value::Null)
+}
+
+/// (status, JSON body) of `method` with a JSON `body` on the pair's admin
+/// API.
+fn admin_with(pair: &Pair, method: &str, path: &str, body: &Value) -> (u16, Value) {
     let url = format!("http://{}{path}", pair.broker_admin);
     let auth = format!("Bearer {TOKEN}");
     let response = match method {
         "DELETE" => agent().delete(&url).header("Authorization", &auth).call(),
+        "POST" => agent()
+            .post(&url)
+            .header("Authorization", &auth)
+            .header("Content-Type", "application/json")
+            .send(body.to_string()),
         _ => agent().get(&url).header("Authorization", &auth).call(),
     };
     let mut response = response.unwrap_or_else(|e| panic!("{method} {url}: {e}"));
@@ -104,6 +115,58 @@ fn a_deleted_edge_fed_topic_comes_back_with_the_edge_and_keeps_its_offsets() {
         &format!("/v1/topics{TOPIC}/subscriptions/before-delete"),
     );
     assert_eq!(status, 404, "{subscriptions}");
+
+    assert_eq!(pair.edge.terminate(), Some(0));
+    assert_eq!(pair.broker.terminate(), Some(0));
+}
+
+/// Deleted and at once created again centrally with another intent than
+/// the edge's (before the owner's next check): the owner still closes the
+/// edge's stream, and the edge's next contact is refused with `Conflict`
+/// naming both intents, so nothing the edge publishes afterwards goes into
+/// a topic with other settings (its records went in before).
+#[test]
+fn an_edge_fed_topic_created_again_with_another_intent_refuses_the_edge() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut pair = Pair::new(dir.path(), "event_stream", None);
+    pair.broker.start();
+    pair.edge.start();
+    pair.wait_for_edge();
+    let mut next = 0;
+    publish(&pair, &mut next, 20);
+    pair.wait_acknowledged(next, Duration::from_secs(60));
+
+    let (status, deleted) = admin(&pair, "DELETE", &format!("/v1/topics{TOPIC}"));
+    assert_eq!(status, 200, "{deleted}");
+    let spec = serde_json::json!({"name": TOPIC, "intent": "task_queue"});
+    let (status, created) = admin_with(&pair, "POST", "/v1/topics", &spec);
+    assert_eq!(status, 201, "{created}");
+
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let reason = loop {
+        let health: Value = ureq::get(&format!("http://{}/health", pair.edge_api))
+            .call()
+            .ok()
+            .and_then(|mut r| r.body_mut().read_json().ok())
+            .unwrap_or(Value::Null);
+        if let Some(reason) = health["replication"]["topics"][0]["stopped"]["reason"].as_str() {
+            break reason.to_owned();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the edge was not refused: {health}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        reason.contains("exists centrally with intent task_queue"),
+        "{reason}"
+    );
+    let acknowledged = pair.edge_offsets().expect("edge offsets").1;
+    assert_eq!(acknowledged, next);
+    publish(&pair, &mut next, 20);
+    std::thread::sleep(Duration::from_secs(2));
+    assert_eq!(pair.edge_offsets().expect("edge offsets").1, acknowledged);
 
     assert_eq!(pair.edge.terminate(), Some(0));
     assert_eq!(pair.broker.terminate(), Some(0));

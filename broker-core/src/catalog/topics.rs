@@ -363,8 +363,10 @@ impl Catalog<'_> {
             .collect())
     }
 
-    /// Deletes `topic`, its partitions and every key under them, in one
-    /// transaction conditional on the topic marker.
+    /// Deletes `topic`, its partitions and every key under them but their
+    /// producers' state (`/topics/{ns}/{topic}/producers/`, kept with the
+    /// log, which the delete does not remove), in one transaction
+    /// conditional on the topic marker.
     ///
     /// # Errors
     /// [`CatalogError::TopicNotFound`]; [`CatalogError::IsPartition`] for a
@@ -405,7 +407,16 @@ impl Catalog<'_> {
                     txn = txn.delete(key);
                 }
             }
+            // The producers' state (the writer markers, the edge's
+            // sequences) describes the log on disk, which the delete keeps:
+            // a topic created again under the name continues that log, so
+            // it stays (without it the log's records counted as nobody's
+            // and the topic took no central write again).
+            let producers = keys::topics::producers_prefix(name);
             for (key, _) in self.store.list(&keys::topics::topic_prefix(name)).await? {
+                if key.starts_with(&producers) {
+                    continue;
+                }
                 deleted_keys += 1;
                 txn = txn.delete(key);
             }

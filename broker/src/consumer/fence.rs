@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use broker_core::metadata::{Precondition, Txn, TxnOutcome};
 use serde_json::Value;
-use tributary_proto::keys::TopicName;
+use tributary_proto::keys::{self, TopicName};
 
 use super::{ConsumerError, ConsumerService};
 use crate::cluster::{Cluster, Route};
@@ -81,22 +81,28 @@ impl ConsumerService {
         }
     }
 
-    /// Whether `topic` was deleted (`DELETE /v1/topics/…`, on any broker):
-    /// its catalog marker is absent from this broker's applied copy and,
-    /// confirmed through the leader, from Raft (a follower's copy that has
-    /// not yet applied the topic's creation does not count). A metadata
-    /// error, or no answer within a second, counts as not deleted. The
-    /// subscriptions loaded here for such
-    /// a topic are forgotten by the next tick, and no cursor is written for
-    /// them meanwhile: a write would put a key of the deleted topic back,
-    /// and a topic created again under the name (an edge's next contact)
-    /// would find the old subscription there.
-    pub(super) async fn topic_deleted(&self, topic: &TopicName) -> bool {
-        let marker = tributary_proto::keys::topics::marker(topic);
+    /// Whether `sub` was deleted on any broker, with its topic (`DELETE
+    /// /v1/topics/…`) or by itself: a durable subscription's stored
+    /// metadata (`/topics/{ns}/{topic}/subscriptions/{sub}`) is gone, an
+    /// ephemeral one's topic marker is. Read from this broker's applied
+    /// copy and, when absent there, confirmed through the leader (a
+    /// follower's copy that has not applied the creation yet does not
+    /// count); a metadata error, or no answer within a second, counts as
+    /// not deleted. The metadata is what a topic created again under the
+    /// name does not bring back, so a quick re-create does not hide the
+    /// delete. Such a subscription is forgotten by the next tick, and no
+    /// cursor is written for it meanwhile: a write would put a key of the
+    /// deleted subscription back, which a topic created again would find.
+    pub(super) async fn deleted(&self, sub: &super::Sub) -> bool {
+        let key = if sub.durable {
+            keys::topics::subscription(&sub.topic, &sub.name)
+        } else {
+            keys::topics::marker(&sub.topic)
+        };
         let confirm = std::time::Duration::from_secs(1);
-        matches!(self.store.get_local(&marker).await, Ok(None))
+        matches!(self.store.get_local(&key).await, Ok(None))
             && matches!(
-                tokio::time::timeout(confirm, self.store.get(&marker)).await,
+                tokio::time::timeout(confirm, self.store.get(&key)).await,
                 Ok(Ok(None))
             )
     }

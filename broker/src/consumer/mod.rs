@@ -449,9 +449,9 @@ impl ConsumerService {
                 self.hand_off(&sub, owner, epoch).await;
                 continue;
             }
-            if self.topic_deleted(&sub.topic).await {
+            if self.deleted(&sub).await {
                 self.forget(&sub).await;
-                info!(topic = %sub.topic, subscription = %sub.name, "the topic was deleted: its subscription is unloaded and its consumer sessions end");
+                info!(topic = %sub.topic, subscription = %sub.name, "the subscription (or its topic) was deleted: it is unloaded and its consumer sessions end");
                 continue;
             }
             let now = self.now_ms();
@@ -528,7 +528,7 @@ impl ConsumerService {
             return;
         }
         if let Some(cursor) = st.poll_persist(self.now_ms(), force) {
-            if self.topic_deleted(&sub.topic).await {
+            if self.deleted(sub).await {
                 return;
             }
             let key = keys::topics::subscription_cursor(&sub.topic, &sub.name);

@@ -435,6 +435,8 @@ async fn handle_stream(
     ));
     let mut wal: Option<Arc<Wal>> = None;
     let mut opened_topic = None;
+    // The edge's settings (its `Hello`) of the opened topic.
+    let mut opened_settings = None;
     // Refetch requests for this stream's topic, once it is open.
     let mut refetches: Option<(mpsc::Receiver<(u64, u64)>, RouteGuard)> = None;
     // Batches re-sent so far for the oldest refetch request.
@@ -516,6 +518,7 @@ async fn handle_stream(
                             wal = Some(opened);
                             refetches = Some(damage.register_stream(&topic));
                             opened_topic = Some(topic.clone());
+                            opened_settings = hello.settings.clone();
                             let acks = Out::Acknowledger(ingest.acknowledger(stream_id));
                             if out.send(acks).await.is_err() {
                                 break 'stream None;
@@ -699,7 +702,8 @@ async fn handle_stream(
                     break Some(frame);
                 }
                 if let Some(topic) = &opened_topic
-                    && let Some(frame) = deleted_centrally(topics.store().as_ref(), topic).await
+                    && let Some(frame) =
+                        deleted_centrally(topics.store().as_ref(), topic, opened_settings.as_ref()).await
                 {
                     break Some(frame);
                 }

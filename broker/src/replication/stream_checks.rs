@@ -4,7 +4,10 @@
 
 use std::sync::Arc;
 
-use broker_core::metadata::MetadataStore;
+use broker_core::metadata::{MetadataError, MetadataStore};
+use serde_json::Value;
+use tributary_proto::intent::ExpandedStreamSettings;
+use tributary_proto::keys;
 use tributary_proto::keys::TopicName;
 use tributary_proto::replication::frame::{ErrorCode, Frame};
 
@@ -36,26 +39,49 @@ pub(super) fn ownership_lost(
 }
 
 /// The `Error` frame that closes an edge's stream whose topic was deleted
-/// centrally (`DELETE /v1/topics/…`), `None` while it exists. Retryable: the
-/// edge's next `Hello` creates the topic again with its intent and the
-/// stream resumes at the same high-water mark (the edge is the topic's
-/// source of truth; docs/admin-api.md, "Delete"). This broker's applied
-/// copy is read first, once per [`ARCHIVE_CHECK`]; an absent marker is
-/// confirmed through the leader, so a follower's copy that has not yet
-/// applied the topic's creation cannot close the stream. Bounded like the
-/// other checks of the tick; a metadata error leaves the stream open.
+/// centrally (`DELETE /v1/topics/…`), or created again with other settings
+/// than the edge's `settings` (the stream's `Hello`), `None` while it is
+/// the topic the stream opened. Retryable: the edge's next `Hello` creates
+/// a deleted topic again with its intent and the stream resumes at the
+/// same high-water mark (the edge is the topic's source of truth;
+/// docs/admin-api.md, "Delete"), and one created with other settings
+/// refuses it with `Conflict`. This broker's applied copy is read first,
+/// once per [`ARCHIVE_CHECK`]; a change is confirmed through the leader, so
+/// a follower's copy that has not yet applied the topic's creation cannot
+/// close the stream. Bounded like the other checks of the tick; a metadata
+/// error leaves the stream open.
 pub(super) async fn deleted_centrally(
     store: &dyn MetadataStore,
     topic: &TopicName,
+    settings: Option<&ExpandedStreamSettings>,
 ) -> Option<Frame> {
-    let marker = tributary_proto::keys::topics::marker(topic);
-    if !matches!(store.get_local(&marker).await, Ok(None)) {
+    let marker = keys::topics::marker(topic);
+    let intent = keys::topics::intent(topic);
+    let changed = |marker: &Option<Value>, intent: &Option<Value>| {
+        let stored: Option<ExpandedStreamSettings> = intent
+            .as_ref()
+            .and_then(|v| serde_json::from_value(v.clone()).ok());
+        marker.is_none() || stored.as_ref() != settings
+    };
+    let (Ok(m), Ok(i)) = (
+        store.get_local(&marker).await,
+        store.get_local(&intent).await,
+    ) else {
+        return None;
+    };
+    if !changed(&m, &i) {
         return None;
     }
-    match tokio::time::timeout(ARCHIVE_CHECK, store.get(&marker)).await {
-        Ok(Ok(None)) => Some(refusal(
+    let confirmed = tokio::time::timeout(ARCHIVE_CHECK, async {
+        Ok::<_, MetadataError>((store.get(&marker).await?, store.get(&intent).await?))
+    })
+    .await;
+    match confirmed {
+        Ok(Ok((m, i))) if changed(&m, &i) => Some(refusal(
             ErrorCode::Unavailable,
-            format!("{topic} was deleted centrally; reconnect to create it again"),
+            format!(
+                "{topic} was deleted centrally (or created again with other settings); reconnect"
+            ),
         )),
         _ => None,
     }
