@@ -8,8 +8,8 @@
 
 use std::time::Duration;
 
-use tributary_api::consumer::GapKind;
-use tributary_tests::cluster::Pair;
+use tributary_api::consumer::{AttachRequest, GapKind, StartPosition, SubscriptionType};
+use tributary_tests::cluster::{Pair, TOPIC};
 
 const PER_BATCH: u64 = 10;
 
@@ -81,6 +81,42 @@ fn offsets_dropped_before_replication_are_a_hole_and_the_rest_replicates() {
         (acknowledged, dropped_to, GapKind::Hole),
         "{gaps:?}"
     );
+
+    // Leased delivery (receive) names the hole once per answer, from the
+    // first offset it crossed (it named it once per read step of 16
+    // offsets, up to 63 times an answer), and delivers the same records.
+    let client = pair.consumer();
+    let attach = AttachRequest {
+        subscription_type: SubscriptionType::Shared,
+        start: StartPosition::Earliest,
+        ..AttachRequest::default()
+    };
+    let session = client.attach(TOPIC, "leased", &attach).expect("attach");
+    let mut received = Vec::new();
+    let mut first_notice = None;
+    for _ in 0..200 {
+        let got = client
+            .receive(TOPIC, "leased", session.consumer_id, 500, 200)
+            .expect("receive");
+        assert!(got.gaps.len() <= 1, "{:?}", got.gaps);
+        if let Some(gap) = got.gaps.first() {
+            assert_eq!((gap.end_offset, gap.kind), (dropped_to, GapKind::Hole));
+            first_notice.get_or_insert(gap.first_offset);
+        }
+        let offsets: Vec<u64> = got.messages.iter().map(|m| m.offset).collect();
+        if !offsets.is_empty() {
+            client
+                .ack(TOPIC, "leased", session.consumer_id, &offsets)
+                .expect("ack");
+        }
+        received.extend(offsets);
+        if received.len() == expected.len() {
+            break;
+        }
+    }
+    received.sort_unstable();
+    assert_eq!(received, expected);
+    assert_eq!(first_notice, Some(acknowledged));
 
     assert_eq!(pair.edge.terminate(), Some(0));
     assert_eq!(pair.broker.terminate(), Some(0));

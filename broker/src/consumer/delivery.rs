@@ -138,6 +138,9 @@ impl ConsumerService {
                     break;
                 }
             }
+            // Each read step names the part of a hole it crossed: one
+            // notice per range in the answer.
+            super::records::merge_gaps(&mut gaps);
             if read < leased.len() {
                 let mut st = self.session(&sub, consumer).await?;
                 st.return_unread(leased[read..].iter().copied(), now);
