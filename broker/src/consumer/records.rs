@@ -310,6 +310,24 @@ pub fn decode_b64(field: &str, text: &str) -> Result<Bytes, String> {
         .map_err(|e| format!("{field}: not valid base64: {e}"))
 }
 
+/// Merges the gap notices of one answer that overlap or touch and are of
+/// one kind into the first of them (in offset order): reads made in steps
+/// name each step's part of one hole, and a consumer is told of a range
+/// once.
+pub(super) fn merge_gaps(gaps: &mut Vec<Gap>) {
+    gaps.sort_by_key(|g| (g.first_offset, g.end_offset));
+    let mut merged: Vec<Gap> = Vec::with_capacity(gaps.len());
+    for gap in gaps.drain(..) {
+        match merged.last_mut() {
+            Some(last) if last.kind == gap.kind && gap.first_offset <= last.end_offset => {
+                last.end_offset = last.end_offset.max(gap.end_offset);
+            }
+            _ => merged.push(gap),
+        }
+    }
+    *gaps = merged;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -343,22 +361,4 @@ mod tests {
         assert_eq!(one[0].1.value, vec![6u8; 1000]);
         assert!(gaps.is_empty());
     }
-}
-
-/// Merges the gap notices of one answer that overlap or touch and are of
-/// one kind into the first of them (in offset order): reads made in steps
-/// name each step's part of one hole, and a consumer is told of a range
-/// once.
-pub(super) fn merge_gaps(gaps: &mut Vec<Gap>) {
-    gaps.sort_by_key(|g| (g.first_offset, g.end_offset));
-    let mut merged: Vec<Gap> = Vec::with_capacity(gaps.len());
-    for gap in gaps.drain(..) {
-        match merged.last_mut() {
-            Some(last) if last.kind == gap.kind && gap.first_offset <= last.end_offset => {
-                last.end_offset = last.end_offset.max(gap.end_offset);
-            }
-            _ => merged.push(gap),
-        }
-    }
-    *gaps = merged;
 }
