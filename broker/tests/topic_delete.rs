@@ -63,8 +63,10 @@ fn assert_no_subscription(served: &Served) {
     assert_eq!(state.status, 404, "{}", state.body);
 }
 
-#[test]
-fn a_deleted_topic_leaves_no_subscription_behind() {
+/// [`JOBS`] with 10 records, a consumer of `workers` that read them all
+/// and acknowledged 0..=4 (the cursor, 5, is stored): the served routers,
+/// a client and the consumer's id.
+fn consuming() -> (Served, ConsumerClient, u64) {
     let served = served();
     create(&served);
     let client = ConsumerClient::new(&served.base, TOKEN);
@@ -80,6 +82,12 @@ fn a_deleted_topic_leaves_no_subscription_behind() {
     assert_eq!(got.messages.len(), 10);
     client.ack_up_to(JOBS, "workers", consumer, 4).unwrap();
     assert_eq!(served.get(CURSOR_KEY), Some(serde_json::json!(5)));
+    (served, client, consumer)
+}
+
+#[test]
+fn a_deleted_topic_leaves_no_subscription_behind() {
+    let (served, client, consumer) = consuming();
 
     let deleted = served.request("DELETE", "/v1/topics/shop/jobs", Some(TOKEN), None);
     assert_eq!(deleted.status, 200, "{}", deleted.body);
@@ -113,26 +121,7 @@ fn a_deleted_topic_leaves_no_subscription_behind() {
 /// refused them: the delete had removed the record of who wrote the log).
 #[test]
 fn a_topic_created_again_at_once_has_no_old_subscription_and_takes_writes() {
-    let served = served();
-    create(&served);
-    let client = ConsumerClient::new(&served.base, TOKEN);
-    let records = (0..10)
-        .map(|i| PublishRecord {
-            value: Some(format!("job-{i}")),
-            ..PublishRecord::default()
-        })
-        .collect();
-    client.publish(JOBS, records).unwrap();
-    let consumer = attach(&client);
-    assert_eq!(
-        client
-            .read(JOBS, "workers", consumer, 10, 1000)
-            .unwrap()
-            .messages
-            .len(),
-        10
-    );
-    client.ack_up_to(JOBS, "workers", consumer, 4).unwrap();
+    let (served, client, consumer) = consuming();
 
     let deleted = served.request("DELETE", "/v1/topics/shop/jobs", Some(TOKEN), None);
     assert_eq!(deleted.status, 200, "{}", deleted.body);

@@ -53,13 +53,19 @@ fn admin_with(pair: &Pair, method: &str, path: &str, body: &Value) -> (u16, Valu
     (status, body)
 }
 
-#[test]
-fn a_deleted_edge_fed_topic_comes_back_with_the_edge_and_keeps_its_offsets() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let mut pair = Pair::new(dir.path(), "event_stream", None);
+/// A broker and an edge replicating an `event_stream` topic, both up.
+fn started(dir: &std::path::Path) -> Pair {
+    let mut pair = Pair::new(dir, "event_stream", None);
     pair.broker.start();
     pair.edge.start();
     pair.wait_for_edge();
+    pair
+}
+
+#[test]
+fn a_deleted_edge_fed_topic_comes_back_with_the_edge_and_keeps_its_offsets() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut pair = started(dir.path());
     let mut next = 0;
     for _ in 0..5 {
         publish(&pair, &mut next, 20);
@@ -128,10 +134,7 @@ fn a_deleted_edge_fed_topic_comes_back_with_the_edge_and_keeps_its_offsets() {
 #[test]
 fn an_edge_fed_topic_created_again_with_another_intent_refuses_the_edge() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let mut pair = Pair::new(dir.path(), "event_stream", None);
-    pair.broker.start();
-    pair.edge.start();
-    pair.wait_for_edge();
+    let mut pair = started(dir.path());
     let mut next = 0;
     publish(&pair, &mut next, 20);
     pair.wait_acknowledged(next, Duration::from_secs(60));
