@@ -905,19 +905,22 @@ fn the_system_namespace_takes_no_client_writes() {
             "/v1/topics",
             json!({"name": "/_other/x", "intent": "task_queue"}),
         ),
+        // Was 201 (the bad-input trial): the namespace then listed, every
+        // topic in it refused.
+        ("POST", "/v1/namespaces", json!({"name": "_newns"})),
     ] {
         let reply = h.admin(method, path, body);
         assert_eq!(reply.status, 403, "{method} {path}: {}", reply.body);
         assert_eq!(reply.body["kind"], "reserved_namespace", "{}", reply.body);
     }
     // Every stored record is the brokers' own (a forged one would not
-    // parse as an audit record): the namespace and the three refused
-    // topic calls (a publish is data plane, not audited).
-    let records = h.audit_records(4);
-    assert_eq!(records.len(), 4);
+    // parse as an audit record): the namespace and the four refused
+    // admin calls (a publish is data plane, not audited).
+    let records = h.audit_records(5);
+    assert_eq!(records.len(), 5);
     assert_eq!(
         records[1..].iter().map(|r| r.status).collect::<Vec<_>>(),
-        [403, 403, 403]
+        [403, 403, 403, 403]
     );
     assert!(records.iter().all(|r| r.principal == "bootstrap-admin"));
     assert_eq!(

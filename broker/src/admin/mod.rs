@@ -260,12 +260,22 @@ pub(crate) fn topic_from_path(namespace: &str, topic: &str) -> Result<TopicName,
 /// # Errors
 /// The 403 for a system namespace.
 pub(crate) fn refuse_system_write(topic: &TopicName) -> Result<(), ApiError> {
-    if topic.namespace().starts_with('_') {
+    refuse_system_namespace(topic.namespace(), &topic.to_string())
+}
+
+/// [`refuse_system_write`] for a namespace `name` (`what` names the
+/// request's subject in the message): creating `/_anything` was `201` while
+/// every topic in it was refused.
+///
+/// # Errors
+/// The 403 for a system namespace.
+pub(crate) fn refuse_system_namespace(name: &str, what: &str) -> Result<(), ApiError> {
+    if name.starts_with('_') {
         return Err(ApiError::new(
             StatusCode::FORBIDDEN,
             "reserved_namespace",
             format!(
-                "{topic}: namespaces starting with '_' are the system's (the brokers' audit \
+                "{what}: namespaces starting with '_' are the system's (the brokers' audit \
                  topics live in /_system); only brokers write there: read it, but publish to, \
                  create and delete topics in another namespace"
             ),

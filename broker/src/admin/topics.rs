@@ -34,6 +34,7 @@ struct CreateNamespaceRequest {
 pub(super) async fn create_namespace(State(state): State<AdminState>, body: Bytes) -> ApiResult {
     let request: CreateNamespaceRequest = parse_json(&body)?;
     let namespace = NamespaceName::new(&request.name).map_err(|e| ApiError::name("name", e))?;
+    super::refuse_system_namespace(namespace.as_str(), &format!("namespace {namespace}"))?;
     let action = Catalog::new(&*state.store)
         .create_namespace(&namespace)
         .await?;

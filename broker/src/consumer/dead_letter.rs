@@ -168,8 +168,12 @@ impl ConsumerService {
                         }
                     } else if placing {
                         info!(topic = %sub.topic, subscription = %sub.name, offset, reason = %e, "dead-letter copy waits for the dead-letter topic's owner; retrying");
-                    } else {
-                        error!(topic = %sub.topic, subscription = %sub.name, offset, error = %e, "copy to the dead-letter topic failed; retrying");
+                    } else if st.note_dead_letter_refusal(&e.to_string()) {
+                        // Retried every tick: said again only when the
+                        // reason changes (a dead-letter topic owned by
+                        // another broker wrote 64,195 lines in 8 minutes
+                        // in a trial). Shown by GET …/subscriptions/{sub}.
+                        error!(topic = %sub.topic, subscription = %sub.name, offset, error = %e, "copy to the dead-letter topic failed; retried every tick, logged again when the reason changes (a dead-letter topic owned by another broker: move the topic to the dead-letter topic's owner)");
                     }
                     st.dead_letter_failed(copy);
                 }

@@ -131,15 +131,17 @@ impl ConsumerService {
                 base_offset,
                 next_offset,
             }) => {
-                return if f == fingerprint {
-                    Ok(KeyedPublish {
+                if f != fingerprint {
+                    return Err(reused(topic, key, base_offset));
+                }
+                if !self.lost(topic, base_offset, next_offset).await? {
+                    return Ok(KeyedPublish {
                         base_offset,
                         next_offset,
                         replayed: true,
-                    })
-                } else {
-                    Err(reused(topic, key, base_offset))
-                };
+                    });
+                }
+                warn!(%topic, base_offset, next_offset, "a keyed publish's records were lost with an earlier owner (a declared hole): stored again at new offsets");
             }
             Some(Entry::Pending {
                 fingerprint: f,
@@ -175,6 +177,9 @@ impl ConsumerService {
         let order = self.topics.central_order(topic);
         let held = order.lock().await;
         let from = wal.next_offset();
+        self.topics
+            .reserve_central(topic, from, records.len() as u64)
+            .await?;
         let pending = serde_json::to_value(Entry::Pending {
             fingerprint: fingerprint.clone(),
             from,
@@ -283,6 +288,23 @@ impl ConsumerService {
                 Ok(())
             }
         }
+    }
+
+    /// Whether a declared hole of cause `lost` overlaps `base..next` of
+    /// `topic`: the records an entry answered with were lost with an
+    /// earlier owner before the archive had them (the new owner declared
+    /// the offsets a hole), so the entry's answer no longer holds.
+    ///
+    /// # Errors
+    /// Metadata errors.
+    async fn lost(&self, topic: &TopicName, base: u64, next: u64) -> Result<bool, ConsumerError> {
+        let lost = tributary_proto::replication::frame::HoleCause::Lost.as_str();
+        Ok(self
+            .topics
+            .holes(topic)
+            .await?
+            .iter()
+            .any(|h| h.cause == lost && h.first_offset < next && base < h.end_offset))
     }
 
     /// Whether `from..from + count` of `topic` holds records whose digest

@@ -17,9 +17,11 @@ use tributary_proto::limits::Limits;
 
 mod central;
 mod hole_records;
+mod reserved;
 
 pub use central::{CENTRAL_PRODUCER_ID, EDGE_PRODUCER_ID, Writer};
 pub use hole_records::list_holes;
+pub use reserved::RESERVE_AHEAD;
 
 /// Why a topic could not be opened for an edge.
 #[derive(Debug, thiserror::Error)]
@@ -85,6 +87,9 @@ pub struct TopicStore {
     /// Per topic, the order in which central appends take their offsets
     /// ([`TopicStore::central_order`]).
     central_order: broker_core::idempotency::KeyLocks,
+    /// Per centrally written topic, the epoch and the `reserved_end` known
+    /// to be in Raft ([`TopicStore::reserve_central`]).
+    reserved: std::sync::Mutex<HashMap<TopicName, (u64, u64)>>,
 }
 
 /// Longest wait for a topic's first owner when it is opened.
@@ -110,6 +115,7 @@ impl TopicStore {
             storage_keys: tributary_proto::keys::StorageKeys::default(),
             identity: crate::cluster::identity::ClusterIdentity::new(store.clone()),
             central_order: Default::default(),
+            reserved: std::sync::Mutex::default(),
             store,
         }
     }
@@ -464,6 +470,8 @@ impl TopicStore {
         epoch: Option<u64>,
     ) -> Result<Wal, TopicError> {
         let mut initial_offset = 0;
+        let mut hole_end = None;
+        let mut mark = None;
         if let Some(epoch) = epoch {
             use super::takeover::Decision;
             let has_data = self.layout.has_data(topic);
@@ -493,17 +501,12 @@ impl TopicStore {
                             TopicError::NoOwner(format!("reading the archive's end: {e}"))
                         })?;
                 info!(%topic, epoch, start_offset = initial_offset, "taking over the topic: a new local WAL starts at the committed archive's end");
+                hole_end = self.takeover_hole(topic, initial_offset, epoch).await?;
             } else if decision == Decision::Adopt {
                 info!(%topic, epoch, "adopting local data from before topic ownership");
             }
             if decision != Decision::Resume {
-                self.layout
-                    .write_marker(topic, epoch)
-                    .map_err(|e| WalError::Io {
-                        op: "write ownership marker",
-                        path: self.dir.clone(),
-                        source: e,
-                    })?;
+                mark = Some(epoch);
             }
             self.epochs
                 .lock()
@@ -522,7 +525,23 @@ impl TopicStore {
             segment_max_age: self.segment_max_age,
             ..WalConfig::default()
         };
-        Ok(Wal::open(self.wal_dir(topic), config)?)
+        let wal = Wal::open(self.wal_dir(topic), config)?;
+        if let Some(end) = hole_end {
+            wal.skip_to(end).await?;
+        }
+        // The marker last: a crash before it leaves a copy that is not
+        // resumed (started again, hole included), never a WAL resumed
+        // below offsets an earlier owner handed out.
+        if let Some(epoch) = mark {
+            self.layout
+                .write_marker(topic, epoch)
+                .map_err(|e| WalError::Io {
+                    op: "write ownership marker",
+                    path: self.dir.clone(),
+                    source: e,
+                })?;
+        }
+        Ok(wal)
     }
 
     /// Every open topic with its WAL (for `/metrics`).

@@ -136,6 +136,7 @@ impl TopicStore {
         create_implicit: bool,
     ) -> Result<broker_core::wal::AppendAck, TopicError> {
         let wal = self.central_wal(topic, create_implicit).await?;
+        let count = records.len() as u64;
         let batch = tributary_proto::batch::RecordBatch {
             base_offset: 0,
             codec: tributary_proto::Codec::None,
@@ -145,6 +146,8 @@ impl TopicStore {
         .map_err(WalError::from)?;
         let order = self.central_order(topic);
         let held = order.lock().await;
+        self.reserve_central(topic, wal.next_offset(), count)
+            .await?;
         let pending = wal.enqueue_encoded(batch).await?;
         drop(held);
         match pending.durable().await? {
