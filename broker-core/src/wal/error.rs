@@ -84,13 +84,32 @@ pub enum WalError {
         /// What is wrong.
         reason: String,
     },
-    /// Segments are missing between two that exist.
-    #[error("missing segment: expected one starting at {expected_base}, found {found_base}")]
+    /// A segment file overlaps the one before it: it starts below that
+    /// one's end (a stray or misnamed file). Nothing was changed.
+    #[error(
+        "segment file {} does not fit the log: it starts at offset {found_base}, but the \
+         segment before it ends at {expected_base} (a stray or misnamed file: move it away \
+         or give it its right name)",
+        path.display()
+    )]
     MissingRange {
         /// Where the next segment should start.
         expected_base: u64,
         /// Where it does start.
         found_base: u64,
+        /// The file that does not fit.
+        path: PathBuf,
+    },
+    /// A segment file's bytes contradict its name or its place in the log
+    /// (its first batch has another base offset, or it is not a segment of
+    /// this log at all). Recovery keeps every byte and refuses to open the
+    /// WAL rather than truncate it or invent a hole. Nothing was changed.
+    #[error("segment file {} does not fit the log: {reason}", path.display())]
+    StraySegment {
+        /// The file.
+        path: PathBuf,
+        /// What does not fit.
+        reason: String,
     },
     /// A read reached offsets it cannot return: damaged bytes or a declared
     /// hole (see [`UnreadableRange`]). The reader continues at

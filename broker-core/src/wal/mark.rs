@@ -115,14 +115,26 @@ pub(crate) fn parse(bytes: &[u8]) -> Option<(u64, SyncMark)> {
         .max_by_key(|(seq, _)| *seq)
 }
 
-/// Reads the mark of the WAL in `dir`, if it has a valid one.
+/// Reads the mark of the WAL in `dir`: `None` when there is no mark file.
 ///
 /// # Errors
-/// I/O errors other than "not found".
+/// I/O errors other than "not found", and [`io::ErrorKind::InvalidData`]
+/// when the file is there but no slot decodes (damaged, foreign, or empty
+/// after a crash before the writer's first mark): recovery must then not
+/// trust any position, and says so.
 pub(crate) fn read(storage: &dyn Storage, dir: &Path) -> io::Result<Option<(u64, SyncMark)>> {
     let path = dir.join(MARK_FILE_NAME);
     match super::storage::read_file(storage, &path, 4096) {
-        Ok(bytes) => Ok(parse(&bytes)),
+        Ok(bytes) => match parse(&bytes) {
+            Some(found) => Ok(Some(found)),
+            None => Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "no valid mark slot in its {} bytes (damaged, foreign, or empty)",
+                    bytes.len()
+                ),
+            )),
+        },
         Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e),
     }

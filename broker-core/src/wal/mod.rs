@@ -44,6 +44,7 @@ pub mod mark;
 pub mod pool;
 mod read;
 pub mod recovery;
+mod recovery_scan;
 mod repair;
 mod retention;
 mod scan;
@@ -564,5 +565,7 @@ mod damage_tests;
 mod lost_end_tests;
 #[cfg(test)]
 mod repair_tests;
+#[cfg(test)]
+mod stray_tests;
 #[cfg(test)]
 mod tests;

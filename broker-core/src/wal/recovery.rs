@@ -1,11 +1,16 @@
 //! Opening a WAL directory after a clean stop or a crash.
 //!
 //! Decision table (one named test per row, in `wal/tests.rs` and, for
-//! damage, `wal/damage_tests.rs`). "The mark" is the sync mark (`mark.rs`):
-//! where the active segment stood when its last group was acknowledged.
-//! Bytes before the mark's position were acknowledged, so they are never a
-//! torn write; without a usable mark (a WAL from before marks), the last
-//! group-commit window of the file plays that role.
+//! damage and stray files, `wal/damage_tests.rs` and `wal/stray_tests.rs`;
+//! the scan's rules are in `recovery_scan.rs`). "The mark" is the sync mark
+//! (`mark.rs`): where the active segment stood when its last group was
+//! acknowledged. Bytes before the mark's position were acknowledged, so
+//! they are never a torn write. A torn write is only ever at the true end
+//! of the log: without a mark that describes the active segment (none, one
+//! that does not decode, which is warned about naming the file, or one of
+//! an earlier segment), bad bytes are torn only when no valid batch follows
+//! them, and without any valid mark (a WAL from before marks) only within
+//! the last group-commit window of the file.
 //!
 //! | what is found | decision |
 //! |---|---|
@@ -17,13 +22,17 @@
 //! | sealed segment shorter than its index says (or empty) | its end was lost: rescan it; the missing end (up to the index's end) is a damaged range, kept and reported at every open (the index stays until a repair rewrites both) |
 //! | non-last segment without a valid `.index` | scan it; damaged ranges (also a damaged end, up to the next segment's base) are kept and reported; seal it now |
 //! | gap between consecutive segments (both files of a segment gone) | like a lost segment: a sealed segment of 0 bytes over the gap, its whole range damaged (repairable); logged as an error |
-//! | overlap between consecutive segments | error `MissingRange` |
+//! | overlap between consecutive segments | error `MissingRange`, naming the file that starts too low; nothing changed |
+//! | a segment past the end of the one before it (a gap the mark does not account for) whose bytes do not begin with a valid batch at its named base | a stray file: error `StraySegment` naming it; nothing is truncated, sealed or declared a hole |
+//! | a segment whose first batch is CRC-valid with a base offset below its name | a misnamed file: error `StraySegment` naming it; nothing changed |
 //! | the first segment starts past the log start retention left (`wal.tip`) | the same as a gap: the first segments were deleted by something else |
 //! | a batch whose base offset is past the expected one | a declared hole: report it, continue |
 //! | last segment sealed | crash between seal and creating the next segment: create it at the sealed end |
 //! | last segment, clean end | continue at its next offset |
 //! | last segment, bad bytes past the mark, nothing valid after them (partial batch, zeros, garbage) | torn write: truncate |
 //! | last segment, bad bytes past the mark, valid data after them | torn out-of-order write of an unacknowledged group: truncate |
+//! | last segment without a mark describing it, bad bytes, valid data after them | damage: keep, report, continue after it (no trusted position says they are unacknowledged) |
+//! | a CRC-valid batch inside a segment whose base offset is below the expected one | never a torn write: damage, kept and reported |
 //! | last segment, bad bytes before the mark, valid data after them | damage: keep the bytes, report the range, continue after it |
 //! | last segment, bad bytes before the mark, nothing valid after them | damaged end: keep the bytes; the log continues after them at the mark's next offset |
 //! | last segment shorter than the mark's position | its end was lost: truncate to the last valid batch; the lost offsets are a hole |
@@ -45,7 +54,7 @@ use std::path::Path;
 use tracing::{info, warn};
 
 use super::mark::{self, SyncMark};
-use super::scan::{ReadAhead, Step, find_next_valid, read_batch, rest_is_zero};
+use super::recovery_scan::{ScanEnd, Tear, check_follows, damaged, hole, scan_segment};
 use super::segment::{SegmentMeta, WalFile, index_file_name, log_file_name, parse_file_name};
 use super::storage::{AppendFile, Storage, read_file, write_file_atomic};
 use super::{UnreadableKind, UnreadableRange, WalConfig, WalError, io_err};
@@ -94,140 +103,6 @@ pub(crate) struct Recovered {
     pub report: RecoveryReport,
     /// Sequence number of the sync mark read (0 without one).
     pub mark_seq: u64,
-}
-
-/// How a scanned segment file ends.
-enum ScanEnd {
-    /// Every byte is part of a valid batch (or a damaged range before one).
-    Clean,
-    /// From `position` on, no valid batch follows, and the bytes may be a
-    /// torn write (they start at or past `torn_from`): cut them.
-    Torn { position: u64, reason: String },
-    /// From `position` on, no valid batch follows, and the bytes were
-    /// written and acknowledged: damage to keep, up to the end of the file.
-    DamagedTail { position: u64, reason: String },
-}
-
-struct Scan {
-    meta: SegmentMeta,
-    /// Damaged ranges before valid data, and holes between batches.
-    unreadable: Vec<UnreadableRange>,
-    end: ScanEnd,
-    /// File length, bytes.
-    len: u64,
-}
-
-fn damaged(
-    first: u64,
-    end: u64,
-    base: u64,
-    position: u64,
-    bytes: u64,
-    reason: String,
-) -> UnreadableRange {
-    UnreadableRange {
-        first_offset: first,
-        end_offset: end,
-        kind: UnreadableKind::Damaged {
-            segment_base: base,
-            position,
-            bytes,
-            reason,
-        },
-    }
-}
-
-fn hole(first: u64, end: u64) -> UnreadableRange {
-    UnreadableRange {
-        first_offset: first,
-        end_offset: end,
-        kind: UnreadableKind::Hole,
-    }
-}
-
-/// Scans a whole segment file from byte 0. Bad bytes followed by a valid
-/// batch are a damaged range (kept, the scan continues after it) unless
-/// they start at or past `torn_from`, the first byte that may belong to an
-/// unacknowledged write; bad bytes with nothing valid after them end the
-/// scan as [`ScanEnd::Torn`] or [`ScanEnd::DamagedTail`] by the same rule.
-fn scan_segment(
-    storage: &dyn Storage,
-    path: &Path,
-    base_offset: u64,
-    torn_from: impl FnOnce(u64) -> u64,
-    config: &WalConfig,
-) -> Result<Scan, WalError> {
-    let file = storage.open_read(path).map_err(io_err("open", path))?;
-    let len = file.size_bytes().map_err(io_err("stat", path))?;
-    let torn_from = torn_from(len);
-    let mut window = ReadAhead::new(file.as_ref(), len);
-    let mut meta = SegmentMeta::empty(base_offset);
-    let mut unreadable = Vec::new();
-    let limits = &super::scan::STORED;
-    let mut pos = 0;
-    let read = io_err("read", path);
-    loop {
-        let bad = match read_batch(&mut window, pos, limits) {
-            Err(e) => return Err(read(e)),
-            Ok(Step::End) => {
-                return Ok(Scan {
-                    meta,
-                    unreadable,
-                    end: ScanEnd::Clean,
-                    len,
-                });
-            }
-            Ok(Step::Batch(batch)) if batch.base_offset() >= meta.next_offset => {
-                if batch.base_offset() > meta.next_offset {
-                    unreadable.push(hole(meta.next_offset, batch.base_offset()));
-                }
-                meta.note_batch(batch.header(), pos, config.index_interval_bytes);
-                pos += batch.len() as u64;
-                continue;
-            }
-            Ok(Step::Batch(batch)) => format!(
-                "batch at byte {pos} has base offset {}, expected {}",
-                batch.base_offset(),
-                meta.next_offset
-            ),
-            Ok(Step::Bad(e)) => e.to_string(),
-        };
-        let next = if rest_is_zero(&mut window, pos).map_err(io_err("read", path))? {
-            None
-        } else {
-            find_next_valid(&mut window, pos, meta.next_offset, limits)
-                .map_err(io_err("read", path))?
-        };
-        let end = match next {
-            Some(_) | None if pos >= torn_from => ScanEnd::Torn {
-                position: pos,
-                reason: bad,
-            },
-            Some((valid_at, valid_base)) => {
-                unreadable.push(damaged(
-                    meta.next_offset,
-                    valid_base,
-                    base_offset,
-                    pos,
-                    valid_at - pos,
-                    bad,
-                ));
-                meta.next_offset = valid_base;
-                pos = valid_at;
-                continue;
-            }
-            None => ScanEnd::DamagedTail {
-                position: pos,
-                reason: bad,
-            },
-        };
-        return Ok(Scan {
-            meta,
-            unreadable,
-            end,
-            len,
-        });
-    }
 }
 
 /// The segments whose `.index` is here but whose `.log` is gone: their
@@ -430,7 +305,12 @@ pub(crate) fn recover(
         Ok(None) => (0, None),
         Err(e) => {
             let path = dir.join(mark::MARK_FILE_NAME);
-            warn!(path = %path.display(), error = %e, "cannot read the sync mark; recovering without it");
+            warn!(
+                path = %path.display(),
+                error = %e,
+                "cannot read the sync mark: recovering without it (no position is trusted: \
+                 only bad bytes with no valid batch after them at the end of the log are cut)"
+            );
             (0, None)
         }
     };
@@ -489,7 +369,16 @@ pub(crate) fn recover(
             None => Err(None),
         };
         let meta = match sealed {
-            Ok(meta) => meta,
+            Ok(meta) => {
+                let next_log = logs[i + 1];
+                if !lost
+                    .iter()
+                    .any(|m| m.base_offset > base && m.base_offset < next_log)
+                {
+                    check_follows(storage, dir, meta.next_offset, next_log, mark)?;
+                }
+                meta
+            }
             Err(lost_end) => {
                 let sealed_end = lost_end.map_or(base, |(end, _, _)| end);
                 // Crash while sealing (or a lost end): everything in it was
@@ -501,7 +390,11 @@ pub(crate) fn recover(
                     .filter(|&b| b > base)
                     .fold(logs[i + 1], u64::min)
                     .max(sealed_end);
-                let scan = scan_segment(storage, &path, base, |_| u64::MAX, config)?;
+                let scan = scan_segment(storage, &path, base, |_| Tear::Never, config)?;
+                if next_base == logs[i + 1] {
+                    let end = scan.meta.next_offset.max(sealed_end);
+                    check_follows(storage, dir, end, next_base, mark)?;
+                }
                 let mut meta = scan.meta;
                 report.unreadable.extend(scan.unreadable);
                 if let ScanEnd::DamagedTail { position, reason }
@@ -653,6 +546,7 @@ pub(crate) fn recover(
                 return Err(WalError::MissingRange {
                     expected_base: expected,
                     found_base: meta.base_offset,
+                    path: dir.join(log_file_name(meta.base_offset)),
                 });
             }
             let mut gap = missing_segment(dir, expected, meta.base_offset, &mut report);
@@ -704,17 +598,13 @@ fn recover_active(
     config: &WalConfig,
     report: &mut RecoveryReport,
 ) -> Result<SegmentMeta, WalError> {
-    // The first byte that may belong to an unacknowledged write: the mark's
-    // position when it describes this segment; 0 when the mark is from an
-    // earlier segment (nothing here was acknowledged by a mark yet); without
-    // a usable mark (a WAL written before marks existed), one group-commit
-    // window before the end of the file.
-    let torn_from = |len: u64| match mark {
-        Some(m) if m.segment_base == base => m.position,
-        Some(m) if m.segment_base < base => 0,
-        _ => len.saturating_sub(config.torn_write_window_bytes()),
-    };
-    let scan = scan_segment(storage, path, base, torn_from, config)?;
+    // Where a torn write may be: past the mark's position when the mark
+    // describes this segment; otherwise (no usable mark, or one of an
+    // earlier segment) only a final region with nothing valid after it,
+    // within one group-commit window of the end when there is no mark.
+    let window = config.torn_write_window_bytes();
+    let tear = |len: u64| Tear::for_active(mark, base, len, window);
+    let scan = scan_segment(storage, path, base, tear, config)?;
     let mut meta = scan.meta;
     report.unreadable.extend(scan.unreadable);
     // A file shorter than its mark lost its end (truncated): the bytes are

@@ -229,11 +229,32 @@ fn read_tip(storage: &dyn super::storage::Storage, dir: &std::path::Path) -> Opt
 }
 
 /// The log start retention left in `dir` (from `wal.tip`), if recorded.
+/// A tip file that is there but does not decode is warned about (naming
+/// the file) and counts as not recorded.
 pub(super) fn trimmed_log_start(
     storage: &dyn super::storage::Storage,
     dir: &std::path::Path,
 ) -> Option<u64> {
-    read_tip(storage, dir).map(|t| t.log_start)
+    let path = dir.join(TIP_FILE_NAME);
+    match read_file(storage, &path, TIP_BYTES as u64 + 1) {
+        Ok(bytes) => {
+            let tip = TipRecord::decode(&bytes);
+            if tip.is_none() {
+                warn!(
+                    path = %path.display(),
+                    bytes = bytes.len(),
+                    "the log start record does not decode (damaged or foreign): ignored, the \
+                     log start is not checked"
+                );
+            }
+            tip.map(|t| t.log_start)
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+        Err(e) => {
+            warn!(path = %path.display(), error = %e, "cannot read the log start record: ignored");
+            None
+        }
+    }
 }
 
 #[cfg(test)]
