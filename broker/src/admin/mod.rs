@@ -260,7 +260,7 @@ pub(crate) fn topic_from_path(namespace: &str, topic: &str) -> Result<TopicName,
 /// # Errors
 /// The 403 for a system namespace.
 pub(crate) fn refuse_system_write(topic: &TopicName) -> Result<(), ApiError> {
-    refuse_system_namespace(topic.namespace(), &topic.to_string())
+    refuse_system_namespace(topic.namespace(), topic.as_ref())
 }
 
 /// [`refuse_system_write`] for a namespace `name` (`what` names the
