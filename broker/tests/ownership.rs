@@ -730,12 +730,13 @@ fn a_topic_that_moves_away_hands_its_acknowledged_progress_over() {
     let h = Harness::start();
     h.create_topic(EVENTS, "event_stream");
     h.assign(EVENTS, 2, 1);
-    assert_eq!(h.publish(1, EVENTS, &["a", "b", "c"]), (0, 3));
+    assert_eq!(h.publish(1, EVENTS, &["a", "b", "c", "d", "e"]), (0, 5));
     let client = &h.brokers[1].client;
     let consumer = attach_earliest(client).consumer_id;
     let got = client.receive(EVENTS, "s", consumer, 10, 2000).unwrap();
-    assert_eq!(got.messages.len(), 3);
-    client.ack(EVENTS, "s", consumer, &[0, 1, 2]).unwrap();
+    assert_eq!(got.messages.len(), 5);
+    // 3 stays leased: 4 is finished above the cursor.
+    client.ack(EVENTS, "s", consumer, &[0, 1, 2, 4]).unwrap();
     let name = TopicName::new(EVENTS).unwrap();
     let cursor_key = tributary_proto::keys::topics::subscription_cursor(
         &name,
@@ -754,6 +755,17 @@ fn a_topic_that_moves_away_hands_its_acknowledged_progress_over() {
         assert!(Instant::now() < deadline, "not handed over: {:?}", cursor());
         std::thread::sleep(Duration::from_millis(20));
     }
+    // And what it finished above the cursor, so the new owner does not
+    // deliver 4 again (the trial: 59 acknowledged messages redelivered
+    // after a move).
+    let acked_key = tributary_proto::keys::topics::subscription_acked(
+        &name,
+        &SubscriptionName::new("s").unwrap(),
+    );
+    assert_eq!(
+        h.runtime.block_on(h.store.get(&acked_key)).unwrap(),
+        Some(json!({"cursor": 3, "ranges": [[4, 5]]}))
+    );
     assert!(client.receive(EVENTS, "s", consumer, 10, 0).is_err());
 }
 

@@ -145,6 +145,12 @@ impl Default for PersistPolicy {
     }
 }
 
+/// Most ranges [`Dispatcher::done_above`] reports.
+pub const MAX_DONE_RANGES: usize = 256;
+
+/// Most offsets [`Dispatcher::restore_done`] marks finished.
+pub const MAX_RESTORED_OFFSETS: u64 = 1 << 20;
+
 /// One subscription's delivery state.
 #[derive(Debug, Clone)]
 pub struct Dispatcher {
@@ -251,6 +257,14 @@ impl Dispatcher {
         while out.len() < max && self.next_new < high_water_mark && self.blocked_at.is_none() {
             let offset = self.next_new;
             self.next_new += 1;
+            if self
+                .slots
+                .get(&offset)
+                .is_some_and(|s| s.state == SlotState::Done)
+            {
+                // Finished before a restart or a move ([`Dispatcher::restore_done`]).
+                continue;
+            }
             self.slots.insert(
                 offset,
                 Slot {
@@ -589,6 +603,53 @@ impl Dispatcher {
         Some(self.cursor)
     }
 
+    /// The offsets finished above the cursor (acknowledged or
+    /// dead-lettered while an earlier one is still open), as `(first, end)`
+    /// ranges, lowest first, at most [`MAX_DONE_RANGES`]. Persisted with
+    /// the cursor, so a restart or a move does not deliver them again.
+    pub fn done_above(&self) -> Vec<(u64, u64)> {
+        let mut out: Vec<(u64, u64)> = Vec::new();
+        for (&offset, slot) in &self.slots {
+            if slot.state != SlotState::Done {
+                continue;
+            }
+            let full = out.len() == MAX_DONE_RANGES;
+            match out.last_mut() {
+                Some((_, end)) if *end == offset => *end += 1,
+                _ if full => break,
+                _ => out.push((offset, offset + 1)),
+            }
+        }
+        out
+    }
+
+    /// Marks `ranges` (from [`Dispatcher::done_above`], stored with this
+    /// cursor) finished: they are never leased. Offsets below the cursor
+    /// are ignored; at most [`MAX_RESTORED_OFFSETS`] offsets are taken (a
+    /// stored value is input from disk).
+    pub fn restore_done(&mut self, ranges: &[(u64, u64)]) {
+        let mut budget = MAX_RESTORED_OFFSETS;
+        for &(first, end) in ranges {
+            let first = first.max(self.cursor);
+            let end = end.min(first.saturating_add(budget));
+            for offset in first..end {
+                self.slots.insert(
+                    offset,
+                    Slot {
+                        attempts: 0,
+                        state: SlotState::Done,
+                    },
+                );
+            }
+            budget -= end.saturating_sub(first);
+            if budget == 0 {
+                break;
+            }
+        }
+        self.advance();
+        self.next_new = self.next_new.max(self.cursor);
+    }
+
     fn advance(&mut self) {
         while let Some(entry) = self.slots.first_entry() {
             if *entry.key() != self.cursor || entry.get().state != SlotState::Done {
@@ -638,6 +699,55 @@ mod tests {
         assert_eq!(d.ack(11), AckOutcome::NoOp);
         assert_eq!(d.ack(99), AckOutcome::NoOp);
         assert_eq!(d.in_flight(), 1);
+    }
+
+    /// What is finished above the cursor survives a restart or a move:
+    /// the trial's dead-lettered 581 above cursor 576 was delivered and
+    /// dead-lettered again after a broker SIGKILL, and acknowledged
+    /// messages above the cursor were redelivered after a move.
+    #[test]
+    fn offsets_finished_above_the_cursor_are_restored_and_never_leased_again() {
+        let mut d = Dispatcher::new(
+            10,
+            policy(3, PoisonPolicy::DeadLetter),
+            PersistPolicy::default(),
+            0,
+        );
+        let (a, _) = d.lease(0, 1, 6, 20);
+        assert_eq!(offsets(&a), vec![10, 11, 12, 13, 14, 15]);
+        for o in [12, 13, 15] {
+            assert_eq!(d.ack(o), AckOutcome::Acked { cursor: 10 });
+        }
+        assert_eq!(d.done_above(), vec![(12, 14), (15, 16)]);
+        // Restored by the next owner, with the cursor it was stored with.
+        let mut e = Dispatcher::new(
+            10,
+            policy(3, PoisonPolicy::DeadLetter),
+            PersistPolicy::default(),
+            0,
+        );
+        e.restore_done(&d.done_above());
+        let (b, _) = e.lease(0, 1, 10, 18);
+        assert_eq!(offsets(&b), vec![10, 11, 14, 16, 17]);
+        assert_eq!(e.ack(10), AckOutcome::Acked { cursor: 11 });
+        assert_eq!(e.ack(11), AckOutcome::Acked { cursor: 14 });
+        assert_eq!(e.ack(14), AckOutcome::Acked { cursor: 16 });
+        assert_eq!(e.done_above(), vec![]);
+        // A range at the cursor moves it at once; ranges below it and
+        // beyond the bound are ignored.
+        let mut f = Dispatcher::new(
+            5,
+            policy(3, PoisonPolicy::DeadLetter),
+            PersistPolicy::default(),
+            0,
+        );
+        f.restore_done(&[(0, 3), (5, 7), (9, u64::MAX)]);
+        assert_eq!(f.cursor(), 7);
+        assert_eq!(f.lease(0, 1, 3, 100).0.len(), 2, "7 and 8 only");
+        assert_eq!(
+            f.done_above().first(),
+            Some(&(9, 9 + MAX_RESTORED_OFFSETS - 2))
+        );
     }
 
     #[test]

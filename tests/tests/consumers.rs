@@ -632,6 +632,88 @@ fn a_dead_letter_is_persisted_at_once_and_not_copied_again_after_a_crash() {
     assert_eq!(replayed.replayed, 1, "one message replayed from two copies");
 }
 
+/// Messages finished above the cursor (dead-lettered or acknowledged
+/// while an earlier one is still leased) are stored with it and not
+/// delivered again after a crash. The consumer trial: a message
+/// dead-lettered above cursor 576 was delivered again after a SIGKILL and
+/// copied to the dead-letter topic a second time (6 duplicated copies).
+#[test]
+fn messages_finished_above_the_cursor_are_not_delivered_again_after_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut broker = Broker::new(
+        dir.path(),
+        "cursor_persist_every_acks = 100\ncursor_persist_interval_ms = 600000\ntick_ms = 50",
+    );
+    broker.start();
+    broker.create_topic("task_queue");
+    let client = broker.client();
+    publish(&client, 3);
+    let attach = AttachRequest {
+        start: StartPosition::Earliest,
+        ..AttachRequest::default()
+    };
+    let consumer = client
+        .attach(TOPIC, "workers", &attach)
+        .unwrap()
+        .consumer_id;
+    // 0 stays leased, 2 is acknowledged, 1 is nacked until dead-lettered.
+    let dlq_topic = format!("{TOPIC}-dlq");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let copies = client
+            .peek(&dlq_topic, Some(0), 10)
+            .map_or(0, |r| r.high_water_mark);
+        if copies == 1 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "not dead-lettered within 60 s");
+        let got = client
+            .receive(TOPIC, "workers", consumer, 10, 500)
+            .expect("receive");
+        for m in &got.messages {
+            match m.offset {
+                1 => {
+                    let nack = tributary_api::consumer::NackRequest {
+                        consumer_id: consumer,
+                        offsets: vec![1],
+                        delay_ms: Some(0),
+                        reason: Some("poison".into()),
+                    };
+                    client.nack(TOPIC, "workers", &nack).expect("nack");
+                }
+                2 => {
+                    client.ack(TOPIC, "workers", consumer, &[2]).expect("ack");
+                }
+                _ => {}
+            }
+        }
+    }
+    assert_eq!(client.state(TOPIC, "workers").unwrap().cursor, 0);
+    // The copy's cursor write (at once) happens in the same tick.
+    std::thread::sleep(Duration::from_millis(300));
+
+    broker.proc.kill();
+    broker.start();
+    let again = client.attach(TOPIC, "workers", &attach).unwrap();
+    assert_eq!(again.cursor, 0);
+    let got = client
+        .receive(TOPIC, "workers", again.consumer_id, 10, 1000)
+        .expect("receive");
+    let offsets: Vec<u64> = got.messages.iter().map(|m| m.offset).collect();
+    assert_eq!(
+        offsets,
+        vec![0],
+        "1 (dead-lettered) and 2 (acknowledged) again"
+    );
+    client
+        .ack(TOPIC, "workers", again.consumer_id, &[0])
+        .expect("ack");
+    assert_eq!(client.state(TOPIC, "workers").unwrap().cursor, 3);
+    std::thread::sleep(Duration::from_millis(500));
+    let dlq = client.peek(&dlq_topic, Some(0), 10).expect("peek");
+    assert_eq!(dlq.high_water_mark, 1, "one copy in the dead-letter topic");
+}
+
 /// An answer the broker gives before reading the request body (a bad
 /// token here) reaches an HTTP/2 client whole. Before, the unread body made
 /// hyper reset the stream and curl reported a framing error (exit 92)

@@ -248,6 +248,7 @@ impl ConsumerService {
         let edge_fed = crate::replication::topics::Writer::Edge
             .writes(self.store.as_ref(), topic)
             .await?;
+        let mut done_above = Vec::new();
         let (meta, cursor, (policy, source), durable, created) = match stored {
             Some(meta) => {
                 let cursor = match self.store.get(&cursor_key).await? {
@@ -273,6 +274,11 @@ impl ConsumerService {
                     cursor
                 };
                 let view = catalog.attach_subscription(topic, name).await?;
+                let acked = self
+                    .store
+                    .get(&keys::topics::subscription_acked(topic, name))
+                    .await?;
+                done_above = super::fence::acked_above(acked.as_ref(), cursor);
                 (meta, cursor, (view.policy, view.source), true, false)
             }
             None if request.durable.unwrap_or(true) => {
@@ -328,6 +334,11 @@ impl ConsumerService {
         } else {
             stored_cursor
         };
+        let mut dispatcher = Dispatcher::new(cursor, policy, self.persist_policy(), now);
+        if !done_above.is_empty() {
+            info!(%topic, subscription = %name, cursor, ranges = ?done_above, "offsets finished above the stored cursor are not delivered again");
+            dispatcher.restore_done(&done_above);
+        }
         let sub = Sub {
             topic: topic.clone(),
             name: name.clone(),
@@ -337,7 +348,7 @@ impl ConsumerService {
             durable,
             producer_id,
             state: Mutex::new(Subscription::new(
-                Dispatcher::new(cursor, policy, self.persist_policy(), now),
+                dispatcher,
                 meta,
                 durable,
                 self.session_timings(),

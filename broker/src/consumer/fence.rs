@@ -8,7 +8,7 @@
 use std::sync::Arc;
 
 use broker_core::metadata::{Precondition, Txn, TxnOutcome};
-use serde_json::Value;
+use serde_json::{Value, json};
 use tributary_proto::keys::{self, TopicName};
 
 use super::{ConsumerError, ConsumerService};
@@ -127,6 +127,26 @@ impl ConsumerService {
         Self::check_fenced(topic, &outcome, fence_key.as_deref())
     }
 
+    /// Writes `name`'s cursor and the offsets finished above it
+    /// ([`with_cursor`]) in one transaction, fenced by ownership.
+    ///
+    /// # Errors
+    /// `409 not_owner` when the fence fails; metadata errors.
+    pub(super) async fn put_cursor(
+        &self,
+        topic: &TopicName,
+        name: &tributary_proto::keys::SubscriptionName,
+        cursor: u64,
+        done_above: &[(u64, u64)],
+    ) -> Result<(), ConsumerError> {
+        let (txn, fence_key) = self.fenced_txn(topic)?;
+        let outcome = self
+            .store
+            .txn(with_cursor(txn, topic, name, cursor, done_above))
+            .await?;
+        Self::check_fenced(topic, &outcome, fence_key.as_deref())
+    }
+
     /// Whether a dead-letter copy may be appended to `dlq` here: always
     /// without a cluster; with one, only when this broker owns `dlq` (a
     /// dead-letter topic nobody owns yet is queued, preferring this broker,
@@ -161,4 +181,52 @@ impl ConsumerService {
             }
         }
     }
+}
+
+/// `txn` writing `name`'s cursor and, at
+/// `/topics/{ns}/{topic}/subscriptions/{sub}/acked`, the offsets finished
+/// above it as `{"cursor": C, "ranges": [[first, end], …]}` (deleted when
+/// there are none): a broker that loads the subscription after a restart
+/// or a move does not deliver them again ([`acked_above`]).
+pub(super) fn with_cursor(
+    txn: Txn,
+    topic: &TopicName,
+    name: &tributary_proto::keys::SubscriptionName,
+    cursor: u64,
+    done_above: &[(u64, u64)],
+) -> Txn {
+    let txn = txn.put(
+        keys::topics::subscription_cursor(topic, name),
+        json!(cursor),
+    );
+    let acked = keys::topics::subscription_acked(topic, name);
+    if done_above.is_empty() {
+        txn.delete(acked)
+    } else {
+        txn.put(acked, json!({"cursor": cursor, "ranges": done_above}))
+    }
+}
+
+/// The finished ranges stored at `value` (an `acked` key) if they belong
+/// to `cursor`: written with another cursor (a seek or a later cursor
+/// write by a broker that had none) they are stale and ignored, as is a
+/// value that does not decode (logged by the caller's absence of ranges).
+pub(super) fn acked_above(value: Option<&Value>, cursor: u64) -> Vec<(u64, u64)> {
+    let Some(value) = value else {
+        return Vec::new();
+    };
+    if value.get("cursor").and_then(Value::as_u64) != Some(cursor) {
+        return Vec::new();
+    }
+    value
+        .get("ranges")
+        .and_then(Value::as_array)
+        .map(|ranges| {
+            ranges
+                .iter()
+                .filter_map(|r| Some((r.get(0)?.as_u64()?, r.get(1)?.as_u64()?)))
+                .filter(|(first, end)| first < end)
+                .collect()
+        })
+        .unwrap_or_default()
 }

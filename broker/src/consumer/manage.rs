@@ -3,7 +3,6 @@
 
 use broker_core::catalog::{Catalog, CatalogError};
 use broker_core::metadata::Txn;
-use serde_json::json;
 use tracing::info;
 use tributary_api::consumer::{
     Message, ReceiveResponse, StartPosition, SubscriptionState, ValueEncoding,
@@ -62,12 +61,8 @@ impl ConsumerService {
                 self.stored_meta(topic, &name).await?;
                 let wal = self.topics.open_existing(topic, false).await?;
                 let cursor = self.start_cursor(topic, &wal, start).await?;
-                self.put_fenced(
-                    topic,
-                    &keys::topics::subscription_cursor(topic, &name),
-                    json!(cursor),
-                )
-                .await?;
+                // A seek forgets what was finished above the old cursor.
+                self.put_cursor(topic, &name, cursor, &[]).await?;
                 info!(%topic, subscription = %name, cursor, "seek (subscription not loaded)");
                 Ok(cursor)
             }
@@ -166,6 +161,7 @@ impl ConsumerService {
             let txn = Txn::new()
                 .delete(meta_key)
                 .delete(keys::topics::subscription_cursor(topic, &name))
+                .delete(keys::topics::subscription_acked(topic, &name))
                 .delete(keys::topics::subscription_failure_policy(topic, &name))
                 .delete(keys::topics::subscription_dispatch_config(topic, &name));
             let _ = self.store.txn(txn).await?;

@@ -531,8 +531,11 @@ impl ConsumerService {
             if self.deleted(sub).await {
                 return;
             }
-            let key = keys::topics::subscription_cursor(&sub.topic, &sub.name);
-            match self.put_fenced(&sub.topic, &key, json!(cursor)).await {
+            let done_above = st.dispatcher().done_above();
+            match self
+                .put_cursor(&sub.topic, &sub.name, cursor, &done_above)
+                .await
+            {
                 Ok(()) => {
                     *sub.written
                         .lock()
@@ -578,21 +581,21 @@ impl ConsumerService {
     /// Without it a planned move redelivered everything acknowledged in
     /// the last persist interval.
     async fn hand_off(&self, sub: &Arc<Sub>, owner: u64, epoch: u64) {
-        let cursor = {
+        let (cursor, done_above) = {
             let st = sub.state.lock().await;
-            st.dispatcher().cursor()
+            (st.dispatcher().cursor(), st.dispatcher().done_above())
         };
         let written = *sub
             .written
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if sub.durable && written != Some(cursor) {
+        if sub.durable && (written != Some(cursor) || !done_above.is_empty()) {
             let key = keys::topics::subscription_cursor(&sub.topic, &sub.name);
             let txn = match written {
                 Some(w) => broker_core::metadata::Txn::new().when_equals(key.clone(), json!(w)),
                 None => broker_core::metadata::Txn::new().when_absent(key.clone()),
-            }
-            .put(key, json!(cursor));
+            };
+            let txn = fence::with_cursor(txn, &sub.topic, &sub.name, cursor, &done_above);
             match self.store.txn(txn).await {
                 Ok(outcome) if outcome.applied() => {
                     info!(topic = %sub.topic, subscription = %sub.name, cursor, owner, epoch, "the topic moved: this broker's acknowledged progress is stored for the new owner");

@@ -155,6 +155,10 @@ pub enum SubscriptionKey {
     Metadata,
     /// `.../subscriptions/{sub}/cursor`: consumer progress offset (u64).
     Cursor,
+    /// `.../subscriptions/{sub}/acked`: offsets finished above the cursor
+    /// (acknowledged or dead-lettered out of order), with the cursor they
+    /// belong to.
+    Acked,
     /// `.../subscriptions/{sub}/failure_policy`.
     FailurePolicy,
     /// `.../subscriptions/{sub}/dispatch_config`.
@@ -167,6 +171,7 @@ impl SubscriptionKey {
         match self {
             SubscriptionKey::Metadata => "",
             SubscriptionKey::Cursor => "/cursor",
+            SubscriptionKey::Acked => "/acked",
             SubscriptionKey::FailurePolicy => "/failure_policy",
             SubscriptionKey::DispatchConfig => "/dispatch_config",
         }
@@ -453,6 +458,7 @@ impl MetadataKey {
                         key: match sub_tail {
                             [] => SubscriptionKey::Metadata,
                             ["cursor"] => SubscriptionKey::Cursor,
+                            ["acked"] => SubscriptionKey::Acked,
                             ["failure_policy"] => SubscriptionKey::FailurePolicy,
                             ["dispatch_config"] => SubscriptionKey::DispatchConfig,
                             _ => return Err(unknown()),

@@ -780,6 +780,7 @@ fn arb_topic_key() -> impl Strategy<Value = TopicKey> {
     let sub_key = prop_oneof![
         Just(SubscriptionKey::Metadata),
         Just(SubscriptionKey::Cursor),
+        Just(SubscriptionKey::Acked),
         Just(SubscriptionKey::FailurePolicy),
         Just(SubscriptionKey::DispatchConfig),
     ];
@@ -913,6 +914,7 @@ proptest! {
         kind in prop_oneof![
             Just(SubscriptionKey::Metadata),
             Just(SubscriptionKey::Cursor),
+            Just(SubscriptionKey::Acked),
             Just(SubscriptionKey::FailurePolicy),
             Just(SubscriptionKey::DispatchConfig),
         ],
@@ -920,6 +922,7 @@ proptest! {
         let text = match kind {
             SubscriptionKey::Metadata => topics::subscription(&t, &s),
             SubscriptionKey::Cursor => topics::subscription_cursor(&t, &s),
+            SubscriptionKey::Acked => topics::subscription_acked(&t, &s),
             SubscriptionKey::FailurePolicy => topics::subscription_failure_policy(&t, &s),
             SubscriptionKey::DispatchConfig => topics::subscription_dispatch_config(&t, &s),
         };

@@ -83,6 +83,12 @@ pub fn subscription_cursor(topic: &TopicName, name: &SubscriptionName) -> String
     subscription_key(topic, name, SubscriptionKey::Cursor)
 }
 
+/// `/topics/{ns}/{topic}/subscriptions/{sub}/acked`: offsets finished
+/// above the cursor (`{"cursor": C, "ranges": [[first, end], …]}`).
+pub fn subscription_acked(topic: &TopicName, name: &SubscriptionName) -> String {
+    subscription_key(topic, name, SubscriptionKey::Acked)
+}
+
 /// `/topics/{ns}/{topic}/subscriptions/{sub}/failure_policy`.
 pub fn subscription_failure_policy(topic: &TopicName, name: &SubscriptionName) -> String {
     subscription_key(topic, name, SubscriptionKey::FailurePolicy)
