@@ -155,6 +155,40 @@ fn target(
     least_loaded(snapshot, load, None)
 }
 
+/// The source topic of a dead-letter topic named by the default rule
+/// (`{topic}-dlq`, as the `task_queue` intent names it).
+fn source_of(topic: &TopicName) -> Option<TopicName> {
+    let source = topic.as_str().strip_suffix("-dlq")?;
+    TopicName::new(source).ok()
+}
+
+/// Where a dead owner's `topic` should go to stay with its companion: a
+/// dead-letter topic `{t}-dlq` with `{t}`'s (new or live) owner, a topic
+/// with the live owner of its dead-letter topic. A dead-letter copy is
+/// appended only on the broker that owns the dead-letter topic, and a
+/// centrally written topic does not move while its owner lives, so a topic
+/// placed apart from its dead-letter topic made every poison message wait
+/// (a trial after a crash and a rebalance). Only the default name is
+/// known here; a failure policy naming another topic is not followed.
+fn companion_owner(
+    snapshot: &ClusterSnapshot,
+    placed: &BTreeMap<TopicName, u64>,
+    topic: &TopicName,
+) -> Option<u64> {
+    let live_owner = |t: &TopicName| {
+        placed.get(t).copied().or_else(|| {
+            let (owner, _) = snapshot.assignments.get(t)?;
+            snapshot.live.contains_key(owner).then_some(*owner)
+        })
+    };
+    match source_of(topic) {
+        Some(source) => live_owner(&source),
+        None => TopicName::new(&format!("{topic}-dlq"))
+            .ok()
+            .and_then(|dlq| live_owner(&dlq)),
+    }
+}
+
 /// The reason of a change that takes a topic from a broker whose lease
 /// lapsed. Carrying it out requires that lease to be lapsed still when the
 /// change is applied, not only in the view it was planned from.
@@ -187,13 +221,21 @@ pub fn plan(snapshot: &ClusterSnapshot, now_ms: u64) -> Vec<Change> {
             ));
         }
     }
-    for (topic, (owner, assignment)) in &snapshot.assignments {
-        if snapshot.live.contains_key(owner)
-            || (now_ms < snapshot.takeovers_from_ms && !snapshot.unreachable.contains(owner))
-        {
-            continue;
-        }
-        if let Some(to) = target(snapshot, &load, topic, None) {
+    // A dead owner's topics, dead-letter topics last: each follows the
+    // topic it takes the dead letters of ([`companion_owner`]).
+    let mut orphans: Vec<(&TopicName, &u64, &Assignment)> = (snapshot.assignments.iter())
+        .filter(|(_, (owner, _))| {
+            !snapshot.live.contains_key(owner)
+                && (now_ms >= snapshot.takeovers_from_ms || snapshot.unreachable.contains(owner))
+        })
+        .map(|(topic, (owner, assignment))| (topic, owner, assignment))
+        .collect();
+    orphans.sort_by_key(|(topic, _, _)| source_of(topic).is_some());
+    let mut placed: BTreeMap<TopicName, u64> = BTreeMap::new();
+    for (topic, owner, assignment) in orphans {
+        let prefer = companion_owner(snapshot, &placed, topic);
+        if let Some(to) = target(snapshot, &load, topic, prefer) {
+            placed.insert(topic.clone(), to);
             *load.entry(to).or_default() += 1;
             out.push(change(
                 topic,
@@ -290,7 +332,14 @@ pub fn plan_rebalance(
     let mut load = load(snapshot);
     let mut owned: BTreeMap<u64, Vec<&TopicName>> = BTreeMap::new();
     for (topic, (owner, _)) in &snapshot.assignments {
-        if pinned_broker(topic).is_none() && !stay.contains(topic) {
+        // A topic whose dead-letter topic stays with its owner stays too
+        // (apart, its poison messages would wait).
+        let keeps_dead_letters = TopicName::new(&format!("{topic}-dlq"))
+            .ok()
+            .is_some_and(|dlq| {
+                stay.contains(&dlq) && snapshot.assignments.get(&dlq).map(|(o, _)| o) == Some(owner)
+            });
+        if pinned_broker(topic).is_none() && !stay.contains(topic) && !keeps_dead_letters {
             owned.entry(*owner).or_default().push(topic);
         }
     }

@@ -233,3 +233,48 @@ fn moves_are_checked_and_rebalancing_stops_within_one_topic_of_even() {
             .all(|c| c.to != 1 && c.assignment.reason == "drain")
     );
 }
+
+/// A dead owner's topic and its dead-letter topic `{t}-dlq` go to one
+/// broker, and a topic goes where its dead-letter topic lives; a
+/// rebalance does not move a topic away from the dead-letter topic that
+/// stays with its owner. Apart, every poison message waited: a dead-letter
+/// copy is appended only by the dead-letter topic's owner (the consumer
+/// trial: a crash and a rebalance split two task queues from theirs).
+#[test]
+fn a_topic_and_its_dead_letter_topic_stay_together() {
+    let mut snapshot = ClusterSnapshot {
+        live: live(&[2, 3]),
+        ..Default::default()
+    };
+    snapshot.assignments.insert(t("/p/jobs"), (1, assigned(1)));
+    snapshot
+        .assignments
+        .insert(t("/p/jobs-dlq"), (1, assigned(1)));
+    snapshot.assignments.insert(t("/q/jobs"), (1, assigned(4)));
+    snapshot
+        .assignments
+        .insert(t("/q/jobs-dlq"), (3, assigned(2)));
+    snapshot.assignments.insert(t("/z/z"), (2, assigned(1)));
+    let got: BTreeMap<String, u64> = plan(&snapshot, 100)
+        .iter()
+        .map(|c| (c.topic.as_str().to_owned(), c.to))
+        .collect();
+    // Least loaded alone put /p/jobs on 2 and its dead-letter topic on 3,
+    // then /q/jobs on 2, away from its dead-letter topic on 3.
+    assert_eq!(got["/p/jobs"], got["/p/jobs-dlq"], "{got:?}");
+    assert_eq!(got["/q/jobs"], 3, "{got:?}");
+
+    let mut snapshot = ClusterSnapshot {
+        live: live(&[1, 2]),
+        ..Default::default()
+    };
+    for name in ["/a/x", "/a/y", "/p/jobs", "/p/jobs-dlq"] {
+        snapshot.assignments.insert(t(name), (1, assigned(1)));
+    }
+    let stay: BTreeSet<TopicName> = [t("/p/jobs-dlq")].into();
+    let moved: Vec<String> = plan_rebalance(&snapshot, 100, 10, &stay)
+        .iter()
+        .map(|c| c.topic.as_str().to_owned())
+        .collect();
+    assert_eq!(moved, vec!["/a/y".to_owned(), "/a/x".to_owned()]);
+}
