@@ -493,7 +493,14 @@ impl<'de> serde::de::Visitor<'de> for RowVisitor<'_> {
         let mut cells = vec![Cell::Null; self.columns.len()];
         let mut extra = BTreeMap::new();
         let mut misfit = None;
+        let mut seen: std::collections::HashSet<String> = std::collections::HashSet::new();
         while let Some(Key(key)) = map.next_key::<Key<'de>>()? {
+            if !seen.insert(key.to_string()) {
+                // One of the two values would go nowhere.
+                misfit.get_or_insert_with(|| {
+                    format!("field `{key}` is given twice in the object (one value would be lost)")
+                });
+            }
             // A `json` column and `_extra` keep the field's text as written
             // (parsed into a `Value`, an integer beyond 64 bits became a
             // rounded double); a typed column parses it once, as a `Value`.
@@ -506,12 +513,19 @@ impl<'de> serde::de::Visitor<'de> for RowVisitor<'_> {
                     };
                 }
                 Some(i) => {
-                    let value: Value = map.next_value()?;
+                    // Through its text: an integer literal beyond 64 bits
+                    // parses as a rounded double, which only the text
+                    // tells apart from a written double.
+                    let raw: &'de RawValue = map.next_value()?;
+                    let value: Value =
+                        serde_json::from_str(raw.get()).map_err(serde::de::Error::custom)?;
                     let column = &self.columns[i];
+                    let rounded =
+                        is_integer_literal(raw.get()) && !(value.is_i64() || value.is_u64());
                     cells[i] = match cell(column.ty, &value) {
                         _ if value.is_null() => Cell::Null,
-                        Some(c) => c,
-                        None => {
+                        Some(c) if !rounded => c,
+                        _ => {
                             misfit.get_or_insert_with(|| {
                                 let hint = match column.ty {
                                     ColumnType::Timestamp => {
@@ -605,6 +619,13 @@ fn merge(so_far: Option<ColumnType>, v: &Value) -> Option<ColumnType> {
         (Some(Int64), Some(Double)) | (Some(Double), Some(Int64)) => Some(Double),
         _ => Some(Json),
     }
+}
+
+/// Whether `text` (a JSON value as written) is an integer literal: `-`?
+/// digits, no fraction or exponent.
+fn is_integer_literal(text: &str) -> bool {
+    let digits = text.strip_prefix('-').unwrap_or(text);
+    !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
 }
 
 /// `n` as a double if the double holds it exactly: an integer beyond 2^53
@@ -881,15 +902,34 @@ mod tests {
         assert_eq!(exact.cells[0], Cell::Double(9_007_199_254_740_992.0));
         cols.fit(13, br#"{"p":1152921504606846976}"#)
             .expect("2^60 is a double");
+        // Beyond 64 bits too (the bad-input trial: 2^70 + 1, -2^63 - 1 and
+        // 2^64 + 1 were written rounded, "0 records did not fit"), also to
+        // an int64 column; a double written as such still fits.
         for big in [
             "9007199254740993",
             "18446744073709551615",
             "-9223372036854775807",
+            "1180591620717411303425",
+            "-9223372036854775809",
+            "18446744073709551617",
         ] {
             let value = format!(r#"{{"p":{big}}}"#);
             let err = cols.fit(14, value.as_bytes()).expect_err(big);
             assert!(err.reason.contains("loses digits in a double"), "{err}");
         }
+        for big in ["18446744073709551617", "-9223372036854775809"] {
+            let value = format!(r#"{{"n":{big}}}"#);
+            let err = cols.fit(14, value.as_bytes()).expect_err(big);
+            assert!(err.reason.contains("field `n`"), "{err}");
+        }
+        cols.fit(14, br#"{"p":1e21}"#).expect("a double as written");
+        // A field given twice: one value would go nowhere.
+        let err = cols
+            .fit(15, br#"{"other":1,"other":2}"#)
+            .expect_err("twice");
+        assert!(err.reason.contains("`other` is given twice"), "{err}");
+        let err = cols.fit(16, br#"{"n":1,"n":2}"#).expect_err("twice");
+        assert!(err.reason.contains("`n` is given twice"), "{err}");
         let err = cols.fit(9, br#"{"n":1.5}"#).expect_err("float in int64");
         assert_eq!(err.offset, 9);
         assert!(err.reason.contains("field `n`"), "{err}");
