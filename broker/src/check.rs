@@ -98,7 +98,10 @@ pub fn check(mut config: BrokerConfig) -> Report {
     report.listen("admin_listen", config.admin_listen, Transport::Tcp);
     report.listen("ingest_listen", config.ingest_listen, Transport::Udp);
     for (id, addr) in &config.members {
-        report.peer(&format!("members.{id}"), addr);
+        // A malformed one is among the configuration's problems already.
+        if crate::config::member_address_ok(addr) {
+            report.peer(&format!("members.{id}"), addr);
+        }
     }
     if let Some(own) = config.members.get(&config.node_id)
         && let Some(note) = crate::config::own_member_problem(own, config.raft_listen)

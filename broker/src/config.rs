@@ -322,6 +322,14 @@ fn default_node_id() -> NodeId {
     1
 }
 
+/// Whether a `[members]` address is `host:port` with a port from 1 to
+/// 65535 (whether the host resolves is `check-config`'s question: a name
+/// may resolve only later).
+pub(crate) fn member_address_ok(addr: &str) -> bool {
+    addr.rsplit_once(':')
+        .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok_and(|p| p != 0))
+}
+
 /// Why this node's own `[members]` address `own` may not be where
 /// `raft_listen` listens (peers would call another port or host): a
 /// different port, or a different IP when both are IPs and `raft_listen`
@@ -477,8 +485,32 @@ impl BrokerConfig {
                 format!("does not list this node ({})", self.node_id),
             );
         }
+        // Raft and edge ingest are both QUIC: one UDP socket each.
+        // (Port 0: each gets an ephemeral port of its own.)
+        let udp_clash = self.raft_listen.port() != 0
+            && self.raft_listen.port() == self.ingest_listen.port()
+            && (self.raft_listen.ip() == self.ingest_listen.ip()
+                || self.raft_listen.ip().is_unspecified()
+                || self.ingest_listen.ip().is_unspecified());
+        if udp_clash {
+            invalid(
+                "ingest_listen",
+                format!(
+                    "{} and raft_listen {} are both QUIC (UDP) on one port: each needs its own",
+                    self.ingest_listen, self.raft_listen
+                ),
+            );
+        }
         let mut by_addr: BTreeMap<&str, NodeId> = BTreeMap::new();
         for (id, addr) in &self.members {
+            // Started with a port no socket can have, the broker called
+            // the member for ever (check-config already refused it).
+            if !member_address_ok(addr) {
+                invalid(
+                    "members",
+                    format!("member {id}: {addr:?} is not host:port with a port from 1 to 65535"),
+                );
+            }
             if let Some(other) = by_addr.insert(addr.as_str(), *id) {
                 invalid(
                     "members",

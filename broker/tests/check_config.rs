@@ -149,12 +149,12 @@ fn check_config_says_ok_or_every_problem_on_its_own_line() {
     assert_eq!(
         text(&out.stderr),
         format!(
-            "error: wal.segment_max_age_ms: must be at least 1 (or left out)\n\
+            "error: members: member 2: \"127.0.0.1:99999\" is not host:port with a port from 1 to 65535\n\
+             error: wal.segment_max_age_ms: must be at least 1 (or left out)\n\
              error: ingest.receive_budget_bytes: must be at least 1048576 (1 MiB)\n\
              error: tls.key: {key}: I/O error: No such file or directory (os error 2)\n\
              error: data_dir: {file} is not a directory\n\
-             error: admin_listen: 192.0.2.1:7400: 192.0.2.1 is not an address of this host: Cannot assign requested address (os error 99)\n\
-             error: members.2: 127.0.0.1:99999 does not resolve: invalid port value\n",
+             error: admin_listen: 192.0.2.1:7400: 192.0.2.1 is not an address of this host: Cannot assign requested address (os error 99)\n",
             key = certs.join("missing.key").display(),
             file = file.display(),
         )
@@ -549,4 +549,55 @@ fn an_ingest_port_in_use_is_said_once() {
         )
     );
     drop(taken);
+}
+
+/// Start-up and `check-config` refuse alike: raft_listen and ingest_listen
+/// on one UDP port (check-config said ok, start-up failed with "Address
+/// already in use" without naming its own Raft socket), and a member
+/// address whose port no socket can have (start-up called it for ever).
+#[test]
+fn one_quic_port_for_raft_and_ingest_and_a_member_port_out_of_range_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = config(dir.path(), |t| {
+        let raft = t
+            .lines()
+            .find_map(|l| l.strip_prefix("raft_listen = "))
+            .unwrap()
+            .to_owned();
+        let ingest_line = t
+            .lines()
+            .find(|l| l.starts_with("ingest_listen"))
+            .unwrap()
+            .to_owned();
+        t.replace(&ingest_line, &format!("ingest_listen = {raft}"))
+            + &format!("[members]\n1 = {raft}\n2 = \"10.0.0.2:99999\"\n")
+    });
+    let raft = std::fs::read_to_string(&path)
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("raft_listen = "))
+        .unwrap()
+        .trim_matches('"')
+        .to_owned();
+    let expected = format!(
+        "error: ingest_listen: {raft} and raft_listen {raft} are both QUIC (UDP) on one port: each needs its own\n\
+         error: members: member 2: \"10.0.0.2:99999\" is not host:port with a port from 1 to 65535\n"
+    );
+    let out = run(broker(&["check-config", "-c", path.to_str().unwrap()]));
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert!(
+        text(&out.stderr).contains(&expected),
+        "{}",
+        text(&out.stderr)
+    );
+    // Start-up names the first problem and starts nothing.
+    let out = run(broker(&["-c", path.to_str().unwrap()]));
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    assert_eq!(
+        text(&out.stderr),
+        format!(
+            "error: invalid setting ingest_listen: {raft} and raft_listen {raft} are both QUIC (UDP) on one port: each needs its own\n"
+        )
+    );
+    assert!(!dir.path().join("data").exists());
 }
