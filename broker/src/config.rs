@@ -187,6 +187,11 @@ pub struct ClusterTuning {
     /// The admin API base URL consumers are redirected to. Default
     /// `https://{admin_listen}` (`http://` with `admin_plain_http`).
     pub advertised_admin_url: Option<String>,
+    /// How long a broker stopped with SIGTERM holds the centrally written
+    /// topics it keeps (no edge copy) for its restart before they are
+    /// taken over at the archive's end, ms. Default 60000; at most
+    /// `lease_ttl_ms` turns the hold off.
+    pub restart_hold_ms: u64,
 }
 
 impl Default for ClusterTuning {
@@ -195,6 +200,7 @@ impl Default for ClusterTuning {
             lease_ttl_ms: 5000,
             heartbeat_ms: 1000,
             lease_margin_ms: 1500,
+            restart_hold_ms: crate::cluster::DEFAULT_RESTART_HOLD_MS,
             advertised_ingest: None,
             advertised_admin_url: None,
         }

@@ -151,6 +151,7 @@ pub async fn run(
             lease_ttl_ms: config.cluster.lease_ttl_ms,
             heartbeat_ms: config.cluster.heartbeat_ms,
             lease_margin_ms: config.cluster.lease_margin_ms,
+            restart_hold_ms: config.cluster.restart_hold_ms,
             ingest_addr: config
                 .cluster
                 .advertised_ingest
@@ -405,6 +406,29 @@ pub async fn run(
     }
     for task in cluster_tasks {
         task.abort();
+    }
+    // What it keeps (centrally written topics) waits for its restart, not
+    // only for its lease (bounded: without a leader the lease lapses).
+    match tokio::time::timeout(
+        std::time::Duration::from_secs(2),
+        cluster.hold_for_restart(),
+    )
+    .await
+    {
+        Ok(Ok(0)) => {}
+        Ok(Ok(held)) => {
+            info!(
+                held,
+                hold_ms = cluster.config().restart_hold_ms,
+                "the topics this broker keeps wait for its restart ([cluster] restart_hold_ms) before another broker takes them over at the archive's end"
+            )
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(error = %e, "holding the kept topics for the restart failed; they move when the lease lapses")
+        }
+        Err(_) => tracing::warn!(
+            "holding the kept topics for the restart timed out; they move when the lease lapses"
+        ),
     }
     watchdog.abort();
     identity_task.abort();
