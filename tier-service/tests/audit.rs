@@ -128,9 +128,18 @@ fn an_emptied_bucket_is_noticed_within_one_audit_interval_and_repaired_from_the_
         .map(|d| (d.start_offset, d.end_offset, false))
         .collect();
     assert_eq!(marked, expected);
-    let text = tributary_tier::metrics::STATS.render().unwrap();
+    // The gauge is set when the audit pass ends, after its marks and
+    // re-uploads (seen above): on a loaded machine a moment later.
     let line = format!("tributary_tier_archive_missing_segments {}", lost.len());
-    assert!(text.lines().any(|l| l == line), "{line:?} not in\n{text}");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let text = tributary_tier::metrics::STATS.render().unwrap();
+        if text.lines().any(|l| l == line) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{line:?} not in\n{text}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
 
     let _ = stop_tx.send(());
     let report = h.runtime.block_on(running).unwrap().unwrap();
