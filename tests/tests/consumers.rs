@@ -548,17 +548,11 @@ fn a_damaged_sealed_segment_of_a_central_topic_is_dead_lettered_after_the_wait_a
     );
 }
 
-/// A message dead-lettered moves the cursor on and the cursor is written
-/// at once: a broker SIGKILL right after does not copy it to the
-/// dead-letter topic again. Before, the cursor waited for the persist
-/// batch (here 100 acks or 10 minutes), and each crash within it copied
-/// every dead-lettered message again (a trial found 1,072 entries for
-/// 150 poison messages after 10 kills, all replayed).
-#[test]
-fn a_dead_letter_is_persisted_at_once_and_not_copied_again_after_a_crash() {
-    let dir = tempfile::tempdir().unwrap();
+/// A broker (cursors persisted only at once) with a `task_queue` topic
+/// of three records and a consumer attached from the earliest.
+fn three_task_records(dir: &Path) -> (Broker, ConsumerClient, AttachRequest, u64) {
     let mut broker = Broker::new(
-        dir.path(),
+        dir,
         "cursor_persist_every_acks = 100\ncursor_persist_interval_ms = 600000\ntick_ms = 50",
     );
     broker.start();
@@ -573,6 +567,30 @@ fn a_dead_letter_is_persisted_at_once_and_not_copied_again_after_a_crash() {
         .attach(TOPIC, "workers", &attach)
         .unwrap()
         .consumer_id;
+    (broker, client, attach, consumer)
+}
+
+/// Nacks `offset` as poison, to be redelivered at once.
+fn nack_poison(client: &ConsumerClient, consumer: u64, offset: u64) {
+    let nack = tributary_api::consumer::NackRequest {
+        consumer_id: consumer,
+        offsets: vec![offset],
+        delay_ms: Some(0),
+        reason: Some("poison".into()),
+    };
+    client.nack(TOPIC, "workers", &nack).expect("nack");
+}
+
+/// A message dead-lettered moves the cursor on and the cursor is written
+/// at once: a broker SIGKILL right after does not copy it to the
+/// dead-letter topic again. Before, the cursor waited for the persist
+/// batch (here 100 acks or 10 minutes), and each crash within it copied
+/// every dead-lettered message again (a trial found 1,072 entries for
+/// 150 poison messages after 10 kills, all replayed).
+#[test]
+fn a_dead_letter_is_persisted_at_once_and_not_copied_again_after_a_crash() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut broker, client, attach, consumer) = three_task_records(dir.path());
     // Offset 0 is nacked until dead-lettered (task_queue: 5 redeliveries),
     // 1 and 2 acked.
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -583,13 +601,7 @@ fn a_dead_letter_is_persisted_at_once_and_not_copied_again_after_a_crash() {
             .expect("receive");
         for m in &got.messages {
             if m.offset == 0 {
-                let nack = tributary_api::consumer::NackRequest {
-                    consumer_id: consumer,
-                    offsets: vec![0],
-                    delay_ms: Some(0),
-                    reason: Some("poison".into()),
-                };
-                client.nack(TOPIC, "workers", &nack).expect("nack");
+                nack_poison(&client, consumer, 0);
             } else {
                 client
                     .ack(TOPIC, "workers", consumer, &[m.offset])
@@ -640,22 +652,7 @@ fn a_dead_letter_is_persisted_at_once_and_not_copied_again_after_a_crash() {
 #[test]
 fn messages_finished_above_the_cursor_are_not_delivered_again_after_a_crash() {
     let dir = tempfile::tempdir().unwrap();
-    let mut broker = Broker::new(
-        dir.path(),
-        "cursor_persist_every_acks = 100\ncursor_persist_interval_ms = 600000\ntick_ms = 50",
-    );
-    broker.start();
-    broker.create_topic("task_queue");
-    let client = broker.client();
-    publish(&client, 3);
-    let attach = AttachRequest {
-        start: StartPosition::Earliest,
-        ..AttachRequest::default()
-    };
-    let consumer = client
-        .attach(TOPIC, "workers", &attach)
-        .unwrap()
-        .consumer_id;
+    let (mut broker, client, attach, consumer) = three_task_records(dir.path());
     // 0 stays leased, 2 is acknowledged, 1 is nacked until dead-lettered.
     let dlq_topic = format!("{TOPIC}-dlq");
     let deadline = Instant::now() + Duration::from_secs(60);
@@ -672,15 +669,7 @@ fn messages_finished_above_the_cursor_are_not_delivered_again_after_a_crash() {
             .expect("receive");
         for m in &got.messages {
             match m.offset {
-                1 => {
-                    let nack = tributary_api::consumer::NackRequest {
-                        consumer_id: consumer,
-                        offsets: vec![1],
-                        delay_ms: Some(0),
-                        reason: Some("poison".into()),
-                    };
-                    client.nack(TOPIC, "workers", &nack).expect("nack");
-                }
+                1 => nack_poison(&client, consumer, 1),
                 2 => {
                     client.ack(TOPIC, "workers", consumer, &[2]).expect("ack");
                 }
