@@ -90,6 +90,18 @@ ca = "{certs}/ca.pem"
     path
 }
 
+/// The value of `key = value` in a configuration's text, as written
+/// (quoted strings keep their quotes), and its whole line.
+fn setting(text: &str, key: &str) -> (String, String) {
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(&format!("{key} = ")))
+        .unwrap()
+        .to_owned();
+    let value = line[key.len() + 3..].to_owned();
+    (value, line)
+}
+
 fn note_created(dir: &Path) -> String {
     format!(
         "note: data_dir: {} does not exist yet; it will be created ({} is writable)\n",
@@ -126,17 +138,9 @@ fn check_config_says_ok_or_every_problem_on_its_own_line() {
             &format!("data_dir = \"{}\"", dir.path().join("data").display()),
             &format!("data_dir = \"{}\"", file.display()),
         );
-        let admin_line = t
-            .lines()
-            .find(|l| l.starts_with("admin_listen"))
-            .unwrap()
-            .to_owned();
+        let (_, admin_line) = setting(&t, "admin_listen");
         // Member 1 (this node) at its own raft_listen.
-        let raft = t
-            .lines()
-            .find_map(|l| l.strip_prefix("raft_listen = "))
-            .unwrap()
-            .to_owned();
+        let (raft, _) = setting(&t, "raft_listen");
         t.replace(&admin_line, "admin_listen = \"192.0.2.1:7400\"")
             .replace("admin_plain_http = true\n", "")
             + &format!(
@@ -559,26 +563,13 @@ fn an_ingest_port_in_use_is_said_once() {
 fn one_quic_port_for_raft_and_ingest_and_a_member_port_out_of_range_are_refused() {
     let dir = tempfile::tempdir().unwrap();
     let path = config(dir.path(), |t| {
-        let raft = t
-            .lines()
-            .find_map(|l| l.strip_prefix("raft_listen = "))
-            .unwrap()
-            .to_owned();
-        let ingest_line = t
-            .lines()
-            .find(|l| l.starts_with("ingest_listen"))
-            .unwrap()
-            .to_owned();
+        let (raft, _) = setting(&t, "raft_listen");
+        let (_, ingest_line) = setting(&t, "ingest_listen");
         t.replace(&ingest_line, &format!("ingest_listen = {raft}"))
             + &format!("[members]\n1 = {raft}\n2 = \"10.0.0.2:99999\"\n")
     });
-    let raft = std::fs::read_to_string(&path)
-        .unwrap()
-        .lines()
-        .find_map(|l| l.strip_prefix("raft_listen = "))
-        .unwrap()
-        .trim_matches('"')
-        .to_owned();
+    let (raft, _) = setting(&std::fs::read_to_string(&path).unwrap(), "raft_listen");
+    let raft = raft.trim_matches('"');
     let expected = format!(
         "error: ingest_listen: {raft} and raft_listen {raft} are both QUIC (UDP) on one port: each needs its own\n\
          error: members: member 2: \"10.0.0.2:99999\" is not host:port with a port from 1 to 65535\n"
