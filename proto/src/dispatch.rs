@@ -678,18 +678,23 @@ mod tests {
         }
     }
 
+    /// A dispatcher at `cursor`: 3 redeliveries, then the dead-letter topic.
+    fn dead_letter_at(cursor: u64) -> Dispatcher {
+        Dispatcher::new(
+            cursor,
+            policy(3, PoisonPolicy::DeadLetter),
+            PersistPolicy::default(),
+            0,
+        )
+    }
+
     fn offsets(deliveries: &[Lease]) -> Vec<u64> {
         deliveries.iter().map(|d| d.offset).collect()
     }
 
     #[test]
     fn leases_do_not_block_siblings_and_the_cursor_follows_the_acked_prefix() {
-        let mut d = Dispatcher::new(
-            10,
-            policy(3, PoisonPolicy::DeadLetter),
-            PersistPolicy::default(),
-            0,
-        );
+        let mut d = dead_letter_at(10);
         let (a, _) = d.lease(0, 1, 2, 20);
         let (b, _) = d.lease(0, 2, 2, 20);
         assert_eq!((offsets(&a), offsets(&b)), (vec![10, 11], vec![12, 13]));
@@ -707,12 +712,7 @@ mod tests {
     /// messages above the cursor were redelivered after a move.
     #[test]
     fn offsets_finished_above_the_cursor_are_restored_and_never_leased_again() {
-        let mut d = Dispatcher::new(
-            10,
-            policy(3, PoisonPolicy::DeadLetter),
-            PersistPolicy::default(),
-            0,
-        );
+        let mut d = dead_letter_at(10);
         let (a, _) = d.lease(0, 1, 6, 20);
         assert_eq!(offsets(&a), vec![10, 11, 12, 13, 14, 15]);
         for o in [12, 13, 15] {
@@ -720,12 +720,7 @@ mod tests {
         }
         assert_eq!(d.done_above(), vec![(12, 14), (15, 16)]);
         // Restored by the next owner, with the cursor it was stored with.
-        let mut e = Dispatcher::new(
-            10,
-            policy(3, PoisonPolicy::DeadLetter),
-            PersistPolicy::default(),
-            0,
-        );
+        let mut e = dead_letter_at(10);
         e.restore_done(&d.done_above());
         let (b, _) = e.lease(0, 1, 10, 18);
         assert_eq!(offsets(&b), vec![10, 11, 14, 16, 17]);
@@ -735,12 +730,7 @@ mod tests {
         assert_eq!(e.done_above(), vec![]);
         // A range at the cursor moves it at once; ranges below it and
         // beyond the bound are ignored.
-        let mut f = Dispatcher::new(
-            5,
-            policy(3, PoisonPolicy::DeadLetter),
-            PersistPolicy::default(),
-            0,
-        );
+        let mut f = dead_letter_at(5);
         f.restore_done(&[(0, 3), (5, 7), (9, u64::MAX)]);
         assert_eq!(f.cursor(), 7);
         assert_eq!(f.lease(0, 1, 3, 100).0.len(), 2, "7 and 8 only");
@@ -752,12 +742,7 @@ mod tests {
 
     #[test]
     fn an_unread_lease_is_taken_back_and_a_skipped_range_is_never_leased() {
-        let mut d = Dispatcher::new(
-            0,
-            policy(3, PoisonPolicy::DeadLetter),
-            PersistPolicy::default(),
-            0,
-        );
+        let mut d = dead_letter_at(0);
         // Leased 0..6; 3..6 could not be read: taken back, not an attempt.
         let (a, _) = d.lease(0, 1, 6, 10);
         assert_eq!(offsets(&a), vec![0, 1, 2, 3, 4, 5]);
@@ -905,12 +890,7 @@ mod tests {
 
     #[test]
     fn cursor_reads_ack_up_to_and_older_acks_are_no_ops() {
-        let mut d = Dispatcher::new(
-            0,
-            policy(3, PoisonPolicy::DeadLetter),
-            PersistPolicy::default(),
-            0,
-        );
+        let mut d = dead_letter_at(0);
         assert_eq!(d.ack_up_to(5, 10), Ok(AckOutcome::Acked { cursor: 5 }));
         assert_eq!(d.ack_up_to(3, 10), Ok(AckOutcome::NoOp));
         assert_eq!(
@@ -947,12 +927,7 @@ mod tests {
 
     #[test]
     fn a_foreign_lease_cannot_be_acked_and_released_leases_come_back_at_once() {
-        let mut d = Dispatcher::new(
-            0,
-            policy(3, PoisonPolicy::DeadLetter),
-            PersistPolicy::default(),
-            0,
-        );
+        let mut d = dead_letter_at(0);
         let (a, _) = d.lease(0, 1, 2, 3);
         assert_eq!(offsets(&a), vec![0, 1]);
         assert_eq!(
@@ -993,12 +968,7 @@ mod tests {
 
     #[test]
     fn an_explicit_nack_delay_overrides_the_backoff() {
-        let mut d = Dispatcher::new(
-            0,
-            policy(3, PoisonPolicy::DeadLetter),
-            PersistPolicy::default(),
-            0,
-        );
+        let mut d = dead_letter_at(0);
         let _ = d.lease(0, 1, 1, 1);
         let _ = d.nack(0, 1, 0, Some(0), "retry now");
         assert_eq!(offsets(&d.lease(0, 1, 1, 1).0), vec![0]);
