@@ -5,8 +5,10 @@
 //!
 //! Both listeners are served by [`serve`]: HTTP/1.1 with
 //! [`HEADER_READ_TIMEOUT`] for each request's headers (a connection idle
-//! that long between requests is closed too), so clients that open
-//! connections and send nothing, or headers in dribs, cannot hold them.
+//! that long between requests is closed too) and as longest pause inside
+//! a request body, so clients that open connections and send nothing,
+//! headers in dribs, or a body shorter than its `Content-Length`, cannot
+//! hold them.
 //!
 //! `/health` stays open without a token: load balancers and monitoring
 //! probe it, and it tells the agent's state and topic names and offsets,
@@ -199,7 +201,11 @@ where
             () = &mut shutdown => break,
             accepted = listener.accept() => accepted,
         };
-        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        // A body that pauses longer than the header timeout fails the
+        // request (it was held for ever: the bad-input trial).
+        let service = hyper_util::service::TowerToHyperService::new(
+            tower_http::timeout::RequestBodyTimeout::new(app.clone(), header_read_timeout),
+        );
         let mut builder = hyper::server::conn::http1::Builder::new();
         builder
             .timer(TokioTimer::new())
@@ -264,6 +270,42 @@ mod tests {
             );
             assert!(started.elapsed() >= timeout / 2, "closed too early");
         }
+        // A body shorter than its Content-Length: the request fails after
+        // the timeout, and the connection with it.
+        let app_body = axum::Router::new().route(
+            "/echo",
+            axum::routing::post(|body: axum::body::Bytes| async move { body.len().to_string() }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let body_addr = listener.local_addr().unwrap();
+        let (stop_body, stopped_body) = tokio::sync::oneshot::channel::<()>();
+        let body_server = tokio::spawn(super::serve_with(
+            listener,
+            app_body,
+            async {
+                let _ = stopped_body.await;
+            },
+            timeout,
+        ));
+        let mut stream = tokio::net::TcpStream::connect(body_addr).await.unwrap();
+        stream
+            .write_all(
+                b"POST /echo HTTP/1.1\r\nHost: edge\r\nContent-Length: 100\r\n\r\nonly ten b",
+            )
+            .await
+            .unwrap();
+        let started = tokio::time::Instant::now();
+        let mut buf = Vec::new();
+        tokio::time::timeout(Duration::from_secs(10), stream.read_to_end(&mut buf))
+            .await
+            .expect("a stalled body was held for 10 s")
+            .unwrap();
+        assert!(started.elapsed() >= timeout / 2, "closed too early");
+        let answer = String::from_utf8_lossy(&buf);
+        assert!(!answer.starts_with("HTTP/1.1 200"), "{answer}");
+        stop_body.send(()).unwrap();
+        body_server.await.unwrap().unwrap();
+
         let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
         stream
             .write_all(b"GET /health HTTP/1.1\r\nHost: edge\r\nConnection: close\r\n\r\n")
