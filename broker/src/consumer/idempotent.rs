@@ -134,6 +134,11 @@ impl ConsumerService {
                 if f != fingerprint {
                     return Err(reused(topic, key, base_offset));
                 }
+                // Opened first: a new owner declares what it lost when it
+                // opens the topic, and a retry may come before anything
+                // else opened it (the trial of the fixes: 10 of 10 retries
+                // answered with lost offsets).
+                self.topics.open_existing(topic, false).await?;
                 if !self.lost(topic, base_offset, next_offset).await? {
                     return Ok(KeyedPublish {
                         base_offset,
