@@ -709,7 +709,18 @@ impl Cluster {
         let mut moved = 0;
         for change in &changes {
             if self.is_central_written(&change.topic).await? {
-                tracing::info!(topic = %change.topic, "keeping a centrally written topic through the restart: it moves only if this broker stays down past its lease");
+                tracing::info!(topic = %change.topic, "keeping a centrally written topic through the restart: it moves only if this broker stays down past its hold");
+                continue;
+            }
+            // A topic whose dead-letter topic stays here (centrally
+            // written) stays with it: moved alone, the restart left them
+            // apart for good and its poison messages waited (the trial of
+            // the fixes). Its edge keeps its records meanwhile.
+            if let Ok(dlq) = TopicName::new(&format!("{}-dlq", change.topic))
+                && self.owner(&dlq).is_some_and(|(owner, _)| owner == self.me)
+                && self.is_central_written(&dlq).await?
+            {
+                tracing::info!(topic = %change.topic, dead_letter_topic = %dlq, "keeping a topic with its dead-letter topic through the restart");
                 continue;
             }
             match self.apply_change(change).await {
