@@ -520,8 +520,7 @@ impl<'de> serde::de::Visitor<'de> for RowVisitor<'_> {
                     let value: Value =
                         serde_json::from_str(raw.get()).map_err(serde::de::Error::custom)?;
                     let column = &self.columns[i];
-                    let rounded =
-                        is_integer_literal(raw.get()) && !(value.is_i64() || value.is_u64());
+                    let rounded = rounded_integer(raw.get(), &value);
                     cells[i] = match cell(column.ty, &value) {
                         _ if value.is_null() => Cell::Null,
                         Some(c) if !rounded => c,
@@ -626,6 +625,15 @@ fn merge(so_far: Option<ColumnType>, v: &Value) -> Option<ColumnType> {
 fn is_integer_literal(text: &str) -> bool {
     let digits = text.strip_prefix('-').unwrap_or(text);
     !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// Whether `text` is an integer literal that did not parse as a 64-bit
+/// integer (`value`): serde_json rounds it to a double. `-0` parses as a
+/// double too, exactly.
+fn rounded_integer(text: &str, value: &Value) -> bool {
+    is_integer_literal(text)
+        && !(value.is_i64() || value.is_u64())
+        && text.bytes().any(|b| (b'1'..=b'9').contains(&b))
 }
 
 /// `n` as a double if the double holds it exactly: an integer beyond 2^53
@@ -923,6 +931,7 @@ mod tests {
             assert!(err.reason.contains("field `n`"), "{err}");
         }
         cols.fit(14, br#"{"p":1e21}"#).expect("a double as written");
+        cols.fit(14, br#"{"p":-0}"#).expect("-0 is exact");
         // A field given twice: one value would go nowhere.
         let err = cols
             .fit(15, br#"{"other":1,"other":2}"#)
