@@ -336,7 +336,10 @@ impl ConsumerService {
         };
         let mut dispatcher = Dispatcher::new(cursor, policy, self.persist_policy(), now);
         if !done_above.is_empty() {
-            info!(%topic, subscription = %name, cursor, ranges = ?done_above, "offsets finished above the stored cursor are not delivered again");
+            let ranges: Vec<String> = (done_above.iter())
+                .map(|(first, end)| format!("{first}..{end}"))
+                .collect();
+            info!(%topic, subscription = %name, cursor, ranges = %ranges.join(","), "offsets finished above the stored cursor are not delivered again");
             dispatcher.restore_done(&done_above);
         }
         let sub = Sub {
