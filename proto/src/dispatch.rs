@@ -402,15 +402,7 @@ impl Dispatcher {
             self.slots = self.slots.split_off(&end);
             self.cursor = self.cursor.max(end);
         } else {
-            for offset in first..end {
-                self.slots.insert(
-                    offset,
-                    Slot {
-                        attempts: 0,
-                        state: SlotState::Done,
-                    },
-                );
-            }
+            self.mark_done(first, end);
         }
         self.next_new = self.next_new.max(end);
         if self.blocked_at.is_some_and(|b| first <= b && b < end) {
@@ -632,15 +624,7 @@ impl Dispatcher {
         for &(first, end) in ranges {
             let first = first.max(self.cursor);
             let end = end.min(first.saturating_add(budget));
-            for offset in first..end {
-                self.slots.insert(
-                    offset,
-                    Slot {
-                        attempts: 0,
-                        state: SlotState::Done,
-                    },
-                );
-            }
+            self.mark_done(first, end);
             budget -= end.saturating_sub(first);
             if budget == 0 {
                 break;
@@ -648,6 +632,19 @@ impl Dispatcher {
         }
         self.advance();
         self.next_new = self.next_new.max(self.cursor);
+    }
+
+    /// Marks `first..end` finished (not advancing the cursor).
+    fn mark_done(&mut self, first: u64, end: u64) {
+        for offset in first..end {
+            self.slots.insert(
+                offset,
+                Slot {
+                    attempts: 0,
+                    state: SlotState::Done,
+                },
+            );
+        }
     }
 
     fn advance(&mut self) {
